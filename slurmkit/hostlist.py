@@ -1,0 +1,31 @@
+"""Hostlists are sets: expand, fold, intersect with ClusterShell's NodeSet, never by string hacking."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError  # type: ignore[import-untyped]
+
+from slurmkit.errors import UsageError
+
+
+def expand(hostlist: str, where: str = "hostlist") -> list[str]:
+    """``gpu[01-03]`` -> ``['gpu01', 'gpu02', 'gpu03']`` in NodeSet order (sorted, numerically)."""
+    if not hostlist or not hostlist.strip():
+        return []
+    try:
+        return list(NodeSet(hostlist.strip()))
+    except NodeSetParseError as exc:
+        raise UsageError(f"{where}: invalid hostlist {hostlist!r}: {exc}") from exc
+
+
+def fold(hosts: Iterable[str]) -> str:
+    """``['gpu01', 'gpu02', 'gpu03']`` -> ``gpu[01-03]``; deterministic for any input order."""
+    hosts = list(hosts)
+    if not hosts:
+        return ""
+    return str(NodeSet.fromlist(hosts))
+
+
+def count(hostlist: str) -> int:
+    return len(NodeSet(hostlist)) if hostlist else 0

@@ -1,0 +1,209 @@
+"""The cluster model: frozen dataclasses. Everything else takes these; only ``load.py`` parses YAML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmkit import hostlist
+
+SUPPORTED_SLURM_VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
+
+
+@dataclass(frozen=True)
+class CPU:
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int = 1
+
+    @property
+    def cores(self) -> int:
+        return self.sockets * self.cores_per_socket
+
+    @property
+    def cpus(self) -> int:
+        return self.cores * self.threads_per_core
+
+
+@dataclass(frozen=True)
+class Reserve:
+    memory_mb: int = 0
+    cores: int = 0
+
+
+@dataclass(frozen=True)
+class GPUs:
+    type: str
+    count: int
+    files: str  # hostlist-style device files, e.g. /dev/nvidia[0-7]
+    memory_mb: int = 0
+    cores: tuple[str, ...] = ()  # per GPU, Slurm logical core indices ("0-55"); empty = unknown
+    links: str | tuple[tuple[int, ...], ...] = "none"  # "nvlink" (all-to-all), "none", or a matrix
+    mig: tuple[str, ...] | None = None  # per-GPU MIG profile names, or None
+    shards: int = 0
+
+    @property
+    def file_list(self) -> list[str]:
+        return hostlist.expand(self.files)
+
+
+@dataclass(frozen=True)
+class NIC:
+    name: str
+    kind: str = "ib"  # ib | roce | eth
+    rate_gbps: int = 0
+    role: str = "compute"  # compute | storage | mgmt
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    name: str
+    hosts: str
+    cpu: CPU
+    memory_mb: int
+    reserve: Reserve = Reserve()
+    gpus: GPUs | None = None
+    nics: tuple[NIC, ...] = ()
+    features: tuple[str, ...] = ()
+    weight: int = 1
+
+    @property
+    def hostnames(self) -> list[str]:
+        return hostlist.expand(self.hosts)
+
+    @property
+    def real_memory_mb(self) -> int:
+        return self.memory_mb
+
+    @property
+    def gpu_count(self) -> int:
+        return self.gpus.count if self.gpus else 0
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    groups: tuple[str, ...]
+    default: bool = False
+    max_time: str = "UNLIMITED"
+    default_time: str | None = None
+    priority_tier: int | None = None
+    qos: str | None = None
+    extra: tuple[tuple[str, str], ...] = ()  # raw Key=Value pairs for PartitionName
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    nodes: str = ""  # hostlist of nodes (leaf switch)
+    switches: str = ""  # hostlist of child switches (upper level)
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str
+    nodes: str
+
+
+@dataclass(frozen=True)
+class Topology:
+    switches: tuple[Switch, ...] = ()
+    blocks: tuple[Block, ...] = ()
+    block_sizes: tuple[int, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        if self.blocks:
+            return "block"
+        if self.switches:
+            return "tree"
+        return "none"
+
+
+@dataclass(frozen=True)
+class Controller:
+    hosts: tuple[str, ...]
+    port: int = 6817
+    state_dir: str = "/var/spool/slurmctld"
+
+
+@dataclass(frozen=True)
+class Accounting:
+    host: str
+    port: int = 6819
+
+
+@dataclass(frozen=True)
+class Policy:
+    fairshare: bool = False
+    preemption: str = "none"  # none | qos | partition
+
+
+@dataclass(frozen=True)
+class Hooks:
+    prolog: bool = False
+    epilog: bool = False
+    healthcheck_interval: int = 0  # seconds; 0 = no HealthCheckProgram
+    command: str = "/usr/bin/slurmkit"  # how slurmd reaches slurmkit on the nodes
+    prolog_epilog_timeout: int = 60
+    checks: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # health policy, raw
+
+
+@dataclass(frozen=True)
+class Site:
+    """Defaults for gpusub on this cluster (the admin's site profile)."""
+
+    default_partition: str | None = None
+    socket_ifname: str | None = None
+    nccl_ib_hca_exclude: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    run_root: str | None = None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    slurm_version: str
+    controller: Controller
+    node_groups: tuple[NodeGroup, ...]
+    partitions: tuple[Partition, ...] = ()
+    accounting: Accounting | None = None
+    topology: Topology = Topology()
+    policy: Policy = Policy()
+    hooks: Hooks = Hooks()
+    site: Site = Site()
+    slurm_conf: tuple[tuple[str, str], ...] = ()  # extra/override slurm.conf Key=Value, in order
+    cgroup_conf: tuple[tuple[str, str], ...] = ()
+    source_sha256: str = ""  # sha256 of the inventory text this came from
+
+    def group(self, name: str) -> NodeGroup:
+        for g in self.node_groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+    def group_of(self, host: str) -> NodeGroup | None:
+        for g in self.node_groups:
+            if host in g.hostnames:
+                return g
+        return None
+
+    @property
+    def all_hosts(self) -> list[str]:
+        out: list[str] = []
+        for g in self.node_groups:
+            out.extend(g.hostnames)
+        return out
+
+    def partition(self, name: str) -> Partition:
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def default_partition(self) -> Partition | None:
+        for p in self.partitions:
+            if p.default:
+                return p
+        return self.partitions[0] if self.partitions else None

@@ -1,0 +1,499 @@
+"""Inventory YAML -> Cluster. The only place that parses an inventory.
+
+Every error names its key path (``node_groups[2].gpus.count``) and, for an unknown key, the closest known one.
+Hand-written rather than pydantic/jsonschema: the product card fixes the dependencies, and the checks that
+matter (hosts in two groups, files vs count, cores outside the node) are cross-field anyway.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurmkit import hostlist
+from slurmkit.errors import InventoryError, UsageError
+from slurmkit.model.cluster import (
+    CPU,
+    NIC,
+    SUPPORTED_SLURM_VERSIONS,
+    Accounting,
+    Block,
+    Cluster,
+    Controller,
+    GPUs,
+    Hooks,
+    NodeGroup,
+    Partition,
+    Policy,
+    Reserve,
+    Site,
+    Switch,
+    Topology,
+)
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$")
+
+
+class _Ctx:
+    def __init__(self, source: str | None):
+        self.source = source
+
+    def err(self, path: str, msg: str) -> InventoryError:
+        return InventoryError(path, msg, self.source)
+
+
+def _mapping(ctx: _Ctx, value: Any, path: str, allowed: set[str], required: set[str] = frozenset()) -> dict:  # type: ignore[assignment]
+    if not isinstance(value, dict):
+        raise ctx.err(path or "(top level)", f"expected a mapping, got {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str):
+            raise ctx.err(path, f"key {key!r} is not a string")
+        if key not in allowed:
+            close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(allowed))}"
+            raise ctx.err(_join(path, key), f"unknown key{hint}")
+    for key in sorted(required):
+        if key not in value or value[key] is None:
+            raise ctx.err(_join(path, key), "required key is missing")
+    return value
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _int(ctx: _Ctx, value: Any, path: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ctx.err(path, f"expected an integer, got {value!r}")
+    if value < minimum:
+        raise ctx.err(path, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _str(ctx: _Ctx, value: Any, path: str, pattern: re.Pattern[str] | None = None) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value:
+        raise ctx.err(path, f"expected a non-empty string, got {value!r}")
+    if pattern is not None and not pattern.match(value):
+        raise ctx.err(path, f"invalid value {value!r}")
+    return value
+
+
+def _bool(ctx: _Ctx, value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise ctx.err(path, f"expected true or false, got {value!r}")
+    return value
+
+
+def _list(ctx: _Ctx, value: Any, path: str) -> list:
+    if not isinstance(value, list):
+        raise ctx.err(path, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _hosts(ctx: _Ctx, value: Any, path: str) -> str:
+    if isinstance(value, list):
+        value = hostlist.fold(_str(ctx, v, _join(path, i)) for i, v in enumerate(value))
+    text = _str(ctx, value, path)
+    try:
+        names = hostlist.expand(text, path)
+    except UsageError as exc:
+        raise ctx.err(path, f"invalid hostlist {text!r}") from exc
+    return hostlist.fold(names)
+
+
+def _choice(ctx: _Ctx, value: Any, path: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ctx.err(path, f"expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _version(ctx: _Ctx, value: Any, path: str) -> str:
+    text = _str(ctx, value, path)
+    m = re.match(r"^(\d{2})\.(\d{2})", text)
+    if not m or f"{m.group(1)}.{m.group(2)}" not in SUPPORTED_SLURM_VERSIONS:
+        raise ctx.err(path, f"unsupported Slurm version {text!r}; supported: {', '.join(SUPPORTED_SLURM_VERSIONS)}")
+    return f"{m.group(1)}.{m.group(2)}"
+
+
+def _cpu(ctx: _Ctx, raw: Any, path: str) -> CPU:
+    m = _mapping(ctx, raw, path, {"sockets", "cores_per_socket", "threads_per_core"}, {"sockets", "cores_per_socket"})
+    return CPU(
+        sockets=_int(ctx, m["sockets"], _join(path, "sockets"), 1),
+        cores_per_socket=_int(ctx, m["cores_per_socket"], _join(path, "cores_per_socket"), 1),
+        threads_per_core=_int(ctx, m.get("threads_per_core", 1), _join(path, "threads_per_core"), 1),
+    )
+
+
+def _core_range_ok(spec: str, ncores: int) -> bool:
+    try:
+        idx = _expand_ranges(spec)
+    except ValueError:
+        return False
+    return bool(idx) and max(idx) < ncores
+
+
+def _expand_ranges(spec: str) -> list[int]:
+    out: list[int] = []
+    for part in str(spec).split(","):
+        part = part.strip()
+        if "-" in part:
+            a, b = part.split("-", 1)
+            lo, hi = int(a), int(b)
+            if hi < lo:
+                raise ValueError(spec)
+            out.extend(range(lo, hi + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
+    m = _mapping(
+        ctx, raw, path,
+        {"type", "count", "memory_mb", "files", "cores", "links", "mig", "shards"},
+        {"type", "count", "files"},
+    )
+    gtype = _str(ctx, m["type"], _join(path, "type"), _NAME_RE)
+    count = _int(ctx, m["count"], _join(path, "count"), 1)
+    files = _str(ctx, m["files"], _join(path, "files"))
+    try:
+        flist = hostlist.expand(files, _join(path, "files"))
+    except UsageError as exc:
+        raise ctx.err(_join(path, "files"), f"invalid file list {files!r}") from exc
+    if len(flist) != count:
+        raise ctx.err(_join(path, "files"), f"{files!r} names {len(flist)} device files but count is {count}")
+    cores: tuple[str, ...] = ()
+    if m.get("cores") is not None:
+        cl = _list(ctx, m["cores"], _join(path, "cores"))
+        if len(cl) != count:
+            raise ctx.err(_join(path, "cores"), f"has {len(cl)} entries but count is {count}")
+        for i, c in enumerate(cl):
+            spec = _str(ctx, c, _join(_join(path, "cores"), i))
+            if not _core_range_ok(spec, cpu.cores):
+                raise ctx.err(
+                    _join(_join(path, "cores"), i),
+                    f"{spec!r} is not a core range inside the node's {cpu.cores} cores (0-{cpu.cores - 1})",
+                )
+        cores = tuple(str(c) for c in cl)
+    links_raw = m.get("links", "none")
+    links: str | tuple[tuple[int, ...], ...]
+    if isinstance(links_raw, list):
+        rows = []
+        for i, row in enumerate(links_raw):
+            r = _list(ctx, row, _join(_join(path, "links"), i))
+            if len(r) != count:
+                raise ctx.err(_join(_join(path, "links"), i), f"row has {len(r)} entries, expected {count}")
+            rows.append(tuple(_int(ctx, v, _join(_join(_join(path, "links"), i), j), -1) for j, v in enumerate(r)))
+        if len(rows) != count:
+            raise ctx.err(_join(path, "links"), f"matrix has {len(rows)} rows, expected {count}")
+        links = tuple(rows)
+    else:
+        links = _choice(ctx, links_raw if links_raw is not None else "none", _join(path, "links"), ("nvlink", "none"))
+    mig = None
+    if m.get("mig") is not None:
+        ml = _list(ctx, m["mig"], _join(path, "mig"))
+        mig = tuple(_str(ctx, v, _join(_join(path, "mig"), i)) for i, v in enumerate(ml))
+    return GPUs(
+        type=gtype,
+        count=count,
+        files=files,
+        memory_mb=_int(ctx, m.get("memory_mb", 0), _join(path, "memory_mb")),
+        cores=cores,
+        links=links,
+        mig=mig,
+        shards=_int(ctx, m.get("shards", 0), _join(path, "shards")),
+    )
+
+
+def _nic(ctx: _Ctx, raw: Any, path: str) -> NIC:
+    m = _mapping(ctx, raw, path, {"name", "kind", "rate_gbps", "role"}, {"name"})
+    return NIC(
+        name=_str(ctx, m["name"], _join(path, "name"), _NAME_RE),
+        kind=_choice(ctx, m.get("kind", "ib"), _join(path, "kind"), ("ib", "roce", "eth")),
+        rate_gbps=_int(ctx, m.get("rate_gbps", 0), _join(path, "rate_gbps")),
+        role=_choice(ctx, m.get("role", "compute"), _join(path, "role"), ("compute", "storage", "mgmt")),
+    )
+
+
+def _group(ctx: _Ctx, raw: Any, path: str) -> NodeGroup:
+    m = _mapping(
+        ctx, raw, path,
+        {"name", "hosts", "cpu", "memory_mb", "reserve", "gpus", "nics", "features", "weight"},
+        {"name", "hosts", "cpu", "memory_mb"},
+    )
+    cpu = _cpu(ctx, m["cpu"], _join(path, "cpu"))
+    memory = _int(ctx, m["memory_mb"], _join(path, "memory_mb"), 1)
+    reserve = Reserve()
+    if m.get("reserve") is not None:
+        r = _mapping(ctx, m["reserve"], _join(path, "reserve"), {"memory_mb", "cores"})
+        reserve = Reserve(
+            memory_mb=_int(ctx, r.get("memory_mb", 0), _join(path, "reserve.memory_mb")),
+            cores=_int(ctx, r.get("cores", 0), _join(path, "reserve.cores")),
+        )
+        if reserve.memory_mb >= memory:
+            raise ctx.err(_join(path, "reserve.memory_mb"), f"{reserve.memory_mb} >= memory_mb {memory}")
+        if reserve.cores >= cpu.cores:
+            raise ctx.err(_join(path, "reserve.cores"), f"{reserve.cores} >= the node's {cpu.cores} cores")
+    gpus = _gpus(ctx, m["gpus"], _join(path, "gpus"), cpu) if m.get("gpus") is not None else None
+    nics = tuple(_nic(ctx, n, _join(_join(path, "nics"), i)) for i, n in enumerate(_list(ctx, m.get("nics") or [], _join(path, "nics"))))
+    feats = tuple(
+        _str(ctx, f, _join(_join(path, "features"), i), _NAME_RE)
+        for i, f in enumerate(_list(ctx, m.get("features") or [], _join(path, "features")))
+    )
+    return NodeGroup(
+        name=_str(ctx, m["name"], _join(path, "name"), _NAME_RE),
+        hosts=_hosts(ctx, m["hosts"], _join(path, "hosts")),
+        cpu=cpu,
+        memory_mb=memory,
+        reserve=reserve,
+        gpus=gpus,
+        nics=nics,
+        features=feats,
+        weight=_int(ctx, m.get("weight", 1), _join(path, "weight"), 0),
+    )
+
+
+def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup]) -> Partition:
+    m = _mapping(
+        ctx, raw, path,
+        {"name", "groups", "default", "max_time", "default_time", "priority_tier", "qos", "extra"},
+        {"name", "groups"},
+    )
+    gl = _list(ctx, m["groups"], _join(path, "groups"))
+    if not gl:
+        raise ctx.err(_join(path, "groups"), "a partition needs at least one node group")
+    names = []
+    for i, g in enumerate(gl):
+        gp = _join(_join(path, "groups"), i)
+        name = _str(ctx, g, gp)
+        if name not in groups:
+            close = difflib.get_close_matches(name, sorted(groups), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; known groups: {', '.join(sorted(groups))}"
+            raise ctx.err(gp, f"unknown node group {name!r}{hint}")
+        names.append(name)
+    extra = ()
+    if m.get("extra") is not None:
+        em = _mapping(ctx, m["extra"], _join(path, "extra"), set(m["extra"]) if isinstance(m["extra"], dict) else set())
+        extra = tuple((str(k), str(v)) for k, v in em.items())
+    tmax = _str(ctx, m.get("max_time", "UNLIMITED"), _join(path, "max_time"), _TIME_RE)
+    tdef = _str(ctx, m["default_time"], _join(path, "default_time"), _TIME_RE) if m.get("default_time") else None
+    return Partition(
+        name=_str(ctx, m["name"], _join(path, "name"), _NAME_RE),
+        groups=tuple(names),
+        default=_bool(ctx, m.get("default", False), _join(path, "default")),
+        max_time=tmax,
+        default_time=tdef,
+        priority_tier=_int(ctx, m["priority_tier"], _join(path, "priority_tier")) if m.get("priority_tier") is not None else None,
+        qos=_str(ctx, m["qos"], _join(path, "qos")) if m.get("qos") else None,
+        extra=extra,
+    )
+
+
+def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str]) -> Topology:
+    m = _mapping(ctx, raw, path, {"switches", "blocks", "block_sizes"})
+    switches = []
+    for i, s in enumerate(_list(ctx, m.get("switches") or [], _join(path, "switches"))):
+        sp = _join(_join(path, "switches"), i)
+        sm = _mapping(ctx, s, sp, {"name", "nodes", "switches"}, {"name"})
+        if bool(sm.get("nodes")) == bool(sm.get("switches")):
+            raise ctx.err(sp, "a switch has exactly one of 'nodes' (leaf) or 'switches' (upper level)")
+        switches.append(
+            Switch(
+                name=_str(ctx, sm["name"], _join(sp, "name"), _NAME_RE),
+                nodes=_hosts(ctx, sm["nodes"], _join(sp, "nodes")) if sm.get("nodes") else "",
+                switches=_hosts(ctx, sm["switches"], _join(sp, "switches")) if sm.get("switches") else "",
+            )
+        )
+    blocks = []
+    for i, b in enumerate(_list(ctx, m.get("blocks") or [], _join(path, "blocks"))):
+        bp = _join(_join(path, "blocks"), i)
+        bm = _mapping(ctx, b, bp, {"name", "nodes"}, {"name", "nodes"})
+        blocks.append(Block(_str(ctx, bm["name"], _join(bp, "name"), _NAME_RE), _hosts(ctx, bm["nodes"], _join(bp, "nodes"))))
+    sizes = tuple(
+        _int(ctx, v, _join(_join(path, "block_sizes"), i), 1)
+        for i, v in enumerate(_list(ctx, m.get("block_sizes") or [], _join(path, "block_sizes")))
+    )
+    if switches and blocks:
+        raise ctx.err(path, "use either 'switches' (tree) or 'blocks' (block topology), not both")
+    if sizes and not blocks:
+        raise ctx.err(_join(path, "block_sizes"), "block_sizes needs 'blocks'")
+    # every leaf/block host must be a known node, and in exactly one leaf/block
+    seen: dict[str, str] = {}
+    members = [(s.name, s.nodes, "switches", i) for i, s in enumerate(switches) if s.nodes]
+    members += [(b.name, b.nodes, "blocks", i) for i, b in enumerate(blocks)]
+    for name, nodes, kind, i in members:
+        for h in hostlist.expand(nodes):
+            where = _join(_join(_join(path, kind), i), "nodes")
+            if h not in known_hosts:
+                raise ctx.err(where, f"host {h!r} is not in any node group")
+            if h in seen:
+                raise ctx.err(where, f"host {h!r} is in both {seen[h]!r} and {name!r}")
+            seen[h] = name
+    names = {s.name for s in switches}
+    if len(names) != len(switches):
+        raise ctx.err(_join(path, "switches"), "duplicate switch names")
+    for i, s in enumerate(switches):
+        for child in hostlist.expand(s.switches):
+            if child not in names:
+                raise ctx.err(_join(_join(_join(path, "switches"), i), "switches"), f"unknown switch {child!r}")
+            if child == s.name:
+                raise ctx.err(_join(_join(_join(path, "switches"), i), "switches"), "a switch cannot contain itself")
+    return Topology(tuple(switches), tuple(blocks), sizes)
+
+
+def _kv_map(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ctx.err(path, "expected a mapping of Key: Value")
+    out = []
+    for k, v in raw.items():
+        if not isinstance(k, str) or not re.match(r"^[A-Za-z][A-Za-z0-9]*$", k):
+            raise ctx.err(_join(path, str(k)), "not a Slurm config key")
+        if isinstance(v, bool):
+            v = "yes" if v else "no"
+        out.append((k, str(v)))
+    return tuple(out)
+
+
+def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "") -> Cluster:
+    ctx = _Ctx(source)
+    top = _mapping(
+        ctx, data, "",
+        {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
+         "policy", "hooks", "site", "slurm_conf", "cgroup_conf"},
+        {"cluster", "node_groups"},
+    )
+    cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
+    controller = Controller(
+        hosts=tuple(_str(ctx, h, f"controller.hosts[{i}]", _NAME_RE) for i, h in enumerate(_list(ctx, cm["hosts"], "controller.hosts"))),
+        port=_int(ctx, cm.get("port", 6817), "controller.port", 1),
+        state_dir=_str(ctx, cm.get("state_dir", "/var/spool/slurmctld"), "controller.state_dir"),
+    )
+    if not controller.hosts:
+        raise ctx.err("controller.hosts", "at least one controller host is required")
+    accounting = None
+    if top.get("accounting") is not None:
+        am = _mapping(ctx, top["accounting"], "accounting", {"host", "port"}, {"host"})
+        accounting = Accounting(_str(ctx, am["host"], "accounting.host"), _int(ctx, am.get("port", 6819), "accounting.port", 1))
+    glist = _list(ctx, top["node_groups"], "node_groups")
+    if not glist:
+        raise ctx.err("node_groups", "at least one node group is required")
+    groups: dict[str, NodeGroup] = {}
+    owner: dict[str, str] = {}
+    for i, g in enumerate(glist):
+        grp = _group(ctx, g, f"node_groups[{i}]")
+        if grp.name in groups:
+            raise ctx.err(f"node_groups[{i}].name", f"duplicate group name {grp.name!r}")
+        for h in grp.hostnames:
+            if h in owner:
+                raise ctx.err(f"node_groups[{i}].hosts", f"host {h!r} is already in group {owner[h]!r}")
+            owner[h] = grp.name
+        groups[grp.name] = grp
+    parts = tuple(
+        _partition(ctx, p, f"partitions[{i}]", groups) for i, p in enumerate(_list(ctx, top.get("partitions") or [], "partitions"))
+    )
+    if len({p.name for p in parts}) != len(parts):
+        raise ctx.err("partitions", "duplicate partition names")
+    if sum(p.default for p in parts) > 1:
+        raise ctx.err("partitions", "more than one partition has default: true")
+    topo = _topology(ctx, top["topology"], "topology", set(owner)) if top.get("topology") is not None else Topology()
+    policy = Policy()
+    if top.get("policy") is not None:
+        pm = _mapping(ctx, top["policy"], "policy", {"fairshare", "preemption"})
+        policy = Policy(
+            fairshare=_bool(ctx, pm.get("fairshare", False), "policy.fairshare"),
+            preemption=_choice(ctx, pm.get("preemption", "none"), "policy.preemption", ("none", "qos", "partition")),
+        )
+    hooks = Hooks()
+    if top.get("hooks") is not None:
+        hm = _mapping(
+            ctx, top["hooks"], "hooks",
+            {"prolog", "epilog", "healthcheck_interval", "command", "prolog_epilog_timeout", "checks"},
+        )
+        checks = hm.get("checks") or {}
+        if not isinstance(checks, dict):
+            raise ctx.err("hooks.checks", "expected a mapping of check name -> settings")
+        hooks = Hooks(
+            prolog=_bool(ctx, hm.get("prolog", False), "hooks.prolog"),
+            epilog=_bool(ctx, hm.get("epilog", False), "hooks.epilog"),
+            healthcheck_interval=_int(ctx, hm.get("healthcheck_interval", 0), "hooks.healthcheck_interval"),
+            command=_str(ctx, hm.get("command", "/usr/bin/slurmkit"), "hooks.command"),
+            prolog_epilog_timeout=_int(ctx, hm.get("prolog_epilog_timeout", 60), "hooks.prolog_epilog_timeout", 1),
+            checks=dict(checks),
+        )
+    site = Site()
+    if top.get("site") is not None:
+        sm = _mapping(ctx, top["site"], "site", {"default_partition", "socket_ifname", "nccl_ib_hca_exclude", "env", "run_root"})
+        if sm.get("default_partition") and sm["default_partition"] not in {p.name for p in parts}:
+            raise ctx.err("site.default_partition", f"unknown partition {sm['default_partition']!r}")
+        site = Site(
+            default_partition=sm.get("default_partition"),
+            socket_ifname=_str(ctx, sm["socket_ifname"], "site.socket_ifname") if sm.get("socket_ifname") else None,
+            nccl_ib_hca_exclude=tuple(str(x) for x in _list(ctx, sm.get("nccl_ib_hca_exclude") or [], "site.nccl_ib_hca_exclude")),
+            env=_kv_env(ctx, sm.get("env"), "site.env"),
+            run_root=_str(ctx, sm["run_root"], "site.run_root") if sm.get("run_root") else None,
+        )
+    version = _version(ctx, top.get("slurm_version", "22.05"), "slurm_version")
+    return Cluster(
+        name=_str(ctx, top["cluster"], "cluster", re.compile(r"^[a-z0-9_-]+$")),
+        slurm_version=version,
+        controller=controller,
+        node_groups=tuple(groups.values()),
+        partitions=parts,
+        accounting=accounting,
+        topology=topo,
+        policy=policy,
+        hooks=hooks,
+        site=site,
+        slurm_conf=_kv_map(ctx, top.get("slurm_conf"), "slurm_conf"),
+        cgroup_conf=_kv_map(ctx, top.get("cgroup_conf"), "cgroup_conf"),
+        source_sha256=sha256,
+    )
+
+
+def _kv_env(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ctx.err(path, "expected a mapping of NAME: value")
+    out = []
+    for k, v in raw.items():
+        if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+            raise ctx.err(_join(path, str(k)), "not an environment variable name")
+        out.append((k, str(v)))
+    return tuple(out)
+
+
+def load_cluster_text(text: str, source: str | None = None) -> Cluster:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "YAML"
+        raise InventoryError(where, f"not valid YAML: {getattr(exc, 'problem', exc)}", source) from exc
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    return load_cluster_dict(data, source=source, sha256=sha)
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot read inventory: {exc.strerror}") from exc
+    return load_cluster_text(text, source=str(p))
+
+
+Loader = Callable[[str | Path], Cluster]
