@@ -1,0 +1,131 @@
+"""Backend over Slurm's command-line tools: machine-readable output only, every call through ``run()``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from slurmkit.backend import parse
+from slurmkit.backend.base import SubmitRequest
+from slurmkit.backend.parse import JobInfo, NodeInfo, SwitchRecord
+from slurmkit.backend.run import run
+from slurmkit.errors import SlurmCommandError, SlurmkitError
+
+
+class JobNotFound(SlurmkitError):
+    pass
+
+
+class CLIBackend:
+    """``env`` is added to every command's environment (e.g. ``SLURM_CONF`` of a lab)."""
+
+    def __init__(self, timeout: float = 20.0, env: Mapping[str, str] | None = None):
+        self.timeout = timeout
+        self.env = dict(env) if env else None
+        self._version: str | None = None
+
+    def _run(self, argv: Sequence[str], timeout: float | None = None, **kw):  # type: ignore[no-untyped-def]
+        return run(argv, timeout or self.timeout, env=self.env, **kw)
+
+    # --- facts -----------------------------------------------------------------------------------------------
+    def version(self) -> str:
+        """Slurm release of the installed clients: ``sinfo --version`` (needs no controller)."""
+        if self._version is None:
+            try:
+                out = self._run(["sinfo", "--version"], timeout=5).stdout
+            except SlurmCommandError:
+                out = self._run(["slurmctld", "-V"], timeout=5).stdout  # clients without a config source fail above
+            self._version = parse.parse_version(out)
+        return self._version
+
+    def features(self):  # type: ignore[no-untyped-def]
+        from slurmkit.generate.versions import features_for
+
+        return features_for(self.version())
+
+    def nodes(self, names: Sequence[str] | None = None) -> list[NodeInfo]:
+        out = self._run(["scontrol", "-o", "show", "node"]).stdout
+        nodes = parse.parse_scontrol_nodes(out)
+        if names is not None:
+            want = set(names)
+            nodes = [n for n in nodes if n.name in want]
+        return nodes
+
+    def node(self, name: str) -> NodeInfo:
+        out = self._run(["scontrol", "-o", "show", "node", name]).stdout
+        nodes = parse.parse_scontrol_nodes(out)
+        if not nodes:
+            raise SlurmkitError(f"node {name!r} not found")
+        return nodes[0]
+
+    def topology(self) -> list[SwitchRecord]:
+        res = self._run(["scontrol", "show", "topology"], check=False)
+        if res.rc != 0:
+            if "No topology" in res.stdout + res.stderr:
+                return []
+            raise SlurmCommandError(res.argv, res.rc, res.stderr)
+        return parse.parse_topology(res.stdout)
+
+    def partitions(self) -> list[dict[str, str]]:
+        out = self._run(["scontrol", "-o", "show", "partition"]).stdout
+        return [r for r in parse.parse_scontrol_records(out) if "PartitionName" in r]
+
+    # --- jobs ------------------------------------------------------------------------------------------------
+    def submit(self, request: SubmitRequest) -> str:
+        res = self._run(request.command(), input=request.script, cwd=request.workdir)
+        return parse.parse_sbatch_parsable(res.stdout)
+
+    def test_only(self, request: SubmitRequest) -> str | None:
+        res = self._run(["sbatch", "--test-only", *request.argv], input=request.script, cwd=request.workdir, check=False)
+        if res.rc != 0:
+            raise SlurmCommandError(res.argv, res.rc, res.stderr)
+        return parse.parse_sbatch_test_only(res.stderr)
+
+    def jobs(self, job_ids: Sequence[str] | None = None) -> list[JobInfo]:
+        """Queued and recently finished jobs (slurmctld keeps finished ones for MinJobAge), one call."""
+        out = self._run(["scontrol", "-o", "show", "job"]).stdout
+        jobs = parse.parse_scontrol_jobs(out) if "No jobs" not in out else []
+        if job_ids is not None:
+            want = {str(j) for j in job_ids}
+            jobs = [j for j in jobs if j.job_id in want]
+        return jobs
+
+    def job(self, job_id: str) -> JobInfo:
+        res = self._run(["scontrol", "-o", "show", "job", str(job_id)], check=False)
+        if res.rc != 0:
+            if "Invalid job id" in res.stderr:
+                raise JobNotFound(f"job {job_id} not found (finished more than MinJobAge ago, or never existed)")
+            raise SlurmCommandError(res.argv, res.rc, res.stderr)
+        jobs = parse.parse_scontrol_jobs(res.stdout)
+        if not jobs:
+            raise JobNotFound(f"job {job_id} not found")
+        return jobs[0]
+
+    def cancel(self, job_id: str, signal: str | None = None, batch: bool = False) -> None:
+        argv = ["scancel"]
+        if signal:
+            argv.append(f"--signal={signal}")
+        if batch:
+            argv.append("--batch")
+        self._run([*argv, str(job_id)])
+
+    def requeue(self, job_id: str) -> None:
+        self._run(["scontrol", "requeue", str(job_id)])
+
+    # --- nodes -----------------------------------------------------------------------------------------------
+    def drain(self, nodes: str, reason: str) -> None:
+        self._run(["scontrol", "update", f"nodename={nodes}", "state=drain", f"reason={reason}"])
+
+    def resume(self, nodes: str) -> None:
+        self._run(["scontrol", "update", f"nodename={nodes}", "state=resume"])
+
+    def reconfigure(self) -> None:
+        self._run(["scontrol", "reconfigure"], timeout=max(self.timeout, 60))
+
+    def ping(self) -> bool:
+        res = self._run(["scontrol", "ping"], check=False, timeout=5)
+        return res.rc == 0 and "UP" in res.stdout
+
+
+def default_backend(env: Mapping[str, str] | None = None, timeout: float = 20.0) -> CLIBackend:
+    """The CLI backend runs everywhere; pyslurm is used only when its adapter says it matches (see pyslurm.py)."""
+    return CLIBackend(timeout=timeout, env=env)

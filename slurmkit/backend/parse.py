@@ -1,0 +1,402 @@
+"""Pure parsers of Slurm's machine-readable output. Tested on output recorded from the lab (tests/data/slurm/)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from slurmkit import hostlist
+from slurmkit.errors import SlurmkitError
+
+
+class ParseError(SlurmkitError):
+    pass
+
+
+# --- sbatch --------------------------------------------------------------------------------------------------
+
+def parse_sbatch_parsable(out: str) -> str:
+    """``sbatch --parsable`` prints ``JOBID`` or ``JOBID;CLUSTER``."""
+    line = out.strip().splitlines()[-1] if out.strip() else ""
+    jobid = line.split(";", 1)[0].strip()
+    if not re.fullmatch(r"\d+(_\d+)?", jobid):
+        raise ParseError(f"unexpected sbatch --parsable output: {out.strip()!r}")
+    return jobid
+
+
+def parse_sbatch_test_only(err: str) -> str | None:
+    """``sbatch --test-only`` (stderr): ``sbatch: Job 12 to start at 2026-11-30T01:02:03 using 4 processors ...``."""
+    m = re.search(r"to start at (\S+)", err)
+    return m.group(1) if m else None
+
+
+# --- scontrol -o ---------------------------------------------------------------------------------------------
+
+_KV = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
+
+
+def parse_scontrol_oneline(line: str) -> dict[str, str]:
+    """One ``scontrol -o show node|job`` record -> {Key: value}.
+
+    Values may contain spaces (``Reason=slurmkit: gpu3 xid79 [root@2026-11-30T01:00:00]``, ``Command=/a b``),
+    so a value runs until the next `` Key=`` token rather than the next space.
+    """
+    line = line.strip()
+    matches = list(_KV.finditer(line))
+    out: dict[str, str] = {}
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out[m.group(1)] = line[m.end():end].strip()
+    return out
+
+
+def parse_scontrol_records(text: str) -> list[dict[str, str]]:
+    return [parse_scontrol_oneline(line) for line in text.splitlines() if line.strip() and "=" in line]
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: str  # base state, lower case: idle, mixed, allocated, down, unknown, future, completing ...
+    flags: frozenset[str] = frozenset()  # DRAIN, NOT_RESPONDING ('*'), COMPLETING, REBOOT_REQUESTED, INVALID_REG ...
+    reason: str = ""
+    cpus: int = 0
+    sockets: int = 0
+    cores_per_socket: int = 0
+    threads_per_core: int = 0
+    real_memory: int = 0
+    gres: str = ""
+    gres_used: str = ""
+    features: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    addr: str = ""
+    alloc_cpus: int = 0
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def responding(self) -> bool:
+        return "NOT_RESPONDING" not in self.flags
+
+    @property
+    def available(self) -> bool:
+        """Can take new work: not down, not draining, responding."""
+        return self.state in ("idle", "mixed", "allocated", "completing") and not self.drained and self.responding
+
+    @property
+    def total_gpus(self) -> int:
+        return gres_gpu_count(self.gres)
+
+    @property
+    def used_gpus(self) -> int:
+        return gres_gpu_count(self.gres_used)
+
+    @property
+    def free_gpus(self) -> int:
+        return max(0, self.total_gpus - self.used_gpus)
+
+
+def split_state(state: str) -> tuple[str, frozenset[str]]:
+    """``IDLE+DRAIN`` / ``MIXED+NOT_RESPONDING`` / ``idle*`` / ``drained`` -> (base, flags)."""
+    s = state.strip()
+    flags: set[str] = set()
+    if s.endswith("*"):
+        flags.add("NOT_RESPONDING")
+        s = s.rstrip("*")
+    for suffix, flag in (("~", "POWERED_DOWN"), ("#", "POWERING_UP"), ("%", "POWERING_DOWN"), ("$", "MAINTENANCE"), ("@", "REBOOT_REQUESTED"), ("!", "POWER_DOWN")):
+        if s.endswith(suffix):
+            flags.add(flag)
+            s = s[:-1]
+    parts = s.upper().split("+")
+    base = parts[0]
+    flags.update(p for p in parts[1:] if p)
+    # sinfo's short compound states
+    compound = {"DRAINED": ("IDLE", "DRAIN"), "DRAINING": ("ALLOCATED", "DRAIN"), "DRAIN": ("IDLE", "DRAIN"), "DRAINING@": ("ALLOCATED", "DRAIN"),
+                "ALLOC": ("ALLOCATED", None), "MIX": ("MIXED", None), "COMP": ("COMPLETING", None)}
+    if base in compound:
+        b, f = compound[base]
+        base = b
+        if f:
+            flags.add(f)
+    return base.lower(), frozenset(flags)
+
+
+def gres_gpu_count(gres: str) -> int:
+    """``gpu:h100:8(S:0-1),shard:16`` -> 8; ``gpu:h100:2(IDX:0-1)`` -> 2; ``(null)`` -> 0."""
+    total = 0
+    for item in _split_gres(gres):
+        head = item.split("(", 1)[0]
+        fields = head.split(":")
+        if fields[0] != "gpu":
+            continue
+        try:
+            total += int(fields[-1])
+        except ValueError:
+            total += 1 if len(fields) == 1 else 0
+    return total
+
+
+def _split_gres(gres: str) -> list[str]:
+    """Split on commas that are not inside parentheses (``gpu:h100:2(IDX:0,3)``)."""
+    out, depth, cur = [], 0, ""
+    for ch in gres or "":
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        out.append(cur)
+    return [x for x in out if x and x != "(null)"]
+
+
+def _int(v: str | None) -> int:
+    try:
+        return int(v or 0)
+    except ValueError:
+        return 0
+
+
+def _csv(v: str | None) -> tuple[str, ...]:
+    if not v or v == "(null)":
+        return ()
+    return tuple(x for x in v.split(",") if x)
+
+
+def node_from_scontrol(rec: dict[str, str]) -> NodeInfo:
+    base, flags = split_state(rec.get("State", "UNKNOWN"))
+    reason = rec.get("Reason", "")
+    if reason == "(null)" or reason == "None":
+        reason = ""
+    return NodeInfo(
+        name=rec["NodeName"],
+        state=base,
+        flags=flags,
+        reason=reason,
+        cpus=_int(rec.get("CPUTot")),
+        sockets=_int(rec.get("Sockets")),
+        cores_per_socket=_int(rec.get("CoresPerSocket")),
+        threads_per_core=_int(rec.get("ThreadsPerCore")),
+        real_memory=_int(rec.get("RealMemory")),
+        gres="" if rec.get("Gres") in (None, "(null)") else rec["Gres"],
+        gres_used="" if rec.get("GresUsed") in (None, "(null)") else rec.get("GresUsed", ""),
+        features=_csv(rec.get("AvailableFeatures") or rec.get("Features")),
+        partitions=_csv(rec.get("Partitions")),
+        addr=rec.get("NodeAddr", ""),
+        alloc_cpus=_int(rec.get("CPUAlloc")),
+    )
+
+
+def parse_scontrol_nodes(text: str) -> list[NodeInfo]:
+    return [node_from_scontrol(r) for r in parse_scontrol_records(text) if "NodeName" in r]
+
+
+def strip_reason_stamp(reason: str) -> str:
+    """scontrol appends `` [user@time]`` to Reason=; drop it to compare with what we set."""
+    return re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", reason)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    state: str  # PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, REQUEUED ...
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+    name: str = ""
+    exit_code: str = ""
+    restarts: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    batch_host: str = ""
+    partition: str = ""
+    start_time: str = ""
+    end_time: str = ""
+    raw: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED"}
+)
+
+
+def job_from_scontrol(rec: dict[str, str]) -> JobInfo:
+    nodelist = rec.get("NodeList", "")
+    nodes = tuple(hostlist.expand(nodelist)) if nodelist and nodelist != "(null)" else ()
+    return JobInfo(
+        job_id=rec["JobId"],
+        state=rec.get("JobState", "UNKNOWN").split()[0],
+        reason=rec.get("Reason", ""),
+        nodes=nodes,
+        name=rec.get("JobName", ""),
+        exit_code=rec.get("ExitCode", ""),
+        restarts=_int(rec.get("Restarts")),
+        stdout=rec.get("StdOut", ""),
+        stderr=rec.get("StdErr", ""),
+        batch_host=rec.get("BatchHost", ""),
+        partition=rec.get("Partition", ""),
+        start_time=rec.get("StartTime", ""),
+        end_time=rec.get("EndTime", ""),
+        raw=rec,
+    )
+
+
+def parse_scontrol_jobs(text: str) -> list[JobInfo]:
+    return [job_from_scontrol(r) for r in parse_scontrol_records(text) if "JobId" in r]
+
+
+# --- sinfo / squeue with -o formats --------------------------------------------------------------------------
+
+SINFO_NODE_FORMAT = "%N|%T|%G|%E|%c|%m|%P|%f"
+
+
+def parse_sinfo_nodes(text: str) -> list[NodeInfo]:
+    """``sinfo -N -h -o '%N|%T|%G|%E|%c|%m|%P|%f'`` (a node appears once per partition: merged)."""
+    by_name: dict[str, NodeInfo] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f = line.split("|")
+        if len(f) < 8:
+            raise ParseError(f"unexpected sinfo line: {line!r}")
+        name, state, gres, reason, cpus, mem, part, feats = f[:8]
+        base, flags = split_state(state)
+        part = part.rstrip("*")
+        prev = by_name.get(name)
+        parts = (prev.partitions if prev else ()) + ((part,) if part else ())
+        by_name[name] = NodeInfo(
+            name=name, state=base, flags=flags, reason="" if reason == "none" else reason,
+            cpus=_int(cpus), real_memory=_int(mem), gres="" if gres == "(null)" else gres,
+            features=_csv(feats), partitions=tuple(dict.fromkeys(parts)),
+        )
+    return list(by_name.values())
+
+
+SQUEUE_FORMAT = "%i|%T|%D|%N|%r|%j|%P"
+
+
+def parse_squeue(text: str) -> list[JobInfo]:
+    """``squeue -h -o '%i|%T|%D|%N|%r|%j|%P'``."""
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f = line.split("|")
+        if len(f) < 7:
+            raise ParseError(f"unexpected squeue line: {line!r}")
+        jid, state, _n, nodelist, reason, name, part = f[:7]
+        nodes = tuple(hostlist.expand(nodelist)) if nodelist and nodelist != "(null)" else ()
+        jobs.append(JobInfo(job_id=jid, state=state, reason=reason, nodes=nodes, name=name, partition=part))
+    return jobs
+
+
+# --- --json (openapi v0.0.38 in 22.05; filters ignored there: filter in Python) ---------------------------------
+
+def parse_squeue_json(text: str, job_ids: Iterable[str] | None = None, states: Iterable[str] | None = None) -> list[JobInfo]:
+    data = _json(text, "squeue --json")
+    want_ids = set(job_ids) if job_ids is not None else None
+    want_states = {s.upper() for s in states} if states is not None else None
+    out = []
+    for j in data.get("jobs", []):
+        jid = str(j.get("job_id"))
+        state = _state_str(j.get("job_state"))
+        if want_ids is not None and jid not in want_ids:
+            continue
+        if want_states is not None and state not in want_states:
+            continue
+        nodes = j.get("nodes") or ""
+        out.append(
+            JobInfo(
+                job_id=jid, state=state, reason=str(j.get("state_reason", "")),
+                nodes=tuple(hostlist.expand(nodes)) if nodes else (), name=str(j.get("name", "")),
+                partition=str(j.get("partition", "")), restarts=int(j.get("restart_cnt", 0) or 0),
+            )
+        )
+    return out
+
+
+def parse_sinfo_json(text: str, names: Iterable[str] | None = None) -> list[NodeInfo]:
+    data = _json(text, "sinfo --json")
+    want = set(names) if names is not None else None
+    out = []
+    for n in data.get("nodes", []):
+        name = n.get("name")
+        if want is not None and name not in want:
+            continue
+        base = _state_str(n.get("state")).lower()
+        flags = frozenset(str(x).upper() for x in (n.get("state_flags") or []))
+        out.append(
+            NodeInfo(
+                name=name, state=base, flags=flags, reason=n.get("reason") or "",
+                cpus=int(n.get("cpus", 0) or 0), sockets=int(n.get("sockets", 0) or 0),
+                cores_per_socket=int(n.get("cores", 0) or 0), threads_per_core=int(n.get("threads", 0) or 0),
+                real_memory=int(n.get("real_memory", 0) or 0), gres=n.get("gres") or "",
+                gres_used=n.get("gres_used") or "", features=_csv(n.get("features") or n.get("active_features") or ""),
+                partitions=tuple(n.get("partitions") or ()), addr=n.get("address") or "",
+            )
+        )
+    return out
+
+
+def _state_str(v: object) -> str:
+    if isinstance(v, list):  # newer openapi versions give a list of states
+        return str(v[0]).upper() if v else "UNKNOWN"
+    return str(v or "UNKNOWN").upper()
+
+
+def _json(text: str, what: str) -> dict:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"{what}: not JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(data, dict):
+        raise ParseError(f"{what}: expected a JSON object")
+    return data
+
+
+# --- scontrol show topology ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SwitchRecord:
+    name: str
+    level: int
+    nodes: list[str]
+    switches: list[str]
+
+
+def parse_topology(text: str) -> list[SwitchRecord]:
+    """``scontrol show topology``: ``SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=node[1-4]`` per line."""
+    if "No topology information" in text:
+        return []
+    out = []
+    for rec in parse_scontrol_records(text):
+        if "SwitchName" not in rec:
+            continue
+        out.append(
+            SwitchRecord(
+                name=rec["SwitchName"],
+                level=_int(rec.get("Level")),
+                nodes=hostlist.expand(rec.get("Nodes", "")) if rec.get("Nodes") not in (None, "(null)") else [],
+                switches=hostlist.expand(rec.get("Switches", "")) if rec.get("Switches") not in (None, "(null)") else [],
+            )
+        )
+    return out
+
+
+def parse_version(text: str) -> str:
+    """``slurm 22.05.8`` / ``slurm-wlm 22.05.8`` -> ``22.05.8``."""
+    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    if not m:
+        raise ParseError(f"cannot read a Slurm version from {text.strip()!r}")
+    return m.group(1)
