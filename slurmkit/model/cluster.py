@@ -32,6 +32,22 @@ class Reserve:
 
 
 @dataclass(frozen=True)
+class MigInstance:
+    """One MIG device: a GPU instance (``gi``) with one compute instance (``ci``) of ``profile``.
+
+    The ids pick the /dev/nvidia-caps minors Slurm needs in ``MultipleFiles=``; ``slurmkit discover``
+    prints them (``nvidia-smi mig -lgi`` shows them too).
+    """
+
+    profile: str  # e.g. "3g.40gb"
+    gi: int
+    ci: int = 0
+
+
+GPU_AUTODETECT_MODES = ("off", "nvml", "nvidia")
+
+
+@dataclass(frozen=True)
 class GPUs:
     type: str
     count: int
@@ -39,8 +55,11 @@ class GPUs:
     memory_mb: int = 0
     cores: tuple[str, ...] = ()  # per GPU, Slurm logical core indices ("0-55"); empty = unknown
     links: str | tuple[tuple[int, ...], ...] = "none"  # "nvlink" (all-to-all), "none", or a matrix
-    mig: tuple[str, ...] | None = None  # per-GPU MIG profile names, or None
+    mig: tuple[str, ...] | None = None  # every MIG profile in use, flattened in GPU order, or None
     shards: int = 0
+    # per GPU: its MIG devices (empty tuple = that GPU is not partitioned); () = no MIG at all
+    mig_layout: tuple[tuple[MigInstance, ...], ...] = ()
+    autodetect: str = "off"  # gres.conf AutoDetect for these nodes: off | nvml | nvidia (24.11+)
 
     @property
     def file_list(self) -> list[str]:

@@ -20,6 +20,7 @@ from slurmkit import hostlist
 from slurmkit.errors import InventoryError, UsageError
 from slurmkit.model.cluster import (
     CPU,
+    GPU_AUTODETECT_MODES,
     NIC,
     SUPPORTED_SLURM_VERSIONS,
     Accounting,
@@ -28,6 +29,7 @@ from slurmkit.model.cluster import (
     Controller,
     GPUs,
     Hooks,
+    MigInstance,
     NodeGroup,
     Partition,
     Policy,
@@ -161,7 +163,7 @@ def _expand_ranges(spec: str) -> list[int]:
 def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
     m = _mapping(
         ctx, raw, path,
-        {"type", "count", "memory_mb", "files", "cores", "links", "mig", "shards"},
+        {"type", "count", "memory_mb", "files", "cores", "links", "mig", "shards", "autodetect"},
         {"type", "count", "files"},
     )
     gtype = _str(ctx, m["type"], _join(path, "type"), _NAME_RE)
@@ -200,10 +202,14 @@ def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
         links = tuple(rows)
     else:
         links = _choice(ctx, links_raw if links_raw is not None else "none", _join(path, "links"), ("nvlink", "none"))
-    mig = None
-    if m.get("mig") is not None:
-        ml = _list(ctx, m["mig"], _join(path, "mig"))
-        mig = tuple(_str(ctx, v, _join(_join(path, "mig"), i)) for i, v in enumerate(ml))
+    mig_layout = _mig(ctx, m.get("mig"), _join(path, "mig"), count)
+    mig = tuple(inst.profile for layout in mig_layout for inst in layout) or None
+    shards = _int(ctx, m.get("shards", 0), _join(path, "shards"))
+    if shards and mig_layout:
+        # Slurm cannot shard a MIG-partitioned GPU (gres.shtml: sharding is for whole GPUs)
+        raise ctx.err(_join(path, "shards"), "shards and MIG cannot be combined on the same GPUs")
+    if shards and shards < count:
+        raise ctx.err(_join(path, "shards"), f"{shards} shards cannot be spread over {count} GPUs (at least 1 each)")
     return GPUs(
         type=gtype,
         count=count,
@@ -212,8 +218,61 @@ def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
         cores=cores,
         links=links,
         mig=mig,
-        shards=_int(ctx, m.get("shards", 0), _join(path, "shards")),
+        shards=shards,
+        mig_layout=mig_layout,
+        autodetect=_choice(ctx, m.get("autodetect", "off"), _join(path, "autodetect"), GPU_AUTODETECT_MODES),
     )
+
+
+_MIG_PROFILE_RE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
+
+
+def _mig_instance(ctx: _Ctx, raw: Any, path: str) -> MigInstance:
+    """``"3g.40gb@1"`` (profile@gi, ci 0) or ``{profile: 3g.40gb, gi: 1, ci: 0}``."""
+    if isinstance(raw, str):
+        profile, sep, gi = raw.partition("@")
+        if not sep or not gi.isdigit():
+            raise ctx.err(path, f"{raw!r}: write PROFILE@GI, e.g. '3g.40gb@1' (GI = GPU instance id, see `nvidia-smi mig -lgi`)")
+        raw = {"profile": profile, "gi": int(gi)}
+    m = _mapping(ctx, raw, path, {"profile", "gi", "ci"}, {"profile", "gi"})
+    profile = _str(ctx, m["profile"], _join(path, "profile"))
+    if not _MIG_PROFILE_RE.match(profile):
+        raise ctx.err(_join(path, "profile"), f"{profile!r} is not a MIG profile name like '3g.40gb'")
+    gi = _int(ctx, m["gi"], _join(path, "gi"))
+    ci = _int(ctx, m.get("ci", 0), _join(path, "ci"))
+    # NVIDIA's caps layout (/proc/driver/nvidia-caps/mig-minors) has GI ids 0-14 and CI ids 0-7
+    if gi > 14:
+        raise ctx.err(_join(path, "gi"), f"GPU instance id {gi} is outside 0-14")
+    if ci > 7:
+        raise ctx.err(_join(path, "ci"), f"compute instance id {ci} is outside 0-7")
+    return MigInstance(profile, gi, ci)
+
+
+def _mig(ctx: _Ctx, raw: Any, path: str, count: int) -> tuple[tuple[MigInstance, ...], ...]:
+    """Either one layout for every GPU (a list of instances) or one list per GPU (``[]``/null = not MIG)."""
+    if raw is None:
+        return ()
+    items = _list(ctx, raw, path)
+    if not items:
+        return ()
+    per_gpu = all(v is None or isinstance(v, list) for v in items)
+    if per_gpu:
+        if len(items) != count:
+            raise ctx.err(path, f"has {len(items)} per-GPU layouts but count is {count}")
+        layouts = [
+            [_mig_instance(ctx, v, _join(_join(path, i), j)) for j, v in enumerate(row or [])]
+            for i, row in enumerate(items)
+        ]
+    else:
+        one = [_mig_instance(ctx, v, _join(path, j)) for j, v in enumerate(items)]
+        layouts = [list(one) for _ in range(count)]
+    for i, layout in enumerate(layouts):
+        ids = [(x.gi, x.ci) for x in layout]
+        if len(set(ids)) != len(ids):
+            raise ctx.err(_join(path, i) if per_gpu else path, "the same GPU/compute instance id is listed twice")
+    if not any(layouts):
+        return ()
+    return tuple(tuple(layout) for layout in layouts)
 
 
 def _nic(ctx: _Ctx, raw: Any, path: str) -> NIC:

@@ -1,0 +1,3 @@
+from slurmkit.cli.main import main
+
+main()

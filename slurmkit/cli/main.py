@@ -1,0 +1,76 @@
+"""The `slurmkit` command. Subcommands are imported only when used (`--help` stays fast)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from slurmkit import __version__
+
+# name -> "module:attribute"; each module owns its commands (small commands calling the library)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "lab": ("slurmkit.cli.lab:lab", "Run a real multi-node Slurm on this machine (up/status/env/down)."),
+    "conf": ("slurmkit.cli.conf:conf", "Generate, validate, diff, apply Slurm config from an inventory."),
+    "discover": ("slurmkit.cli.conf:discover", "Print an inventory fragment for this node (CPUs, GPUs, HCAs)."),
+    "hook": ("slurmkit.cli.hook:hook", "Entry points for slurmd: prolog, epilog, health."),
+    "check": ("slurmkit.cli.hook:check", "Run the node health checks now and print the results."),
+    "report": ("slurmkit.cli.report:report", "Cluster reports (fragmentation)."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        target = COMMANDS[name][0]
+        mod, attr = target.split(":")
+        try:
+            return getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as exc:
+            raise click.ClickException(f"command {name!r} is not available in this build ({exc})") from exc
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="slurmkit")
+def cli() -> None:
+    """slurmkit: Slurm config, topology-aware jobs and GPU health hooks for GPU clusters."""
+
+
+def run_cli(command: click.BaseCommand, argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Run a click command; library errors become one line on stderr and their exit code (the edge's job)."""
+    from slurmkit.errors import SlurmkitError
+
+    try:
+        rv = command.main(args=argv, prog_name=prog, standalone_mode=False)
+    except SlurmkitError as exc:
+        click.echo(f"{prog or 'slurmkit'}: error: {exc.one_line()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli(cli, argv, "slurmkit")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""The health policy: which checks run, their thresholds, deadlines, and what a failure does.
+
+Source: the inventory's ``hooks.checks`` mapping (or a site YAML with the same shape). Schema::
+
+    hooks:
+      checks:
+        budget_s: 5                 # global wall-clock budget of one hook run (NVML hang included)
+        resume_after_passes: 3      # health check: consecutive passes before resuming a node we drained
+        scontrol_timeout_s: 2       # each scontrol/squeue call a hook makes
+        temperature: {max_c: 90, warn_c: 83, action: drain}
+        ib: false                   # shorthand for {enabled: false}
+        xid: {codes: [48, 79], hooks: [prolog, health]}
+
+Every check accepts ``enabled`` (bool), ``action`` (warn | drain | drain+reboot: what a FAIL does),
+``timeout_s`` (its own deadline) and ``hooks`` (the hooks it runs in); the rest is per check (``CHECK_KEYS``).
+Errors name the key path (``hooks.checks.temperature.max_c``) like the inventory loader does.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmkit.errors import InventoryError
+from slurmkit.health.result import Action
+
+HOOK_KINDS = ("prolog", "epilog", "health", "check")
+
+# XIDs that mean "this GPU must not take another job" (AzNHC's list, NVIDIA's XID catalog: DBE, fallen off the bus,
+# NVLink fatal, uncontained ECC, row-remap failure, GSP errors, "GPU requires reset" 154). Others are WARN only.
+DEFAULT_FAIL_XIDS = (48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120, 140, 154)
+
+CLOCK_REASON_BITS = {
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
+}
+
+
+@dataclass(frozen=True)
+class CheckDefault:
+    action: Action
+    timeout_s: float
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+_D = CheckDefault
+# Registry order is also report order and reason order. Defaults: hardware faults drain; configuration drift warns.
+CHECK_DEFAULTS: dict[str, CheckDefault] = {
+    "nvml": _D(Action.DRAIN, 3.0),
+    "gpu_count": _D(Action.DRAIN, 1.0, {"expected": None}),
+    "driver": _D(Action.WARN, 1.0, {"version": None}),
+    "ecc": _D(Action.DRAIN, 1.0, {"max_volatile_uncorrected": 0}),
+    "remapped_rows": _D(Action.DRAIN, 1.0),
+    "retired_pages": _D(Action.DRAIN, 1.0),
+    "recovery_action": _D(Action.DRAIN, 1.0),
+    "xid": _D(Action.DRAIN, 1.0, {"codes": DEFAULT_FAIL_XIDS}),
+    "clocks": _D(Action.WARN, 1.0, {"reasons": ("hw_slowdown", "hw_thermal", "hw_power_brake")}),
+    "temperature": _D(Action.DRAIN, 1.0, {"warn_c": 83, "max_c": 90}),
+    "persistence": _D(Action.WARN, 1.0),
+    "nvlink": _D(Action.DRAIN, 1.0),
+    "pcie": _D(Action.DRAIN, 1.0),
+    "mig": _D(Action.DRAIN, 1.0, {"expected": None}),
+    "gpu_procs": _D(Action.DRAIN, 1.0),
+    "ib": _D(Action.DRAIN, 1.0, {"min_rate_gbps": None}),
+    "cpu_governor": _D(Action.WARN, 1.0, {"expected": "performance"}),
+    "memory": _D(Action.WARN, 1.0, {"min_available_pct": 5.0}),
+    "disk_space": _D(Action.DRAIN, 1.0, {"paths": ("/tmp", "/dev/shm"), "min_free_pct": 5.0}),
+    "slurmd_oom": _D(Action.WARN, 1.0, {"expected_adj": -1000}),
+}
+
+COMMON_KEYS = {"enabled", "action", "timeout_s", "hooks"}
+GLOBAL_KEYS = {"budget_s", "resume_after_passes", "scontrol_timeout_s"}
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    name: str
+    enabled: bool
+    action: Action
+    timeout_s: float
+    hooks: frozenset[str]
+    settings: Mapping[str, Any]
+
+    def get(self, key: str) -> Any:
+        return self.settings.get(key)
+
+
+@dataclass(frozen=True)
+class Policy:
+    checks: Mapping[str, CheckPolicy]
+    budget_s: float = 5.0
+    resume_after_passes: int = 3
+    scontrol_timeout_s: float = 2.0
+
+    def check(self, name: str) -> CheckPolicy:
+        return self.checks[name]
+
+    def enabled_for(self, hook: str) -> list[CheckPolicy]:
+        return [c for c in self.checks.values() if c.enabled and hook in c.hooks]
+
+
+def _err(path: str, msg: str, source: str | None) -> InventoryError:
+    return InventoryError(path, msg, source)
+
+
+def _unknown(key: str, allowed: set[str], path: str, source: str | None) -> InventoryError:
+    close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(allowed))}"
+    return _err(path, f"unknown key{hint}", source)
+
+
+def _number(v: Any, path: str, source: str | None, *, minimum: float | None = None, integer: bool = False,
+            exclusive_min: bool = False) -> float | int:
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok:
+        raise _err(path, f"expected {'an integer' if integer else 'a number'}, got {v!r}", source)
+    if minimum is not None and (v <= minimum if exclusive_min else v < minimum):
+        raise _err(path, f"must be {'>' if exclusive_min else '>='} {minimum:g}, got {v!r}", source)
+    return v
+
+
+def _int_list(v: Any, path: str, source: str | None) -> tuple[int, ...]:
+    if not isinstance(v, (list, tuple)):
+        raise _err(path, f"expected a list of integers, got {v!r}", source)
+    for i, x in enumerate(v):
+        _number(x, f"{path}[{i}]", source, minimum=0, integer=True)
+    return tuple(v)
+
+
+def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any:
+    """Validate one check-specific setting; returns the normalised value."""
+    if v is None:
+        return None
+    if key in ("expected_adj",):
+        return _number(v, path, source, minimum=-1000, integer=True)
+    if key in ("expected",) and check in ("gpu_count",):
+        return _number(v, path, source, minimum=0, integer=True)
+    if key == "expected" and check == "mig":
+        if not isinstance(v, bool):
+            raise _err(path, f"expected true or false, got {v!r}", source)
+        return v
+    if key == "expected" and check == "cpu_governor":
+        if not isinstance(v, str) or not v:
+            raise _err(path, f"expected a governor name such as 'performance', got {v!r}", source)
+        return v
+    if key in ("max_volatile_uncorrected",):
+        return _number(v, path, source, minimum=0, integer=True)
+    if key in ("warn_c", "max_c", "min_rate_gbps"):
+        return _number(v, path, source, minimum=0, exclusive_min=True)
+    if key in ("min_available_pct", "min_free_pct"):
+        n = _number(v, path, source, minimum=0)
+        if n > 100:
+            raise _err(path, f"a percentage must be <= 100, got {v!r}", source)
+        return n
+    if key == "version":
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool) or not str(v).strip():
+            raise _err(path, f"expected a driver version string such as '550.54.15', got {v!r}", source)
+        return str(v).strip()
+    if key == "codes":
+        return _int_list(v, path, source)
+    if key == "reasons":
+        if not isinstance(v, (list, tuple)):
+            raise _err(path, f"expected a list of {', '.join(CLOCK_REASON_BITS)}", source)
+        for i, r in enumerate(v):
+            if r not in CLOCK_REASON_BITS:
+                close = difflib.get_close_matches(str(r), list(CLOCK_REASON_BITS), n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(CLOCK_REASON_BITS)}"
+                raise _err(f"{path}[{i}]", f"unknown clock-event reason {r!r}{hint}", source)
+        return tuple(v)
+    if key == "paths":
+        if not isinstance(v, (list, tuple)) or not all(isinstance(p, str) and p.startswith("/") for p in v):
+            raise _err(path, f"expected a list of absolute paths, got {v!r}", source)
+        return tuple(v)
+    raise AssertionError(f"no validator for {check}.{key}")  # CHECK_DEFAULTS and this function drifted apart
+
+
+def parse_policy(raw: Mapping[str, Any] | None, *, path: str = "hooks.checks", source: str | None = None) -> Policy:
+    """Validate ``raw`` (the ``hooks.checks`` mapping) and merge it over the defaults."""
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise _err(path, f"expected a mapping of check name -> settings, got {type(raw).__name__}", source)
+    allowed = set(CHECK_DEFAULTS) | GLOBAL_KEYS
+    for key in raw:
+        if not isinstance(key, str) or key not in allowed:
+            raise _unknown(str(key), allowed, f"{path}.{key}", source)
+    budget = float(_number(raw.get("budget_s", 5.0), f"{path}.budget_s", source, minimum=0, exclusive_min=True))
+    passes = int(_number(raw.get("resume_after_passes", 3), f"{path}.resume_after_passes", source, minimum=1, integer=True))
+    sc_timeout = float(_number(raw.get("scontrol_timeout_s", 2.0), f"{path}.scontrol_timeout_s", source,
+                               minimum=0, exclusive_min=True))
+    if sc_timeout >= budget:
+        raise _err(f"{path}.scontrol_timeout_s", f"must be below budget_s ({budget:g}) or a drain could never fit", source)
+    checks: dict[str, CheckPolicy] = {}
+    for name, dflt in CHECK_DEFAULTS.items():
+        cpath = f"{path}.{name}"
+        entry = raw.get(name, {})
+        if entry is None:
+            entry = {}
+        if isinstance(entry, bool):
+            entry = {"enabled": entry}
+        if not isinstance(entry, Mapping):
+            raise _err(cpath, f"expected a mapping or true/false, got {entry!r}", source)
+        known = COMMON_KEYS | set(dflt.settings)
+        for key in entry:
+            if not isinstance(key, str) or key not in known:
+                raise _unknown(str(key), known, f"{cpath}.{key}", source)
+        enabled = entry.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise _err(f"{cpath}.enabled", f"expected true or false, got {enabled!r}", source)
+        action = dflt.action
+        if "action" in entry:
+            try:
+                action = Action.parse(str(entry["action"]))
+            except ValueError:
+                raise _err(f"{cpath}.action", f"expected one of warn, drain, drain+reboot, got {entry['action']!r}",
+                           source) from None
+            if action == Action.NONE:
+                raise _err(f"{cpath}.action", "expected one of warn, drain, drain+reboot, got 'none'", source)
+        timeout = float(_number(entry.get("timeout_s", dflt.timeout_s), f"{cpath}.timeout_s", source, minimum=0,
+                                exclusive_min=True))
+        if timeout > budget:
+            raise _err(f"{cpath}.timeout_s", f"must not exceed budget_s ({budget:g}), got {timeout:g}", source)
+        hooks = entry.get("hooks", list(HOOK_KINDS))
+        if not isinstance(hooks, (list, tuple)) or not all(h in HOOK_KINDS for h in hooks):
+            raise _err(f"{cpath}.hooks", f"expected a list drawn from {', '.join(HOOK_KINDS)}, got {hooks!r}", source)
+        settings = dict(dflt.settings)
+        for key in dflt.settings:
+            if key in entry:
+                settings[key] = _setting(name, key, entry[key], f"{cpath}.{key}", source)
+        if name == "temperature" and settings["warn_c"] is not None and settings["max_c"] is not None \
+                and settings["warn_c"] > settings["max_c"]:
+            raise _err(f"{cpath}.warn_c", f"must not exceed max_c ({settings['max_c']:g})", source)
+        checks[name] = CheckPolicy(name, enabled, action, timeout, frozenset(hooks), settings)
+    return Policy(checks=checks, budget_s=budget, resume_after_passes=passes, scontrol_timeout_s=sc_timeout)
+
+
+def load_site_policy(path: str) -> Policy:
+    """A site YAML whose top level is the ``hooks.checks`` mapping (imports yaml only when used)."""
+    import yaml
+
+    from slurmkit.errors import UsageError
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read policy: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise InventoryError("", f"not valid YAML: {exc}", path) from exc
+    return parse_policy(data or {}, path="checks", source=path)

@@ -1,0 +1,66 @@
+"""The lab's inventory, parametrised. ``examples/lab.yaml`` is this function's default output (a test checks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def lab_inventory(
+    nodes: int = 8,
+    gpus_per_node: int = 8,
+    gpu_type: str = "h100",
+    nodes_per_leaf: int = 4,
+    *,
+    accounting: bool = False,
+    hooks_command: str | None = None,
+    healthcheck_interval: int = 0,
+) -> dict[str, Any]:
+    """A small GPU cluster: ``node[1-N]``, 2 sockets x 4 cores, fake GPUs, leaves of ``nodes_per_leaf`` + a spine."""
+    half = max(1, gpus_per_node // 2)
+    cores = [("0-3" if i < half else "4-7") for i in range(gpus_per_node)]
+    leaves = []
+    for i, start in enumerate(range(1, nodes + 1, nodes_per_leaf)):
+        end = min(nodes, start + nodes_per_leaf - 1)
+        leaves.append({"name": f"leaf{i + 1}", "nodes": f"node[{start}-{end}]" if end > start else f"node{start}"})
+    inv: dict[str, Any] = {
+        "cluster": "lab",
+        "slurm_version": "22.05",
+        "controller": {"hosts": ["localhost"]},
+        "node_groups": [
+            {
+                "name": gpu_type,
+                "hosts": f"node[1-{nodes}]" if nodes > 1 else "node1",
+                "cpu": {"sockets": 2, "cores_per_socket": 4, "threads_per_core": 1},
+                "memory_mb": 32000,
+                "reserve": {"memory_mb": 1000, "cores": 0},
+                "gpus": {
+                    "type": gpu_type,
+                    "count": gpus_per_node,
+                    "memory_mb": 81559,
+                    "files": f"/dev/nvidia[0-{gpus_per_node - 1}]" if gpus_per_node > 1 else "/dev/nvidia0",
+                    "cores": cores,
+                    "links": "nvlink",
+                },
+                "nics": [{"name": "mlx5_0", "kind": "ib", "rate_gbps": 400, "role": "compute"}],
+                "features": [gpu_type, "nvlink"],
+                "weight": 10,
+            }
+        ],
+        "partitions": [{"name": "gpu", "groups": [gpu_type], "default": True, "max_time": "1-00:00:00"}],
+        "topology": {
+            "switches": leaves + ([{"name": "spine", "switches": f"leaf[1-{len(leaves)}]"}] if len(leaves) > 1 else [])
+        },
+    }
+    if len(leaves) == 1:
+        inv["topology"]["switches"][0]["name"] = "leaf1"
+    if accounting:
+        inv["accounting"] = {"host": "localhost"}
+    if hooks_command:
+        inv["hooks"] = {
+            "prolog": True,
+            "epilog": True,
+            "healthcheck_interval": healthcheck_interval,
+            "command": hooks_command,
+            "prolog_epilog_timeout": 30,
+        }
+    return inv

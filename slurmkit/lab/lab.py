@@ -1,0 +1,505 @@
+"""A real multi-node Slurm on this one machine: private munged, one slurmctld, N ``slurmd -N nodeI``.
+
+Each slurmd runs in its own UTS + mount namespace (``unshare``), so ``hostname`` inside a job prints the node
+name, ``/etc/hosts`` resolves every node, and ``/etc/slurm`` is the lab's config dir. Fake GPUs are character
+devices (``mknod c 195 N``) because gres.conf needs ``File=``. The config comes from slurmkit's own generator;
+only what a single host needs is overridden here (ports, paths, auth socket, linuxproc).
+
+Everything the lab starts is recorded in pid files under DIR/run; ``down`` stops exactly those processes plus
+whatever jobs left behind inside the node namespaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from slurmkit.backend.parse import parse_sinfo_nodes, SINFO_NODE_FORMAT
+from slurmkit.backend.run import run
+from slurmkit.errors import LabError, SlurmCommandError
+from slurmkit.lab.inventory import lab_inventory
+
+DEFAULT_DIR = "/tmp/slurmkit-lab"
+DEFAULT_PORT_BASE = 16817
+APT_PACKAGES = "slurmctld slurmd slurm-client munge"
+APT_ACCOUNTING = "slurmdbd mariadb-server"
+REQUIRED_BINARIES = ("slurmctld", "slurmd", "munged", "sinfo", "scontrol", "sbatch", "srun", "squeue", "scancel", "unshare")
+ACCOUNTING_BINARIES = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacct")
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class LabSpec:
+    dir: str = DEFAULT_DIR
+    nodes: int = 8
+    gpus_per_node: int = 8
+    gpu_type: str = "h100"
+    nodes_per_leaf: int = 4
+    accounting: bool = False
+    port_base: int = DEFAULT_PORT_BASE
+    hooks: bool = False  # wire slurmkit's prolog/epilog/health hooks (fake NVML per node)
+    healthcheck_interval: int = 0
+
+    @property
+    def ctld_port(self) -> int:
+        return self.port_base
+
+    def slurmd_port(self, i: int) -> int:
+        return self.port_base + i  # node1 -> base+1
+
+    @property
+    def dbd_port(self) -> int:
+        return self.port_base + 1000
+
+    @property
+    def db_port(self) -> int:
+        return self.port_base + 1001
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"node{i}" for i in range(1, self.nodes + 1)]
+
+
+class Lab:
+    def __init__(self, spec: LabSpec):
+        self.spec = spec
+        self.dir = Path(spec.dir).resolve()
+
+    # --- paths ---------------------------------------------------------------------------------------------
+    @property
+    def etc(self) -> Path:
+        return self.dir / "etc"
+
+    @property
+    def conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.conf)}
+
+    @property
+    def run_dir(self) -> Path:
+        return self.dir / "run"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.dir / "munge" / "munge.socket"
+
+    @classmethod
+    def load(cls, directory: str) -> Lab:
+        """A lab that ``up`` started in ``directory`` (its spec is saved there)."""
+        p = Path(directory).resolve() / "lab.json"
+        if not p.exists():
+            return cls(LabSpec(dir=directory))
+        return cls(LabSpec(**json.loads(p.read_text())))
+
+    # --- state ---------------------------------------------------------------------------------------------
+    def _pidfiles(self) -> Iterator[Path]:
+        if self.run_dir.is_dir():
+            yield from sorted(self.run_dir.glob("*.pid"))
+
+    def running_pids(self) -> dict[str, int]:
+        out = {}
+        for pf in self._pidfiles():
+            pid = _read_pid(pf)
+            if pid and _alive(pid):
+                out[pf.stem] = pid
+        return out
+
+    def is_up(self) -> bool:
+        return bool(self.running_pids())
+
+    # --- up ------------------------------------------------------------------------------------------------
+    def preflight(self) -> None:
+        """Refuse clearly, changing nothing."""
+        if os.geteuid() != 0:
+            raise LabError("the lab needs root (slurmd runs jobs as their users, unshare needs CAP_SYS_ADMIN); run as root")
+        need = REQUIRED_BINARIES + (ACCOUNTING_BINARIES if self.spec.accounting else ())
+        missing = [b for b in need if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
+        if missing:
+            pkgs = APT_PACKAGES + (" " + APT_ACCOUNTING if self.spec.accounting else "")
+            raise LabError(
+                f"missing {', '.join(missing)}; install with: apt-get update && apt-get install -y --no-install-recommends {pkgs}"
+            )
+        if self.is_up():
+            raise LabError(f"a lab is already up in {self.dir} (pids {sorted(self.running_pids().values())}); run `slurmkit lab down --dir {self.dir}` first")
+        if self.spec.nodes < 1 or self.spec.gpus_per_node < 1 or self.spec.nodes_per_leaf < 1:
+            raise LabError("--nodes, --gpus-per-node and --nodes-per-leaf must be >= 1")
+        ports = [self.spec.ctld_port] + [self.spec.slurmd_port(i) for i in range(1, self.spec.nodes + 1)]
+        if self.spec.accounting:
+            ports += [self.spec.dbd_port, self.spec.db_port]
+        busy = [p for p in ports if not _port_free(p)]
+        if busy:
+            raise LabError(f"ports in use: {', '.join(map(str, busy))}; stop what uses them or pass --port-base")
+
+    def write_config(self, hooks_command: str | None = None) -> dict[str, str]:
+        """Render the lab's inventory with slurmkit's generator plus single-host overrides; returns the files."""
+        from slurmkit.generate import EXECUTABLE_FILES, Overrides, generate
+        from slurmkit.model import load_cluster_text
+
+        s = self.spec
+        inv = lab_inventory(
+            s.nodes, s.gpus_per_node, s.gpu_type, s.nodes_per_leaf, accounting=s.accounting,
+            hooks_command=hooks_command, healthcheck_interval=s.healthcheck_interval,
+        )
+        text = yaml.safe_dump(inv, sort_keys=False)
+        cluster = load_cluster_text(text, source="lab inventory")
+        d = self.dir
+        host = socket.gethostname().split(".")[0]
+        slurm_over = [
+            ("SlurmctldHost", f"{host}(127.0.0.1)"),
+            ("SlurmctldPort", str(s.ctld_port)),
+            ("AuthInfo", f"socket={self.munge_socket}"),
+            ("SlurmUser", "root"),
+            ("SlurmdUser", "root"),
+            ("StateSaveLocation", str(d / "state")),
+            ("SlurmdSpoolDir", str(d / "spool" / "%n")),
+            ("SlurmctldPidFile", str(self.run_dir / "slurmctld.pid")),
+            ("SlurmdPidFile", str(self.run_dir / "slurmd-%n.pid")),
+            ("SlurmctldLogFile", str(d / "log" / "slurmctld.log")),
+            ("SlurmdLogFile", str(d / "log" / "slurmd-%n.log")),
+            # one host cannot give each "node" its own cgroup tree reliably (hybrid v1 here, v2 elsewhere):
+            ("ProctrackType", "proctrack/linuxproc"),
+            ("TaskPlugin", "task/none"),
+            ("JobAcctGatherType", "jobacct_gather/linux"),
+            ("PrologFlags", "Alloc"),
+            ("SlurmdParameters", "config_overrides"),  # the host has fewer CPUs/less memory than the fake nodes
+            ("SchedulerParameters", "batch_sched_delay=0,sched_min_interval=0"),
+            ("JobCompType", "jobcomp/filetxt"),
+            ("JobCompLoc", str(d / "log" / "jobcomp.txt")),
+            ("SlurmctldTimeout", "30"),
+            ("SlurmdTimeout", "60"),
+            ("MessageTimeout", "10"),
+            ("KillWait", "5"),
+            ("MinJobAge", "600"),
+        ]
+        if s.accounting:
+            slurm_over += [
+                ("AccountingStorageHost", "localhost"),
+                ("AccountingStoragePort", str(s.dbd_port)),
+                ("AccountingStoragePass", str(self.munge_socket)),  # slurmdbd connections ignore AuthInfo
+            ]
+        ov = Overrides(
+            slurm_conf=tuple(slurm_over),
+            node_params={
+                s.gpu_type: (
+                    ("NodeAddr", "127.0.0.1"),
+                    ("Port", f"[{s.slurmd_port(1)}-{s.slurmd_port(s.nodes)}]" if s.nodes > 1 else str(s.slurmd_port(1))),
+                )
+            },
+            gres_file_prefix=str(d / "dev"),
+        )
+        files = generate(cluster, conf_dir=str(self.etc), overrides=ov)
+        self.etc.mkdir(parents=True, exist_ok=True)
+        for name, body in files.items():
+            p = self.etc / name
+            p.write_text(body)
+            if name in EXECUTABLE_FILES:
+                p.chmod(0o755)
+        (self.etc / "slurmkit.yaml").write_text(text)
+        hosts = ["127.0.0.1 localhost " + socket.gethostname(), *(f"127.0.0.1 {n}" for n in s.node_names)]
+        (self.etc / "hosts").write_text("\n".join(hosts) + "\n")
+        if s.accounting:
+            dbd = self.etc / "slurmdbd.conf"
+            dbd.write_text(
+                "\n".join(
+                    [
+                        "# generated by slurmkit lab",
+                        f"AuthInfo=socket={self.munge_socket}",
+                        "AuthType=auth/munge",
+                        "DbdHost=localhost",
+                        f"DbdPort={s.dbd_port}",
+                        "SlurmUser=root",
+                        f"LogFile={d / 'log' / 'slurmdbd.log'}",
+                        f"PidFile={self.run_dir / 'slurmdbd.pid'}",
+                        "StorageType=accounting_storage/mysql",
+                        "StorageHost=127.0.0.1",
+                        f"StoragePort={s.db_port}",
+                        "StorageUser=root",
+                        "StorageLoc=slurm_acct_db",
+                    ]
+                )
+                + "\n"
+            )
+            dbd.chmod(0o600)
+        return files
+
+    def up(self, progress: Progress = lambda m: None, timeout: float = 60.0) -> float:
+        """Start everything and wait until every node is exactly ``idle``. Returns seconds taken."""
+        t0 = time.monotonic()
+        self.preflight()
+        s = self.spec
+        if self.dir.exists():
+            # a stale dir from a lab that is not running: start clean, but only if it is ours
+            if not (self.dir / "lab.json").exists() and any(self.dir.iterdir()):
+                raise LabError(f"{self.dir} exists, is not empty and is not a slurmkit lab; choose another --dir")
+            shutil.rmtree(self.dir)
+        for sub in ("etc", "state", "log", "run", "dev", "munge", "spool", "hookstate", "fake-nvml"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        for n in s.node_names:
+            (self.dir / "spool" / n).mkdir()
+        # jobs submitted by other users must be able to reach their files: o+x along the path
+        for p in (self.dir, self.dir / "munge", self.dir / "etc", self.dir / "log"):
+            p.chmod(0o755)
+        (self.dir / "lab.json").write_text(json.dumps(asdict(s), indent=1))
+        try:
+            hooks_cmd = self._hooks_command() if s.hooks else None
+            self.write_config(hooks_cmd)
+            self._make_devices()
+            progress("starting munged")
+            self._start_munged()
+            if s.accounting:
+                progress("starting mariadb and slurmdbd")
+                self._start_accounting()
+            progress("starting slurmctld")
+            self._start_slurmctld()
+            progress(f"starting {s.nodes} slurmd (one UTS+mount namespace each)")
+            self._start_slurmds()
+            self.wait_idle(progress, timeout=timeout - (time.monotonic() - t0))
+        except BaseException:
+            self.down()
+            raise
+        return time.monotonic() - t0
+
+    def _hooks_command(self) -> str:
+        env = [
+            f"SLURMKIT_FAKE_NVML={self.dir / 'fake-nvml'}",
+            f"SLURMKIT_STATE_DIR={self.dir / 'hookstate'}",
+            f"PYTHONPATH={Path(__file__).resolve().parents[2]}",
+        ]
+        return " ".join(["/usr/bin/env", *(shlex.quote(e) for e in env), shlex.quote(sys.executable), "-m", "slurmkit.cli.main"])
+
+    def _make_devices(self) -> None:
+        for i in range(self.spec.gpus_per_node):
+            p = self.dir / "dev" / f"nvidia{i}"
+            os.mknod(p, 0o666 | stat.S_IFCHR, os.makedev(195, i))
+
+    def _start_munged(self) -> None:
+        key = self.dir / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        (self.dir / "munge").chmod(0o711)
+        run(
+            [
+                _bin("munged"), f"--key-file={key}", f"--socket={self.munge_socket}",
+                f"--pid-file={self.run_dir / 'munged.pid'}", f"--log-file={self.dir / 'log' / 'munged.log'}",
+                f"--seed-file={self.dir / 'munge' / 'munged.seed'}", "--force",
+            ],
+            timeout=15,
+        )
+        _wait(lambda: self.munge_socket.exists(), 5, "munged socket")
+
+    def _start_accounting(self) -> None:
+        s = self.spec
+        data = self.dir / "mysql"
+        run(["mariadb-install-db", f"--datadir={data}", "--user=root", "--auth-root-authentication-method=normal",
+             "--skip-test-db"], timeout=60)
+        log = open(self.dir / "log" / "mariadb.log", "ab")  # noqa: SIM115 - handed to the daemon
+        proc = subprocess.Popen(
+            [_bin("mariadbd"), f"--datadir={data}", "--user=root", f"--port={s.db_port}", "--bind-address=127.0.0.1",
+             f"--socket={self.dir / 'run' / 'mysqld.sock'}", f"--pid-file={self.run_dir / 'mariadbd.pid.tmp'}",
+             "--skip-grant-tables", "--skip-networking=0", "--innodb-buffer-pool-size=32M"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )
+        (self.run_dir / "mariadbd.pid").write_text(str(proc.pid))
+        _wait(lambda: not _port_free(s.db_port), 20, "mariadb port")
+        run([_bin("slurmdbd")], timeout=20, env={"SLURM_CONF": str(self.conf)})
+        _wait(lambda: not _port_free(s.dbd_port), 20, "slurmdbd port")
+
+    def _start_slurmctld(self) -> None:
+        run([_bin("slurmctld"), "-f", str(self.conf), "-i"], timeout=20, env=self.env)
+        _wait(lambda: self._ping(), 15, "slurmctld to answer `scontrol ping`", self.dir / "log" / "slurmctld.log")
+
+    def _ping(self) -> bool:
+        try:
+            return "UP" in run(["scontrol", "ping"], timeout=3, env=self.env, check=False).stdout
+        except SlurmCommandError:
+            return False
+
+    def _start_slurmds(self) -> None:
+        procs = []
+        for i, name in enumerate(self.spec.node_names, start=1):
+            # the script is fixed text; every value in it goes through shlex.quote
+            script = "; ".join(
+                [
+                    "set -e",
+                    f"hostname {shlex.quote(name)}",
+                    "mkdir -p /etc/slurm",
+                    f"mount --bind {shlex.quote(str(self.etc))} /etc/slurm",
+                    f"mount --bind {shlex.quote(str(self.etc / 'hosts'))} /etc/hosts",
+                    f"exec {shlex.quote(_bin('slurmd'))} -f {shlex.quote(str(self.conf))} -N {shlex.quote(name)}",
+                ]
+            )
+            procs.append(
+                (name, subprocess.Popen(["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script],
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **self.env}))
+            )
+        for name, p in procs:
+            out, _ = p.communicate(timeout=30)
+            if p.returncode != 0:
+                raise LabError(f"slurmd for {name} failed to start (rc={p.returncode}): {out.decode(errors='replace').strip()[-300:]}")
+
+    def node_states(self) -> dict[str, str]:
+        out = run(["sinfo", "-N", "-h", "-o", SINFO_NODE_FORMAT], timeout=10, env=self.env).stdout
+        res = {}
+        for line in out.splitlines():
+            f = line.split("|")
+            if len(f) > 1:
+                res[f[0]] = f[1]
+        return res
+
+    def wait_idle(self, progress: Progress = lambda m: None, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + max(timeout, 5)
+        last = ""
+        while True:
+            try:
+                states = self.node_states()
+            except SlurmCommandError:
+                states = {}
+            idle = sum(1 for st in states.values() if st == "idle")
+            msg = f"{idle}/{self.spec.nodes} nodes idle"
+            if msg != last:
+                progress(msg)
+                last = msg
+            if idle == self.spec.nodes and len(states) == self.spec.nodes:
+                return
+            if time.monotonic() > deadline:
+                bad = {n: st for n, st in states.items() if st != "idle"}
+                raise LabError(f"nodes not idle after {timeout:.0f}s: {bad or 'no nodes reported'}; see {self.dir / 'log'}")
+            time.sleep(0.05)
+
+    # --- status --------------------------------------------------------------------------------------------
+    def status(self) -> dict[str, object]:
+        pids = self.running_pids()
+        nodes: list[dict[str, str]] = []
+        if "slurmctld" in pids:
+            try:
+                out = run(["sinfo", "-N", "-h", "-o", SINFO_NODE_FORMAT], timeout=10, env=self.env).stdout
+                nodes = [
+                    {"name": n.name, "state": n.state + ("+" + "+".join(sorted(n.flags)) if n.flags else ""),
+                     "gres": n.gres, "reason": n.reason}
+                    for n in parse_sinfo_nodes(out)
+                ]
+            except SlurmCommandError as exc:
+                nodes = [{"name": "?", "state": f"sinfo failed: {exc.one_line()}", "gres": "", "reason": ""}]
+        return {"dir": str(self.dir), "up": bool(pids), "daemons": pids, "nodes": nodes, "slurm_conf": str(self.conf)}
+
+    # --- down ----------------------------------------------------------------------------------------------
+    def down(self, progress: Progress = lambda m: None) -> list[str]:
+        """Stop what ``up`` started (pid files) and any process left inside the node namespaces."""
+        stopped: list[str] = []
+        pids = self.running_pids()
+        if "slurmctld" in pids:
+            try:
+                run(["scancel", "--full", "--quiet", "--user=root"], timeout=5, env=self.env, check=False)
+                # jobs of other users too: cancel every job id the controller still has
+                out = run(["squeue", "-h", "-o", "%i"], timeout=5, env=self.env, check=False).stdout.split()
+                if out:
+                    run(["scancel", *out], timeout=5, env=self.env, check=False)
+            except SlurmCommandError:
+                pass
+        # leftovers in each node's UTS namespace (linuxproc lets setsid children escape their job)
+        node_ns = {_ns(pid) for name, pid in pids.items() if name.startswith("slurmd-")}
+        node_ns.discard(None)
+        host_ns = _ns(os.getpid())
+        node_ns.discard(host_ns)
+        order = [n for n in pids if n.startswith("slurmd-")] + [n for n in ("slurmctld", "slurmdbd", "mariadbd", "munged") if n in pids]
+        order += [n for n in pids if n not in order]
+        victims = [pids[n] for n in order]
+        for pid in _pids_in_ns(node_ns):
+            if pid not in victims:
+                victims.append(pid)
+        for pid in victims:
+            _kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(p) for p in victims):
+            time.sleep(0.02)
+        for pid in victims:
+            if _alive(pid):
+                _kill(pid, signal.SIGKILL)
+        stopped = [n for n in order]
+        for pf in self._pidfiles():
+            pf.unlink(missing_ok=True)
+        if stopped:
+            progress(f"stopped {', '.join(stopped)}")
+        return stopped
+
+
+def _bin(name: str) -> str:
+    return shutil.which(name) or str(Path("/usr/sbin") / name)
+
+
+def _read_pid(p: Path) -> int | None:
+    try:
+        return int(p.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Alive and not a zombie (daemons are re-parented to an init that reaps lazily)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read().rsplit(")", 1)[1].split()[0]
+        return st not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _ns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/uts")
+    except OSError:
+        return None
+
+
+def _pids_in_ns(namespaces: set[str | None]) -> list[int]:
+    if not namespaces:
+        return []
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and _ns(int(d)) in namespaces:
+            out.append(int(d))
+    return out
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sk:
+        sk.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sk.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait(pred: Callable[[], bool], timeout: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            hint = f"; see {log}" if log else ""
+            raise LabError(f"timed out after {timeout:g}s waiting for {what}{hint}")
+        time.sleep(0.01)
