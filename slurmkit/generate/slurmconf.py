@@ -1,17 +1,21 @@
 """Inventory model -> Slurm config files. Pure: returns ``{filename: text}``; writing is a separate step.
 
-Version-specific behaviour lives in ``slurmkit.generate.versions`` only.
+Version-specific behaviour is looked up in ``slurmkit.generate.versions`` only. What each file gets and why
+is in shared/reference/config-anchors.md §5 (recommended GPU settings per release).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import yaml
+
 from slurmkit import hostlist
 from slurmkit.errors import InventoryError
-from slurmkit.generate.versions import features_for
-from slurmkit.model.cluster import Cluster, NodeGroup
+from slurmkit.generate.versions import SlurmFeatures, features_for
+from slurmkit.model.cluster import Cluster, MigInstance, NodeGroup
 from slurmkit.templates import environment, header_line
 
 
@@ -31,6 +35,7 @@ class Overrides:
 
 
 def _merge(base: list[tuple[str, str]], extra: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Keys of ``extra`` replace those of ``base`` in place (new ones go last); an empty value deletes."""
     out = dict(base)
     order = [k for k, _ in base]
     for k, v in extra:
@@ -40,27 +45,80 @@ def _merge(base: list[tuple[str, str]], extra: Iterable[tuple[str, str]]) -> lis
     return [(k, out[k]) for k in order if out[k] != ""]
 
 
+def _group_path(cluster: Cluster, g: NodeGroup) -> str:
+    return f"node_groups[{cluster.node_groups.index(g)}]"
+
+
+def _gpu_types(g: NodeGroup) -> list[tuple[str, int]]:
+    """(Slurm GRES type, count) per node, in first-seen order: whole GPUs and MIG devices by profile."""
+    assert g.gpus is not None
+    counts: dict[str, int] = {}
+    for i in range(g.gpus.count):
+        layout = g.gpus.mig_layout[i] if g.gpus.mig_layout else ()
+        if not layout:
+            counts[g.gpus.type] = counts.get(g.gpus.type, 0) + 1
+        for inst in layout:
+            t = mig_type(g.gpus.type, inst)
+            counts[t] = counts.get(t, 0) + 1
+    return list(counts.items())
+
+
+def mig_type(gpu_type: str, inst: MigInstance) -> str:
+    """``h100`` + ``3g.40gb`` -> ``h100_3g.40gb``: a substring of NVML's ``nvidia_h100_80gb_hbm3_3g.40gb``-style
+    names, so the same Type works with AutoDetect=nvml acting as a sanity check."""
+    return f"{gpu_type}_{inst.profile}"
+
+
 def _gres_types(cluster: Cluster) -> list[str]:
-    types: list[str] = []
+    types: set[str] = set()
     for g in cluster.node_groups:
         if g.gpus:
-            types.append("gpu")
+            types.add("gpu")
             if g.gpus.shards:
-                types.append("shard")
-    return sorted(set(types))
+                types.add("shard")
+    return sorted(types)
+
+
+def _tres(cluster: Cluster) -> list[str]:
+    """AccountingStorageTRES: gres/gpu plus each type, so sacct/sreport can tell H100 from L40S hours."""
+    out = [f"gres/{t}" for t in _gres_types(cluster)]
+    typed: list[str] = []
+    for g in cluster.node_groups:
+        if g.gpus:
+            typed += [f"gres/gpu:{t}" for t, _ in _gpu_types(g)]
+    return out + sorted(set(typed))
 
 
 def _node_gres(g: NodeGroup) -> str:
     if not g.gpus:
         return ""
-    parts = [f"gpu:{g.gpus.type}:{g.gpus.count}"]
+    parts = [f"gpu:{t}:{n}" for t, n in _gpu_types(g)]
     if g.gpus.shards:
         parts.append(f"shard:{g.gpus.shards}")
     return ",".join(parts)
 
 
+def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
+    """Refuse what the target release lacks, naming the inventory key (block topology on 22.05, ...)."""
+    v = feats.version
+    if cluster.topology.kind == "block" and not feats.block_topology:
+        raise InventoryError("topology.blocks", f"block topology needs Slurm >= 23.11, target is {v}")
+    for g in cluster.node_groups:
+        if g.gpus and g.gpus.autodetect == "nvidia" and not feats.autodetect_nvidia:
+            raise InventoryError(
+                f"{_group_path(cluster, g)}.gpus.autodetect", f"AutoDetect=nvidia needs Slurm >= 24.11, target is {v}"
+            )
+    for k, _ in cluster.cgroup_conf:
+        if k in feats.removed_cgroup_keys:
+            raise InventoryError(f"cgroup_conf.{k}", f"{k} was removed before Slurm {v}; slurmd would refuse to start")
+    for k, val in cluster.slurm_conf:
+        if (k, val) in feats.removed_slurm_values:
+            raise InventoryError(f"slurm_conf.{k}", f"{k}={val} is not available in Slurm {v}")
+
+
 def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[tuple[str, str]]:
     feats = features_for(version)
+    check_supported(cluster, feats)
     s: list[tuple[str, str]] = [("ClusterName", cluster.name)]
     for h in cluster.controller.hosts:
         s.append(("SlurmctldHost", h))
@@ -97,15 +155,13 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
             ("AccountingStoragePort", str(cluster.accounting.port)),
         ]
         if gt:
-            s.append(("AccountingStorageTRES", ",".join(f"gres/{t}" for t in gt)))
+            s.append(("AccountingStorageTRES", ",".join(_tres(cluster))))
     else:
         s.append(("AccountingStorageType", "accounting_storage/none"))
     topo = cluster.topology.kind
     if topo == "tree":
         s.append(("TopologyPlugin", "topology/tree"))
     elif topo == "block":
-        if not feats.block_topology:
-            raise InventoryError("topology.blocks", f"block topology needs Slurm >= 23.11, target is {version}")
         s.append(("TopologyPlugin", "topology/block"))
     if cluster.policy.fairshare or cluster.policy.preemption != "none":
         s.append(("PriorityType", "priority/multifactor"))
@@ -132,16 +188,18 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
 
 
 def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
-    lines = []
+    """One NodeName line per distinct node shape: groups whose parameters are identical share a line,
+    so slurm.conf grows with the number of shapes, not nodes."""
+    shapes: dict[tuple[tuple[str, str], ...], list[str]] = {}
     for g in cluster.node_groups:
         params: list[tuple[str, str]] = [
-            ("NodeName", g.hosts),
             ("CPUs", str(g.cpu.cpus)),
             ("Sockets", str(g.cpu.sockets)),
             ("CoresPerSocket", str(g.cpu.cores_per_socket)),
             ("ThreadsPerCore", str(g.cpu.threads_per_core)),
             ("RealMemory", str(g.real_memory_mb)),
         ]
+        # the OS reserve is MemSpecLimit/CoreSpecCount, never a blanket RealMemory factor (anchors §4.8)
         if g.reserve.memory_mb:
             params.append(("MemSpecLimit", str(g.reserve.memory_mb)))
         if g.reserve.cores:
@@ -154,8 +212,11 @@ def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
         params.append(("Weight", str(g.weight)))
         params = _merge(params, overrides.node_params.get(g.name, ()))
         params.append(("State", "UNKNOWN"))
-        lines.append(" ".join(f"{k}={v}" for k, v in params))
-    return lines
+        shapes.setdefault(tuple(params), []).extend(g.hostnames)
+    return [
+        " ".join([f"NodeName={hostlist.fold(hosts)}"] + [f"{k}={v}" for k, v in params])
+        for params, hosts in shapes.items()
+    ]
 
 
 def partition_lines(cluster: Cluster) -> tuple[list[str], list[str]]:
@@ -177,25 +238,70 @@ def partition_lines(cluster: Cluster) -> tuple[list[str], list[str]]:
     return nodesets, parts
 
 
+def _dev(path: str, prefix: str | None) -> str:
+    if prefix and path.startswith("/dev/"):
+        return prefix.rstrip("/") + "/" + path.removeprefix("/dev/")
+    return path
+
+
+def mig_cap_minors(gpu_minor: int, inst: MigInstance) -> tuple[int, int]:
+    """/dev/nvidia-caps minors of a MIG device's GPU-instance and compute-instance access files.
+
+    The driver's /proc/driver/nvidia-caps/mig-minors numbers them as: config 1, monitor 2, then per GPU
+    15 GPU instances x (1 gi access + 8 ci access) = 135 minors, so gpu0/gi1/access is 12 and
+    gpu0/gi1/ci0/access is 13 (matches gres.conf(5)'s MIG example).
+    """
+    gi_minor = 3 + gpu_minor * 135 + inst.gi * 9
+    return gi_minor, gi_minor + 1 + inst.ci
+
+
+def _minor(path: str) -> int:
+    m = re.search(r"(\d+)$", path)
+    if not m:
+        raise ValueError(path)
+    return int(m.group(1))
+
+
 def gres_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
+    """Typed GPU lines with File= (Slurm drops a file-less GPU), Cores=, Links=; MIG via MultipleFiles=;
+    shards spread over the GPUs with their own File= so ConstrainDevices can confine them."""
     lines = []
-    for g in cluster.node_groups:
+    prefix = overrides.gres_file_prefix
+    for gi_, g in enumerate(cluster.node_groups):
         if not g.gpus:
             continue
-        files = g.gpus.file_list
-        if overrides.gres_file_prefix:
-            files = [overrides.gres_file_prefix.rstrip("/") + "/" + f.removeprefix("/dev/") for f in files]
+        gp = g.gpus
+        files = gp.file_list
         links = _links(g)
-        # one line per distinct (cores, links) run of GPUs keeps gres.conf small but exact
+        auto = [("AutoDetect", gp.autodetect)] if gp.autodetect != "off" else []
         for i, f in enumerate(files):
-            kv = [("NodeName", g.hosts), ("Name", "gpu"), ("Type", g.gpus.type), ("File", f)]
-            if g.gpus.cores:
-                kv.append(("Cores", g.gpus.cores[i]))
-            if links:
-                kv.append(("Links", links[i]))
-            lines.append(" ".join(f"{k}={v}" for k, v in kv))
-        if g.gpus.shards:
-            lines.append(f"NodeName={g.hosts} Name=shard Count={g.gpus.shards}")
+            layout = gp.mig_layout[i] if gp.mig_layout else ()
+            cores = [("Cores", gp.cores[i])] if gp.cores else []
+            if not layout:
+                kv = [("NodeName", g.hosts), *auto, ("Name", "gpu"), ("Type", gp.type), ("File", _dev(f, prefix)), *cores]
+                # Links index GPUs in PCI bus order; MIG devices have no NVLink of their own
+                if links and not gp.mig_layout:
+                    kv.append(("Links", links[i]))
+                lines.append(" ".join(f"{k}={v}" for k, v in kv))
+                continue
+            try:
+                minor = _minor(f)
+            except ValueError as exc:
+                raise InventoryError(
+                    f"node_groups[{gi_}].gpus.files", f"MIG needs /dev/nvidiaN device files, got {f!r}"
+                ) from exc
+            for inst in layout:
+                gim, cim = mig_cap_minors(minor, inst)
+                caps = [_dev(f"/dev/nvidia-caps/nvidia-cap{gim}", prefix), _dev(f"/dev/nvidia-caps/nvidia-cap{cim}", prefix)]
+                kv = [
+                    ("NodeName", g.hosts), *auto, ("Name", "gpu"), ("Type", mig_type(gp.type, inst)),
+                    ("MultipleFiles", ",".join([_dev(f, prefix), *caps])), *cores,
+                ]
+                lines.append(" ".join(f"{k}={v}" for k, v in kv))
+        if gp.shards:
+            base, extra = divmod(gp.shards, gp.count)
+            for i, f in enumerate(files):
+                lines.append(f"NodeName={g.hosts} Name=shard Count={base + (1 if i < extra else 0)} File={_dev(f, prefix)}")
     return lines
 
 
@@ -209,12 +315,15 @@ def _links(g: NodeGroup) -> list[str] | None:
         matrix = [[-1 if i == j else 1 for j in range(n)] for i in range(n)]
     else:
         matrix = [list(r) for r in g.gpus.links]  # type: ignore[union-attr]
+        for i in range(n):
+            matrix[i][i] = -1  # Slurm marks the device itself with -1 whatever the inventory wrote there
     return [",".join(str(v) for v in row) for row in matrix]
 
 
 def cgroup_settings(cluster: Cluster, version: str, overrides: Overrides) -> list[tuple[str, str]]:
     feats = features_for(version)
     s = [
+        # 22.05 hosts are commonly hybrid v1/v2, where cgroup/v2 is fatal: let slurmd pick
         ("CgroupPlugin", "cgroup/v2" if feats.cgroup_v2 else "autodetect"),
         ("ConstrainCores", "yes"),
         ("ConstrainDevices", "yes"),
@@ -222,10 +331,15 @@ def cgroup_settings(cluster: Cluster, version: str, overrides: Overrides) -> lis
         ("ConstrainSwapSpace", "yes"),
     ]
     s = _merge(s, cluster.cgroup_conf)
-    return _merge(s, overrides.cgroup_conf)
+    s = _merge(s, overrides.cgroup_conf)
+    for k, _ in s:
+        if k in feats.removed_cgroup_keys:
+            raise InventoryError(f"cgroup_conf.{k}", f"{k} was removed before Slurm {feats.version}; slurmd would refuse to start")
+    return s
 
 
-def topology_lines(cluster: Cluster) -> list[str]:
+def topology_lines(cluster: Cluster, version: str | None = None) -> list[str]:
+    """topology.conf lines. Blocks: ``BlockSizes`` from 24.05, ``BlockLevels`` (its 23.11 spelling) before."""
     t = cluster.topology
     if t.kind == "tree":
         lines = []
@@ -236,11 +350,45 @@ def topology_lines(cluster: Cluster) -> list[str]:
                 lines.append(f"SwitchName={sw.name} Switches={sw.switches}")
         return lines
     if t.kind == "block":
+        feats = features_for(version or cluster.slurm_version)
         lines = [f"BlockName={b.name} Nodes={b.nodes}" for b in t.blocks]
         if t.block_sizes:
-            lines.append("BlockSizes=" + ",".join(str(s) for s in t.block_sizes))
+            if feats.block_sizes:
+                lines.append("BlockSizes=" + ",".join(str(s) for s in t.block_sizes))
+            else:
+                lines.append("BlockLevels=" + ",".join(str(lv) for lv in block_levels(t.block_sizes)))
         return lines
     return []
+
+
+def block_levels(sizes: Iterable[int]) -> list[int]:
+    """23.11's BlockLevels: level L aggregates 2**L base blocks, so sizes 18,36,72 are levels 0,1,2."""
+    sizes = list(sizes)
+    base = sizes[0]
+    out = []
+    for s in sizes:
+        q, r = divmod(s, base)
+        if r or q & (q - 1):
+            raise InventoryError("topology.block_sizes", f"{s} is not a power-of-two multiple of the base block size {base}")
+        out.append(q.bit_length() - 1)
+    return out
+
+
+def topology_yaml(cluster: Cluster) -> str:
+    """topology.yaml (25.05+): one cluster-default topology with the inventory's tree or blocks."""
+    t = cluster.topology
+    entry: dict[str, object] = {"topology": "default", "cluster_default": True}
+    if t.kind == "tree":
+        switches: list[dict[str, str]] = []
+        for sw in t.switches:
+            switches.append({"switch": sw.name, "nodes": sw.nodes} if sw.nodes else {"switch": sw.name, "children": sw.switches})
+        entry["tree"] = {"switches": switches}
+    else:
+        block: dict[str, object] = {"blocks": [{"block": b.name, "nodes": b.nodes} for b in t.blocks]}
+        if t.block_sizes:
+            block = {"block_sizes": list(t.block_sizes), **block}
+        entry["block"] = block
+    return yaml.safe_dump([entry], sort_keys=False, default_flow_style=False, width=1 << 20)
 
 
 def generate(
@@ -251,9 +399,15 @@ def generate(
     overrides: Overrides | None = None,
     templates: str | None = None,
 ) -> dict[str, str]:
-    """Render every file for ``cluster``. Keys are file names relative to the config directory."""
+    """Render every file for ``cluster``. Keys are file names relative to the config directory.
+
+    Raises InventoryError (naming the key) for what the target release cannot express.
+    """
     ov = overrides or Overrides()
-    ver = version or cluster.slurm_version
+    ver = features_for(version or cluster.slurm_version).version
+    feats = features_for(ver)
+    if cluster.topology.block_sizes:
+        block_levels(cluster.topology.block_sizes)  # the power-of-two rule holds for every release
     env = environment("conf_templates", templates)
     header = header_line(cluster.source_sha256)
     settings = _merge(slurm_conf_settings(cluster, ver, conf_dir), ov.slurm_conf)
@@ -267,7 +421,7 @@ def generate(
         "partitions": parts,
         "gres": gres_lines(cluster, ov),
         "cgroup": cgroup_settings(cluster, ver, ov),
-        "topology": topology_lines(cluster),
+        "topology": topology_lines(cluster, ver),
     }
     files = {
         "slurm.conf": env.get_template("slurm.conf.j2").render(ctx),
@@ -275,7 +429,11 @@ def generate(
         "cgroup.conf": env.get_template("cgroup.conf.j2").render(ctx),
     }
     if cluster.topology.kind != "none":
-        files["topology.conf"] = env.get_template("topology.conf.j2").render(ctx)
+        if feats.topology_yaml:
+            # topology.conf is ignored once topology.yaml exists (25.05+): emit only the file Slurm reads
+            files["topology.yaml"] = env.get_template("topology.yaml.j2").render(ctx, body=topology_yaml(cluster))
+        else:
+            files["topology.conf"] = env.get_template("topology.conf.j2").render(ctx)
     if cluster.hooks.prolog or cluster.hooks.epilog or cluster.hooks.healthcheck_interval:
         for kind in ("prolog", "epilog", "health"):
             files[f"slurmkit-{kind}"] = env.get_template("hook-wrapper.sh.j2").render(
