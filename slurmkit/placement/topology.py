@@ -54,6 +54,7 @@ class PlacementTopology:
     # derived in __post_init__
     nodes: tuple[str, ...] = field(init=False)
     node_leaf: dict[str, int] = field(init=False, repr=False, compare=False)
+    node_index: dict[str, int] = field(init=False, repr=False, compare=False)
     levels: tuple[int, ...] = field(init=False)
     switches_by_level: dict[int, tuple[int, ...]] = field(init=False, repr=False, compare=False)
     leaf_root: tuple[str, ...] = field(init=False, repr=False)
@@ -74,6 +75,7 @@ class PlacementTopology:
             roots.append(name)
         object.__setattr__(self, "nodes", nodes)
         object.__setattr__(self, "node_leaf", node_leaf)
+        object.__setattr__(self, "node_index", {n: k for k, n in enumerate(nodes)})
         object.__setattr__(self, "levels", tuple(sorted(by_level)))
         object.__setattr__(self, "switches_by_level", {k: tuple(v) for k, v in by_level.items()})
         object.__setattr__(self, "leaf_root", tuple(roots))
