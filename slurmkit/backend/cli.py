@@ -43,7 +43,7 @@ class CLIBackend:
         return features_for(self.version())
 
     def nodes(self, names: Sequence[str] | None = None) -> list[NodeInfo]:
-        out = self._run(["scontrol", "-o", "show", "node"]).stdout
+        out = self._run(["scontrol", "-o", "-d", "show", "node"]).stdout
         nodes = parse.parse_scontrol_nodes(out)
         if names is not None:
             want = set(names)
@@ -51,7 +51,7 @@ class CLIBackend:
         return nodes
 
     def node(self, name: str) -> NodeInfo:
-        out = self._run(["scontrol", "-o", "show", "node", name]).stdout
+        out = self._run(["scontrol", "-o", "-d", "show", "node", name]).stdout
         nodes = parse.parse_scontrol_nodes(out)
         if not nodes:
             raise SlurmkitError(f"node {name!r} not found")

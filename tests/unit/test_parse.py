@@ -1,0 +1,117 @@
+"""Parsers against output recorded from the real lab (tests/data/slurm/, Slurm 22.05.8)."""
+
+from pathlib import Path
+
+import pytest
+
+from slurmkit.backend import parse
+
+D = Path(__file__).resolve().parents[1] / "data" / "slurm"
+
+
+def read(name: str) -> str:
+    return (D / name).read_text()
+
+
+def test_sbatch_parsable():
+    assert parse.parse_sbatch_parsable(read("sbatch_parsable.txt")) == "1"
+    assert parse.parse_sbatch_parsable("42;lab\n") == "42"
+    assert parse.parse_sbatch_parsable("7_3\n") == "7_3"
+    with pytest.raises(parse.ParseError):
+        parse.parse_sbatch_parsable("sbatch: error: Batch job submission failed\n")
+
+
+def test_sbatch_test_only():
+    assert parse.parse_sbatch_test_only(read("sbatch_test_only.txt")).startswith("20")
+    assert parse.parse_sbatch_test_only("nothing") is None
+
+
+def test_scontrol_nodes_states_reasons_gres():
+    nodes = {n.name: n for n in parse.parse_scontrol_nodes(read("scontrol_show_node.txt"))}
+    assert len(nodes) == 8
+    assert nodes["node1"].state == "mixed" and nodes["node1"].used_gpus == 2 and nodes["node1"].free_gpus == 6
+    assert nodes["node5"].state == "allocated" and nodes["node5"].free_gpus == 0
+    assert nodes["node2"].state == "idle" and nodes["node2"].available and nodes["node2"].total_gpus == 8
+    n8 = nodes["node8"]
+    assert n8.drained and not n8.available
+    # the reason keeps its spaces; scontrol's [user@time] stamp can be stripped for comparison
+    assert parse.strip_reason_stamp(n8.reason) == "slurmkit: gpu3 xid79 fell off the bus"
+    assert parse.strip_reason_stamp(nodes["node7"].reason) == "admin maintenance"
+    assert (n8.sockets, n8.cores_per_socket, n8.threads_per_core, n8.real_memory) == (2, 4, 1, 32000)
+    assert n8.features == ("h100", "nvlink") and n8.partitions == ("gpu",)
+
+
+def test_scontrol_jobs():
+    jobs = {j.job_id: j for j in parse.parse_scontrol_jobs(read("scontrol_show_job.txt"))}
+    j1 = jobs["1"]
+    assert j1.state == "RUNNING" and j1.nodes == ("node5", "node6") and j1.name == "two node"
+    assert j1.batch_host == "node5" and not j1.finished and j1.restarts == 0
+    assert jobs["2"].nodes == ("node1",)
+
+
+def test_sinfo_nodes():
+    nodes = {n.name: n for n in parse.parse_sinfo_nodes(read("sinfo_nodes.txt"))}
+    assert nodes["node7"].state == "idle" and nodes["node7"].drained and nodes["node7"].reason == "admin maintenance"
+    assert nodes["node5"].state == "allocated"
+    assert nodes["node1"].partitions == ("gpu",)
+
+
+def test_squeue_text_and_json_filter_client_side():
+    jobs = parse.parse_squeue(read("squeue.txt"))
+    assert [(j.job_id, j.state, j.nodes) for j in jobs] == [("1", "RUNNING", ("node5", "node6")), ("2", "RUNNING", ("node1",))]
+    # 22.05's --json ignores -j/-t: the parser filters
+    allj = parse.parse_squeue_json(read("squeue.json"))
+    assert {j.job_id for j in allj} == {"1", "2"}
+    only = parse.parse_squeue_json(read("squeue.json"), job_ids=["2"])
+    assert [j.job_id for j in only] == ["2"] and only[0].nodes == ("node1",)
+    assert parse.parse_squeue_json(read("squeue.json"), states=["PENDING"]) == []
+
+
+def test_sinfo_json_filter():
+    nodes = parse.parse_sinfo_json(read("sinfo.json"), names=["node8", "node5"])
+    assert sorted(n.name for n in nodes) == ["node5", "node8"]
+    n8 = next(n for n in nodes if n.name == "node8")
+    assert n8.drained and n8.reason.startswith("slurmkit:")
+
+
+def test_topology():
+    sw = parse.parse_topology(read("scontrol_show_topology.txt"))
+    assert [(s.name, s.level) for s in sw] == [("leaf1", 0), ("leaf2", 0), ("spine", 1)]
+    assert sw[0].nodes == ["node1", "node2", "node3", "node4"]
+    assert sw[2].switches == ["leaf1", "leaf2"]
+    assert parse.parse_topology("No topology information available\n") == []
+
+
+def test_partition_records():
+    recs = parse.parse_scontrol_records(read("scontrol_show_partition.txt"))
+    assert recs[0]["PartitionName"] == "gpu" and recs[0]["MaxTime"] == "1-00:00:00"
+
+
+def test_version():
+    assert parse.parse_version(read("sinfo_version.txt")) == "22.05.8"
+    with pytest.raises(parse.ParseError):
+        parse.parse_version("garbage")
+
+
+@pytest.mark.parametrize(
+    "state,base,flags",
+    [
+        ("IDLE+DRAIN", "idle", {"DRAIN"}),
+        ("idle*", "idle", {"NOT_RESPONDING"}),
+        ("drained", "idle", {"DRAIN"}),
+        ("draining", "allocated", {"DRAIN"}),
+        ("MIXED+COMPLETING", "mixed", {"COMPLETING"}),
+        ("DOWN+NOT_RESPONDING", "down", {"NOT_RESPONDING"}),
+        ("alloc", "allocated", set()),
+    ],
+)
+def test_split_state(state, base, flags):
+    assert parse.split_state(state) == (base, frozenset(flags))
+
+
+def test_gres_counts():
+    assert parse.gres_gpu_count("gpu:h100:8(S:0-1),shard:16") == 8
+    assert parse.gres_gpu_count("gpu:h100:2(IDX:0,3)") == 2
+    assert parse.gres_gpu_count("gpu:a100:4,gpu:l40s:2") == 6
+    assert parse.gres_gpu_count("(null)") == 0
+    assert parse.gres_gpu_count("") == 0
