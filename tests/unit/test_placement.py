@@ -223,25 +223,26 @@ def test_lowest_level_beats_fewest_leaves():
     assert (p.level, len(p.leaves), p.switch) == (1, 3, "spine0")
 
 
-def test_fewest_leaves_then_keep_whole_leaves():
-    # one spine with leaves of 8: free 8, 8, 5, 5 -> a 10-node job uses the two 5s, not an 8
+def test_fewest_leaves_then_largest_whole_and_remainder_best_fit():
+    # one spine with leaves of 8: free 8, 8, 5, 5 -> a 10-node job takes one 8 whole and 2 of a 5
     recs = [Rec(f"l{i}", 0, [f"n{i * 8 + k}" for k in range(8)], []) for i in range(4)]
     recs.append(Rec("s", 1, [], [f"l{i}" for i in range(4)]))
     t = PlacementTopology.from_records(recs)
     busy = {"n16", "n17", "n18", "n24", "n25", "n26"}
     p = place(t, states(t, busy=busy), Request(10, 8))
-    assert p.leaves == ("l2", "l3") and p.whole_leaves_left == 2
-    assert p.score == (1, 2, 0)
+    assert p.leaves == ("l0", "l2") and p.whole_leaves_left == 1
+    assert p.nodelist == "n[0-7,19-20]"
+    assert p.score == (1, 2, 3)
 
 
-def test_multi_leaf_fill_takes_fragments_first():
+def test_multi_leaf_fill_takes_the_remainder_from_the_tightest_fragment():
     recs = [Rec(f"l{i}", 0, [f"n{i * 8 + k}" for k in range(8)], []) for i in range(3)]
     recs.append(Rec("s", 1, [], ["l0", "l1", "l2"]))
     t = PlacementTopology.from_records(recs)
-    counts = [8, 3, 8]
-    p = plan(t, counts, 10)
-    # 2 leaves are needed; the 3-node fragment plus 7 of an 8-leaf beats 8 + 2
-    assert p is not None and p.takes == ((0, 7), (1, 3))
+    p = plan(t, [8, 3, 8], 10)
+    assert p is not None and p.takes == ((0, 8), (1, 2))
+    p = plan(t, [6, 7, 7], 20)
+    assert p is not None and p.takes == ((0, 6), (1, 7), (2, 7))
 
 
 def test_unusable_nodes_are_never_chosen():
@@ -337,7 +338,7 @@ def test_summary_and_json_for_a_spanning_job():
     p = place(t, states(t, busy={"n0"}), Request(6, 8))
     assert p.summary() == "6 nodes on leaf[0-1] under spine0 (2 leaves, crosses level 1); 2 leaves stay whole"
     j = p.to_json()
-    assert j["nodelist"] == "n[1-6]" and j["level"] == 1 and j["score"] == [1, 2, 1]
+    assert j["nodelist"] == "n[1-2,4-7]" and j["level"] == 1 and j["score"] == [1, 2, 1]
     assert j["summary"] == p.summary()
 
 
