@@ -1,0 +1,221 @@
+"""gpusub: one command from train.py to a placed, preemption-safe multi-node PyTorch / Megatron-LM job.
+
+    gpusub [OPTIONS] SCRIPT [-- SCRIPT_ARGS...]      build, check and submit (or --dry-run)
+    gpusub status JOB...   |  gpusub logs [-f] JOB  |  gpusub cancel JOB
+
+The edge: parses options, reads the environment, prints, picks exit codes. Everything else is in
+slurmkit.jobs and imported lazily, so ``gpusub --help`` loads click and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+SUBCOMMANDS = ("status", "logs", "cancel")
+
+CONTRACT = """\b
+Preemption / time-limit contract for the training script:
+  * SIGUSR2 reaches every training process --signal-grace seconds before the
+    time limit (or on `scancel --signal=USR2 --batch JOB`), and the file
+    $GPUSUB_PREEMPT_FILE appears. Save a checkpoint (e.g. in
+    $GPUSUB_CHECKPOINT_DIR) and exit.
+  * The batch shell then runs `scontrol requeue`, at most --max-restarts times.
+  * On restart $GPUSUB_RESTART_COUNT (= SLURM_RESTART_COUNT) > 0: resume.
+Logs: <run dir>/logs/<job>.r<restart>.log. Defaults come from the site inventory
+($SLURMKIT_INVENTORY or /etc/slurm/slurmkit.yaml), else from sinfo/scontrol.
+"""
+
+
+def _backend():  # type: ignore[no-untyped-def]
+    from slurmkit.backend.cli import default_backend
+
+    return default_backend()
+
+
+def _fail(exc: Exception) -> None:
+    from slurmkit.errors import SlurmkitError
+
+    if isinstance(exc, SlurmkitError):
+        click.echo(f"gpusub: error: {exc.one_line()}", err=True)
+        sys.exit(exc.exit_code)
+    raise exc
+
+
+@click.command(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+    epilog=CONTRACT,
+)
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-N", "--nodes", type=int, default=1, show_default=True, help="Nodes.")
+@click.option("--gpus-per-node", type=int, default=None, help="GPUs (= processes) per node [partition's GPUs/node].")
+@click.option("-p", "--partition", default=None, help="Partition [site default, else Slurm's default].")
+@click.option("-t", "--time", "time_", default=None, help="Time limit (Slurm syntax), checked against MaxTime.")
+@click.option("--account", default=None)
+@click.option("--qos", default=None)
+@click.option("--name", default=None, help="Job name [script name].")
+@click.option("--launcher", type=click.Choice(["torchrun", "srun", "megatron"]), default="torchrun",
+              show_default=True, help="torchrun (1 task/node), srun (1 task/GPU), megatron (torchrun + Megatron).")
+@click.option("--tp", type=int, default=1, show_default=True, help="Megatron tensor-parallel size.")
+@click.option("--pp", type=int, default=1, show_default=True, help="Megatron pipeline-parallel size.")
+@click.option("--cp", type=int, default=1, show_default=True, help="Megatron context-parallel size.")
+@click.option("--ep", type=int, default=1, show_default=True, help="Megatron expert-parallel size.")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Extra environment (repeatable).")
+@click.option("--container-image", default=None, help="pyxis container image for the step.")
+@click.option("--container-mounts", default=None, help="pyxis container mounts.")
+@click.option("--dependency", default=None, help="sbatch --dependency.")
+@click.option("--array", default=None, help="sbatch --array.")
+@click.option("--exclusive", is_flag=True, help="Whole nodes.")
+@click.option("--signal-grace", type=int, default=120, show_default=True,
+              help="Seconds between SIGUSR2 and the time limit (0: no signal).")
+@click.option("--max-restarts", type=int, default=3, show_default=True, help="Requeues after a preemption signal.")
+@click.option("--topology", type=click.Choice(["auto", "off", "strict"]), default="auto", show_default=True)
+@click.option("--explain", is_flag=True, help="Print every environment variable with the reason it is set.")
+@click.option("--dry-run", is_flag=True, help="Print the script and the sbatch argv; submit nothing.")
+@click.option("--follow", "-f", "follow_", is_flag=True, help="Tail the log until the job ends.")
+@click.option("--run-dir", default=None, help="Run dir for this job [<run root>/<name>-<time>-<hex>].")
+@click.option("--force", is_flag=True, help="Submit despite preflight errors (layout, memory, --test-only).")
+@click.option("--query/--no-query", default=None,
+              help="--dry-run: ask Slurm for partition facts [only without an inventory].")
+def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_node: int | None,
+               partition: str | None, time_: str | None, account: str | None, qos: str | None, name: str | None,
+               launcher: str, tp: int, pp: int, cp: int, ep: int, env_pairs: tuple[str, ...],
+               container_image: str | None, container_mounts: str | None, dependency: str | None,
+               array: str | None, exclusive: bool, signal_grace: int, max_restarts: int, topology: str,
+               explain: bool, dry_run: bool, follow_: bool, run_dir: str | None, force: bool,
+               query: bool | None) -> None:
+    """Build, check and submit SCRIPT as a multi-node PyTorch DDP / Megatron-LM job.
+
+    Arguments after `--` go to SCRIPT unchanged, byte for byte.
+    """
+    try:
+        from slurmkit.jobs.render import explain as explain_lines
+        from slurmkit.jobs.spec import JobSpec, parse_env_pair
+        from slurmkit.jobs.submit import prepare, submit_prepared
+
+        spec = JobSpec(
+            script=os.path.abspath(script), args=tuple(script_args), nodes=nodes, gpus_per_node=gpus_per_node,
+            partition=partition, time=time_, account=account, qos=qos, name=name, launcher=launcher,
+            tp=tp, pp=pp, cp=cp, ep=ep, env=tuple(parse_env_pair(p) for p in env_pairs),
+            container_image=container_image, container_mounts=container_mounts, dependency=dependency,
+            array=array, exclusive=exclusive, signal_grace=signal_grace, max_restarts=max_restarts,
+            topology=topology, run_dir=os.path.abspath(run_dir) if run_dir else None,
+        )
+        if dry_run:
+            from slurmkit.jobs.facts import inventory_path
+
+            ask = query if query is not None else inventory_path() is None
+            backend = _backend() if ask else None
+            prepared = prepare(spec, backend, force=True, test_only=False)
+        else:
+            backend = _backend()
+            prepared = prepare(spec, backend, force=force)
+        job = prepared.job
+        if dry_run:
+            click.echo(job.request.script, nl=False)
+            click.echo("# sbatch argv: " + " ".join(job.request.command()) + "  (script on stdin)")
+            click.echo("# " + job.plan_line())
+            for w in prepared.warnings:
+                click.echo(f"# warning: {w}")
+            if job.memory:
+                for line in job.memory.lines():
+                    click.echo(f"# {line}")
+            if explain:
+                for line in explain_lines(job):
+                    click.echo(f"# {line}")
+            return
+        for w in prepared.warnings:
+            click.echo(f"gpusub: warning: {w}", err=True)
+        if job.memory:
+            for line in job.memory.lines():
+                click.echo(line)
+        if explain:
+            click.echo("\n".join(explain_lines(job)))
+        result = submit_prepared(prepared, backend, ["gpusub", *sys.argv[1:]])
+        click.echo(f"submitted job {result.job_id}")
+        click.echo(job.plan_line())
+        if prepared.start_estimate:
+            click.echo(f"estimated start: {prepared.start_estimate} (sbatch --test-only)")
+        click.echo(f"run dir: {result.run_dir}")
+        click.echo(f"log: {result.log_path}")
+        if follow_:
+            _follow_and_exit(result.job_id, backend, result.run_dir)
+    except Exception as exc:  # noqa: BLE001 - the edge turns SlurmkitError into one line; others re-raise
+        _fail(exc)
+
+
+def _follow_and_exit(job_id: str, backend, run_dir: str | None) -> None:  # type: ignore[no-untyped-def]
+    from slurmkit.jobs.monitor import follow
+
+    st = follow(job_id, backend, sys.stdout, run_dir=run_dir)
+    click.echo(f"gpusub: job {job_id} {st.state}" + (f" exit={st.exit_code}" if st.exit_code else ""), err=True)
+    sys.exit(0 if st.state == "COMPLETED" else 1)
+
+
+@click.command("status", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("job_ids", nargs=-1, required=True)
+def status_cmd(job_ids: tuple[str, ...]) -> None:
+    """State of one or more jobs (one scontrol call; sacct or the run dir for finished ones)."""
+    try:
+        from slurmkit.jobs.monitor import statuses
+
+        rows = statuses(list(job_ids), _backend())
+        for r in rows:
+            click.echo(r.line())
+        sys.exit(0 if all(r.state != "UNKNOWN" for r in rows) else 1)
+    except Exception as exc:  # noqa: BLE001
+        _fail(exc)
+
+
+@click.command("logs", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-f", "--follow", "follow_", is_flag=True, help="Keep tailing until the job ends.")
+@click.argument("job_id")
+def logs_cmd(job_id: str, follow_: bool) -> None:
+    """Print the job's logs (every attempt, in order)."""
+    try:
+        from slurmkit.jobs.monitor import find_run_dir, print_logs
+
+        backend = _backend()
+        if follow_:
+            _follow_and_exit(job_id, backend, None)
+        run_dir = find_run_dir(job_id, backend)
+        if not print_logs(job_id, run_dir, sys.stdout):
+            click.echo(f"gpusub: no log yet for job {job_id} in {run_dir}/logs", err=True)
+    except Exception as exc:  # noqa: BLE001
+        _fail(exc)
+
+
+@click.command("cancel", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--signal", "signal_", default=None, help="Send this signal to the batch shell instead (e.g. USR2).")
+@click.argument("job_id")
+def cancel_cmd(job_id: str, signal_: str | None) -> None:
+    """Cancel a job, or signal its batch shell (USR2: checkpoint and requeue)."""
+    try:
+        from slurmkit.jobs.monitor import cancel
+
+        cancel(job_id, _backend(), signal_)
+        click.echo(f"{'signalled' if signal_ else 'cancelled'} job {job_id}")
+    except Exception as exc:  # noqa: BLE001
+        _fail(exc)
+
+
+_COMMANDS = {"status": status_cmd, "logs": logs_cmd, "cancel": cancel_cmd}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``gpusub status|logs|cancel ...`` dispatch to those commands; anything else is a submit.
+
+    (A script literally named ``status`` is submitted as ``./status``.)
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in _COMMANDS:
+        _COMMANDS[args[0]].main(args=args[1:], prog_name=f"gpusub {args[0]}")
+    else:
+        submit_cmd.main(args=args, prog_name="gpusub")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The NCCL / torch / Megatron environment of a job, each variable with the reason it is set.
+
+Pure: a function of the JobSpec, the ClusterFacts and (for Megatron) the parsed model arguments.
+Sources for every rule are in shared/reference/submit-anchors.md §9 (NCCL env docs, pytorch
+"torch_nccl_environment_variables", Megatron-LM arguments.py, NeMo PerfEnvPlugin).
+
+Where a value is computed:
+  * ``batch``: a literal exported by the batch shell, inherited by every task through srun;
+  * ``task``: evaluated by each task on its own node at start (per-node paths, detected HCAs, ranks), inside
+    the exported ``_gpusub_task_env`` shell function. Such values are slurmkit's own shell text, never user input.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from slurmkit.errors import UsageError
+from slurmkit.jobs.spec import ClusterFacts, JobSpec
+
+# Deprecated since torch 2.2 (pytorch PR #114880); they only print warnings now. Never emitted, and refused from
+# --env / the site profile with the replacement named.
+DEPRECATED = {
+    "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
+    "NCCL_DESYNC_DEBUG": "TORCH_NCCL_DESYNC_DEBUG",
+    "NCCL_ENABLE_TIMING": "TORCH_NCCL_ENABLE_TIMING",
+}
+
+TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
+
+# GPU families from Blackwell on (SM100+): Megatron drops the CUDA_DEVICE_MAX_CONNECTIONS=1 requirement there.
+_BLACKWELL = re.compile(r"^(g?b\d{3}|rtx.?pro.?6000|gb\d+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str  # for kind "batch": the literal value (shell-quoted when rendered); "task": shell text
+    reason: str
+    kind: str = "batch"  # batch | task
+    origin: str = "gpusub"  # gpusub | site | user
+
+
+@dataclass(frozen=True)
+class EnvPlan:
+    vars: tuple[EnvVar, ...]
+    not_set: tuple[tuple[str, str], ...]  # (name, why it is deliberately left unset)
+
+    def batch(self) -> list[EnvVar]:
+        return [v for v in self.vars if v.kind == "batch"]
+
+    def task(self) -> list[EnvVar]:
+        return [v for v in self.vars if v.kind == "task"]
+
+
+def is_blackwell(gpu_type: str | None) -> bool:
+    return bool(gpu_type) and bool(_BLACKWELL.match(gpu_type or ""))
+
+
+def uses_fsdp(args: tuple[str, ...]) -> bool:
+    return any(a in ("--use-megatron-fsdp", "--use-torch-fsdp2", "--use-custom-fsdp") for a in args)
+
+
+def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str) -> EnvPlan:
+    out: list[EnvVar] = []
+    not_set: list[tuple[str, str]] = []
+
+    def add(name: str, value: str, reason: str, kind: str = "batch", origin: str = "gpusub") -> None:
+        out.append(EnvVar(name, value, reason, kind, origin))
+
+    add("PYTHONUNBUFFERED", "1", "print() reaches the log as it happens, not at exit (TorchX/NeMo-Run templates)")
+    add("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3",
+        "a failed or timed-out collective tears the process down instead of hanging until the wall time "
+        "(torch default 3; set explicitly because older site profiles set the deprecated NCCL_ASYNC_ERROR_HANDLING)")
+    add("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000",
+        "keep the last 2000 collectives per rank in the NCCL flight recorder, so a hang leaves evidence")
+    add("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump the flight recorder when a collective times out")
+    add("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", f"{run_dir}/nccl_trace/rank_",
+        "flight-recorder dumps go to the run dir (shared) instead of each node's /tmp")
+    add("NCCL_DEBUG", "WARN", "NCCL warnings in the log; INFO is for triage only (NCCL env docs: no debug vars in production)")
+
+    if facts.socket_ifname:
+        add("NCCL_SOCKET_IFNAME", facts.socket_ifname,
+            "site profile names the interface that routes between nodes (NCCL's own choice would be wrong here)",
+            origin="site")
+        add("GLOO_SOCKET_IFNAME", facts.socket_ifname,
+            "gloo (used by torch for CPU collectives and barriers) has no auto-detection: same interface as NCCL",
+            origin="site")
+    else:
+        not_set.append(("NCCL_SOCKET_IFNAME",
+                        "no site socket_ifname: NCCL picks ib* / the first non-docker, non-lo interface itself"))
+        not_set.append(("GLOO_SOCKET_IFNAME", "set only together with NCCL_SOCKET_IFNAME"))
+
+    # Exclude-only HCA list: NCCL uses every HCA by default, which is right unless one is a storage HCA or its port
+    # is down. Computed on each node at start (the down set is per node); the site's static excludes come first.
+    add("NCCL_IB_HCA", "$(_gpusub_hca_exclude)",
+        "exclude-only list (^=): the site's storage HCAs"
+        + (f" ({','.join(facts.ib_hca_exclude)})" if facts.ib_hca_exclude else "")
+        + " plus HCA ports found not ACTIVE on the node at job start; unset when nothing is excluded",
+        kind="task")
+    not_set.append(("NCCL_IB_GID_INDEX", "left at -1 (auto): NCCL 2.21+ picks the RoCEv2 GID itself"))
+    not_set.append(("NCCL_ASYNC_ERROR_HANDLING / NCCL_BLOCKING_WAIT", "deprecated since torch 2.2: warnings only"))
+
+    if spec.launcher in ("torchrun", "megatron"):
+        not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
+                        f"passed as torchrun --signals-to-handle={TORCHRUN_SIGNALS} (SIGUSR2 reaches the workers)"))
+
+    if spec.launcher == "srun":
+        add("RANK", "$SLURM_PROCID", "one srun task per GPU: global rank from Slurm", kind="task")
+        add("WORLD_SIZE", "$SLURM_NTASKS", "one srun task per GPU: world size from Slurm", kind="task")
+        add("LOCAL_RANK", "$SLURM_LOCALID", "rank on this node (select cuda:LOCAL_RANK)", kind="task")
+        add("LOCAL_WORLD_SIZE", "${SLURM_NTASKS_PER_NODE%%(*}", "tasks on this node", kind="task")
+        add("NODE_RANK", "$SLURM_NODEID", "index of this node in the job", kind="task")
+
+    if spec.launcher == "megatron":
+        _megatron_env(spec, facts, add, not_set)
+
+    for name, value in facts.site_env:
+        add(name, value, "site profile (inventory site.env)", origin="site")
+    for name, value in spec.env:
+        add(name, value, "--env on the command line", origin="user")
+
+    bad = deprecated_in(facts.site_env) + deprecated_in(spec.env)
+    if bad:
+        raise UsageError(f"deprecated NCCL variable(s) {', '.join(bad)}: torch 2.2+ only warns about them")
+
+    # later entries win (user over site over gpusub); a dict keeps each name's first position: a stable script
+    merged: dict[str, EnvVar] = {}
+    for v in out:
+        merged[v.name] = v
+    return EnvPlan(tuple(merged.values()), tuple(not_set))
+
+
+def deprecated_in(pairs: tuple[tuple[str, str], ...]) -> list[str]:
+    return [f"{n} (use {DEPRECATED[n]})" for n, _ in pairs if n in DEPRECATED]
+
+
+def _megatron_env(spec: JobSpec, facts: ClusterFacts, add, not_set: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    fsdp = uses_fsdp(spec.args)
+    bw = is_blackwell(facts.gpu_type)
+    if (spec.tp > 1 or spec.cp > 1) and not fsdp:
+        if bw:
+            add("CUDA_DEVICE_MAX_CONNECTIONS", "32",
+                f"TP={spec.tp} CP={spec.cp} on {facts.gpu_type} (SM100+): NeMo PerfEnvPlugin uses 32 on Blackwell")
+        else:
+            gpu = facts.gpu_type or "unknown GPU (assumed pre-Blackwell)"
+            add("CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                f"TP={spec.tp} CP={spec.cp} > 1 on {gpu} without FSDP: Megatron asserts it "
+                "(arguments.py) so TP/CP communication overlaps compute in order")
+    elif fsdp:
+        not_set.append(("CUDA_DEVICE_MAX_CONNECTIONS", "FSDP in the arguments: Megatron asserts it is unset or > 1"))
+    else:
+        not_set.append(("CUDA_DEVICE_MAX_CONNECTIONS", "TP = CP = 1: no tensor/context-parallel overlap to order"))
+    if spec.pp > 1:
+        add("NCCL_P2P_NET_CHUNKSIZE", "2097152",
+            f"PP={spec.pp}: larger P2P chunks for pipeline send/recv over the network (Megatron/NeMo examples)")
+    add("TORCH_NCCL_AVOID_RECORD_STREAMS", "1",
+        "free NCCL buffers without recordStream: lower peak memory (NeMo Launcher, Megatron examples)")
+    add("TRITON_CACHE_DIR", "/tmp/triton_cache_${SLURM_JOB_ID}_${SLURM_NODEID}",
+        "per-node Triton cache on local disk: nodes must not share one cache on the shared filesystem",
+        kind="task")

@@ -1,0 +1,151 @@
+"""ClusterFacts for a request: from the site inventory when there is one, else from sinfo/scontrol.
+
+The inventory is what the admin wrote (GPU type and memory, interfaces, storage HCAs, run root); the live
+partition record (MaxTime, its nodes) comes from ``scontrol -o show partition`` when a backend is given.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from slurmkit.errors import UsageError
+from slurmkit.jobs.spec import ClusterFacts
+
+if TYPE_CHECKING:
+    from slurmkit.backend.base import Backend
+    from slurmkit.model.cluster import Cluster
+
+DEFAULT_INVENTORY = "/etc/slurm/slurmkit.yaml"
+
+
+def inventory_path(environ: dict[str, str] | os._Environ[str] | None = None) -> str | None:
+    env = os.environ if environ is None else environ
+    explicit = env.get("SLURMKIT_INVENTORY")
+    if explicit:
+        if not Path(explicit).is_file():
+            raise UsageError(f"$SLURMKIT_INVENTORY={explicit}: no such file")
+        return explicit
+    return DEFAULT_INVENTORY if Path(DEFAULT_INVENTORY).is_file() else None
+
+
+def from_cluster(cluster: Cluster, partition: str | None, source: str) -> ClusterFacts:
+    """Facts from the inventory alone (no Slurm call): used by --dry-run and as the base for a submit."""
+    site = cluster.site
+    pname = partition or site.default_partition
+    part = None
+    if pname:
+        try:
+            part = cluster.partition(pname)
+        except KeyError:
+            part = None  # maybe defined only in the live Slurm: preflight decides
+    else:
+        part = cluster.default_partition
+        pname = part.name if part else None
+    node_gpus: list[tuple[str, int]] = []
+    gpu_types: Counter[str] = Counter()
+    mem = 0
+    storage_hcas: list[str] = []
+    groups = [cluster.group(g) for g in part.groups] if part else list(cluster.node_groups)
+    for g in groups:
+        for h in g.hostnames:
+            node_gpus.append((h, g.gpu_count))
+        if g.gpus:
+            gpu_types[g.gpus.type] += len(g.hostnames)
+            mem = min(mem, g.gpus.memory_mb) if mem else g.gpus.memory_mb
+        storage_hcas += [n.name for n in g.nics if n.role == "storage" and n.kind in ("ib", "roce")]
+    excludes = tuple(dict.fromkeys([*site.nccl_ib_hca_exclude, *storage_hcas]))
+    leaves = tuple(
+        (s.name, tuple(_expand(s.nodes))) for s in cluster.topology.switches if s.nodes
+    )
+    return ClusterFacts(
+        partition=pname,
+        gpus_per_node=_mode([n for _, n in node_gpus if n]) if node_gpus else None,
+        gpu_type=gpu_types.most_common(1)[0][0] if gpu_types else None,
+        gpu_memory_mb=mem,
+        node_gpus=tuple(node_gpus),
+        max_time=part.max_time if part else None,
+        leaves=leaves,
+        socket_ifname=site.socket_ifname,
+        ib_hca_exclude=excludes,
+        site_env=site.env,
+        run_root=site.run_root,
+        source=source,
+        inventory_sha256=cluster.source_sha256,
+    )
+
+
+def load_inventory_facts(partition: str | None, path: str | None = None) -> ClusterFacts | None:
+    path = path or inventory_path()
+    if not path:
+        return None
+    from slurmkit.model.load import load_cluster
+
+    return from_cluster(load_cluster(path), partition, f"inventory:{path}")
+
+
+def live_partition(backend: Backend, partition: str | None) -> dict[str, str]:
+    """The ``scontrol -o show partition`` record of ``partition`` (or the default one); UsageError if missing."""
+    parts = backend.partitions()
+    if partition:
+        for p in parts:
+            if p.get("PartitionName") == partition:
+                return p
+        known = ", ".join(sorted(p.get("PartitionName", "?") for p in parts)) or "none"
+        raise UsageError(f"--partition: {partition!r} does not exist (partitions: {known})")
+    for p in parts:
+        if p.get("Default") == "YES":
+            return p
+    if parts:
+        return parts[0]
+    raise UsageError("the cluster has no partitions")
+
+
+def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | None) -> ClusterFacts:
+    """Merge the live partition (MaxTime, node list) and, without an inventory, node GPUs and topology."""
+    from dataclasses import replace
+
+    rec = live_partition(backend, partition or (base.partition if base else None))
+    pname = rec["PartitionName"]
+    members = set(_expand(rec.get("Nodes", ""))) if rec.get("Nodes") not in (None, "", "(null)") else set()
+    max_time = rec.get("MaxTime") or None
+    if base is not None and base.node_gpus:
+        node_gpus = tuple((n, g) for n, g in base.node_gpus if not members or n in members)
+        return replace(base, partition=pname, max_time=max_time, node_gpus=node_gpus or base.node_gpus)
+    nodes = [n for n in backend.nodes() if not members or n.name in members]
+    node_gpus = tuple((n.name, n.total_gpus) for n in nodes)
+    gtypes = Counter(_gres_type(n.gres) for n in nodes if _gres_type(n.gres))
+    leaves = tuple((s.name, tuple(s.nodes)) for s in backend.topology() if s.nodes and s.level == 0)
+    return ClusterFacts(
+        partition=pname,
+        gpus_per_node=_mode([g for _, g in node_gpus if g]) if node_gpus else None,
+        gpu_type=gtypes.most_common(1)[0][0] if gtypes else None,
+        gpu_memory_mb=0,
+        node_gpus=node_gpus,
+        max_time=max_time,
+        leaves=leaves,
+        source="slurm",
+        notes=("no site inventory: GPU memory unknown, NCCL interface left to NCCL",),
+    )
+
+
+def _gres_type(gres: str) -> str | None:
+    for item in gres.split(","):
+        f = item.split("(", 1)[0].split(":")
+        if f[0] == "gpu" and len(f) == 3:
+            return f[1]
+    return None
+
+
+def _mode(values: list[int]) -> int | None:
+    if not values:
+        return None
+    return Counter(values).most_common(1)[0][0]
+
+
+def _expand(hosts: str) -> list[str]:
+    from slurmkit import hostlist
+
+    return hostlist.expand(hosts)

@@ -1,0 +1,280 @@
+"""Megatron-LM: parallel-size arguments, layout checks and a per-GPU memory estimate, before the job queues.
+
+The estimate follows Megatron-LM's own ``megatron/training/theoretical_memory_usage.py`` for weights + gradients
++ optimizer state (18 bytes/parameter with mixed precision and Adam; ``6 + 12/DP`` with the distributed optimizer)
+and Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models") for activations:
+per layer and micro-batch ``s*b*h*34/t`` bytes with sequence parallelism and selective recomputation (flash
+attention removes the ``5*a*s/h`` score term), ``2*s*b*h/t`` (the layer input only) with full recomputation.
+With 1F1B the first pipeline stage holds PP micro-batches of L/PP layers, i.e. about L layers' worth.
+It is an estimate (no allocator fragmentation, no CUDA context, no framework buffers): the report says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurmkit.errors import UsageError
+
+PARALLEL_FLAGS = {
+    "tp": "--tensor-model-parallel-size",
+    "pp": "--pipeline-model-parallel-size",
+    "cp": "--context-parallel-size",
+    "ep": "--expert-model-parallel-size",
+}
+_GIB = 1024**3
+
+
+def arg_value(args: tuple[str, ...], flag: str) -> str | None:
+    """The value of ``--flag V`` or ``--flag=V`` in ``args`` (last one wins, like argparse)."""
+    found = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+def _int_arg(args: tuple[str, ...], flag: str) -> int | None:
+    v = arg_value(args, flag)
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except ValueError as exc:
+        raise UsageError(f"megatron argument {flag}: expected an integer, got {v!r}") from exc
+
+
+def parallel_args(sizes: dict[str, int], args: tuple[str, ...]) -> tuple[str, ...]:
+    """Megatron arguments for the parallel sizes, refusing a conflicting value already in the script args."""
+    out: list[str] = []
+    for key, flag in PARALLEL_FLAGS.items():
+        given = _int_arg(args, flag)
+        if given is not None:
+            if given != sizes[key]:
+                raise UsageError(f"--{key} {sizes[key]} conflicts with {flag} {given} in the script arguments")
+            continue  # already there, same value: do not repeat it
+        out += [flag, str(sizes[key])]
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    seq_length: int
+    micro_batch_size: int
+    ffn_hidden_size: int
+    vocab_size: int
+    num_query_groups: int
+    num_experts: int
+    moe_ffn_hidden_size: int
+    swiglu: bool
+    untied_embeddings: bool
+    learned_position_embeddings: bool
+    distributed_optimizer: bool
+    recompute: str  # none | selective | full
+    sequence_parallel: bool
+    vocab_assumed: bool
+
+
+def model_args(args: tuple[str, ...]) -> ModelArgs | None:
+    """Parse the model shape off a Megatron command line; None when the core sizes are not all there."""
+    layers = _int_arg(args, "--num-layers")
+    hidden = _int_arg(args, "--hidden-size")
+    heads = _int_arg(args, "--num-attention-heads")
+    seq = _int_arg(args, "--seq-length")
+    if None in (layers, hidden, heads, seq):
+        return None
+    assert layers is not None and hidden is not None and heads is not None and seq is not None
+    swiglu = "--swiglu" in args
+    ffn = _int_arg(args, "--ffn-hidden-size")
+    if ffn is None:
+        # Megatron's default: 4h, or 4h*2/3 rounded up to a multiple of 64 with SwiGLU (arguments.py)
+        ffn = int(4 * hidden * 2 / 3 / 64 + 0.999) * 64 if swiglu else 4 * hidden
+    vocab = _int_arg(args, "--padded-vocab-size") or _int_arg(args, "--vocab-size")
+    vocab_assumed = vocab is None
+    if vocab is None:
+        vocab = 50304  # GPT-2's 50257 padded to a multiple of 128, Megatron's usual padded size
+    gran = arg_value(args, "--recompute-granularity")
+    if gran in ("full", "selective"):
+        recompute = gran
+    elif "--recompute-activations" in args:
+        recompute = "selective"
+    else:
+        recompute = "none"
+    experts = _int_arg(args, "--num-experts") or 0
+    return ModelArgs(
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        seq_length=seq,
+        micro_batch_size=_int_arg(args, "--micro-batch-size") or 1,
+        ffn_hidden_size=ffn,
+        vocab_size=vocab,
+        num_query_groups=_int_arg(args, "--num-query-groups") or heads if "--group-query-attention" in args else heads,
+        num_experts=experts,
+        moe_ffn_hidden_size=_int_arg(args, "--moe-ffn-hidden-size") or ffn,
+        swiglu=swiglu,
+        untied_embeddings="--untie-embeddings-and-output-weights" in args,
+        learned_position_embeddings=arg_value(args, "--position-embedding-type") in (None, "learned_absolute"),
+        distributed_optimizer="--use-distributed-optimizer" in args,
+        recompute=recompute,
+        sequence_parallel="--sequence-parallel" in args,
+        vocab_assumed=vocab_assumed,
+    )
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    params_total: int
+    params_per_gpu: int  # on the most loaded (first) pipeline stage
+    weights_gib: float
+    grads_gib: float
+    optimizer_gib: float
+    activations_gib: float  # with the recomputation the arguments ask for
+    activations_no_recompute_gib: float
+    activations_full_recompute_gib: float
+    gpu_gib: float  # 0 when unknown
+    distributed_optimizer: bool
+    recompute: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def static_gib(self) -> float:
+        return self.weights_gib + self.grads_gib + self.optimizer_gib
+
+    @property
+    def total_gib(self) -> float:
+        return self.static_gib + self.activations_gib
+
+    def lines(self) -> list[str]:
+        dist = "distributed optimizer" if self.distributed_optimizer else "no distributed optimizer"
+        out = [
+            f"megatron memory estimate per GPU (first pipeline stage, {self.params_per_gpu / 1e9:.2f}B of "
+            f"{self.params_total / 1e9:.2f}B parameters):",
+            f"  weights {self.weights_gib:.1f} GiB + gradients {self.grads_gib:.1f} GiB + optimizer "
+            f"{self.optimizer_gib:.1f} GiB ({dist}) = {self.static_gib:.1f} GiB",
+            f"  activations: {self.activations_no_recompute_gib:.1f} GiB without recomputation, "
+            f"{self.activations_full_recompute_gib:.1f} GiB with full recomputation; "
+            f"this run ({self.recompute}): {self.activations_gib:.1f} GiB",
+            f"  total {self.total_gib:.1f} GiB"
+            + (f" of {self.gpu_gib:.1f} GiB GPU memory ({100 * self.total_gib / self.gpu_gib:.0f}%)" if self.gpu_gib else
+               " (partition GPU memory unknown: no inventory)"),
+        ]
+        out += [f"  note: {n}" for n in self.notes]
+        return out
+
+
+def _layer_params(m: ModelArgs) -> tuple[int, int]:
+    """(dense-part parameters, expert-MLP parameters) of one transformer layer."""
+    h = m.hidden_size
+    kv = h * m.num_query_groups // m.num_attention_heads
+    attn = h * (h + 2 * kv) + h * h + (h + 2 * kv) + h  # QKV + output projection, with biases
+    norms = 4 * h
+    mlp_mats = 3 if m.swiglu else 2
+    if m.num_experts:
+        experts = m.num_experts * mlp_mats * h * m.moe_ffn_hidden_size
+        router = h * m.num_experts
+        return attn + norms + router, experts
+    return attn + norms + mlp_mats * h * m.ffn_hidden_size, 0
+
+
+def estimate_memory(
+    m: ModelArgs, *, world: int, tp: int, pp: int, cp: int, ep: int, gpu_memory_mb: int
+) -> MemoryEstimate:
+    h, s, b, L = m.hidden_size, m.seq_length, m.micro_batch_size, m.num_layers
+    dense, expert = _layer_params(m)
+    embedding = m.vocab_size * h + (s * h if m.learned_position_embeddings else 0)
+    output = m.vocab_size * h if m.untied_embeddings else 0
+    params_total = L * (dense + expert) + embedding + output + 2 * h
+    layers_per_stage = -(-L // pp)
+    # first stage: its layers plus the embedding (the last stage holds the output layer, same size or smaller)
+    per_gpu = layers_per_stage * (dense // tp + expert // (tp * ep)) + embedding // tp
+    if pp == 1:
+        per_gpu += output // tp
+    dp = max(1, world // (tp * pp * cp))
+    weights = 2 * per_gpu
+    grads = 4 * per_gpu  # fp32 main gradients (Megatron accumulates in fp32 with bf16)
+    optimizer = (12 * per_gpu / dp) if m.distributed_optimizer else 12 * per_gpu
+    # activations: per layer per micro-batch, divided by TP (sequence parallel splits the rest) and CP
+    sbh = s * b * h / cp
+    sp = tp if (m.sequence_parallel or tp == 1) else 1
+    per_layer_none = sbh * (10 / sp + 24 / tp) + 5 * m.num_attention_heads * s * s * b / (tp * cp)
+    per_layer_selective = sbh * 34 / tp if m.sequence_parallel or tp == 1 else sbh * (10 + 24 / tp)
+    per_layer_full = sbh * 2 / sp
+    in_flight = pp  # 1F1B: the first stage holds PP micro-batches in flight
+    logits = 4 * s * b * m.vocab_size / tp / cp if pp == 1 else 0
+    act = {
+        "none": per_layer_none * layers_per_stage * in_flight + logits,
+        "selective": per_layer_selective * layers_per_stage * in_flight + logits,
+        "full": per_layer_full * layers_per_stage * in_flight + sbh * 34 / tp + logits,
+    }
+    notes = []
+    if m.vocab_assumed:
+        notes.append("no --padded-vocab-size/--vocab-size in the arguments: assumed 50304")
+    notes.append("estimate without allocator fragmentation, CUDA context (~0.5-1 GiB) or communication buffers")
+    return MemoryEstimate(
+        params_total=params_total,
+        params_per_gpu=per_gpu,
+        weights_gib=weights / _GIB,
+        grads_gib=grads / _GIB,
+        optimizer_gib=optimizer / _GIB,
+        activations_gib=act[m.recompute] / _GIB,
+        activations_no_recompute_gib=act["none"] / _GIB,
+        activations_full_recompute_gib=act["full"] / _GIB,
+        gpu_gib=gpu_memory_mb / 1024 if gpu_memory_mb else 0.0,
+        distributed_optimizer=m.distributed_optimizer,
+        recompute=m.recompute,
+        notes=tuple(notes),
+    )
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # error | warning | info
+    message: str
+
+
+def check_layout(
+    *, nodes: int, gpus_per_node: int, tp: int, pp: int, cp: int, ep: int, args: tuple[str, ...],
+    gpu_memory_mb: int,
+) -> tuple[list[Finding], MemoryEstimate | None]:
+    """Megatron's own startup assertions, run before the job waits in the queue, and the memory estimate."""
+    found: list[Finding] = []
+    world = nodes * gpus_per_node
+    mp = tp * pp * cp
+    if world % mp:
+        found.append(Finding("error", f"world size {nodes}x{gpus_per_node}={world} is not divisible by "
+                                      f"TP x PP x CP = {tp}x{pp}x{cp} = {mp}"))
+    if tp > gpus_per_node:
+        found.append(Finding("error", f"TP={tp} > {gpus_per_node} GPUs per node: tensor parallelism would cross "
+                                      "the node boundary (all-reduce per layer over the network)"))
+    dp = world // mp if mp and world % mp == 0 else 0
+    if ep > 1 and dp and (dp * cp) % ep:
+        found.append(Finding("error", f"EP={ep} does not divide DP x CP = {dp}x{cp}"))
+    m = model_args(args)
+    if m is None:
+        found.append(Finding("info", "no memory estimate: --num-layers/--hidden-size/--num-attention-heads/"
+                                     "--seq-length are not all in the script arguments"))
+        return found, None
+    if m.num_layers % pp:
+        found.append(Finding("error", f"--num-layers {m.num_layers} is not divisible by PP={pp}"))
+    if m.num_attention_heads % tp:
+        found.append(Finding("error", f"--num-attention-heads {m.num_attention_heads} is not divisible by TP={tp}"))
+    if m.num_experts and m.num_experts % ep:
+        found.append(Finding("error", f"--num-experts {m.num_experts} is not divisible by EP={ep}"))
+    if any(f.level == "error" for f in found):
+        return found, None
+    est = estimate_memory(m, world=world, tp=tp, pp=pp, cp=cp, ep=ep, gpu_memory_mb=gpu_memory_mb)
+    if est.gpu_gib:
+        if est.static_gib > est.gpu_gib:
+            found.append(Finding("error", f"weights+gradients+optimizer need {est.static_gib:.1f} GiB per GPU, the "
+                                          f"partition's GPUs have {est.gpu_gib:.1f} GiB: raise TP/PP"
+                                          + ("" if m.distributed_optimizer else " or add --use-distributed-optimizer")))
+        elif est.total_gib > 0.9 * est.gpu_gib:
+            hint = "" if m.recompute == "full" else " (try --recompute-granularity full)"
+            found.append(Finding("warning", f"estimated {est.total_gib:.1f} GiB per GPU is over 90% of "
+                                            f"{est.gpu_gib:.1f} GiB: likely out of memory{hint}"))
+    return found, est

@@ -1,0 +1,235 @@
+"""status / logs / follow / cancel for gpusub jobs.
+
+One throttled poll: a single ``scontrol -o show job`` (``Backend.jobs``) answers every job asked about, with an
+exponential backoff between polls (never ``sbatch --wait``, never a query per job: submitit#1759). Jobs that
+slurmctld already forgot (older than MinJobAge) are looked up in ONE ``sacct`` call when accounting exists, else
+in the run dir, where the batch shell recorded each attempt's exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from slurmkit.backend.parse import JobInfo
+from slurmkit.backend.run import run
+from slurmkit.errors import SlurmkitError
+from slurmkit.jobs.rundir import attempt_logs, last_exit, lookup_run_dir
+
+if TYPE_CHECKING:
+    from slurmkit.backend.base import Backend
+
+
+class JobUnknown(SlurmkitError):
+    pass
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: str
+    source: str  # slurmctld | sacct | run dir | unknown
+    nodes: str = ""
+    reason: str = ""
+    exit_code: str = ""
+    restarts: int = 0
+    run_dir: str | None = None
+
+    def line(self) -> str:
+        parts = [f"{self.job_id}", self.state]
+        if self.reason and self.reason not in ("None", "(null)"):
+            parts.append(f"reason={self.reason}")
+        if self.nodes:
+            parts.append(f"nodes={self.nodes}")
+        if self.exit_code:
+            parts.append(f"exit={self.exit_code}")
+        if self.restarts:
+            parts.append(f"restarts={self.restarts}")
+        parts.append(f"[{self.source}]")
+        if self.run_dir:
+            parts.append(f"run_dir={self.run_dir}")
+        return " ".join(parts)
+
+    @property
+    def finished(self) -> bool:
+        from slurmkit.backend.parse import TERMINAL_STATES
+
+        return self.state in TERMINAL_STATES or self.source == "run dir"
+
+
+class Backoff:
+    """Poll interval: ``first`` doubling to ``cap`` seconds."""
+
+    def __init__(self, first: float = 0.25, cap: float = 5.0):
+        self.next = first
+        self.cap = cap
+
+    def __call__(self) -> float:
+        cur = self.next
+        self.next = min(self.cap, self.next * 2)
+        return cur
+
+
+def _fold(nodes: Sequence[str]) -> str:
+    from slurmkit import hostlist
+
+    return hostlist.fold(nodes) if nodes else ""
+
+
+def statuses(job_ids: Sequence[str], backend: Backend, environ: Mapping[str, str] | None = None) -> list[JobStatus]:
+    env = os.environ if environ is None else environ
+    live = {j.job_id: j for j in backend.jobs(job_ids)}
+    out: dict[str, JobStatus] = {}
+    missing = []
+    for jid in job_ids:
+        j = live.get(jid)
+        if j is not None:
+            out[jid] = JobStatus(jid, j.state, "slurmctld", _fold(j.nodes), j.reason, j.exit_code, j.restarts,
+                                 lookup_run_dir(jid, env) or _run_dir_from_stdout(j))
+        else:
+            missing.append(jid)
+    if missing:
+        for jid, st in _sacct(missing, backend).items():
+            out[jid] = JobStatus(jid, st[0], "sacct", st[2], "", st[1], 0, lookup_run_dir(jid, env))
+    for jid in job_ids:
+        if jid in out:
+            continue
+        rd = lookup_run_dir(jid, env)
+        rec = last_exit(rd, jid) if rd else None
+        if rec is not None:
+            attempt, rc = rec
+            out[jid] = JobStatus(jid, "COMPLETED" if rc == 0 else "FAILED", "run dir", "", "", str(rc), attempt, rd)
+        else:
+            out[jid] = JobStatus(jid, "UNKNOWN", "unknown", reason="not in slurmctld, no accounting record, no run dir")
+    return [out[j] for j in job_ids]
+
+
+def _sacct(job_ids: Sequence[str], backend: Backend) -> dict[str, tuple[str, str, str]]:
+    """One ``sacct`` for every job slurmctld forgot; {} when accounting is absent (22.05: needs slurmdbd)."""
+    res = run(
+        ["sacct", "-X", "-P", "-n", "-j", ",".join(job_ids), "-o", "JobID,State,ExitCode,NodeList"],
+        timeout=15, check=False, env=getattr(backend, "env", None),
+    )
+    if res.rc != 0:
+        return {}
+    out: dict[str, tuple[str, str, str]] = {}
+    for line in res.stdout.splitlines():
+        f = line.split("|")
+        if len(f) >= 4:
+            out[f[0]] = (f[1].split()[0] if f[1] else "UNKNOWN", f[2], f[3])
+    return out
+
+
+def _run_dir_from_stdout(j: JobInfo) -> str | None:
+    """Our ``--output`` is ``<run_dir>/logs/slurm-%j.out``."""
+    if j.stdout and "/logs/slurm-" in j.stdout:
+        return j.stdout.rsplit("/logs/", 1)[0]
+    return None
+
+
+def find_run_dir(job_id: str, backend: Backend | None, environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    rd = lookup_run_dir(job_id, env)
+    if rd:
+        return rd
+    if backend is not None:
+        try:
+            jobs = backend.jobs([job_id])
+        except SlurmkitError:
+            jobs = []
+        for j in jobs:
+            rd = _run_dir_from_stdout(j)
+            if rd:
+                return rd
+    raise JobUnknown(f"job {job_id}: no run dir known (not submitted by gpusub from this account, or forgotten)")
+
+
+def _log_id(job_id: str, j: JobInfo | None) -> str:
+    """Array tasks log under ``<array job>_<task>``; plain jobs under their id."""
+    if j is not None:
+        a, t = j.raw.get("ArrayJobId"), j.raw.get("ArrayTaskId")
+        if a and t and t.isdigit():
+            return f"{a}_{t}"
+    return job_id
+
+
+def print_logs(job_id: str, run_dir: str, out: IO[str]) -> int:
+    n = 0
+    for p in attempt_logs(run_dir, job_id):
+        out.write(p.read_text(errors="replace"))
+        n += 1
+    return n
+
+
+def follow(
+    job_id: str,
+    backend: Backend,
+    out: IO[str],
+    *,
+    run_dir: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    cap: float = 5.0,
+    max_poll_failures: int = 5,
+) -> JobStatus:
+    """Tail every attempt's log of ``job_id`` until the job ends; returns its final status.
+
+    Polls slurmctld with backoff (one ``scontrol show job`` per poll); a controller that stops answering is
+    retried ``max_poll_failures`` times before the error is raised.
+    """
+    env = os.environ if environ is None else environ
+    rd = run_dir or find_run_dir(job_id, backend, env)
+    offsets: dict[Path, int] = {}
+    backoff = Backoff(cap=cap)
+    failures = 0
+    seen = False
+    info: JobInfo | None = None
+    while True:
+        try:
+            found = backend.jobs([job_id])
+            failures = 0
+        except SlurmkitError:
+            failures += 1
+            if failures > max_poll_failures:
+                raise
+            sleep(backoff())
+            continue
+        info = found[0] if found else None
+        seen = seen or info is not None
+        _drain(rd, _log_id(job_id, info), offsets, out)
+        if info is None:
+            if not seen:
+                raise JobUnknown(f"job {job_id} is not known to slurmctld")
+            break
+        if info.finished:
+            break
+        sleep(backoff())
+    _drain(rd, _log_id(job_id, info), offsets, out)
+    return statuses([job_id], backend, env)[0] if info is None else JobStatus(
+        job_id, info.state, "slurmctld", _fold(info.nodes), info.reason, info.exit_code, info.restarts, rd)
+
+
+def _drain(run_dir: str, log_id: str, offsets: dict[Path, int], out: IO[str]) -> None:
+    for p in attempt_logs(run_dir, log_id):
+        try:
+            with open(p, "rb") as f:
+                f.seek(offsets.get(p, 0))
+                data = f.read()
+        except OSError:
+            continue
+        if data:
+            # write whole lines only, except what a finished writer left
+            cut = data.rfind(b"\n") + 1
+            chunk = data[:cut] if cut else b""
+            if chunk:
+                out.write(chunk.decode("utf-8", errors="replace"))
+                out.flush()
+                offsets[p] = offsets.get(p, 0) + len(chunk)
+
+
+def cancel(job_id: str, backend: Backend, signal: str | None = None) -> None:
+    backend.cancel(job_id, signal=signal, batch=bool(signal))

@@ -1,0 +1,207 @@
+"""JobSpec + ClusterFacts -> RenderedJob (the sbatch script and argv): pure, no Slurm call, no file written.
+
+The result is the dry-run object: ``--dry-run`` prints ``request.script`` and ``request.command()``; a real
+submit hands the same ``request`` to the backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurmkit.backend.base import SubmitRequest
+from slurmkit.errors import UsageError
+from slurmkit.jobs import megatron
+from slurmkit.jobs.env import TORCHRUN_SIGNALS, EnvPlan, plan_env
+from slurmkit.jobs.spec import ClusterFacts, JobSpec, parse_time_minutes, sbatch_value
+
+TEMPLATES = {"torchrun": "torchrun.sh.j2", "srun": "srun.sh.j2", "megatron": "megatron.sh.j2"}
+SWITCH_WAIT = "05:00"  # how long Slurm may hold the job for a one-leaf placement (Slurm's own default is 5 min)
+
+
+@dataclass(frozen=True)
+class TopologyPlan:
+    directives: tuple[str, ...]
+    summary: str
+
+
+@dataclass(frozen=True)
+class RenderedJob:
+    spec: JobSpec
+    facts: ClusterFacts
+    request: SubmitRequest
+    env: EnvPlan
+    run_dir: str
+    gpus_per_node: int
+    topology: TopologyPlan
+    findings: tuple[megatron.Finding, ...] = ()
+    memory: megatron.MemoryEstimate | None = None
+    script_args: tuple[str, ...] = ()  # what the program receives (Megatron parallel args appended)
+
+    def plan_line(self) -> str:
+        s = self.spec
+        world = s.nodes * self.gpus_per_node
+        part = self.facts.partition or "(default partition)"
+        extra = f", TP={s.tp} PP={s.pp} CP={s.cp} EP={s.ep}" if s.launcher == "megatron" else ""
+        return (f"plan: {s.nodes} node(s) x {self.gpus_per_node} GPU(s) = {world} process(es) on {part} via "
+                f"{s.launcher}{extra}; {self.topology.summary}")
+
+    def log_path(self, job_id: str, restart: int = 0) -> str:
+        return f"{self.run_dir}/logs/{job_id}.r{restart}.log"
+
+
+def resolve_gpus(spec: JobSpec, facts: ClusterFacts) -> int:
+    if spec.gpus_per_node is not None:
+        return spec.gpus_per_node
+    if facts.gpus_per_node:
+        return facts.gpus_per_node
+    raise UsageError("--gpus-per-node: the partition's GPUs per node are unknown (no inventory, no sinfo): give it")
+
+
+def plan_topology(spec: JobSpec, facts: ClusterFacts) -> TopologyPlan:
+    """Until the placement engine lands: ask for one leaf switch when the job fits in one (topology/tree)."""
+    if spec.topology == "off":
+        return TopologyPlan((), "topology: off")
+    if spec.nodes == 1:
+        return TopologyPlan((), "topology: single node")
+    if not facts.leaves:
+        if spec.topology == "strict":
+            raise UsageError("--topology strict: the cluster reports no switch topology (topology/tree)")
+        return TopologyPlan((), "topology: none known, Slurm places the nodes")
+    biggest = max(len(nodes) for _, nodes in facts.leaves)
+    if spec.nodes <= biggest:
+        if spec.topology == "strict":
+            # Slurm caps the wait at SchedulerParameters=max_switch_wait (default 300 s); the whole time limit
+            # asks for as much as the site allows.
+            wait = spec.time or facts.max_time or "1-00:00:00"
+            if wait.upper() in ("UNLIMITED", "INFINITE"):
+                wait = "1-00:00:00"
+            return TopologyPlan((f"--switches=1@{wait}",),
+                                f"topology: strict one leaf (--switches=1@{wait}, capped by max_switch_wait)")
+        return TopologyPlan((f"--switches=1@{SWITCH_WAIT}",),
+                            f"topology: fits one leaf ({spec.nodes} <= {biggest} nodes): --switches=1@{SWITCH_WAIT}")
+    if spec.topology == "strict":
+        raise UsageError(f"--topology strict: {spec.nodes} nodes do not fit in one leaf switch (largest: {biggest})")
+    return TopologyPlan((), f"topology: {spec.nodes} nodes span leaves (largest leaf {biggest}): no --switches")
+
+
+def directives(spec: JobSpec, facts: ClusterFacts, run_dir: str, gpus: int, topo: TopologyPlan) -> list[str]:
+    """``#SBATCH`` options in a fixed order. Every value is either ours or passed ``sbatch_value``."""
+    tasks = gpus if spec.launcher == "srun" else 1
+    out = [f"--job-name={spec.job_name}", f"--nodes={spec.nodes}", f"--ntasks-per-node={tasks}"]
+    if gpus:
+        out.append(f"--gres=gpu:{gpus}")
+    if facts.partition:
+        out.append(f"--partition={facts.partition}")
+    if spec.time:
+        out.append(f"--time={spec.time}")
+    if spec.account:
+        out.append(f"--account={spec.account}")
+    if spec.qos:
+        out.append(f"--qos={spec.qos}")
+    if spec.dependency:
+        out.append(f"--dependency={spec.dependency}")
+    if spec.array:
+        out.append(f"--array={spec.array}")
+    if spec.exclusive:
+        out.append("--exclusive")
+    out += topo.directives
+    if spec.signal_grace:
+        out.append(f"--signal=B:USR2@{spec.signal_grace}")  # B: only the batch shell; it forwards to the step
+    out += ["--requeue", "--open-mode=append"]
+    pattern = "%A_%a" if spec.array else "%j"
+    out.append(f"--output={run_dir}/logs/slurm-{pattern}.out")
+    return out
+
+
+def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None = None) -> RenderedJob:
+    from slurmkit.templates import environment, header_line
+
+    sbatch_value("--run-dir", run_dir)
+    if not run_dir.startswith("/"):
+        raise UsageError(f"--run-dir: {run_dir!r} must be an absolute path (the job may start elsewhere)")
+    gpus = resolve_gpus(spec, facts)
+    if spec.launcher != "srun" and gpus == 0:
+        raise UsageError("--gpus-per-node 0: torchrun/megatron start one process per GPU; use --launcher srun")
+    if spec.time and facts.max_time:
+        want, limit = parse_time_minutes(spec.time), parse_time_minutes(facts.max_time)
+        if limit is not None and (want is None or want > limit):
+            raise UsageError(f"--time {spec.time} exceeds the partition {facts.partition}'s MaxTime {facts.max_time}")
+    topo = plan_topology(spec, facts)
+    envp = plan_env(spec, facts, run_dir)
+    findings: list[megatron.Finding] = []
+    memory = None
+    args = spec.args
+    ctx_extra: dict[str, object] = {}
+    if spec.launcher == "megatron":
+        sizes = {"tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep}
+        args = spec.args + megatron.parallel_args(sizes, spec.args)
+        found, memory = megatron.check_layout(
+            nodes=spec.nodes, gpus_per_node=gpus, tp=spec.tp, pp=spec.pp, cp=spec.cp, ep=spec.ep,
+            args=args, gpu_memory_mb=facts.gpu_memory_mb,
+        )
+        findings += found
+        world = spec.nodes * gpus
+        mp = spec.tp * spec.pp * spec.cp
+        ctx_extra = {
+            "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep,
+            "dp": world // mp if world % mp == 0 else "n/a",
+            "megatron_notes": [_comment(line) for line in (memory.lines() if memory else [])],
+        }
+    elif any(v != 1 for v in (spec.tp, spec.pp, spec.cp, spec.ep)):
+        raise UsageError("--tp/--pp/--cp/--ep need --launcher megatron")
+    ctx = {
+        "header": header_line(facts.inventory_sha256),
+        "directives": directives(spec, facts, run_dir, gpus, topo),
+        "launcher": spec.launcher,
+        "run_dir": run_dir,
+        "signal_grace": spec.signal_grace,
+        "max_restarts": spec.max_restarts,
+        "env_batch": envp.batch(),
+        "env_task": envp.task(),
+        "hca_static": ",".join(facts.ib_hca_exclude),
+        "socket_ifname": facts.socket_ifname or "",
+        "nodes": spec.nodes,
+        "nproc_per_node": gpus,
+        "container_image": spec.container_image,
+        "container_mounts": spec.container_mounts,
+        "torchrun_signals": TORCHRUN_SIGNALS,
+        "program": program(spec, args),
+        **ctx_extra,
+    }
+    script = environment("job_templates").get_template(TEMPLATES[spec.launcher]).render(**ctx)
+    return RenderedJob(
+        spec=spec, facts=facts, request=SubmitRequest(script=script, argv=(), workdir=workdir), env=envp,
+        run_dir=run_dir, gpus_per_node=gpus, topology=topo, findings=tuple(findings), memory=memory,
+        script_args=tuple(args),
+    )
+
+
+def program(spec: JobSpec, args: tuple[str, ...]) -> list[str]:
+    """The argv the step runs after the launcher; every element is shell-quoted by the template."""
+    if spec.launcher == "srun":
+        head = [spec.python, "-u"] if spec.is_python else []
+    else:
+        head = [] if spec.is_python else ["--no-python"]  # torchrun runs a non-.py program directly
+    return [*head, spec.script, *args]
+
+
+def _comment(line: str) -> str:
+    return " ".join(line.split())
+
+
+def explain(job: RenderedJob) -> list[str]:
+    """``--explain``: every variable with its value and reason, then what is deliberately left unset."""
+    out = [f"environment ({job.spec.launcher}; facts from {job.facts.source}):"]
+    width = max((len(v.name) for v in job.env.vars), default=10)
+    for v in job.env.vars:
+        where = "per node at start" if v.kind == "task" else v.origin
+        value = "(computed on each node)" if v.name == "NCCL_IB_HCA" else v.value
+        out.append(f"  {v.name:<{width}} = {value}  [{where}] {v.reason}")
+    for name, why in job.env.not_set:
+        out.append(f"  {name:<{width}}   not set: {why}")
+    out.append(f"  {'MASTER_ADDR':<{width}} = first node's address (site interface, else its Slurm NodeAddr), "
+               "resolved on that node at start")
+    out.append(f"  {'MASTER_PORT':<{width}} = 20000 + job id % 20000")
+    for f in job.facts.notes:
+        out.append(f"  note: {f}")
+    return out

@@ -1,0 +1,150 @@
+"""The run dir of a job: rendered script, resolved environment, argv, git state; and the job-id -> run-dir index.
+
+Layout (``<run_root>/<name>-<YYYYmmdd-HHMMSS>-<hex>/``)::
+
+    script.sh        the exact script given to sbatch
+    submit.json      sbatch argv, gpusub argv, spec, plan, facts source, git SHA + dirty flag, job id
+    env.txt          every variable the job sets, with its reason (what --explain prints)
+    logs/<job>.r<N>.log       one log per attempt (N = SLURM_RESTART_COUNT), written by the batch shell
+    logs/slurm-<job>.out      Slurm's own messages for the batch step
+    attempts/<job>.r<N>.nodes / .exit   node list and step exit code of each attempt
+    preempt/<job>.r<N>        appears when the preemption signal arrived (the checkpoint contract)
+    checkpoints/              $GPUSUB_CHECKPOINT_DIR
+    nccl_trace/               flight-recorder dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from slurmkit.backend.run import run
+from slurmkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from slurmkit.jobs.render import RenderedJob
+
+
+def default_run_root(site_root: str | None, environ: Mapping[str, str], cwd: str) -> str:
+    """The site's run root (per user), else ``./gpusub-runs`` in the submit directory (shared, like the code)."""
+    if environ.get("GPUSUB_RUN_ROOT"):
+        return os.path.abspath(environ["GPUSUB_RUN_ROOT"])
+    if site_root:
+        user = environ.get("USER") or environ.get("LOGNAME") or str(os.getuid())
+        return os.path.join(site_root, user)
+    return os.path.join(cwd, "gpusub-runs")
+
+
+def new_run_dir(root: str, name: str, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
+    safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", name)
+    return os.path.join(os.path.abspath(root), f"{safe}-{stamp}-{secrets.token_hex(2)}")
+
+
+def git_state(path: str) -> dict[str, object]:
+    """SHA and dirty flag of the repository holding ``path``; ``{}`` when it is not in a git work tree."""
+    where = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    head = run(["git", "-C", where, "rev-parse", "HEAD", "--show-toplevel"], timeout=10, check=False)
+    if head.rc != 0:
+        return {}
+    sha, _, top = head.stdout.strip().partition("\n")
+    dirty = run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"], timeout=10, check=False)
+    return {"repo": top.strip(), "sha": sha.strip(), "dirty": bool(dirty.stdout.strip()) if dirty.rc == 0 else None}
+
+
+def write_run_dir(job: RenderedJob, gpusub_argv: list[str]) -> None:
+    """Everything but the job id: written before sbatch so the job finds its directories."""
+    root = Path(job.run_dir)
+    try:
+        for sub in ("logs", "attempts", "preempt", "checkpoints", "nccl_trace"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--run-dir {job.run_dir}: cannot create it: {exc.strerror}") from exc
+    _atomic(root / "script.sh", job.request.script)
+    env_lines = [f"{v.name}={v.value}\t# [{v.kind}/{v.origin}] {v.reason}" for v in job.env.vars]
+    env_lines += [f"# {name} not set: {why}" for name, why in job.env.not_set]
+    _atomic(root / "env.txt", "\n".join(env_lines) + "\n")
+    record = {
+        "sbatch_argv": job.request.command(),
+        "workdir": job.request.workdir,
+        "gpusub_argv": gpusub_argv,
+        "spec": asdict(job.spec),
+        "plan": job.plan_line(),
+        "facts_source": job.facts.source,
+        "git": git_state(job.spec.script),
+        "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    _atomic(root / "submit.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def record_job_id(run_dir: str, job_id: str, environ: Mapping[str, str]) -> None:
+    path = Path(run_dir) / "submit.json"
+    data = json.loads(path.read_text())
+    data["job_id"] = job_id
+    _atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    idx = index_dir(environ)
+    try:
+        idx.mkdir(parents=True, exist_ok=True)
+        _atomic(idx / job_id, run_dir + "\n")
+    except OSError:
+        pass  # the index is a convenience: `gpusub logs` falls back to the job's StdOut path
+
+
+def index_dir(environ: Mapping[str, str]) -> Path:
+    if environ.get("SLURMKIT_STATE_DIR"):
+        return Path(environ["SLURMKIT_STATE_DIR"]) / "jobs"
+    base = environ.get("XDG_STATE_HOME") or os.path.join(environ.get("HOME", "/tmp"), ".local", "state")
+    return Path(base) / "slurmkit" / "jobs"
+
+
+def lookup_run_dir(job_id: str, environ: Mapping[str, str]) -> str | None:
+    base = job_id.split("_", 1)[0] if "_" in job_id else job_id
+    for key in (job_id, base):
+        p = index_dir(environ) / key
+        if p.is_file():
+            return p.read_text().strip() or None
+    return None
+
+
+def attempt_logs(run_dir: str, job_id: str) -> list[Path]:
+    """``logs/<job>.r<N>.log`` in attempt order."""
+    logs = Path(run_dir) / "logs"
+    found = []
+    for p in logs.glob(f"{job_id}.r*.log"):
+        m = re.fullmatch(rf"{re.escape(job_id)}\.r(\d+)\.log", p.name)
+        if m:
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def last_exit(run_dir: str, job_id: str) -> tuple[int, int] | None:
+    """(attempt, exit code) of the latest finished attempt recorded by the batch shell."""
+    best = None
+    for p in (Path(run_dir) / "attempts").glob(f"{job_id}.r*.exit"):
+        m = re.fullmatch(rf"{re.escape(job_id)}\.r(\d+)\.exit", p.name)
+        if not m:
+            continue
+        try:
+            rc = int(p.read_text().strip() or "0")
+        except ValueError:
+            continue
+        attempt = int(m.group(1))
+        if best is None or attempt > best[0]:
+            best = (attempt, rc)
+    return best
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

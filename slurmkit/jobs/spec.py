@@ -1,0 +1,160 @@
+"""What a user asks gpusub for (JobSpec) and what gpusub knows about the cluster (ClusterFacts).
+
+Both are plain frozen dataclasses so that rendering and planning stay pure functions of them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from slurmkit.errors import UsageError
+
+LAUNCHERS = ("torchrun", "srun", "megatron")
+TOPOLOGY_MODES = ("auto", "off", "strict")
+
+# Values that end up on an ``#SBATCH`` line. sbatch tokenises those lines itself (not a shell), so rather than
+# trusting its quoting we accept only characters that need none and refuse the rest with a clear message.
+_SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def sbatch_value(option: str, value: str) -> str:
+    """Refuse a value that could not be written on an ``#SBATCH`` line without quoting."""
+    if not value or not _SBATCH_SAFE.match(value):
+        raise UsageError(
+            f"{option}: {value!r} may contain only letters, digits and _@+=:,./- (it goes on an #SBATCH line)"
+        )
+    return value
+
+
+def parse_env_pair(pair: str) -> tuple[str, str]:
+    """``--env K=V`` -> (K, V). The value is free text (it is shell-quoted later); the name is checked."""
+    name, sep, value = pair.partition("=")
+    if not sep or not _ENV_NAME.match(name):
+        raise UsageError(f"--env: expected NAME=VALUE with NAME like [A-Za-z_][A-Za-z0-9_]*, got {pair!r}")
+    return name, value
+
+
+def parse_time_minutes(value: str) -> int | None:
+    """Slurm time syntax -> minutes (rounded up); ``UNLIMITED``/``INFINITE`` -> None.
+
+    Accepted like sbatch: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.
+    """
+    v = value.strip()
+    if v.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    m = _TIME.match(v)
+    if not m:
+        raise UsageError(f"--time: {value!r} is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)")
+    days, a, b, c = m.groups()
+    nums = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:
+        hours = nums[0]
+        minutes = nums[1] if len(nums) > 1 else 0
+        seconds = nums[2] if len(nums) > 2 else 0
+        total = int(days) * 1440 + hours * 60 + minutes
+    elif len(nums) == 1:
+        total, seconds = nums[0], 0
+    elif len(nums) == 2:
+        total, seconds = nums[0], nums[1]
+    else:
+        total, seconds = nums[0] * 60 + nums[1], nums[2]
+    return total + (1 if seconds else 0)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One gpusub request. ``script`` is an absolute path once the edge resolved it."""
+
+    script: str
+    args: tuple[str, ...] = ()
+    nodes: int = 1
+    gpus_per_node: int | None = None  # None: the partition's GPUs per node
+    partition: str | None = None
+    time: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    name: str | None = None
+    launcher: str = "torchrun"
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    env: tuple[tuple[str, str], ...] = ()
+    container_image: str | None = None
+    container_mounts: str | None = None
+    dependency: str | None = None
+    array: str | None = None
+    exclusive: bool = False
+    signal_grace: int = 120
+    max_restarts: int = 3
+    topology: str = "auto"
+    run_dir: str | None = None
+    python: str = "python3"  # interpreter for a .py script under the srun launcher (from PATH in the job)
+
+    def __post_init__(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise UsageError(f"--launcher: {self.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+        if self.topology not in TOPOLOGY_MODES:
+            raise UsageError(f"--topology: {self.topology!r} is not one of {', '.join(TOPOLOGY_MODES)}")
+        if self.nodes < 1:
+            raise UsageError(f"--nodes: must be >= 1, got {self.nodes}")
+        if self.gpus_per_node is not None and self.gpus_per_node < 0:
+            raise UsageError(f"--gpus-per-node: must be >= 0, got {self.gpus_per_node}")
+        for flag, v in (("--tp", self.tp), ("--pp", self.pp), ("--cp", self.cp), ("--ep", self.ep)):
+            if v < 1:
+                raise UsageError(f"{flag}: must be >= 1, got {v}")
+        if self.signal_grace < 0 or self.signal_grace > 65535:
+            raise UsageError(f"--signal-grace: must be between 0 and 65535 seconds, got {self.signal_grace}")
+        if self.max_restarts < 0:
+            raise UsageError(f"--max-restarts: must be >= 0, got {self.max_restarts}")
+        for n, _ in self.env:
+            if not _ENV_NAME.match(n):
+                raise UsageError(f"--env: bad variable name {n!r}")
+        if self.time is not None:
+            parse_time_minutes(self.time)
+        for flag, v in (("--partition", self.partition), ("--account", self.account), ("--qos", self.qos),
+                        ("--name", self.name), ("--dependency", self.dependency), ("--array", self.array),
+                        ("--time", self.time)):
+            if v is not None:
+                sbatch_value(flag, v)
+
+    @property
+    def job_name(self) -> str:
+        if self.name:
+            return self.name
+        base = self.script.rsplit("/", 1)[-1]
+        stem = base[:-3] if base.endswith(".py") else base
+        cleaned = re.sub(r"[^A-Za-z0-9_.+-]", "_", stem) or "job"
+        return cleaned[:64]
+
+    @property
+    def is_python(self) -> bool:
+        return self.script.endswith(".py")
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What the renderer and preflight need to know about the target partition.
+
+    Filled from the site inventory when there is one, else from sinfo/scontrol (see ``facts.gather``).
+    Unknown numbers are None (or 0 for memory) and the checks that need them are skipped with a note.
+    """
+
+    partition: str | None
+    gpus_per_node: int | None = None
+    gpu_type: str | None = None
+    gpu_memory_mb: int = 0
+    nodes_in_partition: int | None = None  # nodes whose GPU count is >= the request (filled per request)
+    node_gpus: tuple[tuple[str, int], ...] = ()  # (node, GPUs) for every node in the partition
+    max_time: str | None = None  # Slurm syntax, "UNLIMITED" or None (unknown)
+    leaves: tuple[tuple[str, tuple[str, ...]], ...] = ()  # leaf switch -> nodes (topology/tree)
+    socket_ifname: str | None = None
+    ib_hca_exclude: tuple[str, ...] = ()
+    site_env: tuple[tuple[str, str], ...] = ()
+    run_root: str | None = None
+    source: str = "flags"  # "inventory:<path>" or "slurm" or "flags"
+    inventory_sha256: str = ""
+    notes: tuple[str, ...] = field(default=())

@@ -1,0 +1,121 @@
+"""prepare (facts + render + preflight) and submit: the library behind ``gpusub`` and the demo.
+
+    from slurmkit.backend.cli import CLIBackend
+    from slurmkit.jobs import JobSpec, submit_job, follow
+    job_id, run_dir = submit_job(JobSpec(script="/abs/train.py", nodes=4), CLIBackend())
+    follow(job_id, CLIBackend(), sys.stdout)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from slurmkit.errors import SlurmkitError, UsageError
+from slurmkit.jobs import facts as factsmod
+from slurmkit.jobs.render import RenderedJob, render
+from slurmkit.jobs.rundir import default_run_root, new_run_dir, record_job_id, write_run_dir
+from slurmkit.jobs.spec import ClusterFacts, JobSpec
+
+if TYPE_CHECKING:
+    from slurmkit.backend.base import Backend
+
+
+class PreflightError(UsageError):
+    """The job would not run as asked (or would fail right away): refused before it waits in the queue."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    job: RenderedJob
+    warnings: tuple[str, ...] = ()
+    start_estimate: str | None = None
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    job_id: str
+    run_dir: str
+    prepared: Prepared
+
+    def __iter__(self) -> Iterator[str]:  # ``job_id, run_dir = submit_job(...)``
+        return iter((self.job_id, self.run_dir))
+
+    @property
+    def log_path(self) -> str:
+        jid = f"{self.job_id}_0" if self.prepared.job.spec.array else self.job_id
+        return self.prepared.job.log_path(jid)
+
+
+def gather_facts(spec: JobSpec, backend: Backend | None, environ: Mapping[str, str] | None = None) -> ClusterFacts:
+    """Inventory facts (no Slurm call); with a backend also the live partition (MaxTime, members)."""
+    env = os.environ if environ is None else environ
+    inv = factsmod.load_inventory_facts(spec.partition, factsmod.inventory_path(env))
+    if backend is None:
+        if inv is None:
+            return ClusterFacts(partition=spec.partition, notes=("no inventory and no Slurm query: flags only",))
+        if spec.partition and inv.partition != spec.partition:
+            return replace(inv, partition=spec.partition)
+        return inv
+    return factsmod.from_slurm(backend, spec.partition, inv)
+
+
+def prepare(
+    spec: JobSpec,
+    backend: Backend | None = None,
+    *,
+    facts: ClusterFacts | None = None,
+    environ: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    force: bool = False,
+    test_only: bool = True,
+) -> Prepared:
+    """Facts, render, preflight. With ``backend`` None nothing talks to Slurm (a dry run without queries)."""
+    env = os.environ if environ is None else environ
+    cwd = cwd or os.getcwd()
+    if not Path(spec.script).is_file():
+        raise PreflightError(f"{spec.script}: no such file (checked before queueing, not hours later)")
+    f = facts if facts is not None else gather_facts(spec, backend, env)
+    run_dir = spec.run_dir or new_run_dir(default_run_root(f.run_root, env, cwd), spec.job_name)
+    job = render(spec, f, os.path.abspath(run_dir), workdir=cwd)
+    warnings: list[str] = []
+    errors = [x.message for x in job.findings if x.level == "error"]
+    warnings += [x.message for x in job.findings if x.level == "warning"]
+    if f.node_gpus:
+        fit = sum(1 for _, g in f.node_gpus if g >= job.gpus_per_node)
+        if fit < spec.nodes:
+            errors.append(f"partition {f.partition} has {fit} node(s) with >= {job.gpus_per_node} GPUs, "
+                          f"the job asks for {spec.nodes}")
+    if errors and not force:
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise PreflightError(f"preflight: {errors[0]}{more}")
+    warnings += [f"forced past: {e}" for e in errors]
+    estimate = None
+    if backend is not None and test_only:
+        try:
+            estimate = backend.test_only(job.request)
+        except SlurmkitError as exc:
+            if not force:
+                raise PreflightError(f"preflight: sbatch --test-only refused the job: {exc.one_line()}") from exc
+            warnings.append(f"forced past: sbatch --test-only: {exc.one_line()}")
+    return Prepared(job=job, warnings=tuple(warnings), start_estimate=estimate)
+
+
+def submit_prepared(prepared: Prepared, backend: Backend, gpusub_argv: list[str] | None = None,
+                    environ: Mapping[str, str] | None = None) -> SubmitResult:
+    """Write the run dir, then ONE sbatch: never retried, so a slow controller cannot produce a duplicate job."""
+    env = os.environ if environ is None else environ
+    write_run_dir(prepared.job, gpusub_argv or [])
+    job_id = backend.submit(prepared.job.request)
+    record_job_id(prepared.job.run_dir, job_id, env)
+    return SubmitResult(job_id=job_id, run_dir=prepared.job.run_dir, prepared=prepared)
+
+
+def submit_job(spec: JobSpec, backend: Backend, *, environ: Mapping[str, str] | None = None,
+               force: bool = False) -> SubmitResult:
+    """Preflight + submit; unpacks as ``job_id, run_dir``."""
+    prepared = prepare(spec, backend, environ=environ, force=force)
+    return submit_prepared(prepared, backend, environ=environ)
