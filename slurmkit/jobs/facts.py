@@ -57,9 +57,6 @@ def from_cluster(cluster: Cluster, partition: str | None, source: str) -> Cluste
             mem = min(mem, g.gpus.memory_mb) if mem else g.gpus.memory_mb
         storage_hcas += [n.name for n in g.nics if n.role == "storage" and n.kind in ("ib", "roce")]
     excludes = tuple(dict.fromkeys([*site.nccl_ib_hca_exclude, *storage_hcas]))
-    leaves = tuple(
-        (s.name, tuple(_expand(s.nodes))) for s in cluster.topology.switches if s.nodes
-    )
     return ClusterFacts(
         partition=pname,
         gpus_per_node=_mode([n for _, n in node_gpus if n]) if node_gpus else None,
@@ -67,7 +64,7 @@ def from_cluster(cluster: Cluster, partition: str | None, source: str) -> Cluste
         gpu_memory_mb=mem,
         node_gpus=tuple(node_gpus),
         max_time=part.max_time if part else None,
-        leaves=leaves,
+        topo_model=cluster.topology,
         socket_ifname=site.socket_ifname,
         ib_hca_exclude=excludes,
         site_env=site.env,
@@ -111,13 +108,16 @@ def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | Non
     pname = rec["PartitionName"]
     members = set(_expand(rec.get("Nodes", ""))) if rec.get("Nodes") not in (None, "", "(null)") else set()
     max_time = rec.get("MaxTime") or None
+    # one `scontrol show node` for the live states the placement engine plans on (and, without an inventory,
+    # for the GPUs per node)
+    nodes = [n for n in backend.nodes() if not members or n.name in members]
+    live = tuple((n.name, n.state, n.flags, n.free_gpus, n.total_gpus) for n in nodes)
     if base is not None and base.node_gpus:
         node_gpus = tuple((n, g) for n, g in base.node_gpus if not members or n in members)
-        return replace(base, partition=pname, max_time=max_time, node_gpus=node_gpus or base.node_gpus)
-    nodes = [n for n in backend.nodes() if not members or n.name in members]
+        return replace(base, partition=pname, max_time=max_time, node_gpus=node_gpus or base.node_gpus,
+                       live_nodes=live)
     node_gpus = tuple((n.name, n.total_gpus) for n in nodes)
     gtypes = Counter(_gres_type(n.gres) for n in nodes if _gres_type(n.gres))
-    leaves = tuple((s.name, tuple(s.nodes)) for s in backend.topology() if s.nodes and s.level == 0)
     return ClusterFacts(
         partition=pname,
         gpus_per_node=_mode([g for _, g in node_gpus if g]) if node_gpus else None,
@@ -125,7 +125,8 @@ def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | Non
         gpu_memory_mb=0,
         node_gpus=node_gpus,
         max_time=max_time,
-        leaves=leaves,
+        topo_records=tuple(backend.topology()),
+        live_nodes=live,
         source="slurm",
         notes=("no site inventory: GPU memory unknown, NCCL interface left to NCCL",),
     )

@@ -13,15 +13,9 @@ from slurmkit.errors import UsageError
 from slurmkit.jobs import megatron
 from slurmkit.jobs.env import TORCHRUN_SIGNALS, EnvPlan, plan_env
 from slurmkit.jobs.spec import ClusterFacts, JobSpec, parse_time_minutes, sbatch_value
+from slurmkit.jobs.topology import TopologyPlan, plan_topology
 
 TEMPLATES = {"torchrun": "torchrun.sh.j2", "srun": "srun.sh.j2", "megatron": "megatron.sh.j2"}
-SWITCH_WAIT = "05:00"  # how long Slurm may hold the job for a one-leaf placement (Slurm's own default is 5 min)
-
-
-@dataclass(frozen=True)
-class TopologyPlan:
-    directives: tuple[str, ...]
-    summary: str
 
 
 @dataclass(frozen=True)
@@ -55,33 +49,6 @@ def resolve_gpus(spec: JobSpec, facts: ClusterFacts) -> int:
     if facts.gpus_per_node:
         return facts.gpus_per_node
     raise UsageError("--gpus-per-node: the partition's GPUs per node are unknown (no inventory, no sinfo): give it")
-
-
-def plan_topology(spec: JobSpec, facts: ClusterFacts) -> TopologyPlan:
-    """Until the placement engine lands: ask for one leaf switch when the job fits in one (topology/tree)."""
-    if spec.topology == "off":
-        return TopologyPlan((), "topology: off")
-    if spec.nodes == 1:
-        return TopologyPlan((), "topology: single node")
-    if not facts.leaves:
-        if spec.topology == "strict":
-            raise UsageError("--topology strict: the cluster reports no switch topology (topology/tree)")
-        return TopologyPlan((), "topology: none known, Slurm places the nodes")
-    biggest = max(len(nodes) for _, nodes in facts.leaves)
-    if spec.nodes <= biggest:
-        if spec.topology == "strict":
-            # Slurm caps the wait at SchedulerParameters=max_switch_wait (default 300 s); the whole time limit
-            # asks for as much as the site allows.
-            wait = spec.time or facts.max_time or "1-00:00:00"
-            if wait.upper() in ("UNLIMITED", "INFINITE"):
-                wait = "1-00:00:00"
-            return TopologyPlan((f"--switches=1@{wait}",),
-                                f"topology: strict one leaf (--switches=1@{wait}, capped by max_switch_wait)")
-        return TopologyPlan((f"--switches=1@{SWITCH_WAIT}",),
-                            f"topology: fits one leaf ({spec.nodes} <= {biggest} nodes): --switches=1@{SWITCH_WAIT}")
-    if spec.topology == "strict":
-        raise UsageError(f"--topology strict: {spec.nodes} nodes do not fit in one leaf switch (largest: {biggest})")
-    return TopologyPlan((), f"topology: {spec.nodes} nodes span leaves (largest leaf {biggest}): no --switches")
 
 
 def directives(spec: JobSpec, facts: ClusterFacts, run_dir: str, gpus: int, topo: TopologyPlan) -> list[str]:
@@ -126,7 +93,7 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         want, limit = parse_time_minutes(spec.time), parse_time_minutes(facts.max_time)
         if limit is not None and (want is None or want > limit):
             raise UsageError(f"--time {spec.time} exceeds the partition {facts.partition}'s MaxTime {facts.max_time}")
-    topo = plan_topology(spec, facts)
+    topo = plan_topology(spec, facts, gpus)
     envp = plan_env(spec, facts, run_dir)
     findings: list[megatron.Finding] = []
     memory = None

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from slurmkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from slurmkit.backend.parse import SwitchRecord
+    from slurmkit.model.cluster import Topology
 
 LAUNCHERS = ("torchrun", "srun", "megatron")
 TOPOLOGY_MODES = ("auto", "off", "strict")
@@ -150,7 +155,10 @@ class ClusterFacts:
     nodes_in_partition: int | None = None  # nodes whose GPU count is >= the request (filled per request)
     node_gpus: tuple[tuple[str, int], ...] = ()  # (node, GPUs) for every node in the partition
     max_time: str | None = None  # Slurm syntax, "UNLIMITED" or None (unknown)
-    leaves: tuple[tuple[str, tuple[str, ...]], ...] = ()  # leaf switch -> nodes (topology/tree)
+    topo_model: Topology | None = None  # the inventory's topology
+    topo_records: tuple[SwitchRecord, ...] = ()  # `scontrol show topology` (without an inventory)
+    # live (name, state, flags, free GPUs, total GPUs) from one `scontrol show node`; () in a dry run
+    live_nodes: tuple[tuple[str, str, frozenset[str], int, int], ...] = ()
     socket_ifname: str | None = None
     ib_hca_exclude: tuple[str, ...] = ()
     site_env: tuple[tuple[str, str], ...] = ()

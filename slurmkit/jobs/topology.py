@@ -1,0 +1,104 @@
+"""--topology auto|off|strict through the placement engine (slurmkit.placement): pure.
+
+* ``auto``: the engine places the job on the nodes free now; gpusub asks Slurm for the same number of leaf
+  switches (``--switches=K@5:00``), so Slurm keeps the job as compact as the engine found possible without
+  pinning nodes that may be taken a second later.
+* ``strict``: the job must get the engine's ideal span (the fewest leaves it can occupy on an empty cluster).
+  When a placement with that span exists now its nodes are pinned (``--nodelist``: the engine's best fit,
+  which keeps whole leaves for big jobs); otherwise the job waits for that span (``--switches=K@<limit>``,
+  which Slurm caps at SchedulerParameters=max_switch_wait, 300 s by default).
+* ``off``: nothing is added; Slurm places the job.
+
+``--switches`` exists only with topology/tree; with topology/block (23.11+) the engine's plan is printed but no
+directive is added (``--segment`` is for the block plugin and depends on the site's BlockSizes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurmkit.errors import UsageError
+from slurmkit.jobs.spec import ClusterFacts, JobSpec
+
+SWITCH_WAIT = "05:00"  # Slurm's own default wait for --switches; the engine already found the span possible
+
+
+@dataclass(frozen=True)
+class TopologyPlan:
+    directives: tuple[str, ...]
+    summary: str
+
+
+def node_state(state: str, flags: frozenset[str] | tuple[str, ...]) -> str:
+    """A Slurm node state + flags -> the engine's six states."""
+    f = set(flags)
+    if state in ("down", "unknown", "future", "fail") or "NOT_RESPONDING" in f or "FAIL" in f:
+        return "down"
+    if "DRAIN" in f:
+        return "drained" if state == "idle" else "draining"
+    if state in ("allocated", "completing"):
+        return "allocated"
+    if state in ("idle", "mixed"):
+        return state
+    return "down"
+
+
+def _topology(facts: ClusterFacts):  # type: ignore[no-untyped-def]
+    from slurmkit.placement import PlacementTopology
+
+    if facts.topo_model is not None and (facts.topo_model.switches or facts.topo_model.blocks):
+        topo = PlacementTopology.from_model(facts.topo_model)
+    elif facts.topo_records:
+        topo = PlacementTopology.from_records(facts.topo_records)
+    else:
+        return None
+    # the partition's nodes only (a partition may be a subset of the fabric)
+    return topo.restrict(n for n, _ in facts.node_gpus) if facts.node_gpus else topo
+
+
+def plan_topology(spec: JobSpec, facts: ClusterFacts, gpus: int) -> TopologyPlan:
+    if spec.topology == "off":
+        return TopologyPlan((), "topology: off")
+    topo = _topology(facts)
+    if topo is None:
+        if spec.topology == "strict":
+            raise UsageError("--topology strict: the cluster reports no switch topology")
+        return TopologyPlan((), "topology: none known, Slurm places the nodes")
+    if spec.nodes > len(topo.nodes):
+        raise UsageError(f"--nodes {spec.nodes}: the partition has {len(topo.nodes)} node(s) in its topology")
+    from slurmkit.placement import NodeState, Request, ideal_span, place
+
+    if facts.live_nodes:
+        states = [NodeState(n, node_state(s, fl), min(free, total), total) for n, s, fl, free, total in facts.live_nodes
+                  if n in topo.node_index]
+        live = ""
+    else:  # a dry run without queries: plan against an empty cluster
+        states = [NodeState(n, "idle", g, g) for n, g in facts.node_gpus if n in topo.node_index]
+        live = " (no live node states: planned on an idle cluster)"
+    request = Request(nodes=spec.nodes, gpus_per_node=gpus, exclusive=spec.exclusive)
+    ideal = ideal_span(topo, spec.nodes)
+    if ideal is None:
+        raise UsageError(f"--nodes {spec.nodes} do not fit under any one switch (the fabrics are not connected)")
+    ideal_level, ideal_leaves = ideal
+    p = place(topo, states, request)
+    tree = topo.kind == "tree"
+    if spec.topology == "strict":
+        if p is not None and len(p.leaves) <= ideal_leaves and p.level <= ideal_level:
+            return TopologyPlan((f"--nodelist={p.nodelist}",),
+                                f"placement (strict): {p.summary()}; pinned --nodelist={p.nodelist}{live}")
+        wait = _long_wait(spec, facts)
+        directive = (f"--switches={ideal_leaves}@{wait}",) if tree else ()
+        return TopologyPlan(directive, f"placement (strict): the ideal span ({ideal_leaves} leaf/leaves) is not "
+                                       f"free now: waiting for it" + (f" (--switches={ideal_leaves}@{wait})" if tree else "")
+                            + live)
+    if p is None:
+        directive = (f"--switches={ideal_leaves}@{SWITCH_WAIT}",) if tree else ()
+        return TopologyPlan(directive, f"placement: not enough free nodes now; asking for the ideal span of "
+                                       f"{ideal_leaves} leaf/leaves" + live)
+    directive = (f"--switches={len(p.leaves)}@{SWITCH_WAIT}",) if tree and spec.nodes > 1 else ()
+    return TopologyPlan(directive, f"placement: {p.summary()}" + (f"; {directive[0]}" if directive else "") + live)
+
+
+def _long_wait(spec: JobSpec, facts: ClusterFacts) -> str:
+    wait = spec.time or facts.max_time or "1-00:00:00"
+    return "1-00:00:00" if wait.upper() in ("UNLIMITED", "INFINITE") else wait
