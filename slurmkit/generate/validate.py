@@ -1,0 +1,672 @@
+"""Validate a set of Slurm config files: cross-file static checks (pure) and a real slurmctld parse.
+
+Static checks are what slurmctld does not refuse but nodes later trip over (anchors §4.1): GRES counts in
+slurm.conf vs gres.conf, every GRES name in GresTypes, ConstrainDevices without File=, memory constraints
+without CR_*_Memory, topology nodes unknown / in two leaves / not in any, empty trees, BlockSizes rules.
+
+The real parse (``real_parse``) runs ``slurmctld -D -c -i -f COPY`` on a temporary copy rewritten for this
+host until it logs "Running as primary controller", then stops it; any ``error:``/``fatal:`` line other than
+known host noise fails, because bad GRES and topology lines are not fatal to slurmctld (slurm-lab.md §8).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from slurmkit import hostlist
+from slurmkit.generate import confparse as cp
+from slurmkit.generate.versions import features_for, version_key
+
+# Keys any cgroup.conf of 22.05-25.11 may carry; anything else is fatal to slurmd ("Could not ... parse").
+CGROUP_KEYS = frozenset(
+    k.lower()
+    for k in (
+        "CgroupAutomount CgroupMountpoint CgroupPlugin CgroupReleaseAgentDir ConstrainCores ConstrainDevices "
+        "ConstrainKmemSpace ConstrainRAMSpace ConstrainSwapSpace MaxKmemPercent MaxRAMPercent MaxSwapPercent "
+        "MemorySwappiness MinKmemSpace MinRAMSpace AllowedKmemSpace AllowedRAMSpace AllowedSwapSpace "
+        "IgnoreSystemd IgnoreSystemdOnFailure EnableControllers SignalChildrenProcesses SystemdTimeout "
+        "CgroupSlice EnableExtraControllers"
+    ).split()
+)
+_MEM_SELECT = re.compile(r"CR_(Core|CPU|Socket|Board)?_?Memory", re.I)
+
+
+@dataclass
+class Report:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    real: str = "not run"  # what happened to the real slurmctld parse, in words
+    real_ok: bool | None = None  # None = not run / skipped
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.real_ok is not False
+
+
+# --------------------------------------------------------------------------------------------------------------
+# static checks
+
+
+def _fold(hosts: list[str]) -> str:
+    return hostlist.fold(hosts) if len(hosts) > 1 else (hosts[0] if hosts else "")
+
+
+class _Hosts:
+    """Expand each distinct hostlist string once (a 100k-node cluster repeats the same few strings)."""
+
+    def __init__(self) -> None:
+        self.cache: dict[str, list[str]] = {}
+
+    def __call__(self, spec: str, where: str) -> list[str]:
+        if spec not in self.cache:
+            self.cache[spec] = hostlist.expand(spec, where)
+        return self.cache[spec]
+
+
+def static_check(files: Mapping[str, str], version: str | None = None) -> Report:
+    rep = Report()
+    if "slurm.conf" not in files:
+        rep.errors.append("slurm.conf is missing")
+        return rep
+    text = files["slurm.conf"]
+    ver = version or cp.header_version(text)
+    feats = features_for(ver) if ver else None
+    try:
+        conf = cp.parse_slurm_conf(text)
+    except Exception as exc:  # a hostlist error inside the parse is still one finding, not a crash
+        rep.errors.append(f"slurm.conf: cannot parse: {exc}")
+        return rep
+    hosts = _Hosts()
+    err = rep.errors.append
+
+    if not conf.controllers:
+        err("slurm.conf: SlurmctldHost is missing")
+    if feats:
+        for k, v in feats.removed_slurm_values:
+            if conf.value(k).lower() == v.lower():
+                err(f"slurm.conf:{conf.settings[k.lower()][2].lineno}: {k}={v} is not available in Slurm {feats.version}")
+
+    # nodes: shapes, geometry, duplicates
+    shape_of: dict[str, int] = {}
+    shapes: list[dict[str, object]] = []
+    for rec in conf.nodes:
+        try:
+            names = hosts(rec.head, rec.where)
+        except Exception as exc:
+            err(f"{rec.where}: NodeName: {exc}")
+            continue
+        d = rec.as_dict()
+        try:
+            sockets = int(d.get("sockets", d.get("socketsperboard", "1")))
+            cps = int(d.get("corespersocket", "1"))
+            tpc = int(d.get("threadspercore", "1"))
+            real = int(d.get("realmemory", "1"))
+            spec_mem = int(d.get("memspeclimit", "0"))
+            spec_cores = int(d.get("corespeccount", "0"))
+            gres = cp.parse_gres(d.get("gres", ""))
+        except ValueError as exc:
+            err(f"{rec.where}: NodeName={rec.head}: bad number or Gres: {exc}")
+            continue
+        cores = sockets * cps
+        if "cpus" in d and d["cpus"].isdigit() and int(d["cpus"]) not in (cores, cores * tpc):
+            err(f"{rec.where}: NodeName={rec.head}: CPUs={d['cpus']} matches neither cores ({cores}) nor threads ({cores * tpc})")
+        if spec_mem and spec_mem >= real:
+            err(f"{rec.where}: NodeName={rec.head}: MemSpecLimit={spec_mem} leaves no memory of RealMemory={real}")
+        if spec_cores and spec_cores >= cores:
+            err(f"{rec.where}: NodeName={rec.head}: CoreSpecCount={spec_cores} leaves no cores of {cores}")
+        shapes.append({"cores": cores, "gres": gres, "rec": rec, "mem_spec": spec_mem})
+        dup = [h for h in names if h in shape_of]
+        if dup:
+            err(f"{rec.where}: nodes {_fold(dup)} are already defined on an earlier NodeName line")
+        for h in names:
+            shape_of.setdefault(h, len(shapes) - 1)
+
+    # GresTypes vs every GRES name used
+    gres_types = {t.strip() for t in conf.value("GresTypes").split(",") if t.strip()}
+    for sh in shapes:
+        rec = sh["rec"]
+        for name, _t in sh["gres"]:  # type: ignore[attr-defined]
+            if name not in gres_types:
+                err(f"{rec.where}: NodeName={rec.head}: Gres name {name!r} is not in GresTypes ({','.join(sorted(gres_types)) or 'empty'})")  # type: ignore[attr-defined]
+    tres = conf.value("AccountingStorageTRES")
+    for item in (t.strip() for t in tres.split(",") if t.strip()):
+        if item.lower().startswith("gres/"):
+            name = item[5:].split(":")[0]
+            if name not in gres_types:
+                err(f"slurm.conf: AccountingStorageTRES {item} names GRES {name!r}, which is not in GresTypes")
+
+    # memory constraints need memory to be a consumable resource
+    select_params = conf.value("SelectTypeParameters")
+    cgroup = cp.parse_settings(files.get("cgroup.conf", ""), "cgroup.conf")
+    if not _MEM_SELECT.search(select_params):
+        if cgroup.get("constrainramspace", ("", "no", None))[1].lower() == "yes":
+            err(f"cgroup.conf: ConstrainRAMSpace=yes needs SelectTypeParameters=CR_*_Memory (have {select_params or 'none'})")
+        if any(sh["mem_spec"] for sh in shapes):
+            err(f"slurm.conf: MemSpecLimit needs SelectTypeParameters=CR_*_Memory (have {select_params or 'none'})")
+    for key, (k, _v, rec) in cgroup.items():
+        if feats and k in feats.removed_cgroup_keys:
+            err(f"{rec.where}: {k} was removed before Slurm {feats.version}; slurmd refuses to start")
+        elif key not in CGROUP_KEYS:
+            err(f"{rec.where}: unknown cgroup.conf key {k}; slurmd refuses to start")
+    constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
+
+    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep)
+    _check_topology(files, conf, shape_of, feats, hosts, rep)
+    _check_partitions(conf, shape_of, hosts, rep)
+    return rep
+
+
+def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, int], constrain_devices: bool,
+                     hosts: _Hosts, rep: Report) -> None:
+    err = rep.errors.append
+    wants_gres = any(sh["gres"] for sh in shapes)
+    if text is None:
+        if wants_gres:
+            err("gres.conf is missing but slurm.conf nodes have Gres=")
+        return
+    global_auto = "off"
+    actual: dict[str, dict[tuple[str, str], int]] = {}
+    auto_nodes: set[str] = set()
+    all_nodes = list(shape_of)
+    for rec in cp.parse_records(text, "gres.conf"):
+        d = {k.lower(): v for k, v in rec.pairs}
+        if rec.kind == "autodetect" and len(rec.pairs) == 1:
+            global_auto = rec.head.lower()
+            continue
+        if "name" not in d:
+            if "autodetect" in d and "nodename" in d:
+                auto_nodes.update(hosts(d["nodename"], rec.where))
+                continue
+            err(f"{rec.where}: gres.conf line without Name=")
+            continue
+        try:
+            nodes = hosts(d["nodename"], rec.where) if "nodename" in d else all_nodes
+        except Exception as exc:
+            err(f"{rec.where}: NodeName: {exc}")
+            continue
+        unknown = [h for h in nodes if h not in shape_of]
+        if unknown:
+            err(f"{rec.where}: gres.conf names nodes {_fold(unknown)} that slurm.conf does not define")
+        if d.get("autodetect", global_auto) != "off":
+            auto_nodes.update(nodes)
+        name, gtype = d["name"], d.get("type", "")
+        try:
+            if "multiplefiles" in d:
+                count = 1  # one device made of several files (MIG: GPU + two nvidia-caps)
+            elif "file" in d:
+                count = len(cp.expand_files(d["file"]))
+                if "count" in d and cp.parse_count(d["count"]) != count and name != "shard":
+                    err(f"{rec.where}: Count={d['count']} but File= names {count} files")
+                if name == "shard" and "count" in d:
+                    count = cp.parse_count(d["count"])
+            elif "count" in d:
+                count = cp.parse_count(d["count"])
+            else:
+                count = 1
+        except ValueError as exc:
+            err(f"{rec.where}: bad Count/File: {exc}")
+            continue
+        has_file = "file" in d or "multiplefiles" in d
+        if name == "gpu" and not has_file:
+            if d.get("autodetect", global_auto) == "off":
+                err(f"{rec.where}: GPU line without File= (Slurm drops a GPU it cannot bind to a device file)")
+            elif constrain_devices:
+                err(f"{rec.where}: ConstrainDevices=yes needs File= on every GPU line")
+        known = [h for h in nodes if h in shape_of]
+        if "cores" in d:
+            try:
+                idx = cp.expand_ints(d["cores"])
+                top = max(idx)
+            except ValueError:
+                err(f"{rec.where}: Cores={d['cores']} is not a list of core indices")
+            else:
+                small = sorted({shape_of[h] for h in known if shapes[shape_of[h]]["cores"] <= top})
+                for s in small:
+                    bad = [h for h in known if shape_of[h] == s]
+                    err(f"{rec.where}: Cores={d['cores']} is outside the {shapes[s]['cores']} cores of {_fold(bad)} "
+                        f"(Cores= are Slurm logical core indices 0-{shapes[s]['cores'] - 1}, not OS CPU ids)")
+        if "links" in d:
+            entries = d["links"].split(",")
+            for s in sorted({shape_of[h] for h in known}):
+                ngpu = cp.gres_totals(shapes[s]["gres"]).get("gpu", 0)
+                if len(entries) != ngpu or entries.count("-1") != 1:
+                    err(f"{rec.where}: Links={d['links']} needs {ngpu} entries with exactly one -1 (the GPU itself)")
+        for h in known:
+            slot = actual.setdefault(h, {})
+            slot[(name, gtype)] = slot.get((name, gtype), 0) + count
+    # slurm.conf Gres= vs what gres.conf provides, per node, reported per group of identical findings
+    findings: dict[str, list[str]] = {}
+    for h, s in shape_of.items():
+        want = shapes[s]["gres"]
+        if not want and h not in actual:
+            continue
+        have = actual.get(h, {})
+        if h in auto_nodes and not have:
+            continue  # detection provides the devices; nothing explicit to compare
+        msg = _gres_mismatch(want, have)
+        if msg:
+            findings.setdefault(msg, []).append(h)
+    for msg, hs in findings.items():
+        err(f"gres.conf vs slurm.conf for {_fold(hs)}: {msg}")
+
+
+def _gres_mismatch(want: dict[tuple[str, str], int], have: dict[tuple[str, str], int]) -> str:
+    wt, ht = cp.gres_totals(want), cp.gres_totals(have)
+    probs = []
+    for name in sorted(set(wt) | set(ht)):
+        if wt.get(name, 0) != ht.get(name, 0):
+            probs.append(f"{name}: slurm.conf says {wt.get(name, 0)}, gres.conf gives {ht.get(name, 0)}")
+    for (name, t), n in sorted(want.items()):
+        if t and have.get((name, t), 0) != n:
+            probs.append(f"{name}:{t}: slurm.conf says {n}, gres.conf gives {have.get((name, t), 0)}")
+    return "; ".join(probs)
+
+
+def _topology_from_yaml(text: str) -> tuple[str, list[tuple[str, str, str]], list[int], str]:
+    """-> (kind, [(name, nodes, children)], block_sizes, problem) of the cluster-default topology."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return "none", [], [], f"topology.yaml is not valid YAML: {exc}"
+    if not isinstance(doc, list) or not doc:
+        return "none", [], [], "topology.yaml must be a non-empty list of topologies"
+    default = next((t for t in doc if isinstance(t, dict) and t.get("cluster_default")), doc[0])
+    if not isinstance(default, dict):
+        return "none", [], [], "topology.yaml entries must be mappings"
+    if "tree" in default:
+        sws = (default["tree"] or {}).get("switches") or []
+        return "tree", [(str(s.get("switch")), str(s.get("nodes") or ""), str(s.get("children") or "")) for s in sws], [], ""
+    if "block" in default:
+        b = default["block"] or {}
+        blocks = [(str(x.get("block")), str(x.get("nodes") or ""), "") for x in b.get("blocks") or []]
+        return "block", blocks, [int(v) for v in b.get("block_sizes") or []], ""
+    return "flat", [], [], ""
+
+
+def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict[str, int], feats: object,
+                    hosts: _Hosts, rep: Report) -> None:
+    err = rep.errors.append
+    plugin = conf.value("TopologyPlugin", "topology/none").lower()
+    kind = plugin.split("/")[-1] if "/" in plugin else plugin
+    entries: list[tuple[str, str, str]] = []
+    sizes: list[int] = []
+    levels: list[int] = []
+    fname = ""
+    if "topology.yaml" in files:
+        fname = "topology.yaml"
+        ykind, entries, sizes, problem = _topology_from_yaml(files[fname])
+        if problem:
+            err(problem)
+            return
+        if ykind in ("tree", "block"):
+            kind = ykind
+    elif "topology.conf" in files:
+        fname = "topology.conf"
+        for rec in cp.parse_records(files[fname], fname):
+            d = rec.as_dict()
+            if rec.kind == "switchname":
+                entries.append((rec.head, d.get("nodes", ""), d.get("switches", "")))
+            elif rec.kind == "blockname":
+                entries.append((rec.head, d.get("nodes", ""), ""))
+            elif rec.kind == "blocksizes":
+                try:
+                    sizes = [int(x) for x in rec.head.split(",")]
+                except ValueError:
+                    err(f"{rec.where}: BlockSizes={rec.head} is not a list of integers")
+            elif rec.kind == "blocklevels":
+                try:
+                    levels = cp.expand_ints(rec.head)
+                except ValueError:
+                    err(f"{rec.where}: BlockLevels={rec.head} is not a list of levels")
+            else:
+                err(f"{rec.where}: unknown topology.conf line {rec.pairs[0][0]}")
+    if kind not in ("tree", "block"):
+        return
+    if not entries:
+        # slurmctld with topology/tree and no switches breaks scheduling (aicr #1737); say so here
+        err(f"TopologyPlugin=topology/{kind} but {fname or 'topology.conf'} defines no {'switches' if kind == 'tree' else 'blocks'}")
+        return
+    leaf_of: dict[str, str] = {}
+    for name, nodes, _children in entries:
+        if not nodes:
+            continue
+        try:
+            members = hosts(nodes, f"{fname} {name}")
+        except Exception as exc:
+            err(f"{fname}: {name}: {exc}")
+            continue
+        unknown = [h for h in members if h not in shape_of]
+        if unknown:
+            err(f"{fname}: {name} names nodes {_fold(unknown)} that slurm.conf does not define")
+        twice = [h for h in members if h in leaf_of]
+        if twice:
+            err(f"{fname}: nodes {_fold(twice)} are in both {leaf_of[twice[0]]} and {name}")
+        for h in members:
+            leaf_of.setdefault(h, name)
+    missing = [h for h in shape_of if h not in leaf_of]
+    if missing:
+        err(f"{fname}: nodes {_fold(missing)} are in no {'leaf switch' if kind == 'tree' else 'block'}; "
+            "Slurm will not place them with the rest")
+    if kind == "tree":
+        names = [e[0] for e in entries]
+        if len(set(names)) != len(names):
+            err(f"{fname}: duplicate switch names")
+        parent: dict[str, str] = {}
+        for name, _nodes, children in entries:
+            for c in hosts(children, fname) if children else []:
+                if c not in names:
+                    err(f"{fname}: switch {name} has unknown child switch {c}")
+                elif c in parent:
+                    err(f"{fname}: switch {c} has two parents ({parent[c]}, {name})")
+                else:
+                    parent[c] = name
+        for start in names:  # a cycle never reaches a root
+            seen, cur = {start}, start
+            while cur in parent:
+                cur = parent[cur]
+                if cur in seen:
+                    err(f"{fname}: switch {start} is in a cycle")
+                    break
+                seen.add(cur)
+        roots = [n for n in names if n not in parent]
+        if len(roots) > 1:
+            rep.warnings.append(f"{fname}: {len(roots)} top-level switches ({_fold(roots)}): jobs cannot span them")
+    else:
+        if sizes:
+            base = sizes[0]
+            for s in sizes:
+                q, r = divmod(s, base) if base > 0 else (0, 1)
+                if r or q < 1 or q & (q - 1):
+                    err(f"{fname}: BlockSizes {s} is not a power-of-two multiple of the base block size {base}")
+            if sizes != sorted(set(sizes)):
+                err(f"{fname}: BlockSizes must be strictly increasing, got {','.join(map(str, sizes))}")
+            total = len(leaf_of)
+            if sizes[-1] > total:
+                err(f"{fname}: BlockSizes {sizes[-1]} is larger than all {total} nodes in blocks")
+            big = [n for n, nodes, _ in entries if nodes and len(hosts(nodes, fname)) > base]
+            if big:
+                err(f"{fname}: blocks {_fold(big)} have more nodes than the base block size {base}")
+        for lv in levels:
+            if not 0 <= lv <= 4:
+                err(f"{fname}: BlockLevels {lv} is outside 0-4")
+
+
+def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Hosts, rep: Report) -> None:
+    err = rep.errors.append
+    nodesets = {}
+    for rec in conf.nodesets:
+        nodes = rec.get("Nodes")
+        if nodes:
+            members = hosts(nodes, rec.where)
+            unknown = [h for h in members if h not in shape_of]
+            if unknown:
+                err(f"{rec.where}: NodeSet={rec.head} names unknown nodes {_fold(unknown)}")
+        nodesets[rec.head] = rec
+    defaults = [p.head for p in conf.partitions if (p.get("Default") or "").upper() == "YES"]
+    if len(defaults) > 1:
+        err(f"slurm.conf: more than one default partition: {', '.join(defaults)}")
+    for rec in conf.partitions:
+        nodes = rec.get("Nodes")
+        if not nodes:
+            err(f"{rec.where}: PartitionName={rec.head} has no Nodes=")
+            continue
+        for item in _split_outside_brackets(nodes):
+            if item in nodesets or item.upper() == "ALL":
+                continue
+            try:
+                members = hosts(item, rec.where)
+            except Exception as exc:
+                err(f"{rec.where}: PartitionName={rec.head}: {exc}")
+                continue
+            unknown = [h for h in members if h not in shape_of]
+            if unknown:
+                err(f"{rec.where}: PartitionName={rec.head} names unknown nodes or nodesets {_fold(unknown)}")
+
+
+def _split_outside_brackets(text: str) -> list[str]:
+    out, buf, depth = [], [], 0
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+    out.append("".join(buf))
+    return [x for x in out if x]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the real parse
+
+
+# Lines every slurmctld on a dev box prints whatever the config: not findings about the config.
+NOISE = (
+    re.compile(r"mpi/pmix"),
+    re.compile(r"MPI: Cannot create context for mpi/pmix"),
+    re.compile(r"Couldn't load specified plugin name for mpi/pmix"),
+    re.compile(r"Job accounting information gathered, but not stored"),
+    re.compile(r"Even though we are collecting accounting information"),
+    # a fresh StateSaveLocation (the copy always has one) has no state files yet
+    re.compile(r"Could not open \w+ state file .*No such file"),
+    re.compile(r"NOTE: Trying backup state save file"),
+)
+PRIMARY = "Running as primary controller"
+
+# Keys removed from the copy: they point at services, keys or files of the real cluster.
+_DROP = {
+    k.lower()
+    for k in (
+        "AuthInfo AuthAltTypes AuthAltParameters SlurmdUser AccountingStorageHost AccountingStoragePort "
+        "AccountingStoragePass AccountingStorageUser AccountingStorageTRES AccountingStorageEnforce "
+        "AccountingStorageBackupHost AccountingStorageExternalHost JobCompType JobCompLoc JobCompHost JobCompPort "
+        "JobCompUser JobCompPass JobCredentialPrivateKey JobCredentialPublicCertificate SlurmctldLogFile "
+        "SlurmSchedLogFile SlurmctldAddr BackupController BackupAddr ControlMachine ControlAddr"
+    ).split()
+}
+_SCRIPTS = {
+    k.lower()
+    for k in "Prolog Epilog HealthCheckProgram PrologSlurmctld EpilogSlurmctld ResvProlog ResvEpilog TaskProlog TaskEpilog SrunProlog SrunEpilog RebootProgram".split()
+}
+
+
+def installed_slurmctld() -> tuple[str | None, str]:
+    """(path, release like '22.05') of the slurmctld on PATH (sbin included), or (None, reason)."""
+    path = shutil.which("slurmctld") or shutil.which("slurmctld", path="/usr/sbin:/usr/local/sbin:/sbin")
+    if not path:
+        return None, "slurmctld is not installed"
+    from slurmkit.backend.run import run
+
+    res = run([path, "-V"], timeout=10, check=False)
+    m = re.search(r"(\d+)\.(\d+)\.\d+", res.stdout + res.stderr)
+    if not m:
+        return None, f"cannot read the version of {path}: {(res.stdout + res.stderr).strip()[:80]}"
+    return path, f"{int(m.group(1)):02d}.{int(m.group(2)):02d}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rewrite_for_host(slurm_conf: str, tmp: Path, src_dir: Path | None = None) -> tuple[str, list[str]]:
+    """The copy of ``slurm.conf`` a parse on this host can start with; also what was changed, in words."""
+    notes: list[str] = []
+    user = getpass.getuser()
+    host = socket.gethostname().split(".")[0]
+    paths = {
+        "statesavelocation": tmp / "state",
+        "slurmdspooldir": tmp / "spool",
+        "slurmctldpidfile": tmp / "slurmctld.pid",
+        "slurmdpidfile": tmp / "slurmd.pid",
+        "slurmdlogfile": tmp / "slurmd.log",
+    }
+    fixed = {
+        "slurmctldhost": host,
+        "slurmctldport": str(_free_port()),
+        "authtype": "auth/none",
+        "credtype": "cred/none",
+        "slurmuser": user,
+        "accountingstoragetype": "accounting_storage/none",
+        **{k: str(v) for k, v in paths.items()},
+    }
+    out: list[str] = []
+    done: set[str] = set()
+    for raw in slurm_conf.splitlines():
+        recs = cp.parse_records(raw)
+        if not recs:
+            out.append(raw)
+            continue
+        rec = recs[0]
+        if rec.kind == "nodename":
+            pairs = [(k, v) for k, v in rec.pairs if k.lower() not in ("nodeaddr", "nodehostname")]
+            # node names need not resolve here: every node "lives" on loopback in the copy
+            out.append(" ".join(f"{k}={v}" for k, v in pairs) + " NodeAddr=127.0.0.1")
+            continue
+        if rec.kind in ("partitionname", "nodeset", "downnodes"):
+            out.append(raw)
+            continue
+        if rec.kind == "include":
+            notes.append(f"dropped 'Include {rec.head}' (not followed by the check)")
+            continue
+        keep = []
+        for k, v in rec.pairs:
+            lk = k.lower()
+            if lk in _DROP:
+                continue
+            if lk in fixed:
+                if lk not in done:
+                    keep.append((k, fixed[lk]))
+                    done.add(lk)
+                continue
+            if lk in _SCRIPTS and not os.access(v, os.X_OK):
+                notes.append(f"dropped {k}={v} (not present on this host)")
+                continue
+            keep.append((k, v))
+        if keep:
+            out.append(" ".join(f"{k}={v}" for k, v in keep))
+    for lk, v in fixed.items():
+        if lk not in done:
+            out.append(f"{lk}={v}")
+    (tmp / "state").mkdir(exist_ok=True)
+    (tmp / "spool").mkdir(exist_ok=True)
+    return "\n".join(out) + "\n", notes
+
+
+@dataclass
+class RealParse:
+    ok: bool | None  # None = skipped
+    message: str
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 15.0) -> RealParse:
+    """Start a real slurmctld on a rewritten temporary copy and collect its error lines."""
+    path, inst = installed_slurmctld()
+    if path is None:
+        return RealParse(None, f"real parse skipped: {inst}")
+    target = version or cp.header_version(files.get("slurm.conf", ""))
+    if target and version_key(target) > version_key(inst):
+        return RealParse(
+            None,
+            f"real parse skipped: config targets Slurm {target}, installed slurmctld is {inst} "
+            "(it would reject keys and plugins newer than itself)",
+        )
+    with tempfile.TemporaryDirectory(prefix="slurmkit-validate-") as td:
+        tmp = Path(td)
+        etc = tmp / "etc"
+        etc.mkdir()
+        for name, body in files.items():
+            (etc / name).write_text(body)
+        conf_text, notes = rewrite_for_host(files["slurm.conf"], tmp)
+        (etc / "slurm.conf").write_text(conf_text)
+        res = _run_until_primary([path, "-D", "-c", "-i", "-f", str(etc / "slurm.conf")], timeout)
+    res.message += "".join(f"; {n}" for n in notes)
+    return res
+
+
+def _run_until_primary(argv: list[str], timeout: float) -> RealParse:
+    """slurmctld -D never exits on success, so this is the one place that streams a child's output:
+    ``backend.run.run`` waits for exit. List argv, no shell, a deadline, and the child is always reaped."""
+    t0 = time.monotonic()
+    errors: list[str] = []
+    tail: list[str] = []
+    reached = timed_out = False
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        deadline = t0 + timeout
+        pending = b""
+        eof = False
+        while not reached and not eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            # raw fd reads: a buffered readline would hide already-read lines from select()
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            eof = not chunk
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            if eof and pending:
+                lines.append(pending)
+            for raw in lines:
+                line = raw.decode(errors="replace").rstrip()
+                tail = (tail + [line])[-5:]
+                if re.search(r"\b(error|fatal):", line) and not any(n.search(line) for n in NOISE):
+                    errors.append(line.removeprefix("slurmctld: "))
+                if PRIMARY in line:
+                    reached = True
+                    break
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+    secs = time.monotonic() - t0
+    if not reached:
+        why = f"did not get there in {timeout:g}s" if timed_out else f"exited (rc={proc.returncode})"
+        last = errors[-1] if errors else (tail[-1] if tail else "no output")
+        return RealParse(False, f"slurmctld {why} before running as primary controller: {last}", errors or [last], secs)
+    if errors:
+        return RealParse(False, f"slurmctld logged {len(errors)} error line(s): {errors[0]}", errors, secs)
+    return RealParse(True, f"slurmctld accepted the config (primary after {secs * 1000:.0f} ms, no error lines)", [], secs)
+
+
+def validate(files: Mapping[str, str], version: str | None = None, real: bool = True) -> Report:
+    """Static checks, then (when they pass and ``real``) the real slurmctld parse."""
+    rep = static_check(files, version)
+    if real and not rep.errors:
+        rp = real_parse(files, version)
+        rep.real, rep.real_ok = rp.message, rp.ok
+        rep.errors += [f"slurmctld: {e}" for e in rp.errors]
+    elif real:
+        rep.real = "real parse not run: static checks failed"
+    return rep
