@@ -6,7 +6,7 @@ Source: the inventory's ``hooks.checks`` mapping (or a site YAML with the same s
       checks:
         budget_s: 5                 # global wall-clock budget of one hook run (NVML hang included)
         resume_after_passes: 3      # health check: consecutive passes before resuming a node we drained
-        scontrol_timeout_s: 2       # each scontrol/squeue call a hook makes
+        scontrol_timeout_s: 1       # each scontrol/squeue call a hook makes
         temperature: {max_c: 90, warn_c: 83, action: drain}
         ib: false                   # shorthand for {enabled: false}
         xid: {codes: [48, 79], hooks: [prolog, health]}
@@ -95,7 +95,7 @@ class Policy:
     checks: Mapping[str, CheckPolicy]
     budget_s: float = 5.0
     resume_after_passes: int = 3
-    scontrol_timeout_s: float = 2.0
+    scontrol_timeout_s: float = 1.0
 
     def check(self, name: str) -> CheckPolicy:
         return self.checks[name]
@@ -190,7 +190,7 @@ def parse_policy(raw: Mapping[str, Any] | None, *, path: str = "hooks.checks", s
             raise _unknown(str(key), allowed, f"{path}.{key}", source)
     budget = float(_number(raw.get("budget_s", 5.0), f"{path}.budget_s", source, minimum=0, exclusive_min=True))
     passes = int(_number(raw.get("resume_after_passes", 3), f"{path}.resume_after_passes", source, minimum=1, integer=True))
-    sc_timeout = float(_number(raw.get("scontrol_timeout_s", 2.0), f"{path}.scontrol_timeout_s", source,
+    sc_timeout = float(_number(raw.get("scontrol_timeout_s", 1.0), f"{path}.scontrol_timeout_s", source,
                                minimum=0, exclusive_min=True))
     if sc_timeout >= budget:
         raise _err(f"{path}.scontrol_timeout_s", f"must be below budget_s ({budget:g}) or a drain could never fit", source)

@@ -1,0 +1,95 @@
+"""Epilog cleanup: the job user's leftover GPU processes and /dev/shm files.
+
+Conservative by construction: only processes whose real uid is the job's uid (never root, never uid < 1000 unless
+the job ran as it) are killed, and only those NVML reports on the job's GPUs; /dev/shm entries are removed only
+when they belong to the job's uid *and* no other job of that user is on the node (a bounded squeue answers that; if
+it cannot, nothing is removed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import time
+from typing import Any
+
+
+def _uid_of(proc_root: str, pid: int) -> int | None:
+    try:
+        with open(os.path.join(proc_root, str(pid), "status")) as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])  # real uid
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _alive(proc_root: str, pid: int) -> bool:
+    try:
+        with open(os.path.join(proc_root, str(pid), "stat")) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has let go of the GPU
+    except (OSError, IndexError):
+        return False
+
+
+def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_root: str = "/proc",
+                       wait_s: float = 1.0) -> dict[str, list[dict[str, Any]]]:
+    """SIGKILL the job user's compute processes on the job's GPUs; report killed / survivors / foreign."""
+    killed: list[dict[str, Any]] = []
+    foreign: list[dict[str, Any]] = []
+    if job_uid is None:
+        return {"killed": [], "survivors": [], "foreign": [], "skipped": ["job uid unknown"]}  # type: ignore[dict-item]
+    for gpu, procs in sorted(procs_by_gpu.items(), key=lambda kv: int(kv[0])):
+        if not isinstance(procs, list):
+            continue
+        for p in procs:
+            pid = int(p["pid"])
+            uid = _uid_of(proc_root, pid)
+            if uid is None:
+                continue  # already gone (or in another pid namespace we cannot see): nothing to kill
+            entry = {"gpu": int(gpu), "pid": pid, "uid": uid}
+            if uid != job_uid or uid == 0:
+                foreign.append(entry)
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(entry)
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                foreign.append(entry)
+    end = time.monotonic() + wait_s
+    survivors = [k for k in killed if _alive(proc_root, k["pid"])]
+    while survivors and time.monotonic() < end:
+        time.sleep(0.02)
+        survivors = [k for k in survivors if _alive(proc_root, k["pid"])]
+    return {"killed": killed, "survivors": survivors, "foreign": foreign}
+
+
+def clean_shm(uid: int, shm_dir: str = "/dev/shm") -> dict[str, Any]:
+    """Remove top-level entries of ``shm_dir`` owned by ``uid`` (never following symlinks)."""
+    removed: list[str] = []
+    errors: list[str] = []
+    if uid == 0:
+        return {"removed": [], "errors": ["refusing to clean root's files"]}
+    try:
+        names = os.listdir(shm_dir)
+    except OSError as exc:
+        return {"removed": [], "errors": [f"{shm_dir}: {exc.strerror}"]}
+    for name in names:
+        path = os.path.join(shm_dir, name)
+        try:
+            st = os.lstat(path)
+            if st.st_uid != uid:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            removed.append(name)
+        except OSError as exc:
+            errors.append(f"{name}: {exc.strerror}")
+    return {"removed": removed, "errors": errors}

@@ -1,0 +1,308 @@
+"""The prolog, epilog, health and check flows. Library code: the CLI edge builds a ``HookEnv`` and exits with
+``Report.exit_code``; nothing here reads the environment or prints.
+
+Slurm semantics followed (anchors §6):
+- prolog: exit 0 on pass or warn. On a drain-level failure set our own reason first (a bounded scontrol call, the
+  reason survives because slurmctld's _drain_node keeps an existing one), then exit 1: Slurm drains and requeues.
+- epilog: clean up, check, exit 1 only when the node must not take jobs.
+- health: exit status is only logged by slurmd, so it drains/resumes itself; resumes only our own drains after N
+  passes; never touches a foreign reason or a DOWN node; no Slurm call on the run slurmd makes before registering.
+- every Slurm call and the NVML gather fit in ``policy.budget_s`` together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from slurmkit.errors import SlurmCommandError, SlurmkitError
+from slurmkit.health import state
+from slurmkit.health.decide import Decision, Verb, decide_fail, decide_health, ours
+from slurmkit.health.expect import Expectations, load_expectations
+from slurmkit.health.host import HostPaths, process_start_ticks
+from slurmkit.health.nvmlworker import GatherResult
+from slurmkit.health.output import Report, prometheus_text
+from slurmkit.health.policy import Policy, load_site_policy, parse_policy
+from slurmkit.health.result import Action, CheckResult, Status, drain_reason, worst_action
+from slurmkit.health.runner import RunSpec, run_checks
+
+if TYPE_CHECKING:
+    from slurmkit.health.slurmctl import NodeState
+
+# Time kept back from the gather for what must follow it (scontrol calls, writing outputs).
+_OUTPUT_MARGIN_S = 0.15
+
+
+@dataclass
+class HookEnv:
+    hook: str  # prolog | epilog | health | check
+    node: str
+    state_dir: str
+    inventory: str | None = None
+    policy_file: str | None = None
+    fake_nvml: str | None = None
+    job_id: str | None = None
+    job_uid: int | None = None
+    job_user: str | None = None
+    job_gpus: list[int] | None = None  # SLURM_JOB_GPUS (node-level gres indices)
+    textfile_dir: str | None = None
+    paths: HostPaths = field(default_factory=HostPaths)
+    shm_dir: str = "/dev/shm"
+    ppid: int | None = None
+    runner: Callable[..., Any] | None = None  # Slurm command runner; None = backend.run.run (tests pass a fake)
+    started_mono: float = field(default_factory=time.monotonic)
+    write_outputs: bool = True
+
+
+def _remaining(deadline: float) -> float:
+    return deadline - time.monotonic()
+
+
+def load_policy(env: HookEnv, expect: Expectations) -> Policy:
+    if env.policy_file:
+        return load_site_policy(env.policy_file)
+    return parse_policy(expect.checks, source=env.inventory)
+
+
+def run_hook(env: HookEnv) -> Report:
+    started = time.time()
+    readonly = env.hook == "check"
+    ndir = None if readonly and not os.path.isdir(os.path.join(env.state_dir, env.node)) \
+        else state.node_dir(env.state_dir, env.node)
+    config_error: str | None = None
+    try:
+        expect = load_expectations(env.inventory, env.node, ndir)
+        policy = load_policy(env, expect)
+    except (SlurmkitError, OSError) as exc:
+        if readonly:
+            raise  # an admin running `check` wants the error itself
+        # A broken inventory push must not drain the whole cluster: run every check with the defaults (hardware
+        # faults still fail closed) and report the config problem as a warning in every record.
+        config_error = exc.one_line() if isinstance(exc, SlurmkitError) else f"{env.inventory}: {exc}"
+        expect, policy = Expectations(node=env.node, source="inventory unusable"), parse_policy({})
+    hard_deadline = env.started_mono + policy.budget_s - _OUTPUT_MARGIN_S
+    # Slurm calls that may follow the gather: read the node + drain (+ reboot, or squeue in the epilog).
+    slurm_calls = 0 if readonly else 2
+    reserve = min(0.4 * policy.budget_s, slurm_calls * policy.scontrol_timeout_s + 0.1)
+    spec = RunSpec(
+        hook=env.hook, node=env.node, policy=policy, expect=expect, node_state_dir=ndir, fake_nvml=env.fake_nvml,
+        paths=env.paths, job_gres_indices=env.job_gpus if env.hook in ("prolog", "epilog") else None,
+        ppid=env.ppid, deadline=hard_deadline - reserve, commit_xid=not readonly,
+    )
+    notes: list[str] = []
+    between = None
+    if env.hook == "epilog":
+        def between(gathered: GatherResult | None) -> dict[str, Any]:
+            return {"cleanup": _epilog_cleanup(env, policy, gathered, hard_deadline, notes)}
+
+    out = run_checks(spec, between=between)
+    if config_error:
+        out.results.insert(0, CheckResult("config", Status.WARN, f"inventory/policy unusable, defaults used: "
+                                          f"{config_error}", ["config error"], action=Action.WARN))
+    action = worst_action(out.results)
+    reason = drain_reason(out.results) if action >= Action.DRAIN else ""
+    report = Report(hook=env.hook, node=env.node, started=started, duration_s=0.0, results=out.results,
+                    action=action, reason=reason, exit_code=0, job_id=env.job_id, notes=notes)
+    if env.hook in ("prolog", "epilog"):
+        report.exit_code = 1 if action >= Action.DRAIN else 0
+        if action >= Action.DRAIN:
+            report.slurm = _act_on_failure(env, policy, action, reason, hard_deadline)
+    elif env.hook == "health":
+        report.exit_code = 1 if action >= Action.DRAIN else 0
+        report.slurm = _health_slurm(env, policy, action, reason, ndir, hard_deadline)
+    else:  # check: an admin's look; exit 1 when something would drain the node
+        report.exit_code = 1 if action >= Action.DRAIN else 0
+    report.duration_s = time.monotonic() - env.started_mono
+    if env.write_outputs and ndir is not None and not readonly:
+        write_outputs(report, ndir, env.textfile_dir)
+    return report
+
+
+def _call_timeout(policy: Policy, deadline: float) -> float | None:
+    t = min(policy.scontrol_timeout_s, _remaining(deadline))
+    return t if t > 0.05 else None
+
+
+def _execute(env: HookEnv, d: Decision, policy: Policy, deadline: float, log: dict[str, Any]) -> None:
+    from slurmkit.health import slurmctl
+
+    steps: list[tuple[str, Any]] = []
+    if d.verb in (Verb.DRAIN, Verb.UPDATE_REASON, Verb.DRAIN_REBOOT):
+        steps.append(("drain", lambda t: slurmctl.drain(env.node, d.reason, t, env.runner)))
+    if d.verb == Verb.DRAIN_REBOOT:
+        steps.append(("reboot", lambda t: slurmctl.request_reboot(env.node, d.reason, t, env.runner)))
+    if d.verb == Verb.RESUME:
+        steps.append(("resume", lambda t: slurmctl.resume(env.node, t, env.runner)))
+    done: list[str] = []
+    for name, fn in steps:
+        t = _call_timeout(policy, deadline)
+        if t is None:
+            log["error"] = f"no time left for {name}"
+            break
+        try:
+            fn(t)
+            done.append(name)
+        except SlurmCommandError as exc:
+            log["error"] = f"{name}: {exc.one_line()}"
+            break
+    log["done"] = "+".join(done) if done else "nothing"
+
+
+def _read_node(env: HookEnv, policy: Policy, deadline: float, log: dict[str, Any]) -> NodeState | None:
+    from slurmkit.health import slurmctl
+
+    t = _call_timeout(policy, deadline)
+    if t is None:
+        log["error"] = "no time left to read the node state"
+        return None
+    try:
+        return slurmctl.show_node(env.node, t, env.runner)
+    except (SlurmCommandError, ValueError) as exc:
+        log["error"] = f"show node: {exc.one_line() if isinstance(exc, SlurmCommandError) else exc}"
+        return None
+
+
+def _act_on_failure(env: HookEnv, policy: Policy, action: Action, reason: str, deadline: float) -> dict[str, Any]:
+    """Prolog/epilog: put our reason on the node before the non-zero exit (never over a foreign one)."""
+    log: dict[str, Any] = {"wanted": action.label, "reason": reason}
+    node = _read_node(env, policy, deadline, log)
+    if node is None:
+        log["done"] = "nothing (Slurm drains with its own reason on our non-zero exit)"
+        return log
+    d = decide_fail(node, action, reason)
+    log["decision"], log["why"] = d.verb.value, d.why
+    log["before"] = {"state": node.base, "flags": sorted(node.flags), "reason": node.reason}
+    _execute(env, d, policy, deadline, log)
+    return log
+
+
+def slurmd_identity(env: HookEnv) -> str | None:
+    """``<pid>:<start ticks>`` of the slurmd that runs us, or None when slurmd is not our parent."""
+    if not env.ppid:
+        return None
+    try:
+        with open(os.path.join(env.paths.proc_root, str(env.ppid), "comm")) as f:
+            if f.read().strip() != "slurmd":
+                return None
+    except OSError:
+        return None
+    return f"{env.ppid}:{process_start_ticks(env.paths.proc_root, env.ppid)}"
+
+
+def _health_slurm(env: HookEnv, policy: Policy, action: Action, reason: str, ndir: str | None,
+                  deadline: float) -> dict[str, Any]:
+    log: dict[str, Any] = {"wanted": action.label}
+    assert ndir is not None
+    path = os.path.join(ndir, "health.json")
+    try:
+        with state.locked(path + ".lock", timeout=max(0.05, min(0.5, _remaining(deadline)))):
+            st = state.read_json(path, {"passes": 0, "slurmd": None})
+            ident = slurmd_identity(env)
+            if ident is not None and ident != st.get("slurmd"):
+                # The first run of a new slurmd happens before it registers with slurmctld: Slurm RPCs from here can
+                # hang (NHC #159). Record the verdict, act on the next interval (or the prolog will).
+                st["slurmd"] = ident
+                state.atomic_write(path, json.dumps(st))
+                log["done"] = "nothing (first run of this slurmd: before registration, no Slurm calls)"
+                return log
+            node = _read_node(env, policy, deadline, log)
+            if node is None:
+                log["done"] = "nothing"
+                return log
+            d = decide_health(node, action, reason, int(st.get("passes", 0)), policy.resume_after_passes)
+            log.update(decision=d.verb.value, why=d.why, passes=d.passes,
+                       before={"state": node.base, "flags": sorted(node.flags), "reason": node.reason})
+            if d.verb == Verb.RESUME and not ours(node.reason):
+                raise AssertionError("decide_health resumed a foreign drain")  # belt and braces: never ship this
+            _execute(env, d, policy, deadline, log)
+            new = {**st, "passes": d.passes, "slurmd": ident if ident is not None else st.get("slurmd")}
+            if new != st:
+                state.atomic_write(path, json.dumps(new))
+    except state.LockTimeout:
+        log["done"] = "nothing (another health run holds the lock)"
+    return log
+
+
+def _epilog_cleanup(env: HookEnv, policy: Policy, gathered: GatherResult | None, deadline: float,
+                    notes: list[str]) -> dict[str, Any]:
+    from slurmkit.health import slurmctl
+    from slurmkit.health.cleanup import clean_shm, kill_gpu_leftovers
+
+    procs: dict[str, Any] = {}
+    if gathered is not None:
+        for idx, d in gathered.data.get("gpu_procs", {}).items():
+            procs[idx] = d.get("compute_processes")
+    wait = max(0.0, min(1.0, _remaining(deadline) - 2 * policy.scontrol_timeout_s))
+    result: dict[str, Any] = kill_gpu_leftovers(procs, env.job_uid, env.paths.proc_root, wait_s=wait)
+    if env.job_user and env.job_uid not in (None, 0):
+        t = _call_timeout(policy, deadline - policy.scontrol_timeout_s)  # keep one call's worth for the drain
+        if t is None:
+            notes.append("shm cleanup skipped: no time left for squeue")
+        else:
+            try:
+                others = slurmctl.other_jobs_of_user(env.node, env.job_user, env.job_id, t, env.runner)
+            except SlurmCommandError as exc:
+                others = None
+                notes.append(f"shm cleanup skipped: squeue failed: {exc.one_line()}")
+            if others == []:
+                result["shm"] = clean_shm(env.job_uid, env.shm_dir)  # type: ignore[arg-type]
+            elif others:
+                result["shm"] = {"skipped": f"user has other jobs here: {others}"}
+    return result
+
+
+def write_outputs(report: Report, ndir: str, textfile_dir: str | None) -> None:
+    rec = report.to_json()
+    text = json.dumps(rec, indent=1, sort_keys=True)
+    state.atomic_write(os.path.join(ndir, f"last-{report.hook}.json"), text, durable=False)
+    state.append_history(os.path.join(ndir, "history.jsonl"), rec)
+    tdir = textfile_dir or ndir
+    os.makedirs(tdir, exist_ok=True)
+    state.atomic_write(os.path.join(tdir, f"slurmkit_health_{report.hook}.prom"), prometheus_text(report),
+                       durable=False)
+
+
+def clear_xid(state_dir: str, node: str) -> int:
+    """Admin acknowledgement (after a GPU reset): forget the sticky critical XIDs; the cursor stays."""
+    from slurmkit.health.xid import XidState
+
+    ndir = state.node_dir(state_dir, node)
+    path = os.path.join(ndir, "xid.json")
+    with state.locked(path + ".lock", timeout=2.0):
+        st = XidState.load(path)
+        n = len(st.sticky)
+        st.sticky = []
+        state.atomic_write(path, json.dumps(st.to_json()))
+    return n
+
+
+def record_fixture(fake_nvml: str | None, node: str, timeout_s: float = 20.0) -> dict[str, Any]:
+    """Everything NVML says about this node, in the fake NVML's fixture shape (a healthy real GPU -> a fixture)."""
+    from slurmkit.health.nvmlworker import PROBES, run_worker
+    from slurmkit.health.xid import read_boot_id
+
+    deadline = time.monotonic() + timeout_s
+    g = run_worker(fake_nvml, node, list(PROBES), None, {p: timeout_s for p in ("init", *PROBES)}, deadline)
+    init = g.data.get("init", {})
+    devices: list[dict[str, Any]] = []
+    for d in init.get("devices", []):
+        dev = dict(d)
+        for probe in PROBES:
+            dev.update(g.data.get(probe, {}).get(str(d["index"]), {}))
+        devices.append(dev)
+    import platform
+
+    return {
+        "recorded": {"by": "slurmkit check --record-fixture", "host": platform.node(), "at": int(time.time()),
+                     "stalled": g.stalled, "crashed": g.crashed, "load_error": g.load_error,
+                     "init_error": init.get("error")},
+        "driver_version": init.get("driver_version"),
+        "count": init.get("count"),
+        "boot_id": read_boot_id(),
+        "kmsg": [],
+        "devices": devices,
+    }

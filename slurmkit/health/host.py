@@ -1,0 +1,136 @@
+"""Non-NVML gathers: sysfs and procfs reads only (no subprocesses, no psutil import on the hot path).
+
+Every function takes its roots so tests point them at a temporary tree; each returns raw data for ``checks.py``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class HostPaths:
+    sys_root: str = "/sys"
+    proc_root: str = "/proc"
+    kmsg: str = "/dev/kmsg"
+    dev_root: str = "/dev"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def gather_ib(paths: HostPaths) -> dict[str, Any]:
+    """``/sys/class/infiniband/<dev>/ports/<n>/{state,phys_state,rate,link_layer}`` — what ``ibstat`` shows."""
+    base = os.path.join(paths.sys_root, "class", "infiniband")
+    if not os.path.isdir(base):
+        return {"absent": True}
+    devices: dict[str, Any] = {}
+    for dev in sorted(os.listdir(base)):
+        ports: dict[str, Any] = {}
+        pdir = os.path.join(base, dev, "ports")
+        for port in sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []:
+            p = os.path.join(pdir, port)
+            ports[port] = {k: _read(os.path.join(p, k)) for k in ("state", "phys_state", "rate", "link_layer")}
+        devices[dev] = ports
+    return {"devices": devices}
+
+
+def gather_cpu_governor(paths: HostPaths) -> dict[str, Any]:
+    files = glob.glob(os.path.join(paths.sys_root, "devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"))
+    if not files:
+        return {"absent": True}
+    counts: dict[str, int] = {}
+    for f in files:
+        g = _read(f) or "unreadable"
+        counts[g] = counts.get(g, 0) + 1
+    return {"governors": counts, "cpus": len(files)}
+
+
+def gather_memory(paths: HostPaths) -> dict[str, Any]:
+    text = _read(os.path.join(paths.proc_root, "meminfo")) or ""
+    vals: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemTotal", "MemAvailable"):
+            vals[key] = int(rest.split()[0])  # kB
+    return {"total_kb": vals.get("MemTotal"), "available_kb": vals.get("MemAvailable")}
+
+
+def gather_disk(paths_to_check: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in paths_to_check:
+        try:
+            st = os.statvfs(p)
+        except OSError as exc:
+            out[p] = {"error": exc.strerror or str(exc)}
+            continue
+        total = st.f_blocks * st.f_frsize
+        avail = st.f_bavail * st.f_frsize
+        out[p] = {"total_bytes": total, "avail_bytes": avail}
+    return out
+
+
+def _comm(proc_root: str, pid: int) -> str | None:
+    return _read(os.path.join(proc_root, str(pid), "comm"))
+
+
+def _cmdline(proc_root: str, pid: int) -> list[str]:
+    try:
+        with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def find_slurmd(paths: HostPaths, node: str | None, ppid: int | None = None) -> int | None:
+    """slurmd serving ``node``: our parent when slurmd runs us, else a scan of /proc.
+
+    Several slurmd per host (the lab, multiple-slurmd builds) are told apart by ``-N <node>``.
+    """
+    if ppid and _comm(paths.proc_root, ppid) == "slurmd":
+        return ppid
+    found: list[tuple[int, list[str]]] = []
+    for d in os.listdir(paths.proc_root):
+        if d.isdigit() and _comm(paths.proc_root, int(d)) == "slurmd":
+            found.append((int(d), _cmdline(paths.proc_root, int(d))))
+    if not found:
+        return None
+    if node:
+        for pid, argv in found:
+            for i, a in enumerate(argv):
+                if (a == "-N" and i + 1 < len(argv) and argv[i + 1] == node) or a == f"-N{node}":
+                    return pid
+    named = [pid for pid, argv in found if "-N" not in argv and not any(a.startswith("-N") for a in argv)]
+    return min(named) if named else (found[0][0] if len(found) == 1 else None)
+
+
+def gather_slurmd_oom(paths: HostPaths, node: str | None, ppid: int | None) -> dict[str, Any]:
+    pid = find_slurmd(paths, node, ppid)
+    if pid is None:
+        return {"absent": True}
+    adj = _read(os.path.join(paths.proc_root, str(pid), "oom_score_adj"))
+    return {"pid": pid, "oom_score_adj": int(adj) if adj is not None and adj.lstrip("-").isdigit() else None}
+
+
+def process_start_ticks(proc_root: str, pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat: with the pid, a stable identity for one slurmd instance."""
+    text = _read(os.path.join(proc_root, str(pid), "stat"))
+    if not text:
+        return None
+    try:
+        return int(text.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def gpus_expected_by_devices(paths: HostPaths) -> bool:
+    """/dev/nvidia0.. exist: the node has NVIDIA GPUs even if nobody told us (so NVML missing is a failure)."""
+    return bool(glob.glob(os.path.join(paths.dev_root, "nvidia[0-9]*")))

@@ -1,0 +1,317 @@
+"""NVML gathering in a forked worker, so a hung driver can never hold a hook past its budget.
+
+Why a process and not a thread: a hung NVML call usually sits in an ioctl the kernel will not interrupt; a thread stuck
+there keeps the hook's process from exiting (slurmd would wait on it), a forked child can be SIGKILLed and abandoned.
+The child's stdio points at /dev/null so slurmd's output pipe sees EOF as soon as the hook itself exits.
+
+The child does one ``nvmlInit`` and then one *probe* at a time (identity, ecc, remapped_rows, ...), writing one JSON
+line per probe to a pipe. The parent reads lines against each probe's deadline and the global one; on a timeout it
+kills the child and marks the stalled probe as timed out (fail closed). Values are recorded raw, errors as
+``{"error": "NotSupported"}`` (pynvml's class suffix): the exact shape the fake NVML serves, so a gather from a real GPU
+is also a fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Probe name -> the check that evaluates it (1:1 except "init", which feeds nvml, gpu_count and driver).
+PROBES = ("ecc", "remapped_rows", "retired_pages", "recovery_action", "clocks", "temperature", "persistence",
+          "nvlink", "pcie", "mig", "gpu_procs")
+
+
+def _errname(exc: BaseException) -> str:
+    name = type(exc).__name__
+    return name[len("NVMLError_"):] if name.startswith("NVMLError_") else name
+
+
+def load_nvml(fake_source: str | None, node: str | None) -> Any:
+    """The real pynvml module, or the fake serving ``fake_source`` (a JSON file or a directory of <node>.json)."""
+    if fake_source:
+        from slurmkit.health.fakenvml import FakeNVML, load_state
+
+        return FakeNVML(load_state(fake_source, node))
+    import pynvml
+
+    return pynvml
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    import pynvml
+
+    try:
+        v = fn(*args)
+    except pynvml.NVMLError as exc:
+        return {"error": _errname(exc)}
+    if isinstance(v, bytes):
+        v = v.decode(errors="replace")
+    return v
+
+
+def _probe_ecc(nv: Any, h: Any) -> dict[str, Any]:
+    import pynvml
+
+    unc = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    return {
+        "ecc_mode": _call(lambda: list(nv.nvmlDeviceGetEccMode(h))),
+        "ecc_volatile_uncorrected": _call(nv.nvmlDeviceGetTotalEccErrors, h, unc, pynvml.NVML_VOLATILE_ECC),
+        "ecc_aggregate_uncorrected": _call(nv.nvmlDeviceGetTotalEccErrors, h, unc, pynvml.NVML_AGGREGATE_ECC),
+    }
+
+
+def _probe_recovery(nv: Any, h: Any) -> dict[str, Any]:
+    import pynvml
+
+    # The field exists in the binding since 12.570; older bindings cannot even ask.
+    fid = getattr(pynvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+    if fid is None:
+        return {"recovery_action": {"error": "FunctionNotFound"}}
+    vals = _call(nv.nvmlDeviceGetFieldValues, h, [fid])
+    if isinstance(vals, dict):
+        return {"recovery_action": vals}
+    v = vals[0]
+    if v.nvmlReturn != pynvml.NVML_SUCCESS:
+        return {"recovery_action": {"error": _errname(pynvml.NVMLError(v.nvmlReturn))}}
+    return {"recovery_action": int(v.value.uiVal)}
+
+
+def _probe_clocks(nv: Any, h: Any) -> dict[str, Any]:
+    fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    return {"clocks_event_reasons": _call(fn, h)}
+
+
+def _probe_nvlink(nv: Any, h: Any) -> dict[str, Any]:
+    import pynvml
+
+    states: list[Any] = []
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        v = _call(nv.nvmlDeviceGetNvLinkState, h, link)
+        if isinstance(v, dict):
+            # Past the device's last link NVML answers InvalidArgument (or NotSupported); link 0 failing means
+            # the GPU has no NVLink at all. Any other error on a real link is recorded and judged.
+            if v["error"] in ("InvalidArgument", "NotSupported"):
+                break
+        states.append(v)
+    if not states:
+        return {"nvlink_state": {"error": "NotSupported"}}
+    return {"nvlink_state": states}
+
+
+def _probe_pcie(nv: Any, h: Any) -> dict[str, Any]:
+    cur = _call(nv.nvmlDeviceGetCurrPcieLinkWidth, h)
+    mx = _call(nv.nvmlDeviceGetMaxPcieLinkWidth, h)
+    if isinstance(cur, dict):
+        return {"pcie_width": cur}
+    if isinstance(mx, dict):
+        return {"pcie_width": mx}
+    return {"pcie_width": [cur, mx]}
+
+
+def _probe_procs(nv: Any, h: Any) -> dict[str, Any]:
+    v = _call(nv.nvmlDeviceGetComputeRunningProcesses, h)
+    if isinstance(v, dict):
+        return {"compute_processes": v}
+    return {"compute_processes": [{"pid": int(p.pid), "used_memory": getattr(p, "usedGpuMemory", None)} for p in v]}
+
+
+def _probe_mig(nv: Any, h: Any) -> dict[str, Any]:
+    return {"mig_mode": _call(lambda: list(nv.nvmlDeviceGetMigMode(h)))}
+
+
+_PROBE_FNS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
+    "ecc": _probe_ecc,
+    "remapped_rows": lambda nv, h: {"remapped_rows": _call(lambda: list(nv.nvmlDeviceGetRemappedRows(h)))},
+    "retired_pages": lambda nv, h: {"retired_pages_pending": _call(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)},
+    "recovery_action": _probe_recovery,
+    "clocks": _probe_clocks,
+    "temperature": lambda nv, h: {"temperature_c": _call(nv.nvmlDeviceGetTemperature, h, 0)},
+    "persistence": lambda nv, h: {"persistence_mode": _call(nv.nvmlDeviceGetPersistenceMode, h)},
+    "nvlink": _probe_nvlink,
+    "pcie": _probe_pcie,
+    "mig": _probe_mig,
+    "gpu_procs": _probe_procs,
+}
+
+
+def gather(nv: Any, probes: Iterable[str], minors: frozenset[int] | None,
+           emit: Callable[[str, dict[str, Any]], None]) -> None:
+    """One init, then each probe over the selected GPUs; ``emit(probe, data)`` after each.
+
+    ``minors``: the /dev/nvidiaN minor numbers in scope (the job's GPUs), None = all. Lost GPUs stay in the
+    ``init`` record (they are what gpu_count reports) but no probe touches them again.
+    """
+    import pynvml
+
+    try:
+        nv.nvmlInit()
+    except pynvml.NVMLError as exc:
+        emit("init", {"error": _errname(exc)})
+        return
+    count = _call(nv.nvmlDeviceGetCount)
+    info: dict[str, Any] = {"driver_version": _call(nv.nvmlSystemGetDriverVersion), "count": count, "devices": []}
+    handles: dict[int, Any] = {}
+    for i in range(count if isinstance(count, int) else 0):
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+        except pynvml.NVMLError as exc:
+            info["devices"].append({"index": i, "error": _errname(exc)})
+            continue
+        dev: dict[str, Any] = {"index": i, "minor": _call(nv.nvmlDeviceGetMinorNumber, h)}
+        pci = _call(nv.nvmlDeviceGetPciInfo, h)
+        dev["pci_bus_id"] = pci if isinstance(pci, dict) else _call(lambda p=pci: p.busId)
+        for key, fn in (("name", nv.nvmlDeviceGetName), ("uuid", nv.nvmlDeviceGetUUID),
+                        ("serial", nv.nvmlDeviceGetSerial)):
+            dev[key] = _call(fn, h)
+        if any(isinstance(v, dict) and v.get("error") == "GpuIsLost" for v in dev.values()):
+            dev["lost"] = True
+        info["devices"].append(dev)
+        in_scope = minors is None or dev["minor"] in minors
+        if in_scope and not dev.get("lost"):
+            handles[i] = h
+    info["selected"] = sorted(handles)
+    emit("init", info)
+    for probe in probes:
+        emit(probe, {str(i): _PROBE_FNS[probe](nv, h) for i, h in handles.items()})
+    try:
+        nv.nvmlShutdown()
+    except pynvml.NVMLError:
+        pass
+
+
+@dataclass
+class GatherResult:
+    """What the parent got back. ``data[probe]`` exists for every probe that finished."""
+
+    data: dict[str, dict[str, Any]] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
+    stalled: str | None = None  # the probe (or "init") that ran past its deadline
+    stalled_after_s: float = 0.0
+    crashed: str | None = None  # the worker died or raised: text of the failure
+    load_error: str | None = None  # NVML (or the fake's fixture) could not be loaded at all
+
+
+class Worker:
+    """A forked NVML gatherer. ``start()`` forks (call it before creating threads); ``collect()`` reads its probe
+    lines against each probe's deadline and the global one (``time.monotonic()`` based)."""
+
+    def __init__(self, fake_source: str | None, node: str | None, probes: list[str], minors: frozenset[int] | None,
+                 timeouts: dict[str, float], deadline: float):
+        self.fake_source, self.node, self.probes, self.minors = fake_source, node, probes, minors
+        self.timeouts, self.deadline = timeouts, deadline
+        self.pid = 0
+        self.rfd = -1
+        self.started = 0.0
+
+    def start(self) -> Worker:
+        rfd, wfd = os.pipe()
+        self.started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:  # child: never returns
+            _child(rfd, wfd, self.fake_source, self.node, self.probes, self.minors)
+        os.close(wfd)
+        self.pid, self.rfd = pid, rfd
+        return self
+
+    def collect(self) -> GatherResult:
+        res = GatherResult()
+        expected = ["init", *self.probes]
+        buf = b""
+        last = self.started
+        try:
+            while expected:
+                probe = expected[0]
+                limit = min(self.deadline, last + self.timeouts.get(probe, 1.0))
+                now = time.monotonic()
+                if now >= limit:
+                    res.stalled, res.stalled_after_s = probe, now - last
+                    break
+                ready, _, _ = select.select([self.rfd], [], [], limit - now)
+                if not ready:
+                    continue  # the loop re-checks the deadline
+                chunk = os.read(self.rfd, 65536)
+                if not chunk:  # the child exited: finished early (NVML init failed) or crashed
+                    break
+                buf += chunk
+                while b"\n" in buf and expected:
+                    line, buf = buf.split(b"\n", 1)
+                    rec = json.loads(line)
+                    now = time.monotonic()
+                    kind = rec["probe"]
+                    if kind == "_load_error":
+                        res.load_error = rec["data"]["error"]
+                        expected = []
+                    elif kind == "_crash":
+                        res.crashed = rec["data"]["error"]
+                        expected = []
+                    else:
+                        res.data[kind] = rec["data"]
+                        res.durations[kind] = now - last
+                        last = now
+                        if kind in expected:
+                            expected.remove(kind)
+                        if kind == "init" and "error" in rec["data"]:
+                            expected = []
+        finally:
+            os.close(self.rfd)
+            _reap(self.pid)
+        if expected and res.stalled is None:
+            res.crashed = f"NVML worker exited before {expected[0]} ({time.monotonic() - self.started:.3f}s)"
+        return res
+
+
+def run_worker(fake_source: str | None, node: str | None, probes: list[str], minors: frozenset[int] | None,
+               timeouts: dict[str, float], deadline: float) -> GatherResult:
+    """Fork, gather in the child, collect: the one-call form."""
+    return Worker(fake_source, node, probes, minors, timeouts, deadline).start().collect()
+
+
+def _reap(pid: int) -> None:
+    """Kill and reap without ever blocking: a child stuck in an uninterruptible ioctl is left to init."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(20):  # ~20 ms: enough for a killable child, bounded for one that is not
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return
+            time.sleep(0.001)
+    except (ChildProcessError, ProcessLookupError):
+        pass
+
+
+def _child(rfd: int, wfd: int, fake_source: str | None, node: str | None, probes: list[str],
+           minors: frozenset[int] | None) -> None:
+    code = 0
+    try:
+        os.close(rfd)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+        def emit(probe: str, data: dict[str, Any]) -> None:
+            os.write(wfd, json.dumps({"probe": probe, "data": data}, separators=(",", ":")).encode() + b"\n")
+
+        try:
+            nv = load_nvml(fake_source, node)
+        except (ImportError, OSError, ValueError) as exc:
+            emit("_load_error", {"error": f"{type(exc).__name__}: {exc}"})
+            return
+        try:
+            gather(nv, probes, minors, emit)
+        except Exception as exc:  # report, never hang the parent on a half-written stream
+            emit("_crash", {"error": f"{type(exc).__name__}: {exc}"})
+            code = 1
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)

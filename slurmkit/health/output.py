@@ -1,0 +1,102 @@
+"""Run outputs: one JSON record, a Prometheus textfile for node_exporter, one log line (stderr + syslog)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmkit.health.result import Action, CheckResult, Status
+
+STATUS_VALUE = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.SKIP: 3}  # Nagios-like, documented in HELP
+
+
+@dataclass
+class Report:
+    hook: str
+    node: str
+    started: float  # epoch seconds
+    duration_s: float
+    results: list[CheckResult]
+    action: Action
+    reason: str  # the drain reason we would set ("" when nothing asks for a drain)
+    exit_code: int
+    job_id: str | None = None
+    slurm: dict[str, Any] = field(default_factory=dict)  # what we asked Slurm and how it went
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> Status:
+        return max((r.status for r in self.results), default=Status.OK)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hook": self.hook,
+            "node": self.node,
+            "job_id": self.job_id,
+            "started": round(self.started, 3),
+            "duration_s": round(self.duration_s, 4),
+            "status": self.status.label,
+            "action": self.action.label,
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "slurm": self.slurm,
+            "notes": self.notes,
+            "checks": [r.to_json() for r in self.results],
+        }
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def prometheus_text(report: Report) -> str:
+    """Metrics named ``slurmkit_health_*``; labels node, hook (and check). One file per hook so runs do not clobber."""
+    node, hook = _esc(report.node), _esc(report.hook)
+    base = f'node="{node}",hook="{hook}"'
+    lines = [
+        "# HELP slurmkit_health_check_status Result of one check: 0 ok, 1 warn, 2 fail, 3 skip.",
+        "# TYPE slurmkit_health_check_status gauge",
+    ]
+    lines += [f'slurmkit_health_check_status{{{base},check="{_esc(r.name)}"}} {STATUS_VALUE[r.status]}'
+              for r in report.results]
+    lines += [
+        "# HELP slurmkit_health_check_duration_seconds Wall time of one check's gather and evaluation.",
+        "# TYPE slurmkit_health_check_duration_seconds gauge",
+    ]
+    lines += [f'slurmkit_health_check_duration_seconds{{{base},check="{_esc(r.name)}"}} {r.duration_s:.6f}'
+              for r in report.results]
+    lines += [
+        "# HELP slurmkit_health_action What the run asked for: 0 none, 1 warn, 2 drain, 3 drain+reboot.",
+        "# TYPE slurmkit_health_action gauge",
+        f"slurmkit_health_action{{{base}}} {int(report.action)}",
+        "# HELP slurmkit_health_run_duration_seconds Wall time of the whole hook run.",
+        "# TYPE slurmkit_health_run_duration_seconds gauge",
+        f"slurmkit_health_run_duration_seconds{{{base}}} {report.duration_s:.6f}",
+        "# HELP slurmkit_health_last_run_timestamp_seconds When the hook last ran (epoch).",
+        "# TYPE slurmkit_health_last_run_timestamp_seconds gauge",
+        f"slurmkit_health_last_run_timestamp_seconds{{{base}}} {report.started:.3f}",
+        "# HELP slurmkit_health_exit_code The hook's exit status.",
+        "# TYPE slurmkit_health_exit_code gauge",
+        f"slurmkit_health_exit_code{{{base}}} {report.exit_code}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def log_line(report: Report) -> str:
+    bad = [r for r in report.results if r.status in (Status.FAIL, Status.WARN)]
+    detail = "; ".join(f"{r.name}: {r.summary}" for r in bad) or "all checks passed"
+    job = f" job {report.job_id}" if report.job_id else ""
+    slurm = f" slurm: {report.slurm['done']}" if report.slurm.get("done") else ""
+    return (f"slurmkit {report.hook} {report.node}{job}: {report.status.label} action={report.action.label} "
+            f"exit={report.exit_code} {report.duration_s * 1000:.0f}ms - {detail}{slurm}")
+
+
+def to_syslog(line: str, failed: bool) -> None:
+    if not os.path.exists("/dev/log"):
+        return  # containers and the lab often have no syslog socket; stderr still carries the line
+    import syslog
+
+    syslog.openlog("slurmkit", syslog.LOG_PID, syslog.LOG_DAEMON)
+    syslog.syslog(syslog.LOG_ERR if failed else syslog.LOG_INFO, line)
+    syslog.closelog()

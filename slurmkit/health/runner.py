@@ -1,0 +1,206 @@
+"""Run the enabled checks of one hook within a global budget: gather (NVML worker + host threads), then evaluate.
+
+Order matters for speed and safety: the NVML worker is forked first (before any thread exists, so the fork is
+clean), the host gathers run in daemon threads while NVML works, and everything is joined against deadlines.
+A gather that misses its deadline makes its check FAIL ("timed out") — fail closed — and the hook goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmkit.health import host, xid
+from slurmkit.health.checks import CHECKS, EvalContext, Verdict
+from slurmkit.health.expect import Expectations
+from slurmkit.health.nvmlworker import PROBES, GatherResult, Worker
+from slurmkit.health.policy import Policy
+from slurmkit.health.result import Action, CheckResult, Status
+from slurmkit.health.state import LockTimeout, atomic_write, locked
+
+
+@dataclass
+class RunSpec:
+    hook: str  # prolog | epilog | health | check
+    node: str
+    policy: Policy
+    expect: Expectations
+    node_state_dir: str | None  # None: read-only run (no cursor commits)
+    fake_nvml: str | None = None
+    paths: host.HostPaths = field(default_factory=host.HostPaths)
+    job_gres_indices: list[int] | None = None  # SLURM_JOB_GPUS; None = all GPUs
+    ppid: int | None = None
+    deadline: float = 0.0  # time.monotonic() by which gathering must be over
+    commit_xid: bool = True
+
+
+@dataclass
+class RunOutput:
+    results: list[CheckResult]
+    gathered: GatherResult | None
+    nvml_devices: dict[str, Any]  # the NVML "init" record
+
+
+class _Job(threading.Thread):
+    """A gather in a daemon thread: a stuck statvfs on a dead mount cannot keep the hook alive."""
+
+    def __init__(self, name: str, fn: Callable[[], Any]):
+        super().__init__(name=f"gather-{name}", daemon=True)
+        self.fn = fn
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.elapsed = 0.0
+
+    def run(self) -> None:
+        t = time.monotonic()
+        try:
+            self.value = self.fn()
+        except BaseException as exc:  # reported as the check's result, never raised into the hook
+            self.error = exc
+        self.elapsed = time.monotonic() - t
+
+
+def _xid_gather(spec: RunSpec, fail_codes: frozenset[int]) -> xid.XidScan:
+    if spec.fake_nvml:
+        from slurmkit.health.fakenvml import load_state
+
+        st = load_state(spec.fake_nvml, spec.node)
+        records = [(int(s), str(m)) for s, m in st.get("kmsg", [])]
+        boot_id, source = str(st.get("boot_id", "fake-boot")), "fake kmsg"
+    else:
+        records, boot_id, source = None, xid.read_boot_id(), spec.paths.kmsg
+    if not spec.node_state_dir:
+        state = xid.XidState()
+        if records is None:
+            records = xid.read_kmsg(spec.paths.kmsg)
+        return xid.scan(records, state, boot_id, fail_codes, source)
+    path = os.path.join(spec.node_state_dir, "xid.json")
+    remaining = max(0.05, spec.deadline - time.monotonic())
+    # The cursor is read-modify-write shared by concurrent prologs/epilogs/health runs: hold the lock across it.
+    with locked(path + ".lock", timeout=remaining):
+        state = xid.XidState.load(path)
+        if records is None:
+            after = state.seq if state.boot_id == boot_id else -1
+            records = xid.read_kmsg(spec.paths.kmsg, after=after)
+        result = xid.scan(records, state, boot_id, fail_codes, source)
+        if spec.commit_xid and result.state.to_json() != state.to_json():  # most runs see nothing new: no write
+            import json
+
+            atomic_write(path, json.dumps(result.state.to_json()))
+    return result
+
+
+def gpus_expected(spec: RunSpec) -> bool:
+    n = spec.policy.check("gpu_count").get("expected")
+    if n is None:
+        n = spec.expect.gpu_count
+    if n is not None:
+        return n > 0
+    return host.gpus_expected_by_devices(spec.paths)
+
+
+def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
+               between: Callable[[GatherResult | None], dict[str, Any]] | None = None) -> RunOutput:
+    """Gather and evaluate. ``between(gathered)`` runs after gathering and before evaluation (epilog cleanup) and
+    returns facts merged into ``EvalContext.extra``."""
+    enabled = {c.name: c for c in spec.policy.enabled_for(spec.hook)}
+    probes = [p for p in PROBES if p in enabled]
+    need_nvml = bool(probes) or any(n in enabled for n in ("nvml", "gpu_count", "driver", "xid"))
+    gathered: GatherResult | None = None
+    minors = spec.expect.job_minors(spec.job_gres_indices) if spec.job_gres_indices is not None else None
+
+    # 1. host gathers, started after the fork below (threads + fork do not mix)
+    jobs: dict[str, _Job] = {}
+    pol = spec.policy
+    host_fns: dict[str, Callable[[], Any]] = {
+        "ib": lambda: host.gather_ib(spec.paths),
+        "cpu_governor": lambda: host.gather_cpu_governor(spec.paths),
+        "memory": lambda: host.gather_memory(spec.paths),
+        "disk_space": lambda: host.gather_disk(tuple(pol.check("disk_space").get("paths") or ())),
+        "slurmd_oom": lambda: host.gather_slurmd_oom(spec.paths, spec.node, spec.ppid),
+        "xid": lambda: _xid_gather(spec, frozenset(pol.check("xid").get("codes") or ())),
+    }
+    started = time.monotonic()
+    worker: Worker | None = None
+    if need_nvml:
+        timeouts = {"init": pol.check("nvml").timeout_s, **{p: pol.check(p).timeout_s for p in probes}}
+        # fork before any thread exists; collect after the host threads are running so the reads overlap
+        worker = Worker(spec.fake_nvml, spec.node, probes, minors, timeouts, spec.deadline).start()
+    for name, fn in host_fns.items():
+        if name in enabled:
+            jobs[name] = _Job(name, fn)
+            jobs[name].start()
+    if worker is not None:
+        gathered = worker.collect()
+    for name, j in jobs.items():
+        j.join(max(0.0, min(spec.deadline, started + pol.check(name).timeout_s) - time.monotonic()))
+
+    init = (gathered.data.get("init") if gathered else None) or {}
+    if between is not None:
+        extra = {**(extra or {}), **between(gathered)}
+    results: list[CheckResult] = []
+    for name, check in CHECKS.items():
+        cp = enabled.get(name)
+        if cp is None:
+            continue
+        ctx = EvalContext(hook=spec.hook, policy=cp, expect=spec.expect, init=init if not init.get("error") else {},
+                          extra=extra or {})
+        t0 = time.monotonic()
+        verdict, took = _evaluate(name, check.source, ctx, gathered, jobs, spec)
+        results.append(_apply_policy(name, verdict, cp.action, took + (time.monotonic() - t0)))
+    return RunOutput(results=results, gathered=gathered, nvml_devices=init)
+
+
+def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult | None, jobs: dict[str, _Job],
+              spec: RunSpec) -> tuple[Verdict, float]:
+    if source.startswith("nvml:"):
+        probe = source.split(":", 1)[1]
+        assert gathered is not None
+        if name == "nvml":
+            return CHECKS[name].evaluate({
+                "init": gathered.data.get("init"), "load_error": gathered.load_error, "stalled": gathered.stalled,
+                "stalled_after_s": gathered.stalled_after_s, "crashed": gathered.crashed,
+                "gpus_expected": gpus_expected(spec)}, ctx), gathered.durations.get("init", 0.0)
+        if probe == "init":
+            return CHECKS[name].evaluate({}, ctx), 0.0
+        if gathered.stalled == probe:
+            return Verdict(Status.FAIL, f"NVML did not answer within {gathered.stalled_after_s:.1f}s (hung)",
+                           [f"{name} nvml hung"], {"timeout_s": ctx.policy.timeout_s}), gathered.stalled_after_s
+        if probe not in gathered.data:
+            why = (f"NVML stalled in {gathered.stalled}" if gathered.stalled else
+                   gathered.crashed or gathered.load_error or "NVML unavailable (see the nvml check)")
+            return Verdict(Status.SKIP, f"not run: {why}"), 0.0
+        return CHECKS[name].evaluate(gathered.data[probe], ctx), gathered.durations.get(probe, 0.0)
+    job = jobs[name]
+    if job.is_alive():
+        return Verdict(Status.FAIL, f"gather did not finish within {ctx.policy.timeout_s:g}s",
+                       [f"{name} timeout"], {"timeout_s": ctx.policy.timeout_s}), ctx.policy.timeout_s
+    if job.error is not None:
+        if isinstance(job.error, LockTimeout):
+            return Verdict(Status.WARN, "state lock busy; XIDs will be read by the next run",
+                           ["xid lock busy"]), job.elapsed
+        if name == "xid" and isinstance(job.error, OSError):
+            return Verdict(Status.SKIP, f"kernel log unreadable: {job.error}"), job.elapsed
+        return Verdict(Status.WARN, f"gather failed: {type(job.error).__name__}: {job.error}",
+                       [f"{name} error"]), job.elapsed
+    return CHECKS[name].evaluate(job.value, ctx), job.elapsed
+
+
+def _apply_policy(name: str, v: Verdict, action: Action, took: float) -> CheckResult:
+    """FAIL takes the check's action; a FAIL whose action is ``warn`` is reported as WARN (noticed, not acted on)."""
+    status, act = v.status, Action.NONE
+    ev = dict(v.evidence)
+    if status == Status.FAIL:
+        if action == Action.WARN:
+            status, act = Status.WARN, Action.WARN
+            ev["policy"] = "action=warn"
+        else:
+            act = action
+    elif status == Status.WARN:
+        act = Action.WARN
+    return CheckResult(name=name, status=status, summary=v.summary, findings=v.findings, evidence=ev, action=act,
+                       duration_s=took)

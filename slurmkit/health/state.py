@@ -1,0 +1,99 @@
+"""Per-node state on disk: atomic writes, a bounded lock, the run history.
+
+Layout: ``<state-dir>/<node>/`` (one directory per node because the lab runs many slurmd on one host)::
+
+    xid.json            kernel-log cursor + sticky critical XIDs     (xid.py)
+    health.json         consecutive passes while drained by us, the slurmd instance seen last
+    last-<hook>.json    the latest run record of each hook
+    history.jsonl       one line per run, rotated to history.jsonl.1 past MAX_HISTORY_BYTES
+    slurmkit_health_<hook>.prom   Prometheus textfile (unless --textfile-dir points elsewhere)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+MAX_HISTORY_BYTES = 4 * 1024 * 1024
+
+
+def node_dir(state_dir: str, node: str) -> str:
+    d = os.path.join(state_dir, node or "localhost")
+    os.makedirs(d, mode=0o755, exist_ok=True)
+    return d
+
+
+def atomic_write(path: str, text: str, mode: int = 0o644, durable: bool = True) -> None:
+    """Write to a temp file in the same directory, (fsync,) rename: readers see the old or the new file, never half.
+
+    ``durable=False`` skips the fsync for files whose loss in a power cut costs nothing (the latest record, the
+    metrics file): an fsync is the slowest thing a prolog does on a busy local disk."""
+    d = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class LockTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def locked(path: str, timeout: float) -> Iterator[None]:
+    """flock ``path`` exclusively, polling until ``timeout``: prolog, epilog and health may run at once."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= end:
+                    raise LockTimeout(path) from exc
+                time.sleep(0.005)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_json(path: str, default: dict[str, Any]) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        return d if isinstance(d, dict) else default
+    except (OSError, ValueError):
+        return default
+
+
+def append_history(path: str, record: dict[str, Any]) -> None:
+    line = json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n"
+    try:
+        if os.path.getsize(path) > MAX_HISTORY_BYTES:
+            os.replace(path, path + ".1")
+    except OSError:
+        pass
+    # O_APPEND writes of one line are atomic enough for concurrent hooks (each line < PIPE_BUF is not guaranteed,
+    # but records are written with a single write() call).
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)

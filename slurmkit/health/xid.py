@@ -1,0 +1,132 @@
+"""XID errors from the kernel log, with a cursor in the state dir: an old XID never drains twice, a new one is never
+missed, and a critical one stays failed until the node reboots or an admin clears it.
+
+Source: /dev/kmsg (one record per read: ``prio,seq,usec,flags;message``); its sequence numbers restart at boot, so
+the cursor is (boot_id, seq). Reading /dev/kmsg needs root, as slurmd's hooks are. Under the fake NVML the records
+come from the fixture's ``kmsg`` list instead, so a lab node's XID is injected in the same JSON as its GPU state.
+
+Why sticky: an XID is an event, not a state. If the prolog consumed an XID 79 and drained the node, the health check
+would see no *new* XID and resume the node after N passes. Critical XIDs are kept in the state file until
+``boot_id`` changes or ``slurmkit check --clear-xid``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+_XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)(?:\.[0-9a-fA-F])?\): (\d+)(.*)")
+MAX_STICKY = 64  # a GPU spamming XIDs must not grow the state file without bound
+
+
+def norm_bus_id(bus_id: str) -> str:
+    """``00000000:18:00.0`` and ``0000:18:00`` -> ``0000:18:00`` (domain:bus:device, lower case)."""
+    m = re.match(r"([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)", bus_id or "")
+    if not m:
+        return ""
+    return f"{int(m.group(1), 16):04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}"
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    seq: int
+    xid: int
+    bus_id: str  # normalised
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "xid": self.xid, "bus_id": self.bus_id, "text": self.text}
+
+
+def parse_record(seq: int, msg: str) -> XidEvent | None:
+    m = _XID_RE.search(msg)
+    if not m:
+        return None
+    bus = norm_bus_id(f"{m.group(1)}:{m.group(2)}:{m.group(3)}")
+    return XidEvent(seq=seq, xid=int(m.group(4)), bus_id=bus, text=msg.strip()[:200])
+
+
+def read_kmsg(path: str = "/dev/kmsg", after: int = -1, max_records: int = 200_000) -> list[tuple[int, str]]:
+    """All records with seq > ``after`` still in the ring buffer. Non-blocking; EPIPE (overwritten) is skipped."""
+    out: list[tuple[int, str]] = []
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        for _ in range(max_records):
+            try:
+                raw = os.read(fd, 8192)
+            except OSError as exc:
+                if exc.errno == errno.EAGAIN:
+                    break
+                if exc.errno == errno.EPIPE:
+                    continue  # the record we were about to read was overwritten; the next read resyncs
+                raise
+            if not raw:
+                break
+            head, _, msg = raw.decode(errors="replace").partition(";")
+            parts = head.split(",")
+            try:
+                seq = int(parts[1])
+            except (IndexError, ValueError):
+                continue
+            if seq > after:
+                out.append((seq, msg.split("\n", 1)[0]))
+    finally:
+        os.close(fd)
+    return out
+
+
+def read_boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+@dataclass
+class XidState:
+    boot_id: str = ""
+    seq: int = -1
+    sticky: list[dict[str, Any]] = field(default_factory=list)  # critical XIDs seen this boot, not yet cleared
+
+    @classmethod
+    def load(cls, path: str) -> XidState:
+        try:
+            with open(path) as f:
+                d = json.load(f)
+            return cls(boot_id=str(d.get("boot_id", "")), seq=int(d.get("seq", -1)), sticky=list(d.get("sticky", [])))
+        except (OSError, ValueError, TypeError):
+            return cls()  # no cursor yet (or a corrupt one): read the whole ring buffer again, duplicates are de-duped
+
+    def to_json(self) -> dict[str, Any]:
+        return {"boot_id": self.boot_id, "seq": self.seq, "sticky": self.sticky}
+
+
+@dataclass
+class XidScan:
+    new: list[XidEvent]  # since the cursor
+    sticky: list[dict[str, Any]]  # critical ones still standing (includes the new critical ones)
+    state: XidState  # what to persist if the caller commits
+    source: str
+
+
+def scan(records: list[tuple[int, str]], state: XidState, boot_id: str, fail_codes: frozenset[int],
+         source: str) -> XidScan:
+    """Pure: apply new kernel-log records to the cursor state."""
+    if state.boot_id != boot_id:
+        state = XidState(boot_id=boot_id)  # reboot: sequence numbers restarted and a reboot clears GPU faults
+    new = [e for seq, msg in records if seq > state.seq and (e := parse_record(seq, msg)) is not None]
+    last = max((seq for seq, _ in records), default=state.seq)
+    sticky = list(state.sticky)
+    known = {(s["seq"], s["xid"]) for s in sticky}
+    for e in new:
+        if e.xid in fail_codes and (e.seq, e.xid) not in known:
+            sticky.append(e.to_json())
+    sticky = sticky[-MAX_STICKY:]
+    return XidScan(new=new, sticky=sticky, state=XidState(boot_id=boot_id, seq=max(last, state.seq), sticky=sticky),
+                   source=source)

@@ -1,0 +1,404 @@
+"""Health checks against recorded device states served by the fake NVML: verdicts, scoping, XID cursor, budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmkit.errors import InventoryError
+from slurmkit.health import xid
+from slurmkit.health.checks import CHECKS
+from slurmkit.health.expect import Expectations, NicExpect, expectations_from_cluster
+from slurmkit.health.host import HostPaths
+from slurmkit.health.policy import CHECK_DEFAULTS, parse_policy
+from slurmkit.health.result import Action, Status, drain_reason, worst_action
+from slurmkit.health.runner import RunSpec, run_checks
+
+NVML = Path(__file__).resolve().parents[1] / "data" / "nvml"
+H100 = Expectations(node="node1", gpu_count=8, gpu_type="h100", nvlink=True, mig=(False,) * 8,
+                    minors=tuple(range(8)))
+
+
+def host_tree(tmp: Path, *, ib: dict[str, tuple[str, str, str]] | None = None, governor: str | None = None) -> HostPaths:
+    """A fake /sys and /proc: IB ports as {dev: (state, phys_state, rate)}."""
+    sys_root, proc = tmp / "sys", tmp / "proc"
+    proc.mkdir(parents=True, exist_ok=True)
+    (proc / "meminfo").write_text("MemTotal:       32000000 kB\nMemFree: 1 kB\nMemAvailable:   30000000 kB\n")
+    for dev, (st, phys, rate) in (ib or {}).items():
+        p = sys_root / "class" / "infiniband" / dev / "ports" / "1"
+        p.mkdir(parents=True, exist_ok=True)
+        (p / "state").write_text(st + "\n")
+        (p / "phys_state").write_text(phys + "\n")
+        (p / "rate").write_text(rate + "\n")
+        (p / "link_layer").write_text("InfiniBand\n")
+    if governor:
+        for c in range(4):
+            g = sys_root / "devices" / "system" / "cpu" / f"cpu{c}" / "cpufreq"
+            g.mkdir(parents=True, exist_ok=True)
+            (g / "scaling_governor").write_text(governor + "\n")
+    (tmp / "dev").mkdir(exist_ok=True)
+    return HostPaths(sys_root=str(sys_root), proc_root=str(proc), kmsg=str(tmp / "kmsg"), dev_root=str(tmp / "dev"))
+
+
+GOOD_IB = {"mlx5_0": ("4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)")}
+
+
+def run(tmp_path: Path, fixture: str | Path, *, hook: str = "health", expect: Expectations = H100,
+        policy: dict | None = None, gpus: list[int] | None = None, paths: HostPaths | None = None,
+        budget_from_now: float | None = None, state: bool = True):
+    pol = parse_policy(policy or {})
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    spec = RunSpec(
+        hook=hook, node="node1", policy=pol, expect=expect, node_state_dir=str(state_dir) if state else None,
+        fake_nvml=str(NVML / fixture) if not os.path.isabs(str(fixture)) else str(fixture),
+        paths=paths or host_tree(tmp_path / "host", ib=GOOD_IB, governor="performance"),
+        job_gres_indices=gpus, deadline=time.monotonic() + (budget_from_now or pol.budget_s),
+    )
+    out = run_checks(spec)
+    return {r.name: r for r in out.results}, out
+
+
+def bad(results: dict) -> dict:
+    return {n: r for n, r in results.items() if r.status in (Status.FAIL, Status.WARN)}
+
+
+# --- registry and policy ------------------------------------------------------------------------------------
+
+def test_registry_and_policy_defaults_agree():
+    assert list(CHECKS) == list(CHECK_DEFAULTS)
+
+
+def test_policy_defaults_and_overrides():
+    p = parse_policy({"temperature": {"max_c": 95, "action": "drain+reboot"}, "ib": False, "budget_s": 3,
+                      "xid": {"codes": [79], "hooks": ["health"]}})
+    assert p.budget_s == 3
+    assert p.check("temperature").get("max_c") == 95 and p.check("temperature").action == Action.DRAIN_REBOOT
+    assert not p.check("ib").enabled
+    assert [c.name for c in p.enabled_for("prolog")].count("xid") == 0
+    assert p.check("xid").get("codes") == (79,)
+    assert p.check("clocks").action == Action.WARN  # drift warns, hardware drains
+    assert p.check("ecc").action == Action.DRAIN
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "words"),
+    [
+        ({"temperature": {"max_c": "hot"}}, "hooks.checks.temperature.max_c", "expected a number"),
+        ({"temperature": {"max_cc": 90}}, "hooks.checks.temperature.max_cc", "did you mean 'max_c'"),
+        ({"temprature": {}}, "hooks.checks.temprature", "did you mean 'temperature'"),
+        ({"ecc": {"action": "reboot"}}, "hooks.checks.ecc.action", "warn, drain, drain+reboot"),
+        ({"ecc": {"enabled": "yes"}}, "hooks.checks.ecc.enabled", "true or false"),
+        ({"ecc": {"timeout_s": 9}}, "hooks.checks.ecc.timeout_s", "must not exceed budget_s"),
+        ({"budget_s": 0}, "hooks.checks.budget_s", "must be > 0"),
+        ({"resume_after_passes": 0}, "hooks.checks.resume_after_passes", ">= 1"),
+        ({"clocks": {"reasons": ["hw_slowdwn"]}}, "hooks.checks.clocks.reasons[0]", "did you mean 'hw_slowdown'"),
+        ({"xid": {"codes": [79, -1]}}, "hooks.checks.xid.codes[1]", ">= 0"),
+        ({"disk_space": {"paths": ["tmp"]}}, "hooks.checks.disk_space.paths", "absolute paths"),
+        ({"memory": {"min_available_pct": 150}}, "hooks.checks.memory.min_available_pct", "<= 100"),
+        ({"temperature": {"warn_c": 95, "max_c": 90}}, "hooks.checks.temperature.warn_c", "must not exceed max_c"),
+        ({"ib": {"hooks": ["prolog", "cron"]}}, "hooks.checks.ib.hooks", "prolog, epilog, health, check"),
+        ({"scontrol_timeout_s": 5}, "hooks.checks.scontrol_timeout_s", "below budget_s"),
+        ({"gpu_count": 8}, "hooks.checks.gpu_count", "mapping or true/false"),
+    ],
+)
+def test_policy_errors_name_the_key_path(raw, path, words):
+    with pytest.raises(InventoryError) as ei:
+        parse_policy(raw, source="inv.yaml")
+    assert ei.value.path == path
+    assert words in str(ei.value)
+    assert str(ei.value).startswith("inv.yaml: ")
+
+
+def test_expectations_from_the_lab_inventory():
+    from slurmkit.model import load_cluster
+
+    cluster = load_cluster(Path(__file__).resolve().parents[2] / "examples" / "lab.yaml")
+    e = expectations_from_cluster(cluster, "node3")
+    assert (e.gpu_count, e.gpu_type, e.nvlink, e.minors) == (8, "h100", True, tuple(range(8)))
+    assert e.nics == (NicExpect("mlx5_0", "ib", 400),)
+    assert e.job_minors([1, 3]) == frozenset({1, 3})
+    assert Expectations.from_json(json.loads(json.dumps(e.to_json()))) == e
+    assert expectations_from_cluster(cluster, "ghost").gpu_count is None
+
+
+# --- recorded device states ---------------------------------------------------------------------------------
+
+def test_healthy_h100_node_passes_everything(tmp_path):
+    res, out = run(tmp_path, "healthy-h100x8.json")
+    assert bad(res) == {}
+    assert res["nvml"].status == Status.OK and "570.124.06" in res["nvml"].summary
+    assert res["gpu_count"].summary == "8 GPU(s) of 8 expected"
+    assert res["retired_pages"].status == Status.SKIP  # Hopper: NOT_SUPPORTED is SKIP, never FAIL
+    assert res["gpu_procs"].status == Status.SKIP  # only judged at prolog/epilog
+    assert worst_action(list(res.values())) == Action.NONE
+    assert out.nvml_devices["devices"][5]["pci_bus_id"] == "00000000:AB:00.0"
+
+
+def test_xid79_gpu_lost_drains_with_a_reason_that_names_the_gpu(tmp_path):
+    res, _ = run(tmp_path, "xid79-gpu5.json")
+    # a lost GPU no longer tells NVML its PCI address, so the XID is named by the kernel's bus id
+    assert res["xid"].status == Status.FAIL and res["xid"].findings == ["pci0000:ab:00 xid79"]
+    assert res["gpu_count"].status == Status.FAIL
+    assert res["gpu_count"].findings == ["gpu_count 7/8", "gpu5 lost"]
+    results = list(res.values())
+    assert worst_action(results) == Action.DRAIN
+    reason = drain_reason(results)
+    assert reason == "slurmkit: gpu_count 7/8; gpu5 lost; pci0000:ab:00 xid79"
+    assert len(reason) <= 120
+
+
+def test_row_remap_pending(tmp_path):
+    res, _ = run(tmp_path, "remap-pending-gpu2.json")
+    assert set(bad(res)) == {"remapped_rows", "xid"}
+    assert res["remapped_rows"].findings == ["gpu2 remap-pending"]
+    assert res["remapped_rows"].evidence["gpus"]["2"] == {"correctable": 0, "uncorrectable": 1, "pending": 1,
+                                                          "failure": 0}
+    # XID 63 (a row-remap event) is in the default fail list (AzNHC's): the GPU needs a reset either way
+    assert res["xid"].status == Status.FAIL and res["xid"].findings == ["gpu2 xid63"]
+    res, _ = run(tmp_path / "b", "remap-pending-gpu2.json", policy={"xid": {"codes": [79]}})
+    assert res["xid"].status == Status.WARN and res["remapped_rows"].status == Status.FAIL
+
+
+def test_uncorrectable_ecc(tmp_path):
+    res, _ = run(tmp_path, "ecc-uncorrected-gpu1.json")
+    assert res["ecc"].status == Status.FAIL and res["ecc"].findings == ["gpu1 ecc-unc=2"]
+    assert res["xid"].findings == ["gpu1 xid48"] and res["xid"].status == Status.FAIL
+    # a threshold raises the bar; xid48 is still a double-bit error
+    res, _ = run(tmp_path / "b", "ecc-uncorrected-gpu1.json", policy={"ecc": {"max_volatile_uncorrected": 2}})
+    assert res["ecc"].status == Status.OK
+
+
+def test_gpu_fallen_off_the_bus(tmp_path):
+    res, _ = run(tmp_path, "off-bus-gpu3.json")
+    assert res["gpu_count"].status == Status.FAIL and res["gpu_count"].findings == ["gpu_count 7/8"]
+    # NVML no longer knows PCI 0000:5d:00, so the XID is reported by bus id rather than silently dropped
+    assert res["xid"].findings == ["pci0000:5d:00 xid79"]
+
+
+@pytest.mark.parametrize("fixture,stalled_check", [("nvml-hang.json", "ecc"), ("nvml-hang-init.json", "nvml")])
+def test_nvml_hang_fails_closed_within_the_budget(tmp_path, fixture, stalled_check):
+    # a short budget keeps the test quick; what matters is that the run returns and says why
+    policy = {"budget_s": 1.5, "nvml": {"timeout_s": 0.8}, "ecc": {"timeout_s": 0.5}}
+    res, out = run(tmp_path, fixture, policy=policy, budget_from_now=1.2)
+    assert out.gathered is not None and out.gathered.stalled in ("ecc", "init")
+    r = res[stalled_check]
+    assert r.status == Status.FAIL and r.action == Action.DRAIN
+    assert "hung" in r.summary
+    assert worst_action(list(res.values())) == Action.DRAIN
+    if stalled_check == "ecc":
+        assert res["gpu_count"].status == Status.OK  # what NVML answered before the hang still counts
+        assert res["temperature"].status == Status.SKIP and "stalled in ecc" in res["temperature"].summary
+    # the host checks still ran
+    assert res["memory"].status == Status.OK
+
+
+def test_nvml_missing_is_fail_when_gpus_are_expected_and_skip_when_not(tmp_path):
+    state = json.loads((NVML / "healthy-h100x8.json").read_text())
+    state["init_error"] = "DriverNotLoaded"
+    f = tmp_path / "nodriver.json"
+    f.write_text(json.dumps(state))
+    res, _ = run(tmp_path, f)
+    assert res["nvml"].status == Status.FAIL and res["nvml"].findings == ["nvml down"]
+    assert res["ecc"].status == Status.SKIP
+    res, _ = run(tmp_path / "cpu", f, expect=Expectations(node="node1", gpu_count=0))
+    assert res["nvml"].status == Status.SKIP
+    # no inventory at all: /dev/nvidia0 existing is enough to expect GPUs
+    paths = host_tree(tmp_path / "h2")
+    (Path(paths.dev_root) / "nvidia0").write_text("")
+    res, _ = run(tmp_path / "noinv", f, expect=Expectations(node="node1"), paths=paths)
+    assert res["nvml"].status == Status.FAIL
+
+
+def test_prolog_scopes_gpu_checks_to_the_jobs_gpus(tmp_path):
+    res, _ = run(tmp_path, "ecc-uncorrected-gpu1.json", hook="prolog", gpus=[0, 1])
+    assert res["ecc"].status == Status.FAIL
+    res, _ = run(tmp_path / "b", "ecc-uncorrected-gpu1.json", hook="prolog", gpus=[2, 3])
+    assert res["ecc"].status == Status.OK and set(res["ecc"].evidence["gpus"]) == {"2", "3"}
+    assert res["xid"].status == Status.OK  # the XID 48 is on gpu1, not this job's GPU
+
+
+def test_prolog_scope_follows_the_gres_file_order(tmp_path):
+    # gres.conf File=/dev/nvidia[4-7],/dev/nvidia[0-3]: gres index 0 is minor 4
+    exp = Expectations(node="node1", gpu_count=8, gpu_type="h100", nvlink=True, minors=(4, 5, 6, 7, 0, 1, 2, 3))
+    res, _ = run(tmp_path, "ecc-uncorrected-gpu1.json", hook="prolog", gpus=[5], expect=exp)
+    assert res["ecc"].status == Status.FAIL and set(res["ecc"].evidence["gpus"]) == {"1"}
+
+
+def test_leftover_gpu_process_at_prolog(tmp_path):
+    state = json.loads((NVML / "healthy-h100x8.json").read_text())
+    state["devices"][6]["compute_processes"] = [{"pid": 4242, "used_memory": 1 << 30}]
+    f = tmp_path / "busy.json"
+    f.write_text(json.dumps(state))
+    res, _ = run(tmp_path, f, hook="prolog", gpus=[6, 7])
+    assert res["gpu_procs"].status == Status.FAIL and res["gpu_procs"].findings == ["gpu6 busy pid 4242"]
+    res, _ = run(tmp_path / "b", f, hook="prolog", gpus=[0])
+    assert res["gpu_procs"].status == Status.OK
+
+
+@pytest.mark.parametrize(
+    ("edit", "check", "finding"),
+    [
+        (lambda d: d.update(temperature_c=93), "temperature", "gpu0 temp 93C>=90C"),
+        (lambda d: d.update(nvlink_state=[1] * 16 + [0, 0]), "nvlink", "gpu0 nvlink 2/18 down"),
+        (lambda d: d.update(pcie_width=[8, 16]), "pcie", "gpu0 pcie x8/x16"),
+        (lambda d: d.update(mig_mode=[1, 1]), "mig", "gpu0 mig on"),
+        (lambda d: d.update(mig_mode=[0, 1]), "mig", "gpu0 mig change pending"),
+        (lambda d: d.update(recovery_action=2), "recovery_action", "gpu0 recovery=node_reboot"),
+        (lambda d: d.update(remapped_rows=[3, 0, 0, 1]), "remapped_rows", "gpu0 remap-failed"),
+        (lambda d: d.update(ecc_mode=[0, 0]), "ecc", "gpu0 ecc off"),
+        (lambda d: d.update(retired_pages_pending=1), "retired_pages", "gpu0 retire-pending"),
+        (lambda d: d.update(ecc_volatile_uncorrected={"error": "GpuIsLost"}), "ecc", "gpu0 gpuislost"),
+    ],
+)
+def test_each_gpu_fault_drains(tmp_path, edit, check, finding):
+    state = json.loads((NVML / "healthy-h100x8.json").read_text())
+    edit(state["devices"][0])
+    f = tmp_path / "fault.json"
+    f.write_text(json.dumps(state))
+    res, _ = run(tmp_path, f)
+    assert res[check].status == Status.FAIL, res[check]
+    assert finding in res[check].findings
+    assert res[check].action >= Action.DRAIN
+
+
+@pytest.mark.parametrize(
+    ("edit", "check"),
+    [
+        (lambda d: d.update(temperature_c=85), "temperature"),  # between warn_c and max_c
+        (lambda d: d.update(persistence_mode=0), "persistence"),  # FAIL under action=warn -> WARN
+        (lambda d: d.update(clocks_event_reasons=0x8 | 0x1), "clocks"),
+        (lambda d: d.update(temperature_c={"error": "NoPermission"}), "temperature"),  # unknown != broken
+    ],
+)
+def test_warnings_never_drain(tmp_path, edit, check):
+    state = json.loads((NVML / "healthy-h100x8.json").read_text())
+    edit(state["devices"][0])
+    f = tmp_path / "warn.json"
+    f.write_text(json.dumps(state))
+    res, _ = run(tmp_path, f)
+    assert res[check].status == Status.WARN and res[check].action == Action.WARN
+    assert worst_action(list(res.values())) == Action.WARN
+
+
+def test_not_supported_everywhere_is_skip_not_fail(tmp_path):
+    state = json.loads((NVML / "healthy-h100x8.json").read_text())
+    for d in state["devices"]:
+        for k in ("ecc_mode", "ecc_volatile_uncorrected", "remapped_rows", "recovery_action", "nvlink_state",
+                  "mig_mode"):
+            d[k] = {"error": "NotSupported"}
+    f = tmp_path / "consumer.json"
+    f.write_text(json.dumps(state))
+    res, _ = run(tmp_path, f, expect=Expectations(node="node1", gpu_count=8))
+    for name in ("ecc", "remapped_rows", "recovery_action", "nvlink", "mig"):
+        assert res[name].status == Status.SKIP, name
+    # ...but NVLink that the inventory promises and the GPU lacks is a failure
+    res, _ = run(tmp_path / "b", f)
+    assert res["nvlink"].status == Status.FAIL
+
+
+def test_driver_baseline(tmp_path):
+    res, _ = run(tmp_path, "healthy-h100x8.json", policy={"driver": {"version": "550.54.15"}})
+    assert res["driver"].status == Status.WARN and res["driver"].findings == ["driver 570.124.06!=550.54.15"]
+    res, _ = run(tmp_path / "b", "healthy-h100x8.json",
+                 policy={"driver": {"version": "550.54.15", "action": "drain"}})
+    assert res["driver"].status == Status.FAIL and res["driver"].action == Action.DRAIN
+    res, _ = run(tmp_path / "c", "healthy-h100x8.json", policy={"driver": {"version": "570.124.06"}})
+    assert res["driver"].status == Status.OK
+
+
+# --- XID cursor ---------------------------------------------------------------------------------------------
+
+def test_xid_cursor_reports_once_and_critical_ones_stick_until_reboot(tmp_path):
+    state = json.loads((NVML / "healthy-h100x8.json").read_text())
+    state["kmsg"].append([2000, "NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=python, Graphics Exception"])
+    f = tmp_path / "n.json"
+    f.write_text(json.dumps(state))
+    res, _ = run(tmp_path, f)
+    assert res["xid"].status == Status.WARN and res["xid"].findings == ["gpu0 xid13"]
+    res, _ = run(tmp_path, f)  # same log, cursor moved: an old XID never counts twice
+    assert res["xid"].status == Status.OK
+    state["kmsg"].append([2100, "NVRM: Xid (PCI:0000:9a:00): 94, pid=1, name=python, Contained ECC error"])
+    f.write_text(json.dumps(state))
+    res, _ = run(tmp_path, f)
+    assert res["xid"].status == Status.FAIL and res["xid"].findings == ["gpu4 xid94"]
+    res, _ = run(tmp_path, f)  # critical: still failing on the next run, so the health check cannot resume it
+    assert res["xid"].status == Status.FAIL
+    state["boot_id"] = "another-boot"
+    state["kmsg"] = [[5, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module"]]
+    f.write_text(json.dumps(state))
+    res, _ = run(tmp_path, f)
+    assert res["xid"].status == Status.OK
+
+
+def test_read_only_runs_do_not_move_the_cursor(tmp_path):
+    res, _ = run(tmp_path, "remap-pending-gpu2.json", state=False)
+    assert res["xid"].findings == ["gpu2 xid63"]
+    res, _ = run(tmp_path, "remap-pending-gpu2.json", state=False)
+    assert res["xid"].findings == ["gpu2 xid63"]
+
+
+def test_kmsg_reader_and_parser(tmp_path):
+    assert xid.norm_bus_id("00000000:AB:00.0") == xid.norm_bus_id("0000:ab:00") == "0000:ab:00"
+    e = xid.parse_record(7, "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off")
+    assert e is not None and (e.xid, e.bus_id) == (79, "0000:18:00")
+    assert xid.parse_record(8, "usb 1-1: new high-speed USB device") is None
+    k = tmp_path / "kmsg"  # a regular file stands in for /dev/kmsg: one record per line
+    k.write_text("6,10,100,-;hello\n4,11,200,-;NVRM: Xid (PCI:0000:18:00): 31, pid=2, name=x, MMU Fault\n")
+    recs = xid.read_kmsg(str(k), after=10)
+    # a regular file returns everything in one read; the reader keeps the first record of each read
+    assert all(seq > 10 for seq, _ in recs)
+
+
+# --- host checks --------------------------------------------------------------------------------------------
+
+def test_ib_ports_against_the_inventory(tmp_path):
+    exp = Expectations(node="node1", gpu_count=8, nvlink=True,
+                       nics=(NicExpect("mlx5_0", "ib", 400), NicExpect("mlx5_1", "ib", 400)))
+    ib = {"mlx5_0": ("4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)"), "mlx5_1": ("1: DOWN", "3: Disabled", "")}
+    res, _ = run(tmp_path, "healthy-h100x8.json", expect=exp, paths=host_tree(tmp_path / "h", ib=ib))
+    assert res["ib"].status == Status.FAIL
+    assert res["ib"].findings == ["ib mlx5_0/1 rate 200<400", "ib mlx5_1/1 down"]
+    res, _ = run(tmp_path / "b", "healthy-h100x8.json", expect=exp, paths=host_tree(tmp_path / "h2", ib={}))
+    assert res["ib"].findings == ["ib mlx5_0 missing", "ib mlx5_1 missing"]
+    # no inventory: a down port is only a warning, and no HCAs at all is a skip
+    res, _ = run(tmp_path / "c", "healthy-h100x8.json", expect=Expectations(node="n"),
+                 paths=host_tree(tmp_path / "h3", ib=ib))
+    assert res["ib"].status == Status.WARN
+    res, _ = run(tmp_path / "d", "healthy-h100x8.json", expect=Expectations(node="n"),
+                 paths=host_tree(tmp_path / "h4"))
+    assert res["ib"].status == Status.SKIP
+
+
+def test_cpu_governor_memory_disk(tmp_path):
+    paths = host_tree(tmp_path / "h", ib=GOOD_IB, governor="powersave")
+    Path(paths.proc_root, "meminfo").write_text("MemTotal: 1000 kB\nMemAvailable: 10 kB\n")
+    res, _ = run(tmp_path, "healthy-h100x8.json", paths=paths,
+                 policy={"disk_space": {"paths": [str(tmp_path), "/nonexistent-slurmkit"], "min_free_pct": 0}})
+    assert res["cpu_governor"].status == Status.WARN and res["cpu_governor"].findings == ["cpu governor powersave"]
+    assert res["memory"].status == Status.WARN  # memory: default action warn (shared nodes use memory)
+    assert res["disk_space"].status == Status.FAIL and res["disk_space"].findings == [
+        "/nonexistent-slurmkit no such file or directory"]
+
+
+def test_slurmd_oom_protection(tmp_path):
+    paths = host_tree(tmp_path / "h", ib=GOOD_IB)
+    for pid, argv, adj in ((300, ["/usr/sbin/slurmd", "-N", "node1"], "0"), (301, ["slurmd", "-N", "node2"], "-1000")):
+        d = Path(paths.proc_root, str(pid))
+        d.mkdir()
+        (d / "comm").write_text("slurmd\n")
+        (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        (d / "oom_score_adj").write_text(adj + "\n")
+    res, _ = run(tmp_path, "healthy-h100x8.json", paths=paths)
+    assert res["slurmd_oom"].status == Status.WARN and res["slurmd_oom"].evidence["pid"] == 300
+    assert res["slurmd_oom"].findings == ["slurmd oom_score_adj 0"]
+
+
+def test_a_disabled_check_is_not_run(tmp_path):
+    res, out = run(tmp_path, "xid79-gpu5.json", policy={"xid": False, "gpu_count": {"enabled": False}})
+    assert "xid" not in res and "gpu_count" not in res
+    assert set(out.gathered.data) >= {"init", "ecc"}
