@@ -19,6 +19,6 @@ if ! .venv/bin/python -c 'import slurmkit, pytest, hypothesis, ruff, torch' >/de
   echo "== pip install -e .[dev] torch==2.13.0"
   .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
   # CPU PyTorch for the real DDP job in the lab (gloo); on the CI machine this wheel comes from local disk
-  .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
+  .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 numpy
 fi
 export PATH="$PWD/.venv/bin:$PATH"
