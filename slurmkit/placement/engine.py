@@ -231,9 +231,9 @@ def plan(topo: PlacementTopology, counts: Sequence[int], n: int) -> Plan | None:
             if sw_total[j] < n:
                 continue
             desc = sorted((counts[leaf] for leaf in topo.switch_leaves[j]), reverse=True)
-            key = (_min_leaves(desc, n), sw_total[j], parent_total(topo.switch_parent[j]), j)
-            if chosen is None or key < chosen:
-                chosen = key
+            cand = (_min_leaves(desc, n), sw_total[j], parent_total(topo.switch_parent[j]), j)
+            if chosen is None or cand < chosen:
+                chosen = cand
         if chosen is not None:
             _, _, _, j = chosen
             takes = _fill(topo.switch_leaves[j], counts, n)
