@@ -443,3 +443,42 @@ def generate(
 
 
 EXECUTABLE_FILES = frozenset({"slurmkit-prolog", "slurmkit-epilog", "slurmkit-health"})
+
+
+def load_overrides(path: str) -> Overrides:
+    """A site overlay file for ``conf generate/diff/apply --overrides``: what a host needs beyond the
+    inventory (paths, ports, NodeAddr), kept out of the shared inventory. Keys: ``slurm_conf`` and
+    ``cgroup_conf`` (Key: Value), ``node_params`` (group: {Key: Value}), ``gres_file_prefix``."""
+    from slurmkit.errors import UsageError
+
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"{path}: cannot read overrides: {exc}") from exc
+    allowed = {"slurm_conf", "cgroup_conf", "node_params", "gres_file_prefix"}
+    if not isinstance(data, dict):
+        raise InventoryError("(top level)", "expected a mapping", path)
+    for k in data:
+        if k not in allowed:
+            import difflib
+
+            close = difflib.get_close_matches(str(k), sorted(allowed), n=1)
+            raise InventoryError(str(k), "unknown key" + (f"; did you mean '{close[0]}'?" if close else ""), path)
+
+    def pairs(v: object, where: str) -> tuple[tuple[str, str], ...]:
+        if v is None:
+            return ()
+        if not isinstance(v, dict):
+            raise InventoryError(where, "expected a mapping of Key: Value", path)
+        return tuple((str(a), "yes" if b is True else "no" if b is False else str(b)) for a, b in v.items())
+
+    node_params = data.get("node_params") or {}
+    if not isinstance(node_params, dict):
+        raise InventoryError("node_params", "expected a mapping of group: {Key: Value}", path)
+    return Overrides(
+        slurm_conf=pairs(data.get("slurm_conf"), "slurm_conf"),
+        cgroup_conf=pairs(data.get("cgroup_conf"), "cgroup_conf"),
+        node_params={str(g): pairs(v, f"node_params.{g}") for g, v in node_params.items()},
+        gres_file_prefix=str(data["gres_file_prefix"]) if data.get("gres_file_prefix") else None,
+    )

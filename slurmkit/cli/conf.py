@@ -1,0 +1,233 @@
+"""`slurmkit conf generate|validate|diff|apply|drift` and `slurmkit discover`: small commands over
+``slurmkit.generate`` and ``slurmkit.discover``. Exit codes: 0 ok, 1 drift/validation findings on a
+running cluster, 2 bad input or invalid config (nothing written), 3 apply refused (disruptive plan)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+_version = click.option("--slurm-version", "version", default=None,
+                        help="Target Slurm release (22.05 ... 25.11); default: the inventory's slurm_version.")
+_templates = click.option("--templates", type=click.Path(file_okay=False, exists=True), default=None,
+                          help="Site template directory searched before the shipped conf_templates/.")
+_overrides = click.option("--overrides", type=click.Path(dir_okay=False, exists=True), default=None,
+                          help="Site overlay YAML (slurm_conf, cgroup_conf, node_params, gres_file_prefix).")
+_no_real = click.option("--no-real-parse", is_flag=True, help="Static checks only; skip the slurmctld parse.")
+
+
+def _render(inventory: str, version: str | None, conf_dir: str, templates: str | None,
+            overrides: str | None) -> tuple[object, dict[str, str], str]:
+    """-> (cluster, files incl. the inventory copy when hooks are on, target version)."""
+    from slurmkit.generate.slurmconf import generate, load_overrides
+    from slurmkit.generate.versions import features_for
+    from slurmkit.model.load import load_cluster
+
+    cluster = load_cluster(inventory)
+    try:
+        ver = features_for(version or cluster.slurm_version).version
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--slurm-version") from exc
+    ov = load_overrides(overrides) if overrides else None
+    files = generate(cluster, version=ver, conf_dir=conf_dir, overrides=ov, templates=templates)
+    if any(n.startswith("slurmkit-") for n in files):
+        # the hook wrappers exec `slurmkit hook KIND --inventory <conf_dir>/slurmkit.yaml`: ship that copy
+        files["slurmkit.yaml"] = Path(inventory).read_text()
+    return cluster, files, ver
+
+
+def _report(rep: object, quiet: bool = False) -> None:
+    for w in rep.warnings:  # type: ignore[attr-defined]
+        click.echo(f"warning: {w}", err=True)
+    for e in rep.errors:  # type: ignore[attr-defined]
+        click.echo(f"error: {e}", err=True)
+    if not quiet:
+        click.echo(f"real parse: {rep.real}", err=True)  # type: ignore[attr-defined]
+
+
+def _validated(files: dict[str, str], ver: str, real: bool) -> object:
+    from slurmkit.errors import ConfigValidationError
+    from slurmkit.generate.validate import validate
+
+    rep = validate({k: v for k, v in files.items() if k != "slurmkit.yaml"}, ver, real=real)
+    _report(rep)
+    if not rep.ok:
+        raise ConfigValidationError(rep.errors or [rep.real])
+    return rep
+
+
+@click.group()
+def conf() -> None:
+    """Slurm config from an inventory: generate, validate, diff, apply, drift."""
+
+
+@conf.command()
+@click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
+@click.option("-o", "--output", "out", type=click.Path(file_okay=False), help="Directory to write into.")
+@click.option("--conf-dir", default=None, help="Where the files will live on the cluster (hook paths); default: -o.")
+@_version
+@_templates
+@_overrides
+@click.option("--dry-run", is_flag=True, help="Print the files; write nothing.")
+@_no_real
+def generate(inventory: str, out: str | None, conf_dir: str | None, version: str | None, templates: str | None,
+             overrides: str | None, dry_run: bool, no_real_parse: bool) -> None:
+    """Render slurm.conf, gres.conf, cgroup.conf, topology.conf|yaml; validate; write atomically."""
+    from slurmkit.generate import EXECUTABLE_FILES
+    from slurmkit.generate.rollout import write_files
+
+    if not out and not dry_run:
+        raise click.UsageError("give -o DIR (or --dry-run)")
+    where = conf_dir or (str(Path(out).resolve()) if out else "/etc/slurm")
+    _cluster, files, ver = _render(inventory, version, where, templates, overrides)
+    _validated(files, ver, real=not no_real_parse)
+    if dry_run:
+        for name, body in files.items():
+            click.echo(f"==> {name} <==")
+            click.echo(body, nl=False)
+        return
+    backup = write_files(files, out, executable=EXECUTABLE_FILES)  # type: ignore[arg-type]
+    for name in files:
+        click.echo(f"wrote {Path(out) / name}")  # type: ignore[arg-type]
+    if backup:
+        click.echo(f"previous files saved in {backup}")
+
+
+@conf.command()
+@click.argument("path", type=click.Path(exists=True))
+@_version
+@_templates
+@_overrides
+@_no_real
+def validate(path: str, version: str | None, templates: str | None, overrides: str | None, no_real_parse: bool) -> int:
+    """Check a config DIR (or the files an INVENTORY renders): cross-file checks + a real slurmctld parse."""
+    from slurmkit.generate.confparse import header_version
+    from slurmkit.generate.rollout import read_dir
+    from slurmkit.generate.validate import validate as run_validate
+
+    if Path(path).is_dir():
+        files = read_dir(path)
+        files.pop("slurmkit.yaml", None)
+        if "slurm.conf" not in files:
+            raise click.UsageError(f"{path} has no slurm.conf")
+        ver = version or header_version(files["slurm.conf"])
+    else:
+        _c, files, ver = _render(path, version, "/etc/slurm", templates, overrides)
+        files.pop("slurmkit.yaml", None)
+    rep = run_validate(files, ver, real=not no_real_parse)
+    _report(rep)
+    if rep.ok:
+        click.echo(f"ok: {len(files)} files consistent" + (f" (Slurm {ver})" if ver else ""))
+        return 0
+    click.echo(f"invalid: {len(rep.errors) or 1} problem(s)", err=True)
+    return 2
+
+
+def _diff(inventory: str, directory: str, version: str | None, templates: str | None, overrides: str | None):  # type: ignore[no-untyped-def]
+    from slurmkit.generate.rollout import read_dir, semantic_diff
+
+    cluster, files, ver = _render(inventory, version, str(Path(directory).resolve()), templates, overrides)
+    current = read_dir(directory)
+    return cluster, files, ver, semantic_diff(current, files, ver)
+
+
+def _print_plan(changes: list, ver: str) -> None:  # type: ignore[type-arg]
+    from slurmkit.generate.rollout import plan
+
+    for c in changes:
+        click.echo(c.line())
+    click.echo("rollout plan:")
+    for step in plan(changes, ver):
+        click.echo(f"  {step}")
+
+
+@conf.command()
+@click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
+@click.option("--against", "against", required=True, type=click.Path(file_okay=False, exists=True),
+              help="Directory with the files in use now.")
+@_version
+@_templates
+@_overrides
+def diff(inventory: str, against: str, version: str | None, templates: str | None, overrides: str | None) -> None:
+    """What changes if INVENTORY is applied to DIR, what each change needs, and in what order."""
+    _c, _files, ver, changes = _diff(inventory, against, version, templates, overrides)
+    _print_plan(changes, ver)
+
+
+@conf.command()
+@click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
+@click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="Config directory to update.")
+@click.option("--reconfigure", is_flag=True, help="Run `scontrol reconfigure` after writing.")
+@click.option("--allow-disruptive", is_flag=True,
+              help="Write even when the plan needs restarts or drained nodes (do those steps yourself).")
+@_version
+@_templates
+@_overrides
+@_no_real
+def apply(inventory: str, to: str, reconfigure: bool, allow_disruptive: bool, version: str | None,
+          templates: str | None, overrides: str | None, no_real_parse: bool) -> int:
+    """Validate, back up, write atomically, optionally reconfigure."""
+    from slurmkit.generate import EXECUTABLE_FILES
+    from slurmkit.generate.rollout import PUSH, RECONFIGURE, worst, write_files
+
+    Path(to).mkdir(parents=True, exist_ok=True)
+    _c, files, ver, changes = _diff(inventory, to, version, templates, overrides)
+    _print_plan(changes, ver)
+    if not changes:
+        return 0
+    _validated(files, ver, real=not no_real_parse)
+    level = worst(changes)
+    if level not in (RECONFIGURE, PUSH) and not allow_disruptive:
+        click.echo(f"refusing to write: the plan needs '{level}' steps; follow them and rerun with --allow-disruptive",
+                   err=True)
+        return 3
+    backup = write_files(files, to, executable=EXECUTABLE_FILES)
+    click.echo(f"wrote {len(files)} files to {to}" + (f"; previous files in {backup}" if backup else ""))
+    if reconfigure:
+        from slurmkit.backend.cli import CLIBackend
+
+        CLIBackend().reconfigure()
+        click.echo("scontrol reconfigure: done")
+    return 0
+
+
+@conf.command()
+@click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
+def drift(inventory: str) -> int:
+    """Compare INVENTORY with what the running cluster reports (scontrol show node)."""
+    from slurmkit.backend.cli import CLIBackend
+    from slurmkit.generate.rollout import drift as find_drift
+    from slurmkit.model.load import load_cluster
+
+    cluster = load_cluster(inventory)
+    found = find_drift(cluster, CLIBackend().nodes())
+    for d in found:
+        click.echo(d.line())
+    if found:
+        click.echo(f"drift: {len(found)} mismatch(es)", err=True)
+        return 1
+    click.echo(f"no drift: {len(cluster.all_hosts)} nodes match the inventory")
+    return 0
+
+
+@click.command()
+@click.option("--group", default=None, help="Node group name (default: the GPU type, or 'cpu').")
+@click.option("-o", "--output", "out", type=click.Path(dir_okay=False), default=None, help="Write here instead of stdout.")
+def discover(group: str | None, out: str | None) -> None:
+    """Print this node as an inventory node-group fragment (CPU geometry, memory, GPUs via NVML, HCAs)."""
+    from slurmkit.discover import gather, render_fragment
+
+    facts = gather()
+    if facts.gpus is None:
+        click.echo(f"discover: no GPUs listed ({facts.gpu_note}); CPU, memory and HCAs follow", err=True)
+    text = render_fragment(facts, group)
+    if out:
+        from slurmkit.generate.rollout import write_files
+
+        p = Path(out)
+        write_files({p.name: text}, p.parent if str(p.parent) else ".", backup=False)
+        click.echo(f"wrote {out}", err=True)
+    else:
+        sys.stdout.write(text)
