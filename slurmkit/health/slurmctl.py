@@ -56,10 +56,11 @@ def parse_node(text: str) -> NodeState:
     if state.endswith("*"):
         flags.add("NOT_RESPONDING")
         state = state.rstrip("*")
-    parts = [p.rstrip("*") for p in state.upper().split("+")]
-    flags.update(p for p in parts[1:] if p)
-    if parts[0].endswith("*"):
+    raw = state.upper().split("+")
+    if any(p.endswith("*") for p in raw):  # DOWN*+DRAIN: the '*' (not responding) sits on the base state
         flags.add("NOT_RESPONDING")
+    parts = [p.rstrip("*") for p in raw]
+    flags.update(p for p in parts[1:] if p)
     reason = fields.get("Reason", "")
     if reason in ("(null)", "None"):
         reason = ""

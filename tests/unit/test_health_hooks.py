@@ -1,0 +1,404 @@
+"""Hook flows with a fake scontrol: drain before a failing prolog, conservative health drains/resumes, epilog cleanup,
+outputs, the CLI edge."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from slurmkit.backend.run import Result
+from slurmkit.errors import SlurmTimeout
+from slurmkit.health.cleanup import clean_shm
+from slurmkit.health.decide import Verb, decide_fail, decide_health
+from slurmkit.health.hooks import HookEnv, run_hook
+from slurmkit.health.host import HostPaths
+from slurmkit.health.result import Action, CheckResult, Status, drain_reason
+from slurmkit.health.slurmctl import NodeState, parse_node
+
+ROOT = Path(__file__).resolve().parents[2]
+NVML = ROOT / "tests" / "data" / "nvml"
+
+
+class FakeSlurm:
+    """scontrol/squeue for one node, recording every call."""
+
+    def __init__(self, state: str = "IDLE", reason: str = "", jobs: list[str] | None = None, hang: bool = False):
+        self.state, self.reason, self.jobs, self.hang = state, reason, jobs or [], hang
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv, timeout=30.0, **kw):
+        argv = list(argv)
+        self.calls.append(argv)
+        if self.hang:
+            raise SlurmTimeout(argv, timeout)
+        if argv[:4] == ["scontrol", "-o", "show", "node"]:
+            reason = f"Reason={self.reason} [root@2026-11-30T01:00:00]" if self.reason else "Reason=(null)"
+            out = (f"NodeName={argv[4]} Arch=x86_64 CoresPerSocket=4 CPUAlloc=0 CPUTot=8 Gres=gpu:h100:8 "
+                   f"NodeAddr=127.0.0.1 State={self.state} ThreadsPerCore=1 Partitions=gpu {reason} "
+                   f"Comment=(null)\n")
+            if not self.reason:
+                out = out.replace(" Reason=(null)", "")
+            return Result(tuple(argv), 0, out, "")
+        if argv[:2] == ["scontrol", "update"]:
+            kv = dict(a.split("=", 1) for a in argv[2:])
+            if kv["state"] == "drain":
+                self.reason = kv["reason"]
+                if "DRAIN" not in self.state:
+                    self.state += "+DRAIN"
+            elif kv["state"] == "resume":
+                self.reason, self.state = "", self.state.replace("+DRAIN", "")
+            return Result(tuple(argv), 0, "", "")
+        if argv[:2] == ["scontrol", "reboot"]:
+            return Result(tuple(argv), 0, "", "")
+        if argv[0] == "squeue":
+            return Result(tuple(argv), 0, "".join(f"{j}\n" for j in self.jobs), "")
+        raise AssertionError(f"unexpected command {argv}")
+
+    def verbs(self) -> list[str]:
+        return [" ".join(c[:2]) if c[1] != "update" else f"update {c[3]}" for c in self.calls]
+
+
+@pytest.fixture()
+def inventory(tmp_path: Path) -> Path:
+    inv = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
+    inv["hooks"] = {"prolog": True, "epilog": True, "healthcheck_interval": 10,
+                    "checks": {"ib": False, "resume_after_passes": 2, "slurmd_oom": False}}
+    p = tmp_path / "etc" / "slurmkit.yaml"
+    p.parent.mkdir()
+    p.write_text(yaml.safe_dump(inv))
+    return p
+
+
+def host(tmp_path: Path) -> HostPaths:
+    proc = tmp_path / "proc"
+    proc.mkdir(parents=True, exist_ok=True)
+    (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
+    return HostPaths(sys_root=str(tmp_path / "sys"), proc_root=str(proc), kmsg=str(tmp_path / "kmsg"),
+                     dev_root=str(tmp_path / "dev"))
+
+
+def fixture(tmp_path: Path, name: str, edit=None) -> Path:
+    d = json.loads((NVML / name).read_text())
+    if edit:
+        edit(d)
+    p = tmp_path / "nvml" / "node1.json"  # the lab layout: a directory of <node>.json
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(d))
+    return p.parent
+
+
+def env(tmp_path, inventory, slurm, hook, nvml="healthy-h100x8.json", **kw) -> HookEnv:
+    fake = kw.pop("fake_nvml", None) or str(fixture(tmp_path, nvml))
+    return HookEnv(hook=hook, node="node1", state_dir=str(tmp_path / "state"), inventory=str(inventory),
+                   fake_nvml=fake, paths=host(tmp_path), runner=slurm, **kw)
+
+
+# --- pure decisions -----------------------------------------------------------------------------------------
+
+IDLE = NodeState("node1", "idle", frozenset(), "")
+OURS = NodeState("node1", "idle", frozenset({"DRAIN"}), "slurmkit: gpu3 xid79")
+ADMIN = NodeState("node1", "idle", frozenset({"DRAIN"}), "rack 12 maintenance")
+DOWN = NodeState("node1", "down", frozenset({"DRAIN"}), "slurmkit: gpu3 xid79")
+
+
+def test_decide_fail():
+    assert decide_fail(IDLE, Action.DRAIN, "slurmkit: x").verb == Verb.DRAIN
+    assert decide_fail(IDLE, Action.DRAIN_REBOOT, "slurmkit: x").verb == Verb.DRAIN_REBOOT
+    assert decide_fail(ADMIN, Action.DRAIN, "slurmkit: x").verb == Verb.NONE
+    assert decide_fail(DOWN, Action.DRAIN, "slurmkit: x").verb == Verb.NONE
+    assert decide_fail(OURS, Action.DRAIN, "slurmkit: gpu3 xid79").verb == Verb.NONE
+    assert decide_fail(OURS, Action.DRAIN, "slurmkit: gpu1 ecc-unc=2").verb == Verb.UPDATE_REASON
+    responding = NodeState("node1", "idle", frozenset({"NOT_RESPONDING"}), "")
+    assert decide_fail(responding, Action.DRAIN, "slurmkit: x").verb == Verb.NONE
+
+
+def test_decide_health_flap_damping_and_ownership():
+    d = decide_health(OURS, Action.NONE, "", 0, 3)
+    assert (d.verb, d.passes) == (Verb.NONE, 1)
+    d = decide_health(OURS, Action.WARN, "", 2, 3)  # a warning is a pass
+    assert (d.verb, d.passes) == (Verb.RESUME, 0)
+    d = decide_health(OURS, Action.DRAIN, "slurmkit: gpu3 xid79", 2, 3)  # failing again resets the count
+    assert d.passes == 0 and d.verb == Verb.NONE
+    for passes in range(10):
+        assert decide_health(ADMIN, Action.NONE, "", passes, 1).verb == Verb.NONE
+        assert decide_health(DOWN, Action.NONE, "", passes, 1).verb == Verb.NONE
+    assert decide_health(IDLE, Action.NONE, "", 5, 3) .passes == 0
+
+
+def test_parse_node_reason_with_spaces_and_stamp():
+    out = ("NodeName=node1 Arch=x86_64 State=MIXED+DRAIN ThreadsPerCore=1 "
+           "Reason=slurmkit: gpu3 xid79; gpu3 lost [root@2026-11-30T01:00:00] Comment=(null)\n")
+    n = parse_node(out)
+    assert (n.base, n.flags, n.reason) == ("mixed", frozenset({"DRAIN"}), "slurmkit: gpu3 xid79; gpu3 lost")
+    n = parse_node("NodeName=node2 State=DOWN*+DRAIN Reason=Not responding [slurm@2026-11-30T01:00:00]\n")
+    assert n.base == "down" and {"DRAIN", "NOT_RESPONDING"} <= n.flags and n.reason == "Not responding"
+    assert parse_node("NodeName=node3 State=IDLE ThreadsPerCore=1\n").reason == ""
+    with pytest.raises(ValueError):
+        parse_node("Node node9 not found\n")
+
+
+def test_drain_reason_is_prefixed_ordered_and_bounded():
+    rs = [CheckResult("temperature", Status.FAIL, "", [f"gpu{i} temp 95C>=90C" for i in range(8)],
+                      action=Action.DRAIN),
+          CheckResult("recovery_action", Status.FAIL, "", ["gpu2 recovery=node_reboot"], action=Action.DRAIN_REBOOT),
+          CheckResult("clocks", Status.WARN, "", ["gpu1 clocks hw_slowdown"], action=Action.WARN)]
+    r = drain_reason(rs)
+    assert r.startswith("slurmkit: gpu2 recovery=node_reboot; gpu0 temp") and "clocks" not in r
+    assert len(r) <= 120 and re.search(r"\+\d+ more$", r)
+
+
+# --- prolog -------------------------------------------------------------------------------------------------
+
+def test_prolog_healthy_exits_0_without_touching_slurm_and_writes_outputs(tmp_path, inventory):
+    slurm = FakeSlurm(state="ALLOCATED")
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", job_id="42", job_gpus=[0, 1]))
+    assert rep.exit_code == 0 and rep.action == Action.NONE and slurm.calls == []
+    nd = tmp_path / "state" / "node1"
+    rec = json.loads((nd / "last-prolog.json").read_text())
+    assert rec["job_id"] == "42" and rec["status"] == "OK" and {c["check"] for c in rec["checks"]} >= {"ecc", "xid"}
+    assert json.loads((nd / "history.jsonl").read_text().splitlines()[-1])["hook"] == "prolog"
+    prom = (nd / "slurmkit_health_prolog.prom").read_text()
+    assert 'slurmkit_health_check_status{node="node1",hook="prolog",check="ecc"} 0' in prom
+    for line in prom.splitlines():  # every sample line is `name{labels} value`
+        assert line.startswith("#") or re.fullmatch(r"slurmkit_health_\w+\{[^}]*\} -?[\d.]+", line), line
+    assert not list(nd.glob(".tmp-*"))  # atomic writes left nothing behind
+
+
+def test_prolog_failure_sets_our_reason_then_exits_1(tmp_path, inventory):
+    slurm = FakeSlurm(state="ALLOCATED")
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="ecc-uncorrected-gpu1.json", job_gpus=[0, 1]))
+    assert rep.exit_code == 1
+    assert slurm.verbs() == ["scontrol -o", "update state=drain"]
+    assert slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48" == rep.reason
+    assert rep.slurm["done"] == "drain"
+
+
+def test_prolog_on_other_gpus_passes(tmp_path, inventory):
+    slurm = FakeSlurm(state="ALLOCATED")
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="ecc-uncorrected-gpu1.json", job_gpus=[4, 5]))
+    assert rep.exit_code == 0 and slurm.calls == []
+
+
+def test_prolog_never_overwrites_a_foreign_reason(tmp_path, inventory):
+    slurm = FakeSlurm(state="ALLOCATED+DRAIN", reason="admin: replace PSU after this job")
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="xid79-gpu5.json", job_gpus=list(range(8))))
+    assert rep.exit_code == 1  # still refuse the job
+    assert slurm.verbs() == ["scontrol -o"] and slurm.reason == "admin: replace PSU after this job"
+
+
+def test_prolog_with_hung_nvml_returns_within_budget_and_fails_closed(tmp_path, inventory):
+    inv = yaml.safe_load(inventory.read_text())
+    inv["hooks"]["checks"].update(budget_s=2.0, scontrol_timeout_s=0.3, nvml={"timeout_s": 1.0})
+    inventory.write_text(yaml.safe_dump(inv))
+    slurm = FakeSlurm(state="ALLOCATED")
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="nvml-hang.json", job_gpus=[4]))
+    assert rep.exit_code == 1
+    res = {r.name: r for r in rep.results}
+    assert res["ecc"].status == Status.FAIL and "hung" in res["ecc"].summary
+    assert slurm.reason == "slurmkit: ecc nvml hung"
+    assert rep.duration_s < 2.0  # the budget the hook was given, not a wall-clock benchmark
+
+
+def test_prolog_when_scontrol_hangs_still_exits_1(tmp_path, inventory):
+    slurm = FakeSlurm(state="ALLOCATED", hang=True)
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="remap-pending-gpu2.json", job_gpus=[2]))
+    assert rep.exit_code == 1 and "timed out" in rep.slurm["error"]
+
+
+def test_broken_inventory_does_not_drain_a_healthy_node(tmp_path, inventory):
+    inventory.write_text(inventory.read_text().replace("checks:", "checks:\n    temprature: {max_c: 80}"))
+    slurm = FakeSlurm()
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", job_gpus=[0]))
+    assert rep.exit_code == 0 and rep.results[0].name == "config" and rep.results[0].status == Status.WARN
+    assert "did you mean 'temperature'" in rep.results[0].summary
+    rep = run_hook(env(tmp_path / "b", inventory, slurm, "prolog", nvml="off-bus-gpu3.json", job_gpus=[0]))
+    assert rep.exit_code == 1  # hardware faults still fail closed with the default policy
+
+
+# --- health -------------------------------------------------------------------------------------------------
+
+def test_health_drains_then_resumes_only_after_n_passes(tmp_path, inventory):
+    slurm = FakeSlurm()
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-pending-gpu2.json"))
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu2 remap-pending; gpu2 xid63"
+    # fault cleared (GPU reset + reboot: new boot id, clean log)
+    def fixed(d):
+        d["boot_id"] = "after-reset"
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="healthy-h100x8.json",
+                       fake_nvml=str(fixture(tmp_path, "healthy-h100x8.json", fixed))))
+    assert rep.exit_code == 0 and rep.slurm["passes"] == 1 and "DRAIN" in slurm.state
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=str(tmp_path / "nvml")))
+    assert rep.slurm["decision"] == "resume" and slurm.state == "IDLE" and slurm.reason == ""
+    assert json.loads((tmp_path / "state" / "node1" / "health.json").read_text())["passes"] == 0
+
+
+def test_health_never_resumes_an_admin_drain(tmp_path, inventory):
+    slurm = FakeSlurm(state="IDLE+DRAIN", reason="admin: burn-in")
+    for _ in range(4):
+        rep = run_hook(env(tmp_path, inventory, slurm, "health"))
+        assert rep.exit_code == 0
+    assert slurm.verbs() == ["scontrol -o"] * 4 and slurm.reason == "admin: burn-in"
+
+
+def test_health_leaves_down_nodes_alone(tmp_path, inventory):
+    slurm = FakeSlurm(state="DOWN*")
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="xid79-gpu5.json"))
+    assert rep.exit_code == 1 and slurm.verbs() == ["scontrol -o"] and "left alone" in rep.slurm["why"]
+
+
+def test_health_makes_no_slurm_call_on_slurmds_first_run(tmp_path, inventory):
+    h = host(tmp_path)
+    d = Path(h.proc_root, "4321")
+    d.mkdir()
+    (d / "comm").write_text("slurmd\n")
+    (d / "stat").write_text("4321 (slurmd) S 1 4321 4321 0 -1 4194560 " + " ".join(["0"] * 13) + " 777 0 0\n")
+    slurm = FakeSlurm()
+    e = env(tmp_path, inventory, slurm, "health", nvml="xid79-gpu5.json", ppid=4321)
+    e.paths = h
+    rep = run_hook(e)
+    assert slurm.calls == [] and "before registration" in rep.slurm["done"]
+    e2 = env(tmp_path, inventory, slurm, "health", fake_nvml=e.fake_nvml, ppid=4321)
+    e2.paths = h
+    rep = run_hook(e2)  # same slurmd, next interval: registered by now
+    assert slurm.verbs() == ["scontrol -o", "update state=drain"]
+
+
+def test_drain_and_reboot_policy(tmp_path, inventory):
+    inv = yaml.safe_load(inventory.read_text())
+    inv["hooks"]["checks"]["remapped_rows"] = {"action": "drain+reboot"}
+    inventory.write_text(yaml.safe_dump(inv))
+    slurm = FakeSlurm()
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-pending-gpu2.json"))
+    assert rep.action == Action.DRAIN_REBOOT and slurm.verbs() == ["scontrol -o", "update state=drain",
+                                                                     "scontrol reboot"]
+    assert slurm.calls[-1][:4] == ["scontrol", "reboot", "ASAP", "nextstate=resume"]
+
+
+# --- epilog -------------------------------------------------------------------------------------------------
+
+JOB_UID = 12345
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another user needs root")
+def test_epilog_kills_the_job_users_leftover_gpu_process_and_cleans_shm(tmp_path, inventory):
+    leftover = subprocess.Popen(["sleep", "60"], user=JOB_UID)
+    mine = subprocess.Popen(["sleep", "60"])  # root's: never touched
+    try:
+        def busy(d):
+            d["devices"][0]["compute_processes"] = [{"pid": leftover.pid, "used_memory": 1}]
+            d["devices"][1]["compute_processes"] = [{"pid": mine.pid, "used_memory": 1}]
+        shm = tmp_path / "shm"
+        shm.mkdir()
+        (shm / "nccl-1234").write_text("x")
+        os.chown(shm / "nccl-1234", JOB_UID, JOB_UID)
+        (shm / "other").write_text("y")
+        slurm = FakeSlurm(jobs=["77"])  # squeue lists only the ending job itself
+        e = env(tmp_path, inventory, slurm, "epilog", fake_nvml=str(fixture(tmp_path, "healthy-h100x8.json", busy)),
+                job_id="77", job_uid=JOB_UID, job_user="alice", job_gpus=[0, 1], shm_dir=str(shm))
+        e.paths = HostPaths(sys_root=e.paths.sys_root, proc_root="/proc", kmsg=e.paths.kmsg, dev_root=e.paths.dev_root)
+        rep = run_hook(e)
+        leftover.wait(timeout=5)
+        assert leftover.returncode == -9
+        assert mine.poll() is None
+        res = {r.name: r for r in rep.results}
+        assert res["gpu_procs"].status == Status.WARN  # root's process on the job's GPU: reported, not killed
+        assert res["gpu_procs"].evidence["killed"][0]["pid"] == leftover.pid
+        assert sorted(os.listdir(shm)) == ["other"]
+        assert rep.exit_code == 0
+        assert slurm.calls[0][:3] == ["squeue", "-h", "-w"]
+    finally:
+        for p in (leftover, mine):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_shm_is_kept_while_the_user_has_another_job_here(tmp_path, inventory):
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / "f").write_text("x")
+    slurm = FakeSlurm(jobs=["77", "78"])
+    rep = run_hook(env(tmp_path, inventory, slurm, "epilog", job_id="77", job_uid=os.getuid() or JOB_UID,
+                       job_user="alice", job_gpus=[0], shm_dir=str(shm)))
+    assert rep.exit_code == 0 and os.listdir(shm) == ["f"]
+
+
+def test_clean_shm_only_removes_the_users_entries(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("chown needs root")
+    (tmp_path / "a").write_text("1")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x").write_text("2")
+    (tmp_path / "b").write_text("3")
+    for p in ("a", "d"):
+        os.chown(tmp_path / p, JOB_UID, JOB_UID)
+    os.symlink("/etc/passwd", tmp_path / "link")
+    os.lchown(tmp_path / "link", JOB_UID, JOB_UID)
+    out = clean_shm(JOB_UID, str(tmp_path))
+    assert sorted(out["removed"]) == ["a", "d", "link"] and sorted(os.listdir(tmp_path)) == ["b"]
+    assert os.path.exists("/etc/passwd")
+    assert clean_shm(0, str(tmp_path))["removed"] == []
+
+
+# --- CLI edge -----------------------------------------------------------------------------------------------
+
+def test_cli_check_json_and_table(tmp_path, inventory):
+    from slurmkit.cli.hook import check
+
+    fx = fixture(tmp_path, "xid79-gpu5.json")
+    envv = {"SLURMKIT_FAKE_NVML": str(fx), "SLURMD_NODENAME": "node1"}
+    r = CliRunner().invoke(check, ["--inventory", str(inventory), "--state-dir", str(tmp_path / "s"), "--json"],
+                           env=envv)
+    assert r.exit_code == 1, r.output
+    rec = json.loads(r.output)
+    assert rec["action"] == "drain" and rec["reason"].startswith("slurmkit: gpu_count 7/8")
+    assert not (tmp_path / "s").exists()  # check is read-only
+    r = CliRunner().invoke(check, ["--inventory", str(inventory), "--state-dir", str(tmp_path / "s")], env=envv)
+    assert re.search(r"^gpu_count\s+FAIL\s+drain\s+gpu_count 7/8; gpu5 lost$", r.output, re.M), r.output
+
+
+def test_cli_record_fixture_round_trips_through_the_fake(tmp_path, inventory):
+    from slurmkit.cli.hook import check
+
+    out = tmp_path / "rec.json"
+    r = CliRunner().invoke(check, ["--record-fixture", str(out)],
+                           env={"SLURMKIT_FAKE_NVML": str(NVML / "ecc-uncorrected-gpu1.json")})
+    assert r.exit_code == 0, r.output
+    rec = json.loads(out.read_text())
+    assert len(rec["devices"]) == 8 and rec["devices"][1]["ecc_volatile_uncorrected"] == 2
+    original = json.loads((NVML / "ecc-uncorrected-gpu1.json").read_text())
+    for key in ("uuid", "pci_bus_id", "nvlink_state", "remapped_rows", "mig_mode", "retired_pages_pending"):
+        assert rec["devices"][3][key] == original["devices"][3][key], key
+    r = CliRunner().invoke(check, ["--json", "--inventory", str(inventory), "--node", "node1"],
+                           env={"SLURMKIT_FAKE_NVML": str(out)})
+    assert json.loads(r.output)["reason"] == "slurmkit: gpu1 ecc-unc=2"  # same verdict from the recording
+
+
+def test_cli_hook_prolog_reads_the_slurm_environment(tmp_path, inventory):
+    from slurmkit.cli.hook import hook
+
+    envv = {"SLURMKIT_FAKE_NVML": str(fixture(tmp_path, "ecc-uncorrected-gpu1.json")), "SLURMD_NODENAME": "node1",
+            "SLURM_JOB_GPUS": "2,3", "SLURM_JOB_ID": "9", "SLURMKIT_STATE_DIR": str(tmp_path / "st")}
+    t = time.monotonic()
+    r = CliRunner().invoke(hook, ["prolog", "--inventory", str(inventory)], env=envv)
+    assert r.exit_code == 0, r.output
+    assert "slurmkit prolog node1 job 9: OK" in r.output
+    assert (tmp_path / "st" / "node1" / "last-prolog.json").exists()
+    assert time.monotonic() - t < 60
+
+
+def test_cli_clear_xid(tmp_path, inventory):
+    from slurmkit.cli.hook import check
+
+    slurm = FakeSlurm()
+    run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
+    r = CliRunner().invoke(check, ["--clear-xid", "--state-dir", str(tmp_path / "state"), "--node", "node1"])
+    assert r.exit_code == 0 and "cleared 1 sticky" in r.output
