@@ -431,7 +431,7 @@ def generate(
     if cluster.topology.kind != "none":
         if feats.topology_yaml:
             # topology.conf is ignored once topology.yaml exists (25.05+): emit only the file Slurm reads
-            files["topology.yaml"] = env.get_template("topology.yaml.j2").render(ctx, body=topology_yaml(cluster))
+            files["topology.yaml"] = env.get_template("topology.yaml.j2").render(ctx, body=topology_yaml(cluster).rstrip("\n"))
         else:
             files["topology.conf"] = env.get_template("topology.conf.j2").render(ctx)
     if cluster.hooks.prolog or cluster.hooks.epilog or cluster.hooks.healthcheck_interval:
