@@ -29,15 +29,17 @@ def lab() -> None:
 @click.option("--accounting", is_flag=True, help="Add MariaDB + slurmdbd so sacct works.")
 @click.option("--hooks", is_flag=True, help="Wire slurmkit's prolog/epilog/health hooks (fake NVML per node).")
 @click.option("--healthcheck-interval", default=0, type=click.IntRange(0), help="HealthCheckInterval with --hooks.")
+@click.option("--fake-nvml", "fake_nvml", type=click.Path(exists=True, dir_okay=False),
+              help="With --hooks: recorded NVML state (JSON) served to every node's checks.")
 @click.option("--port-base", default=lambda: int(os.environ.get("SLURMKIT_LAB_PORT_BASE", DEFAULT_PORT_BASE)),
               show_default=str(DEFAULT_PORT_BASE), type=click.IntRange(1024, 60000),
               help="slurmctld port; slurmd of nodeI on base+I (env SLURMKIT_LAB_PORT_BASE).")
 def up(directory: str, nodes: int, gpus_per_node: int, gpu_type: str, nodes_per_leaf: int, accounting: bool,
-       hooks: bool, healthcheck_interval: int, port_base: int) -> None:
+       hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int) -> None:
     """Start the lab and wait until every node is idle."""
     spec = LabSpec(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                    nodes_per_leaf=nodes_per_leaf, accounting=accounting, port_base=port_base, hooks=hooks,
-                   healthcheck_interval=healthcheck_interval)
+                   healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml)
     lab_ = Lab(spec)
     took = lab_.up(progress=lambda m: click.echo(f"lab: {m}", err=True))
     click.echo(f"lab: up in {took:.2f}s: {nodes} nodes x {gpus_per_node} {gpu_type}, leaves of {nodes_per_leaf}, in {lab_.dir}")

@@ -53,6 +53,9 @@ class LabSpec:
     port_base: int = DEFAULT_PORT_BASE
     hooks: bool = False  # wire slurmkit's prolog/epilog/health hooks (fake NVML per node)
     healthcheck_interval: int = 0
+    # with hooks: a recorded NVML state (JSON, see slurmkit/health/fakenvml.py) copied to DIR/fake-nvml/<node>.json
+    # for every node before slurmd starts, trimmed to gpus_per_node devices; edit one node's copy to inject a fault
+    fake_nvml_template: str | None = None
 
     @property
     def ctld_port(self) -> int:
@@ -261,6 +264,8 @@ class Lab:
             hooks_cmd = self._hooks_command() if s.hooks else None
             self.write_config(hooks_cmd)
             self._make_devices()
+            if s.hooks:
+                self._seed_fake_nvml()
             progress("starting munged")
             self._start_munged()
             if s.accounting:
@@ -283,6 +288,23 @@ class Lab:
             f"PYTHONPATH={Path(__file__).resolve().parents[2]}",
         ]
         return " ".join(["/usr/bin/env", *(shlex.quote(e) for e in env), shlex.quote(sys.executable), "-m", "slurmkit.cli.main"])
+
+    def fake_nvml_file(self, node: str) -> Path:
+        return self.dir / "fake-nvml" / f"{node}.json"
+
+    def _seed_fake_nvml(self) -> None:
+        if not self.spec.fake_nvml_template:
+            raise LabError("--hooks needs a fake NVML state for the nodes (fake_nvml_template / --fake-nvml FILE)")
+        try:
+            state = json.loads(Path(self.spec.fake_nvml_template).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise LabError(f"fake NVML template {self.spec.fake_nvml_template}: {exc}") from exc
+        devices = state.get("devices", [])
+        if len(devices) < self.spec.gpus_per_node:
+            raise LabError(f"fake NVML template has {len(devices)} GPUs, the lab needs {self.spec.gpus_per_node}")
+        state["devices"] = devices[: self.spec.gpus_per_node]
+        for n in self.spec.node_names:
+            self.fake_nvml_file(n).write_text(json.dumps(state, indent=1))
 
     def _make_devices(self) -> None:
         for i in range(self.spec.gpus_per_node):
@@ -354,6 +376,14 @@ class Lab:
             out, _ = p.communicate(timeout=30)
             if p.returncode != 0:
                 raise LabError(f"slurmd for {name} failed to start (rc={p.returncode}): {out.decode(errors='replace').strip()[-300:]}")
+        # what slurmd's systemd unit does (OOMScoreAdjust=-1000): the OOM killer must pick a job, never slurmd
+        for name in self.spec.node_names:
+            pid = _read_pid(self.run_dir / f"slurmd-{name}.pid")
+            if pid:
+                try:
+                    Path(f"/proc/{pid}/oom_score_adj").write_text("-1000\n")
+                except OSError:
+                    pass
 
     def node_states(self) -> dict[str, str]:
         out = run(["sinfo", "-N", "-h", "-o", SINFO_NODE_FORMAT], timeout=10, env=self.env).stdout
