@@ -1,0 +1,154 @@
+"""Static cross-file checks: each broken variant is caught with a line that says where; any valid
+inventory renders files that pass (hypothesis)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmkit.generate import generate
+from slurmkit.generate.validate import static_check
+from slurmkit.model.load import load_cluster, load_cluster_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def lab_files() -> dict[str, str]:
+    return generate(load_cluster(ROOT / "examples" / "lab.yaml"))
+
+
+def broken(files: dict[str, str], name: str, old: str, new: str) -> dict[str, str]:
+    assert old in files[name], (name, old)
+    out = dict(files)
+    out[name] = files[name].replace(old, new)
+    return out
+
+
+def test_generated_files_pass(lab_files: dict[str, str]) -> None:
+    rep = static_check(lab_files)
+    assert rep.errors == [] and rep.warnings == []
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new", "expect"),
+    [
+        ("slurm.conf", "Gres=gpu:h100:8", "Gres=gpu:h100:8,nic:2", "Gres name 'nic' is not in GresTypes"),
+        ("slurm.conf", "Gres=gpu:h100:8", "Gres=gpu:h100:6", "gpu: slurm.conf says 6, gres.conf gives 8"),
+        ("gres.conf", "Type=h100 File=/dev/nvidia7", "Type=h100", "GPU line without File="),
+        ("gres.conf", "File=/dev/nvidia7 Cores=4-7", "File=/dev/nvidia7 Cores=4-9", "Cores=4-9 is outside the 8 cores of node[1-8]"),
+        ("gres.conf", "Links=1,1,1,1,1,1,1,-1", "Links=1,1,-1", "Links=1,1,-1 needs 8 entries"),
+        ("gres.conf", "NodeName=node[1-8] Name=gpu Type=h100 File=/dev/nvidia0",
+         "NodeName=node[1-9] Name=gpu Type=h100 File=/dev/nvidia0", "gres.conf names nodes node9"),
+        ("slurm.conf", "SelectTypeParameters=CR_Core_Memory", "SelectTypeParameters=CR_Core", "ConstrainRAMSpace=yes needs SelectTypeParameters=CR_*_Memory"),
+        ("cgroup.conf", "ConstrainCores=yes", "ConstrainCores=yes\nConstrainKmem=yes", "unknown cgroup.conf key ConstrainKmem"),
+        ("topology.conf", "SwitchName=leaf2 Nodes=node[5-8]", "SwitchName=leaf2 Nodes=node[4-8]", "nodes node4 are in both leaf1 and leaf2"),
+        ("topology.conf", "SwitchName=leaf2 Nodes=node[5-8]", "SwitchName=leaf2 Nodes=node[5-8],ghost1", "names nodes ghost1 that slurm.conf does not define"),
+        ("topology.conf", "SwitchName=leaf2 Nodes=node[5-8]", "SwitchName=leaf2 Nodes=node[5-7]", "nodes node8 are in no leaf switch"),
+        ("topology.conf", "SwitchName=spine Switches=leaf[1-2]", "SwitchName=spine Switches=leaf[1-3]", "unknown child switch leaf3"),
+        ("slurm.conf", "PartitionName=gpu Nodes=ns_gpu", "PartitionName=gpu Nodes=ns_gpu,node9", "unknown nodes or nodesets node9"),
+        ("slurm.conf", "MemSpecLimit=1000", "MemSpecLimit=32000", "MemSpecLimit=32000 leaves no memory"),
+    ],
+)
+def test_broken_variants_are_caught(lab_files: dict[str, str], name: str, old: str, new: str, expect: str) -> None:
+    rep = static_check(broken(lab_files, name, old, new))
+    assert any(expect in e for e in rep.errors), rep.errors
+
+
+def test_empty_tree_and_removed_cgroup_key(lab_files: dict[str, str]) -> None:
+    files = dict(lab_files)
+    files["topology.conf"] = "# nothing\n"
+    assert any("defines no switches" in e for e in static_check(files).errors)
+    files = broken(lab_files, "cgroup.conf", "ConstrainCores=yes", "CgroupAutomount=yes")
+    assert static_check(files, "22.05").errors == []  # still accepted by 22.05
+    assert any("CgroupAutomount was removed before Slurm 23.11" in e for e in static_check(files, "23.11").errors)
+
+
+def test_block_rules() -> None:
+    d = {"cluster": "b", "slurm_version": "24.11", "node_groups": [
+        {"name": "g", "hosts": "n[01-36]", "cpu": {"sockets": 1, "cores_per_socket": 4}, "memory_mb": 1000}],
+        "topology": {"blocks": [{"name": "b1", "nodes": "n[01-18]"}, {"name": "b2", "nodes": "n[19-36]"}], "block_sizes": [18, 36]}}
+    files = generate(load_cluster_dict(d))
+    assert static_check(files).errors == []
+    for bad, msg in (("BlockSizes=18,54", "not a power-of-two multiple"), ("BlockSizes=18,72", "larger than all 36 nodes"),
+                     ("BlockSizes=9,18", "more nodes than the base block size 9")):
+        assert any(msg in e for e in static_check(broken(files, "topology.conf", "BlockSizes=18,36", bad)).errors), bad
+    y = generate(load_cluster_dict(d), version="25.05")
+    assert "topology.yaml" in y and static_check(y).errors == []
+    assert any("in no block" in e for e in static_check(broken(y, "topology.yaml", "nodes: n[19-36]", "nodes: n[19-35]")).errors)
+
+
+def test_100k_nodes_findings_are_folded() -> None:
+    d = {"cluster": "x", "node_groups": [{"name": "g", "hosts": "n[000001-100000]", "cpu": {"sockets": 2, "cores_per_socket": 4},
+         "memory_mb": 1000, "gpus": {"type": "a", "count": 2, "files": "/dev/nvidia[0-1]"}}]}
+    files = generate(load_cluster_dict(d))
+    rep = static_check(broken(files, "slurm.conf", "Gres=gpu:a:2", "Gres=gpu:a:3"))
+    assert len(rep.errors) == 1 and "n[000001-100000]" in rep.errors[0]
+
+
+# --- any valid inventory renders files that pass -----------------------------------------------------------
+
+group_st = st.fixed_dictionaries(
+    {
+        "sockets": st.integers(1, 4),
+        "cps": st.integers(1, 64),
+        "tpc": st.integers(1, 2),
+        "nodes": st.integers(1, 40),
+        "gpus": st.integers(0, 8),
+        "shards": st.integers(0, 3),
+        "links": st.sampled_from(["nvlink", "none"]),
+        "mig": st.booleans(),
+        "weight": st.integers(0, 100),
+        "reserve": st.booleans(),
+    }
+)
+
+
+@st.composite
+def inventories(draw: st.DrawFn) -> tuple[dict, str]:
+    groups = draw(st.lists(group_st, min_size=1, max_size=4))
+    version = draw(st.sampled_from(["22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11"]))
+    ngs, hosts = [], []
+    for i, g in enumerate(groups):
+        names = [f"g{i}n{j:03d}" for j in range(g["nodes"])]
+        hosts += names
+        ng: dict = {"name": f"g{i}", "hosts": names, "memory_mb": 4096,
+                    "cpu": {"sockets": g["sockets"], "cores_per_socket": g["cps"], "threads_per_core": g["tpc"]},
+                    "weight": g["weight"], "features": [f"f{i}"]}
+        if g["reserve"]:
+            ng["reserve"] = {"memory_mb": 512, "cores": min(1, g["sockets"] * g["cps"] - 1)}
+        if g["gpus"]:
+            n = g["gpus"]
+            cores = g["sockets"] * g["cps"]
+            gp: dict = {"type": "h100", "count": n, "files": f"/dev/nvidia[0-{n - 1}]" if n > 1 else "/dev/nvidia0",
+                        "cores": [f"0-{cores - 1}"] * n, "links": g["links"]}
+            if g["mig"]:
+                gp["mig"] = ["3g.40gb@1", "1g.10gb@9"]
+            elif g["shards"]:
+                gp["shards"] = n * g["shards"]
+            ng["gpus"] = gp
+        ngs.append(ng)
+    inv: dict = {"cluster": "h", "slurm_version": version, "node_groups": ngs,
+                 "partitions": [{"name": "all", "groups": [g["name"] for g in ngs], "default": True}]}
+    kind = draw(st.sampled_from(["none", "tree", "block"] if version >= "23.11" else ["none", "tree"]))
+    leaf = draw(st.integers(1, 16))
+    chunks = [hosts[i:i + leaf] for i in range(0, len(hosts), leaf)]
+    if kind == "tree":
+        sw = [{"name": f"leaf{k}", "nodes": c} for k, c in enumerate(chunks)]
+        inv["topology"] = {"switches": [*sw, {"name": "spine", "switches": [s["name"] for s in sw]}]}
+    elif kind == "block":
+        inv["topology"] = {"blocks": [{"name": f"b{k}", "nodes": c} for k, c in enumerate(chunks)],
+                           "block_sizes": [leaf] + ([leaf * 2] if len(hosts) >= leaf * 2 else [])}
+    return inv, version
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inventories())
+def test_any_valid_inventory_renders_consistent_files(case: tuple[dict, str]) -> None:
+    inv, version = case
+    files = generate(load_cluster_dict(inv), version=version)
+    rep = static_check(files)
+    assert rep.errors == [], (rep.errors, files)
