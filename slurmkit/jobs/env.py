@@ -73,11 +73,16 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str) -> EnvPlan:
     add("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3",
         "a failed or timed-out collective tears the process down instead of hanging until the wall time "
         "(torch default 3; set explicitly because older site profiles set the deprecated NCCL_ASYNC_ERROR_HANDLING)")
-    add("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000",
-        "keep the last 2000 collectives per rank in the NCCL flight recorder, so a hang leaves evidence")
+    # torch renamed the flight-recorder variables (TORCH_NCCL_TRACE_BUFFER_SIZE -> TORCH_FR_BUFFER_SIZE,
+    # TORCH_NCCL_DEBUG_INFO_TEMP_FILE -> TORCH_FR_DUMP_TEMP_FILE); torch 2.13 warns on every rank for the old
+    # names, so only the new ones are set.
+    add("TORCH_FR_BUFFER_SIZE", "2000",
+        "keep the last 2000 collectives per rank in the flight recorder, so a hang leaves evidence "
+        "(formerly TORCH_NCCL_TRACE_BUFFER_SIZE)")
     add("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump the flight recorder when a collective times out")
-    add("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", f"{run_dir}/nccl_trace/rank_",
-        "flight-recorder dumps go to the run dir (shared) instead of each node's /tmp")
+    add("TORCH_FR_DUMP_TEMP_FILE", f"{run_dir}/nccl_trace/rank_",
+        "flight-recorder dumps go to the run dir (shared) instead of each node's /tmp "
+        "(formerly TORCH_NCCL_DEBUG_INFO_TEMP_FILE)")
     add("NCCL_DEBUG", "WARN", "NCCL warnings in the log; INFO is for triage only (NCCL env docs: no debug vars in production)")
 
     if facts.socket_ifname:
@@ -103,6 +108,10 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str) -> EnvPlan:
     not_set.append(("NCCL_ASYNC_ERROR_HANDLING / NCCL_BLOCKING_WAIT", "deprecated since torch 2.2: warnings only"))
 
     if spec.launcher in ("torchrun", "megatron"):
+        # torchrun reads PET_<FLAG> for each flag; the c10d store is hosted by node 0 (the batch host, whose
+        # address is the endpoint) instead of by whichever agent guesses the endpoint is local.
+        add("PET_RDZV_CONF", "is_host=$([ \"${SLURM_NODEID:-0}\" = 0 ] && echo 1 || echo 0)",
+            "torchrun --rdzv-conf: the first node hosts the c10d store (no hostname guessing)", kind="task")
         not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
                         f"passed as torchrun --signals-to-handle={TORCHRUN_SIGNALS} (SIGUSR2 reaches the workers)"))
 

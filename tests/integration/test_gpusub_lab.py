@@ -1,0 +1,230 @@
+"""gpusub end to end on the real lab (8 nodes x 8 fake H100, leaves node[1-4] / node[5-8]).
+
+Needs torch in the interpreter that runs the jobs: the test venv (``pip install torch==2.13.0`` gives the CPU
+build here), or ``GPUSUB_TEST_PYTHON=/path/to/venv/bin/python`` pointing at one that has it. The jobs use
+gloo on the CPU; the fake GPUs only make Slurm hand out GRES.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmkit.backend.cli import CLIBackend
+from slurmkit.jobs import JobSpec, follow, submit_job
+from slurmkit.jobs.monitor import statuses
+
+pytestmark = pytest.mark.lab
+ROOT = Path(__file__).resolve().parents[2]
+
+DDP = """\
+import json, os, socket, sys
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
+    json.dump({"rank": rank, "world": world, "sum": t.item(), "host": socket.gethostname(),
+               "local_rank": int(os.environ["LOCAL_RANK"]), "args": sys.argv[2:]}, f)
+dist.destroy_process_group()
+"""
+
+# The checkpoint contract from the worker's side: SIGUSR2 (or $GPUSUB_PREEMPT_FILE) -> save and exit;
+# a restart (GPUSUB_RESTART_COUNT > 0) resumes from the checkpoint.
+CKPT = """\
+import json, os, signal, sys, time
+ck = os.path.join(os.environ["GPUSUB_CHECKPOINT_DIR"], "state.json")
+step = json.load(open(ck))["step"] if os.path.exists(ck) else 0
+start = step
+restart = int(os.environ["GPUSUB_RESTART_COUNT"])
+print(f"start restart={restart} from step={step}", flush=True)
+stop = []
+signal.signal(signal.SIGUSR2, lambda s, f: stop.append(s))
+open(os.path.join(os.environ["GPUSUB_RUN_DIR"], f"running.r{restart}"), "w").close()
+while True:
+    if stop or os.path.exists(os.environ["GPUSUB_PREEMPT_FILE"]):
+        with open(ck + ".tmp", "w") as f:
+            json.dump({"step": step}, f)
+        os.replace(ck + ".tmp", ck)
+        print(f"checkpointed at step {step} signal={bool(stop)}", flush=True)
+        sys.exit(0)
+    if restart > 0 and step >= start + 5:
+        with open(os.path.join(os.environ["GPUSUB_RUN_DIR"], "result.json"), "w") as f:
+            json.dump({"resumed_from": start, "restart": restart, "final": step}, f)
+        print(f"done at step {step}", flush=True)
+        break
+    step += 1
+    time.sleep(0.1)
+"""
+
+SLEEPER = "#!/bin/bash\necho \"sleeper on $(hostname)\"\nsleep 300\n"
+
+
+def _python() -> str:
+    return os.environ.get("GPUSUB_TEST_PYTHON") or sys.executable
+
+
+@pytest.fixture(scope="module")
+def env(lab, tmp_path_factory) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    py = _python()
+    probe = subprocess.run([py, "-c", "import torch, torch.distributed as d; assert d.is_gloo_available()"],
+                           capture_output=True, text=True)
+    assert probe.returncode == 0, (
+        f"{py} has no torch with gloo: `pip install torch==2.13.0` in the test venv or set GPUSUB_TEST_PYTHON "
+        f"({probe.stderr.strip().splitlines()[-1:] if probe.stderr else ''})"
+    )
+    state = tmp_path_factory.mktemp("gpusub-state")
+    return {
+        **lab.env,
+        "PATH": f"{Path(py).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "SLURMKIT_INVENTORY": str(lab.etc / "slurmkit.yaml"),
+        "SLURMKIT_STATE_DIR": str(state),
+        "GPUSUB_RUN_ROOT": str(state / "runs"),
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+@pytest.fixture()
+def backend(env: dict[str, str]) -> CLIBackend:
+    # the job inherits the submitting environment (sbatch --export=ALL): PATH reaches torchrun
+    return CLIBackend(env=env)
+
+
+def _gpusub(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slurmkit.cli.gpusub", *args], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _wait_for(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_torchrun_ddp_4_nodes_x_2_processes(env: dict[str, str], backend: CLIBackend, tmp_path: Path) -> None:
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP)
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = JobSpec(script=str(script), args=(str(out), "it's a $(test)"), nodes=4, gpus_per_node=2,
+                   exclusive=True, time="10:00")
+    job_id, run_dir = submit_job(spec, backend, environ=env)
+    log = io.StringIO()
+    st = follow(job_id, backend, log, environ=env, cap=1.0)
+    assert st.state == "COMPLETED", log.getvalue()[-3000:]
+    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    assert len(ranks) == 8, log.getvalue()[-3000:]
+    assert {r["world"] for r in ranks} == {8}
+    assert all(r["sum"] == 36.0 for r in ranks)  # sum of rank+1 over 8 ranks
+    assert sorted(r["rank"] for r in ranks) == list(range(8))
+    assert len({r["host"] for r in ranks}) == 4
+    assert all(r["args"] == ["it's a $(test)"] for r in ranks)
+    # the exclusive 4-node job fits one leaf: the placement engine asked for one switch
+    nodes = (Path(run_dir) / "attempts" / f"{job_id}.r0.nodes").read_text().strip()
+    assert nodes in ("node[1-4]", "node[5-8]"), nodes
+    meta = json.loads((Path(run_dir) / "submit.json").read_text())
+    assert meta["job_id"] == job_id and "--switches=1@05:00" in (Path(run_dir) / "script.sh").read_text()
+
+
+def test_usr2_checkpoint_requeue_resume(env: dict[str, str], backend: CLIBackend, tmp_path: Path) -> None:
+    script = tmp_path / "ckpt.py"
+    script.write_text(CKPT)
+    run_dir = tmp_path / "run"
+    spec = JobSpec(script=str(script), nodes=1, gpus_per_node=1, max_restarts=1, run_dir=str(run_dir), time="10:00")
+    job_id, _ = submit_job(spec, backend, environ=env)
+    _wait_for(lambda: (run_dir / "running.r0").exists(), 60, "the first attempt's worker")
+    time.sleep(0.5)
+    backend.cancel(job_id, signal="USR2", batch=True)  # what --signal=B:USR2@GRACE does before the time limit
+    _wait_for(lambda: backend.job(job_id).restarts >= 1, 60, "the requeue")
+    # Slurm holds a requeued batch job for a while (BeginTime); let it go now rather than idle in the test
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], env={**os.environ, **env},
+                   capture_output=True, timeout=30)
+    log = io.StringIO()
+    st = follow(job_id, backend, log, environ=env, cap=1.0)
+    text = log.getvalue()
+    assert st.state == "COMPLETED", text[-3000:]
+    r0 = (run_dir / "logs" / f"{job_id}.r0.log").read_text()
+    r1 = (run_dir / "logs" / f"{job_id}.r1.log").read_text()
+    assert "SIGUSR2 received" in r0 and "signal=True" in r0 and "requeueing (restart 1 of at most 1)" in r0
+    saved = json.loads((run_dir / "checkpoints" / "state.json").read_text())["step"]
+    assert saved > 0
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result == {"resumed_from": saved, "restart": 1, "final": saved + 5}
+    assert f"start restart=1 from step={saved}" in r1
+    assert (run_dir / "preempt" / f"{job_id}.r0").exists()
+    assert backend.job(job_id).restarts == 1
+
+
+def test_status_logs_cancel_cli(env: dict[str, str], backend: CLIBackend, tmp_path: Path) -> None:
+    script = tmp_path / "sleeper.sh"
+    script.write_text(SLEEPER)
+    script.chmod(0o755)
+    res = _gpusub(env, str(script), "-N", "2", "--gpus-per-node", "1", "--launcher", "srun", "--time", "5:00")
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.split("submitted job ", 1)[1].split()[0]
+    assert "plan: 2 node(s) x 1 GPU(s)" in res.stdout and f"logs/{job_id}.r0.log" in res.stdout
+    _wait_for(lambda: backend.job(job_id).state == "RUNNING", 30, "RUNNING")
+    st = _gpusub(env, "status", job_id)
+    assert st.returncode == 0 and f"{job_id} RUNNING" in st.stdout and "[slurmctld]" in st.stdout, st.stdout
+    run_dir = st.stdout.split("run_dir=", 1)[1].strip()
+    _wait_for(lambda: "sleeper on" in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text(), 30, "output")
+    follower = subprocess.Popen([sys.executable, "-m", "slurmkit.cli.gpusub", "logs", "-f", job_id],
+                                env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    cancel = _gpusub(env, "cancel", job_id)
+    assert cancel.returncode == 0 and f"cancelled job {job_id}" in cancel.stdout
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 1, err  # the job did not complete
+    assert "sleeper on node" in out and f"job {job_id} CANCELLED" in err
+    st2 = _gpusub(env, "status", job_id)
+    assert f"{job_id} CANCELLED" in st2.stdout
+
+
+def test_status_of_forgotten_job_uses_run_dir_without_sacct(env: dict[str, str], tmp_path: Path) -> None:
+    """No accounting in this lab: a job slurmctld forgot is answered from the run dir record."""
+    state = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    rd = tmp_path / "old"
+    (rd / "attempts").mkdir(parents=True)
+    (rd / "attempts" / "999999.r2.exit").write_text("0\n")
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "999999").write_text(f"{rd}\n")
+    st = _gpusub(env, "status", "999999", "999998")
+    lines = st.stdout.splitlines()
+    assert lines[0].startswith("999999 COMPLETED") and "[run dir]" in lines[0] and "restarts=2" in lines[0]
+    assert lines[1].startswith("999998 UNKNOWN")
+    assert st.returncode == 1
+
+
+def test_slurmctld_down_one_line_error_no_duplicate(lab, env: dict[str, str], backend: CLIBackend,  # type: ignore[no-untyped-def]
+                                                    tmp_path: Path) -> None:
+    script = tmp_path / "t.sh"
+    script.write_text("#!/bin/bash\ntrue\n")
+    script.chmod(0o755)
+    before = {j.job_id for j in backend.jobs()}
+    pid = lab.running_pids()["slurmctld"]
+    os.kill(pid, 19)  # SIGSTOP: the controller stops answering (as when it is down or hung)
+    try:
+        res = _gpusub({**env}, str(script), "-N", "1", "--gpus-per-node", "1", "--launcher", "srun", timeout=120)
+    finally:
+        os.kill(pid, 18)  # SIGCONT
+    assert res.returncode != 0
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpusub: error:"), res.stderr
+    assert "Traceback" not in res.stderr
+    _wait_for(lambda: backend.ping(), 30, "slurmctld back")
+    after = {j.job_id for j in backend.jobs()}
+    assert after == before, f"a job was submitted while the controller was down: {after - before}"
+    rows = statuses(sorted(before)[:1], backend, env) if before else []
+    assert all(r.source == "slurmctld" for r in rows)
