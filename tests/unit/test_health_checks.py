@@ -115,9 +115,14 @@ def test_policy_errors_name_the_key_path(raw, path, words):
 
 
 def test_expectations_from_the_lab_inventory():
-    from slurmkit.model import load_cluster
+    import yaml
 
-    cluster = load_cluster(Path(__file__).resolve().parents[2] / "examples" / "lab.yaml")
+    from slurmkit.model import load_cluster_text
+
+    inv = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "lab.yaml").read_text())
+    inv["node_groups"][0]["nics"] = [{"name": "mlx5_0", "kind": "ib", "rate_gbps": 400},
+                                     {"name": "eno1", "kind": "eth", "rate_gbps": 25}]  # only IB/RoCE are checked
+    cluster = load_cluster_text(yaml.safe_dump(inv))
     e = expectations_from_cluster(cluster, "node3")
     assert (e.gpu_count, e.gpu_type, e.nvlink, e.minors) == (8, "h100", True, tuple(range(8)))
     assert e.nics == (NicExpect("mlx5_0", "ib", 400),)
