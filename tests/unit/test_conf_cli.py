@@ -1,0 +1,125 @@
+"""`slurmkit conf ...` end to end through the real entry point: exit codes, one-line errors, nothing
+written on bad input. The real slurmctld parse is switched off here (test_conf_realparse covers it)."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
+
+
+def sk(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slurmkit.cli.main", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def write_inv(tmp_path: Path, inv: dict, name: str = "inv.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return p
+
+
+def mutate(path: str, value: object) -> dict:
+    d = copy.deepcopy(LAB)
+    cur = d
+    keys = path.split(".")
+    for k in keys[:-1]:
+        cur = cur[int(k)] if k.isdigit() else cur[k]
+    if value is KeyError:
+        del cur[keys[-1]]
+    else:
+        cur[keys[-1]] = value
+    return d
+
+
+def two_groups() -> dict:
+    d = copy.deepcopy(LAB)
+    g = copy.deepcopy(d["node_groups"][0])
+    g.update(name="other", hosts="node[8-9]")
+    d["node_groups"].append(g)
+    return d
+
+
+def typo() -> dict:
+    d = copy.deepcopy(LAB)
+    d["node_groups"][0]["cpu"] = {"sockets": 2, "core_per_socket": 4}
+    return d
+
+
+BAD = [
+    (typo(), r"node_groups[0].cpu.core_per_socket: unknown key; did you mean 'cores_per_socket'?"),
+    (two_groups(), r"node_groups[1].hosts: host 'node8' is already in group 'h100'"),
+    (mutate("node_groups.0.gpus.files", "/dev/nvidia[0-6]"), "node_groups[0].gpus.files: '/dev/nvidia[0-6]' names 7 device files but count is 8"),
+    (mutate("node_groups.0.gpus.cores", ["0-3"] * 7 + ["8-9"]), "node_groups[0].gpus.cores[7]: '8-9' is not a core range inside the node's 8 cores"),
+    (mutate("topology.switches.1.nodes", "node[5-9]"), "topology.switches[1].nodes: host 'node9' is not in any node group"),
+    (mutate("topology.switches.1.nodes", "node[4-8]"), "topology.switches[1].nodes: host 'node4' is in both 'leaf1' and 'leaf2'"),
+    (mutate("partitions.0.groups", ["h10"]), "partitions[0].groups[0]: unknown node group 'h10'; did you mean 'h100'?"),
+    (mutate("topology", {"blocks": [{"name": "b1", "nodes": "node[1-8]"}]}), "topology.blocks: block topology needs Slurm >= 23.11, target is 22.05"),
+]
+
+
+@pytest.mark.parametrize(("inv", "message"), BAD, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD)])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path: Path, inv: dict, message: str) -> None:
+    out = tmp_path / "out"
+    res = sk("conf", "generate", str(write_inv(tmp_path, inv)), "-o", str(out), "--no-real-parse")
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], res.stderr
+    assert not out.exists()
+
+
+def test_generate_writes_validated_files_and_inventory_copy(tmp_path: Path) -> None:
+    inv = mutate("hooks", {"prolog": True, "epilog": True, "healthcheck_interval": 60})
+    p = write_inv(tmp_path, inv)
+    out = tmp_path / "etc"
+    res = sk("conf", "generate", str(p), "-o", str(out), "--no-real-parse")
+    assert res.returncode == 0, res.stderr
+    names = sorted(x.name for x in out.iterdir())
+    assert names == ["cgroup.conf", "gres.conf", "slurm.conf", "slurmkit-epilog", "slurmkit-health", "slurmkit-prolog",
+                     "slurmkit.yaml", "topology.conf"]
+    assert (out / "slurmkit.yaml").read_text() == p.read_text()
+    assert f"--inventory {out.resolve()}/slurmkit.yaml" in (out / "slurmkit-prolog").read_text()
+    assert sk("conf", "validate", str(out), "--no-real-parse").returncode == 0
+
+
+def test_dry_run_writes_nothing(tmp_path: Path) -> None:
+    res = sk("conf", "generate", str(ROOT / "examples" / "gb200-nvl72.yaml"), "--dry-run", "--no-real-parse")
+    assert res.returncode == 0 and "==> topology.yaml <==" in res.stdout and "block_sizes:" in res.stdout
+
+
+def test_validate_dir_reports_problems_exit_2(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    assert sk("conf", "generate", str(ROOT / "examples" / "lab.yaml"), "-o", str(out), "--no-real-parse").returncode == 0
+    (out / "gres.conf").write_text((out / "gres.conf").read_text().replace("File=/dev/nvidia7 ", ""))
+    res = sk("conf", "validate", str(out), "--no-real-parse")
+    assert res.returncode == 2 and "GPU line without File=" in res.stderr
+
+
+def test_diff_and_apply_refuse_disruptive(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    assert sk("conf", "generate", str(ROOT / "examples" / "lab.yaml"), "-o", str(out), "--no-real-parse").returncode == 0
+    weight = write_inv(tmp_path, mutate("node_groups.0.weight", 50))
+    res = sk("conf", "diff", str(weight), "--against", str(out))
+    assert res.returncode == 0 and "[reconfigure] slurm.conf: NodeName=node[1-8] weight: 10 -> 50" in res.stdout
+    fewer = write_inv(tmp_path, mutate("node_groups.0.memory_mb", 30000), "fewer.yaml")
+    before = (out / "slurm.conf").read_text()
+    res = sk("conf", "apply", str(fewer), "--to", str(out), "--no-real-parse")
+    assert res.returncode == 3 and "[drain]" in res.stdout and "refusing to write" in res.stderr
+    assert (out / "slurm.conf").read_text() == before
+    res = sk("conf", "apply", str(weight), "--to", str(out), "--no-real-parse")
+    assert res.returncode == 0, res.stderr
+    assert "Weight=50" in (out / "slurm.conf").read_text()
+    assert list((out / ".slurmkit-backup").iterdir())
+
+
+def test_discover_runs_without_gpus() -> None:
+    res = sk("discover", "--group", "x")
+    assert res.returncode == 0
+    frag = yaml.safe_load(res.stdout)[0]
+    assert frag["name"] == "x" and frag["cpu"]["sockets"] >= 1

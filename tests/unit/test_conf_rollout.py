@@ -1,0 +1,126 @@
+"""Atomic writes with backups, the semantic diff's classification, the rollout plan, drift."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmkit.generate import generate
+from slurmkit.generate import rollout as r
+from slurmkit.model.load import load_cluster_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
+
+
+def files_for(inv: dict, version: str = "22.05") -> dict[str, str]:
+    return generate(load_cluster_dict(inv), version=version)
+
+
+def changed(**patch: object) -> dict:
+    d = copy.deepcopy(LAB)
+    for path, value in patch.items():
+        cur = d
+        keys = path.split("__")
+        for k in keys[:-1]:
+            cur = cur[int(k)] if k.isdigit() else cur[k]
+        cur[keys[-1]] = value
+    return d
+
+
+def test_write_is_atomic_and_backs_up(tmp_path: Path) -> None:
+    r.write_files({"slurm.conf": "A\n", "gres.conf": "B\n"}, tmp_path)
+    assert r.write_files({"slurm.conf": "A\n"}, tmp_path) is None  # unchanged: no backup
+    b = r.write_files({"slurm.conf": "A2\n", "slurmkit-prolog": "#!/bin/sh\n"}, tmp_path, executable={"slurmkit-prolog"})
+    assert b is not None and (b / "slurm.conf").read_text() == "A\n"
+    assert (tmp_path / "slurm.conf").read_text() == "A2\n" and (tmp_path / "slurmkit-prolog").stat().st_mode & 0o111
+    with pytest.raises(ValueError):
+        r.write_files({"slurm.conf": "A3\n", "../evil": "x"}, tmp_path)
+    assert (tmp_path / "slurm.conf").read_text() == "A2\n", "nothing replaced when any file fails"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_no_change_means_empty_plan() -> None:
+    f = files_for(LAB)
+    assert r.semantic_diff(f, f) == []
+    assert r.plan([], "22.05") == ["nothing to do: the running files already match the inventory"]
+
+
+def test_weight_and_partition_need_only_reconfigure() -> None:
+    new = changed(node_groups__0__weight=20)
+    new["partitions"].append({"name": "extra", "groups": ["h100"]})
+    ch = r.semantic_diff(files_for(LAB), files_for(new))
+    assert {c.action for c in ch} == {r.RECONFIGURE}
+    subjects = {c.subject for c in ch}
+    assert "NodeName=node[1-8] weight" in subjects and "PartitionName=extra" in subjects
+    assert r.plan(ch, "22.05")[1].endswith("scontrol reconfigure")
+
+
+def test_gpu_count_change_needs_drain_and_plan_orders_it() -> None:
+    new = changed(node_groups__0__gpus__count=4, node_groups__0__gpus__files="/dev/nvidia[0-3]",
+                  node_groups__0__gpus__cores=["0-3"] * 4)
+    ch = r.semantic_diff(files_for(LAB), files_for(new))
+    assert r.worst(ch) == r.DRAIN and ch[0].action == r.DRAIN
+    steps = r.plan(ch, "22.05")
+    assert steps[0].startswith("1. drain node[1-8]") and "resume" in steps[-1]
+
+
+def test_cores_change_needs_restart_and_ports_too() -> None:
+    new = changed(node_groups__0__gpus__cores=["0-7"] * 8)
+    ch = r.semantic_diff(files_for(LAB), files_for(new))
+    assert [c.action for c in ch] == [r.RESTART] and "Cores=" in ch[0].reason
+    ch = r.semantic_diff(files_for(LAB), files_for(changed(controller={"hosts": ["localhost"], "port": 7000})))
+    assert [c.action for c in ch] == [r.RESTART]
+
+
+def test_select_type_change_is_job_losing() -> None:
+    new = changed(slurm_conf={"SelectTypeParameters": "CR_CPU_Memory"})
+    ch = r.semantic_diff(files_for(LAB), files_for(new))
+    assert ch[0].action == r.DRAIN and ch[0].nodes == "ALL"
+
+
+def test_adding_nodes_depends_on_release() -> None:
+    new = changed(node_groups__0__hosts="node[1-9]")
+    new["topology"]["switches"][1]["nodes"] = "node[5-9]"
+    old22, new22 = files_for(LAB, "22.05"), files_for(new, "22.05")
+    add = [c for c in r.semantic_diff(old22, new22, "22.05") if c.subject == "NodeName"]
+    assert add[0].action == r.RESTART
+    add = [c for c in r.semantic_diff(files_for(LAB, "24.11"), files_for(new, "24.11"), "24.11") if c.subject == "NodeName"]
+    assert add[0].action == r.RECONFIGURE
+
+
+def test_cgroup_change_restarts_slurmd_before_23_11_only() -> None:
+    new = changed(cgroup_conf={"ConstrainSwapSpace": False})
+    assert [c.action for c in r.semantic_diff(files_for(LAB, "22.05"), files_for(new, "22.05"))] == [r.RESTART]
+    assert [c.action for c in r.semantic_diff(files_for(LAB, "24.05"), files_for(new, "24.05"))] == [r.RECONFIGURE]
+
+
+@dataclass
+class Node:
+    name: str
+    cpus: int = 8
+    sockets: int = 2
+    cores_per_socket: int = 4
+    threads_per_core: int = 1
+    real_memory: int = 32000
+    gres: str = "gpu:h100:8(S:0-1)"
+    features: tuple[str, ...] = ("h100", "nvlink")
+
+
+def test_drift_lists_each_mismatch_folded() -> None:
+    cluster = load_cluster_dict(LAB)
+    nodes = [Node(f"node{i}") for i in range(1, 9)]
+    assert r.drift(cluster, nodes) == []
+    nodes[2] = Node("node3", features=("h100",))
+    nodes[3] = Node("node4", real_memory=16000, gres="gpu:h100:7")
+    nodes.append(Node("node99"))
+    lines = sorted(d.line() for d in r.drift(cluster, nodes[:4] + nodes[5:]))
+    assert "node3: Features: inventory h100,nvlink, cluster h100" in lines
+    assert "node4: RealMemory: inventory 32000, cluster 16000" in lines
+    assert "node4: Gres: inventory gpu:h100:8, cluster gpu:h100:7" in lines
+    assert "node5: node: inventory defined, cluster missing" in lines
+    assert "node99: node: inventory not in inventory, cluster present" in lines
