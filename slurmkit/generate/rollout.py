@@ -266,9 +266,10 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         a, b = _body(old.get(name, "")), _body(new.get(name, ""))
         if a != b:
             changes.append(Change(name, "topology", _count_lines(a), _count_lines(b), RECONFIGURE, "topology is re-read on reconfigure"))
-    for name in sorted(set(old) | set(new)):
-        if name.startswith("slurmkit") and _body(old.get(name, "")) != _body(new.get(name, "")):
-            changes.append(Change(name, "file", "old" if name in old else "", "new", PUSH, "copy to every node; no Slurm action"))
+    # slurmkit's own files (hook wrappers, inventory copy): only those we would write; extra files stay
+    for name in sorted(new):
+        if name.startswith("slurmkit") and _body(old.get(name, "")) != _body(new[name]):
+            changes.append(Change(name, "file", "present" if name in old else "", "new", PUSH, "copy to every node; no Slurm action"))
     changes.sort(key=lambda c: (-_RANK[c.action], c.file, c.subject))
     return changes
 

@@ -1,0 +1,107 @@
+"""`conf apply` and `conf drift` on the running lab (real slurmctld + 8 slurmd).
+
+The lab renders its files from its inventory plus a host overlay (ports, paths, NodeAddr, linuxproc).
+``lab_overlay`` recovers that overlay from the lab's own files, so `conf apply` regenerates exactly what the
+lab runs except for the inventory change under test. Every test restores the lab's config afterwards:
+the lab is shared by the whole session.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmkit.generate import confparse as cp
+from slurmkit.generate import generate
+from slurmkit.model.load import load_cluster_text
+
+pytestmark = pytest.mark.lab
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sk(lab, *args: str) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    return subprocess.run([sys.executable, "-m", "slurmkit.cli.main", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **lab.env}, timeout=120)
+
+
+def scontrol(lab, *args: str) -> str:  # type: ignore[no-untyped-def]
+    return subprocess.run(["scontrol", *args], capture_output=True, text=True, env={**os.environ, **lab.env},
+                          timeout=30, check=True).stdout
+
+
+def lab_overlay(etc: Path, inventory_text: str) -> dict:
+    """The keys the lab set on top of its inventory, read back from its running files."""
+    plain = generate(load_cluster_text(inventory_text), conf_dir=str(etc))
+    want, have = cp.parse_slurm_conf(plain["slurm.conf"]), cp.parse_slurm_conf((etc / "slurm.conf").read_text())
+    slurm_conf = {k: v for key, (k, v, _r) in have.settings.items() if want.value(key) != v}
+    node = have.nodes[0].as_dict()
+    gres_file = re.search(r"File=(\S+)/nvidia\d+", (etc / "gres.conf").read_text())
+    group = yaml.safe_load(inventory_text)["node_groups"][0]["name"]
+    return {
+        "slurm_conf": slurm_conf,
+        "node_params": {group: {"NodeAddr": node["nodeaddr"], "Port": node["port"]}},
+        "gres_file_prefix": gres_file.group(1) if gres_file else None,
+    }
+
+
+@pytest.fixture()
+def lab_inv(lab, tmp_path: Path) -> Iterator[tuple[dict, Path, Path]]:  # type: ignore[no-untyped-def]
+    """(inventory dict, overlay file, original inventory file); restores the original config afterwards."""
+    text = (lab.etc / "slurmkit.yaml").read_text()
+    original = tmp_path / "original.yaml"
+    original.write_text(text)
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump(lab_overlay(lab.etc, text), sort_keys=False))
+    res = sk(lab, "conf", "diff", str(original), "--against", str(lab.etc), "--overrides", str(overlay))
+    assert res.returncode == 0 and "nothing to do" in res.stdout, res.stdout + res.stderr  # the overlay is exact
+    try:
+        yield yaml.safe_load(text), overlay, original
+    finally:
+        sk(lab, "conf", "apply", str(original), "--to", str(lab.etc), "--overrides", str(overlay), "--reconfigure",
+           "--allow-disruptive")
+
+
+def test_apply_weight_and_partition_take_effect_after_reconfigure(lab, lab_inv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    inv, overlay, _orig = lab_inv
+    new = copy.deepcopy(inv)
+    new["node_groups"][0]["weight"] = 77
+    new["partitions"].append({"name": "extra", "groups": [new["node_groups"][0]["name"]], "max_time": "00:30:00"})
+    p = tmp_path / "new.yaml"
+    p.write_text(yaml.safe_dump(new, sort_keys=False))
+    res = sk(lab, "conf", "apply", str(p), "--to", str(lab.etc), "--overrides", str(overlay), "--reconfigure")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "[reconfigure] slurm.conf: PartitionName=extra" in res.stdout
+    assert "real parse: slurmctld accepted the config" in res.stderr
+    assert "scontrol reconfigure: done" in res.stdout
+    deadline = time.monotonic() + 20
+    while True:
+        node = scontrol(lab, "-o", "show", "node", "node1")
+        parts = scontrol(lab, "-o", "show", "partition")
+        if ("Weight=77" in node and "PartitionName=extra" in parts) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert "Weight=77" in node
+    assert re.search(r"PartitionName=extra .*MaxTime=00:30:00", parts)
+    assert list((lab.etc / ".slurmkit-backup").iterdir()), "the replaced files were backed up"
+
+
+def test_drift_finds_an_injected_mismatch(lab, lab_inv) -> None:  # type: ignore[no-untyped-def]
+    _inv, _overlay, original = lab_inv
+    res = sk(lab, "conf", "drift", str(original))
+    assert res.returncode == 0, res.stdout + res.stderr
+    scontrol(lab, "update", "NodeName=node3", "AvailableFeatures=h100", "ActiveFeatures=h100")
+    try:
+        res = sk(lab, "conf", "drift", str(original))
+        assert res.returncode == 1
+        assert res.stdout.strip().splitlines() == ["node3: Features: inventory h100,nvlink, cluster h100"]
+    finally:
+        scontrol(lab, "update", "NodeName=node3", "AvailableFeatures=h100,nvlink", "ActiveFeatures=h100,nvlink")
