@@ -3,8 +3,9 @@
 The estimate follows Megatron-LM's own ``megatron/training/theoretical_memory_usage.py`` for weights + gradients
 + optimizer state (18 bytes/parameter with mixed precision and Adam; ``6 + 12/DP`` with the distributed optimizer)
 and Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models") for activations:
-per layer and micro-batch ``s*b*h*34/t`` bytes with sequence parallelism and selective recomputation (flash
-attention removes the ``5*a*s/h`` score term), ``2*s*b*h/t`` (the layer input only) with full recomputation.
+per layer and micro-batch ``s*b*h*34/t`` bytes with sequence parallelism (flash attention, Megatron's default,
+never stores the ``5*a*s/h`` score term that selective recomputation was designed to drop; it is added for
+``--attention-backend unfused|local``), ``2*s*b*h/t`` (the layer input only) with full recomputation.
 With 1F1B the first pipeline stage holds PP micro-batches of L/PP layers, i.e. about L layers' worth.
 It is an estimate (no allocator fragmentation, no CUDA context, no framework buffers): the report says so.
 """
@@ -77,6 +78,7 @@ class ModelArgs:
     recompute: str  # none | selective | full
     sequence_parallel: bool
     vocab_assumed: bool
+    unfused_attention: bool = False
 
 
 def model_args(args: tuple[str, ...]) -> ModelArgs | None:
@@ -123,6 +125,7 @@ def model_args(args: tuple[str, ...]) -> ModelArgs | None:
         recompute=recompute,
         sequence_parallel="--sequence-parallel" in args,
         vocab_assumed=vocab_assumed,
+        unfused_attention=arg_value(args, "--attention-backend") in ("unfused", "local"),
     )
 
 
@@ -201,7 +204,10 @@ def estimate_memory(
     # activations: per layer per micro-batch, divided by TP (sequence parallel splits the rest) and CP
     sbh = s * b * h / cp
     sp = tp if (m.sequence_parallel or tp == 1) else 1
-    per_layer_none = sbh * (10 / sp + 24 / tp) + 5 * m.num_attention_heads * s * s * b / (tp * cp)
+    # flash / fused attention (Megatron's default with Transformer Engine) never stores the a*s*s scores;
+    # the unfused backends do (the 5*a*s/h term of Korthikanti et al.)
+    scores = 5 * m.num_attention_heads * s * s * b / (tp * cp) if m.unfused_attention else 0
+    per_layer_none = sbh * (10 / sp + 24 / tp) + scores
     per_layer_selective = sbh * 34 / tp if m.sequence_parallel or tp == 1 else sbh * (10 + 24 / tp)
     per_layer_full = sbh * 2 / sp
     in_flight = pp  # 1F1B: the first stage holds PP micro-batches in flight

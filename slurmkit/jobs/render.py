@@ -84,6 +84,8 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
     from slurmkit.templates import environment, header_line
 
     sbatch_value("--run-dir", run_dir)
+    if "%" in run_dir:  # --output would expand it as a Slurm filename pattern
+        raise UsageError(f"--run-dir: {run_dir!r} may not contain '%'")
     if not run_dir.startswith("/"):
         raise UsageError(f"--run-dir: {run_dir!r} must be an absolute path (the job may start elsewhere)")
     gpus = resolve_gpus(spec, facts)

@@ -20,7 +20,7 @@ TOPOLOGY_MODES = ("auto", "off", "strict")
 
 # Values that end up on an ``#SBATCH`` line. sbatch tokenises those lines itself (not a shell), so rather than
 # trusting its quoting we accept only characters that need none and refuse the rest with a clear message.
-_SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+_SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./%-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
@@ -29,7 +29,7 @@ def sbatch_value(option: str, value: str) -> str:
     """Refuse a value that could not be written on an ``#SBATCH`` line without quoting."""
     if not value or not _SBATCH_SAFE.match(value):
         raise UsageError(
-            f"{option}: {value!r} may contain only letters, digits and _@+=:,./- (it goes on an #SBATCH line)"
+            f"{option}: {value!r} may contain only letters, digits and _@+=:,./%- (it goes on an #SBATCH line)"
         )
     return value
 

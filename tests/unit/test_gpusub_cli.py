@@ -1,0 +1,206 @@
+"""gpusub's edge and its monitor against a fake Backend: dry-run, submit output, follow, status, one-line errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmkit.backend.base import SubmitRequest
+from slurmkit.backend.parse import JobInfo, NodeInfo, SwitchRecord
+from slurmkit.cli import gpusub
+from slurmkit.errors import SlurmTimeout
+from slurmkit.jobs.monitor import Backoff, follow, statuses
+from slurmkit.jobs.spec import JobSpec
+from slurmkit.jobs.submit import PreflightError, prepare, submit_job
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB_INV = ROOT / "examples" / "lab.yaml"
+
+
+class FakeBackend:
+    """Answers like the lab; records what was submitted; scripted job states for follow()."""
+
+    def __init__(self, states: Sequence[str] = ("RUNNING", "COMPLETED"), down: bool = False):
+        self.submitted: list[SubmitRequest] = []
+        self.tested: list[SubmitRequest] = []
+        self.states = list(states)
+        self.polls = 0
+        self.down = down
+        self.env = None
+
+    def _check(self) -> None:
+        if self.down:
+            raise SlurmTimeout(["scontrol", "-o", "show"], 20)
+
+    def partitions(self) -> list[dict[str, str]]:
+        self._check()
+        return [{"PartitionName": "gpu", "Default": "YES", "MaxTime": "1-00:00:00", "Nodes": "node[1-8]"}]
+
+    def nodes(self, names: Sequence[str] | None = None) -> list[NodeInfo]:
+        self._check()
+        return [NodeInfo(name=f"node{i}", state="idle", gres="gpu:h100:8", partitions=("gpu",)) for i in range(1, 9)]
+
+    def topology(self) -> list[SwitchRecord]:
+        return [SwitchRecord("leaf1", 0, [f"node{i}" for i in range(1, 5)], []),
+                SwitchRecord("leaf2", 0, [f"node{i}" for i in range(5, 9)], []),
+                SwitchRecord("spine", 1, [f"node{i}" for i in range(1, 9)], ["leaf1", "leaf2"])]
+
+    def test_only(self, request: SubmitRequest) -> str | None:
+        self._check()
+        self.tested.append(request)
+        return "2026-11-30T01:02:03"
+
+    def submit(self, request: SubmitRequest) -> str:
+        self._check()
+        self.submitted.append(request)
+        return "42"
+
+    def jobs(self, job_ids: Sequence[str] | None = None) -> list[JobInfo]:
+        self._check()
+        self.polls += 1
+        state = self.states[min(self.polls - 1, len(self.states) - 1)]
+        return [JobInfo(job_id="42", state=state, nodes=("node1", "node2"), exit_code="0:0")] \
+            if job_ids is None or "42" in job_ids else []
+
+    def cancel(self, job_id: str, signal: str | None = None, batch: bool = False) -> None:
+        self.cancelled = (job_id, signal, batch)
+
+
+@pytest.fixture()
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    e = {"SLURMKIT_INVENTORY": str(LAB_INV), "SLURMKIT_STATE_DIR": str(tmp_path / "state"),
+         "GPUSUB_RUN_ROOT": str(tmp_path / "runs")}
+    for k, v in e.items():
+        monkeypatch.setenv(k, v)
+    return e
+
+
+@pytest.fixture()
+def script(tmp_path: Path) -> Path:
+    p = tmp_path / "train.py"
+    p.write_text("print('hi')\n")
+    return p
+
+
+def test_dry_run_prints_script_and_argv_and_submits_nothing(env: dict[str, str], script: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpusub, "_backend", lambda: pytest.fail("a dry run with an inventory queries nothing"))
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "-N", "4", "--dry-run", "--explain", "--", "--lr", "3e-4"])
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("#!/bin/bash\n")
+    assert "# sbatch argv: sbatch --parsable" in res.output
+    assert "--rdzv-id=\"$SLURM_JOB_ID\"" in res.output and "--switches=1@05:00" in res.output
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" in res.output.split("# environment", 1)[1]
+    assert not Path(env["GPUSUB_RUN_ROOT"]).exists()
+
+
+def test_submit_prints_job_plan_log_and_writes_run_dir(env: dict[str, str], script: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeBackend()
+    monkeypatch.setattr(gpusub, "_backend", lambda: fake)
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "-N", "2", "--", "a b"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0] == "submitted job 42"
+    assert lines[1].startswith("plan: 2 node(s) x 8 GPU(s) = 16 process(es) on gpu via torchrun; placement: 2 nodes")
+    assert "estimated start: 2026-11-30T01:02:03 (sbatch --test-only)" in res.output
+    run_dir = Path(res.output.split("run dir: ", 1)[1].split()[0])
+    assert f"log: {run_dir}/logs/42.r0.log" in res.output
+    meta = json.loads((run_dir / "submit.json").read_text())
+    assert meta["job_id"] == "42" and meta["sbatch_argv"] == ["sbatch", "--parsable"]
+    assert (run_dir / "script.sh").read_text() == fake.submitted[0].script
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING=3" in (run_dir / "env.txt").read_text()
+    assert (Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / "42").read_text().strip() == str(run_dir)
+    assert len(fake.submitted) == 1 and len(fake.tested) == 1
+
+
+def test_missing_script_is_one_line_and_exit_2(env: dict[str, str], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpusub, "_backend", FakeBackend)
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(tmp_path / "nope.py"), "-N", "2"])
+    assert res.exit_code == 2
+    assert res.stderr.count("\n") == 1 and "nope.py: no such file" in res.stderr
+
+
+def test_controller_down_is_one_line_and_nothing_submitted(env: dict[str, str], script: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeBackend(down=True)
+    monkeypatch.setattr(gpusub, "_backend", lambda: fake)
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "-N", "2"])
+    assert res.exit_code == 1 and res.stderr.startswith("gpusub: error: scontrol -o show timed out")
+    assert res.stderr.count("\n") == 1 and fake.submitted == []
+
+
+def test_preflight_refuses_too_many_nodes_and_bad_partition(env: dict[str, str], script: Path) -> None:
+    with pytest.raises(PreflightError, match="has 8 node"):
+        prepare(JobSpec(script=str(script), nodes=9, topology="off"), FakeBackend(), environ=env)
+    with pytest.raises(Exception, match="'cpu' does not exist"):
+        prepare(JobSpec(script=str(script), partition="cpu"), FakeBackend(), environ=env)
+
+
+def test_megatron_memory_error_blocks_unless_forced(env: dict[str, str], script: Path) -> None:
+    args = ("--num-layers", "80", "--hidden-size", "8192", "--num-attention-heads", "64", "--seq-length", "4096")
+    spec = JobSpec(script=str(script), nodes=1, launcher="megatron", args=args)
+    with pytest.raises(PreflightError, match=r"need \d+\.\d GiB per GPU.*79\.6 GiB"):
+        prepare(spec, FakeBackend(), environ=env)
+    p = prepare(spec, FakeBackend(), environ=env, force=True)
+    assert p.warnings and p.warnings[0].startswith("forced past:")
+
+
+def test_submit_job_unpacks_and_follow_streams_until_done(env: dict[str, str], script: Path) -> None:
+    fake = FakeBackend(states=("PENDING", "RUNNING", "RUNNING", "COMPLETED"))
+    job_id, run_dir = submit_job(JobSpec(script=str(script), nodes=2), fake, environ=env)
+    log = Path(run_dir) / "logs" / "42.r0.log"
+    log.write_text("line one\npartial")
+    out = io.StringIO()
+    sleeps: list[float] = []
+    st = follow(job_id, fake, out, environ=env, sleep=sleeps.append)
+    assert st.state == "COMPLETED" and out.getvalue() == "line one\n"
+    assert sleeps == [0.25, 0.5, 1.0]  # backoff, one scontrol call per poll
+    assert fake.polls == 4
+
+
+def test_follow_tolerates_a_few_failed_polls_then_raises(env: dict[str, str], script: Path) -> None:
+    fake = FakeBackend()
+    _, run_dir = submit_job(JobSpec(script=str(script), nodes=2), fake, environ=env)
+    fake.down = True
+    with pytest.raises(SlurmTimeout):
+        follow("42", fake, io.StringIO(), run_dir=run_dir, environ=env, sleep=lambda s: None, max_poll_failures=2)
+
+
+def test_statuses_one_call_for_many_jobs_and_run_dir_fallback(env: dict[str, str], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeBackend(states=("RUNNING",))
+    monkeypatch.setattr("slurmkit.jobs.monitor._sacct", lambda ids, backend: {})
+    rd = tmp_path / "r"
+    (rd / "attempts").mkdir(parents=True)
+    (rd / "attempts" / "7.r0.exit").write_text("3\n")
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    idx.mkdir(parents=True)
+    (idx / "7").write_text(str(rd))
+    rows = statuses(["42", "7", "8"], fake, env)
+    assert fake.polls == 1
+    assert [(r.job_id, r.state, r.source) for r in rows] == [
+        ("42", "RUNNING", "slurmctld"), ("7", "FAILED", "run dir"), ("8", "UNKNOWN", "unknown")]
+
+
+def test_backoff_caps() -> None:
+    b = Backoff(first=1, cap=4)
+    assert [b() for _ in range(5)] == [1, 2, 4, 4, 4]
+
+
+def test_help_imports_neither_jinja_nor_backend_nor_nvml() -> None:
+    code = ("import sys; from slurmkit.cli import gpusub\n"
+            "try:\n    gpusub.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "bad = [m for m in ('jinja2', 'yaml', 'pynvml', 'pyslurm', 'slurmkit.generate', 'slurmkit.backend.cli',"
+            " 'slurmkit.jobs.render', 'ClusterShell') if m in sys.modules]\n"
+            "assert not bad, bad")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
