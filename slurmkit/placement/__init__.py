@@ -21,12 +21,14 @@ from slurmkit.placement.engine import (
 )
 from slurmkit.placement.exact import optimal_span
 from slurmkit.placement.fragmentation import Fragmentation, LeafUsage, fragmentation
+from slurmkit.placement.state import NodeRecordLike, engine_state, node_state, node_states, partition_nodes
 from slurmkit.placement.topology import PlacementTopology, SwitchRecordLike
 
 __all__ = [
     "STATES",
     "Fragmentation",
     "LeafUsage",
+    "NodeRecordLike",
     "NodeState",
     "Placement",
     "PlacementTopology",
@@ -34,9 +36,13 @@ __all__ = [
     "Request",
     "SwitchRecordLike",
     "eligible_by_leaf",
+    "engine_state",
     "fragmentation",
     "ideal_span",
+    "node_state",
+    "node_states",
     "optimal_span",
+    "partition_nodes",
     "place",
     "plan",
 ]
