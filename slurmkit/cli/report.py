@@ -1,0 +1,101 @@
+"""`slurmkit report fragmentation`: how usable the free GPUs are for multi-node jobs, now.
+
+Three Slurm calls at most: ``scontrol -o -d show node`` (states and free GPUs of every node, once),
+``scontrol -o show partition`` (only with --partition) and ``scontrol show topology`` (only without an
+inventory that defines the topology). Everything else is ``slurmkit.placement``. Exit codes: 0 ok, 2 bad
+input (unknown partition, a topology naming nodes Slurm does not know, --png without matplotlib).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from slurmkit.backend.cli import CLIBackend
+    from slurmkit.placement import PlacementTopology
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def report() -> None:
+    """Cluster reports."""
+
+
+@report.command("fragmentation")
+@click.option("-p", "--partition", default=None, help="Only this partition's nodes [every node in the topology].")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+@click.option("--png", type=click.Path(dir_okay=False), default=None,
+              help="Also draw the switch tree coloured by free capacity (needs the 'plot' extra).")
+@click.option("--inventory", envvar="SLURMKIT_INVENTORY", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Take the topology from this inventory (env SLURMKIT_INVENTORY) [scontrol show topology].")
+def fragmentation_cmd(partition: str | None, as_json: bool, png: str | None, inventory: str | None) -> None:
+    """Free GPUs, free whole nodes and leaves, the largest job that could start now, a fragmentation index.
+
+    The index is 0 when every free node sits in a whole free leaf and approaches 1 - 1/leaf-size when free
+    nodes are scattered one per leaf (see slurmkit.placement.fragmentation).
+    """
+    from slurmkit.backend.cli import CLIBackend
+    from slurmkit.errors import UsageError
+    from slurmkit.placement import fragmentation
+    from slurmkit.placement.render import format_table, require_matplotlib, write_png
+    from slurmkit.placement.state import node_states, partition_nodes
+
+    if png:
+        require_matplotlib()  # before any Slurm call: a missing extra is a usage error, nothing is written
+    backend = CLIBackend()
+    states = node_states(backend.nodes())
+    topo, source = _topology(backend, inventory, states.keys())
+    outside: list[str] = []
+    if partition:
+        members = partition_nodes(backend.partitions(), partition)
+        outside = [n for n in members if n not in topo.node_index]
+        topo_in = topo.restrict(members)
+        if not topo_in.leaf_names:
+            raise UsageError(f"partition {partition!r}: none of its nodes are in the {source} topology")
+        topo = topo_in
+    frag = fragmentation(topo, states)
+    where = f"partition {partition}" if partition else "all nodes"
+    title = f"fragmentation of {where}: {frag.nodes} nodes, {frag.gpus} GPUs, topology from {source}"
+    if png:
+        write_png(png, topo, states, frag, title=title)
+    if as_json:
+        doc = {"partition": partition, "topology": source, "kind": topo.kind, **frag.to_json(),
+               "nodes_outside_topology": outside}
+        if png:
+            doc["png"] = png
+        click.echo(json.dumps(doc, indent=1))
+        return
+    click.echo(format_table(frag, title), nl=False)
+    if outside:
+        from slurmkit import hostlist
+
+        click.echo(f"\nnot counted: {hostlist.fold(outside)} ({len(outside)} node(s) of {partition} in no {frag.unit})")
+    if png:
+        click.echo(f"\npicture: {png}")
+
+
+def _topology(
+    backend: CLIBackend, inventory: str | None, known: Collection[str]
+) -> tuple[PlacementTopology, str]:
+    """The inventory's topology when it defines one, else Slurm's, else one flat pseudo-leaf of every node.
+
+    ``known`` are the nodes Slurm reports: a topology naming any other node is a usage error (one line).
+    """
+    from slurmkit.errors import UsageError
+    from slurmkit.placement import PlacementTopology
+
+    if not known:
+        raise UsageError("Slurm reports no nodes")
+    if inventory:
+        from slurmkit.model import load_cluster
+
+        model = load_cluster(inventory).topology
+        if model.switches or model.blocks:
+            return PlacementTopology.from_model(model, known_nodes=known), f"inventory {inventory}"
+    records = backend.topology()
+    if records:
+        return PlacementTopology.from_records(records, known_nodes=known), "slurm"
+    return PlacementTopology.flat(known), "none (flat)"
