@@ -30,9 +30,10 @@ Logs: <run dir>/logs/<job>.r<restart>.log. Defaults come from the site inventory
 
 
 def _backend():  # type: ignore[no-untyped-def]
-    from slurmkit.backend.cli import default_backend
+    """The CLI backend; pyslurm only with SLURMKIT_BACKEND=pyslurm and a pyslurm matching the running Slurm."""
+    from slurmkit.backend.pyslurm import select_backend
 
-    return default_backend()
+    return select_backend()
 
 
 def _fail(exc: Exception) -> None:
