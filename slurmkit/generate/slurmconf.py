@@ -212,17 +212,25 @@ def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
         params.append(("Weight", str(g.weight)))
         params = _merge(params, overrides.node_params.get(g.name, ()))
         params.append(("State", "UNKNOWN"))
-        shapes.setdefault(tuple(params), []).extend(g.hostnames)
+        shapes.setdefault(tuple(params), []).append(g)
     return [
-        " ".join([f"NodeName={hostlist.fold(hosts)}"] + [f"{k}={v}" for k, v in params])
-        for params, hosts in shapes.items()
+        " ".join([f"NodeName={_hosts_of(groups)}"] + [f"{k}={v}" for k, v in params])
+        for params, groups in shapes.items()
     ]
+
+
+def _hosts_of(groups: list[NodeGroup]) -> str:
+    """One group's hostlist is already folded (the loader folds it); only merged groups need a refold,
+    which keeps 100k-node inventories from being expanded and refolded for nothing."""
+    if len(groups) == 1:
+        return groups[0].hosts
+    return hostlist.fold(h for g in groups for h in g.hostnames)
 
 
 def partition_lines(cluster: Cluster) -> tuple[list[str], list[str]]:
     nodesets, parts = [], []
     for p in cluster.partitions:
-        hosts = hostlist.fold(h for gname in p.groups for h in cluster.group(gname).hostnames)
+        hosts = _hosts_of([cluster.group(gname) for gname in p.groups])
         ns = f"ns_{p.name}"
         nodesets.append(f"NodeSet={ns} Nodes={hosts}")
         kv = [("PartitionName", p.name), ("Nodes", ns), ("Default", "YES" if p.default else "NO"), ("MaxTime", p.max_time)]
