@@ -58,7 +58,7 @@ def read_memory_mb() -> int:
 
 
 def read_hcas(root: Path = Path("/")) -> list[HcaPort]:
-    out = []
+    out: list[HcaPort] = []
     base = root / "sys/class/infiniband"
     if not base.is_dir():
         return out

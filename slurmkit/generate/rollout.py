@@ -207,14 +207,14 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
     for h in nn:
         if h not in on:
             continue
-        a, b = on[h], nn[h]
-        for k in sorted(set(a) | set(b)):
-            if a.get(k, "") == b.get(k, ""):
+        na, nb = on[h], nn[h]
+        for k in sorted(set(na) | set(nb)):
+            if na.get(k, "") == nb.get(k, ""):
                 continue
             if k in _GEOMETRY:
                 act, why = DRAIN, "CPU/memory geometry of busy nodes: drain, update, restart their slurmd, resume"
             elif k == "gres":
-                oc_, nc_ = cp.gres_totals(cp.parse_gres(a.get(k, ""))), cp.gres_totals(cp.parse_gres(b.get(k, "")))
+                oc_, nc_ = cp.gres_totals(cp.parse_gres(na.get(k, ""))), cp.gres_totals(cp.parse_gres(nb.get(k, "")))
                 if oc_ != nc_:
                     act, why = DRAIN, "GRES counts change: drain the nodes first (gres.conf(5))"
                 else:
@@ -223,7 +223,7 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
                 act, why = _slurmd_restart(feats)
             else:
                 act, why = RECONFIGURE, "scontrol reconfigure re-reads node attributes"
-            grouped.setdefault((k, a.get(k, ""), b.get(k, ""), act, why), []).append(h)
+            grouped.setdefault((k, na.get(k, ""), nb.get(k, ""), act, why), []).append(h)
     for (k, a_, b_, act, why), hs in grouped.items():
         fold = hostlist.fold(hs)
         changes.append(Change("slurm.conf", f"NodeName={fold} {k}", a_, b_, act, why, fold if act in (DRAIN, RESTART) else ""))
@@ -240,16 +240,16 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
     og, ng = _gres_table(old.get("gres.conf", ""), on), _gres_table(new.get("gres.conf", ""), nn)
     ggroup: dict[tuple[str, str, str, str], list[str]] = {}
     for h in common:
-        a, b = og.get(h, ()), ng.get(h, ())
-        if a == b:
+        ga, gb = og.get(h, ()), ng.get(h, ())
+        if ga == gb:
             continue
-        if _devices(a) != _devices(b):
+        if _devices(ga) != _devices(gb):
             act, why = DRAIN, "number of GRES device files changes: drain first, restart slurmd"
-        elif [_strip(r, "cores") for r in a] != [_strip(r, "cores") for r in b]:
+        elif [_strip(r, "cores") for r in ga] != [_strip(r, "cores") for r in gb]:
             act, why = _slurmd_restart(feats)
         else:
             act, why = RESTART, "Cores= changes need slurmctld and slurmd restarts"
-        ggroup.setdefault((_summ(a), _summ(b), act, why), []).append(h)
+        ggroup.setdefault((_summ(ga), _summ(gb), act, why), []).append(h)
     for (a_, b_, act, why), hs in ggroup.items():
         fold = hostlist.fold(hs)
         changes.append(Change("gres.conf", f"NodeName={fold}", a_, b_, act, why, fold))
@@ -346,14 +346,22 @@ class Drift:
 class NodeFacts(Protocol):
     """What drift needs of a node as Slurm reports it (the backend's NodeInfo has these fields)."""
 
-    name: str
-    cpus: int
-    sockets: int
-    cores_per_socket: int
-    threads_per_core: int
-    real_memory: int
-    gres: str
-    features: tuple[str, ...]
+    @property
+    def name(self) -> str: ...
+    @property
+    def cpus(self) -> int: ...
+    @property
+    def sockets(self) -> int: ...
+    @property
+    def cores_per_socket(self) -> int: ...
+    @property
+    def threads_per_core(self) -> int: ...
+    @property
+    def real_memory(self) -> int: ...
+    @property
+    def gres(self) -> str: ...
+    @property
+    def features(self) -> tuple[str, ...]: ...
 
 
 def drift(cluster: Cluster, nodes: Iterable[NodeFacts]) -> list[Drift]:

@@ -190,7 +190,7 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
 def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
     """One NodeName line per distinct node shape: groups whose parameters are identical share a line,
     so slurm.conf grows with the number of shapes, not nodes."""
-    shapes: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    shapes: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
     for g in cluster.node_groups:
         params: list[tuple[str, str]] = [
             ("CPUs", str(g.cpu.cpus)),
@@ -322,7 +322,8 @@ def _links(g: NodeGroup) -> list[str] | None:
     if g.gpus.links == "nvlink":
         matrix = [[-1 if i == j else 1 for j in range(n)] for i in range(n)]
     else:
-        matrix = [list(r) for r in g.gpus.links]  # type: ignore[union-attr]
+        assert not isinstance(g.gpus.links, str)
+        matrix = [list(r) for r in g.gpus.links]
         for i in range(n):
             matrix[i][i] = -1  # Slurm marks the device itself with -1 whatever the inventory wrote there
     return [",".join(str(v) for v in row) for row in matrix]

@@ -102,7 +102,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
 
     # nodes: shapes, geometry, duplicates
     shape_of: dict[str, int] = {}
-    shapes: list[dict[str, object]] = []
+    shapes: list[dict] = []
     for rec in conf.nodes:
         try:
             names = hosts(rec.head, rec.where)
@@ -438,7 +438,9 @@ def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Host
 
 
 def _split_outside_brackets(text: str) -> list[str]:
-    out, buf, depth = [], [], 0
+    out: list[str] = []
+    buf: list[str] = []
+    depth = 0
     for ch in text:
         depth += ch == "["
         depth -= ch == "]"

@@ -230,10 +230,10 @@ _MIG_PROFILE_RE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
 def _mig_instance(ctx: _Ctx, raw: Any, path: str) -> MigInstance:
     """``"3g.40gb@1"`` (profile@gi, ci 0) or ``{profile: 3g.40gb, gi: 1, ci: 0}``."""
     if isinstance(raw, str):
-        profile, sep, gi = raw.partition("@")
-        if not sep or not gi.isdigit():
+        prof, sep, gi_text = raw.partition("@")
+        if not sep or not gi_text.isdigit():
             raise ctx.err(path, f"{raw!r}: write PROFILE@GI, e.g. '3g.40gb@1' (GI = GPU instance id, see `nvidia-smi mig -lgi`)")
-        raw = {"profile": profile, "gi": int(gi)}
+        raw = {"profile": prof, "gi": int(gi_text)}
     m = _mapping(ctx, raw, path, {"profile", "gi", "ci"}, {"profile", "gi"})
     profile = _str(ctx, m["profile"], _join(path, "profile"))
     if not _MIG_PROFILE_RE.match(profile):
