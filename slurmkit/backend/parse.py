@@ -101,28 +101,36 @@ class NodeInfo:
 
 
 def split_state(state: str) -> tuple[str, frozenset[str]]:
-    """``IDLE+DRAIN`` / ``MIXED+NOT_RESPONDING`` / ``idle*`` / ``drained`` -> (base, flags)."""
-    s = state.strip()
+    """``IDLE+DRAIN`` / ``DOWN*+DRAIN`` / ``idle*`` / ``drained`` / ``mix-`` -> (base, flags).
+
+    sinfo/scontrol mark flags with a suffix on the base (``*`` not responding, ``~`` powered down, ...) and
+    join further flags with ``+``; the suffix may sit on any part (``DOWN*+DRAIN``).
+    """
     flags: set[str] = set()
-    if s.endswith("*"):
-        flags.add("NOT_RESPONDING")
-        s = s.rstrip("*")
-    for suffix, flag in (("~", "POWERED_DOWN"), ("#", "POWERING_UP"), ("%", "POWERING_DOWN"), ("$", "MAINTENANCE"), ("@", "REBOOT_REQUESTED"), ("!", "POWER_DOWN")):
-        if s.endswith(suffix):
-            flags.add(flag)
-            s = s[:-1]
-    parts = s.upper().split("+")
+    parts = []
+    for part in state.strip().split("+"):
+        while part and part[-1] in _SUFFIX_FLAGS:
+            flags.add(_SUFFIX_FLAGS[part[-1]])
+            part = part[:-1]
+        if part:
+            parts.append(part.upper())
+    if not parts:
+        return "unknown", frozenset(flags)
     base = parts[0]
-    flags.update(p for p in parts[1:] if p)
-    # sinfo's short compound states
-    compound = {"DRAINED": ("IDLE", "DRAIN"), "DRAINING": ("ALLOCATED", "DRAIN"), "DRAIN": ("IDLE", "DRAIN"), "DRAINING@": ("ALLOCATED", "DRAIN"),
-                "ALLOC": ("ALLOCATED", None), "MIX": ("MIXED", None), "COMP": ("COMPLETING", None)}
-    if base in compound:
-        b, f = compound[base]
-        base = b
-        if f:
-            flags.add(f)
+    flags.update(parts[1:])
+    if base in _COMPOUND:
+        base, flag = _COMPOUND[base]
+        if flag:
+            flags.add(flag)
     return base.lower(), frozenset(flags)
+
+
+_SUFFIX_FLAGS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "%": "POWERING_DOWN",
+                 "$": "MAINTENANCE", "@": "REBOOT_REQUESTED", "!": "POWER_DOWN", "^": "REBOOT_ISSUED", "-": "PLANNED"}
+# sinfo's short and compound state names
+_COMPOUND = {"DRAINED": ("IDLE", "DRAIN"), "DRAINING": ("ALLOCATED", "DRAIN"), "DRAIN": ("IDLE", "DRAIN"),
+             "DRNG": ("ALLOCATED", "DRAIN"), "ALLOC": ("ALLOCATED", None), "MIX": ("MIXED", None),
+             "COMP": ("COMPLETING", None), "MAINT": ("MAINT", None)}
 
 
 def gres_gpu_count(gres: str) -> int:

@@ -103,6 +103,11 @@ def test_version():
         ("MIXED+COMPLETING", "mixed", {"COMPLETING"}),
         ("DOWN+NOT_RESPONDING", "down", {"NOT_RESPONDING"}),
         ("alloc", "allocated", set()),
+        ("DOWN*+DRAIN", "down", {"NOT_RESPONDING", "DRAIN"}),
+        ("IDLE*+DRAIN", "idle", {"NOT_RESPONDING", "DRAIN"}),
+        ("mix-", "mixed", {"PLANNED"}),
+        ("drng", "allocated", {"DRAIN"}),
+        ("idle~", "idle", {"POWERED_DOWN"}),
     ],
 )
 def test_split_state(state, base, flags):
