@@ -66,7 +66,9 @@ def status(directory: str, as_json: bool) -> None:
     click.echo(f"lab: up in {st['dir']}  (SLURM_CONF={st['slurm_conf']})")
     click.echo("daemons: " + ", ".join(f"{k}[{v}]" for k, v in daemons.items()))
     click.echo(f"{'NODE':<10} {'STATE':<22} {'GRES':<22} REASON")
-    for n in st["nodes"]:  # type: ignore[union-attr]
+    nodes = st["nodes"]
+    assert isinstance(nodes, list)
+    for n in nodes:
         click.echo(f"{n['name']:<10} {n['state']:<22} {n['gres']:<22} {n['reason']}")
 
 

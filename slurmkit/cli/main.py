@@ -46,7 +46,7 @@ def cli() -> None:
     """slurmkit: Slurm config, topology-aware jobs and GPU health hooks for GPU clusters."""
 
 
-def run_cli(command: click.BaseCommand, argv: list[str] | None = None, prog: str | None = None) -> None:
+def run_cli(command: click.Command, argv: list[str] | None = None, prog: str | None = None) -> None:
     """Run a click command; library errors become one line on stderr and their exit code (the edge's job)."""
     from slurmkit.errors import SlurmkitError
 

@@ -341,7 +341,7 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup]) -> 
             hint = f"; did you mean '{close[0]}'?" if close else f"; known groups: {', '.join(sorted(groups))}"
             raise ctx.err(gp, f"unknown node group {name!r}{hint}")
         names.append(name)
-    extra = ()
+    extra: tuple[tuple[str, str], ...] = ()
     if m.get("extra") is not None:
         em = _mapping(ctx, m["extra"], _join(path, "extra"), set(m["extra"]) if isinstance(m["extra"], dict) else set())
         extra = tuple((str(k), str(v)) for k, v in em.items())
