@@ -7,13 +7,16 @@ submit hands the same ``request`` to the backend.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slurmkit.backend.base import SubmitRequest
 from slurmkit.errors import UsageError
-from slurmkit.jobs import megatron
 from slurmkit.jobs.env import TORCHRUN_SIGNALS, EnvPlan, plan_env
 from slurmkit.jobs.spec import ClusterFacts, JobSpec, parse_time_minutes, sbatch_value
 from slurmkit.jobs.topology import TopologyPlan, plan_topology
+
+if TYPE_CHECKING:  # imported when the launcher is megatron: a DDP submit does not pay for it
+    from slurmkit.jobs import megatron
 
 TEMPLATES = {"torchrun": "torchrun.sh.j2", "srun": "srun.sh.j2", "megatron": "megatron.sh.j2"}
 
@@ -102,6 +105,8 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
     args = spec.args
     ctx_extra: dict[str, object] = {}
     if spec.launcher == "megatron":
+        from slurmkit.jobs import megatron
+
         sizes = {"tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep}
         args = spec.args + megatron.parallel_args(sizes, spec.args)
         found, memory = megatron.check_layout(
