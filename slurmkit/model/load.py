@@ -387,6 +387,10 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str]) -> Topology
         raise ctx.err(path, "use either 'switches' (tree) or 'blocks' (block topology), not both")
     if sizes and not blocks:
         raise ctx.err(_join(path, "block_sizes"), "block_sizes needs 'blocks'")
+    if sizes:
+        in_blocks = sum(len(hostlist.expand(b.nodes)) for b in blocks)
+        if max(sizes) > in_blocks:
+            raise ctx.err(_join(path, "block_sizes"), f"{max(sizes)} is larger than all {in_blocks} nodes in blocks")
     # every leaf/block host must be a known node, and in exactly one leaf/block
     seen: dict[str, str] = {}
     members = [(s.name, s.nodes, "switches", i) for i, s in enumerate(switches) if s.nodes]

@@ -146,4 +146,5 @@ def test_preflight_refuses_non_root_and_missing_binaries(monkeypatch, tmp_path):
     monkeypatch.setattr(labmod.Path, "exists", lambda self: False if self.name == "slurmd" else True)
     with pytest.raises(LabError, match="apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge"):
         lab_.preflight()
+    monkeypatch.undo()
     assert not (tmp_path / "x").exists()

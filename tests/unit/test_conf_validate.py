@@ -134,7 +134,7 @@ def inventories(draw: st.DrawFn) -> tuple[dict, str]:
     inv: dict = {"cluster": "h", "slurm_version": version, "node_groups": ngs,
                  "partitions": [{"name": "all", "groups": [g["name"] for g in ngs], "default": True}]}
     kind = draw(st.sampled_from(["none", "tree", "block"] if version >= "23.11" else ["none", "tree"]))
-    leaf = draw(st.integers(1, 16))
+    leaf = min(draw(st.integers(1, 16)), len(hosts))  # a block size larger than the cluster is invalid input
     chunks = [hosts[i:i + leaf] for i in range(0, len(hosts), leaf)]
     if kind == "tree":
         sw = [{"name": f"leaf{k}", "nodes": c} for k, c in enumerate(chunks)]

@@ -64,6 +64,14 @@ def test_bad_inventory_names_the_key_path(change, path, words):
     assert ei.value.exit_code == 2
 
 
+def test_block_sizes_larger_than_the_blocks():
+    d = base()
+    d["slurm_version"] = "24.05"
+    d["topology"] = {"blocks": [{"name": "b1", "nodes": "node[1-4]"}], "block_sizes": [4, 8]}
+    with pytest.raises(InventoryError, match=r"topology.block_sizes: 8 is larger than all 4 nodes in blocks"):
+        load_cluster_dict(d)
+
+
 def test_yaml_syntax_error_names_line():
     with pytest.raises(InventoryError) as ei:
         load_cluster_text("cluster: a\nnode_groups: [\n", source="x.yaml")
