@@ -116,6 +116,9 @@ def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
             raise InventoryError(f"slurm_conf.{k}", f"{k}={val} is not available in Slurm {v}")
 
 
+NOHOLD = "nohold_on_prolog_fail"
+
+
 def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[tuple[str, str]]:
     feats = features_for(version)
     check_supported(cluster, feats)
@@ -174,6 +177,9 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
     hooks = cluster.hooks
     if hooks.prolog:
         s.append(("Prolog", f"{conf_dir}/slurmkit-prolog"))
+        # our prolog drains a bad node and exits non-zero: Slurm then requeues the batch job, and without this it
+        # requeues it *held* (Priority=0), so one bad GPU would park the job until a human releases it
+        s.append(("SchedulerParameters", NOHOLD))
     if hooks.epilog:
         s.append(("Epilog", f"{conf_dir}/slurmkit-epilog"))
     if hooks.prolog or hooks.epilog:

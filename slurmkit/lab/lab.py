@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from slurmkit.backend.parse import parse_sinfo_nodes, SINFO_NODE_FORMAT
+from slurmkit.backend.parse import SINFO_NODE_FORMAT, parse_sinfo_nodes
 from slurmkit.backend.run import run
 from slurmkit.errors import LabError, SlurmCommandError
 from slurmkit.lab.inventory import lab_inventory
@@ -153,6 +153,7 @@ class Lab:
     def write_config(self, hooks_command: str | None = None) -> dict[str, str]:
         """Render the lab's inventory with slurmkit's generator plus single-host overrides; returns the files."""
         from slurmkit.generate import EXECUTABLE_FILES, Overrides, generate
+        from slurmkit.generate.slurmconf import NOHOLD
         from slurmkit.model import load_cluster_text
 
         s = self.spec
@@ -182,7 +183,9 @@ class Lab:
             ("JobAcctGatherType", "jobacct_gather/linux"),
             ("PrologFlags", "Alloc"),
             ("SlurmdParameters", "config_overrides"),  # the host has fewer CPUs/less memory than the fake nodes
-            ("SchedulerParameters", "batch_sched_delay=0,sched_min_interval=0"),
+            # start jobs as soon as they are submitted (the default batch_sched_delay=3 makes every test wait);
+            # keep what the generator asked for with hooks (nohold_on_prolog_fail)
+            ("SchedulerParameters", ",".join(["batch_sched_delay=0", "sched_min_interval=0"] + ([NOHOLD] if hooks_command else []))),
             ("JobCompType", "jobcomp/filetxt"),
             ("JobCompLoc", str(d / "log" / "jobcomp.txt")),
             ("SlurmctldTimeout", "30"),
@@ -355,7 +358,7 @@ class Lab:
 
     def _start_slurmds(self) -> None:
         procs = []
-        for i, name in enumerate(self.spec.node_names, start=1):
+        for name in self.spec.node_names:
             # the script is fixed text; every value in it goes through shlex.quote
             script = "; ".join(
                 [

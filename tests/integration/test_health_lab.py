@@ -76,17 +76,8 @@ def set_fault(lab, node: str, ecc: int) -> None:
 def hlab(make_lab):
     lab = make_lab(nodes=4, nodes_per_leaf=2, hooks=True, healthcheck_interval=INTERVAL,
                    fake_nvml_template=str(NVML / "healthy-h100x8.json"))
-    # A requeued job is held unless nohold_on_prolog_fail is set (slurm-lab.md §6); a site running slurmkit's prolog
-    # wants it (ParallelCluster sets it too). Added here until the generator emits it with hooks.prolog.
-    conf = Path(lab.dir) / "etc" / "slurm.conf"
-    text = conf.read_text()
-    if "nohold_on_prolog_fail" not in text:
-        text = re.sub(r"^(SchedulerParameters=.*)$", r"\1,nohold_on_prolog_fail", text, count=1, flags=re.M)
-        if "nohold_on_prolog_fail" not in text:
-            text += "SchedulerParameters=nohold_on_prolog_fail\n"
-        conf.write_text(text)
-        lab_run(lab, ["scontrol", "reconfigure"])
-        time.sleep(1)
+    # the generator sets SchedulerParameters=nohold_on_prolog_fail with hooks.prolog: a requeued job is not held
+    assert "nohold_on_prolog_fail" in (Path(lab.dir) / "etc" / "slurm.conf").read_text()
     return lab
 
 

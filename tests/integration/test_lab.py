@@ -60,7 +60,7 @@ def test_multinode_batch_job_runs_on_every_node(lab: Lab, tmp_path):
     assert len(job.nodes) == 4
     lines = {p.stem: p.read_text().split() for p in out.iterdir()}
     assert sorted(lines) == sorted(job.nodes)  # each node wrote its own file, under its own hostname
-    for node, (host, gpus, topo, rank) in lines.items():
+    for node, (host, gpus, topo, _rank) in lines.items():
         assert host == node and gpus == "0,1,2,3,4,5,6,7"
         assert topo.startswith("spine.leaf") and topo.endswith("." + node)
     assert sorted(int(v[3]) for v in lines.values()) == [0, 1, 2, 3]

@@ -30,6 +30,7 @@ def test_hook_wrappers_only_when_hooks_on():
     hooked = generate(load_cluster_dict(lab_inventory(hooks_command="/opt/sk/bin/slurmkit", healthcheck_interval=60)), conf_dir="/etc/slurm")
     assert "Prolog=/etc/slurm/slurmkit-prolog" in hooked["slurm.conf"]
     assert "HealthCheckProgram=/etc/slurm/slurmkit-health" in hooked["slurm.conf"]
+    assert "SchedulerParameters=nohold_on_prolog_fail" in hooked["slurm.conf"]  # else a prolog-failed job is held
     assert "exec /opt/sk/bin/slurmkit hook prolog --inventory /etc/slurm/slurmkit.yaml" in hooked["slurmkit-prolog"]
 
 
