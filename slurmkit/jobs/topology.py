@@ -1,8 +1,10 @@
 """--topology auto|off|strict through the placement engine (slurmkit.placement): pure.
 
-* ``auto``: the engine places the job on the nodes free now; gpusub asks Slurm for the same number of leaf
-  switches (``--switches=K@5:00``), so Slurm keeps the job as compact as the engine found possible without
-  pinning nodes that may be taken a second later.
+* ``auto``: the engine places the job on the nodes free now. When every node it chose is idle right now
+  (live node states, not a dry run planned on an empty cluster), those nodes are pinned (``--nodelist``): the
+  engine's best fit, on as few leaves as possible, keeping whole leaves free. Otherwise (nodes partly used, or no
+  live states) gpusub asks Slurm for the same number of leaf switches (``--switches=K@5:00``) rather than pin
+  nodes that are not free.
 * ``strict``: the job must get the engine's ideal span (the fewest leaves it can occupy on an empty cluster).
   When a placement with that span exists now its nodes are pinned (``--nodelist``: the engine's best fit,
   which keeps whole leaves for big jobs); otherwise the job waits for that span (``--switches=K@<limit>``,
@@ -29,20 +31,6 @@ class TopologyPlan:
     summary: str
 
 
-def node_state(state: str, flags: frozenset[str] | tuple[str, ...]) -> str:
-    """A Slurm node state + flags -> the engine's six states."""
-    f = set(flags)
-    if state in ("down", "unknown", "future", "fail") or "NOT_RESPONDING" in f or "FAIL" in f:
-        return "down"
-    if "DRAIN" in f:
-        return "drained" if state == "idle" else "draining"
-    if state in ("allocated", "completing"):
-        return "allocated"
-    if state in ("idle", "mixed"):
-        return state
-    return "down"
-
-
 def _topology(facts: ClusterFacts):  # type: ignore[no-untyped-def]
     from slurmkit.placement import PlacementTopology
 
@@ -67,9 +55,10 @@ def plan_topology(spec: JobSpec, facts: ClusterFacts, gpus: int) -> TopologyPlan
     if spec.nodes > len(topo.nodes):
         raise UsageError(f"--nodes {spec.nodes}: the partition has {len(topo.nodes)} node(s) in its topology")
     from slurmkit.placement import NodeState, Request, ideal_span, place
+    from slurmkit.placement.state import engine_state
 
     if facts.live_nodes:
-        states = [NodeState(n, node_state(s, fl), min(free, total), total) for n, s, fl, free, total in facts.live_nodes
+        states = [NodeState(n, engine_state(s, fl), min(free, total), total) for n, s, fl, free, total in facts.live_nodes
                   if n in topo.node_index]
         live = ""
     else:  # a dry run without queries: plan against an empty cluster
@@ -95,7 +84,13 @@ def plan_topology(spec: JobSpec, facts: ClusterFacts, gpus: int) -> TopologyPlan
         directive = (f"--switches={ideal_leaves}@{SWITCH_WAIT}",) if tree else ()
         return TopologyPlan(directive, f"placement: not enough free nodes now; asking for the ideal span of "
                                        f"{ideal_leaves} leaf/leaves" + live)
-    directive = (f"--switches={len(p.leaves)}@{SWITCH_WAIT}",) if tree and spec.nodes > 1 else ()
+    idle_now = bool(facts.live_nodes) and all(s.state == "idle" for s in states if s.name in set(p.nodes))
+    if spec.nodes > 1 and idle_now:
+        directive: tuple[str, ...] = (f"--nodelist={p.nodelist}",)
+    elif tree and spec.nodes > 1:
+        directive = (f"--switches={len(p.leaves)}@{SWITCH_WAIT}",)
+    else:
+        directive = ()
     return TopologyPlan(directive, f"placement: {p.summary()}" + (f"; {directive[0]}" if directive else "") + live)
 
 

@@ -131,11 +131,12 @@ def test_torchrun_ddp_4_nodes_x_2_processes(env: dict[str, str], backend: CLIBac
     assert sorted(r["rank"] for r in ranks) == list(range(8))
     assert len({r["host"] for r in ranks}) == 4
     assert all(r["args"] == ["it's a $(test)"] for r in ranks)
-    # the exclusive 4-node job fits one leaf: the placement engine asked for one switch
+    # the exclusive 4-node job fits one leaf of idle nodes: the placement engine pinned that leaf
     nodes = (Path(run_dir) / "attempts" / f"{job_id}.r0.nodes").read_text().strip()
     assert nodes in ("node[1-4]", "node[5-8]"), nodes
     meta = json.loads((Path(run_dir) / "submit.json").read_text())
-    assert meta["job_id"] == job_id and "--switches=1@05:00" in (Path(run_dir) / "script.sh").read_text()
+    assert meta["job_id"] == job_id
+    assert f"#SBATCH --nodelist={nodes}" in (Path(run_dir) / "script.sh").read_text()
 
 
 def test_usr2_checkpoint_requeue_resume(env: dict[str, str], backend: CLIBackend, tmp_path: Path) -> None:

@@ -166,11 +166,11 @@ def test_gpusub_one_leaf_where_slurm_without_topology_spans_two(make_lab, tmp_pa
         # Slurm's own choice for the same request
         own = lab_run(lab, ["sbatch", "--test-only", "-N3", "--exclusive", "--wrap", "true"]).stderr
         assert "on nodes node[3-5]" in own, own
-        # gpusub with the inventory's topology; strict pins the engine's nodes (auto only adds --switches,
-        # which Slurm ignores without topology/tree)
-        job_id, out = _gpusub(lab, tmp_path, "strict", SLURMKIT_INVENTORY=str(lab.etc / "slurmkit.yaml"))
+        # gpusub with the inventory's topology, default --topology auto: the three nodes of leaf1 are idle now,
+        # so it pins them (--switches alone would be ignored by Slurm without topology/tree)
+        job_id, out = _gpusub(lab, tmp_path, "auto", SLURMKIT_INVENTORY=str(lab.etc / "slurmkit.yaml"))
         jobs.append(job_id)
-        assert "pinned --nodelist=node[1,3-4]" in out, out
+        assert "3 nodes on leaf1 (1 leaf)" in out and "--nodelist=node[1,3-4]" in out, out
         job = _wait(lambda: (j := b.job(job_id)).finished and j, 60, f"job {job_id} to finish")
         assert job.state == "COMPLETED", out
         raw = lab_run(lab, ["scontrol", "show", "job", job_id]).stdout
