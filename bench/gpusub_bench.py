@@ -91,6 +91,10 @@ def main() -> None:
         inventory = str(lab.etc / "slurmkit.yaml")
     work = tempfile.mkdtemp(prefix="gpusub-bench-")
     (Path(work) / "train.py").write_text("print('train')\n")
+    # the comparison tools were pip-installed, which writes their .pyc files; give slurmkit's source tree the same
+    # (this machine exports PYTHONDONTWRITEBYTECODE=1, so without this every gpusub run recompiles ~20 modules)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "slurmkit")], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
     env = {**os.environ, "SLURM_CONF": conf, "SLURMKIT_INVENTORY": inventory, "PYTHONPATH": str(ROOT),
            "SLURMKIT_STATE_DIR": f"{work}/state", "GPUSUB_RUN_ROOT": f"{work}/runs"}
     gpusub = [sys.executable, "-m", "slurmkit.cli.gpusub"]

@@ -6,6 +6,7 @@ Templates live at the top level of the repository and are shipped inside the whe
 
 from __future__ import annotations
 
+import os
 import shlex
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +39,7 @@ def environment(kind: str, override: str | None = None) -> jinja2.Environment:
         paths.insert(0, override)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(paths),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -47,6 +49,18 @@ def environment(kind: str, override: str | None = None) -> jinja2.Environment:
     env.filters["shquote"] = shquote
     env.globals["slurmkit_version"] = __version__
     return env
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates cached per user (Jinja checks each template's mtime): a gpusub call skips ~20 ms of
+    template compilation. No cache when the directory cannot be created (read-only home, odd HOME)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "slurmkit", f"jinja-{__version__}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(path)
 
 
 def header_line(source_sha256: str, comment: str = "#") -> str:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from slurmkit.backend.parse import JobInfo, NodeInfo, SwitchRecord
+if TYPE_CHECKING:  # SubmitRequest is on gpusub's hot path; the parsers (and ClusterShell) load when needed
+    from slurmkit.backend.parse import JobInfo, NodeInfo, SwitchRecord
 
 
 @dataclass(frozen=True)

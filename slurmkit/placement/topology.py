@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from slurmkit import hostlist
 from slurmkit.errors import UsageError
-from slurmkit.model.cluster import Topology
+
+if TYPE_CHECKING:  # duck-typed at run time: gpusub plans from live switch records without the model
+    from slurmkit.model.cluster import Topology
 
 
 class SwitchRecordLike(Protocol):
