@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from slurmkit import hostlist
+from slurmkit.hostlist import expand_ints
 
 
 @dataclass(frozen=True)
@@ -181,24 +182,6 @@ def gres_totals(gres: Mapping[tuple[str, str], int]) -> dict[str, int]:
     out: dict[str, int] = {}
     for (name, _t), n in gres.items():
         out[name] = out.get(name, 0) + n
-    return out
-
-
-def expand_ints(spec: str) -> list[int]:
-    """``0-3,8,10-11`` -> ``[0, 1, 2, 3, 8, 10, 11]``. Raises ValueError."""
-    out: list[int] = []
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            raise ValueError(spec)
-        if "-" in part:
-            a, b = part.split("-", 1)
-            lo, hi = int(a), int(b)
-            if hi < lo:
-                raise ValueError(spec)
-            out.extend(range(lo, hi + 1))
-        else:
-            out.append(int(part))
     return out
 
 

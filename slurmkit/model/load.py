@@ -139,25 +139,10 @@ def _cpu(ctx: _Ctx, raw: Any, path: str) -> CPU:
 
 def _core_range_ok(spec: str, ncores: int) -> bool:
     try:
-        idx = _expand_ranges(spec)
+        idx = hostlist.expand_ints(spec)
     except ValueError:
         return False
     return bool(idx) and max(idx) < ncores
-
-
-def _expand_ranges(spec: str) -> list[int]:
-    out: list[int] = []
-    for part in str(spec).split(","):
-        part = part.strip()
-        if "-" in part:
-            a, b = part.split("-", 1)
-            lo, hi = int(a), int(b)
-            if hi < lo:
-                raise ValueError(spec)
-            out.extend(range(lo, hi + 1))
-        else:
-            out.append(int(part))
-    return out
 
 
 def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
