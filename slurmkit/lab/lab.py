@@ -168,7 +168,9 @@ class Lab:
         slurm_over = [
             ("SlurmctldHost", f"{host}(127.0.0.1)"),
             ("SlurmctldPort", str(s.ctld_port)),
-            ("AuthInfo", f"socket={self.munge_socket}"),
+            # cred_expire is also how long Slurm holds a requeued batch job before it may start again (default
+            # 120 s): starting it earlier fails with "Job credential revoked" on the node it last ran on
+            ("AuthInfo", f"socket={self.munge_socket},cred_expire=10"),
             ("SlurmUser", "root"),
             ("SlurmdUser", "root"),
             ("StateSaveLocation", str(d / "state")),

@@ -116,7 +116,7 @@ def test_fault_requeues_the_job_drains_with_our_reason_and_health_resumes(hlab):
 
     done = wait_for(lambda: job() if job().get("JobState") in ("COMPLETED", "FAILED", "CANCELLED") or
                     job().get("Reason") == "launch_failed_requeued_held" else None,
-                    # a requeued job becomes eligible again only after Slurm's requeue delay (BeginTime)
+                    # a requeued job becomes eligible again after Slurm's requeue delay (the lab's cred_expire, 10 s)
                     240, f"job {jid} to finish", lambda: f"{job()}\n{hook_records(hlab, node)}")
     assert done["JobState"] == "COMPLETED", done
     assert int(done["Restarts"]) >= 1  # requeued after the prolog failed on node1
