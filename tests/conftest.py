@@ -7,7 +7,7 @@ own one-line reason. Deselect them locally with ``-m 'not lab'``.
 
 Environment (so several people can run suites on one machine without clashing):
   SLURMKIT_TEST_LAB_DIR        lab directory           (default /tmp/slurmkit-test-lab)
-  SLURMKIT_TEST_LAB_PORT_BASE  slurmctld port; slurmd of nodeI on base+I (default 16817)
+  SLURMKIT_TEST_LAB_PORT_BASE  slurmctld port; slurmd of nodeI on base+I (default 17817, so a demo lab on 16817 can stay up)
 
 ``make_lab(**spec)``: a factory for a test module that needs a lab of its own shape (hooks, accounting, fewer
 nodes); each one gets its own dir and port range and is taken down at the end of the session.
@@ -29,7 +29,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def _base() -> int:
-    return int(os.environ.get("SLURMKIT_TEST_LAB_PORT_BASE", "16817"))
+    return int(os.environ.get("SLURMKIT_TEST_LAB_PORT_BASE", "17817"))
 
 
 @pytest.fixture(scope="session")

@@ -15,9 +15,9 @@ if [ ! -x .venv/bin/python ]; then
   echo "== python venv (.venv)"
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c 'import slurmkit, pytest, hypothesis, ruff, torch' >/dev/null 2>&1; then
-  echo "== pip install -e .[dev] torch==2.13.0"
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+if ! .venv/bin/python -c 'import slurmkit, pytest, hypothesis, ruff, torch, matplotlib' >/dev/null 2>&1; then
+  echo "== pip install -e .[dev,plot] torch==2.13.0"
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,plot]'
   # CPU PyTorch for the real DDP job in the lab (gloo); on the CI machine this wheel comes from local disk
   .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 numpy
 fi
