@@ -8,5 +8,7 @@ source tests/setup-env.sh
 
 echo "== ruff"
 .venv/bin/ruff check slurmkit tests bench
+echo "== mypy"
+.venv/bin/mypy slurmkit
 echo "== pytest"
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -135,6 +135,7 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
                 click.echo(line)
         if explain:
             click.echo("\n".join(explain_lines(job)))
+        assert backend is not None  # a real submit always built one above
         result = submit_prepared(prepared, backend, ["gpusub", *sys.argv[1:]])
         click.echo(f"submitted job {result.job_id}")
         click.echo(job.plan_line())

@@ -389,8 +389,7 @@ def eval_xid(scan: XidScan | None, ctx: EvalContext) -> Verdict:
             if scoped:
                 findings.append(f"{name} xid{e.xid}")
                 status = max(status, Status.WARN)
-    seen: set[str] = set()
-    findings = [f for f in findings if not (f in seen or seen.add(f))]
+    findings = list(dict.fromkeys(findings))  # de-duplicate, keep order
     ev = {"new": [e.to_json() for e in scan.new][-20:], "sticky": scan.sticky, "source": scan.source,
           "cursor": scan.state.seq}
     if status == Status.OK:

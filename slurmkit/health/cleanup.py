@@ -41,7 +41,7 @@ def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_r
     killed: list[dict[str, Any]] = []
     foreign: list[dict[str, Any]] = []
     if job_uid is None:
-        return {"killed": [], "survivors": [], "foreign": [], "skipped": ["job uid unknown"]}  # type: ignore[dict-item]
+        return {"killed": [], "survivors": [], "foreign": [], "skipped": [{"why": "job uid unknown"}]}
     for gpu, procs in sorted(procs_by_gpu.items(), key=lambda kv: int(kv[0])):
         if not isinstance(procs, list):
             continue

@@ -82,8 +82,7 @@ def drain_reason(results: list[CheckResult], limit: int = MAX_REASON_LEN) -> str
     for r in acting:
         tokens.extend(r.findings or [f"{r.name} failed"])
     # de-duplicate while keeping order: a lost GPU shows up in several checks
-    seen: set[str] = set()
-    uniq = [t for t in tokens if not (t in seen or seen.add(t))]
+    uniq = list(dict.fromkeys(tokens))
     text = f"{REASON_PREFIX} " + "; ".join(uniq)
     if len(text) <= limit:
         return text

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 DEFAULT_INVENTORY = "/etc/slurm/slurmkit.yaml"
 
 
-def inventory_path(environ: dict[str, str] | os._Environ[str] | None = None) -> str | None:
+def inventory_path(environ: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if environ is None else environ
     explicit = env.get("SLURMKIT_INVENTORY")
     if explicit:

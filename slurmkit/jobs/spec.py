@@ -120,11 +120,13 @@ class JobSpec:
                 raise UsageError(f"--env: bad variable name {n!r}")
         if self.time is not None:
             parse_time_minutes(self.time)
-        for flag, v in (("--partition", self.partition), ("--account", self.account), ("--qos", self.qos),
-                        ("--name", self.name), ("--dependency", self.dependency), ("--array", self.array),
-                        ("--time", self.time)):
-            if v is not None:
-                sbatch_value(flag, v)
+        checked: tuple[tuple[str, str | None], ...] = (
+            ("--partition", self.partition), ("--account", self.account), ("--qos", self.qos),
+            ("--name", self.name), ("--dependency", self.dependency), ("--array", self.array), ("--time", self.time),
+        )
+        for flag, value in checked:
+            if value is not None:
+                sbatch_value(flag, value)
 
     @property
     def job_name(self) -> str:

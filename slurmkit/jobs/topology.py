@@ -86,7 +86,7 @@ def plan_topology(spec: JobSpec, facts: ClusterFacts, gpus: int) -> TopologyPlan
                                        f"{ideal_leaves} leaf/leaves" + live)
     idle_now = bool(facts.live_nodes) and all(s.state == "idle" for s in states if s.name in set(p.nodes))
     if spec.nodes > 1 and idle_now:
-        directive: tuple[str, ...] = (f"--nodelist={p.nodelist}",)
+        directive = (f"--nodelist={p.nodelist}",)
     elif tree and spec.nodes > 1:
         directive = (f"--switches={len(p.leaves)}@{SWITCH_WAIT}",)
     else:

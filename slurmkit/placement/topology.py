@@ -29,10 +29,14 @@ if TYPE_CHECKING:  # duck-typed at run time: gpusub plans from live switch recor
 class SwitchRecordLike(Protocol):
     """What ``slurmkit.backend.parse.parse_topology`` returns per ``scontrol show topology`` line."""
 
-    name: str
-    level: int
-    nodes: Sequence[str]
-    switches: Sequence[str]
+    @property
+    def name(self) -> str: ...
+    @property
+    def level(self) -> int: ...
+    @property
+    def nodes(self) -> Sequence[str]: ...
+    @property
+    def switches(self) -> Sequence[str]: ...
 
 
 @dataclass(frozen=True)
