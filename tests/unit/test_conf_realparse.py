@@ -16,11 +16,10 @@ import pytest
 from slurmkit.generate import generate
 from slurmkit.generate.validate import real_parse, static_check, validate
 from slurmkit.model.load import load_cluster
+from tests.conftest import needs
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), reason="needs Debian's slurmctld"
-)
+pytestmark = needs(bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), "needs Debian's slurmctld")
 
 PARSEABLE_ON_22_05 = ["lab", "dgx-h100-superpod-su", "mixed-pcie", "fat-tree-4096"]
 

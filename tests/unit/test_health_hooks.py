@@ -22,6 +22,7 @@ from slurmkit.health.hooks import HookEnv, run_hook
 from slurmkit.health.host import HostPaths
 from slurmkit.health.result import Action, CheckResult, Status, drain_reason
 from slurmkit.health.slurmctl import NodeState, parse_node
+from tests.conftest import needs
 
 ROOT = Path(__file__).resolve().parents[2]
 NVML = ROOT / "tests" / "data" / "nvml"
@@ -287,7 +288,7 @@ def test_drain_and_reboot_policy(tmp_path, inventory):
 JOB_UID = 12345
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another user needs root")
+@needs(os.geteuid() == 0, "starting a process as another user needs root")
 def test_epilog_kills_the_job_users_leftover_gpu_process_and_cleans_shm(tmp_path, inventory):
     leftover = subprocess.Popen(["sleep", "60"], user=JOB_UID)
     mine = subprocess.Popen(["sleep", "60"])  # root's: never touched
@@ -331,9 +332,8 @@ def test_shm_is_kept_while_the_user_has_another_job_here(tmp_path, inventory):
     assert rep.exit_code == 0 and os.listdir(shm) == ["f"]
 
 
+@needs(os.geteuid() == 0, "chown needs root")
 def test_clean_shm_only_removes_the_users_entries(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("chown needs root")
     (tmp_path / "a").write_text("1")
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x").write_text("2")

@@ -7,6 +7,7 @@ node7 drained by an admin, node8 drained by slurmkit; leaves node[1-4], node[5-8
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from slurmkit.lab.inventory import lab_inventory
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA, ROOT, needs
 
 FAKE_SCONTROL = """#!/bin/sh
 # serves recorded output; logs each call so tests can count Slurm calls
@@ -149,8 +150,8 @@ def test_png_without_matplotlib_writes_nothing(fake, tmp_path):
     assert not out.exists() and calls(fake) == []  # failed before asking Slurm anything
 
 
+@needs(importlib.util.find_spec("matplotlib") is not None, "needs the 'plot' extra (matplotlib)")
 def test_png_is_written(fake, tmp_path):
-    pytest.importorskip("matplotlib")
     out = tmp_path / "frag.png"
     r = report(fake, "--png", str(out), "--json")
     assert r.returncode == 0, r.stderr
@@ -159,8 +160,8 @@ def test_png_is_written(fake, tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".frag.png")] == []  # no temp file left
 
 
+@needs(importlib.util.find_spec("matplotlib") is not None, "needs the 'plot' extra (matplotlib)")
 def test_png_into_missing_directory_is_one_line(fake, tmp_path):
-    pytest.importorskip("matplotlib")
     r = report(fake, "--png", str(tmp_path / "no" / "such" / "frag.png"))
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "cannot write there" in r.stderr
 
