@@ -27,6 +27,15 @@ def fold(hosts: Iterable[str]) -> str:
     return str(NodeSet.fromlist(hosts))
 
 
+def canonical(hostlist: str, where: str = "hostlist") -> str:
+    """Any hostlist -> its folded, sorted form (``node3,node[1-2]`` -> ``node[1-3]``), parsed once as a set:
+    much faster than expand + fold on 100k-node inventories."""
+    try:
+        return str(NodeSet(hostlist.strip()))
+    except NodeSetParseError as exc:
+        raise UsageError(f"{where}: invalid hostlist {hostlist!r}: {exc}") from exc
+
+
 def count(hostlist: str) -> int:
     return len(NodeSet(hostlist)) if hostlist else 0
 
