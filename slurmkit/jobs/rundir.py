@@ -18,14 +18,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slurmkit.backend.run import run
 from slurmkit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -45,11 +43,14 @@ def default_run_root(site_root: str | None, environ: Mapping[str, str], cwd: str
 def new_run_dir(root: str, name: str, now: float | None = None) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
     safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", name)
-    return os.path.join(os.path.abspath(root), f"{safe}-{stamp}-{secrets.token_hex(2)}")
+    return os.path.join(os.path.abspath(root), f"{safe}-{stamp}-{os.urandom(2).hex()}")
 
 
 def git_state(path: str) -> dict[str, object]:
     """SHA and dirty flag of the repository holding ``path``; ``{}`` when it is not in a git work tree."""
+    # imported here: subprocess only when a run dir is really written (not for --dry-run)
+    from slurmkit.backend.run import run
+
     where = path if os.path.isdir(path) else os.path.dirname(path) or "."
     head = run(["git", "-C", where, "rev-parse", "HEAD", "--show-toplevel"], timeout=10, check=False)
     if head.rc != 0:
