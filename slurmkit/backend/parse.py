@@ -8,7 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from slurmkit import hostlist
+from slurmkit.backend.records import parse_oneline, split_state, strip_reason_stamp
 from slurmkit.errors import SlurmkitError
+
+__all__ = ["split_state", "strip_reason_stamp"]  # re-exported: callers and tests import them from here
 
 
 class ParseError(SlurmkitError):
@@ -34,22 +37,9 @@ def parse_sbatch_test_only(err: str) -> str | None:
 
 # --- scontrol -o ---------------------------------------------------------------------------------------------
 
-_KV = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
-
-
 def parse_scontrol_oneline(line: str) -> dict[str, str]:
-    """One ``scontrol -o show node|job`` record -> {Key: value}.
-
-    Values may contain spaces (``Reason=slurmkit: gpu3 xid79 [root@2026-11-30T01:00:00]``, ``Command=/a b``),
-    so a value runs until the next `` Key=`` token rather than the next space.
-    """
-    line = line.strip()
-    matches = list(_KV.finditer(line))
-    out: dict[str, str] = {}
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        out[m.group(1)] = line[m.end():end].strip()
-    return out
+    """One ``scontrol -o show node|job`` record -> {Key: value} (see ``records.parse_oneline``)."""
+    return parse_oneline(line)
 
 
 def parse_scontrol_records(text: str) -> list[dict[str, str]]:
@@ -98,39 +88,6 @@ class NodeInfo:
     @property
     def free_gpus(self) -> int:
         return max(0, self.total_gpus - self.used_gpus)
-
-
-def split_state(state: str) -> tuple[str, frozenset[str]]:
-    """``IDLE+DRAIN`` / ``DOWN*+DRAIN`` / ``idle*`` / ``drained`` / ``mix-`` -> (base, flags).
-
-    sinfo/scontrol mark flags with a suffix on the base (``*`` not responding, ``~`` powered down, ...) and
-    join further flags with ``+``; the suffix may sit on any part (``DOWN*+DRAIN``).
-    """
-    flags: set[str] = set()
-    parts = []
-    for part in state.strip().split("+"):
-        while part and part[-1] in _SUFFIX_FLAGS:
-            flags.add(_SUFFIX_FLAGS[part[-1]])
-            part = part[:-1]
-        if part:
-            parts.append(part.upper())
-    if not parts:
-        return "unknown", frozenset(flags)
-    base = parts[0]
-    flags.update(parts[1:])
-    if base in _COMPOUND:
-        base, flag = _COMPOUND[base]
-        if flag:
-            flags.add(flag)
-    return base.lower(), frozenset(flags)
-
-
-_SUFFIX_FLAGS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "%": "POWERING_DOWN",
-                 "$": "MAINTENANCE", "@": "REBOOT_REQUESTED", "!": "POWER_DOWN", "^": "REBOOT_ISSUED", "-": "PLANNED"}
-# sinfo's short and compound state names
-_COMPOUND = {"DRAINED": ("IDLE", "DRAIN"), "DRAINING": ("ALLOCATED", "DRAIN"), "DRAIN": ("IDLE", "DRAIN"),
-             "DRNG": ("ALLOCATED", "DRAIN"), "ALLOC": ("ALLOCATED", None), "MIX": ("MIXED", None),
-             "COMP": ("COMPLETING", None), "MAINT": ("MAINT", None)}
 
 
 def gres_gpu_count(gres: str) -> int:
@@ -207,11 +164,6 @@ def parse_scontrol_nodes(text: str) -> list[NodeInfo]:
     return [node_from_scontrol(r) for r in parse_scontrol_records(text) if "NodeName" in r]
 
 
-def strip_reason_stamp(reason: str) -> str:
-    """scontrol appends `` [user@time]`` to Reason=; drop it to compare with what we set."""
-    return re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", reason)
-
-
 @dataclass(frozen=True)
 class JobInfo:
     job_id: str
@@ -266,19 +218,20 @@ def parse_scontrol_jobs(text: str) -> list[JobInfo]:
 
 # --- sinfo / squeue with -o formats --------------------------------------------------------------------------
 
-SINFO_NODE_FORMAT = "%N|%T|%G|%E|%c|%m|%P|%f"
+# the reason (%E) is free text an admin typed, '|' included: it goes last and the split is bounded
+SINFO_NODE_FORMAT = "%N|%T|%G|%c|%m|%P|%f|%E"
 
 
 def parse_sinfo_nodes(text: str) -> list[NodeInfo]:
-    """``sinfo -N -h -o '%N|%T|%G|%E|%c|%m|%P|%f'`` (a node appears once per partition: merged)."""
+    """``sinfo -N -h -o '%N|%T|%G|%c|%m|%P|%f|%E'`` (a node appears once per partition: merged)."""
     by_name: dict[str, NodeInfo] = {}
     for line in text.splitlines():
         if not line.strip():
             continue
-        f = line.split("|")
+        f = line.split("|", 7)
         if len(f) < 8:
             raise ParseError(f"unexpected sinfo line: {line!r}")
-        name, state, gres, reason, cpus, mem, part, feats = f[:8]
+        name, state, gres, cpus, mem, part, feats, reason = f
         base, flags = split_state(state)
         part = part.rstrip("*")
         prev = by_name.get(name)
@@ -342,8 +295,11 @@ def parse_sinfo_json(text: str, names: Iterable[str] | None = None) -> list[Node
         name = n.get("name")
         if want is not None and name not in want:
             continue
-        base = _state_str(n.get("state")).lower()
-        flags = frozenset(str(x).upper() for x in (n.get("state_flags") or []))
+        st = n.get("state")
+        states = [str(x).upper() for x in st] if isinstance(st, list) else [str(st or "UNKNOWN").upper()]
+        base = (states[0] if states else "UNKNOWN").lower()
+        # 22.05 (openapi v0.0.38): state + state_flags; 23.02+: state is a list, flags after the base
+        flags = frozenset([*states[1:], *(str(x).upper() for x in (n.get("state_flags") or []))])
         out.append(
             NodeInfo(
                 name=name, state=base, flags=flags, reason=n.get("reason") or "",

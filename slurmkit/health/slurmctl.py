@@ -6,10 +6,11 @@ PATH and no SLURM_CONF in their environment (HealthCheckProgram gets only SLURMD
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from slurmkit.backend.records import parse_oneline, split_state, strip_reason_stamp
 
 # (argv, timeout=...) -> backend.run.Result; tests pass a fake. Imported lazily: subprocess is not free and most
 # hook runs make no Slurm call at all.
@@ -25,9 +26,6 @@ def _runner(runner: Runner | None) -> Runner:
 
 # Where slurmd-run hooks find Slurm's clients when PATH is missing (Debian/RHEL packages, /usr/local builds, OpenHPC).
 HOOK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/slurm/bin"
-
-_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
-
 
 @dataclass(frozen=True)
 class NodeState:
@@ -46,26 +44,13 @@ def parse_node(text: str) -> NodeState:
     line = next((ln for ln in text.splitlines() if ln.startswith("NodeName=")), "")
     if not line:
         raise ValueError(f"no NodeName= record in scontrol output: {text.strip()[:80]!r}")
-    fields: dict[str, str] = {}
-    matches = list(_FIELD.finditer(line))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        fields[m.group(1)] = line[m.end():end].strip()
-    state = fields.get("State", "UNKNOWN")
-    flags: set[str] = set()
-    if state.endswith("*"):
-        flags.add("NOT_RESPONDING")
-        state = state.rstrip("*")
-    raw = state.upper().split("+")
-    if any(p.endswith("*") for p in raw):  # DOWN*+DRAIN: the '*' (not responding) sits on the base state
-        flags.add("NOT_RESPONDING")
-    parts = [p.rstrip("*") for p in raw]
-    flags.update(p for p in parts[1:] if p)
+    fields = parse_oneline(line)
+    base, flags = split_state(fields.get("State", "UNKNOWN"))
     reason = fields.get("Reason", "")
     if reason in ("(null)", "None"):
         reason = ""
-    reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", reason)
-    return NodeState(name=fields.get("NodeName", ""), base=parts[0].lower(), flags=frozenset(flags), reason=reason)
+    reason = strip_reason_stamp(reason)
+    return NodeState(name=fields.get("NodeName", ""), base=base, flags=flags, reason=reason)
 
 
 def show_node(node: str, timeout: float, runner: Runner | None = None) -> NodeState:

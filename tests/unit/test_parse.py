@@ -120,3 +120,41 @@ def test_gres_counts():
     assert parse.gres_gpu_count("gpu:a100:4,gpu:l40s:2") == 6
     assert parse.gres_gpu_count("(null)") == 0
     assert parse.gres_gpu_count("") == 0
+
+
+def test_reason_with_equals_signs_and_field_lookalikes():
+    line = ("NodeName=gpu7 Arch=x86_64 CoresPerSocket=56 State=IDLE+DRAIN ThreadsPerCore=2 Partitions=train "
+            "Reason=slurmkit: gpu0 recovery=reboot; admin said State=IDLE+DRAIN x=1 [root@2026-11-30T01:37:00]")
+    rec = parse.parse_scontrol_oneline(line)
+    assert rec["State"] == "IDLE+DRAIN" and rec["Partitions"] == "train"
+    assert parse.strip_reason_stamp(rec["Reason"]) == "slurmkit: gpu0 recovery=reboot; admin said State=IDLE+DRAIN x=1"
+    node = parse.node_from_scontrol(rec)
+    assert node.flags == frozenset({"DRAIN"}) and node.partitions == ("train",)
+    # without a stamp, a node's Reason still runs to the end of the record
+    rec2 = parse.parse_scontrol_oneline("NodeName=n1 State=DOWN* Reason=bad a=b c")
+    assert rec2["Reason"] == "bad a=b c" and rec2["State"] == "DOWN*"
+
+
+def test_recorded_reasons_with_pipe_and_equals():
+    """Recorded from the lab: `scontrol update nodename=node6 state=drain reason="rack 4 | PDU swap a=b"`."""
+    (n6,) = parse.parse_sinfo_nodes(read("sinfo_node_pipe_reason.txt"))
+    assert (n6.name, n6.state, n6.cpus, n6.partitions, n6.features) == ("node6", "allocated", 8, ("gpu",), ("h100", "nvlink"))
+    assert n6.drained and n6.reason == "rack 4 | PDU swap a=b"
+    (rec,) = parse.parse_scontrol_nodes(read("scontrol_show_node_equals_reason.txt"))
+    assert rec.state == "allocated" and rec.flags == frozenset({"DRAIN"})
+    assert parse.strip_reason_stamp(rec.reason) == "rack 4 | PDU swap a=b"
+
+
+def test_health_hooks_read_a_node_like_the_backend():
+    from slurmkit.health.slurmctl import parse_node
+
+    st = parse_node(read("scontrol_show_node_equals_reason.txt"))
+    assert (st.base, st.flags, st.reason) == ("allocated", frozenset({"DRAIN"}), "rack 4 | PDU swap a=b")
+    ours = parse_node("NodeName=n1 State=IDLE+DRAIN Reason=slurmkit: gpu0 recovery=reboot [root@2026-11-30T01:00:00]")
+    assert ours.reason == "slurmkit: gpu0 recovery=reboot"  # read back exactly as set: no re-drain each run
+
+
+def test_sinfo_json_state_list_of_newer_releases():
+    doc = '{"nodes": [{"name": "n1", "state": ["IDLE", "DRAIN"], "reason": "x"}]}'
+    (n,) = parse.parse_sinfo_json(doc)
+    assert n.state == "idle" and n.drained and not n.available
