@@ -15,6 +15,7 @@ import yaml
 from slurmkit import hostlist
 from slurmkit.errors import InventoryError
 from slurmkit.generate.versions import SlurmFeatures, features_for
+from slurmkit.model import yamlio
 from slurmkit.model.cluster import Cluster, MigInstance, NodeGroup
 from slurmkit.templates import environment, header_line
 
@@ -34,14 +35,43 @@ class Overrides:
     gres_file_prefix: str | None = None
 
 
+# Keys whose value is a comma list of independent options: a site's value is merged into ours item by item (an
+# item `name=value` replaces ours of the same name; `-name` drops one of ours), so that setting, say, bf_* tuning
+# in SchedulerParameters cannot silently drop nohold_on_prolog_fail, nor a PrologFlags=X drop Alloc.
+LIST_KEYS = frozenset({
+    "SchedulerParameters", "SlurmctldParameters", "SlurmdParameters", "PrologFlags", "LaunchParameters",
+    "CommunicationParameters", "DebugFlags", "PriorityFlags", "AccountingStorageTRES",
+})
+
+
+def _merge_list(ours: str, theirs: str) -> str:
+    items: dict[str, str] = {}
+    for item in (x.strip() for x in ours.split(",")):
+        if item:
+            items[item.split("=", 1)[0].lower()] = item
+    for item in (x.strip() for x in theirs.split(",")):
+        if not item:
+            continue
+        if item.startswith("-"):
+            items.pop(item[1:].split("=", 1)[0].lower(), None)
+        else:
+            items[item.split("=", 1)[0].lower()] = item
+    return ",".join(items.values())
+
+
 def _merge(base: list[tuple[str, str]], extra: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Keys of ``extra`` replace those of ``base`` in place (new ones go last); an empty value deletes."""
+    """Keys of ``extra`` replace those of ``base`` in place (new ones go last); an empty value deletes.
+    ``LIST_KEYS`` merge item by item (see above)."""
     out = dict(base)
     order = [k for k, _ in base]
     for k, v in extra:
         if k not in out:
             order.append(k)
-        out[k] = v
+            out[k] = _merge_list("", v) if k in LIST_KEYS else v
+        elif k in LIST_KEYS and v != "":
+            out[k] = _merge_list(out[k], v)
+        else:
+            out[k] = v
     return [(k, out[k]) for k in order if out[k] != ""]
 
 
@@ -468,8 +498,8 @@ def load_overrides(path: str) -> Overrides:
 
     try:
         with open(path) as fh:
-            data = yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError) as exc:
+            data = yamlio.load(fh) or {}
+    except (OSError, yamlio.YAMLError) as exc:
         raise UsageError(f"{path}: cannot read overrides: {exc}") from exc
     allowed = {"slurm_conf", "cgroup_conf", "node_params", "gres_file_prefix"}
     if not isinstance(data, dict):
@@ -486,7 +516,8 @@ def load_overrides(path: str) -> Overrides:
             return ()
         if not isinstance(v, dict):
             raise InventoryError(where, "expected a mapping of Key: Value", path)
-        return tuple((str(a), "yes" if b is True else "no" if b is False else str(b)) for a, b in v.items())
+        return tuple((str(a), "" if b is None else "yes" if b is True else "no" if b is False else str(b))
+                     for a, b in v.items())
 
     node_params = data.get("node_params") or {}
     if not isinstance(node_params, dict):

@@ -240,15 +240,14 @@ def parse_policy(raw: Mapping[str, Any] | None, *, path: str = "hooks.checks", s
 
 def load_site_policy(path: str) -> Policy:
     """A site YAML whose top level is the ``hooks.checks`` mapping (imports yaml only when used)."""
-    import yaml
-
     from slurmkit.errors import UsageError
+    from slurmkit.model import yamlio
 
     try:
         with open(path) as f:
-            data = yaml.safe_load(f)
+            data = yamlio.load(f)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read policy: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
+    except yamlio.YAMLError as exc:
         raise InventoryError("", f"not valid YAML: {exc}", path) from exc
     return parse_policy(data or {}, path="checks", source=path)

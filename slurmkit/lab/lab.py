@@ -153,7 +153,6 @@ class Lab:
     def write_config(self, hooks_command: str | None = None) -> dict[str, str]:
         """Render the lab's inventory with slurmkit's generator plus single-host overrides; returns the files."""
         from slurmkit.generate import EXECUTABLE_FILES, Overrides, generate
-        from slurmkit.generate.slurmconf import NOHOLD
         from slurmkit.model import load_cluster_text
 
         s = self.spec
@@ -183,11 +182,11 @@ class Lab:
             ("ProctrackType", "proctrack/linuxproc"),
             ("TaskPlugin", "task/none"),
             ("JobAcctGatherType", "jobacct_gather/linux"),
-            ("PrologFlags", "Alloc"),
+            ("PrologFlags", "-Contain"),  # Contain needs proctrack/cgroup; Alloc stays
             ("SlurmdParameters", "config_overrides"),  # the host has fewer CPUs/less memory than the fake nodes
             # start jobs as soon as they are submitted (the default batch_sched_delay=3 makes every test wait);
-            # keep what the generator asked for with hooks (nohold_on_prolog_fail)
-            ("SchedulerParameters", ",".join(["batch_sched_delay=0", "sched_min_interval=0"] + ([NOHOLD] if hooks_command else []))),
+            # merged item by item into what the generator set (nohold_on_prolog_fail with hooks)
+            ("SchedulerParameters", "batch_sched_delay=0,sched_min_interval=0"),
             ("JobCompType", "jobcomp/filetxt"),
             ("JobCompLoc", str(d / "log" / "jobcomp.txt")),
             ("SlurmctldTimeout", "30"),

@@ -37,3 +37,18 @@ def test_hook_wrappers_only_when_hooks_on():
 def test_deterministic():
     c = load_cluster_dict(lab_inventory())
     assert generate(c) == generate(c)
+
+
+def test_site_list_keys_merge_item_by_item():
+    """A site's SchedulerParameters tuning must not drop nohold_on_prolog_fail (nor PrologFlags=X drop Alloc)."""
+    inv = lab_inventory(hooks_command="/usr/bin/slurmkit")
+    inv["slurm_conf"] = {"SchedulerParameters": "bf_continue,bf_window=2880", "PrologFlags": "X11,-Contain",
+                         "SlurmctldParameters": "enable_configless"}
+    conf = generate(load_cluster_dict(inv))["slurm.conf"]
+    assert "SchedulerParameters=nohold_on_prolog_fail,bf_continue,bf_window=2880\n" in conf
+    assert "PrologFlags=Alloc,X11\n" in conf
+    assert "SlurmctldParameters=enable_configless\n" in conf
+    # a later item of the same name wins; an empty value still deletes the key
+    inv["slurm_conf"] = {"SchedulerParameters": "nohold_on_prolog_fail,batch_sched_delay=0", "PrologFlags": ""}
+    conf = generate(load_cluster_dict(inv))["slurm.conf"]
+    assert "SchedulerParameters=nohold_on_prolog_fail,batch_sched_delay=0\n" in conf and "PrologFlags=" not in conf

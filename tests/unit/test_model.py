@@ -83,3 +83,25 @@ def test_hostlist_folding_is_canonical():
     d["node_groups"][0]["hosts"] = ["node3", "node1", "node2", "node4", "node5", "node6", "node7", "node8"]
     c = load_cluster_dict(d)
     assert c.node_groups[0].hosts == "node[1-8]"
+
+
+def test_slurm_words_stay_strings_and_empty_values_unset():
+    """YAML 1.1 would read OFF/NO as false and an empty value as None; slurm.conf must get what the admin wrote."""
+    from slurmkit.generate import generate
+
+    text = yaml.safe_dump(base()).replace("partitions:\n", "partitions:\n", 1) + (
+        "slurm_conf:\n  PreemptMode: OFF\n  SuspendTime:\n  SchedulerParameters: bf_continue\n"
+    )
+    text = text.replace("max_time: 1-00:00:00", "max_time: 1-00:00:00\n  extra: {OverSubscribe: NO, AllowGroups: }")
+    c = load_cluster_text(text)
+    assert dict(c.slurm_conf)["PreemptMode"] == "OFF" and dict(c.partitions[0].extra)["OverSubscribe"] == "NO"
+    conf = generate(c)["slurm.conf"]
+    assert "PreemptMode=OFF\n" in conf and "SuspendTime" not in conf and "None" not in conf
+    assert "OverSubscribe=NO" in conf and "AllowGroups" not in conf
+
+
+def test_yes_is_not_a_boolean_and_env_needs_a_value():
+    with pytest.raises(InventoryError, match=r"hooks.prolog: expected true or false, got 'yes'"):
+        load_cluster_text(yaml.safe_dump(base()) + "hooks: {prolog: yes}\n")
+    with pytest.raises(InventoryError, match=r"site.env.FOO: expected a value"):
+        load_cluster_text(yaml.safe_dump(base()) + "site:\n  env:\n    FOO:\n")
