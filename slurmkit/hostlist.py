@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError  # type: ignore[import-untyped]
 
+from slurmkit.backend.records import expand_ints  # noqa: F401 - Slurm index lists, dependency-free
 from slurmkit.errors import UsageError
 
 
@@ -39,23 +40,3 @@ def canonical(hostlist: str, where: str = "hostlist") -> str:
 def count(hostlist: str) -> int:
     return len(NodeSet(hostlist)) if hostlist else 0
 
-
-def expand_ints(spec: str) -> list[int]:
-    """``0-3,8,10-11`` -> ``[0, 1, 2, 3, 8, 10, 11]`` (Slurm's core/index lists). Raises ValueError.
-
-    Hand-written: NodeSet folds names, not bare integer ranges, and this is six lines.
-    """
-    out: list[int] = []
-    for part in str(spec).split(","):
-        part = part.strip()
-        if not part:
-            raise ValueError(spec)
-        if "-" in part:
-            a, b = part.split("-", 1)
-            lo, hi = int(a), int(b)
-            if hi < lo:
-                raise ValueError(spec)
-            out.extend(range(lo, hi + 1))
-        else:
-            out.append(int(part))
-    return out

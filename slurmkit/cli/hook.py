@@ -47,21 +47,24 @@ def _node_name(explicit: str | None = None) -> str:
     return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
-def _job_gpus(raw: str | None) -> list[int] | None:
-    """SLURM_JOB_GPUS: node-level gres indices, comma separated (``0,1,4``); ranges appear in some versions."""
-    if raw is None:
+def _job_gpus(raw: str | None, where: str | None = None) -> list[int] | None:
+    """SLURM_JOB_GPUS: node-level gres indices (``0,1,4``; ranges in some versions).
+
+    ``where`` names a flag: bad input there is a one-line usage error. From slurmd's environment an unreadable
+    value widens the checks to every GPU (a superset of the job's) rather than failing the job on a parse.
+    """
+    if raw is None or not raw.strip():
         return None
-    out: list[int] = []
-    for part in raw.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
-    return out
+    from slurmkit.backend.records import expand_ints
+
+    try:
+        return expand_ints(raw)
+    except ValueError:
+        if where:
+            from slurmkit.errors import UsageError
+
+            raise UsageError(f"{where}: expected GPU indices like 0,1 or 0-3, got {raw!r}") from None
+        return None
 
 
 def _prepare_env(inventory: str | None) -> None:
@@ -172,7 +175,7 @@ def check(inventory: str | None, state_dir: str, policy_file: str | None, textfi
         click.echo(f"cleared {n} sticky XID record(s) for {name}")
         return
     env = HookEnv(hook="check", node=name, state_dir=state_dir, inventory=inventory, policy_file=policy_file,
-                  fake_nvml=fake, job_gpus=_job_gpus(gpus), textfile_dir=textfile_dir, ppid=os.getppid(),
+                  fake_nvml=fake, job_gpus=_job_gpus(gpus, "--gpus"), textfile_dir=textfile_dir, ppid=os.getppid(),
                   started_mono=_budget_start())
     report = run_hook(env)
     if as_json:

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -402,3 +403,15 @@ def test_cli_clear_xid(tmp_path, inventory):
     run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
     r = CliRunner().invoke(check, ["--clear-xid", "--state-dir", str(tmp_path / "state"), "--node", "node1"])
     assert r.exit_code == 0 and "cleared 1 sticky" in r.output
+
+
+def test_bad_gpus_flag_is_a_one_line_usage_error():
+    r = subprocess.run([sys.executable, "-m", "slurmkit", "check", "--gpus", "a,b"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip() == "slurmkit: error: --gpus: expected GPU indices like 0,1 or 0-3, got 'a,b'"
+
+
+def test_unreadable_slurm_job_gpus_widens_the_checks_instead_of_failing():
+    from slurmkit.cli.hook import _job_gpus
+
+    assert _job_gpus("0,2-3") == [0, 2, 3]
+    assert _job_gpus("0,x") is None  # from slurmd: check every GPU (a superset of the job's)
