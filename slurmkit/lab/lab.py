@@ -117,10 +117,13 @@ class Lab:
             yield from sorted(self.run_dir.glob("*.pid"))
 
     def running_pids(self) -> dict[str, int]:
+        """Daemons from our pid files that are alive *and* still the program the file names: a pid file left by
+        a crash may hold a number the kernel has since given to an unrelated process, which must never be
+        signalled."""
         out = {}
         for pf in self._pidfiles():
             pid = _read_pid(pf)
-            if pid and _alive(pid):
+            if pid and _alive(pid) and _is_program(pid, pf.stem.split("-", 1)[0]):
                 out[pf.stem] = pid
         return out
 
@@ -493,6 +496,17 @@ def _alive(pid: int) -> bool:
             st = f.read().rsplit(")", 1)[1].split()[0]
         return st not in ("Z", "X")
     except (OSError, IndexError):
+        return False
+
+
+def _is_program(pid: int, name: str) -> bool:
+    """The process is ``name`` (slurmctld, slurmd, munged, mariadbd, slurmdbd): its ``comm`` (the program name,
+    15 characters at most) or its executable (Debian's alternatives run ``/usr/sbin/slurmctld-wlm``)."""
+    try:
+        if Path(f"/proc/{pid}/comm").read_text().strip() == name[:15]:
+            return True
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith(name)
+    except OSError:
         return False
 
 

@@ -148,3 +148,18 @@ def test_preflight_refuses_non_root_and_missing_binaries(monkeypatch, tmp_path):
         lab_.preflight()
     monkeypatch.undo()
     assert not (tmp_path / "x").exists()
+
+
+def test_stale_pid_file_never_signals_an_unrelated_process(tmp_path):
+    """A pid file left by a crash may name a PID the kernel reused: `down` must leave that process alone."""
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        lab_ = Lab(LabSpec(dir=str(tmp_path / "stale"), port_base=23100))
+        (lab_.run_dir).mkdir(parents=True)
+        (lab_.run_dir / "slurmctld.pid").write_text(f"{bystander.pid}\n")
+        assert lab_.running_pids() == {} and not lab_.is_up()
+        lab_.down()
+        assert bystander.poll() is None  # still running
+    finally:
+        bystander.kill()
+        bystander.wait()
