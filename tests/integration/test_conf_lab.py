@@ -20,9 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmkit.generate import confparse as cp
-from slurmkit.generate import generate
-from slurmkit.model.load import load_cluster_text
+from slurmkit.lab.lab import OVERRIDES_FILE
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,29 +36,13 @@ def scontrol(lab, *args: str) -> str:  # type: ignore[no-untyped-def]
                           timeout=30, check=True).stdout
 
 
-def lab_overlay(etc: Path, inventory_text: str) -> dict:
-    """The keys the lab set on top of its inventory, read back from its running files."""
-    plain = generate(load_cluster_text(inventory_text), conf_dir=str(etc))
-    want, have = cp.parse_slurm_conf(plain["slurm.conf"]), cp.parse_slurm_conf((etc / "slurm.conf").read_text())
-    slurm_conf = {k: v for key, (k, v, _r) in have.settings.items() if want.value(key) != v}
-    node = have.nodes[0].as_dict()
-    gres_file = re.search(r"File=(\S+)/nvidia\d+", (etc / "gres.conf").read_text())
-    group = yaml.safe_load(inventory_text)["node_groups"][0]["name"]
-    return {
-        "slurm_conf": slurm_conf,
-        "node_params": {group: {"NodeAddr": node["nodeaddr"], "Port": node["port"]}},
-        "gres_file_prefix": gres_file.group(1) if gres_file else None,
-    }
-
-
 @pytest.fixture()
 def lab_inv(lab, tmp_path: Path) -> Iterator[tuple[dict, Path, Path]]:  # type: ignore[no-untyped-def]
     """(inventory dict, overlay file, original inventory file); restores the original config afterwards."""
     text = (lab.etc / "slurmkit.yaml").read_text()
     original = tmp_path / "original.yaml"
     original.write_text(text)
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(yaml.safe_dump(lab_overlay(lab.etc, text), sort_keys=False))
+    overlay = lab.etc / OVERRIDES_FILE  # the lab's single-host overlay, written by `lab up`
     res = sk(lab, "conf", "diff", str(original), "--against", str(lab.etc), "--overrides", str(overlay))
     assert res.returncode == 0 and "nothing to do" in res.stdout, res.stdout + res.stderr  # the overlay is exact
     try:
