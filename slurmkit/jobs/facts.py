@@ -79,7 +79,7 @@ def load_inventory_facts(partition: str | None, path: str | None = None) -> Clus
     path = path or inventory_path()
     if not path:
         return None
-    from slurmkit.model.load import load_cluster
+    from slurmkit.model.cache import load_cluster_cached as load_cluster
 
     return from_cluster(load_cluster(path), partition, f"inventory:{path}")
 
