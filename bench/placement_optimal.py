@@ -17,11 +17,11 @@ import argparse
 import random
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from slurmkit.backend.parse import SwitchRecord as Rec  # what `scontrol show topology` parses into
 from slurmkit.errors import UsageError  # noqa: E402
 from slurmkit.placement import (  # noqa: E402
     NodeState,
@@ -33,14 +33,6 @@ from slurmkit.placement import (  # noqa: E402
 )
 
 STATES = ("idle", "idle", "idle", "mixed", "allocated", "allocated", "draining", "drained", "down")
-
-
-@dataclass(frozen=True)
-class Rec:
-    name: str
-    level: int
-    nodes: list[str]
-    switches: list[str]
 
 
 def instance(rng: random.Random) -> tuple[PlacementTopology, list[NodeState], Request]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurmkit.backend.parse import SwitchRecord as Rec  # what `scontrol show topology` parses into
 from slurmkit.errors import UsageError
 from slurmkit.model.cluster import Block, Switch, Topology
 from slurmkit.placement import (
@@ -20,16 +19,6 @@ from slurmkit.placement import (
     place,
     plan,
 )
-
-
-@dataclass(frozen=True)
-class Rec:
-    """Same shape as slurmkit.backend.parse.SwitchRecord."""
-
-    name: str
-    level: int
-    nodes: list[str]
-    switches: list[str]
 
 
 def lab() -> PlacementTopology:

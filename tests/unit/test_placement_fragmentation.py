@@ -6,18 +6,7 @@ import pytest
 
 from slurmkit.model.cluster import Switch, Topology
 from slurmkit.placement import NodeState, PlacementTopology, fragmentation
-
-
-def two_by_four() -> PlacementTopology:
-    return PlacementTopology.from_model(
-        Topology(
-            switches=(
-                Switch("leaf1", nodes="node[1-4]"),
-                Switch("leaf2", nodes="node[5-8]"),
-                Switch("spine", switches="leaf[1-2]"),
-            )
-        )
-    )
+from tests.unit.test_placement import lab as two_by_four  # leaf1 node[1-4], leaf2 node[5-8], spine
 
 
 def idle(name: str) -> NodeState:
