@@ -98,6 +98,26 @@ class NodeGroup:
     def gpu_count(self) -> int:
         return self.gpus.count if self.gpus else 0
 
+    @property
+    def usable_cpus(self) -> int:
+        """CPUs (Slurm's count: hardware threads) left to jobs after ``reserve.cores`` (CoreSpecCount)."""
+        return (self.cpu.cores - self.reserve.cores) * self.cpu.threads_per_core
+
+    @property
+    def usable_memory_mb(self) -> int:
+        """Memory left to jobs after ``reserve.memory_mb`` (MemSpecLimit)."""
+        return self.memory_mb - self.reserve.memory_mb
+
+    @property
+    def cpus_per_gpu(self) -> int:
+        """Each GPU's fair share of the usable CPUs (0 for a CPU-only group). One rule for DefCpuPerGPU and gpusub."""
+        return self.usable_cpus // self.gpu_count if self.gpu_count else 0
+
+    @property
+    def mem_per_gpu_mb(self) -> int:
+        """Each GPU's fair share of the usable memory in MB (0 for a CPU-only group)."""
+        return self.usable_memory_mb // self.gpu_count if self.gpu_count else 0
+
 
 @dataclass(frozen=True)
 class Partition:

@@ -105,3 +105,13 @@ def test_yes_is_not_a_boolean_and_env_needs_a_value():
         load_cluster_text(yaml.safe_dump(base()) + "hooks: {prolog: yes}\n")
     with pytest.raises(InventoryError, match=r"site.env.FOO: expected a value"):
         load_cluster_text(yaml.safe_dump(base()) + "site:\n  env:\n    FOO:\n")
+
+
+def test_per_gpu_share_follows_reserve_and_threads():
+    """DGX H100 preset: 2 x 56 cores x 2 threads, 4 cores reserved, 8 GPUs -> (112-4)*2/8 = 27 CPUs per GPU."""
+    g = load_cluster(ROOT / "examples" / "dgx-h100-superpod-su.yaml").node_groups[0]
+    assert g.usable_cpus == (g.cpu.cores - g.reserve.cores) * g.cpu.threads_per_core
+    assert g.cpus_per_gpu == g.usable_cpus // 8 == 27
+    assert g.mem_per_gpu_mb == (g.memory_mb - g.reserve.memory_mb) // 8
+    cpu_only = load_cluster(ROOT / "examples" / "compose.yaml").node_groups[0]
+    assert cpu_only.gpu_count == 0 and cpu_only.cpus_per_gpu == 0 and cpu_only.mem_per_gpu_mb == 0
