@@ -51,7 +51,8 @@ def _job_gpus(raw: str | None, where: str | None = None) -> list[int] | None:
     """SLURM_JOB_GPUS: node-level gres indices (``0,1,4``; ranges in some versions).
 
     ``where`` names a flag: bad input there is a one-line usage error. From slurmd's environment an unreadable
-    value widens the checks to every GPU (a superset of the job's) rather than failing the job on a parse.
+    value widens the hardware checks to every GPU (a superset of the job's) rather than failing the job on a parse;
+    processes of other running jobs are still never judged or killed (their owner is read from /proc).
     """
     if raw is None or not raw.strip():
         return None
@@ -85,11 +86,14 @@ def _run(hook: str, inventory: str | None, state_dir: str, policy_file: str | No
 
     _prepare_env(inventory)
     uid = os.environ.get("SLURM_JOB_UID")
+    raw_gpus = os.environ.get("SLURM_JOB_GPUS")
+    # unset: the job has no GPUs (Slurm sets it only for a job with gpu/shard/mps gres), so its scope is empty
+    job_gpus = [] if raw_gpus is None or not raw_gpus.strip() else _job_gpus(raw_gpus)
     env = HookEnv(
         hook=hook, node=_node_name(), state_dir=state_dir, inventory=inventory, policy_file=policy_file,
         fake_nvml=os.environ.get("SLURMKIT_FAKE_NVML") or None, job_id=os.environ.get("SLURM_JOB_ID"),
         job_uid=int(uid) if uid and uid.isdigit() else None, job_user=os.environ.get("SLURM_JOB_USER"),
-        job_gpus=_job_gpus(os.environ.get("SLURM_JOB_GPUS")), textfile_dir=textfile_dir, ppid=os.getppid(),
+        job_gpus=job_gpus, textfile_dir=textfile_dir, ppid=os.getppid(),
         started_mono=_budget_start(),
     )
     try:

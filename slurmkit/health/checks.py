@@ -74,7 +74,13 @@ def per_gpu(data: dict[str, Any], key: str, judge: Callable[[str, Any], tuple[St
             findings.append(f"gpu{idx} {what} {e}")
             details[idx] = e
             continue
-        st, finding, detail = judge(idx, v)
+        detail: Any
+        try:
+            st, finding, detail = judge(idx, v)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            # a value of an unexpected shape (a driver's odd answer, an error inside a list): a finding for this GPU,
+            # never a crash that turns every check into SKIP
+            st, finding, detail = Status.WARN, f"gpu{idx} {what} unreadable", {"value": v, "error": str(exc)}
         statuses.append(st)
         if finding:
             findings.append(finding)
@@ -336,28 +342,40 @@ def eval_mig(data: dict[str, Any], ctx: EvalContext) -> Verdict:
 
 
 def eval_gpu_procs(data: dict[str, Any], ctx: EvalContext) -> Verdict:
-    """Prolog: any compute process on the job's GPUs belongs to someone else. Epilog: judged after cleanup."""
+    """Prolog: a compute process on the job's GPUs that no running job owns is a leftover (busy GPU). A process of
+    another job that still runs here (shards, MPS share a GPU) is never judged. Epilog: judged after cleanup."""
     if ctx.hook not in ("prolog", "epilog"):
         return Verdict(Status.SKIP, "only judged at prolog/epilog (jobs own the GPUs otherwise)")
     if ctx.hook == "epilog":
         cleanup = ctx.extra.get("cleanup", {})
         survivors = cleanup.get("survivors", [])
         foreign = cleanup.get("foreign", [])
-        ev = {k: cleanup.get(k, []) for k in ("killed", "survivors", "foreign")}
+        ev = {k: cleanup.get(k, []) for k in ("killed", "survivors", "foreign", "held")}
         if survivors:
             return Verdict(Status.FAIL, f"job processes survived SIGKILL: {survivors}",
                            [f"gpu{s['gpu']} unkillable pid {s['pid']}" for s in survivors], ev)
         if foreign:
             return Verdict(Status.WARN, f"other users' processes on the job's GPUs: {foreign}",
                            [f"gpu{f['gpu']} foreign pid {f['pid']}" for f in foreign], ev)
-        return Verdict(Status.OK, f"killed {len(ev['killed'])} leftover process(es)" if ev["killed"]
-                       else "no leftover processes", evidence=ev)
+        held = f"; left {len(ev['held'])} process(es) of running jobs alone" if ev["held"] else ""
+        return Verdict(Status.OK, (f"killed {len(ev['killed'])} leftover process(es)" if ev["killed"]
+                                   else "no leftover processes") + held, evidence=ev)
+    owners: dict[str, Any] = ctx.extra.get("owners", {})
+    job_id = ctx.extra.get("job_id")
 
     def judge(idx: str, v: Any) -> tuple[Status, str | None, Any]:
-        pids = [p["pid"] for p in v]
-        if pids:
-            return Status.FAIL, f"gpu{idx} busy pid {pids[0]}" + (f" +{len(pids) - 1}" if len(pids) > 1 else ""), pids
-        return Status.OK, None, pids
+        busy, shared = [], []
+        for p in v:
+            o = owners.get(str(p["pid"])) or {}
+            if o.get("job") and (o["job"] == job_id or o.get("running")):
+                shared.append({"pid": p["pid"], "job": o["job"]})  # this job's own, or a running job's (shared GPU)
+            else:
+                busy.append(p["pid"])
+        detail = {"pids": [p["pid"] for p in v], "running_jobs": shared}
+        if busy:
+            return Status.FAIL, f"gpu{idx} busy pid {busy[0]}" + (f" +{len(busy) - 1}" if len(busy) > 1 else ""), \
+                detail
+        return Status.OK, None, detail
 
     return per_gpu(data, "compute_processes", judge, "gpu processes")
 

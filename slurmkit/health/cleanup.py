@@ -36,21 +36,43 @@ def _alive(proc_root: str, pid: int) -> bool:
 
 
 def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_root: str = "/proc",
-                       wait_s: float = 1.0) -> dict[str, list[dict[str, Any]]]:
-    """SIGKILL the job user's compute processes on the job's GPUs; report killed / survivors / foreign."""
+                       wait_s: float = 1.0, owners: dict[str, Any] | None = None,
+                       job_id: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """SIGKILL the job user's compute processes on the job's GPUs; report killed / survivors / foreign / held.
+
+    ``procs_by_gpu`` holds only the ending job's GPUs (an empty dict for a job without GPUs). ``owners`` (pid ->
+    ``{"job", "running"}``, from ``host.gpu_process_owners``) protects other jobs: a process of another job that still
+    runs here is never killed, and on a GPU such a job shares with the ending one (shards, MPS) a process with no job
+    of its own belongs to whoever still holds the GPU, so it is left alone too ("held").
+    """
     killed: list[dict[str, Any]] = []
     foreign: list[dict[str, Any]] = []
+    held: list[dict[str, Any]] = []
+    owners = owners or {}
     if job_uid is None:
-        return {"killed": [], "survivors": [], "foreign": [], "skipped": [{"why": "job uid unknown"}]}
+        return {"killed": [], "survivors": [], "foreign": [], "held": [], "skipped": [{"why": "job uid unknown"}]}
+
+    def other_running(pid: int) -> str | None:
+        o = owners.get(str(pid)) or {}
+        job = o.get("job")
+        return job if job and job != job_id and o.get("running") else None
+
     for gpu, procs in sorted(procs_by_gpu.items(), key=lambda kv: int(kv[0])):
         if not isinstance(procs, list):
             continue
+        holders = sorted({j for p in procs if (j := other_running(int(p["pid"])))})
         for p in procs:
             pid = int(p["pid"])
             uid = _uid_of(proc_root, pid)
             if uid is None:
                 continue  # already gone (or in another pid namespace we cannot see): nothing to kill
-            entry = {"gpu": int(gpu), "pid": pid, "uid": uid}
+            entry: dict[str, Any] = {"gpu": int(gpu), "pid": pid, "uid": uid}
+            job = (owners.get(str(pid)) or {}).get("job")
+            if job is not None:
+                entry["job"] = job
+            if other_running(pid) or (holders and job != job_id):
+                held.append({**entry, "held_by": other_running(pid) or holders})
+                continue
             if uid != job_uid or uid == 0:
                 foreign.append(entry)
                 continue
@@ -66,7 +88,7 @@ def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_r
     while survivors and time.monotonic() < end:
         time.sleep(0.02)
         survivors = [k for k in survivors if _alive(proc_root, k["pid"])]
-    return {"killed": killed, "survivors": survivors, "foreign": foreign}
+    return {"killed": killed, "survivors": survivors, "foreign": foreign, "held": held}
 
 
 def clean_shm(uid: int, shm_dir: str = "/dev/shm") -> dict[str, Any]:

@@ -140,7 +140,9 @@ class FakeNVML:
 
     def nvmlDeviceGetMinorNumber(self, h: _Handle) -> int:
         dev = self._dev(h, "nvmlDeviceGetMinorNumber")
-        return int(dev.get("minor", h.index))
+        if "minor" not in dev:
+            return h.index
+        return int(self._value(h, "nvmlDeviceGetMinorNumber", "minor"))
 
     def nvmlDeviceGetPciInfo(self, h: _Handle) -> SimpleNamespace:
         return SimpleNamespace(busId=self._value(h, "nvmlDeviceGetPciInfo", "pci_bus_id"))

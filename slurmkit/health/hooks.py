@@ -48,7 +48,10 @@ class HookEnv:
     job_id: str | None = None
     job_uid: int | None = None
     job_user: str | None = None
-    job_gpus: list[int] | None = None  # SLURM_JOB_GPUS (node-level gres indices)
+    # SLURM_JOB_GPUS (node-level gres indices). In a prolog/epilog: [] = the job has no GPUs (Slurm leaves the variable
+    # unset, slurm-22-05-8-1 src/plugins/gres/common/gres_common.c gres_common_epilog_set_env), None = unknown (all
+    # GPUs' hardware is checked; processes of other running jobs are still never judged or killed).
+    job_gpus: list[int] | None = None
     textfile_dir: str | None = None
     paths: HostPaths = field(default_factory=HostPaths)
     shm_dir: str = "/dev/shm"
@@ -90,14 +93,14 @@ def run_hook(env: HookEnv) -> Report:
     reserve = min(0.4 * policy.budget_s, slurm_calls * policy.scontrol_timeout_s + 0.1)
     spec = RunSpec(
         hook=env.hook, node=env.node, policy=policy, expect=expect, node_state_dir=ndir, fake_nvml=env.fake_nvml,
-        paths=env.paths, job_gres_indices=env.job_gpus if env.hook in ("prolog", "epilog") else None,
-        ppid=env.ppid, deadline=hard_deadline - reserve, commit_xid=not readonly,
+        paths=env.paths, job_gres_indices=env.job_gpus if env.hook != "health" else None,
+        ppid=env.ppid, deadline=hard_deadline - reserve, commit_xid=not readonly, job_id=env.job_id,
     )
     notes: list[str] = []
     between = None
     if env.hook == "epilog":
-        def between(gathered: GatherResult | None) -> dict[str, Any]:
-            return {"cleanup": _epilog_cleanup(env, policy, gathered, hard_deadline, notes)}
+        def between(gathered: GatherResult | None, owners: dict[str, Any]) -> dict[str, Any]:
+            return {"cleanup": _epilog_cleanup(env, policy, gathered, hard_deadline, notes, owners)}
 
     out = run_checks(spec, between=between)
     if config_error:
@@ -228,7 +231,7 @@ def _health_slurm(env: HookEnv, policy: Policy, action: Action, reason: str, ndi
 
 
 def _epilog_cleanup(env: HookEnv, policy: Policy, gathered: GatherResult | None, deadline: float,
-                    notes: list[str]) -> dict[str, Any]:
+                    notes: list[str], owners: dict[str, Any]) -> dict[str, Any]:
     from slurmkit.health import slurmctl
     from slurmkit.health.cleanup import clean_shm, kill_gpu_leftovers
 
@@ -237,7 +240,8 @@ def _epilog_cleanup(env: HookEnv, policy: Policy, gathered: GatherResult | None,
         for idx, d in gathered.data.get("gpu_procs", {}).items():
             procs[idx] = d.get("compute_processes")
     wait = max(0.0, min(1.0, _remaining(deadline) - 2 * policy.scontrol_timeout_s))
-    result: dict[str, Any] = kill_gpu_leftovers(procs, env.job_uid, env.paths.proc_root, wait_s=wait)
+    result: dict[str, Any] = kill_gpu_leftovers(procs, env.job_uid, env.paths.proc_root, wait_s=wait,
+                                                owners=owners, job_id=env.job_id)
     if env.job_user and env.job_uid not in (None, 0):
         t = _call_timeout(policy, deadline - policy.scontrol_timeout_s)  # keep one call's worth for the drain
         if t is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,3 +135,61 @@ def process_start_ticks(proc_root: str, pid: int) -> int | None:
 def gpus_expected_by_devices(paths: HostPaths) -> bool:
     """/dev/nvidia0.. exist: the node has NVIDIA GPUs even if nobody told us (so NVML missing is a failure)."""
     return bool(glob.glob(os.path.join(paths.dev_root, "nvidia[0-9]*")))
+
+
+# --- whose is a GPU process (local facts only: no Slurm command from a prolog/epilog) -------------------------
+
+# slurmstepd names itself "slurmstepd: [<job>.<step>]" (slurm-22-05-8-1 src/slurmd/slurmstepd/slurmstepd.c
+# _set_job_log_prefix: setproctitle("[%s]") of the step id; het jobs print "<job>+<offset>.<step>").
+_STEPD_RE = re.compile(r"\[(\d+)(?:\+\d+)?\.[^\]]*\]")
+# cgroup v1 (.../slurm/uid_1000/job_42/step_0) and v2 (.../slurmstepd.scope/job_42/step_0/user/task_0)
+_CGROUP_JOB_RE = re.compile(r"/job_(\d+)(?:/|$)")
+
+
+def running_jobs(proc_root: str) -> set[str]:
+    """Job ids with a live slurmstepd on this host: the jobs that still run here, read from /proc alone."""
+    jobs: set[str] = set()
+    try:
+        names = os.listdir(proc_root)
+    except OSError:
+        return jobs
+    for d in names:
+        if not d.isdigit() or _comm(proc_root, int(d)) != "slurmstepd":
+            continue
+        m = _STEPD_RE.search(" ".join(_cmdline(proc_root, int(d))))
+        if m:
+            jobs.add(m.group(1))
+    return jobs
+
+
+def job_of_pid(proc_root: str, pid: int) -> str | None:
+    """The Slurm job a process runs in: its cgroup path (proctrack/cgroup), else SLURM_JOB_ID in its environment."""
+    text = _read(os.path.join(proc_root, str(pid), "cgroup")) or ""
+    m = _CGROUP_JOB_RE.search(text)
+    if m:
+        return m.group(1)
+    try:
+        with open(os.path.join(proc_root, str(pid), "environ"), "rb") as f:
+            env = f.read()
+    except OSError:
+        return None
+    for item in env.split(b"\0"):
+        if item.startswith(b"SLURM_JOB_ID="):
+            v = item[len(b"SLURM_JOB_ID="):].decode(errors="replace")
+            return v if v.isdigit() else None
+    return None
+
+
+def gpu_process_owners(proc_root: str, procs_by_gpu: dict[str, Any]) -> dict[str, Any]:
+    """For every pid NVML lists: ``{"job": id | None, "running": bool}``; ``running`` means a slurmstepd of that job
+    is alive here. Reads /proc only when some GPU has a process (the usual prolog reads nothing)."""
+    pids = {int(p["pid"]) for v in procs_by_gpu.values() if isinstance(v, list) for p in v if isinstance(p, dict)
+            and isinstance(p.get("pid"), int)}
+    if not pids:
+        return {}
+    live = running_jobs(proc_root)
+    out: dict[str, Any] = {}
+    for pid in sorted(pids):
+        job = job_of_pid(proc_root, pid)
+        out[str(pid)] = {"job": job, "running": job is not None and job in live}
+    return out

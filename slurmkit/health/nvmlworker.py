@@ -50,6 +50,8 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
         v = fn(*args)
     except pynvml.NVMLError as exc:
         return {"error": _errname(exc)}
+    except Exception as exc:  # a binding without the function, an odd return shape: one GPU's finding, not a crash
+        return {"error": type(exc).__name__}
     if isinstance(v, bytes):
         v = v.decode(errors="replace")
     return v
@@ -125,6 +127,12 @@ def _probe_mig(nv: Any, h: Any) -> dict[str, Any]:
     return {"mig_mode": _call(lambda: list(nv.nvmlDeviceGetMigMode(h)))}
 
 
+# The key each probe writes that its check reads first (where a probe's failure is recorded).
+PROBE_KEYS = {"ecc": "ecc_volatile_uncorrected", "remapped_rows": "remapped_rows",
+              "retired_pages": "retired_pages_pending", "recovery_action": "recovery_action",
+              "clocks": "clocks_event_reasons", "temperature": "temperature_c", "persistence": "persistence_mode",
+              "nvlink": "nvlink_state", "pcie": "pcie_width", "mig": "mig_mode", "gpu_procs": "compute_processes"}
+
 _PROBE_FNS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "ecc": _probe_ecc,
     "remapped_rows": lambda nv, h: {"remapped_rows": _call(lambda: list(nv.nvmlDeviceGetRemappedRows(h)))},
@@ -138,6 +146,14 @@ _PROBE_FNS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "mig": _probe_mig,
     "gpu_procs": _probe_procs,
 }
+
+
+def _probe_one(probe: str, nv: Any, h: Any) -> dict[str, Any]:
+    """One probe on one GPU; whatever goes wrong stays this GPU's error value (the check's key holds it)."""
+    try:
+        return _PROBE_FNS[probe](nv, h)
+    except Exception as exc:
+        return {PROBE_KEYS[probe]: {"error": _errname(exc)}}
 
 
 def gather(nv: Any, probes: Iterable[str], minors: frozenset[int] | None,
@@ -172,13 +188,15 @@ def gather(nv: Any, probes: Iterable[str], minors: frozenset[int] | None,
         if any(isinstance(v, dict) and v.get("error") == "GpuIsLost" for v in dev.values()):
             dev["lost"] = True
         info["devices"].append(dev)
-        in_scope = minors is None or dev["minor"] in minors
+        minor = dev["minor"]
+        # an unreadable minor (an error value) falls back to the index: gres.conf File=/dev/nvidia[0-N] in order
+        in_scope = minors is None or (minor in minors if isinstance(minor, int) else i in minors)
         if in_scope and not dev.get("lost"):
             handles[i] = h
     info["selected"] = sorted(handles)
     emit("init", info)
     for probe in probes:
-        emit(probe, {str(i): _PROBE_FNS[probe](nv, h) for i, h in handles.items()})
+        emit(probe, {str(i): _probe_one(probe, nv, h) for i, h in handles.items()})
     try:
         nv.nvmlShutdown()
     except pynvml.NVMLError:

@@ -32,7 +32,10 @@ class RunSpec:
     node_state_dir: str | None  # None: read-only run (no cursor commits)
     fake_nvml: str | None = None
     paths: host.HostPaths = field(default_factory=host.HostPaths)
-    job_gres_indices: list[int] | None = None  # SLURM_JOB_GPUS; None = all GPUs
+    # The job's GPUs (SLURM_JOB_GPUS, node-level gres indices); None = all GPUs (health, check). A prolog/epilog of a
+    # job without GPUs passes [] and no per-GPU check touches any GPU.
+    job_gres_indices: list[int] | None = None
+    job_id: str | None = None
     ppid: int | None = None
     deadline: float = 0.0  # time.monotonic() by which gathering must be over
     commit_xid: bool = True
@@ -104,9 +107,9 @@ def gpus_expected(spec: RunSpec) -> bool:
 
 
 def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
-               between: Callable[[GatherResult | None], dict[str, Any]] | None = None) -> RunOutput:
-    """Gather and evaluate. ``between(gathered)`` runs after gathering and before evaluation (epilog cleanup) and
-    returns facts merged into ``EvalContext.extra``."""
+               between: Callable[[GatherResult | None, dict[str, Any]], dict[str, Any]] | None = None) -> RunOutput:
+    """Gather and evaluate. ``between(gathered, owners)`` runs after gathering and before evaluation (epilog
+    cleanup; ``owners``: pid -> the job it belongs to) and returns facts merged into ``EvalContext.extra``."""
     enabled = {c.name: c for c in spec.policy.enabled_for(spec.hook)}
     probes = [p for p in PROBES if p in enabled]
     need_nvml = bool(probes) or any(n in enabled for n in ("nvml", "gpu_count", "driver", "xid"))
@@ -140,8 +143,13 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         j.join(max(0.0, min(spec.deadline, started + pol.check(name).timeout_s) - time.monotonic()))
 
     init = (gathered.data.get("init") if gathered else None) or {}
+    if gathered is not None and spec.hook in ("prolog", "epilog") and "gpu_procs" in gathered.data:
+        # whose are the processes on the job's GPUs: another running job's (shards, MPS) are never judged or killed
+        procs = {i: d.get("compute_processes") for i, d in gathered.data["gpu_procs"].items()}
+        extra = {**(extra or {}), "job_id": spec.job_id,
+                 "owners": host.gpu_process_owners(spec.paths.proc_root, procs)}
     if between is not None:
-        extra = {**(extra or {}), **between(gathered)}
+        extra = {**(extra or {}), **between(gathered, (extra or {}).get("owners", {}))}
     results: list[CheckResult] = []
     for name, check in CHECKS.items():
         cp = enabled.get(name)

@@ -155,3 +155,64 @@ def test_admin_drain_is_never_resumed(hlab):
     finally:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env={**os.environ, **hlab.env},
                        capture_output=True, timeout=30)
+
+
+def as_user(lab, user: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """A Slurm command as another user (munge authenticates the uid): jobs of a non-root user, as in production."""
+    return subprocess.run(["runuser", "-u", user, "--", *argv], env={**os.environ, **lab.env}, capture_output=True,
+                          text=True, timeout=30, check=True)
+
+
+def job_fields(lab, jid: str) -> dict[str, str]:
+    return dict(re.findall(r"(\w+)=(\S*)", lab_run(lab, ["scontrol", "-o", "show", "job", jid]).stdout))
+
+
+def test_cpu_only_job_leaves_a_neighbour_gpu_job_alone(hlab):
+    """Issue 11 item 1: job A (user nobody) holds a GPU and runs; job B of the same user, without GPUs, starts and
+    ends on the same node. Before: B's prolog saw A's process and drained the node, B's epilog SIGKILLed it."""
+    node = "node2"
+    work = Path(hlab.dir) / "userwork"
+    work.mkdir(exist_ok=True)
+    work.chmod(0o777)
+    fx = hlab.fake_nvml_file(node)
+    original = fx.read_text()
+    a = as_user(hlab, "nobody", ["sbatch", "--parsable", "-w", node, "-n1", "--mem=100M", "--gres=gpu:1", f"--chdir={work}",
+                                 "-o", str(work / "a-%j.out"),
+                                 "--wrap", "echo $$ ${SLURM_JOB_GPUS:-0}; exec sleep 300"]).stdout.strip().split(";")[0]
+    try:
+        out = work / f"a-{a}.out"
+        wait_for(lambda: out.exists() and out.read_text().strip(), 60, f"job {a} to start",
+                 lambda: f"{job_fields(hlab, a)}\n{hook_records(hlab, node)}")
+        pid_s, gpus = out.read_text().split()[:2]
+        pid, gpu = int(pid_s), int(gpus.split(",")[0])
+        # what NVML would report on that node: A's process on A's GPU
+        state = json.loads(original)
+        state["devices"][gpu]["compute_processes"] = [{"pid": pid, "used_memory": 1 << 30}]
+        tmp = fx.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, fx)
+
+        b = as_user(hlab, "nobody", ["sbatch", "--parsable", "-w", node, "-n1", "--mem=100M", f"--chdir={work}",
+                                     "-o", str(work / "b-%j.out"), "--wrap", "hostname"]).stdout.strip().split(";")[0]
+        def ended():
+            f = job_fields(hlab, b)
+            return f if f.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED") or f.get("Restarts", "0") != "0" \
+                else None
+        done = wait_for(ended, 90, f"job {b} to end", lambda: f"{job_fields(hlab, b)}\n{hook_records(hlab, node)}")
+        assert done["JobState"] == "COMPLETED" and done["Restarts"] == "0" and done["NodeList"] == node, done
+        last_epilog = Path(hlab.dir) / "hookstate" / node / "last-epilog.json"
+
+        def epilog_of_b():
+            r = json.loads(last_epilog.read_text()) if last_epilog.exists() else {}
+            return r if r.get("job_id") == b else None
+        epilog = wait_for(epilog_of_b, 30, f"job {b}'s epilog record")
+        assert epilog["exit_code"] == 0, epilog
+        assert os.path.exists(f"/proc/{pid}") and job_fields(hlab, a)["JobState"] == "RUNNING"
+        st = scontrol_node(hlab, node)
+        assert "DRAIN" not in st["flags"], st
+        hist = [json.loads(x) for x in (Path(hlab.dir) / "hookstate" / node / "history.jsonl").read_text().splitlines()]
+        prologs = [r for r in hist if r["hook"] == "prolog" and r["job_id"] == b]
+        assert len(prologs) == 1 and prologs[0]["exit_code"] == 0, prologs
+    finally:
+        subprocess.run(["scancel", a], env={**os.environ, **hlab.env}, capture_output=True, timeout=30)
+        fx.write_text(original)

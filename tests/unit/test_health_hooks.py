@@ -412,3 +412,154 @@ def test_unreadable_slurm_job_gpus_widens_the_checks_instead_of_failing():
 
     assert _job_gpus("0,2-3") == [0, 2, 3]
     assert _job_gpus("0,x") is None  # from slurmd: check every GPU (a superset of the job's)
+
+
+# --- a job's GPU scope: exactly the GPUs Slurm gave it (issue 11 item 1) ------------------------------------------
+
+def fake_proc(root: Path, pid: int, *, uid: int, comm: str = "python", job: str | None = None,
+              cgroup: str | None = None, cmdline: str | None = None) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "comm").write_text(comm + "\n")
+    (d / "status").write_text(f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    (d / "stat").write_text(f"{pid} ({comm}) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+    (d / "environ").write_bytes(b"PATH=/bin\0" + (f"SLURM_JOB_ID={job}\0".encode() if job else b""))
+    (d / "cgroup").write_text(cgroup or "0::/user.slice\n")
+    (d / "cmdline").write_bytes((cmdline or comm).encode() + b"\0")
+
+
+def test_gpu_process_owners_from_proc_alone(tmp_path):
+    from slurmkit.health.host import gpu_process_owners
+
+    proc = tmp_path / "proc"
+    fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [55.batch]")
+    fake_proc(proc, 901, uid=0, comm="slurmstepd", cmdline="slurmstepd: [60+1.0]")  # het job component
+    fake_proc(proc, 10, uid=JOB_UID, job="55")  # environ evidence, job running
+    fake_proc(proc, 11, uid=JOB_UID, cgroup="0::/system.slice/slurmstepd.scope/job_60/step_0/user/task_0\n")
+    fake_proc(proc, 12, uid=JOB_UID, job="44")  # a leftover of a job that ended
+    fake_proc(proc, 13, uid=JOB_UID)  # no evidence at all
+    owners = gpu_process_owners(str(proc), {"0": [{"pid": 10}, {"pid": 11}], "1": [{"pid": 12}, {"pid": 13}],
+                                            "2": {"error": "NotSupported"}})
+    assert owners == {"10": {"job": "55", "running": True}, "11": {"job": "60", "running": True},
+                      "12": {"job": "44", "running": False}, "13": {"job": None, "running": False}}
+    assert gpu_process_owners(str(proc), {"0": []}) == {}
+
+
+def busy_gpu0(pid: int):
+    def edit(d):
+        d["devices"][0]["compute_processes"] = [{"pid": pid, "used_memory": 1}]
+    return edit
+
+
+def test_cpu_only_job_prolog_does_not_judge_a_neighbours_gpu(tmp_path, inventory):
+    """Job A holds gpu0; job B has no GPUs: B's prolog must neither drain the node nor call Slurm."""
+    proc = tmp_path / "proc"
+    fake_proc(proc, 4242, uid=JOB_UID)  # A's process, no job evidence: a leftover to a job that owns gpu0
+    slurm = FakeSlurm(state="MIXED")
+    fx = fixture(tmp_path, "healthy-h100x8.json", busy_gpu0(4242))
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", fake_nvml=str(fx), job_id="2", job_gpus=[]))
+    assert rep.exit_code == 0 and slurm.calls == [], rep.reason
+    res = {r.name: r for r in rep.results}
+    assert res["gpu_procs"].status == Status.SKIP and res["gpu_procs"].summary == "no GPUs in scope"
+    # the same process on a GPU the job *was* given is a leftover: busy
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", fake_nvml=str(fx), job_id="3", job_gpus=[0]))
+    assert rep.exit_code == 1 and rep.reason == "slurmkit: gpu0 busy pid 4242"
+
+
+def test_cli_prolog_without_slurm_job_gpus_has_an_empty_scope(tmp_path, inventory):
+    from slurmkit.cli.hook import hook
+
+    fx = fixture(tmp_path, "healthy-h100x8.json", busy_gpu0(os.getpid()))
+    envv = {"SLURMKIT_FAKE_NVML": str(fx), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "9",
+            "SLURMKIT_STATE_DIR": str(tmp_path / "st"), "PATH": str(tmp_path / "nobin")}  # no scontrol to call
+    r = CliRunner().invoke(hook, ["prolog", "--inventory", str(inventory)], env=envv)
+    assert r.exit_code == 0, r.output
+    rec = json.loads((tmp_path / "st" / "node1" / "last-prolog.json").read_text())
+    gp = next(c for c in rec["checks"] if c["check"] == "gpu_procs")
+    assert gp["status"] == "SKIP" and rec["slurm"] == {}
+
+
+def test_prolog_on_a_shared_gpu_leaves_the_running_jobs_processes_alone(tmp_path, inventory):
+    """Shards/MPS: job A (running, slurmstepd alive) has a process on gpu0; job B is given a shard of gpu0."""
+    proc = tmp_path / "proc"
+    fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [55.0]")
+    fake_proc(proc, 10, uid=JOB_UID, job="55")
+    (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
+    slurm = FakeSlurm(state="MIXED")
+    e = env(tmp_path, inventory, slurm, "prolog", fake_nvml=str(fixture(tmp_path, "healthy-h100x8.json",
+                                                                         busy_gpu0(10))), job_id="56", job_gpus=[0])
+    rep = run_hook(e)
+    assert rep.exit_code == 0 and slurm.calls == [], rep.reason
+    gp = next(r for r in rep.results if r.name == "gpu_procs")
+    assert gp.status == Status.OK and gp.evidence["gpus"]["0"]["running_jobs"] == [{"pid": 10, "job": "55"}]
+
+
+def test_epilog_never_kills_a_process_of_a_job_that_still_runs(tmp_path, inventory):
+    """Same user, shared gpu0: the ending job 77's leftover dies; running job 55's process and an unowned process on
+    the GPU job 55 still holds stay (a real process stands behind each fake /proc entry, so a wrong kill shows)."""
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    try:
+        a, leftover, unowned = (p.pid for p in procs)
+        proc = tmp_path / "proc"
+        fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [55.batch]")
+        fake_proc(proc, a, uid=JOB_UID, job="55")
+        fake_proc(proc, leftover, uid=JOB_UID, job="77")
+        (proc / str(leftover) / "stat").unlink()
+        (proc / str(leftover) / "stat").symlink_to(f"/proc/{leftover}/stat")  # shows the kill (a zombie: Z)
+        fake_proc(proc, unowned, uid=JOB_UID)
+        (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
+
+        def edit(d):
+            d["devices"][0]["compute_processes"] = [{"pid": a}, {"pid": unowned}]
+            d["devices"][1]["compute_processes"] = [{"pid": leftover}]
+        slurm = FakeSlurm(jobs=["77", "55"])
+        e = env(tmp_path, inventory, slurm, "epilog", fake_nvml=str(fixture(tmp_path, "healthy-h100x8.json", edit)),
+                job_id="77", job_uid=JOB_UID, job_user="alice", job_gpus=[0, 1], shm_dir=str(tmp_path / "noshm"))
+        rep = run_hook(e)
+        procs[1].wait(timeout=5)
+        assert procs[1].returncode == -9
+        assert procs[0].poll() is None and procs[2].poll() is None
+        gp = next(r for r in rep.results if r.name == "gpu_procs")
+        assert gp.status == Status.OK and {h["pid"] for h in gp.evidence["held"]} == {a, unowned}
+        assert rep.exit_code == 0
+        # a CPU-only job of the same user ending next to job 55 touches no GPU process at all
+        e = env(tmp_path / "b", inventory, slurm, "epilog", fake_nvml=e.fake_nvml, job_id="78", job_uid=JOB_UID,
+                job_user="alice", job_gpus=[], shm_dir=str(tmp_path / "noshm"))
+        e.paths = HostPaths(sys_root=e.paths.sys_root, proc_root=str(proc), kmsg=e.paths.kmsg, dev_root="")
+        rep = run_hook(e)
+        assert procs[0].poll() is None and procs[2].poll() is None and rep.exit_code == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_lost_gpu_outside_the_jobs_scope_stays_a_per_gpu_finding(tmp_path, inventory):
+    """Issue 11 item 3: gpu5 lost makes its minor number an error value; a job on gpu0-1 must still get every NVML
+    check (no worker crash turning them into SKIP)."""
+    slurm = FakeSlurm(state="ALLOCATED")
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="xid79-gpu5.json", job_gpus=[0, 1]))
+    res = {r.name: r for r in rep.results}
+    assert res["nvml"].status == Status.OK, res["nvml"].summary
+    assert res["ecc"].status == Status.OK and res["ecc"].summary == "ecc: 2 GPU(s) ok"
+    assert res["gpu_count"].status == Status.FAIL and "gpu5 lost" in res["gpu_count"].findings
+
+    def odd_minor(d):
+        d["devices"][5]["minor"] = {"error": "Unknown"}
+        d["devices"][2]["ecc_volatile_uncorrected"] = [1, {"error": "Unknown"}]  # values of the wrong shape
+        d["devices"][5]["remapped_rows"] = [0, 0]
+    rep = run_hook(env(tmp_path / "b", inventory, slurm, "prolog",
+                       fake_nvml=str(fixture(tmp_path / "b", "healthy-h100x8.json", odd_minor)), job_gpus=[2, 5]))
+    res = {r.name: r for r in rep.results}
+    assert res["temperature"].summary == "temperature: 2 GPU(s) ok", res["temperature"].summary
+    assert res["ecc"].status == Status.WARN and res["ecc"].findings == ["gpu2 ecc TypeError"]
+    assert res["remapped_rows"].status == Status.WARN and res["remapped_rows"].findings == ["gpu5 remapped rows IndexError"]
+    # and a value the evaluation cannot read is that GPU's finding too
+    from slurmkit.health.checks import EvalContext, eval_remapped_rows
+    from slurmkit.health.expect import Expectations
+    from slurmkit.health.policy import parse_policy
+
+    ctx = EvalContext("health", parse_policy({}).check("remapped_rows"), Expectations(), {})
+    v = eval_remapped_rows({"0": {"remapped_rows": [0, 0, 0, 0]}, "1": {"remapped_rows": [0, "x"]}}, ctx)
+    assert v.status == Status.WARN and v.findings == ["gpu1 remapped rows unreadable"]
