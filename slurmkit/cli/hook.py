@@ -102,7 +102,11 @@ def _run(hook: str, inventory: str | None, state_dir: str, policy_file: str | No
         line = f"slurmkit {hook} {env.node}: internal error: {type(exc).__name__}: {' '.join(str(exc).split())}"
         click.echo(line, err=True)
         to_syslog(line, failed=True)
-        _exit(1 if hook in ("prolog", "epilog") else 2)
+        code = 1 if hook in ("prolog", "epilog") else 2
+        from slurmkit.health.hooks import record_internal_error
+
+        record_internal_error(state_dir, env.node, hook, env.job_id, line, code)
+        _exit(code)
     line = log_line(report)
     click.echo(line, err=True)  # slurmd logs a failing hook's stderr; the JSON record has the rest
     to_syslog(line, failed=report.exit_code != 0)

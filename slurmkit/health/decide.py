@@ -51,12 +51,16 @@ def hands_off(node: NodeState) -> str | None:
     return f"node is {'+'.join(bad).lower()}" if bad else None
 
 
-def decide_fail(node: NodeState, action: Action, reason: str) -> Decision:
-    """A run that asks for a drain (prolog, epilog or health)."""
+def decide_fail(node: NodeState, action: Action, reason: str, claimed: bool = False) -> Decision:
+    """A run that asks for a drain (prolog, epilog or health). ``claimed``: the node's foreign-looking reason is
+    Slurm's drain after our own failed hook (``hooks.slurm_drain_was_ours``), so it is treated as ours."""
     off = hands_off(node)
     if off:
         return Decision(Verb.NONE, reason, 0, f"{off}: left alone")
     verb = Verb.DRAIN_REBOOT if action >= Action.DRAIN_REBOOT else Verb.DRAIN
+    if claimed and node.drained:
+        return Decision(Verb.UPDATE_REASON if verb == Verb.DRAIN else verb, reason, 0,
+                        f"Slurm's {node.reason!r} followed our failed hook; reason updated")
     if node.reason and not ours(node.reason):
         # An admin's (or Slurm's) reason stays. If they already drained the node nothing is lost; if they did not,
         # the prolog's non-zero exit still makes Slurm drain it (its _drain_node keeps the existing reason).
@@ -68,14 +72,15 @@ def decide_fail(node: NodeState, action: Action, reason: str) -> Decision:
     return Decision(verb, reason, 0, "drain")
 
 
-def decide_health(node: NodeState, action: Action, reason: str, passes: int, resume_after: int) -> Decision:
+def decide_health(node: NodeState, action: Action, reason: str, passes: int, resume_after: int,
+                  claimed: bool = False) -> Decision:
     """HealthCheckProgram: drain on failure, resume our own drains after ``resume_after`` passes in a row."""
     if action >= Action.DRAIN:
-        return decide_fail(node, action, reason)
+        return decide_fail(node, action, reason, claimed)
     off = hands_off(node)
     if off:
         return Decision(Verb.NONE, "", 0, f"{off}: left alone")
-    if not (node.drained and ours(node.reason)):
+    if not (node.drained and (ours(node.reason) or claimed)):
         return Decision(Verb.NONE, "", 0, "healthy" if not node.drained else f"drained by someone else: {node.reason!r}")
     passes += 1
     if passes >= resume_after:

@@ -12,6 +12,7 @@ Slurm semantics followed (anchors §6):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -74,8 +75,13 @@ def load_policy(env: HookEnv, expect: Expectations) -> Policy:
 def run_hook(env: HookEnv) -> Report:
     started = time.time()
     readonly = env.hook == "check"
-    ndir = None if readonly and not os.path.isdir(os.path.join(env.state_dir, env.node)) \
-        else state.node_dir(env.state_dir, env.node)
+    bookkeeping: list[str] = []
+    ndir: str | None = None
+    if not readonly or os.path.isdir(os.path.join(env.state_dir, env.node)):
+        try:
+            ndir = state.node_dir(env.state_dir, env.node)
+        except OSError as exc:  # slurmkit's own bookkeeping: never the job's failure; run without state
+            bookkeeping.append(f"state dir unusable: {state.write_error(os.path.join(env.state_dir, env.node), exc)}")
     config_error: str | None = None
     try:
         expect = load_expectations(env.inventory, env.node, ndir)
@@ -103,26 +109,45 @@ def run_hook(env: HookEnv) -> Report:
             return {"cleanup": _epilog_cleanup(env, policy, gathered, hard_deadline, notes, owners)}
 
     out = run_checks(spec, between=between)
+    bookkeeping += out.bookkeeping
     if config_error:
         out.results.insert(0, CheckResult("config", Status.WARN, f"inventory/policy unusable, defaults used: "
                                           f"{config_error}", ["config error"], action=Action.WARN))
     action = worst_action(out.results)
     reason = drain_reason(out.results) if action >= Action.DRAIN else ""
     report = Report(hook=env.hook, node=env.node, started=started, duration_s=0.0, results=out.results,
-                    action=action, reason=reason, exit_code=0, job_id=env.job_id, notes=notes)
+                    action=action, reason=reason, exit_code=0, job_id=env.job_id, notes=notes,
+                    bookkeeping=bookkeeping)
     if env.hook in ("prolog", "epilog"):
         report.exit_code = 1 if action >= Action.DRAIN else 0
         if action >= Action.DRAIN:
             report.slurm = _act_on_failure(env, policy, action, reason, hard_deadline)
     elif env.hook == "health":
         report.exit_code = 1 if action >= Action.DRAIN else 0
-        report.slurm = _health_slurm(env, policy, action, reason, ndir, hard_deadline)
+        report.slurm = _health_slurm(env, policy, action, reason, ndir, hard_deadline, bookkeeping)
     else:  # check: an admin's look; exit 1 when something would drain the node
         report.exit_code = 1 if action >= Action.DRAIN else 0
     report.duration_s = time.monotonic() - env.started_mono
-    if env.write_outputs and ndir is not None and not readonly:
+    if env.write_outputs and not readonly:
         write_outputs(report, ndir, env.textfile_dir)
+    elif bookkeeping:
+        _add_bookkeeping_result(report)
     return report
+
+
+def _add_bookkeeping_result(report: Report) -> None:
+    """The run's bookkeeping failures as one WARN ``state`` result (log line, record, metric), kept current as more
+    writes fail; the exit code stays the checks' verdict: a prolog whose checks passed still lets the job start."""
+    if not report.bookkeeping:
+        return
+    summary = "state not saved: " + "; ".join(report.bookkeeping)
+    for r in report.results:
+        if r.name == "state":
+            r.summary, r.evidence = summary, {"errors": list(report.bookkeeping)}
+            return
+    report.results.append(CheckResult("state", Status.WARN, summary, ["state not saved"],
+                                      {"errors": list(report.bookkeeping)}, action=Action.WARN))
+    report.action = max(report.action, Action.WARN)
 
 
 def _call_timeout(policy: Policy, deadline: float) -> float | None:
@@ -196,35 +221,66 @@ def slurmd_identity(env: HookEnv) -> str | None:
     return f"{env.ppid}:{process_start_ticks(env.paths.proc_root, env.ppid)}"
 
 
-def _health_slurm(env: HookEnv, policy: Policy, action: Action, reason: str, ndir: str | None,
-                  deadline: float) -> dict[str, Any]:
-    log: dict[str, Any] = {"wanted": action.label}
-    assert ndir is not None
-    path = os.path.join(ndir, "health.json")
+# The reasons slurmctld sets itself when a prolog/epilog exits non-zero (slurm-22-05-8-1 and slurm-24-11-5-1
+# src/slurmctld/node_mgr.c validate_node_specs: "Prolog error"; src/slurmctld/job_mgr.c: "Epilog error").
+SLURM_HOOK_REASONS = {"Prolog error": "prolog", "Epilog error": "epilog"}
+
+
+def slurm_drain_was_ours(node: NodeState, ndir: str | None) -> bool:
+    """Slurm's own ``Prolog error``/``Epilog error`` drain that followed *our* non-zero exit whose drain call did not
+    land (scontrol timed out, slurmctld busy): our last record of that hook says so. Such a drain is ours to keep
+    current and to take back when the checks pass; any other foreign reason stays untouched."""
+    hook = SLURM_HOOK_REASONS.get(node.reason)
+    if hook is None or not node.drained or ndir is None:
+        return False
+    rec = state.read_json(os.path.join(ndir, f"last-{hook}.json"), {})
+    done = str((rec.get("slurm") or {}).get("done", "")).split(" ", 1)[0].split("+")  # "drain+reboot", "nothing (..)"
+    return rec.get("exit_code") == 1 and "drain" not in done
+
+
+def _save(path: str, data: dict[str, Any], bookkeeping: list[str]) -> None:
     try:
-        with state.locked(path + ".lock", timeout=max(0.05, min(0.5, _remaining(deadline)))):
+        state.atomic_write(path, json.dumps(data))
+    except OSError as exc:
+        bookkeeping.append(state.write_error(path, exc))
+
+
+def _health_slurm(env: HookEnv, policy: Policy, action: Action, reason: str, ndir: str | None,
+                  deadline: float, bookkeeping: list[str]) -> dict[str, Any]:
+    log: dict[str, Any] = {"wanted": action.label}
+    # Without a usable state dir the health check still drains on failure; it cannot count passes (nor resume).
+    path = os.path.join(ndir, "health.json") if ndir is not None else ""
+    lock = state.locked_or_unwritable(path + ".lock", timeout=max(0.05, min(0.5, _remaining(deadline)))) if path \
+        else contextlib.nullcontext("no state dir")
+    try:
+        with lock as lerr:
+            if lerr and path:
+                bookkeeping.append(lerr)
             st = state.read_json(path, {"passes": 0, "slurmd": None})
             ident = slurmd_identity(env)
-            if ident is not None and ident != st.get("slurmd"):
+            if ident is not None and ident != st.get("slurmd") and not lerr:
                 # The first run of a new slurmd happens before it registers with slurmctld: Slurm RPCs from here can
                 # hang (NHC #159). Record the verdict, act on the next interval (or the prolog will).
                 st["slurmd"] = ident
-                state.atomic_write(path, json.dumps(st))
+                _save(path, st, bookkeeping)
                 log["done"] = "nothing (first run of this slurmd: before registration, no Slurm calls)"
                 return log
             node = _read_node(env, policy, deadline, log)
             if node is None:
                 log["done"] = "nothing"
                 return log
-            d = decide_health(node, action, reason, int(st.get("passes", 0)), policy.resume_after_passes)
+            claimed = slurm_drain_was_ours(node, ndir)
+            d = decide_health(node, action, reason, int(st.get("passes", 0)), policy.resume_after_passes, claimed)
             log.update(decision=d.verb.value, why=d.why, passes=d.passes,
                        before={"state": node.base, "flags": sorted(node.flags), "reason": node.reason})
-            if d.verb == Verb.RESUME and not ours(node.reason):
+            if claimed:
+                log["claimed"] = f"{node.reason!r} followed our own failed {SLURM_HOOK_REASONS[node.reason]}"
+            if d.verb == Verb.RESUME and not ours(node.reason) and not claimed:
                 raise AssertionError("decide_health resumed a foreign drain")  # belt and braces: never ship this
             _execute(env, d, policy, deadline, log)
             new = {**st, "passes": d.passes, "slurmd": ident if ident is not None else st.get("slurmd")}
-            if new != st:
-                state.atomic_write(path, json.dumps(new))
+            if new != st and not lerr:
+                _save(path, new, bookkeeping)
     except state.LockTimeout:
         log["done"] = "nothing (another health run holds the lock)"
     return log
@@ -259,15 +315,49 @@ def _epilog_cleanup(env: HookEnv, policy: Policy, gathered: GatherResult | None,
     return result
 
 
-def write_outputs(report: Report, ndir: str, textfile_dir: str | None) -> None:
-    rec = report.to_json()
-    text = json.dumps(rec, indent=1, sort_keys=True)
-    state.atomic_write(os.path.join(ndir, f"last-{report.hook}.json"), text, durable=False)
-    state.append_history(os.path.join(ndir, "history.jsonl"), rec)
+def write_outputs(report: Report, ndir: str | None, textfile_dir: str | None) -> None:
+    """The record, the history line and the metrics file. Never raises: a read-only or full disk is reported (a
+    WARN ``state`` result in the log line and the metrics, ``bookkeeping`` in whatever record could be written)
+    and the run's verdict and exit code stay what the checks decided."""
+    if report.bookkeeping:
+        _add_bookkeeping_result(report)
+    if ndir is not None:
+        last = os.path.join(ndir, f"last-{report.hook}.json")
+        hist = os.path.join(ndir, "history.jsonl")
+        for path, write in ((last, lambda rec: state.atomic_write(last, json.dumps(rec, indent=1, sort_keys=True),
+                                                                  durable=False)),
+                            (hist, lambda rec: state.append_history(hist, rec))):
+            try:
+                write(report.to_json())
+            except OSError as exc:
+                report.bookkeeping.append(state.write_error(path, exc))
+                _add_bookkeeping_result(report)
     tdir = textfile_dir or ndir
-    os.makedirs(tdir, exist_ok=True)
-    state.atomic_write(os.path.join(tdir, f"slurmkit_health_{report.hook}.prom"), prometheus_text(report),
-                       durable=False)
+    if tdir is None:
+        return
+    prom = os.path.join(tdir, f"slurmkit_health_{report.hook}.prom")
+    try:
+        os.makedirs(tdir, exist_ok=True)
+        state.atomic_write(prom, prometheus_text(report), durable=False)
+    except OSError as exc:
+        report.bookkeeping.append(state.write_error(prom, exc))
+        _add_bookkeeping_result(report)
+
+
+def record_internal_error(state_dir: str, node: str, hook: str, job_id: str | None, line: str,
+                          exit_code: int) -> None:
+    """Best effort: the record of a run that crashed, so the health check can tell Slurm's ``Prolog error`` drain
+    that followed it was ours (``slurm_drain_was_ours``)."""
+    rec = {"hook": hook, "node": node, "job_id": job_id, "started": round(time.time(), 3), "status": "FAIL",
+           "action": "none", "reason": "", "exit_code": exit_code, "slurm": {"done": "nothing (internal error)"},
+           "notes": [line], "bookkeeping": [], "checks": []}
+    try:
+        ndir = state.node_dir(state_dir, node)
+        state.atomic_write(os.path.join(ndir, f"last-{hook}.json"), json.dumps(rec, indent=1, sort_keys=True),
+                           durable=False)
+        state.append_history(os.path.join(ndir, "history.jsonl"), rec)
+    except OSError:
+        pass
 
 
 def clear_xid(state_dir: str, node: str) -> int:

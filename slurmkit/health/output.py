@@ -24,6 +24,8 @@ class Report:
     job_id: str | None = None
     slurm: dict[str, Any] = field(default_factory=dict)  # what we asked Slurm and how it went
     notes: list[str] = field(default_factory=list)
+    # slurmkit's own state that could not be written (records, history, cursor, textfile): reported, never a verdict
+    bookkeeping: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> Status:
@@ -42,6 +44,7 @@ class Report:
             "exit_code": self.exit_code,
             "slurm": self.slurm,
             "notes": self.notes,
+            "bookkeeping": self.bookkeeping,
             "checks": [r.to_json() for r in self.results],
         }
 
@@ -76,6 +79,9 @@ def prometheus_text(report: Report) -> str:
         "# HELP slurmkit_health_last_run_timestamp_seconds When the hook last ran (epoch).",
         "# TYPE slurmkit_health_last_run_timestamp_seconds gauge",
         f"slurmkit_health_last_run_timestamp_seconds{{{base}}} {report.started:.3f}",
+        "# HELP slurmkit_health_bookkeeping_errors State slurmkit could not write this run (records, history, cursor).",
+        "# TYPE slurmkit_health_bookkeeping_errors gauge",
+        f"slurmkit_health_bookkeeping_errors{{{base}}} {len(report.bookkeeping)}",
         "# HELP slurmkit_health_exit_code The hook's exit status.",
         "# TYPE slurmkit_health_exit_code gauge",
         f"slurmkit_health_exit_code{{{base}}} {report.exit_code}",

@@ -20,7 +20,7 @@ from slurmkit.health.expect import Expectations
 from slurmkit.health.nvmlworker import PROBES, GatherResult, Worker
 from slurmkit.health.policy import Policy
 from slurmkit.health.result import Action, CheckResult, Status
-from slurmkit.health.state import LockTimeout, atomic_write, locked
+from slurmkit.health.state import LockTimeout, atomic_write, locked_or_unwritable, write_error
 
 
 @dataclass
@@ -46,6 +46,7 @@ class RunOutput:
     results: list[CheckResult]
     gathered: GatherResult | None
     nvml_devices: dict[str, Any]  # the NVML "init" record
+    bookkeeping: list[str] = field(default_factory=list)  # state that could not be saved (never a check failure)
 
 
 class _Job(threading.Thread):
@@ -84,16 +85,21 @@ def _xid_gather(spec: RunSpec, fail_codes: frozenset[int]) -> xid.XidScan:
     path = os.path.join(spec.node_state_dir, "xid.json")
     remaining = max(0.05, spec.deadline - time.monotonic())
     # The cursor is read-modify-write shared by concurrent prologs/epilogs/health runs: hold the lock across it.
-    with locked(path + ".lock", timeout=remaining):
+    # A state dir that is read-only or full costs the cursor, never the verdict: scan, report, commit nothing.
+    with locked_or_unwritable(path + ".lock", timeout=remaining) as lock_error:
         state = xid.XidState.load(path)
         if records is None:
             after = state.seq if state.boot_id == boot_id else -1
             records = xid.read_kmsg(spec.paths.kmsg, after=after)
         result = xid.scan(records, state, boot_id, fail_codes, source)
-        if spec.commit_xid and result.state.to_json() != state.to_json():  # most runs see nothing new: no write
-            import json
+        result.commit_error = lock_error
+        if spec.commit_xid and not lock_error and result.state.to_json() != state.to_json():
+            import json  # most runs see nothing new: no write
 
-            atomic_write(path, json.dumps(result.state.to_json()))
+            try:
+                atomic_write(path, json.dumps(result.state.to_json()))
+            except OSError as exc:
+                result.commit_error = write_error(path, exc)
     return result
 
 
@@ -160,7 +166,11 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         t0 = time.monotonic()
         verdict, took = _evaluate(name, check.source, ctx, gathered, jobs, spec)
         results.append(_apply_policy(name, verdict, cp.action, took + (time.monotonic() - t0)))
-    return RunOutput(results=results, gathered=gathered, nvml_devices=init)
+    bookkeeping = []
+    xj = jobs.get("xid")
+    if xj is not None and isinstance(xj.value, xid.XidScan) and xj.value.commit_error:
+        bookkeeping.append(f"xid cursor not saved: {xj.value.commit_error}")
+    return RunOutput(results=results, gathered=gathered, nvml_devices=init, bookkeeping=bookkeeping)
 
 
 def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult | None, jobs: dict[str, _Job],

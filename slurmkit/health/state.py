@@ -55,23 +55,47 @@ class LockTimeout(Exception):
     pass
 
 
+def _flock(fd: int, path: str, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= end:
+                raise LockTimeout(path) from exc
+            time.sleep(0.005)
+
+
 @contextlib.contextmanager
 def locked(path: str, timeout: float) -> Iterator[None]:
     """flock ``path`` exclusively, polling until ``timeout``: prolog, epilog and health may run at once."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        end = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= end:
-                    raise LockTimeout(path) from exc
-                time.sleep(0.005)
+        _flock(fd, path, timeout)
         yield
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def locked_or_unwritable(path: str, timeout: float) -> Iterator[str | None]:
+    """``locked``, except that a lock file that cannot be created (state dir read-only or full) yields that error
+    (one line) instead of raising: the caller goes on without the lock and without writing, never fails the job."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        yield f"{path}: {exc.strerror or exc}"
+        return
+    try:
+        _flock(fd, path, timeout)
+        yield None
+    finally:
+        os.close(fd)
+
+
+def write_error(path: str, exc: OSError) -> str:
+    return f"{path}: {exc.strerror or exc}"
 
 
 def read_json(path: str, default: dict[str, Any]) -> dict[str, Any]:

@@ -113,6 +113,7 @@ class XidScan:
     sticky: list[dict[str, Any]]  # critical ones still standing (includes the new critical ones)
     state: XidState  # what to persist if the caller commits
     source: str
+    commit_error: str | None = None  # the cursor could not be saved (state dir read-only/full): bookkeeping only
 
 
 def scan(records: list[tuple[int, str]], state: XidState, boot_id: str, fail_codes: frozenset[int],

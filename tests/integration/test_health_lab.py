@@ -216,3 +216,41 @@ def test_cpu_only_job_leaves_a_neighbour_gpu_job_alone(hlab):
     finally:
         subprocess.run(["scancel", a], env={**os.environ, **hlab.env}, capture_output=True, timeout=30)
         fx.write_text(original)
+
+
+@pytest.mark.parametrize("how", ["read-only", "full"])
+def test_state_dir_read_only_or_full_keeps_the_node_in_service(hlab, how):
+    """Issue 11 item 2: node4's state dir is a read-only (or full) tmpfs inside its slurmd's mount namespace, where
+    its hooks run. Before: the checks passed, writing last-prolog.json failed, the prolog exited 1 and Slurm drained
+    the node with 'Prolog error' for good. Now: the job runs, the node stays in service, the log says why."""
+    node = "node4"
+    slurmd = hlab.running_pids()[f"slurmd-{node}"]
+    sdir = Path(hlab.dir) / "hookstate" / node
+    sdir.mkdir(exist_ok=True)
+
+    def in_ns(*argv: str) -> None:
+        subprocess.run(["nsenter", "-t", str(slurmd), "-m", "--", *argv], check=True, capture_output=True, timeout=30)
+
+    if how == "read-only":
+        in_ns("mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(sdir))
+    else:
+        in_ns("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(sdir))
+        in_ns("sh", "-c", f"mkdir -p {sdir}/x; dd if=/dev/zero of={sdir}/fill bs=4k 2>/dev/null; true")
+    try:
+        out = Path(hlab.dir) / f"state-{how}-%j.out"
+        jid = lab_run(hlab, ["sbatch", "--parsable", "-w", node, "-n1", "--mem=100M", "-o", str(out),
+                             "--wrap", "hostname"]).stdout.strip().split(";")[0]
+
+        def ended():
+            f = job_fields(hlab, jid)
+            return f if f.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED") or f.get("Restarts", "0") != "0" \
+                else None
+        done = wait_for(ended, 90, f"job {jid} to end", lambda: str(job_fields(hlab, jid)))
+        assert done["JobState"] == "COMPLETED" and done["Restarts"] == "0" and done["NodeList"] == node, done
+        time.sleep(2 * INTERVAL)  # health runs too, with nowhere to write
+        st = scontrol_node(hlab, node)
+        assert "DRAIN" not in st["flags"] and st["base"] in ("idle", "mixed", "allocated"), st
+        log = (Path(hlab.dir) / "log" / f"slurmd-{node}.log").read_text()
+        assert "Prolog error" not in log
+    finally:
+        in_ns("umount", str(sdir))

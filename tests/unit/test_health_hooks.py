@@ -563,3 +563,100 @@ def test_lost_gpu_outside_the_jobs_scope_stays_a_per_gpu_finding(tmp_path, inven
     ctx = EvalContext("health", parse_policy({}).check("remapped_rows"), Expectations(), {})
     v = eval_remapped_rows({"0": {"remapped_rows": [0, 0, 0, 0]}, "1": {"remapped_rows": [0, "x"]}}, ctx)
     assert v.status == Status.WARN and v.findings == ["gpu1 remapped rows unreadable"]
+
+
+# --- slurmkit's own bookkeeping never fails a job (issue 11 item 2) ------------------------------------------------
+
+def test_state_dir_unusable_never_fails_the_job(tmp_path, inventory):
+    """The state dir path is a file (mkdir: ENOTDIR): the checks still run, the prolog passes, the log says why."""
+    (tmp_path / "state").write_text("not a directory")
+    slurm = FakeSlurm(state="ALLOCATED")
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", job_id="5", job_gpus=[0]))
+    assert rep.exit_code == 0 and slurm.calls == []
+    res = {r.name: r for r in rep.results}
+    assert res["state"].status == Status.WARN and "state dir unusable" in res["state"].summary
+    assert res["ecc"].status == Status.OK
+    from slurmkit.health.output import log_line
+
+    assert "state: state not saved" in log_line(rep)
+    # a real fault still drains (the verdict of the checks decides), even with nowhere to write
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="ecc-uncorrected-gpu1.json", job_gpus=[1]))
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48"
+
+
+def test_full_disk_during_outputs_never_fails_the_job(tmp_path, inventory, monkeypatch):
+    """Checks pass, then every write fails with ENOSPC: exit 0, a WARN result and a metric in the textfile dir."""
+    import errno
+
+    from slurmkit.health import state as st
+
+    slurm = FakeSlurm(state="ALLOCATED")
+    run_hook(env(tmp_path, inventory, slurm, "health"))  # the node dir exists, as on a node that ran before
+    real_write = st.atomic_write
+
+    def full(path, text, *a, **kw):
+        if str(tmp_path / "state") in path:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(path, text, *a, **kw)
+
+    def full_append(path, rec):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(st, "atomic_write", full)
+    monkeypatch.setattr(st, "append_history", full_append)
+    tdir = tmp_path / "textfile"
+    for hook in ("prolog", "epilog", "health"):
+        e = env(tmp_path, inventory, slurm, hook, job_id="6", job_gpus=[0], textfile_dir=str(tdir),
+                nvml="healthy-h100x8.json" if hook != "health" else "ecc-uncorrected-gpu1.json")
+        rep = run_hook(e)
+        res = {r.name: r for r in rep.results}
+        assert res["state"].status == Status.WARN and "No space left on device" in res["state"].summary, hook
+        assert rep.exit_code == (1 if hook == "health" else 0), hook  # health: the ECC fault, not the disk
+        prom = (tdir / f"slurmkit_health_{hook}.prom").read_text()
+        assert re.search(r'slurmkit_health_bookkeeping_errors\{node="node1",hook="' + hook + r'"\} [1-9]', prom), prom
+    assert slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48"  # the health check still drained
+
+
+def test_health_takes_back_slurms_prolog_error_drain_that_followed_our_failed_drain(tmp_path, inventory):
+    """The prolog failed a job and its scontrol drain timed out: Slurm drained with its own 'Prolog error'. Our last
+    prolog record shows it; the health check keeps the reason current while the fault lasts, resumes after N passes
+    once it is gone, and never touches a 'Prolog error' it has no record of causing."""
+    hung = FakeSlurm(state="ALLOCATED", hang=True)
+    rep = run_hook(env(tmp_path, inventory, hung, "prolog", nvml="remap-pending-gpu2.json", job_gpus=[2]))
+    assert rep.exit_code == 1 and "timed out" in rep.slurm["error"]
+    slurm = FakeSlurm(state="IDLE+DRAIN", reason="Prolog error")  # what slurmctld did on our exit 1
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-pending-gpu2.json"))
+    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: gpu2 remap")
+    # the same situation with a healed GPU: count passes, then resume
+    slurm = FakeSlurm(state="IDLE+DRAIN", reason="Prolog error")
+    fx = str(fixture(tmp_path, "healthy-h100x8.json", lambda d: d.update(boot_id="after-reset")))
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=fx))
+    assert rep.slurm["passes"] == 1 and "claimed" in rep.slurm and "DRAIN" in slurm.state
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=fx))
+    assert rep.slurm["decision"] == "resume" and slurm.state == "IDLE"
+    # a passing last prolog (or none at all): 'Prolog error' is someone else's business
+    rep = run_hook(env(tmp_path, inventory, FakeSlurm(state="ALLOCATED"), "prolog", fake_nvml=fx, job_gpus=[0]))
+    assert rep.exit_code == 0
+    slurm = FakeSlurm(state="IDLE+DRAIN", reason="Prolog error")
+    for _ in range(3):
+        rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=fx))
+    assert slurm.reason == "Prolog error" and "drained by someone else" in rep.slurm["why"]
+
+
+def test_cli_internal_error_leaves_a_record_the_health_check_can_read(tmp_path, inventory, monkeypatch):
+    from slurmkit.cli.hook import hook
+    from slurmkit.health import hooks as hooks_mod
+
+    def boom(env):
+        raise RuntimeError("bug")
+    monkeypatch.setattr(hooks_mod, "run_hook", boom)
+    envv = {"SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "9", "SLURMKIT_STATE_DIR": str(tmp_path / "st")}
+    r = CliRunner().invoke(hook, ["prolog", "--inventory", str(inventory)], env=envv)
+    assert r.exit_code == 1 and "internal error: RuntimeError: bug" in r.output
+    rec = json.loads((tmp_path / "st" / "node1" / "last-prolog.json").read_text())
+    assert rec["exit_code"] == 1 and rec["job_id"] == "9"
+    from slurmkit.health.hooks import slurm_drain_was_ours
+
+    node = NodeState("node1", "idle", frozenset({"DRAIN"}), "Prolog error")
+    assert slurm_drain_was_ours(node, str(tmp_path / "st" / "node1"))
+    assert not slurm_drain_was_ours(NodeState("node1", "idle", frozenset({"DRAIN"}), "Epilog error"),
+                                    str(tmp_path / "st" / "node1"))
