@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from slurmkit.model.cluster import (
     CPU,
     GPU_AUTODETECT_MODES,
     NIC,
+    REPEATABLE_SLURM_KEYS,
     SUPPORTED_SLURM_VERSIONS,
     Accounting,
     Block,
@@ -38,7 +40,25 @@ from slurmkit.model.cluster import (
     Topology,
 )
 
+# Names written into a config file (partitions, features, switches, blocks, GPU types, groups, NICs): letters,
+# digits, '_', '.', '-'. Nothing Slurm's parser reads as syntax (whitespace ends a value, '#' starts a comment,
+# '=' a new key, ',' ':' '&' '|' '[' ']' separate list items, GRES fields, feature operators and host ranges).
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+# Hostnames (nodes, controllers, slurmdbd): dot-separated RFC 1123 labels (1-63 letters, digits, hyphens, not
+# starting or ending with a hyphen), which is what slurmd's `hostname -s` and getaddrinfo() can give back.
+_LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_RANGE_ITEM_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+# Slurm's hostlist parser refuses a bracket range of more than MAX_RANGE = 64*1024 hosts ("Too many hosts in
+# range", src/common/hostlist.c, every release 22.05-25.11; 24.11+ spell it MAX_SLURM_NODES, slurm/slurm.h).
+MAX_RANGE = 65536
+# slurmkit's own bound on one hostlist (all brackets multiplied out): far above any cluster, and what keeps a
+# typo like gpu[1-9999]-[1-9999] from expanding 10^8 names into memory.
+MAX_HOSTS = 1 << 20
+# A path Slurm or a shell reads unquoted (File=, StateSaveLocation=): absolute, no whitespace, '#', '=' or quotes.
+_PATH_RE = re.compile(r"^/[A-Za-z0-9_./+@%:,\[\]-]*$")
+# One word of hooks.command: nothing a shell treats specially (the wrapper quotes it too).
+_SAFE_WORD_RE = re.compile(r"^[A-Za-z0-9_./=+:@%,-]+$")
+REPEATABLE_SLURM_KEYS_LOWER = frozenset(k.lower() for k in REPEATABLE_SLURM_KEYS)
 _TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$")
 
 
@@ -85,7 +105,7 @@ def _str(ctx: _Ctx, value: Any, path: str, pattern: re.Pattern[str] | None = Non
         value = str(value)
     if not isinstance(value, str) or not value:
         raise ctx.err(path, f"expected a non-empty string, got {value!r}")
-    if pattern is not None and not pattern.match(value):
+    if pattern is not None and not pattern.fullmatch(value):
         raise ctx.err(path, f"invalid value {value!r}")
     return value
 
@@ -102,14 +122,111 @@ def _list(ctx: _Ctx, value: Any, path: str) -> list:
     return value
 
 
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets: ``a[1-2,5],b`` -> ``['a[1-2,5]', 'b']``."""
+    out: list[str] = []
+    buf: list[str] = []
+    depth = 0
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+    out.append("".join(buf))
+    return out
+
+
+def ranges_problem(text: str, hostnames: bool = True) -> str | None:
+    """Why Slurm's hostlist parser (or a config file) cannot take ``text``, found without expanding it; None if
+    fine. Checks bracket syntax (``[1-4,7]``), each range against ``MAX_RANGE``, the total against ``MAX_HOSTS``
+    and, for ``hostnames``, that every name the list can produce is an RFC 1123 hostname."""
+    total = 0
+    for item in _split_top(text):
+        if not item:
+            return "empty entry (stray comma)"
+        parts = re.split(r"(\[[^\[\]]*\])", item)
+        n = 1
+        template = []
+        for part in parts:
+            if part.startswith("[") and part.endswith("]"):
+                width = 0
+                size = 0
+                for r in part[1:-1].split(","):
+                    m = _RANGE_ITEM_RE.fullmatch(r)
+                    if not m:
+                        return f"{part!r} is not a bracket range like [1-4,7]"
+                    lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+                    if lo > hi:
+                        return f"range {r!r} runs backwards"
+                    if hi - lo + 1 > MAX_RANGE:
+                        return (f"range [{r}] has {hi - lo + 1:,} hosts; Slurm's hostlist parser refuses more than "
+                                f"{MAX_RANGE:,} in one range")
+                    width = max(width, len(m.group(1)), len(m.group(2) or ""), len(str(hi)))
+                    size += hi - lo + 1
+                n *= size
+                template.append("0" * width)
+            elif "[" in part or "]" in part:
+                return f"unbalanced bracket in {item!r}"
+            else:
+                template.append(part)
+        total += n
+        if total > MAX_HOSTS:
+            return f"names {total:,}+ hosts; slurmkit reads at most {MAX_HOSTS:,} in one list"
+        if hostnames:
+            name = "".join(template)
+            if not all(_LABEL_RE.fullmatch(label) for label in name.split(".")):
+                return (f"{item!r} is not a hostname (RFC 1123: labels of letters, digits and inner hyphens, "
+                        "1-63 characters, joined by dots)")
+    return None
+
+
 def _hosts(ctx: _Ctx, value: Any, path: str) -> str:
     if isinstance(value, list):
-        value = hostlist.fold(_str(ctx, v, _join(path, i)) for i, v in enumerate(value))
+        for i, v in enumerate(value):
+            t = _str(ctx, v, _join(path, i))
+            problem = ranges_problem(t)
+            if problem:
+                raise ctx.err(_join(path, i), f"invalid hostlist {t!r}: {problem}")
+        value = hostlist.fold(str(v) for v in value)
     text = _str(ctx, value, path)
+    problem = ranges_problem(text)
+    if problem:
+        raise ctx.err(path, f"invalid hostlist {text!r}: {problem}")
     try:
         return hostlist.canonical(text, path)
     except UsageError as exc:
         raise ctx.err(path, f"invalid hostlist {text!r}") from exc
+
+
+def _hostname(ctx: _Ctx, value: Any, path: str) -> str:
+    """One host (a controller, slurmdbd): an RFC 1123 hostname or an IPv4 address, no ranges."""
+    text = _str(ctx, value, path)
+    if not all(_LABEL_RE.fullmatch(label) for label in text.split(".")):
+        raise ctx.err(path, f"{text!r} is not a hostname (RFC 1123: labels of letters, digits and inner hyphens)")
+    return text
+
+
+def _path(ctx: _Ctx, value: Any, path: str) -> str:
+    text = _str(ctx, value, path)
+    if not _PATH_RE.fullmatch(text):
+        raise ctx.err(path, f"{text!r} is not an absolute path of letters, digits and _ . / + @ % : , - "
+                            "(Slurm reads it unquoted)")
+    return text
+
+
+def _command(ctx: _Ctx, value: Any, path: str) -> str:
+    """hooks.command: words without shell metacharacters, returned shell-quoted (root runs it on every node)."""
+    text = _str(ctx, value, path)
+    words = text.split(" ")
+    for w in words:
+        if not _SAFE_WORD_RE.fullmatch(w):
+            raise ctx.err(path, f"{w!r} has shell metacharacters (or an extra space): words separated by single "
+                                "spaces, each of letters, digits and _ . / = + : @ % , - only")
+    if not words[0].startswith("/"):
+        raise ctx.err(path, f"{words[0]!r} must be an absolute path (slurmd runs hooks with a minimal PATH)")
+    return shlex.join(words)
 
 
 def _choice(ctx: _Ctx, value: Any, path: str, choices: tuple[str, ...]) -> str:
@@ -152,6 +269,10 @@ def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
     gtype = _str(ctx, m["type"], _join(path, "type"), _NAME_RE)
     count = _int(ctx, m["count"], _join(path, "count"), 1)
     files = _str(ctx, m["files"], _join(path, "files"))
+    problem = ranges_problem(files, hostnames=False) or next(
+        (f"{f!r} is not an absolute device path" for f in _split_top(files) if not _PATH_RE.fullmatch(f)), None)
+    if problem:
+        raise ctx.err(_join(path, "files"), f"invalid file list {files!r}: {problem}")
     try:
         flist = hostlist.expand(files, _join(path, "files"))
     except UsageError as exc:
@@ -219,7 +340,7 @@ def _mig_instance(ctx: _Ctx, raw: Any, path: str) -> MigInstance:
         raw = {"profile": prof, "gi": int(gi_text)}
     m = _mapping(ctx, raw, path, {"profile", "gi", "ci"}, {"profile", "gi"})
     profile = _str(ctx, m["profile"], _join(path, "profile"))
-    if not _MIG_PROFILE_RE.match(profile):
+    if not _MIG_PROFILE_RE.fullmatch(profile):
         raise ctx.err(_join(path, "profile"), f"{profile!r} is not a MIG profile name like '3g.40gb'")
     gi = _int(ctx, m["gi"], _join(path, "gi"))
     ci = _int(ctx, m.get("ci", 0), _join(path, "ci"))
@@ -336,7 +457,7 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup]) -> 
         max_time=tmax,
         default_time=tdef,
         priority_tier=_int(ctx, m["priority_tier"], _join(path, "priority_tier")) if m.get("priority_tier") is not None else None,
-        qos=_str(ctx, m["qos"], _join(path, "qos")) if m.get("qos") else None,
+        qos=_str(ctx, m["qos"], _join(path, "qos"), _NAME_RE) if m.get("qos") else None,
         extra=extra,
     )
 
@@ -385,6 +506,15 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str]) -> Topology
             if h in seen:
                 raise ctx.err(where, f"host {h!r} is in both {seen[h]!r} and {name!r}")
             seen[h] = name
+    if members:
+        # a node in no leaf switch / block cannot be placed with the rest (topology/tree: "switches lack access";
+        # topology/block: "blocks lack access"): name the inventory key, not the generated file
+        loose = sorted(known_hosts - set(seen))
+        if loose:
+            kind = "switches" if switches else "blocks"
+            what = "leaf switch" if switches else "block"
+            raise ctx.err(_join(path, kind), f"nodes {hostlist.fold(loose)} are in no {what}; add them to one "
+                                             "(Slurm cannot place them with the rest)")
     names = {s.name for s in switches}
     if len(names) != len(switches):
         raise ctx.err(_join(path, "switches"), "duplicate switch names")
@@ -397,22 +527,44 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str]) -> Topology
     return Topology(tuple(switches), tuple(blocks), sizes)
 
 
-def _kv_map(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, str], ...]:
+# A value in slurm.conf/cgroup.conf: Slurm ends it at whitespace, starts a comment at '#', and reads the rest of
+# the line as more keys; a quote would change how it tokenizes. Refused here so nothing can inject a key.
+_VALUE_BAD_RE = re.compile(r"[\s#\"'\\]|[^\x21-\x7e]")
+
+
+def _kv_value(ctx: _Ctx, v: Any, path: str) -> str:
+    if v is None:  # `Key:` with nothing after it: unset, like an empty string (not the word "None")
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (dict, list)):
+        raise ctx.err(path, "expected a single value")
+    text = str(v)
+    bad = _VALUE_BAD_RE.search(text)
+    if bad:
+        raise ctx.err(path, f"value {text!r} contains {bad.group()!r}; Slurm would read what follows as more keys "
+                            "or a comment (no whitespace, '#', quotes or non-ASCII)")
+    return text
+
+
+def _kv_map(ctx: _Ctx, raw: Any, path: str, repeatable: frozenset[str] = frozenset()) -> tuple[tuple[str, str], ...]:
+    """``Key: Value`` pairs in order. A key in ``repeatable`` (case-insensitive) may take a list: one line each."""
     if raw is None:
         return ()
     if not isinstance(raw, dict):
         raise ctx.err(path, "expected a mapping of Key: Value")
     out = []
     for k, v in raw.items():
-        if not isinstance(k, str) or not re.match(r"^[A-Za-z][A-Za-z0-9]*$", k):
+        if not isinstance(k, str) or not re.fullmatch(r"^[A-Za-z][A-Za-z0-9]*$", k):
             raise ctx.err(_join(path, str(k)), "not a Slurm config key")
-        if v is None:  # `Key:` with nothing after it: unset, like an empty string (not the word "None")
-            v = ""
-        elif isinstance(v, bool):
-            v = "yes" if v else "no"
-        elif isinstance(v, (dict, list)):
-            raise ctx.err(_join(path, k), "expected a single value")
-        out.append((k, str(v)))
+        if isinstance(v, list) and k.lower() in repeatable:
+            if not v:
+                raise ctx.err(_join(path, k), "expected at least one value")
+            out += [(k, _kv_value(ctx, x, _join(_join(path, k), i))) for i, x in enumerate(v)]
+            continue
+        if isinstance(v, list) and repeatable:
+            raise ctx.err(_join(path, k), f"expected a single value ({k} cannot be repeated in slurm.conf)")
+        out.append((k, _kv_value(ctx, v, _join(path, k))))
     return tuple(out)
 
 
@@ -426,16 +578,20 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     )
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
     controller = Controller(
-        hosts=tuple(_str(ctx, h, f"controller.hosts[{i}]", _NAME_RE) for i, h in enumerate(_list(ctx, cm["hosts"], "controller.hosts"))),
+        hosts=tuple(_hostname(ctx, h, f"controller.hosts[{i}]") for i, h in enumerate(_list(ctx, cm["hosts"], "controller.hosts"))),
         port=_int(ctx, cm.get("port", 6817), "controller.port", 1),
-        state_dir=_str(ctx, cm.get("state_dir", "/var/spool/slurmctld"), "controller.state_dir"),
+        state_dir=_path(ctx, cm.get("state_dir", "/var/spool/slurmctld"), "controller.state_dir"),
     )
     if not controller.hosts:
         raise ctx.err("controller.hosts", "at least one controller host is required")
+    for i, h in enumerate(controller.hosts):
+        if h in controller.hosts[:i]:
+            # read_config.c: "Duplicate SlurmctldHost records" is fatal to every daemon (22.05-25.11)
+            raise ctx.err(f"controller.hosts[{i}]", f"{h!r} is listed twice (Slurm: Duplicate SlurmctldHost records)")
     accounting = None
     if top.get("accounting") is not None:
         am = _mapping(ctx, top["accounting"], "accounting", {"host", "port"}, {"host"})
-        accounting = Accounting(_str(ctx, am["host"], "accounting.host"), _int(ctx, am.get("port", 6819), "accounting.port", 1))
+        accounting = Accounting(_hostname(ctx, am["host"], "accounting.host"), _int(ctx, am.get("port", 6819), "accounting.port", 1))
     glist = _list(ctx, top["node_groups"], "node_groups")
     if not glist:
         raise ctx.err("node_groups", "at least one node group is required")
@@ -465,6 +621,16 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             fairshare=_bool(ctx, pm.get("fairshare", False), "policy.fairshare"),
             preemption=_choice(ctx, pm.get("preemption", "none"), "policy.preemption", ("none", "qos", "partition")),
         )
+        # Fair-share usage and QOS records live in slurmdbd: with accounting_storage/none Slurm has no usage to
+        # share (priority/multifactor's fair-share factor needs it, slurm.conf(5) PriorityWeightFairshare) and
+        # no QOS to compare (preempt/qos: "QOS ... defined with sacctmgr", slurm.conf(5) PreemptType).
+        if accounting is None:
+            if policy.fairshare:
+                raise ctx.err("policy.fairshare", "fair-share needs accounting (slurmdbd): add 'accounting: {host: ...}'"
+                                                  " or set fairshare: false")
+            if policy.preemption == "qos":
+                raise ctx.err("policy.preemption", "preemption: qos needs accounting (slurmdbd holds the QOS): add "
+                                                   "'accounting: {host: ...}' or use preemption: partition")
     hooks = Hooks()
     if top.get("hooks") is not None:
         hm = _mapping(
@@ -478,7 +644,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             prolog=_bool(ctx, hm.get("prolog", False), "hooks.prolog"),
             epilog=_bool(ctx, hm.get("epilog", False), "hooks.epilog"),
             healthcheck_interval=_int(ctx, hm.get("healthcheck_interval", 0), "hooks.healthcheck_interval"),
-            command=_str(ctx, hm.get("command", "/usr/bin/slurmkit"), "hooks.command"),
+            command=_command(ctx, hm.get("command", "/usr/bin/slurmkit"), "hooks.command"),
             prolog_epilog_timeout=_int(ctx, hm.get("prolog_epilog_timeout", 60), "hooks.prolog_epilog_timeout", 1),
             checks=dict(checks),
         )
@@ -506,7 +672,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         policy=policy,
         hooks=hooks,
         site=site,
-        slurm_conf=_kv_map(ctx, top.get("slurm_conf"), "slurm_conf"),
+        slurm_conf=_kv_map(ctx, top.get("slurm_conf"), "slurm_conf", REPEATABLE_SLURM_KEYS_LOWER),
         cgroup_conf=_kv_map(ctx, top.get("cgroup_conf"), "cgroup_conf"),
         source_sha256=sha256,
     )
@@ -519,7 +685,7 @@ def _kv_env(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, str], ...]:
         raise ctx.err(path, "expected a mapping of NAME: value")
     out = []
     for k, v in raw.items():
-        if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+        if not isinstance(k, str) or not re.fullmatch(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
             raise ctx.err(_join(path, str(k)), "not an environment variable name")
         if v is None or isinstance(v, (dict, list)):
             raise ctx.err(_join(path, k), 'expected a value (quote "" for an empty one)')
@@ -541,9 +707,13 @@ def load_cluster_text(text: str, source: str | None = None) -> Cluster:
 def load_cluster(path: str | Path) -> Cluster:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode("utf-8")
     except OSError as exc:
         raise UsageError(f"{p}: cannot read inventory: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        line = p.read_bytes()[: exc.start].count(b"\n") + 1
+        raise InventoryError(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                                             f"{exc.start}); save the inventory as UTF-8", str(p)) from exc
     return load_cluster_text(text, source=str(p))
 
 
