@@ -6,7 +6,9 @@ is in shared/reference/config-anchors.md §5 (recommended GPU settings per relea
 
 from __future__ import annotations
 
+import difflib
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -16,7 +18,7 @@ from slurmkit import hostlist
 from slurmkit.errors import InventoryError
 from slurmkit.generate.versions import SlurmFeatures, features_for
 from slurmkit.model import yamlio
-from slurmkit.model.cluster import Cluster, MigInstance, NodeGroup
+from slurmkit.model.cluster import REPEATABLE_SLURM_KEYS, Cluster, MigInstance, NodeGroup
 from slurmkit.templates import environment, header_line
 
 
@@ -43,6 +45,10 @@ LIST_KEYS = frozenset({
     "CommunicationParameters", "DebugFlags", "PriorityFlags", "AccountingStorageTRES",
 })
 
+REPEATABLE_KEYS = REPEATABLE_SLURM_KEYS  # several lines each, order kept (model/cluster.py)
+_REPEATABLE_LOWER = frozenset(k.lower() for k in REPEATABLE_KEYS)
+_LIST_LOWER = frozenset(k.lower() for k in LIST_KEYS)
+
 
 def _merge_list(ours: str, theirs: str) -> str:
     items: dict[str, str] = {}
@@ -61,18 +67,40 @@ def _merge_list(ours: str, theirs: str) -> str:
 
 def _merge(base: list[tuple[str, str]], extra: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """Keys of ``extra`` replace those of ``base`` in place (new ones go last); an empty value deletes.
-    ``LIST_KEYS`` merge item by item (see above)."""
-    out = dict(base)
-    order = [k for k, _ in base]
-    for k, v in extra:
-        if k not in out:
-            order.append(k)
-            out[k] = _merge_list("", v) if k in LIST_KEYS else v
-        elif k in LIST_KEYS and v != "":
-            out[k] = _merge_list(out[k], v)
+    Keys match case-insensitively, as Slurm reads them. ``LIST_KEYS`` merge item by item (see above).
+
+    A key Slurm accepts on several lines (``REPEATABLE_KEYS``: SlurmctldHost, Prolog, ...) keeps every line in
+    order: ``extra``'s lines for it replace all of ``base``'s, at the first one's place, so two controllers stay
+    two ``SlurmctldHost=`` lines (the first is the primary) through every merge.
+    """
+    slots: list[list] = []  # [key as written, [values]] in output order
+    index: dict[str, list] = {}
+    for k, v in base:
+        lk = k.lower()
+        if lk in index and lk in _REPEATABLE_LOWER:
+            index[lk][1].append(v)
+        elif lk in index:
+            index[lk][1] = [v]
         else:
-            out[k] = v
-    return [(k, out[k]) for k in order if out[k] != ""]
+            index[lk] = [k, [v]]
+            slots.append(index[lk])
+    grouped: dict[str, tuple[str, list[str]]] = {}
+    for k, v in extra:
+        lk = k.lower()
+        if lk in grouped and lk in _REPEATABLE_LOWER:
+            grouped[lk][1].append(v)
+        else:
+            grouped[lk] = (k, [v])
+    for lk, (k, vals) in grouped.items():
+        vals = [v for v in vals if v != ""] if len(vals) > 1 else vals
+        if lk not in index:
+            index[lk] = [k, [_merge_list("", v) if lk in _LIST_LOWER else v for v in vals]]
+            slots.append(index[lk])
+        elif lk in _LIST_LOWER and vals != [""]:
+            index[lk][1] = [_merge_list(index[lk][1][-1], vals[-1])]
+        else:
+            index[lk][1] = vals
+    return [(k, v) for k, vals in slots for v in vals if v != ""]
 
 
 def _group_path(cluster: Cluster, g: NodeGroup) -> str:
@@ -144,6 +172,98 @@ def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
     for k, val in cluster.slurm_conf:
         if (k, val) in feats.removed_slurm_values:
             raise InventoryError(f"slurm_conf.{k}", f"{k}={val} is not available in Slurm {v}")
+    for k, _val in cluster.slurm_conf:
+        _check_known_key(k, v)
+    seen: set[str] = set()
+    for k, _val in cluster.slurm_conf:
+        lk = k.lower()
+        if lk in seen and lk not in {r.lower() for r in feats.repeatable_keys}:
+            raise InventoryError(f"slurm_conf.{k}", f"Slurm {v} reads {k} from one line only (several from 24.05)")
+        seen.add(lk)
+    if not cluster.partitions and not feats.no_partitions_ok:
+        raise InventoryError("partitions", f"at least one partition is needed: slurmctld {v} exits with 'No "
+                             "PartitionName information available!' (fatal until 23.02.6)")
+    for g in cluster.node_groups:
+        if g.gpus:
+            _check_autodetect(cluster, g, v)
+    _check_blocks(cluster, feats)
+
+
+def _check_known_key(key: str, v: str) -> None:
+    """Refuse a slurm_conf key release ``v`` does not parse (fatal "Parsing error at unrecognized key"), with a
+    did-you-mean from that release's key list (``slurmkeys``) and, for a key of another release, which."""
+    from slurmkit.generate import slurmkeys
+    from slurmkit.model.cluster import SUPPORTED_SLURM_VERSIONS
+
+    if key.lower() in slurmkeys.slurm_conf_keys(v):
+        return
+    known = slurmkeys.all_spellings(v)
+    close = difflib.get_close_matches(key.lower(), [k.lower() for k in known], n=1, cutoff=0.75)
+    hint = f"; did you mean '{slurmkeys.spelled(close[0])}'?" if close else ""
+    elsewhere = [r for r in SUPPORTED_SLURM_VERSIONS if key.lower() in slurmkeys.slurm_conf_keys(r)]
+    if elsewhere:
+        hint += f" ({slurmkeys.spelled(key)} is a key of Slurm {elsewhere[0]}-{elsewhere[-1]} only)"
+    raise InventoryError(f"slurm_conf.{key}", f"Slurm {v} has no slurm.conf key {key!r} (its parser would stop with "
+                                              f"'unrecognized key'){hint}")
+
+
+def _check_autodetect(cluster: Cluster, g: NodeGroup, v: str) -> None:
+    """AutoDetect combinations Slurm cannot honour (gres.shtml of each release), refused with the key path.
+
+    - nvml + MIG: "The sanity-check AutoDetect mode is not supported for MIGs" (gres.shtml, 22.05-25.11), and
+      slurmkit always writes explicit lines: refused.
+    - nvidia (24.11+): "doesn't detect MIGs or NVlinks" (gres.shtml 24.11-25.11): MIG refused; Links= refused
+      too (the detected GPU has none, so slurmd drops it as mismatching).
+    - nvml + ``links: nvlink`` (an NVSwitch system): NVML counts a link only when its remote PCI device is another
+      GPU (gpu_nvml.c _nvml_get_nvlink_info, 22.05-25.11), and behind NVSwitch it never is, so it reports no
+      links: adapted, not refused -- those lines get no Links= (``gres_lines``). A links matrix (direct NVLink
+      bridges, which NVML does see) is kept.
+    """
+    assert g.gpus is not None
+    gp = g.gpus
+    where = f"{_group_path(cluster, g)}.gpus.autodetect"
+    if gp.autodetect == "nvml" and gp.mig_layout:
+        raise InventoryError(where, f"refused: AutoDetect=nvml cannot sanity-check MIG devices (gres.shtml, Slurm {v}); "
+                                    "use autodetect: off (slurmkit writes the MIG lines)")
+    if gp.autodetect == "nvidia" and gp.mig_layout:
+        raise InventoryError(where, f"refused: AutoDetect=nvidia does not detect MIG devices (gres.shtml, Slurm {v}); "
+                                    "use autodetect: off")
+    if gp.autodetect == "nvidia" and gp.links != "none":
+        raise InventoryError(where, f"refused: AutoDetect=nvidia does not detect NVLinks (gres.shtml, Slurm {v}), so "
+                                    "slurmd would drop GPUs whose Links= mismatch; use autodetect: nvml or off, or links: none")
+
+
+def _check_blocks(cluster: Cluster, feats: SlurmFeatures) -> None:
+    """Block sizes each release's topology/block plugin enforces (see ``SlurmFeatures.block_size_rule``)."""
+    t = cluster.topology
+    if t.kind != "block":
+        return
+    names: dict[str, int] = {}
+    for i, b in enumerate(t.blocks):
+        # "Block (%s) has already been defined" is fatal (topology_block.c 23.11, block_record.c 24.05-25.11)
+        if b.name in names:
+            raise InventoryError(f"topology.blocks[{i}].name", f"block {b.name!r} is already defined at "
+                                                               f"topology.blocks[{names[b.name]}]")
+        names[b.name] = i
+    rule = feats.block_size_rule
+    if rule == "none" or not t.blocks:
+        return
+    counts = [hostlist.count(b.nodes) for b in t.blocks]
+    if rule == "equal":
+        base = counts[0]
+        for i, n in enumerate(counts):
+            if n != base:
+                raise InventoryError(f"topology.blocks[{i}].nodes", f"has {n} nodes but blocks[0] has {base}; Slurm "
+                                     f"{feats.version} needs every block the same size (equal sizes until 24.05)")
+        if t.block_sizes and t.block_sizes[0] != base:
+            raise InventoryError("topology.block_sizes", f"Slurm {feats.version} has no BlockSizes: its base block is "
+                                 f"the {base}-node block, so block_sizes must start at {base}")
+        return
+    base = t.block_sizes[0] if t.block_sizes else counts[0]
+    for i, n in enumerate(counts):
+        if n < base:
+            raise InventoryError(f"topology.blocks[{i}].nodes", f"has {n} nodes, fewer than the base block size {base};"
+                                 f" fatal to slurmctld {feats.version} (allowed from 25.05)")
 
 
 NOHOLD = "nohold_on_prolog_fail"
@@ -176,8 +296,15 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         ("TaskPlugin", "task/cgroup,task/affinity"),
         ("JobAcctGatherType", "jobacct_gather/cgroup"),
         ("PrologFlags", "Alloc,Contain"),
+        # RDMA/NCCL jobs pin memory: a job must not inherit the submit host's (login node's) small memlock limit
+        # (Slurm FAQ "Why are my MPI/RDMA jobs failing ... locked memory"; slurm.conf(5), every release)
+        ("PropagateResourceLimitsExcept", "MEMLOCK"),
         ("MailProg", "/bin/true"),
     ]
+    if feats.switch_nvidia_imex and any(g.gpus and _is_mnnvl(g.gpus.type) for g in cluster.node_groups):
+        # GB200/GB300 trays share GPU memory across an NVLink domain through IMEX channels; switch/nvidia_imex
+        # hands each job its own channel (slurm.conf(5) SwitchType, 24.05+). Before 24.05 there is no plugin.
+        s.append(("SwitchType", "switch/nvidia_imex"))
     gt = _gres_types(cluster)
     if gt:
         s.append(("GresTypes", ",".join(gt)))
@@ -223,6 +350,11 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
     return _merge(s, cluster.slurm_conf)
 
 
+def _is_mnnvl(gpu_type: str) -> bool:
+    """Grace-Blackwell trays (gb200, gb300): multi-node NVLink domains that need IMEX channels."""
+    return re.match(r"^gb\d", gpu_type.lower()) is not None
+
+
 def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
     """One NodeName line per distinct node shape: groups whose parameters are identical share a line,
     so slurm.conf grows with the number of shapes, not nodes."""
@@ -263,10 +395,40 @@ def _hosts_of(groups: list[NodeGroup]) -> str:
     return hostlist.fold(h for g in groups for h in g.hostnames)
 
 
-def partition_lines(cluster: Cluster) -> tuple[list[str], list[str]]:
+_MEM_DEFAULTS = ("defmempercpu", "defmempernode", "defmempergpu")
+
+
+def per_gpu_defaults(groups: Iterable[NodeGroup]) -> tuple[int, int]:
+    """(DefCpuPerGPU, DefMemPerGPU) for a partition over ``groups``: each shape's share of its usable CPUs and
+    memory per GPU (``NodeGroup.cpus_per_gpu``/``mem_per_gpu_mb``, the rule gpusub requests by), the smallest
+    over the shapes, so a default-sized job fits on any node of the partition. A MIG group divides by its Slurm
+    GPU devices (every MIG slice is one ``gpu``). (0, 0) when no group has GPUs."""
+    cpus, mems = [], []
+    for g in groups:
+        if not g.gpus:
+            continue
+        devices = sum(n for _t, n in _gpu_types(g))
+        if devices == g.gpu_count:
+            cpus.append(g.cpus_per_gpu)
+            mems.append(g.mem_per_gpu_mb)
+        else:
+            cpus.append(g.usable_cpus // devices)
+            mems.append(g.usable_memory_mb // devices)
+    if not cpus:
+        return 0, 0
+    return max(1, min(cpus)), max(1, min(mems))
+
+
+def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) -> tuple[list[str], list[str]]:
+    """NodeSet and PartitionName lines. Each GPU partition gets DefCpuPerGPU/DefMemPerGPU from its node shapes
+    (slurm.conf(5) accepts both on PartitionName lines in 22.05-25.11) unless the global ``settings`` already set
+    a per-GPU CPU default or any memory default (DefMemPerCPU, DefMemPerNode, DefMemPerGPU are mutually
+    exclusive, and a partition value would override the site's global one); a partition's ``extra`` overrides."""
+    global_keys = {k.lower() for k, _ in settings}
     nodesets, parts = [], []
     for p in cluster.partitions:
-        hosts = _hosts_of([cluster.group(gname) for gname in p.groups])
+        groups = [cluster.group(gname) for gname in p.groups]
+        hosts = _hosts_of(groups)
         ns = f"ns_{p.name}"
         nodesets.append(f"NodeSet={ns} Nodes={hosts}")
         kv = [("PartitionName", p.name), ("Nodes", ns), ("Default", "YES" if p.default else "NO"), ("MaxTime", p.max_time)]
@@ -276,6 +438,12 @@ def partition_lines(cluster: Cluster) -> tuple[list[str], list[str]]:
             kv.append(("PriorityTier", str(p.priority_tier)))
         if p.qos:
             kv.append(("QOS", p.qos))
+        cpg, mpg = per_gpu_defaults(groups)
+        extra_keys = {k.lower() for k, _ in p.extra}
+        if cpg and "defcpupergpu" not in global_keys:
+            kv.append(("DefCpuPerGPU", str(cpg)))
+        if mpg and not global_keys & set(_MEM_DEFAULTS) and not extra_keys & {"defmempercpu", "defmempernode"}:
+            kv.append(("DefMemPerGPU", str(mpg)))
         kv.append(("State", "UP"))
         kv = _merge(kv, p.extra)
         parts.append(" ".join(f"{k}={v}" for k, v in kv))
@@ -317,6 +485,8 @@ def gres_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
         gp = g.gpus
         files = gp.file_list
         links = _links(g)
+        if gp.autodetect == "nvml" and gp.links == "nvlink":
+            links = None  # NVSwitch: NVML reports no GPU-to-GPU links, so Links= would mismatch (_check_autodetect)
         auto = [("AutoDetect", gp.autodetect)] if gp.autodetect != "off" else []
         for i, f in enumerate(files):
             layout = gp.mig_layout[i] if gp.mig_layout else ()
@@ -368,8 +538,9 @@ def _links(g: NodeGroup) -> list[str] | None:
 def cgroup_settings(cluster: Cluster, version: str, overrides: Overrides) -> list[tuple[str, str]]:
     feats = features_for(version)
     s = [
-        # 22.05 hosts are commonly hybrid v1/v2, where cgroup/v2 is fatal: let slurmd pick
-        ("CgroupPlugin", "cgroup/v2" if feats.cgroup_v2 else "autodetect"),
+        # Slurm's own default in every release (cgroup.conf(5)): slurmd picks v1 or v2 from the host. Forcing
+        # cgroup/v2 is fatal on hybrid-cgroup hosts; a site that wants it says so in cgroup_conf.
+        ("CgroupPlugin", "autodetect"),
         ("ConstrainCores", "yes"),
         ("ConstrainDevices", "yes"),
         ("ConstrainRAMSpace", "yes"),
@@ -456,7 +627,7 @@ def generate(
     env = environment("conf_templates", templates)
     header = header_line(cluster.source_sha256)
     settings = _merge(slurm_conf_settings(cluster, ver, conf_dir), ov.slurm_conf)
-    nodesets, parts = partition_lines(cluster)
+    nodesets, parts = partition_lines(cluster, settings)
     ctx = {
         "header": header,
         "slurm_version": ver,
@@ -482,7 +653,8 @@ def generate(
     if cluster.hooks.prolog or cluster.hooks.epilog or cluster.hooks.healthcheck_interval:
         for kind in ("prolog", "epilog", "health"):
             files[f"slurmkit-{kind}"] = env.get_template("hook-wrapper.sh.j2").render(
-                header=header, command=cluster.hooks.command, kind=kind, inventory=f"{conf_dir}/slurmkit.yaml"
+                header=header, command=shlex.split(cluster.hooks.command), kind=kind,
+                inventory=f"{conf_dir}/slurmkit.yaml"
             )
     return files
 

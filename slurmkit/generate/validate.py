@@ -29,7 +29,7 @@ import yaml
 
 from slurmkit import hostlist
 from slurmkit.generate import confparse as cp
-from slurmkit.generate.versions import features_for, version_key
+from slurmkit.generate.versions import SlurmFeatures, features_for, version_key
 
 # Keys any cgroup.conf of 22.05-25.11 may carry; anything else is fatal to slurmd ("Could not ... parse").
 CGROUP_KEYS = frozenset(
@@ -95,6 +95,19 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
 
     if not conf.controllers:
         err("slurm.conf: SlurmctldHost is missing")
+    for i, name in enumerate(conf.controllers):
+        # read_config.c (22.05-25.11): "Duplicate SlurmctldHost records" is fatal to every daemon
+        if name.split("(")[0] in [c.split("(")[0] for c in conf.controllers[:i]]:
+            err(f"slurm.conf: Duplicate SlurmctldHost records: {name} (fatal to slurmctld)")
+    if feats:
+        from slurmkit.generate.slurmkeys import slurm_conf_keys
+
+        known = slurm_conf_keys(feats.version)
+        for rec in cp.parse_records(text):
+            for k, _v in rec.pairs if rec.kind not in ("nodename", "partitionname", "nodeset", "downnodes",
+                                                       "frontendname") else rec.pairs[:1]:
+                if k.lower() not in known and k.lower() != "include":
+                    err(f"{rec.where}: Slurm {feats.version} has no slurm.conf key {k} (unrecognized key: fatal)")
     if feats:
         for k, v in feats.removed_slurm_values:
             if conf.value(k).lower() == v.lower():
@@ -165,7 +178,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
     constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
 
     _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep)
-    _check_topology(files, conf, shape_of, feats, hosts, rep)
+    _check_topology(files, conf, shape_of, feats, hosts, rep)  # type: ignore[arg-type]
     _check_partitions(conf, shape_of, hosts, rep)
     return rep
 
@@ -297,8 +310,8 @@ def _topology_from_yaml(text: str) -> tuple[str, list[tuple[str, str, str]], lis
     return "flat", [], [], ""
 
 
-def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict[str, int], feats: object,
-                    hosts: _Hosts, rep: Report) -> None:
+def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict[str, int],
+                    feats: SlurmFeatures | None, hosts: _Hosts, rep: Report) -> None:
     err = rep.errors.append
     plugin = conf.value("TopologyPlugin", "topology/none").lower()
     kind = plugin.split("/")[-1] if "/" in plugin else plugin
@@ -386,6 +399,24 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
         if len(roots) > 1:
             rep.warnings.append(f"{fname}: {len(roots)} top-level switches ({_fold(roots)}): jobs cannot span them")
     else:
+        names = [e[0] for e in entries]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            # topology_block.c 23.11 / block_record.c 24.05-25.11: "Block (%s) has already been defined" (fatal)
+            err(f"{fname}: block {', '.join(dups)} has already been defined (fatal to slurmctld)")
+        counts = [(n, len(hosts(nodes, fname)) if nodes else 0) for n, nodes, _ in entries]
+        rule = feats.block_size_rule if feats else "none"
+        base_count = sizes[0] if sizes else counts[0][1]
+        if rule == "equal":
+            odd = [n for n, c in counts if c != counts[0][1]]
+            if odd:
+                err(f"{fname}: blocks {_fold(odd)} differ in size from {counts[0][0]} ({counts[0][1]} nodes); Slurm "
+                    f"{feats.version} needs equal blocks (children count no equal bblock_node_cnt: fatal)")  # type: ignore[union-attr]
+        elif rule == "at_least_base":
+            small = [n for n, c in counts if c < base_count]
+            if small:
+                err(f"{fname}: blocks {_fold(small)} have fewer nodes than the base block size {base_count}; fatal to "
+                    f"slurmctld {feats.version} (children count lower than bblock_node_cnt; allowed from 25.05)")  # type: ignore[union-attr]
         if sizes:
             base = sizes[0]
             for s in sizes:
@@ -397,9 +428,6 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
             total = len(leaf_of)
             if sizes[-1] > total:
                 err(f"{fname}: BlockSizes {sizes[-1]} is larger than all {total} nodes in blocks")
-            big = [n for n, nodes, _ in entries if nodes and len(hosts(nodes, fname)) > base]
-            if big:
-                err(f"{fname}: blocks {_fold(big)} have more nodes than the base block size {base}")
         for lv in levels:
             if not 0 <= lv <= 4:
                 err(f"{fname}: BlockLevels {lv} is outside 0-4")

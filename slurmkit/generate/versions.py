@@ -21,7 +21,7 @@ class SlurmFeatures:
     block_topology: bool  # topology/block (23.11+)
     block_sizes: bool  # BlockSizes= (24.05+); 23.11 spells the same idea BlockLevels=
     topology_yaml: bool  # topology.yaml (25.05+)
-    cgroup_v2: bool  # default to cgroup/v2 plugin (22.05 hosts are often hybrid: autodetect instead)
+    cgroup_v2: bool  # hosts are usually pure cgroup v2 (23.02+); informational: cgroup.conf gets autodetect
     json_filters: bool  # squeue/sinfo --json honour -j/-t/-n (not in 22.05)
     scontrol_json: bool  # scontrol --json (23.02+)
     autodetect_nvidia: bool  # gres.conf AutoDetect=nvidia (24.11+)
@@ -29,6 +29,21 @@ class SlurmFeatures:
     add_nodes_by_reconfigure: bool  # new NodeName lines + reconfigure is enough (24.11+)
     removed_cgroup_keys: frozenset[str]
     removed_slurm_values: frozenset[tuple[str, str]]  # (key, value) pairs the release no longer accepts
+    # slurm.conf keys read from several lines (S_P_ARRAY in read_config.c's slurm_conf_options): SlurmctldHost
+    # always; Prolog, Epilog, PrologSlurmctld, EpilogSlurmctld from slurm-24-05-0-1
+    repeatable_keys: frozenset[str] = frozenset({"SlurmctldHost"})
+    # topology/block base-block rule (src/plugins/topology/block): 23.11 topology_block.c: every block must have
+    # exactly the first block's node count ("children count no equal bblock_node_cnt"); 24.05-24.11
+    # block_record.c: at least the base size, BlockSizes[0] or else the first block's count ("children count lower
+    # than bblock_node_cnt"); 25.05 block_record.c dropped the check (smaller blocks load).
+    block_size_rule: str = "none"  # "equal" | "at_least_base" | "none"
+    # switch/nvidia_imex (IMEX channels for multi-node NVLink, GB200): src/plugins/switch/nvidia_imex is in
+    # slurm-24-05-0-1 (slurm.conf(5) documents SwitchType=switch/nvidia_imex from 24.05.1)
+    switch_nvidia_imex: bool = False
+    # slurmctld read_config.c _build_all_partitionline_info(): "No PartitionName information available!" is
+    # fatal through slurm-23-02-5-1 (removed in slurm-23-02-6-1); the release key cannot tell 23.02.5 from
+    # 23.02.6, so a config without partitions is allowed from 23.11
+    no_partitions_ok: bool = True
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -63,4 +78,9 @@ def features_for(version: str) -> SlurmFeatures:
         add_nodes_by_reconfigure=v >= (24, 11),
         removed_cgroup_keys=frozenset(removed),
         removed_slurm_values=frozenset(removed_values),
+        repeatable_keys=frozenset({"SlurmctldHost"} | (
+            {"Prolog", "Epilog", "PrologSlurmctld", "EpilogSlurmctld"} if v >= (24, 5) else set())),
+        block_size_rule="equal" if v < (24, 5) else "at_least_base" if v < (25, 5) else "none",
+        switch_nvidia_imex=v >= (24, 5),
+        no_partitions_ok=v >= (23, 11),
     )

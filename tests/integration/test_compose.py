@@ -2,6 +2,7 @@
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -43,3 +44,39 @@ def test_compose_services_match_the_inventory():
     assert ["CMD", "scontrol", "ping"] == services["slurmctld"]["healthcheck"]["test"]
     files = generate(cluster)
     assert "NodeName=c[1-4] " in files["slurm.conf"] and "AccountingStorageHost=slurmdbd" in files["slurm.conf"]
+
+
+def config_service_command() -> tuple[list[str], dict[str, str]]:
+    """The exact `slurmkit conf generate ...` the compose `config` service runs (entrypoint.sh, role config), and
+    the bind mounts that give its container paths their files here."""
+    import shlex
+
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    cfg = services["config"]
+    assert cfg["command"] == ["config"]
+    mounts = {}
+    for v in cfg["volumes"]:
+        src, dst = v.split(":")[:2]
+        if src.startswith("./"):
+            mounts[dst] = str(ROOT / src[2:])
+    entry = (ROOT / "examples" / "docker" / "entrypoint.sh").read_text()
+    role_config = entry.split('if [ "$role" = config ]; then', 1)[1].split("fi\n", 1)[0]
+    lines = [ln.strip() for ln in role_config.splitlines() if ln.strip().startswith("slurmkit conf generate")]
+    assert len(lines) == 1, lines
+    return shlex.split(lines[0]), mounts
+
+
+def test_compose_config_service_command_succeeds(tmp_path):
+    """Issue 9 item 8: the config service's own generate (real slurmctld parse included) must pass, or
+    `docker compose up` never starts. Run the very command, with the container paths mapped to the repo."""
+    argv, mounts = config_service_command()
+    assert argv[:3] == ["slurmkit", "conf", "generate"]
+    argv = [mounts.get(a, a) for a in argv]
+    out = tmp_path / "etc-slurm"
+    argv[argv.index("-o") + 1] = str(out)
+    assert argv[3] == str(ROOT / "examples" / "compose.yaml")
+    exe = Path(sys.executable).with_name("slurmkit")
+    r = subprocess.run([str(exe), *argv[1:]], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "real parse: slurmctld accepted the config" in r.stderr or "real parse skipped" in r.stderr, r.stderr
+    assert (out / "slurm.conf").is_file() and (out / "topology.conf").is_file()

@@ -74,16 +74,20 @@ def test_block_rules() -> None:
     files = generate(load_cluster_dict(d))
     assert static_check(files).errors == []
     for bad, msg in (("BlockSizes=18,54", "not a power-of-two multiple"), ("BlockSizes=18,72", "larger than all 36 nodes"),
-                     ("BlockSizes=9,18", "more nodes than the base block size 9")):
+                     ("BlockSizes=36,72", "fewer nodes than the base block size 36")):
         assert any(msg in e for e in static_check(broken(files, "topology.conf", "BlockSizes=18,36", bad)).errors), bad
+    # blocks larger than the base block are fine (issue 9 item 5: this used to be refused)
+    assert static_check(broken(files, "topology.conf", "BlockSizes=18,36", "BlockSizes=9,18")).errors == []
     y = generate(load_cluster_dict(d), version="25.05")
     assert "topology.yaml" in y and static_check(y).errors == []
     assert any("in no block" in e for e in static_check(broken(y, "topology.yaml", "nodes: n[19-36]", "nodes: n[19-35]")).errors)
 
 
 def test_100k_nodes_findings_are_folded() -> None:
-    d = {"cluster": "x", "node_groups": [{"name": "g", "hosts": "n[000001-100000]", "cpu": {"sockets": 2, "cores_per_socket": 4},
-         "memory_mb": 1000, "gpus": {"type": "a", "count": 2, "files": "/dev/nvidia[0-1]"}}]}
+    # one bracket range holds at most 65,536 hosts (Slurm's MAX_RANGE), so 100k nodes take two
+    d = {"cluster": "x", "node_groups": [{"name": "g", "hosts": "n[000001-050000],n[050001-100000]", "cpu": {"sockets": 2, "cores_per_socket": 4},
+         "memory_mb": 1000, "gpus": {"type": "a", "count": 2, "files": "/dev/nvidia[0-1]"}}],
+         "partitions": [{"name": "p", "groups": ["g"]}]}
     files = generate(load_cluster_dict(d))
     rep = static_check(broken(files, "slurm.conf", "Gres=gpu:a:2", "Gres=gpu:a:3"))
     assert len(rep.errors) == 1 and "n[000001-100000]" in rep.errors[0]
@@ -135,6 +139,9 @@ def inventories(draw: st.DrawFn) -> tuple[dict, str]:
                  "partitions": [{"name": "all", "groups": [g["name"] for g in ngs], "default": True}]}
     kind = draw(st.sampled_from(["none", "tree", "block"] if version >= "23.11" else ["none", "tree"]))
     leaf = min(draw(st.integers(1, 16)), len(hosts))  # a block size larger than the cluster is invalid input
+    if kind == "block" and version < "25.05":
+        # until 25.05 a block smaller than the base block is fatal (23.11: all equal): whole blocks only
+        leaf = max(d for d in range(1, leaf + 1) if len(hosts) % d == 0)
     chunks = [hosts[i:i + leaf] for i in range(0, len(hosts), leaf)]
     if kind == "tree":
         sw = [{"name": f"leaf{k}", "nodes": c} for k, c in enumerate(chunks)]

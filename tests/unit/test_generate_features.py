@@ -68,20 +68,24 @@ def test_typed_tres_with_accounting() -> None:
     assert "AccountingStorageTRES=gres/gpu,gres/gpu:h100" in f["slurm.conf"]
 
 
-@pytest.mark.parametrize(("version", "plugin"), [("22.05", "autodetect"), ("23.02", "cgroup/v2"), ("25.11", "cgroup/v2")])
-def test_cgroup_plugin_per_release(version: str, plugin: str) -> None:
+@pytest.mark.parametrize("version", ["22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11"])
+def test_cgroup_plugin_is_slurms_default_unless_the_inventory_says(version: str) -> None:
+    """Issue 9 item 9: cgroup/v2 was forced from 23.02, fatal on hybrid-cgroup hosts; autodetect is Slurm's default."""
     f = generate(load_cluster_dict(inv()), version=version)
-    assert f"CgroupPlugin={plugin}" in f["cgroup.conf"] and "CgroupAutomount" not in f["cgroup.conf"]
+    assert "CgroupPlugin=autodetect\n" in f["cgroup.conf"] and "CgroupAutomount" not in f["cgroup.conf"]
+    f = generate(load_cluster_dict(inv(cgroup_conf={"CgroupPlugin": "cgroup/v2"})), version=version)
+    assert "CgroupPlugin=cgroup/v2\n" in f["cgroup.conf"] and "autodetect" not in f["cgroup.conf"]
 
 
 def test_release_gates_name_the_key() -> None:
-    blocks = {"blocks": [{"name": "b1", "nodes": "n[1-4]"}], "block_sizes": [2, 4]}
+    blocks = {"blocks": [{"name": "b1", "nodes": "n[1-2]"}, {"name": "b2", "nodes": "n[3-4]"}], "block_sizes": [2, 4]}
     c = load_cluster_dict(inv(topology=blocks))
     with pytest.raises(InventoryError, match=r"^topology\.blocks: block topology needs Slurm >= 23\.11"):
         generate(c, version="22.05")
     assert "BlockLevels=0,1" in generate(c, version="23.11")["topology.conf"]
     d = inv()
     d["node_groups"][0]["gpus"]["autodetect"] = "nvidia"
+    d["node_groups"][0]["gpus"]["links"] = "none"  # nvidia detection sees no NVLinks (tested in test_generate_second_pass)
     with pytest.raises(InventoryError, match=r"node_groups\[0\]\.gpus\.autodetect"):
         generate(load_cluster_dict(d), version="24.05")
     assert "AutoDetect=nvidia Name=gpu" in generate(load_cluster_dict(d), version="24.11")["gres.conf"]
