@@ -54,7 +54,10 @@ def _validated(files: dict[str, str], ver: str, real: bool) -> object:
     rep = validate({k: v for k, v in files.items() if k != "slurmkit.yaml"}, ver, real=real)
     _report(rep)
     if not rep.ok:
-        raise ConfigValidationError(rep.errors or [rep.real])
+        # every finding is listed above, once; the closing line only counts them
+        n = len(rep.errors)
+        raise ConfigValidationError([f"invalid configuration: {n} problem{'s' if n != 1 else ''} listed above; nothing written"
+                                     if n else rep.real])
     return rep
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from slurmkit import hostlist
-from slurmkit.errors import InventoryError
+from slurmkit.errors import InventoryError, UsageError
 from slurmkit.generate.versions import SlurmFeatures, features_for
 from slurmkit.model import yamlio
 from slurmkit.model.cluster import REPEATABLE_SLURM_KEYS, Cluster, MigInstance, NodeGroup
@@ -620,6 +620,11 @@ def generate(
     Raises InventoryError (naming the key) for what the target release cannot express.
     """
     ov = overrides or Overrides()
+    hooks = cluster.hooks.prolog or cluster.hooks.epilog or cluster.hooks.healthcheck_interval
+    if hooks and not re.fullmatch(r"/[A-Za-z0-9_./+@%:,-]*", conf_dir):
+        # Prolog=, Epilog=, HealthCheckProgram= point into conf_dir and Slurm reads them unquoted
+        raise UsageError(f"config directory {conf_dir!r}: the hook paths in slurm.conf need an absolute path without "
+                         "whitespace, '#', quotes or non-ASCII (--conf-dir)")
     ver = features_for(version or cluster.slurm_version).version
     feats = features_for(ver)
     if cluster.topology.block_sizes:
@@ -683,20 +688,15 @@ def load_overrides(path: str) -> Overrides:
             close = difflib.get_close_matches(str(k), sorted(allowed), n=1)
             raise InventoryError(str(k), "unknown key" + (f"; did you mean '{close[0]}'?" if close else ""), path)
 
-    def pairs(v: object, where: str) -> tuple[tuple[str, str], ...]:
-        if v is None:
-            return ()
-        if not isinstance(v, dict):
-            raise InventoryError(where, "expected a mapping of Key: Value", path)
-        return tuple((str(a), "" if b is None else "yes" if b is True else "no" if b is False else str(b))
-                     for a, b in v.items())
+    from slurmkit.model.load import site_pairs, site_path
 
     node_params = data.get("node_params") or {}
     if not isinstance(node_params, dict):
         raise InventoryError("node_params", "expected a mapping of group: {Key: Value}", path)
     return Overrides(
-        slurm_conf=pairs(data.get("slurm_conf"), "slurm_conf"),
-        cgroup_conf=pairs(data.get("cgroup_conf"), "cgroup_conf"),
-        node_params={str(g): pairs(v, f"node_params.{g}") for g, v in node_params.items()},
-        gres_file_prefix=str(data["gres_file_prefix"]) if data.get("gres_file_prefix") else None,
+        slurm_conf=site_pairs(data.get("slurm_conf"), "slurm_conf", path, slurm_conf=True),
+        cgroup_conf=site_pairs(data.get("cgroup_conf"), "cgroup_conf", path),
+        node_params={str(g): site_pairs(v, f"node_params.{g}", path) for g, v in node_params.items()},
+        gres_file_prefix=(site_path(data["gres_file_prefix"], "gres_file_prefix", path)
+                          if data.get("gres_file_prefix") else None),
     )

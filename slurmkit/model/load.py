@@ -678,6 +678,17 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     )
 
 
+def site_pairs(raw: Any, path: str, source: str | None, slurm_conf: bool = False) -> tuple[tuple[str, str], ...]:
+    """``Key: Value`` pairs of a site overlay file, checked like the inventory's ``slurm_conf:``/``cgroup_conf:``
+    (key syntax, values Slurm cannot misread, lists only for keys slurm.conf repeats)."""
+    return _kv_map(_Ctx(source), raw, path, REPEATABLE_SLURM_KEYS_LOWER if slurm_conf else frozenset())
+
+
+def site_path(raw: Any, path: str, source: str | None) -> str:
+    """An absolute path Slurm reads unquoted (``gres_file_prefix``)."""
+    return _path(_Ctx(source), raw, path)
+
+
 def _kv_env(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, str], ...]:
     if raw is None:
         return ()

@@ -484,3 +484,47 @@ def test_hostile_names_never_reach_a_generated_file(field: str, name: str) -> No
             assert all(k.isalnum() for rec in parse_records(line) for k, _ in rec.pairs), (fname, line)
     assert static_check(files).errors == []
     load_cluster_text(__import__("yaml").safe_dump(d))  # the same inventory loads the same way from text
+
+
+def test_overlay_files_are_checked_like_the_inventory(tmp_path: Path) -> None:
+    from slurmkit.generate.slurmconf import load_overrides
+
+    p = tmp_path / "site.yaml"
+    p.write_text("slurm_conf:\n  SlurmctldHost: [ctl-a, ctl-b]\n  SlurmdPort: 7000\n")
+    f = gen(inv(controller={"hosts": ["head01"]}), overrides=load_overrides(str(p)))
+    assert controllers(f["slurm.conf"]) == ["ctl-a", "ctl-b"]
+    for body, where in (('slurm_conf:\n  MailProg: "/bin/true #x"\n', "slurm_conf.MailProg"),
+                        ("node_params:\n  a: {NodeAddr: '10.0.0.1 Weight=0'}\n", "node_params.a.NodeAddr"),
+                        ("cgroup_conf:\n  ConstrainCores: [yes, no]\n", "cgroup_conf.ConstrainCores"),
+                        ("gres_file_prefix: 'lab dev'\n", "gres_file_prefix")):
+        p.write_text(body)
+        with pytest.raises(InventoryError) as ei:
+            load_overrides(str(p))
+        assert ei.value.path == where and ei.value.source == str(p), str(ei.value)
+
+
+def test_hook_paths_need_a_conf_dir_slurm_can_read() -> None:
+    from slurmkit.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"--conf-dir"):
+        gen(inv(hooks={"prolog": True}), conf_dir="/etc/my slurm")
+    assert "Prolog=/etc/slurm/slurmkit-prolog" in gen(inv(hooks={"prolog": True}), conf_dir="/etc/slurm")["slurm.conf"]
+
+
+def test_validation_findings_are_listed_once(tmp_path: Path) -> None:
+    """A file the static checks refuse: each finding once on stderr, then one closing line; nothing written."""
+    import yaml
+
+    d = inv(node_groups=gpus(files="/dev/nvidia[0-3]", links="none"), topology={"switches": [
+        {"name": "leaf1", "nodes": "n[1-4]"}]})
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(d))
+    tpl = tmp_path / "tpl"
+    tpl.mkdir()
+    # a site template that drops the gres.conf lines: slurm.conf says Gres=gpu:h100:4, gres.conf gives nothing
+    (tpl / "gres.conf.j2").write_text("{{ header }}\n# target: Slurm {{ slurm_version }}\nAutoDetect=off\n")
+    r = slurmkit("conf", "generate", str(p), "-o", str(tmp_path / "out"), "--templates", str(tpl), "--no-real-parse")
+    assert r.returncode == 2 and not (tmp_path / "out").exists()
+    finding = [ln for ln in r.stderr.splitlines() if "gres.conf vs slurm.conf" in ln]
+    assert len(finding) == 1, r.stderr
+    assert r.stderr.strip().splitlines()[-1].endswith("invalid configuration: 1 problem listed above; nothing written")
