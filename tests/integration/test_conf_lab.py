@@ -87,3 +87,28 @@ def test_drift_finds_an_injected_mismatch(lab, lab_inv) -> None:  # type: ignore
         assert res.stdout.strip().splitlines() == ["node3: Features: inventory h100,nvlink, cluster h100"]
     finally:
         scontrol(lab, "update", "NodeName=node3", "AvailableFeatures=h100,nvlink", "ActiveFeatures=h100,nvlink")
+
+
+def test_a_gpu_job_without_mem_gets_its_per_gpu_share_not_the_node(lab) -> None:  # type: ignore[no-untyped-def]
+    """Issue 9 item 14, judged by slurmctld: the generated partition's DefCpuPerGPU/DefMemPerGPU apply to a job
+    that asks for GPUs only (before: mem=<the whole node>, so single-GPU jobs could not share a node)."""
+    from slurmkit.model import load_cluster
+
+    g = load_cluster(lab.etc / "slurmkit.yaml").node_groups[0]
+    part = scontrol(lab, "-o", "show", "partition")
+    assert f"DefMemPerGPU={g.mem_per_gpu_mb}" in part and f"DefCpuPerGPU={g.cpus_per_gpu}" in part
+    out = subprocess.run(["sbatch", "--parsable", "-N1", "--gres=gpu:2", "-o", "/dev/null", "--wrap", "sleep 30"],
+                         capture_output=True, text=True, env={**os.environ, **lab.env}, timeout=30, check=True)
+    job = out.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            rec = scontrol(lab, "-o", "show", "job", job)
+            if "JobState=RUNNING" in rec or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert "JobState=RUNNING" in rec, rec
+        assert f"mem={2 * g.mem_per_gpu_mb}M" in rec, rec
+        assert f"cpu={2 * g.cpus_per_gpu}," in rec, rec
+    finally:
+        subprocess.run(["scancel", job], env={**os.environ, **lab.env}, timeout=30, check=False)
