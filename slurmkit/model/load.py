@@ -138,7 +138,7 @@ def _split_top(text: str) -> list[str]:
     return out
 
 
-def ranges_problem(text: str, hostnames: bool = True) -> str | None:
+def ranges_problem(text: str, hostnames: bool = True, pattern: re.Pattern[str] | None = None) -> str | None:
     """Why Slurm's hostlist parser (or a config file) cannot take ``text``, found without expanding it; None if
     fine. Checks bracket syntax (``[1-4,7]``), each range against ``MAX_RANGE``, the total against ``MAX_HOSTS``
     and, for ``hostnames``, that every name the list can produce is an RFC 1123 hostname."""
@@ -174,6 +174,8 @@ def ranges_problem(text: str, hostnames: bool = True) -> str | None:
         total += n
         if total > MAX_HOSTS:
             return f"names {total:,}+ hosts; slurmkit reads at most {MAX_HOSTS:,} in one list"
+        if pattern is not None and not pattern.fullmatch("".join(template)):
+            return f"{item!r} has characters outside letters, digits, _ . -"
         if hostnames:
             name = "".join(template)
             if not all(_LABEL_RE.fullmatch(label) for label in name.split(".")):
@@ -182,16 +184,18 @@ def ranges_problem(text: str, hostnames: bool = True) -> str | None:
     return None
 
 
-def _hosts(ctx: _Ctx, value: Any, path: str) -> str:
+def _hosts(ctx: _Ctx, value: Any, path: str, hostnames: bool = True) -> str:
+    """A hostlist (``gpu[001-032]`` or a list of them), folded; ``hostnames=False`` for lists of switch names,
+    which only need to be known names (checked by the caller)."""
     if isinstance(value, list):
         for i, v in enumerate(value):
             t = _str(ctx, v, _join(path, i))
-            problem = ranges_problem(t)
+            problem = ranges_problem(t, hostnames, None if hostnames else _NAME_RE)
             if problem:
                 raise ctx.err(_join(path, i), f"invalid hostlist {t!r}: {problem}")
         value = hostlist.fold(str(v) for v in value)
     text = _str(ctx, value, path)
-    problem = ranges_problem(text)
+    problem = ranges_problem(text, hostnames, None if hostnames else _NAME_RE)
     if problem:
         raise ctx.err(path, f"invalid hostlist {text!r}: {problem}")
     try:
@@ -474,7 +478,7 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str]) -> Topology
             Switch(
                 name=_str(ctx, sm["name"], _join(sp, "name"), _NAME_RE),
                 nodes=_hosts(ctx, sm["nodes"], _join(sp, "nodes")) if sm.get("nodes") else "",
-                switches=_hosts(ctx, sm["switches"], _join(sp, "switches")) if sm.get("switches") else "",
+                switches=_hosts(ctx, sm["switches"], _join(sp, "switches"), hostnames=False) if sm.get("switches") else "",
             )
         )
     blocks = []

@@ -528,3 +528,13 @@ def test_validation_findings_are_listed_once(tmp_path: Path) -> None:
     finding = [ln for ln in r.stderr.splitlines() if "gres.conf vs slurm.conf" in ln]
     assert len(finding) == 1, r.stderr
     assert r.stderr.strip().splitlines()[-1].endswith("invalid configuration: 1 problem listed above; nothing written")
+
+
+def test_switch_names_are_names_not_hostnames() -> None:
+    """Switch names follow the name rule ('_' allowed), also where a parent lists them; hosts stay RFC 1123."""
+    d = inv(topology={"switches": [{"name": "leaf_1", "nodes": "n[1-2]"}, {"name": "leaf_2", "nodes": "n[3-4]"},
+                                   {"name": "spine_0", "switches": "leaf_[1-2]"}]})
+    assert "SwitchName=spine_0 Switches=leaf_[1-2]" in gen(d)["topology.conf"]
+    d["topology"]["switches"][2]["switches"] = "leaf_[1-2] #"
+    with pytest.raises(InventoryError, match=r"topology\.switches\[2\]\.switches"):
+        load_cluster_dict(d)
