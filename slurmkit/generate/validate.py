@@ -179,7 +179,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
 
     _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep)
     _check_topology(files, conf, shape_of, feats, hosts, rep)  # type: ignore[arg-type]
-    _check_partitions(conf, shape_of, hosts, rep)
+    _check_partitions(conf, shape_of, hosts, rep, feats)
     return rep
 
 
@@ -433,8 +433,12 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
                 err(f"{fname}: BlockLevels {lv} is outside 0-4")
 
 
-def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Hosts, rep: Report) -> None:
+def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Hosts, rep: Report,
+                      feats: SlurmFeatures | None = None) -> None:
     err = rep.errors.append
+    if not conf.partitions and feats and not feats.no_partitions_ok:
+        err(f"slurm.conf: no PartitionName line: slurmctld {feats.version} exits with 'No PartitionName information "
+            "available!' (fatal until 23.02.6)")
     nodesets = {}
     for rec in conf.nodesets:
         nodes = rec.get("Nodes")

@@ -340,6 +340,10 @@ def test_no_partitions_refused_where_fatal() -> None:
     for v in ("22.05", "23.02"):
         refused(d, "partitions", "No PartitionName information available", v)
     assert "PartitionName" not in gen(d, "23.11")["slurm.conf"]
+    f = gen(inv(), "23.02")
+    bare = {**f, "slurm.conf": "\n".join(ln for ln in f["slurm.conf"].splitlines() if not ln.startswith(("Partition", "NodeSet")))}
+    assert any("No PartitionName information available" in e for e in static_check(bare).errors)
+    assert static_check({**bare, "slurm.conf": bare["slurm.conf"].replace("Slurm 23.02", "Slurm 23.11")}).errors == []
 
 
 # --- 14. per-GPU CPU and memory defaults ---------------------------------------------------------------------
