@@ -63,6 +63,8 @@ class NodeInfo:
     partitions: tuple[str, ...] = ()
     addr: str = ""
     alloc_cpus: int = 0
+    spec_cores: int = 0  # CoreSpecCount (cores kept from jobs)
+    mem_spec_mb: int = 0  # MemSpecLimit (MB kept from jobs)
 
     @property
     def drained(self) -> bool:
@@ -157,6 +159,8 @@ def node_from_scontrol(rec: dict[str, str]) -> NodeInfo:
         partitions=_csv(rec.get("Partitions")),
         addr=rec.get("NodeAddr", ""),
         alloc_cpus=_int(rec.get("CPUAlloc")),
+        spec_cores=_int(rec.get("CoreSpecCount")),
+        mem_spec_mb=_int(rec.get("MemSpecLimit")),
     )
 
 

@@ -26,6 +26,12 @@ Preemption / time-limit contract for the training script:
   * On restart $GPUSUB_RESTART_COUNT (= SLURM_RESTART_COUNT) > 0: resume.
 Logs: <run dir>/logs/<job>.r<restart>.log. Defaults come from the site inventory
 ($SLURMKIT_INVENTORY or /etc/slurm/slurmkit.yaml), else from sinfo/scontrol.
+
+\b
+Other commands:
+  gpusub status JOB...       state of jobs (array tasks as JOB_TASK)
+  gpusub logs [-f] JOB       every attempt's log, in order; -f follows
+  gpusub cancel [--signal USR2] JOB
 """
 
 
@@ -49,7 +55,7 @@ def _fail(exc: Exception) -> None:
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
     epilog=CONTRACT,
 )
-@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-N", "--nodes", type=int, default=1, show_default=True, help="Nodes.")
 @click.option("--gpus-per-node", type=int, default=None, help="GPUs (= processes) per node [partition's GPUs/node].")
@@ -66,7 +72,14 @@ def _fail(exc: Exception) -> None:
 @click.option("--ep", type=int, default=1, show_default=True, help="Megatron expert-parallel size.")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Extra environment (repeatable).")
 @click.option("--container-image", default=None, help="pyxis container image for the step.")
-@click.option("--container-mounts", default=None, help="pyxis container mounts.")
+@click.option("--container-mounts", default=None,
+              help="Extra pyxis mounts (the run dir and the script's directory are always mounted).")
+@click.option("--python", "python", default=None,
+              help="Interpreter for the job [the one gpusub runs under; the image's python3 with --container-image].")
+@click.option("--cpus-per-gpu", type=int, default=None,
+              help="CPUs per GPU [the node's usable CPUs / GPUs, from the inventory or the node records].")
+@click.option("--mem-per-gpu", default=None, metavar="SIZE",
+              help="Memory per GPU, Slurm syntax (16G, 16000M) [the node's usable memory / GPUs].")
 @click.option("--dependency", default=None, help="sbatch --dependency.")
 @click.option("--array", default=None, help="sbatch --array.")
 @click.option("--exclusive", is_flag=True, help="Whole nodes.")
@@ -84,7 +97,8 @@ def _fail(exc: Exception) -> None:
 def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_node: int | None,
                partition: str | None, time_: str | None, account: str | None, qos: str | None, name: str | None,
                launcher: str, tp: int, pp: int, cp: int, ep: int, env_pairs: tuple[str, ...],
-               container_image: str | None, container_mounts: str | None, dependency: str | None,
+               container_image: str | None, container_mounts: str | None, python: str | None,
+               cpus_per_gpu: int | None, mem_per_gpu: str | None, dependency: str | None,
                array: str | None, exclusive: bool, signal_grace: int, max_restarts: int, topology: str,
                explain: bool, dry_run: bool, follow_: bool, run_dir: str | None, force: bool,
                query: bool | None) -> None:
@@ -93,9 +107,13 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
     Arguments after `--` go to SCRIPT unchanged, byte for byte.
     """
     try:
+        from slurmkit.errors import UsageError
         from slurmkit.jobs.render import explain as explain_lines
-        from slurmkit.jobs.spec import JobSpec, parse_env_pair
+        from slurmkit.jobs.spec import JobSpec, parse_env_pair, parse_mem_mb
         from slurmkit.jobs.submit import prepare, submit_prepared
+
+        if dry_run and follow_:
+            raise UsageError("--follow: nothing to follow with --dry-run (no job is submitted)")
 
         spec = JobSpec(
             script=os.path.abspath(script), args=tuple(script_args), nodes=nodes, gpus_per_node=gpus_per_node,
@@ -104,13 +122,17 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
             container_image=container_image, container_mounts=container_mounts, dependency=dependency,
             array=array, exclusive=exclusive, signal_grace=signal_grace, max_restarts=max_restarts,
             topology=topology, run_dir=os.path.abspath(run_dir) if run_dir else None,
+            python=os.path.abspath(python) if python and "/" in python else python,
+            cpus_per_gpu=cpus_per_gpu,
+            mem_per_gpu_mb=parse_mem_mb("--mem-per-gpu", mem_per_gpu) if mem_per_gpu is not None else None,
         )
         if dry_run:
             from slurmkit.jobs.facts import inventory_path
 
             ask = query if query is not None else inventory_path() is None
             backend = _backend() if ask else None
-            prepared = prepare(spec, backend, force=True, test_only=False)
+            # the same checks and exit codes as a submit; only sbatch --test-only needs the controller
+            prepared = prepare(spec, backend, force=force, test_only=False)
         else:
             backend = _backend()
             prepared = prepare(spec, backend, force=force)

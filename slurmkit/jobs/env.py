@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from slurmkit.errors import UsageError
 from slurmkit.jobs.spec import ClusterFacts, JobSpec
+from slurmkit.jobs.torchcompat import MIN_SUPPORTED, TorchFeatures, features_for, parse_version
 
 # Deprecated since torch 2.2 (pytorch PR #114880); they only print warnings now. Never emitted, and refused from
 # --env / the site profile with the replacement named.
@@ -26,8 +27,6 @@ DEPRECATED = {
     "NCCL_DESYNC_DEBUG": "TORCH_NCCL_DESYNC_DEBUG",
     "NCCL_ENABLE_TIMING": "TORCH_NCCL_ENABLE_TIMING",
 }
-
-TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
 
 # GPU families from Blackwell on (SM100+): Megatron drops the CUDA_DEVICE_MAX_CONNECTIONS=1 requirement there.
 _BLACKWELL = re.compile(r"^(g?b\d{3}|rtx.?pro.?6000|gb\d+)", re.IGNORECASE)
@@ -40,6 +39,7 @@ class EnvVar:
     reason: str
     kind: str = "batch"  # batch | task
     origin: str = "gpusub"  # gpusub | site | user
+    optional: bool = False  # task values only: exported when non-empty, else left unset
 
 
 @dataclass(frozen=True)
@@ -62,36 +62,45 @@ def uses_fsdp(args: tuple[str, ...]) -> bool:
     return any(a in ("--use-megatron-fsdp", "--use-torch-fsdp2", "--use-custom-fsdp") for a in args)
 
 
-def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str) -> EnvPlan:
+def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatures | None = None) -> EnvPlan:
     out: list[EnvVar] = []
     not_set: list[tuple[str, str]] = []
+    tf = torch if torch is not None else features_for(facts.torch_version)
+    v = parse_version(tf.version)
+    if v is not None and v < MIN_SUPPORTED and spec.launcher != "srun":
+        raise UsageError(f"{spec.python or 'the interpreter'} has torch {tf.version}: gpusub needs torch >= "
+                         f"{MIN_SUPPORTED[0]}.{MIN_SUPPORTED[1]} (TORCH_NCCL_* names, torchrun c10d rendezvous)")
 
-    def add(name: str, value: str, reason: str, kind: str = "batch", origin: str = "gpusub") -> None:
-        out.append(EnvVar(name, value, reason, kind, origin))
+    def add(name: str, value: str, reason: str, kind: str = "batch", origin: str = "gpusub",
+            optional: bool = False) -> None:
+        out.append(EnvVar(name, value, reason, kind, origin, optional))
 
     add("PYTHONUNBUFFERED", "1", "print() reaches the log as it happens, not at exit (TorchX/NeMo-Run templates)")
     add("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3",
         "a failed or timed-out collective tears the process down instead of hanging until the wall time "
         "(torch default 3; set explicitly because older site profiles set the deprecated NCCL_ASYNC_ERROR_HANDLING)")
-    # torch renamed the flight-recorder variables (TORCH_NCCL_TRACE_BUFFER_SIZE -> TORCH_FR_BUFFER_SIZE,
-    # TORCH_NCCL_DEBUG_INFO_TEMP_FILE -> TORCH_FR_DUMP_TEMP_FILE); torch 2.13 warns on every rank for the old
-    # names, so only the new ones are set.
-    add("TORCH_FR_BUFFER_SIZE", "2000",
-        "keep the last 2000 collectives per rank in the flight recorder, so a hang leaves evidence "
-        "(formerly TORCH_NCCL_TRACE_BUFFER_SIZE)")
+    # torch 2.8 renamed the flight-recorder variables (TORCH_NCCL_TRACE_BUFFER_SIZE -> TORCH_FR_BUFFER_SIZE,
+    # TORCH_NCCL_DEBUG_INFO_TEMP_FILE -> TORCH_FR_DUMP_TEMP_FILE; torchcompat.py has the evidence): newer releases
+    # warn on every rank for the old names, older ones ignore the new names. Set the names this torch reads.
+    buf, dump = (("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE") if tf.fr_names
+                 else ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
+    add(buf, "2000",
+        f"keep the last 2000 collectives per rank in the flight recorder, so a hang leaves evidence ({tf.label})")
     add("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "dump the flight recorder when a collective times out")
-    add("TORCH_FR_DUMP_TEMP_FILE", f"{run_dir}/nccl_trace/rank_",
-        "flight-recorder dumps go to the run dir (shared) instead of each node's /tmp "
-        "(formerly TORCH_NCCL_DEBUG_INFO_TEMP_FILE)")
+    add(dump, f"{run_dir}/nccl_trace/rank_",
+        f"flight-recorder dumps go to the run dir (shared) instead of each node's /tmp ({tf.label})")
     add("NCCL_DEBUG", "WARN", "NCCL warnings in the log; INFO is for triage only (NCCL env docs: no debug vars in production)")
 
     if facts.socket_ifname:
         add("NCCL_SOCKET_IFNAME", facts.socket_ifname,
             "site profile names the interface that routes between nodes (NCCL's own choice would be wrong here)",
             origin="site")
-        add("GLOO_SOCKET_IFNAME", facts.socket_ifname,
-            "gloo (used by torch for CPU collectives and barriers) has no auto-detection: same interface as NCCL",
-            origin="site")
+        # gloo takes exact interface names only (no ^ exclusion, no = , no prefixes: it fails at
+        # init_process_group with "Unable to find address for: ^docker0"): resolved on each node at start
+        add("GLOO_SOCKET_IFNAME", "$(_gpusub_gloo_ifname)",
+            f"gloo (torch's CPU collectives and barriers) needs an exact name: the first up interface on the node "
+            f"that NCCL's {facts.socket_ifname!r} selects, read from /sys/class/net at start; unset when none "
+            "matches (gloo then uses the hostname's address)", kind="task", origin="site", optional=True)
     else:
         not_set.append(("NCCL_SOCKET_IFNAME",
                         "no site socket_ifname: NCCL picks ib* / the first non-docker, non-lo interface itself"))
@@ -103,7 +112,7 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str) -> EnvPlan:
         "exclude-only list (^=): the site's storage HCAs"
         + (f" ({','.join(facts.ib_hca_exclude)})" if facts.ib_hca_exclude else "")
         + " plus HCA ports found not ACTIVE on the node at job start; unset when nothing is excluded",
-        kind="task")
+        kind="task", optional=True)
     not_set.append(("NCCL_IB_GID_INDEX", "left at -1 (auto): NCCL 2.21+ picks the RoCEv2 GID itself"))
     not_set.append(("NCCL_ASYNC_ERROR_HANDLING / NCCL_BLOCKING_WAIT", "deprecated since torch 2.2: warnings only"))
 
@@ -113,7 +122,19 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str) -> EnvPlan:
         add("PET_RDZV_CONF", "is_host=$([ \"${SLURM_NODEID:-0}\" = 0 ] && echo 1 || echo 0)",
             "torchrun --rdzv-conf: the first node hosts the c10d store (no hostname guessing)", kind="task")
         not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
-                        f"passed as torchrun --signals-to-handle={TORCHRUN_SIGNALS} (SIGUSR2 reaches the workers)"))
+                        "SIGUSR2 stays out of torchrun's agent (a no-op handler in the agent): Slurm delivers it once to "
+                        "every worker, and the agent neither forwards it again nor kills workers mid-checkpoint"))
+        if tf.shutdown_timeout_flag:
+            not_set.append(("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+                            f"passed as torchrun --shutdown-timeout={spec.signal_grace} ({tf.label})"))
+        elif not tf.known:
+            add("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(max(30, spec.signal_grace)),
+                "torchrun's wait between forwarding SIGTERM (preemption, scancel) and SIGKILL: the grace, not 30 s; "
+                "read by torch 2.13+, ignored by older releases (version unknown, so no --shutdown-timeout flag)")
+        else:
+            not_set.append(("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+                            f"{tf.label} has no torchrun shutdown timeout: on SIGTERM its agent kills workers after "
+                            "a fixed 30 s (the SIGUSR2 checkpoint path does not go through the agent)"))
 
     if spec.launcher == "srun":
         add("RANK", "$SLURM_PROCID", "one srun task per GPU: global rank from Slurm", kind="task")
@@ -136,9 +157,11 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str) -> EnvPlan:
 
     # later entries win (user over site over gpusub); a dict keeps each name's first position: a stable script
     merged: dict[str, EnvVar] = {}
-    for v in out:
-        merged[v.name] = v
-    return EnvPlan(tuple(merged.values()), tuple(not_set))
+    for var in out:
+        merged[var.name] = var
+    # a name set by the site or the user is not also "not set"
+    unset = tuple((n, why) for n, why in not_set if n not in merged)
+    return EnvPlan(tuple(merged.values()), unset)
 
 
 def deprecated_in(pairs: tuple[tuple[str, str], ...]) -> list[str]:

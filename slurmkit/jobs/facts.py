@@ -50,6 +50,10 @@ def from_cluster(cluster: Cluster, partition: str | None, source: str) -> Cluste
     mem = 0
     storage_hcas: list[str] = []
     groups = [cluster.group(g) for g in part.groups] if part else list(cluster.node_groups)
+    # the same per-GPU share the config generator writes as DefCpuPerGPU / DefMemPerGPU (NodeGroup.cpus_per_gpu)
+    gpu_groups = [g for g in groups if g.gpu_count]
+    cpg = min((g.cpus_per_gpu for g in gpu_groups), default=0)
+    mpg = min((g.mem_per_gpu_mb for g in gpu_groups), default=0)
     for g in groups:
         for h in g.hostnames:
             node_gpus.append((h, g.gpu_count))
@@ -65,6 +69,9 @@ def from_cluster(cluster: Cluster, partition: str | None, source: str) -> Cluste
         gpu_memory_mb=mem,
         node_gpus=tuple(node_gpus),
         max_time=part.max_time if part else None,
+        cpus_per_gpu=cpg,
+        mem_per_gpu_mb=mpg,
+        resources_source="inventory" if cpg or mpg else "",
         topo_model=cluster.topology,
         socket_ifname=site.socket_ifname,
         ib_hca_exclude=excludes,
@@ -118,6 +125,7 @@ def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | Non
         return replace(base, partition=pname, max_time=max_time, node_gpus=node_gpus or base.node_gpus,
                        live_nodes=live)
     node_gpus = tuple((n.name, n.total_gpus) for n in nodes)
+    cpg, mpg = per_gpu_from_records(nodes)
     gtypes = Counter(_gres_type(n.gres) for n in nodes if _gres_type(n.gres))
     return ClusterFacts(
         partition=pname,
@@ -128,9 +136,30 @@ def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | Non
         max_time=max_time,
         topo_records=tuple(backend.topology()),
         live_nodes=live,
+        cpus_per_gpu=cpg,
+        mem_per_gpu_mb=mpg,
+        resources_source="node records" if cpg or mpg else "",
         source="slurm",
         notes=("no site inventory: GPU memory unknown, NCCL interface left to NCCL",),
     )
+
+
+def per_gpu_from_records(nodes) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """(CPUs, MB) per GPU from ``scontrol show node`` records, the smallest over the GPU nodes: CPUTot minus the
+    specialised cores (CoreSpecCount x ThreadsPerCore), RealMemory minus MemSpecLimit, divided by the node's GPUs
+    (slurm.conf(5) 22.05: CoreSpecCount / MemSpecLimit are reserved for system use, not for jobs)."""
+    cpg: list[int] = []
+    mpg: list[int] = []
+    for n in nodes:
+        if not n.total_gpus:
+            continue
+        cpus = n.cpus - n.spec_cores * max(1, n.threads_per_core)
+        if cpus > 0:
+            cpg.append(cpus // n.total_gpus)
+        mem = n.real_memory - n.mem_spec_mb
+        if mem > 0:
+            mpg.append(mem // n.total_gpus)
+    return (min(cpg) if cpg else 0, min(mpg) if mpg else 0)
 
 
 def _gres_type(gres: str) -> str | None:

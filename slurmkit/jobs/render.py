@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 from slurmkit.backend.base import SubmitRequest
 from slurmkit.errors import UsageError
-from slurmkit.jobs.env import TORCHRUN_SIGNALS, EnvPlan, plan_env
+from slurmkit.jobs.env import EnvPlan, plan_env
 from slurmkit.jobs.spec import ClusterFacts, JobSpec, parse_time_minutes, sbatch_value
 from slurmkit.jobs.topology import TopologyPlan, plan_topology
+from slurmkit.jobs.torchcompat import AGENT, TorchFeatures, features_for
 
 if TYPE_CHECKING:  # imported when the launcher is megatron: a DDP submit does not pay for it
     from slurmkit.jobs import megatron
@@ -33,17 +34,68 @@ class RenderedJob:
     findings: tuple[megatron.Finding, ...] = ()
     memory: megatron.MemoryEstimate | None = None
     script_args: tuple[str, ...] = ()  # what the program receives (Megatron parallel args appended)
+    resources: Resources | None = None
+    torch: TorchFeatures | None = None
 
     def plan_line(self) -> str:
         s = self.spec
         world = s.nodes * self.gpus_per_node
         part = self.facts.partition or "(default partition)"
         extra = f", TP={s.tp} PP={s.pp} CP={s.cp} EP={s.ep}" if s.launcher == "megatron" else ""
+        res = f"; {self.resources.summary()}" if self.resources else ""
         return (f"plan: {s.nodes} node(s) x {self.gpus_per_node} GPU(s) = {world} process(es) on {part} via "
-                f"{s.launcher}{extra}; {self.topology.summary}")
+                f"{s.launcher}{extra}{res}; {self.topology.summary}")
 
     def log_path(self, job_id: str, restart: int = 0) -> str:
         return f"{self.run_dir}/logs/{job_id}.r{restart}.log"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """CPUs and memory per node, in proportion to the GPUs asked (the node's usable share per GPU)."""
+
+    tasks_per_node: int
+    cpus_per_task: int  # 0: not requested (unknown share, no GPUs)
+    mem_per_node_mb: int  # 0: not requested
+    cpus_per_gpu: int
+    mem_per_gpu_mb: int
+    source: str  # "--cpus-per-gpu", "inventory", "node records", ...
+
+    def summary(self) -> str:
+        if not self.cpus_per_task and not self.mem_per_node_mb:
+            return "CPUs/memory: Slurm defaults (per-GPU share unknown)"
+        cpus = self.cpus_per_task * self.tasks_per_node
+        parts = []
+        if self.cpus_per_task:
+            parts.append(f"{cpus} CPU(s)")
+        if self.mem_per_node_mb:
+            parts.append(f"{_mb(self.mem_per_node_mb)} memory")
+        per = []
+        if self.cpus_per_gpu:
+            per.append(f"{self.cpus_per_gpu} CPU(s)")
+        if self.mem_per_gpu_mb:
+            per.append(_mb(self.mem_per_gpu_mb))
+        return f"{' + '.join(parts)} per node ({' + '.join(per)} per GPU, {self.source})"
+
+
+def _mb(mb: int) -> str:
+    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb} MB"
+
+
+def plan_resources(spec: JobSpec, facts: ClusterFacts, gpus: int) -> Resources:
+    tasks = (gpus or 1) if spec.launcher == "srun" else 1
+    cpg = spec.cpus_per_gpu or facts.cpus_per_gpu
+    mpg = spec.mem_per_gpu_mb or facts.mem_per_gpu_mb
+    srcs = []
+    if spec.cpus_per_gpu or spec.mem_per_gpu_mb:
+        srcs += [f for f, v in (("--cpus-per-gpu", spec.cpus_per_gpu), ("--mem-per-gpu", spec.mem_per_gpu_mb)) if v]
+    if (cpg and not spec.cpus_per_gpu) or (mpg and not spec.mem_per_gpu_mb):
+        srcs.append(facts.resources_source or "site")
+    if not gpus:
+        return Resources(tasks, 0, 0, 0, 0, "no GPUs")
+    # torchrun/megatron: one task per node runs every rank, so it gets every GPU's share
+    per_task_gpus = 1 if spec.launcher == "srun" else gpus
+    return Resources(tasks, cpg * per_task_gpus, mpg * gpus, cpg, mpg, ", ".join(dict.fromkeys(srcs)) or "unknown")
 
 
 def resolve_gpus(spec: JobSpec, facts: ClusterFacts) -> int:
@@ -54,12 +106,17 @@ def resolve_gpus(spec: JobSpec, facts: ClusterFacts) -> int:
     raise UsageError("--gpus-per-node: the partition's GPUs per node are unknown (no inventory, no sinfo): give it")
 
 
-def directives(spec: JobSpec, facts: ClusterFacts, run_dir: str, gpus: int, topo: TopologyPlan) -> list[str]:
+def directives(spec: JobSpec, facts: ClusterFacts, run_dir: str, gpus: int, topo: TopologyPlan,
+               res: Resources | None = None) -> list[str]:
     """``#SBATCH`` options in a fixed order. Every value is either ours or passed ``sbatch_value``."""
-    tasks = gpus if spec.launcher == "srun" else 1
-    out = [f"--job-name={spec.job_name}", f"--nodes={spec.nodes}", f"--ntasks-per-node={tasks}"]
+    res = res or plan_resources(spec, facts, gpus)
+    out = [f"--job-name={spec.job_name}", f"--nodes={spec.nodes}", f"--ntasks-per-node={res.tasks_per_node}"]
     if gpus:
         out.append(f"--gres=gpu:{gpus}")
+    if res.cpus_per_task:
+        out.append(f"--cpus-per-task={res.cpus_per_task}")
+    if res.mem_per_node_mb:
+        out.append(f"--mem={res.mem_per_node_mb}M")  # per node (sbatch(1) --mem)
     if facts.partition:
         out.append(f"--partition={facts.partition}")
     if spec.time:
@@ -93,13 +150,17 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         raise UsageError(f"--run-dir: {run_dir!r} must be an absolute path (the job may start elsewhere)")
     gpus = resolve_gpus(spec, facts)
     if spec.launcher != "srun" and gpus == 0:
-        raise UsageError("--gpus-per-node 0: torchrun/megatron start one process per GPU; use --launcher srun")
+        raise UsageError("--gpus-per-node 0: torchrun/megatron start one process per GPU; for a CPU-only job use "
+                         "--launcher srun (one task per node)")
     if spec.time and facts.max_time:
         want, limit = parse_time_minutes(spec.time), parse_time_minutes(facts.max_time)
         if limit is not None and (want is None or want > limit):
             raise UsageError(f"--time {spec.time} exceeds the partition {facts.partition}'s MaxTime {facts.max_time}")
     topo = plan_topology(spec, facts, gpus)
-    envp = plan_env(spec, facts, run_dir)
+    tf = features_for(facts.torch_version)
+    envp = plan_env(spec, facts, run_dir, tf)
+    res = plan_resources(spec, facts, gpus)
+    python = spec.python or "python3"
     findings: list[megatron.Finding] = []
     memory = None
     args = spec.args
@@ -123,9 +184,10 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         }
     elif any(v != 1 for v in (spec.tp, spec.pp, spec.cp, spec.ep)):
         raise UsageError("--tp/--pp/--cp/--ep need --launcher megatron")
+    mounts = container_mounts(spec, run_dir) if spec.container_image else ""
     ctx = {
         "header": header_line(facts.inventory_sha256),
-        "directives": directives(spec, facts, run_dir, gpus, topo),
+        "directives": directives(spec, facts, run_dir, gpus, topo, res),
         "launcher": spec.launcher,
         "run_dir": run_dir,
         "signal_grace": spec.signal_grace,
@@ -136,9 +198,17 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "socket_ifname": facts.socket_ifname or "",
         "nodes": spec.nodes,
         "nproc_per_node": gpus,
+        "tasks_per_node": res.tasks_per_node,
+        "cpus_per_task": res.cpus_per_task,
+        # srun --wait: how long the other tasks may run on after the first one ends; never shorter than the grace,
+        # so a slower node's checkpoint is not cut when a faster node's agent has already exited
+        "step_wait": max(60, spec.signal_grace + 30) if spec.signal_grace else 60,
         "container_image": spec.container_image,
-        "container_mounts": spec.container_mounts,
-        "torchrun_signals": TORCHRUN_SIGNALS,
+        "container_mounts": mounts,
+        "python": python,
+        "agent": AGENT,
+        "shutdown_timeout": spec.signal_grace if tf.shutdown_timeout_flag and spec.signal_grace else 0,
+        "pinned": topo.pinned,
         "program": program(spec, args),
         **ctx_extra,
     }
@@ -146,14 +216,30 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
     return RenderedJob(
         spec=spec, facts=facts, request=SubmitRequest(script=script, argv=(), workdir=workdir), env=envp,
         run_dir=run_dir, gpus_per_node=gpus, topology=topo, findings=tuple(findings), memory=memory,
-        script_args=tuple(args),
+        script_args=tuple(args), resources=res, torch=tf,
     )
+
+
+def container_mounts(spec: JobSpec, run_dir: str) -> str:
+    """pyxis ``--container-mounts``: the run dir (logs, checkpoints, flight-recorder dumps) and the script's
+    directory at the same paths, then the user's. pyxis splits the list on ``,`` and each entry on ``:``
+    (SRC:DST[:FLAGS]), so a path holding either cannot be mounted."""
+    import os.path
+
+    own = [run_dir, os.path.dirname(spec.script) or "/"]
+    for flag, p in (("--run-dir", run_dir), ("SCRIPT", own[1])):
+        if "," in p or ":" in p:
+            raise UsageError(f"{flag}: {p!r} contains ',' or ':', which pyxis --container-mounts cannot express")
+    entries = [f"{p}:{p}" for p in dict.fromkeys(own)]
+    if spec.container_mounts:
+        entries.append(spec.container_mounts)
+    return ",".join(entries)
 
 
 def program(spec: JobSpec, args: tuple[str, ...]) -> list[str]:
     """The argv the step runs after the launcher; every element is shell-quoted by the template."""
     if spec.launcher == "srun":
-        head = [spec.python, "-u"] if spec.is_python else []
+        head = [spec.python or "python3", "-u"] if spec.is_python else []
     else:
         head = [] if spec.is_python else ["--no-python"]  # torchrun runs a non-.py program directly
     return [*head, spec.script, *args]
@@ -175,7 +261,12 @@ def explain(job: RenderedJob) -> list[str]:
         out.append(f"  {name:<{width}}   not set: {why}")
     out.append(f"  {'MASTER_ADDR':<{width}} = first node's address (site interface, else its Slurm NodeAddr), "
                "resolved on that node at start")
-    out.append(f"  {'MASTER_PORT':<{width}} = 20000 + job id % 20000")
+    out.append(f"  {'MASTER_PORT':<{width}} = 20000 + job id % 12000 (below Linux's ephemeral range 32768-60999)")
+    out.append(f"interpreter: {job.spec.python or 'python3'} ({job.torch.label if job.torch else 'torch unknown'}"
+               + (", inside the container image" if job.spec.container_image else "") + ")")
+    if job.resources:
+        out.append(f"resources: {job.resources.summary()}; sbatch --cpus-per-task/--mem, srun --cpus-per-task "
+                   "(22.05+ srun does not inherit it); override with --cpus-per-gpu / --mem-per-gpu")
     for f in job.facts.notes:
         out.append(f"  note: {f}")
     return out

@@ -69,6 +69,41 @@ def parse_time_minutes(value: str) -> int | None:
     return total + (1 if seconds else 0)
 
 
+def parse_time_seconds(value: str) -> int | None:
+    """Slurm time syntax -> seconds (exact); ``UNLIMITED``/``INFINITE`` -> None."""
+    v = value.strip()
+    if v.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    m = _TIME.match(v)
+    if not m:
+        raise UsageError(f"--time: {value!r} is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)")
+    days, a, b, c = m.groups()
+    nums = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        nums += [0] * (3 - len(nums))
+        return int(days) * 86400 + nums[0] * 3600 + nums[1] * 60 + nums[2]
+    if len(nums) == 1:  # M
+        return nums[0] * 60
+    if len(nums) == 2:  # M:S
+        return nums[0] * 60 + nums[1]
+    return nums[0] * 3600 + nums[1] * 60 + nums[2]  # H:M:S
+
+
+_MEM = re.compile(r"^(\d+)([KMGT]?)$", re.IGNORECASE)
+
+
+def parse_mem_mb(flag: str, value: str) -> int:
+    """Slurm memory syntax (``16000``, ``16000M``, ``16G``, ``1T``; default unit MB) -> MB."""
+    m = _MEM.match(value.strip())
+    if not m:
+        raise UsageError(f"{flag}: {value!r} is not a Slurm memory size (e.g. 16000, 16000M, 16G)")
+    n, unit = int(m.group(1)), m.group(2).upper()
+    mb = {"K": n // 1024, "": n, "M": n, "G": n * 1024, "T": n * 1024 * 1024}[unit]
+    if mb < 1:
+        raise UsageError(f"{flag}: {value!r} is less than 1 MB")
+    return mb
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One gpusub request. ``script`` is an absolute path once the edge resolved it."""
@@ -97,7 +132,11 @@ class JobSpec:
     max_restarts: int = 3
     topology: str = "auto"
     run_dir: str | None = None
-    python: str = "python3"  # interpreter for a .py script under the srun launcher (from PATH in the job)
+    # The interpreter that runs the job (torchrun's agent and workers, a .py script under srun). None: the one
+    # gpusub runs under (sys.executable, resolved by prepare()), or the image's python3 with --container-image.
+    python: str | None = None
+    cpus_per_gpu: int | None = None  # None: the node's usable CPUs / GPUs (inventory, else node records)
+    mem_per_gpu_mb: int | None = None  # None: the node's usable memory / GPUs
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
@@ -119,7 +158,21 @@ class JobSpec:
             if not _ENV_NAME.match(n):
                 raise UsageError(f"--env: bad variable name {n!r}")
         if self.time is not None:
-            parse_time_minutes(self.time)
+            secs = parse_time_seconds(self.time)
+            # the batch shell gets SIGUSR2 --signal-grace seconds before the end (sbatch --signal); a wall time that
+            # cannot hold the grace signals the job seconds after every start and burns every restart
+            if secs is not None and self.signal_grace and secs <= self.signal_grace:
+                raise UsageError(f"--time {self.time} ({secs}s) cannot hold --signal-grace {self.signal_grace}: the "
+                                 "checkpoint signal would come at or before the start; give a longer --time or a "
+                                 "smaller --signal-grace (0: no signal)")
+        if self.container_mounts and not self.container_image:
+            raise UsageError("--container-mounts: needs --container-image (without an image nothing is mounted)")
+        if self.python is not None and not self.python.strip():
+            raise UsageError("--python: empty")
+        if self.cpus_per_gpu is not None and self.cpus_per_gpu < 1:
+            raise UsageError(f"--cpus-per-gpu: must be >= 1, got {self.cpus_per_gpu}")
+        if self.mem_per_gpu_mb is not None and self.mem_per_gpu_mb < 1:
+            raise UsageError(f"--mem-per-gpu: must be >= 1 MB, got {self.mem_per_gpu_mb}")
         checked: tuple[tuple[str, str | None], ...] = (
             ("--partition", self.partition), ("--account", self.account), ("--qos", self.qos),
             ("--name", self.name), ("--dependency", self.dependency), ("--array", self.array), ("--time", self.time),
@@ -161,6 +214,12 @@ class ClusterFacts:
     topo_records: tuple[SwitchRecord, ...] = ()  # `scontrol show topology` (without an inventory)
     # live (name, state, flags, free GPUs, total GPUs) from one `scontrol show node`; () in a dry run
     live_nodes: tuple[tuple[str, str, frozenset[str], int, int], ...] = ()
+    # each GPU's share of a node's usable CPUs / memory (after the reserve); 0 = unknown. The smallest over the
+    # partition's GPU node groups, so the request fits every node the job may get.
+    cpus_per_gpu: int = 0
+    mem_per_gpu_mb: int = 0
+    resources_source: str = ""  # where cpus/mem per GPU came from ("inventory", "node records")
+    torch_version: str | None = None  # torch of the job's interpreter (None: unknown / not probed)
     socket_ifname: str | None = None
     ib_hca_exclude: tuple[str, ...] = ()
     site_env: tuple[tuple[str, str], ...] = ()

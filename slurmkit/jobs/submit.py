@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,13 +77,19 @@ def prepare(
     """Facts, render, preflight. With ``backend`` None nothing talks to Slurm (a dry run without queries)."""
     env = os.environ if environ is None else environ
     cwd = cwd or os.getcwd()
-    if not Path(spec.script).is_file():
+    sp = Path(spec.script)
+    if sp.is_dir():
+        raise PreflightError(f"{spec.script}: is a directory; give the training script (e.g. {spec.script}/train.py)")
+    if not sp.is_file():
         raise PreflightError(f"{spec.script}: no such file (checked before queueing, not hours later)")
+    spec, torch_version, interp_errors = _pin_interpreter(spec)
     f = facts if facts is not None else gather_facts(spec, backend, env)
+    if torch_version and not f.torch_version:
+        f = replace(f, torch_version=torch_version)
     run_dir = spec.run_dir or new_run_dir(default_run_root(f.run_root, env, cwd), spec.job_name)
     job = render(spec, f, os.path.abspath(run_dir), workdir=cwd)
     warnings: list[str] = []
-    errors = [x.message for x in job.findings if x.level == "error"]
+    errors = interp_errors + [x.message for x in job.findings if x.level == "error"]
     warnings += [x.message for x in job.findings if x.level == "warning"]
     if f.node_gpus:
         fit = sum(1 for _, g in f.node_gpus if g >= job.gpus_per_node)
@@ -102,6 +109,34 @@ def prepare(
                 raise PreflightError(f"preflight: sbatch --test-only refused the job: {exc.one_line()}") from exc
             warnings.append(f"forced past: sbatch --test-only: {exc.one_line()}")
     return Prepared(job=job, warnings=tuple(warnings), start_estimate=estimate)
+
+
+def _pin_interpreter(spec: JobSpec) -> tuple[JobSpec, str | None, list[str]]:
+    """The interpreter the job runs under, pinned at submit (as submitit does): ``--python``, else the one gpusub
+    runs under; with a container image the image's ``python3`` (nothing on this host to check).
+
+    Returns the spec with ``python`` set, the torch version found (None when unknown) and preflight errors: an
+    interpreter that does not exist here (compute nodes see the same shared paths as the login node in the
+    clusters gpusub targets; ``--force`` submits anyway), or one without torch for torchrun/megatron."""
+    needs = spec.launcher != "srun" or spec.is_python
+    if spec.container_image:
+        return (spec if spec.python else replace(spec, python="python3")), None, []
+    python = spec.python or sys.executable
+    if not python:
+        return replace(spec, python="python3"), None, []
+    if not needs:
+        return replace(spec, python=python), None, []
+    from slurmkit.jobs.interp import probe
+
+    info = probe(python)
+    what = f"--python {python}" if spec.python else f"interpreter {python} (the one gpusub runs under; see --python)"
+    if not info.exists:
+        return replace(spec, python=python), None, [
+            f"{what}: {info.error} on the submit host; the job would fail with exit 127 when it starts"]
+    errors = []
+    if info.probed and info.torch_version is None and spec.launcher != "srun":
+        errors.append(f"{what}: has no torch installed: torchrun would fail when the job starts")
+    return replace(spec, python=python), info.torch_version, errors
 
 
 def submit_prepared(prepared: Prepared, backend: Backend, gpusub_argv: list[str] | None = None,

@@ -11,6 +11,13 @@
   which Slurm caps at SchedulerParameters=max_switch_wait, 300 s by default).
 * ``off``: nothing is added; Slurm places the job.
 
+A ``--nodelist`` is right only at the moment it is computed, so it is used only for a single submission that can
+start now: an array (its tasks would queue one after another on the same pinned nodes), or a job with a
+``--dependency`` (it starts after another job ends, on whatever is free then), gets ``--switches`` (tree) or
+nothing instead. A pinned job is requeued after a preemption: its batch script clears the pin
+(``scontrol update ReqNodeList=``) right after ``scontrol requeue``, so the next attempt is placed afresh instead
+of waiting for a node that was drained meanwhile (``pinned`` tells the template to do so).
+
 ``--switches`` exists only with topology/tree; with topology/block (23.11+) the engine's plan is printed but no
 directive is added (``--segment`` is for the block plugin and depends on the site's BlockSizes).
 """
@@ -29,6 +36,10 @@ SWITCH_WAIT = "05:00"  # Slurm's own default wait for --switches; the engine alr
 class TopologyPlan:
     directives: tuple[str, ...]
     summary: str
+
+    @property
+    def pinned(self) -> bool:
+        return any(d.startswith("--nodelist=") for d in self.directives)
 
 
 def _topology(facts: ClusterFacts):  # type: ignore[no-untyped-def]
@@ -71,27 +82,32 @@ def plan_topology(spec: JobSpec, facts: ClusterFacts, gpus: int) -> TopologyPlan
     ideal_level, ideal_leaves = ideal
     p = place(topo, states, request)
     tree = topo.kind == "tree"
+    # a pin is valid only now: never for an array or a job that waits for another (module docstring)
+    single = not spec.array and not spec.dependency
+    later = "" if single else f" (not pinned: {'an array' if spec.array else 'a dependent job'} starts later)"
     if spec.topology == "strict":
-        if p is not None and len(p.leaves) <= ideal_leaves and p.level <= ideal_level:
+        if single and p is not None and len(p.leaves) <= ideal_leaves and p.level <= ideal_level:
             return TopologyPlan((f"--nodelist={p.nodelist}",),
                                 f"placement (strict): {p.summary()}; pinned --nodelist={p.nodelist}{live}")
         wait = _long_wait(spec, facts)
         directive = (f"--switches={ideal_leaves}@{wait}",) if tree else ()
-        return TopologyPlan(directive, f"placement (strict): the ideal span ({ideal_leaves} leaf/leaves) is not "
-                                       f"free now: waiting for it" + (f" (--switches={ideal_leaves}@{wait})" if tree else "")
-                            + live)
+        what = "is not free now" if single else "is asked for when the job becomes eligible"
+        return TopologyPlan(directive, f"placement (strict): the ideal span ({ideal_leaves} leaf/leaves) {what}: "
+                                       f"waiting for it" + (f" (--switches={ideal_leaves}@{wait})" if tree else "")
+                            + later + live)
     if p is None:
         directive = (f"--switches={ideal_leaves}@{SWITCH_WAIT}",) if tree else ()
         return TopologyPlan(directive, f"placement: not enough free nodes now; asking for the ideal span of "
                                        f"{ideal_leaves} leaf/leaves" + live)
     idle_now = bool(facts.live_nodes) and all(s.state == "idle" for s in states if s.name in set(p.nodes))
-    if spec.nodes > 1 and idle_now:
+    if spec.nodes > 1 and idle_now and single:
         directive = (f"--nodelist={p.nodelist}",)
     elif tree and spec.nodes > 1:
         directive = (f"--switches={len(p.leaves)}@{SWITCH_WAIT}",)
     else:
         directive = ()
-    return TopologyPlan(directive, f"placement: {p.summary()}" + (f"; {directive[0]}" if directive else "") + live)
+    return TopologyPlan(directive, f"placement: {p.summary()}" + (f"; {directive[0]}" if directive else "") + later
+                        + live)
 
 
 def _long_wait(spec: JobSpec, facts: ClusterFacts) -> str:

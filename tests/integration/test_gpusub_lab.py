@@ -137,6 +137,9 @@ def test_torchrun_ddp_4_nodes_x_2_processes(env: dict[str, str], backend: CLIBac
     meta = json.loads((Path(run_dir) / "submit.json").read_text())
     assert meta["job_id"] == job_id
     assert f"#SBATCH --nodelist={nodes}" in (Path(run_dir) / "script.sh").read_text()
+    # CPUs and memory in proportion to the GPUs (lab: 8 cores, 31000 MB usable, 8 GPUs per node), not 1 CPU per node
+    rec = backend.job(job_id).raw
+    assert rec["CPUs/Task"] == "2" and rec["MinMemoryNode"] == "7750M", rec
 
 
 def test_usr2_checkpoint_requeue_resume(env: dict[str, str], backend: CLIBackend, tmp_path: Path) -> None:
@@ -228,3 +231,204 @@ def test_slurmctld_down_one_line_error_no_duplicate(lab, env: dict[str, str], ba
     assert after == before, f"a job was submitted while the controller was down: {after - before}"
     rows = statuses(sorted(before)[:1], backend, env) if before else []
     assert all(r.source == "slurmctld" for r in rows)
+
+
+# --- preemption through torchrun: the checkpoint gets the promised grace, SIGUSR2 once per rank ----------------------
+
+# A DDP (gloo) trainer: every rank notes SIGUSR2, the ranks agree on it with an all-reduce, rank 0 saves a checkpoint
+# that takes SAVE_S seconds (longer than torchrun's default 30 s shutdown), all ranks record how many SIGUSR2 they got.
+DDP_CKPT = """\
+import json, os, signal, sys, time
+import torch
+import torch.distributed as dist
+got = []
+signal.signal(signal.SIGUSR2, lambda s, f: got.append(time.time()))
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+run = os.environ["GPUSUB_RUN_DIR"]
+restart = int(os.environ["GPUSUB_RESTART_COUNT"])
+ck = os.path.join(os.environ["GPUSUB_CHECKPOINT_DIR"], "state.json")
+step = json.load(open(ck))["step"] if os.path.exists(ck) else 0
+start = step
+save_s = float(sys.argv[1]) if restart == 0 else 0.5
+open(os.path.join(run, f"running.r{restart}.rank{rank}"), "w").close()
+while True:
+    flag = torch.tensor([1.0 if got else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if flag.item():
+        if rank == 0:
+            time.sleep(save_s)  # a slow checkpoint
+            with open(ck + ".tmp", "w") as f:
+                json.dump({"step": step}, f)
+            os.replace(ck + ".tmp", ck)
+        dist.barrier()
+        with open(os.path.join(run, f"sig.r{restart}.rank{rank}.json"), "w") as f:
+            json.dump({"signals": len(got), "step": step, "host": os.uname().nodename}, f)
+        print(f"rank {rank}: checkpointed at step {step}", flush=True)
+        dist.destroy_process_group()
+        sys.exit(0)
+    if restart > 0 and step >= start + 5:
+        if rank == 0:
+            with open(os.path.join(run, "result.json"), "w") as f:
+                json.dump({"resumed_from": start, "final": step}, f)
+        dist.destroy_process_group()
+        break
+    step += 1
+    time.sleep(0.1)
+"""
+
+
+def _running(run_dir: Path, restart: int, ranks: int) -> bool:
+    return len(list(run_dir.glob(f"running.r{restart}.rank*"))) == ranks
+
+
+def test_ddp_checkpoint_longer_than_30s_gets_the_grace_and_resumes_elsewhere(
+        env: dict[str, str], backend: CLIBackend, tmp_path: Path) -> None:
+    """torchrun job, 2 nodes x 2 ranks, pinned (single submission, idle nodes): a 45 s save under --signal-grace 120
+    completes (torchrun's own shutdown would SIGKILL at 30 s), each rank sees SIGUSR2 exactly once, the job requeues,
+    the pin is cleared so the next attempt avoids a node drained meanwhile, and training resumes from the save."""
+    script = tmp_path / "ddp_ckpt.py"
+    script.write_text(DDP_CKPT)
+    run_dir = tmp_path / "run"
+    spec = JobSpec(script=str(script), args=("45",), nodes=2, gpus_per_node=2, exclusive=True, max_restarts=1,
+                   signal_grace=120, run_dir=str(run_dir), time="10:00")
+    job_id, _ = submit_job(spec, backend, environ=env)
+    text = (run_dir / "script.sh").read_text()
+    assert "#SBATCH --nodelist=" in text and "ReqNodeList=" in text  # pinned, and unpinned at requeue
+    _wait_for(lambda: _running(run_dir, 0, 4), 90, "4 ranks of the first attempt")
+    first = set(backend.job(job_id).nodes)
+    drained = sorted(first)[0]
+    backend.drain(drained, "gpusub-test: drained while the job checkpoints")
+    try:
+        backend.cancel(job_id, signal="USR2", batch=True)  # what --signal=B:USR2@GRACE does before the time limit
+        _wait_for(lambda: backend.job(job_id).restarts >= 1, 150, "the requeue")
+        _wait_for(lambda: backend.job(job_id).finished, 180, "the second attempt (pin cleared, drained node avoided)")
+        log = io.StringIO()
+        st = follow(job_id, backend, log, environ=env, cap=1.0)
+        r0 = (run_dir / "logs" / f"{job_id}.r0.log").read_text()
+        assert st.state == "COMPLETED", log.getvalue()[-3000:]
+    finally:
+        backend.resume(drained)
+    sigs = [json.loads(p.read_text()) for p in sorted(run_dir.glob("sig.r0.rank*.json"))]
+    assert len(sigs) == 4, r0[-3000:]
+    assert [s["signals"] for s in sigs] == [1, 1, 1, 1], sigs  # once per rank (the agent forwarded a second one)
+    assert "SignalException" not in r0 and "Traceback" not in r0, r0[-3000:]
+    assert (run_dir / "attempts" / f"{job_id}.r0.exit").read_text().strip() == "0"
+    assert "requeued" in (run_dir / "attempts" / f"{job_id}.r0.reason").read_text()
+    saved = json.loads((run_dir / "checkpoints" / "state.json").read_text())["step"]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result == {"resumed_from": saved, "final": saved + 5}
+    second = set((run_dir / "attempts" / f"{job_id}.r1.nodes").read_text().split())
+    from slurmkit import hostlist
+
+    second_nodes = set(hostlist.expand(next(iter(second))))
+    assert drained not in second_nodes, (drained, second_nodes)
+
+
+# --- placement that stays valid: arrays and dependencies are not pinned --------------------------------------------
+
+HOLD = "#!/bin/bash\necho \"hold on $(hostname)\"\nwhile [ ! -e \"$GATE\" ]; do sleep 0.2; done\n"
+
+
+def _hold_script(tmp_path: Path) -> Path:
+    p = tmp_path / "hold.sh"
+    p.write_text(HOLD)
+    p.chmod(0o755)
+    return p
+
+
+def test_array_tasks_are_not_pinned_and_run_side_by_side(env: dict[str, str], backend: CLIBackend,
+                                                         tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    spec = JobSpec(script=str(_hold_script(tmp_path)), nodes=2, gpus_per_node=8, launcher="srun", array="0-2",
+                   time="5:00", run_dir=str(tmp_path / "run"), env=(("GATE", str(gate)),))
+    job_id, run_dir = submit_job(spec, backend, environ=env)
+    assert "--nodelist" not in (Path(run_dir) / "script.sh").read_text()
+
+    def running() -> list[str]:
+        return [j.job_id for j in backend.jobs() if j.raw.get("ArrayJobId") == job_id and j.state == "RUNNING"]
+
+    try:
+        # 3 tasks x 2 whole-GPU nodes on 8 idle nodes: all at once (pinned, they queued behind each other)
+        _wait_for(lambda: len(running()) == 3, 60, "3 array tasks running side by side")
+    finally:
+        gate.touch()
+    _wait_for(lambda: not [j for j in backend.jobs() if j.raw.get("ArrayJobId") == job_id and not j.finished],
+              60, "the array to finish")
+
+
+def test_dependent_job_is_placed_when_it_starts_not_when_submitted(env: dict[str, str], backend: CLIBackend,
+                                                                   tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    hold = _hold_script(tmp_path)
+    a = JobSpec(script=str(hold), nodes=2, gpus_per_node=8, launcher="srun", time="5:00",
+                run_dir=str(tmp_path / "a"), env=(("GATE", str(gate)),))
+    a_id, _ = submit_job(a, backend, environ=env)
+    _wait_for(lambda: backend.job(a_id).state == "RUNNING", 60, "job A running")
+    a_nodes = set(backend.job(a_id).nodes)
+    done = tmp_path / "b.sh"
+    done.write_text("#!/bin/bash\necho b ran\n")
+    done.chmod(0o755)
+    b = JobSpec(script=str(done), nodes=2, gpus_per_node=8, launcher="srun", time="5:00",
+                run_dir=str(tmp_path / "b"), dependency=f"afterok:{a_id}")
+    b_id, b_dir = submit_job(b, backend, environ=env)
+    assert "--nodelist" not in (Path(b_dir) / "script.sh").read_text()
+    others = sorted(n.name for n in backend.nodes() if n.name not in a_nodes)
+    from slurmkit import hostlist
+
+    drained = hostlist.fold(others)
+    backend.drain(drained, "gpusub-test: only A's nodes stay usable")
+    try:
+        gate.touch()  # A ends; B can only run on A's nodes now (a pin chosen at submit would wait forever)
+        _wait_for(lambda: backend.job(b_id).finished, 90, "job B to run after A on A's nodes")
+        assert backend.job(b_id).state == "COMPLETED"
+        assert set(backend.job(b_id).nodes) == a_nodes
+    finally:
+        backend.resume(drained)
+
+
+# --- gloo gets an exact interface name from the site's NCCL-style socket_ifname ------------------------------------
+
+@pytest.mark.parametrize("ifname", ["^docker0,lo", "eth"])
+def test_ddp_with_nccl_style_socket_ifname(lab, env: dict[str, str], backend: CLIBackend, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                           ifname: str) -> None:
+    import yaml
+
+    from slurmkit.model.yamlio import load as load_yaml
+
+    inv = load_yaml((lab.etc / "slurmkit.yaml").read_text())
+    inv.setdefault("site", {})["socket_ifname"] = ifname
+    path = tmp_path / "slurmkit.yaml"
+    path.write_text(yaml.safe_dump(inv))
+    e = {**env, "SLURMKIT_INVENTORY": str(path)}
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP)
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = JobSpec(script=str(script), args=(str(out),), nodes=2, gpus_per_node=2, time="5:00")
+    job_id, run_dir = submit_job(spec, CLIBackend(env=e), environ=e)
+    log = io.StringIO()
+    st = follow(job_id, backend, log, environ=e, cap=1.0)
+    assert st.state == "COMPLETED", log.getvalue()[-3000:]
+    assert len(list(out.glob("rank*.json"))) == 4
+    assert f"NCCL_SOCKET_IFNAME={ifname}" in (Path(run_dir) / "env.txt").read_text()
+
+
+# --- the interpreter is pinned: no venv on PATH, the job still finds torch -----------------------------------------
+
+def test_job_runs_under_the_interpreter_gpusub_ran_under(env: dict[str, str], backend: CLIBackend,
+                                                        tmp_path: Path) -> None:
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP)
+    out = tmp_path / "out"
+    out.mkdir()
+    bare = {**env, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}  # no venv: torchrun is not on PATH
+    py = _python()
+    res = subprocess.run([py, "-m", "slurmkit.cli.gpusub", str(script), "-N", "2", "--gpus-per-node", "1",
+                          "--time", "5:00", "--", str(out)], env=bare, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.split("submitted job ", 1)[1].split()[0]
+    log = io.StringIO()
+    st = follow(job_id, backend, log, environ=bare, cap=1.0)
+    assert st.state == "COMPLETED", log.getvalue()[-3000:]
+    assert len(list(out.glob("rank*.json"))) == 2

@@ -109,7 +109,8 @@ def test_submit_prints_job_plan_log_and_writes_run_dir(env: dict[str, str], scri
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert lines[0] == "submitted job 42"
-    assert lines[1].startswith("plan: 2 node(s) x 8 GPU(s) = 16 process(es) on gpu via torchrun; placement: 2 nodes")
+    assert lines[1].startswith("plan: 2 node(s) x 8 GPU(s) = 16 process(es) on gpu via torchrun; 8 CPU(s) + 30.3 GiB "
+                               "memory per node (1 CPU(s) + 3.8 GiB per GPU, inventory); placement: 2 nodes")
     assert "estimated start: 2026-11-30T01:02:03 (sbatch --test-only)" in res.output
     run_dir = Path(res.output.split("run dir: ", 1)[1].split()[0])
     assert f"log: {run_dir}/logs/42.r0.log" in res.output

@@ -27,7 +27,8 @@ NODES = tuple((f"node{i}", 8) for i in range(1, 9))
 def facts(**kw: object) -> ClusterFacts:
     base: dict[str, object] = dict(partition="gpu", gpus_per_node=8, gpu_type="h100", gpu_memory_mb=81559,
                                    node_gpus=NODES, max_time="1-00:00:00", topo_model=LAB_TOPO,
-                                   inventory_sha256="0" * 64, source="inventory:test")
+                                   inventory_sha256="0" * 64, source="inventory:test", cpus_per_gpu=14,
+                                   mem_per_gpu_mb=245760, resources_source="inventory")
     base.update(kw)
     return ClusterFacts(**base)  # type: ignore[arg-type]
 
@@ -98,8 +99,10 @@ def test_deprecated_names_refused_from_user_and_site() -> None:
 
 
 def test_socket_ifname_sets_nccl_and_gloo_only_when_the_site_says() -> None:
-    env = names(JobSpec(script="/t.py"), facts(socket_ifname="ib0"))
-    assert env["NCCL_SOCKET_IFNAME"] == "ib0" and env["GLOO_SOCKET_IFNAME"] == "ib0"
+    env = names(JobSpec(script="/t.py"), facts(socket_ifname="^docker0,lo"))
+    # NCCL takes the site's syntax as is; gloo gets an exact name, resolved on each node at start
+    assert env["NCCL_SOCKET_IFNAME"] == "^docker0,lo" and env["GLOO_SOCKET_IFNAME"] == "$(_gpusub_gloo_ifname)"
+    assert "GLOO_SOCKET_IFNAME" not in names(JobSpec(script="/t.py"), facts())
 
 
 def test_user_env_overrides_site_and_defaults() -> None:

@@ -1,0 +1,68 @@
+"""What each torch release understands: torchrun flags and the NCCL/flight-recorder variable names (pure).
+
+Every row below was read from that release's own files (the PyPI wheels' ``torch/distributed/run.py``,
+``torch/distributed/launcher/api.py`` and ``torch/include/torch/csrc/distributed/c10d/*.hpp``):
+
+* ``torchrun --signals-to-handle`` (and ``TORCHELASTIC_SIGNALS_TO_HANDLE``): absent in 2.9.1's run.py, present in
+  2.10.0's. gpusub does not need it: the agent is kept out of the SIGUSR2 path entirely (see ``AGENT``).
+* ``torchrun --shutdown-timeout`` / ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (how long the agent waits after forwarding
+  SIGTERM/SIGINT/... before SIGKILL; a fixed 30 s before): absent in 2.11.0's run.py and launcher/api.py, present in
+  2.13.0's. (The 2.12.0 macOS/arm64 wheel could not be fetched here; 2.12 is treated like 2.11: no flag, the
+  variable is still exported because releases that lack it ignore it.)
+* Flight recorder: 2.8.0's FlightRecorder.hpp reads ``{"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}``
+  and its libtorch_cpu carries ``TORCH_FR_DUMP_TEMP_FILE``; 2.7.1 and older know only
+  ``TORCH_NCCL_TRACE_BUFFER_SIZE`` / ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` (2.4.1's ProcessGroupNCCL.hpp). Newer
+  releases warn on every rank for the old names, older ones ignore the new ones: set the names the release reads.
+* ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` / ``TORCH_NCCL_DUMP_ON_TIMEOUT``: in 2.2.0's ProcessGroupNCCL.hpp; before
+  2.2 the first one was ``NCCL_ASYNC_ERROR_HANDLING`` (pytorch PR #114880), and gpusub does not support torch < 2.2.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MIN_SUPPORTED = (2, 2)
+_V = re.compile(r"^(\d+)\.(\d+)")
+
+# The torchrun agent, started by the pinned interpreter. SIGUSR2 is for the training processes only: Slurm's step
+# daemon already delivers it to every process of the step (proctrack signals the whole container), so an agent
+# that handled it would deliver it a second time and then shut the workers down after its own timeout (torch's
+# ``_shutdown`` after ``SignalException``), cutting a checkpoint that the user was promised --signal-grace for.
+# A Python-level no-op handler keeps the agent alive and silent; exec() resets a caught signal to its default, so
+# the workers start with SIGUSR2's default disposition and install their own handler.
+AGENT = ('import signal, sys; signal.signal(signal.SIGUSR2, lambda *_: None); '
+         'from torch.distributed.run import main; sys.argv[0] = "torchrun"; sys.exit(main())')
+
+
+def parse_version(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    m = _V.match(text.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@dataclass(frozen=True)
+class TorchFeatures:
+    version: str | None  # as reported ("2.13.0+cpu"); None when unknown (container image, probe failed)
+    fr_names: bool  # TORCH_FR_BUFFER_SIZE / TORCH_FR_DUMP_TEMP_FILE (2.8+) instead of the TORCH_NCCL_* names
+    shutdown_timeout_flag: bool  # torchrun --shutdown-timeout (2.13+)
+    signals_to_handle: bool  # torchrun --signals-to-handle (2.10+); informational
+
+    @property
+    def known(self) -> bool:
+        return self.version is not None
+
+    @property
+    def label(self) -> str:
+        return f"torch {self.version}" if self.version else "torch version unknown"
+
+
+def features_for(version: str | None) -> TorchFeatures:
+    """Features of ``version``; an unknown version gets the names of the newest release (what gpusub is tested
+    against) and no version-specific torchrun flag (an unknown flag would stop an older torchrun at start)."""
+    v = parse_version(version)
+    if v is None:
+        return TorchFeatures(None, fr_names=True, shutdown_timeout_flag=False, signals_to_handle=False)
+    return TorchFeatures(version, fr_names=v >= (2, 8), shutdown_timeout_flag=v >= (2, 13),
+                         signals_to_handle=v >= (2, 10))

@@ -1,0 +1,366 @@
+"""gpusub on a real site: CPUs/memory per GPU, the pinned interpreter and its torch version, the torchrun preemption
+chain, gloo interface names, placement that stays valid, and the checks a dry run shares with a submit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmkit.backend.parse import NodeInfo, node_from_scontrol, parse_scontrol_records
+from slurmkit.cli import gpusub
+from slurmkit.errors import UsageError
+from slurmkit.jobs import interp
+from slurmkit.jobs.facts import from_cluster, per_gpu_from_records
+from slurmkit.jobs.render import explain, render
+from slurmkit.jobs.spec import JobSpec, parse_mem_mb, parse_time_seconds
+from slurmkit.jobs.submit import PreflightError, prepare
+from slurmkit.jobs.topology import plan_topology
+from slurmkit.jobs.torchcompat import AGENT, features_for
+from slurmkit.model.load import load_cluster
+from tests.unit.test_gpusub_cli import FakeBackend
+from tests.unit.test_jobs_render import facts, live
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB_INV = ROOT / "examples" / "lab.yaml"
+
+
+def _directives(job) -> list[str]:  # type: ignore[no-untyped-def]
+    return [line[len("#SBATCH "):] for line in job.request.script.splitlines() if line.startswith("#SBATCH ")]
+
+
+# --- item 2: CPUs and memory in proportion to the GPUs -----------------------------------------------------------
+
+def test_inventory_share_per_gpu_is_the_config_generators_share() -> None:
+    cluster = load_cluster(LAB_INV)
+    f = from_cluster(cluster, None, "inventory:lab")
+    g = cluster.node_groups[0]
+    # 8 cores, 32000 MB - 1000 MB reserve, 8 GPUs: the same numbers slurm.conf gets as DefCpuPerGPU/DefMemPerGPU
+    assert (f.cpus_per_gpu, f.mem_per_gpu_mb) == (g.cpus_per_gpu, g.mem_per_gpu_mb) == (1, 3875)
+
+
+def test_torchrun_task_gets_every_gpus_share_srun_tasks_one_each() -> None:
+    f = facts(cpus_per_gpu=14, mem_per_gpu_mb=240000)
+    tr = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=4), f, "/r")
+    d = _directives(tr)
+    assert "--ntasks-per-node=1" in d and "--cpus-per-task=56" in d and "--mem=960000M" in d
+    srun_line = next(line for line in tr.request.script.splitlines() if line.startswith("srun "))
+    assert "--cpus-per-task=56" in srun_line  # srun repeats it: 22.05+ srun does not inherit it from sbatch
+    sr = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=4, launcher="srun"), f, "/r")
+    d = _directives(sr)
+    assert "--ntasks-per-node=4" in d and "--cpus-per-task=14" in d and "--mem=960000M" in d
+    assert "56 CPU(s) + 937.5 GiB memory per node (14 CPU(s) + 234.4 GiB per GPU, inventory)" in tr.plan_line()
+
+
+def test_cpu_and_memory_overrides_and_explain() -> None:
+    spec = JobSpec(script="/t.py", nodes=1, gpus_per_node=2, cpus_per_gpu=3, mem_per_gpu_mb=parse_mem_mb("m", "8G"))
+    job = render(spec, facts(cpus_per_gpu=14, mem_per_gpu_mb=240000), "/r")
+    assert "--cpus-per-task=6" in _directives(job) and "--mem=16384M" in _directives(job)
+    assert "(3 CPU(s) + 8.0 GiB per GPU, --cpus-per-gpu, --mem-per-gpu)" in job.plan_line()
+    assert any(line.startswith("resources: 6 CPU(s)") for line in explain(job))
+
+
+def test_unknown_share_requests_nothing() -> None:
+    job = render(JobSpec(script="/t.py", gpus_per_node=2), facts(cpus_per_gpu=0, mem_per_gpu_mb=0), "/r")
+    assert not any(d.startswith(("--cpus-per-task", "--mem")) for d in _directives(job))
+    assert "Slurm defaults" in job.plan_line()
+
+
+def test_share_from_node_records_subtracts_specialised_cores_and_memory() -> None:
+    text = ("NodeName=g1 CPUTot=64 ThreadsPerCore=2 RealMemory=512000 CoreSpecCount=2 MemSpecLimit=16000 "
+            "Gres=gpu:h100:8 State=IDLE\n"
+            "NodeName=g2 CPUTot=64 ThreadsPerCore=2 RealMemory=256000 Gres=gpu:h100:8 State=IDLE\n"
+            "NodeName=c1 CPUTot=8 RealMemory=1000 State=IDLE\n")
+    nodes = [node_from_scontrol(r) for r in parse_scontrol_records(text)]
+    # g1: (64 - 2*2) / 8 = 7 CPUs, (512000 - 16000) / 8 = 62000 MB; g2: 8 CPUs, 32000 MB; the smaller share wins
+    assert per_gpu_from_records(nodes) == (7, 32000)
+    assert per_gpu_from_records([NodeInfo(name="c", state="idle", cpus=8)]) == (0, 0)
+
+
+@pytest.mark.parametrize("value,mb", [("16000", 16000), ("16000M", 16000), ("16G", 16384), ("1t", 1048576)])
+def test_mem_sizes(value: str, mb: int) -> None:
+    assert parse_mem_mb("--mem-per-gpu", value) == mb
+
+
+@pytest.mark.parametrize("bad", ["", "16GB", "-1", "x"])
+def test_bad_mem_size(bad: str) -> None:
+    with pytest.raises(UsageError, match="--mem-per-gpu"):
+        parse_mem_mb("--mem-per-gpu", bad)
+
+
+def test_gpus_0_with_srun_runs_one_task_per_node() -> None:
+    with pytest.raises(UsageError, match="--launcher srun"):
+        render(JobSpec(script="/t.sh", gpus_per_node=0), facts(), "/r")
+    job = render(JobSpec(script="/t.sh", gpus_per_node=0, launcher="srun"), facts(), "/r")
+    assert "--ntasks-per-node=1" in _directives(job) and not any("gres" in d for d in _directives(job))
+
+
+# --- item 1 / 6: the preemption chain and what each torch release understands -------------------------------------
+
+@pytest.mark.parametrize("version,fr,shutdown,signals", [
+    ("2.2.0", False, False, False),
+    ("2.4.1", False, False, False),   # 2.4.1 ProcessGroupNCCL.hpp: TORCH_NCCL_TRACE_BUFFER_SIZE only
+    ("2.7.1", False, False, False),
+    ("2.8.0", True, False, False),    # 2.8.0 FlightRecorder.hpp: {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_..."}
+    ("2.9.1", True, False, False),    # 2.9.1 run.py: no --signals-to-handle
+    ("2.10.0", True, False, True),    # 2.10.0 run.py: --signals-to-handle
+    ("2.11.0", True, False, True),    # 2.11.0 run.py: no --shutdown-timeout
+    ("2.13.0+cpu", True, True, True),  # 2.13.0 run.py: --shutdown-timeout
+])
+def test_torch_features_per_release(version: str, fr: bool, shutdown: bool, signals: bool) -> None:
+    f = features_for(version)
+    assert (f.fr_names, f.shutdown_timeout_flag, f.signals_to_handle) == (fr, shutdown, signals)
+
+
+def _torchrun_line(job) -> str:  # type: ignore[no-untyped-def]
+    text = job.request.script
+    return text[text.index("bash -c '_gpusub_task_env"):text.index(" &\n", text.index("bash -c '_gpusub_task_env"))]
+
+
+def test_torchrun_flags_and_names_follow_the_jobs_torch() -> None:
+    spec = JobSpec(script="/t.py", gpus_per_node=2, python="/venv/bin/python", signal_grace=300)
+    new = render(spec, facts(torch_version="2.13.0"), "/r")
+    names = {v.name: v.value for v in new.env.vars}
+    assert "--shutdown-timeout=300" in _torchrun_line(new)
+    assert "TORCH_FR_BUFFER_SIZE" in names and "TORCH_FR_DUMP_TEMP_FILE" in names
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in names and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in names
+    old = render(spec, facts(torch_version="2.7.1"), "/r")
+    names = {v.name: v.value for v in old.env.vars}
+    assert "--shutdown-timeout" not in _torchrun_line(old)
+    assert names["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert names["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/r/nccl_trace/rank_"
+    assert "TORCH_FR_BUFFER_SIZE" not in names
+    assert any(n == "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" and "fixed 30 s" in why for n, why in old.env.not_set)
+    unknown = render(spec, facts(), "/r")  # e.g. a container image: no version-specific flag, the variable instead
+    assert "--shutdown-timeout" not in _torchrun_line(unknown)
+    assert {v.name: v.value for v in unknown.env.vars}["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "300"
+    with pytest.raises(UsageError, match="torch >= 2.2"):
+        render(spec, facts(torch_version="2.1.2"), "/r")
+
+
+def test_torchrun_agent_runs_under_the_pinned_interpreter_and_ignores_usr2() -> None:
+    job = render(JobSpec(script="/t.py", gpus_per_node=2, python="/venv/bin/python"), facts(), "/r")
+    line = _torchrun_line(job)
+    assert f"/venv/bin/python -c '{AGENT}'" in line
+    assert "--signals-to-handle" not in line and "torchrun " not in line
+    # the grace covers a slower node: srun --wait never ends the step before it
+    assert "--wait=150" in job.request.script
+
+
+def test_agent_code_is_valid_python_with_a_no_op_usr2_handler() -> None:
+    code = AGENT.replace("from torch.distributed.run import main; ", "").replace("sys.exit(main())",
+                                                                                    "print(signal.getsignal(12))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "lambda" in out
+
+
+# --- item 5: the interpreter is pinned and checked ----------------------------------------------------------------
+
+@pytest.fixture()
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    e = {"SLURMKIT_INVENTORY": str(LAB_INV), "SLURMKIT_STATE_DIR": str(tmp_path / "state"),
+         "GPUSUB_RUN_ROOT": str(tmp_path / "runs"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for k, v in e.items():
+        monkeypatch.setenv(k, v)
+    return e
+
+
+@pytest.fixture()
+def script(tmp_path: Path) -> Path:
+    p = tmp_path / "train.py"
+    p.write_text("print('hi')\n")
+    return p
+
+
+def test_interpreter_is_pinned_to_the_one_gpusub_runs_under(env: dict[str, str], script: Path) -> None:
+    p = prepare(JobSpec(script=str(script), gpus_per_node=2), None, environ=env)
+    assert p.job.spec.python == sys.executable
+    assert f"{sys.executable} -c " in _torchrun_line(p.job)
+    from importlib.metadata import version
+
+    assert p.job.facts.torch_version == version("torch")
+    srun = prepare(JobSpec(script=str(script), gpus_per_node=2, launcher="srun"), None, environ=env)
+    assert f"  {sys.executable} \\\n  -u \\\n" in srun.job.request.script
+
+
+def test_container_image_uses_the_images_python(env: dict[str, str], script: Path) -> None:
+    p = prepare(JobSpec(script=str(script), gpus_per_node=2, container_image="nvcr.io/x:1"), None, environ=env)
+    assert p.job.spec.python == "python3" and " python3 -c " in _torchrun_line(p.job)
+
+
+def test_missing_interpreter_is_refused_before_queueing(env: dict[str, str], script: Path, tmp_path: Path) -> None:
+    with pytest.raises(PreflightError, match="--python /nope/bin/python: no such executable"):
+        prepare(JobSpec(script=str(script), gpus_per_node=2, python="/nope/bin/python"), None, environ=env)
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "--gpus-per-node", "2", "--python", "/nope/python",
+                                                 "--dry-run"])
+    assert res.exit_code == 2 and "no such executable" in res.output
+
+
+def _fake_python(path: Path, version: str | None, paths: list[str]) -> None:
+    counter = path.with_suffix(".calls")
+    answer = json.dumps({"torch": version, "paths": paths})
+    path.write_text(f"#!/bin/sh\necho x >> '{counter}'\necho '{answer}'\n")
+    path.chmod(0o755)
+
+
+def test_torch_probe_is_cached_and_invalidated_by_an_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    py = tmp_path / "python"
+    _fake_python(py, "2.7.1", [str(site)])
+    calls = tmp_path / "python.calls"
+    assert interp.probe(str(py)).torch_version == "2.7.1"
+    assert interp.probe(str(py)).torch_version == "2.7.1"
+    assert len(calls.read_text().split()) == 1  # the second answer came from the cache
+    _fake_python(py, "2.13.0", [str(site)])
+    (site / "torch-2.13.0.dist-info").mkdir()  # what pip install does to site-packages
+    os.utime(py, ns=(0, 0))  # and leave the interpreter's own mtime unchanged: the site dir alone invalidates
+    assert interp.probe(str(py)).torch_version == "2.13.0"
+    assert len(calls.read_text().split()) == 2
+
+
+def test_interpreter_without_torch_is_refused_for_torchrun(env: dict[str, str], script: Path, tmp_path: Path) -> None:
+    py = tmp_path / "notorch"
+    _fake_python(py, None, [])
+    with pytest.raises(PreflightError, match="has no torch installed"):
+        prepare(JobSpec(script=str(script), gpus_per_node=2, python=str(py)), None, environ=env)
+    # srun runs any program: no torch needed
+    prepare(JobSpec(script=str(script), gpus_per_node=2, python=str(py), launcher="srun"), None, environ=env)
+
+
+# --- item 4: gloo gets exact interface names ---------------------------------------------------------------------
+
+def _gloo(tmp_path: Path, site: str, ifaces: dict[str, str]) -> str:
+    net = tmp_path / "net"
+    net.mkdir(exist_ok=True)
+    for name, state in ifaces.items():
+        (net / name).mkdir(exist_ok=True)
+        (net / name / "operstate").write_text(state + "\n")
+    text = render(JobSpec(script="/t.py", gpus_per_node=2), facts(socket_ifname=site), "/r").request.script
+    fn = text[text.index("_gpusub_gloo_ifname() {"):text.index("\n}\n", text.index("_gpusub_gloo_ifname() {")) + 3]
+    res = subprocess.run(["bash", "-c", fn + f'\n_gpusub_gloo_ifname "{net}"'], capture_output=True, text=True,
+                         check=True)
+    return res.stdout
+
+
+@pytest.mark.parametrize("site,want", [
+    ("^docker0,lo", "eth0"),     # exclusion list (NCCL syntax): gloo failed with "Unable to find address for: ^docker0"
+    ("eth", "eth0"),             # a prefix: eth0 (eth1 is down)
+    ("ib", "ib0"),
+    ("=eth1,ib0", "ib0"),        # exact names, the first one that is up
+    ("^=eth0", "ib0"),           # exclude an exact name; lo and docker0 are never chosen by exclusion
+    ("=eth", ""),                # exact "eth" does not exist: unset, gloo uses the hostname's address
+    ("bond", ""),
+])
+def test_gloo_socket_ifname_is_resolved_to_an_exact_name(tmp_path: Path, site: str, want: str) -> None:
+    ifaces = {"docker0": "up", "eth0": "up", "eth1": "down", "ib0": "up", "lo": "unknown"}
+    assert _gloo(tmp_path, site, ifaces) == want
+
+
+def test_gloo_is_exported_only_when_resolved(tmp_path: Path) -> None:
+    text = render(JobSpec(script="/t.py", gpus_per_node=2), facts(socket_ifname="eth"), "/r").request.script
+    assert "GLOO_SOCKET_IFNAME='eth'" not in text and "export GLOO_SOCKET_IFNAME=eth" not in text
+    assert 'if [ -n "$_v" ]; then export GLOO_SOCKET_IFNAME="$_v"; else unset GLOO_SOCKET_IFNAME; fi' in text
+    assert 'ifname="$(_gpusub_gloo_ifname)"' in text  # MASTER_ADDR's interface too
+
+
+# --- item 3: a --nodelist only where it stays valid --------------------------------------------------------------
+
+def test_only_a_single_submission_that_can_start_now_is_pinned() -> None:
+    f = facts(live_nodes=live(set()))
+    single = plan_topology(JobSpec(script="/t.py", nodes=2), f, 8)
+    assert single.pinned and single.directives[0].startswith("--nodelist=")
+    for spec in (JobSpec(script="/t.py", nodes=2, array="0-3"), JobSpec(script="/t.py", nodes=2,
+                                                                         dependency="afterok:41")):
+        plan = plan_topology(spec, f, 8)
+        assert not plan.pinned and plan.directives == ("--switches=1@05:00",), plan
+        assert "not pinned" in plan.summary
+        strict = plan_topology(JobSpec(script="/t.py", nodes=2, array=spec.array, dependency=spec.dependency,
+                                       topology="strict"), f, 8)
+        assert not strict.pinned
+
+
+def test_a_pinned_job_clears_its_pin_when_it_requeues() -> None:
+    pinned = render(JobSpec(script="/t.py", nodes=2), facts(live_nodes=live(set())), "/r").request.script
+    assert "#SBATCH --nodelist=" in pinned
+    after = pinned[pinned.index('if scontrol requeue "$_gpusub_id"; then'):]
+    assert after.index('scontrol update JobId="$_gpusub_id" ReqNodeList=') < after.index("exit 0")
+    free = render(JobSpec(script="/t.py", nodes=2, array="0-1"), facts(live_nodes=live(set())), "/r").request.script
+    assert "ReqNodeList=" not in free
+
+
+# --- items 7, 8, 12, 13: the same checks everywhere, and bad input refused -----------------------------------------
+
+def test_dry_run_refuses_what_a_submit_refuses(env: dict[str, str], script: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    args = [str(script), "-N", "8", "--launcher", "megatron", "--tp", "4", "--pp", "2", "--gpus-per-node", "2"]
+    monkeypatch.setattr(gpusub, "_backend", lambda: FakeBackend())
+    dry = CliRunner().invoke(gpusub.submit_cmd, [*args, "--dry-run"])
+    real = CliRunner().invoke(gpusub.submit_cmd, args)
+    assert dry.exit_code == real.exit_code == 2
+    assert "TP=4 > 2 GPUs per node" in dry.output and dry.output.strip().splitlines()[-1] == \
+        real.output.strip().splitlines()[-1]
+    assert "forced past" not in dry.output
+    forced = CliRunner().invoke(gpusub.submit_cmd, [*args, "--dry-run", "--force"])
+    assert forced.exit_code == 0 and "# warning: forced past" in forced.output
+
+
+@pytest.mark.parametrize("time,grace,ok", [("3", 120, True), ("2", 120, False), ("2:00", 120, False), ("1:00", 120, False),
+                                            ("0:30", 0, True), ("1-0", 65535, True)])
+def test_wall_time_must_hold_the_grace(time: str, grace: int, ok: bool) -> None:
+    if ok:
+        JobSpec(script="/t.py", time=time, signal_grace=grace)
+    else:
+        with pytest.raises(UsageError, match="cannot hold --signal-grace"):
+            JobSpec(script="/t.py", time=time, signal_grace=grace)
+
+
+@pytest.mark.parametrize("value,secs", [("30", 1800), ("1:30", 90), ("2:00:00", 7200), ("1-0", 86400),
+                                        ("1-02:03:04", 93784), ("UNLIMITED", None)])
+def test_time_in_seconds(value: str, secs: int | None) -> None:
+    assert parse_time_seconds(value) == secs
+
+
+def test_container_mounts_need_an_image_and_the_run_dir_is_mounted() -> None:
+    with pytest.raises(UsageError, match="--container-mounts: needs --container-image"):
+        JobSpec(script="/t.py", container_mounts="/data:/data")
+    job = render(JobSpec(script="/home/u/code/t.py", gpus_per_node=2, container_image="img:1",
+                         container_mounts="/data:/data"), facts(), "/runs/r1")
+    assert "--container-mounts=/runs/r1:/runs/r1,/home/u/code:/home/u/code,/data:/data" in job.request.script
+    with pytest.raises(UsageError, match="pyxis"):
+        render(JobSpec(script="/t.py", gpus_per_node=2, container_image="img:1"), facts(), "/runs/a:b")
+
+
+def test_explain_never_lists_a_variable_as_both_set_and_unset() -> None:
+    job = render(JobSpec(script="/t.py", gpus_per_node=2, env=(("NCCL_IB_GID_INDEX", "3"),)), facts(), "/r")
+    lines = explain(job)
+    assert [line for line in lines if "NCCL_IB_GID_INDEX" in line and "not set" in line] == []
+    assert any(line.strip().startswith("NCCL_IB_GID_INDEX") and "= 3" in line for line in lines)
+
+
+def test_master_port_stays_below_the_ephemeral_range() -> None:
+    text = render(JobSpec(script="/t.py", gpus_per_node=2), facts(), "/r").request.script
+    expr = text.split('export MASTER_PORT="$(( ', 1)[1].split(" ))", 1)[0]
+    for jid in (0, 11999, 12000, 12765, 99999, 2**31 - 1):
+        port = eval(expr.replace("${SLURM_JOB_ID}", str(jid)))  # noqa: S307 - our own arithmetic
+        assert 1024 < port < 32768, (jid, port)
+
+
+def test_directory_as_script_and_follow_with_dry_run_are_one_line_errors(env: dict[str, str], tmp_path: Path,
+                                                                          script: Path) -> None:
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(tmp_path), "--dry-run"])
+    assert res.exit_code == 2 and res.output.strip().count("\n") == 0 and "is a directory" in res.output
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "--dry-run", "--follow"])
+    assert res.exit_code == 2 and "--follow" in res.output
+
+
+def test_help_lists_the_other_commands() -> None:
+    out = CliRunner().invoke(gpusub.submit_cmd, ["--help"]).output
+    assert "gpusub status" in out and "gpusub logs" in out and "gpusub cancel" in out
+
