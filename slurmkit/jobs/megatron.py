@@ -79,6 +79,9 @@ class ModelArgs:
     sequence_parallel: bool
     vocab_assumed: bool
     unfused_attention: bool = False
+    global_batch_size: int | None = None
+    virtual_pp: int | None = None  # interleaved schedule: model chunks per pipeline stage
+    group_query_attention: bool = False
 
 
 def model_args(args: tuple[str, ...]) -> ModelArgs | None:
@@ -126,7 +129,34 @@ def model_args(args: tuple[str, ...]) -> ModelArgs | None:
         sequence_parallel="--sequence-parallel" in args,
         vocab_assumed=vocab_assumed,
         unfused_attention=arg_value(args, "--attention-backend") in ("unfused", "local"),
+        global_batch_size=_int_arg(args, "--global-batch-size"),
+        virtual_pp=_virtual_pp(args, layers),
+        group_query_attention="--group-query-attention" in args,
     )
+
+
+def _virtual_pp(args: tuple[str, ...], layers: int) -> int | None:
+    v = _int_arg(args, "--virtual-pipeline-model-parallel-size")
+    if v:
+        return v
+    per = _int_arg(args, "--num-layers-per-virtual-pipeline-stage")
+    pp = _int_arg(args, "--pipeline-model-parallel-size") or 1
+    if per and pp > 1 and layers % (per * pp) == 0:
+        return layers // (per * pp)
+    return None
+
+
+def layer_activation_coefficient(m: ModelArgs) -> float:
+    """Bytes of stored activations per layer in units of s*b*h (bf16), Korthikanti et al. 2022 §4 generalised
+    to the FFN size, SwiGLU and grouped-query attention: attention 7 + 4*kv/h (QKV input 2, Q 2, K and V 2*kv/h
+    each, output-projection input 2, dropout mask 1), MLP 3 + 4*f/h (fc1 input 2, activation input 2f/h and output
+    2f/h, dropout mask 1; SwiGLU's fc1 produces 2f: 3 + 6*f/h), two layer norms 4. 34 for f = 4h, kv = h (the
+    paper's number; Megatron's theoretical_memory_usage.py: 18 + 4*f/h)."""
+    h = m.hidden_size
+    kv = h * m.num_query_groups / m.num_attention_heads
+    ffn = m.moe_ffn_hidden_size if m.num_experts else m.ffn_hidden_size
+    mlp = 3 + (6 if m.swiglu else 4) * ffn / h
+    return 7 + 4 * kv / h + mlp + 4
 
 
 @dataclass(frozen=True)
@@ -207,17 +237,30 @@ def estimate_memory(
     # flash / fused attention (Megatron's default with Transformer Engine) never stores the a*s*s scores;
     # the unfused backends do (the 5*a*s/h term of Korthikanti et al.)
     scores = 5 * m.num_attention_heads * s * s * b / (tp * cp) if m.unfused_attention else 0
-    per_layer_none = sbh * (10 / sp + 24 / tp) + scores
-    per_layer_selective = sbh * 34 / tp if m.sequence_parallel or tp == 1 else sbh * (10 + 24 / tp)
+    c = layer_activation_coefficient(m)
+    # 10 s*b*h of it lie outside the tensor-parallel region (layer-norm inputs, dropout masks, QKV and fc1 inputs):
+    # divided by TP only with sequence parallelism
+    per_layer_none = sbh * (10 / sp + (c - 10) / tp) + scores
+    per_layer_selective = sbh * c / tp if m.sequence_parallel or tp == 1 else sbh * (10 + (c - 10) / tp)
     per_layer_full = sbh * 2 / sp
     in_flight = pp  # 1F1B: the first stage holds PP micro-batches in flight
     logits = 4 * s * b * m.vocab_size / tp / cp if pp == 1 else 0
-    act = {
-        "none": per_layer_none * layers_per_stage * in_flight + logits,
-        "selective": per_layer_selective * layers_per_stage * in_flight + logits,
-        "full": per_layer_full * layers_per_stage * in_flight + sbh * 34 / tp + logits,
-    }
+    # Megatron's theoretical_memory_usage.py: the interleaved schedule keeps 1 + (p-1)/(p*v) times more in flight;
+    # without it, fewer micro-batches than stages keep fewer in flight
+    factor = 1.0
     notes = []
+    micro = m.global_batch_size // (b * dp) if m.global_batch_size else None
+    if m.virtual_pp and pp > 1:
+        factor = 1 + (pp - 1) / (pp * m.virtual_pp)
+        notes.append(f"interleaved schedule ({m.virtual_pp} chunks per stage): activations x {factor:.2f}")
+    elif micro is not None and pp > 1 and micro < pp:
+        factor = micro / pp
+        notes.append(f"{micro} micro-batch(es) per step < PP={pp}: activations x {factor:.2f}")
+    act = {
+        "none": per_layer_none * layers_per_stage * in_flight * factor + logits,
+        "selective": per_layer_selective * layers_per_stage * in_flight * factor + logits,
+        "full": per_layer_full * layers_per_stage * in_flight * factor + sbh * c / tp + logits,
+    }
     if m.vocab_assumed:
         notes.append("no --padded-vocab-size/--vocab-size in the arguments: assumed 50304")
     notes.append("estimate without allocator fragmentation, CUDA context (~0.5-1 GiB) or communication buffers")
@@ -257,6 +300,9 @@ def check_layout(
     if tp > gpus_per_node:
         found.append(Finding("error", f"TP={tp} > {gpus_per_node} GPUs per node: tensor parallelism would cross "
                                       "the node boundary (all-reduce per layer over the network)"))
+    elif gpus_per_node % tp:
+        found.append(Finding("error", f"TP={tp} does not divide {gpus_per_node} GPUs per node: some tensor-parallel "
+                                      "groups would straddle two nodes (all-reduce per layer over the network)"))
     dp = world // mp if mp and world % mp == 0 else 0
     if ep > 1 and dp and (dp * cp) % ep:
         found.append(Finding("error", f"EP={ep} does not divide DP x CP = {dp}x{cp}"))
@@ -269,6 +315,18 @@ def check_layout(
         found.append(Finding("error", f"--num-layers {m.num_layers} is not divisible by PP={pp}"))
     if m.num_attention_heads % tp:
         found.append(Finding("error", f"--num-attention-heads {m.num_attention_heads} is not divisible by TP={tp}"))
+    # Megatron-LM's own startup assertions (megatron/training/arguments.py, megatron/core attention)
+    if m.hidden_size % m.num_attention_heads:
+        found.append(Finding("error", f"--hidden-size {m.hidden_size} is not divisible by --num-attention-heads "
+                                      f"{m.num_attention_heads}"))
+    if m.group_query_attention and m.num_query_groups % tp:
+        found.append(Finding("error", f"--num-query-groups {m.num_query_groups} is not divisible by TP={tp}"))
+    if cp > 1 and m.seq_length % (2 * cp):
+        found.append(Finding("error", f"--seq-length {m.seq_length} is not divisible by 2 x CP = {2 * cp} "
+                                      "(context parallelism splits each sequence into 2 x CP load-balanced chunks)"))
+    if m.global_batch_size is not None and dp and m.global_batch_size % (m.micro_batch_size * dp):
+        found.append(Finding("error", f"--global-batch-size {m.global_batch_size} is not divisible by "
+                                      f"--micro-batch-size x DP = {m.micro_batch_size} x {dp}"))
     if m.num_experts and m.num_experts % ep:
         found.append(Finding("error", f"--num-experts {m.num_experts} is not divisible by EP={ep}"))
     if any(f.level == "error" for f in found):

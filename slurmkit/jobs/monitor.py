@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING
 from slurmkit.backend.parse import JobInfo
 from slurmkit.backend.run import run
 from slurmkit.errors import SlurmkitError
-from slurmkit.jobs.rundir import attempt_logs, last_exit, lookup_run_dir
+from slurmkit.jobs.rundir import attempt_logs, last_exit, last_reason, lookup_run_dir
 
 if TYPE_CHECKING:
     from slurmkit.backend.base import Backend
@@ -38,6 +38,7 @@ class JobStatus:
     exit_code: str = ""
     restarts: int = 0
     run_dir: str | None = None
+    note: str = ""  # why the last attempt ended, as the batch shell recorded it (preempted, requeued, ...)
 
     def line(self) -> str:
         parts = [f"{self.job_id}", self.state]
@@ -49,6 +50,8 @@ class JobStatus:
             parts.append(f"exit={self.exit_code}")
         if self.restarts:
             parts.append(f"restarts={self.restarts}")
+        if self.note:
+            parts.append(f"note={self.note!r}")
         parts.append(f"[{self.source}]")
         if self.run_dir:
             parts.append(f"run_dir={self.run_dir}")
@@ -80,32 +83,62 @@ def _fold(nodes: Sequence[str]) -> str:
     return hostlist.fold(nodes) if nodes else ""
 
 
+def _array_key(j: JobInfo) -> tuple[str, str] | None:
+    a, t = j.raw.get("ArrayJobId"), j.raw.get("ArrayTaskId")
+    return (a, t) if a and t else None
+
+
+def _task_order(key: str) -> tuple[int, str]:
+    head = key.strip("[").split("-", 1)[0].split(",", 1)[0].split("%", 1)[0]
+    return (int(head) if head.isdigit() else 1 << 30, key)
+
+
 def statuses(job_ids: Sequence[str], backend: Backend, environ: Mapping[str, str] | None = None) -> list[JobStatus]:
+    """One line per job; an array id gives one line per task (``A_T``, pending tasks as ``A_[T-U]``), and an
+    array task is asked for as ``A_T`` (slurmctld knows it under its own job id, with ArrayJobId/ArrayTaskId)."""
     env = os.environ if environ is None else environ
-    live = {j.job_id: j for j in backend.jobs(job_ids)}
-    out: dict[str, JobStatus] = {}
-    missing = []
+    every = backend.jobs()
+    by_id = {j.job_id: j for j in every}
+    tasks: dict[str, list[tuple[str, JobInfo]]] = {}
+    for j in every:
+        key = _array_key(j)
+        if key:
+            tasks.setdefault(key[0], []).append((key[1], j))
+    rows: list[tuple[str, JobStatus | None]] = []  # (asked id, status or None = look elsewhere)
     for jid in job_ids:
-        j = live.get(jid)
-        if j is not None:
-            out[jid] = JobStatus(jid, j.state, "slurmctld", _fold(j.nodes), j.reason, j.exit_code, j.restarts,
-                                 lookup_run_dir(jid, env) or _run_dir_from_stdout(j))
+        base, _, task = jid.partition("_")
+        if task:
+            hit = next((j for t, j in tasks.get(base, []) if t == task), None)
+            rows.append((jid, _live(jid, hit, env) if hit else None))
+        elif jid in tasks:  # the whole array: one line per task
+            for t, j in sorted(tasks[jid], key=lambda tj: _task_order(tj[0])):
+                rows.append((f"{jid}_{t}", _live(f"{jid}_{t}", j, env)))
         else:
-            missing.append(jid)
+            hit = by_id.get(jid)
+            rows.append((jid, _live(jid, hit, env) if hit else None))
+    missing = [jid for jid, st in rows if st is None]
+    found: dict[str, JobStatus] = {}
     if missing:
         for jid, st in _sacct(missing, backend).items():
-            out[jid] = JobStatus(jid, st[0], "sacct", st[2], "", st[1], 0, lookup_run_dir(jid, env))
-    for jid in job_ids:
-        if jid in out:
+            found[jid] = JobStatus(jid, st[0], "sacct", st[2], "", st[1], 0, lookup_run_dir(jid, env))
+    for jid in missing:
+        if jid in found:
             continue
         rd = lookup_run_dir(jid, env)
         rec = last_exit(rd, jid) if rd else None
-        if rec is not None:
+        if rec is not None and rd:
             attempt, rc = rec
-            out[jid] = JobStatus(jid, "COMPLETED" if rc == 0 else "FAILED", "run dir", "", "", str(rc), attempt, rd)
+            found[jid] = JobStatus(jid, "COMPLETED" if rc == 0 else "FAILED", "run dir", "", "", str(rc), attempt, rd,
+                                   note=last_reason(rd, jid) or "")
         else:
-            out[jid] = JobStatus(jid, "UNKNOWN", "unknown", reason="not in slurmctld, no accounting record, no run dir")
-    return [out[j] for j in job_ids]
+            found[jid] = JobStatus(jid, "UNKNOWN", "unknown", reason="not in slurmctld, no accounting record, no run dir")
+    return [st if st is not None else found[jid] for jid, st in rows]
+
+
+def _live(jid: str, j: JobInfo, env: Mapping[str, str]) -> JobStatus:
+    rd = lookup_run_dir(jid, env) or _run_dir_from_stdout(j)
+    note = last_reason(rd, jid) if rd and j.finished else None
+    return JobStatus(jid, j.state, "slurmctld", _fold(j.nodes), j.reason, j.exit_code, j.restarts, rd, note=note or "")
 
 
 def _sacct(job_ids: Sequence[str], backend: Backend) -> dict[str, tuple[str, str, str]]:
@@ -125,7 +158,7 @@ def _sacct(job_ids: Sequence[str], backend: Backend) -> dict[str, tuple[str, str
 
 
 def _run_dir_from_stdout(j: JobInfo) -> str | None:
-    """Our ``--output`` is ``<run_dir>/logs/slurm-%j.out``."""
+    """Our ``--output`` is ``<run_dir>/logs/slurm-%j.out`` (``slurm-%A_%a.out`` for arrays)."""
     if j.stdout and "/logs/slurm-" in j.stdout:
         return j.stdout.rsplit("/logs/", 1)[0]
     return None
@@ -203,7 +236,11 @@ def follow(
         _drain(rd, _log_id(job_id, info), offsets, out)
         if info is None:
             if not seen:
-                raise JobUnknown(f"job {job_id} is not known to slurmctld")
+                # slurmctld forgot it (MinJobAge): what sacct or the run dir says, after the logs
+                st = statuses([job_id], backend, env)[0]
+                if st.state == "UNKNOWN":
+                    raise JobUnknown(f"job {job_id} is not known to slurmctld, accounting or its run dir")
+                return st
             break
         if info.finished:
             break
@@ -231,5 +268,12 @@ def _drain(run_dir: str, log_id: str, offsets: dict[Path, int], out: IO[str]) ->
                 offsets[p] = offsets.get(p, 0) + len(chunk)
 
 
-def cancel(job_id: str, backend: Backend, signal: str | None = None) -> None:
+def cancel(job_id: str, backend: Backend, signal: str | None = None) -> JobInfo:
+    """scancel (or scancel --signal --batch); refuses a job slurmctld does not know or that already ended: scancel
+    itself only prints an error for those and exits 0."""
+    info = backend.job(job_id)  # JobNotFound when slurmctld does not know it
+    if info.finished:
+        raise JobUnknown(f"job {job_id} already ended ({info.state}): nothing to "
+                         f"{'signal' if signal else 'cancel'}")
     backend.cancel(job_id, signal=signal, batch=bool(signal))
+    return info

@@ -261,7 +261,8 @@ def explain(job: RenderedJob) -> list[str]:
         out.append(f"  {name:<{width}}   not set: {why}")
     out.append(f"  {'MASTER_ADDR':<{width}} = first node's address (site interface, else its Slurm NodeAddr), "
                "resolved on that node at start")
-    out.append(f"  {'MASTER_PORT':<{width}} = 20000 + job id % 12000 (below Linux's ephemeral range 32768-60999)")
+    out.append(f"  {'MASTER_PORT':<{width}} = 20000 + job id % 12000 (below Linux's ephemeral range 32768-60999), "
+               "the next candidate if something on the first node already listens there")
     out.append(f"interpreter: {job.spec.python or 'python3'} ({job.torch.label if job.torch else 'torch unknown'}"
                + (", inside the container image" if job.spec.container_image else "") + ")")
     if job.resources:

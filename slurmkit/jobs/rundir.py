@@ -8,6 +8,7 @@ Layout (``<run_root>/<name>-<YYYYmmdd-HHMMSS>-<hex>/``)::
     logs/<job>.r<N>.log       one log per attempt (N = SLURM_RESTART_COUNT), written by the batch shell
     logs/slurm-<job>.out      Slurm's own messages for the batch step
     attempts/<job>.r<N>.nodes / .exit   node list and step exit code of each attempt
+    attempts/<job>.r<N>.reason          after a preemption signal: requeued, or why not
     preempt/<job>.r<N>        appears when the preemption signal arrived (the checkpoint contract)
     checkpoints/              $GPUSUB_CHECKPOINT_DIR
     nccl_trace/               flight-recorder dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE)
@@ -140,6 +141,22 @@ def last_exit(run_dir: str, job_id: str) -> tuple[int, int] | None:
         if best is None or attempt > best[0]:
             best = (attempt, rc)
     return best
+
+
+def last_reason(run_dir: str, job_id: str) -> str | None:
+    """Why the latest attempt that recorded one ended (``attempts/<job>.r<N>.reason``, written by the batch shell
+    after a preemption signal: requeued, or not requeued because --max-restarts was reached)."""
+    best: tuple[int, Path] | None = None
+    for p in (Path(run_dir) / "attempts").glob(f"{job_id}.r*.reason"):
+        m = re.fullmatch(rf"{re.escape(job_id)}\.r(\d+)\.reason", p.name)
+        if m and (best is None or int(m.group(1)) > best[0]):
+            best = (int(m.group(1)), p)
+    if best is None:
+        return None
+    try:
+        return best[1].read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _atomic(path: Path, text: str) -> None:

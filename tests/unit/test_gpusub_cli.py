@@ -69,6 +69,13 @@ class FakeBackend:
         return [JobInfo(job_id="42", state=state, nodes=("node1", "node2"), exit_code="0:0")] \
             if job_ids is None or "42" in job_ids else []
 
+    def job(self, job_id: str) -> JobInfo:
+        from slurmkit.backend.cli import JobNotFound
+
+        for j in self.jobs([job_id]):
+            return j
+        raise JobNotFound(f"job {job_id} not found")
+
     def cancel(self, job_id: str, signal: str | None = None, batch: bool = False) -> None:
         self.cancelled = (job_id, signal, batch)
 

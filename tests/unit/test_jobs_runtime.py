@@ -344,12 +344,29 @@ def test_explain_never_lists_a_variable_as_both_set_and_unset() -> None:
     assert any(line.strip().startswith("NCCL_IB_GID_INDEX") and "= 3" in line for line in lines)
 
 
-def test_master_port_stays_below_the_ephemeral_range() -> None:
+def _master_port(tmp_path: Path, job_id: int, listening: list[int]) -> int:
     text = render(JobSpec(script="/t.py", gpus_per_node=2), facts(), "/r").request.script
-    expr = text.split('export MASTER_PORT="$(( ', 1)[1].split(" ))", 1)[0]
+    start = text.index("_gpusub_listening() {")
+    block = text[start:text.index('export MASTER_PORT="$_gpusub_port"', start)]
+    tcp = tmp_path / "tcp"
+    # /proc/net/tcp rows: local address HEX_IP:HEX_PORT, remote, state (0A = LISTEN)
+    tcp.write_text("  sl  local_address rem_address   st\n" + "".join(
+        f"   {i}: 00000000:{p:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000\n"
+        for i, p in enumerate(listening)))
+    block = block.replace("/proc/net/tcp /proc/net/tcp6", str(tcp))
+    res = subprocess.run(["bash", "-c", f"SLURM_JOB_ID={job_id}\n{block}\necho $_gpusub_port"], capture_output=True,
+                         text=True, check=True)
+    return int(res.stdout)
+
+
+def test_master_port_stays_below_the_ephemeral_range_and_skips_a_busy_port(tmp_path: Path) -> None:
     for jid in (0, 11999, 12000, 12765, 99999, 2**31 - 1):
-        port = eval(expr.replace("${SLURM_JOB_ID}", str(jid)))  # noqa: S307 - our own arithmetic
-        assert 1024 < port < 32768, (jid, port)
+        port = _master_port(tmp_path, jid, [])
+        assert 20000 <= port < 32768 and port == 20000 + jid % 12000, (jid, port)
+    # another lab's or job's c10d store already listens on 20008 (EADDRINUSE before): the next candidate is taken
+    assert _master_port(tmp_path, 8, [20008]) == 20008 + 997
+    assert _master_port(tmp_path, 8, [20008, 21005]) == 20008 + 2 * 997
+    assert 20000 <= _master_port(tmp_path, 11999, [31999]) < 32768
 
 
 def test_directory_as_script_and_follow_with_dry_run_are_one_line_errors(env: dict[str, str], tmp_path: Path,
@@ -364,3 +381,141 @@ def test_help_lists_the_other_commands() -> None:
     out = CliRunner().invoke(gpusub.submit_cmd, ["--help"]).output
     assert "gpusub status" in out and "gpusub logs" in out and "gpusub cancel" in out
 
+
+
+# --- item 10: Megatron's own startup assertions, and a better activation estimate ----------------------------------
+
+BASE = ("--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "4096",
+        "--micro-batch-size", "1", "--padded-vocab-size", "32000")
+
+
+def _errors(args: tuple[str, ...], *, nodes: int = 2, gpus: int = 8, tp: int = 1, pp: int = 1, cp: int = 1) -> list[str]:
+    from slurmkit.jobs import megatron
+
+    found, _ = megatron.check_layout(nodes=nodes, gpus_per_node=gpus, tp=tp, pp=pp, cp=cp, ep=1, args=args,
+                                     gpu_memory_mb=0)
+    return [f.message for f in found if f.level == "error"]
+
+
+@pytest.mark.parametrize("args,kw,want", [
+    (BASE + ("--group-query-attention", "--num-query-groups", "2"), {"tp": 4}, "--num-query-groups 2"),
+    (BASE, {"tp": 2, "gpus": 6, "nodes": 1}, None),  # 2 divides 6: fine
+    (BASE, {"tp": 4, "gpus": 6, "nodes": 2}, "straddle"),
+    (BASE + ("--global-batch-size", "30"), {"tp": 2}, "--global-batch-size 30"),  # DP = 8, 30 % 8
+    (("--num-layers", "32", "--hidden-size", "4000", "--num-attention-heads", "48", "--seq-length", "4096"), {},
+     "--hidden-size 4000 is not divisible"),
+    (BASE[:6] + ("--seq-length", "4098"), {"cp": 2}, "--seq-length 4098"),
+])
+def test_megatron_layout_checks(args: tuple[str, ...], kw: dict[str, int], want: str | None) -> None:
+    errs = _errors(args, **kw)
+    if want is None:
+        assert errs == []
+    else:
+        assert any(want in e for e in errs), errs
+
+
+def test_activation_estimate_follows_ffn_swiglu_interleaving_and_micro_batches() -> None:
+    from slurmkit.jobs import megatron
+
+    m = megatron.model_args(BASE)
+    assert m is not None and megatron.layer_activation_coefficient(m) == 34  # Korthikanti et al.'s 34 for f = 4h
+    small = megatron.model_args(BASE + ("--ffn-hidden-size", "8192"))  # f = 2h: 26
+    assert small is not None and megatron.layer_activation_coefficient(small) == 26
+    glu = megatron.model_args(BASE + ("--swiglu", "--ffn-hidden-size", "8192"))  # fc1 makes 2f: +2f/h
+    assert glu is not None and megatron.layer_activation_coefficient(glu) == 30
+
+    def act(extra: tuple[str, ...], pp: int = 4) -> float:
+        mm = megatron.model_args(BASE + extra)
+        assert mm is not None
+        return megatron.estimate_memory(mm, world=64, tp=2, pp=pp, cp=1, ep=1, gpu_memory_mb=0).activations_gib
+
+    plain = act(())
+    inter = act(("--virtual-pipeline-model-parallel-size", "2"))
+    assert inter == pytest.approx(plain * (1 + 3 / 8))  # Megatron: 1 + (p-1)/(p*v)
+    few = act(("--global-batch-size", "16"))  # DP = 8, micro 1: 2 micro-batches < PP = 4 in flight
+    assert few == pytest.approx(plain * 2 / 4)
+
+
+# --- items 9, 11, 13: why a job ended, arrays, cancel and logs of jobs slurmctld does not know ----------------------
+
+class ArrayBackend:
+    """slurmctld's view of array 13: task 2 running (own job id 15), tasks 3-5 pending in one record."""
+
+    env = None
+
+    def jobs(self, job_ids=None):  # type: ignore[no-untyped-def]
+        from slurmkit.backend.parse import JobInfo
+
+        recs = [JobInfo(job_id="15", state="RUNNING", nodes=("node1",), raw={"ArrayJobId": "13", "ArrayTaskId": "2"}),
+                JobInfo(job_id="13", state="PENDING", reason="Resources",
+                        raw={"ArrayJobId": "13", "ArrayTaskId": "3-5"}),
+                JobInfo(job_id="14", state="COMPLETED", nodes=("node2",), exit_code="0:0",
+                        raw={"ArrayJobId": "13", "ArrayTaskId": "1"}),
+                JobInfo(job_id="20", state="RUNNING", nodes=("node3",))]
+        return recs if job_ids is None else [j for j in recs if j.job_id in job_ids]
+
+    def job(self, job_id):  # type: ignore[no-untyped-def]
+        from slurmkit.backend.cli import JobNotFound
+
+        for j in self.jobs([job_id]):
+            return j
+        raise JobNotFound(f"job {job_id} not found")
+
+    def cancel(self, job_id, signal=None, batch=False):  # type: ignore[no-untyped-def]
+        self.cancelled = job_id
+
+
+def test_array_status_per_task(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurmkit.jobs.monitor import statuses
+
+    monkeypatch.setattr("slurmkit.jobs.monitor._sacct", lambda ids, backend: {})
+    rows = statuses(["13_2", "13", "20"], ArrayBackend(), env)
+    assert [(r.job_id, r.state) for r in rows] == [
+        ("13_2", "RUNNING"), ("13_1", "COMPLETED"), ("13_2", "RUNNING"), ("13_3-5", "PENDING"), ("20", "RUNNING")]
+
+
+def test_status_says_why_a_preempted_job_ended(env: dict[str, str], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurmkit.jobs.monitor import statuses
+
+    monkeypatch.setattr("slurmkit.jobs.monitor._sacct", lambda ids, backend: {})
+    rd = tmp_path / "r"
+    (rd / "attempts").mkdir(parents=True)
+    (rd / "attempts" / "77.r0.reason").write_text("preempted (SIGUSR2): step exit 0, requeued\n")
+    (rd / "attempts" / "77.r3.exit").write_text("0\n")
+    (rd / "attempts" / "77.r3.reason").write_text(
+        "preempted (SIGUSR2): step exit 0, not requeued: --max-restarts 3 reached\n")
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    idx.mkdir(parents=True)
+    (idx / "77").write_text(str(rd))
+    row = statuses(["77"], ArrayBackend(), env)[0]
+    assert row.state == "COMPLETED" and row.restarts == 3
+    assert "note='preempted (SIGUSR2): step exit 0, not requeued: --max-restarts 3 reached'" in row.line()
+
+
+def test_cancel_of_an_unknown_or_ended_job_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = ArrayBackend()
+    monkeypatch.setattr(gpusub, "_backend", lambda: fake)
+    res = CliRunner().invoke(gpusub.cancel_cmd, ["99999"])
+    assert res.exit_code == 1 and "not found" in res.output and "cancelled" not in res.output
+    res = CliRunner().invoke(gpusub.cancel_cmd, ["14"])
+    assert res.exit_code == 1 and "already ended (COMPLETED)" in res.output
+    res = CliRunner().invoke(gpusub.cancel_cmd, ["20"])
+    assert res.exit_code == 0 and "cancelled job 20" in res.output and fake.cancelled == "20"
+
+
+def test_logs_follow_of_a_job_slurmctld_forgot_uses_the_run_dir(env: dict[str, str], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("slurmkit.jobs.monitor._sacct", lambda ids, backend: {})
+    monkeypatch.setattr(gpusub, "_backend", lambda: ArrayBackend())
+    rd = tmp_path / "r"
+    (rd / "attempts").mkdir(parents=True)
+    (rd / "logs").mkdir()
+    (rd / "attempts" / "88.r0.exit").write_text("0\n")
+    (rd / "logs" / "88.r0.log").write_text("hello from 88\n")
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    idx.mkdir(parents=True)
+    (idx / "88").write_text(str(rd))
+    res = CliRunner().invoke(gpusub.logs_cmd, ["-f", "88"])
+    assert "hello from 88" in res.output and "not known" not in res.output
+    assert res.exit_code == 0, res.output
