@@ -519,3 +519,8 @@ def test_logs_follow_of_a_job_slurmctld_forgot_uses_the_run_dir(env: dict[str, s
     res = CliRunner().invoke(gpusub.logs_cmd, ["-f", "88"])
     assert "hello from 88" in res.output and "not known" not in res.output
     assert res.exit_code == 0, res.output
+
+
+def test_the_torchrun_bench_check_runs_gpusubs_own_agent() -> None:
+    text = (ROOT / "bench" / "torchrun_preempt_check.sh").read_text()
+    assert f"A='{AGENT}'" in text
