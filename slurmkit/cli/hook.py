@@ -1,32 +1,22 @@
 """`slurmkit hook prolog|epilog|health` (run by slurmd) and `slurmkit check` (an admin on a node).
 
-The edge for the health library: reads the Slurm environment, picks exit codes, prints. Hot path: this module
-imports click and the small health modules only; NVML is imported in the forked gather worker, YAML only when the
-inventory changed since the cached expectations.
+The edge for the health library: reads the Slurm environment, picks exit codes, prints. The hot path (slurmd's
+``hook prolog|epilog|health``) does not come through here: ``slurmkit.cli.main`` hands it to ``hookrun.fast_main``
+before importing click; these click commands (``--help``, odd spellings) end in the same ``hookrun.run``.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import time
 
 import click
 
-_T0 = time.monotonic()  # the budget counts from as early as this module can see
-
-
-def _budget_start() -> float:
-    """Import time counts against the budget, but a module imported long ago (a test runner, a long-lived caller)
-    must not start a run with its budget already spent: count at most one second before the command."""
-    return max(_T0, time.monotonic() - 1.0)
-
-DEFAULT_STATE_DIR = "/var/lib/slurmkit"
-
-
-def _state_dir_default() -> str:
-    return os.environ.get("SLURMKIT_STATE_DIR") or DEFAULT_STATE_DIR
+from slurmkit.cli.hookrun import budget_start as _budget_start
+from slurmkit.cli.hookrun import job_gpus as _job_gpus
+from slurmkit.cli.hookrun import node_name as _node_name
+from slurmkit.cli.hookrun import run as _run
+from slurmkit.cli.hookrun import state_dir_default as _state_dir_default
 
 
 def _common(f):  # type: ignore[no-untyped-def]
@@ -41,87 +31,6 @@ def _common(f):  # type: ignore[no-untyped-def]
     f = click.option("--inventory", type=click.Path(dir_okay=False),
                      help="The cluster inventory (expected GPUs/NICs and the hooks.checks policy).")(f)
     return f
-
-
-def _node_name(explicit: str | None = None) -> str:
-    return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-
-
-def _job_gpus(raw: str | None, where: str | None = None) -> list[int] | None:
-    """SLURM_JOB_GPUS: node-level gres indices (``0,1,4``; ranges in some versions).
-
-    ``where`` names a flag: bad input there is a one-line usage error. From slurmd's environment an unreadable
-    value widens the hardware checks to every GPU (a superset of the job's) rather than failing the job on a parse;
-    processes of other running jobs are still never judged or killed (their owner is read from /proc).
-    """
-    if raw is None or not raw.strip():
-        return None
-    from slurmkit.backend.records import expand_ints
-
-    try:
-        return expand_ints(raw)
-    except ValueError:
-        if where:
-            from slurmkit.errors import UsageError
-
-            raise UsageError(f"{where}: expected GPU indices like 0,1 or 0-3, got {raw!r}") from None
-        return None
-
-
-def _prepare_env(inventory: str | None) -> None:
-    # slurmd runs hooks without PATH (and HealthCheckProgram without SLURM_CONF): give scontrol a chance.
-    if not os.environ.get("PATH"):
-        from slurmkit.health.slurmctl import HOOK_PATH
-
-        os.environ["PATH"] = HOOK_PATH
-    if not os.environ.get("SLURM_CONF") and inventory:
-        conf = os.path.join(os.path.dirname(os.path.abspath(inventory)), "slurm.conf")
-        if os.path.exists(conf):  # the generated wrappers sit next to slurm.conf and the inventory copy
-            os.environ["SLURM_CONF"] = conf
-
-
-def _run(hook: str, inventory: str | None, state_dir: str, policy_file: str | None, textfile_dir: str | None) -> None:
-    from slurmkit.health.hooks import HookEnv, run_hook
-    from slurmkit.health.output import log_line, to_syslog
-
-    _prepare_env(inventory)
-    uid = os.environ.get("SLURM_JOB_UID")
-    raw_gpus = os.environ.get("SLURM_JOB_GPUS")
-    # unset: the job has no GPUs (Slurm sets it only for a job with gpu/shard/mps gres), so its scope is empty
-    job_gpus = [] if raw_gpus is None or not raw_gpus.strip() else _job_gpus(raw_gpus)
-    env = HookEnv(
-        hook=hook, node=_node_name(), state_dir=state_dir, inventory=inventory, policy_file=policy_file,
-        fake_nvml=os.environ.get("SLURMKIT_FAKE_NVML") or None, job_id=os.environ.get("SLURM_JOB_ID"),
-        job_uid=int(uid) if uid and uid.isdigit() else None, job_user=os.environ.get("SLURM_JOB_USER"),
-        job_gpus=job_gpus, textfile_dir=textfile_dir, ppid=os.getppid(),
-        started_mono=_budget_start(),
-    )
-    try:
-        report = run_hook(env)
-    except Exception as exc:  # a bug or a broken inventory: say so in one line, fail closed in prolog/epilog
-        line = f"slurmkit {hook} {env.node}: internal error: {type(exc).__name__}: {' '.join(str(exc).split())}"
-        click.echo(line, err=True)
-        to_syslog(line, failed=True)
-        code = 1 if hook in ("prolog", "epilog") else 2
-        from slurmkit.health.hooks import record_internal_error
-
-        record_internal_error(state_dir, env.node, hook, env.job_id, line, code)
-        _exit(code)
-    line = log_line(report)
-    click.echo(line, err=True)  # slurmd logs a failing hook's stderr; the JSON record has the rest
-    to_syslog(line, failed=report.exit_code != 0)
-    _exit(report.exit_code)
-
-
-def _exit(code: int) -> None:
-    import threading
-
-    if threading.active_count() > 1:
-        # A gather thread is stuck (a dead mount): do not let interpreter shutdown wait on it.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 
-import click
 
-from slurmkit import __version__
+def _hook_fast_path() -> None:
+    """slurmd runs ``slurmkit hook prolog|epilog|health`` on every job start: serve it before importing click
+    (``hookrun.fast_main`` returns when it cannot parse the arguments; click then takes them)."""
+    if sys.argv[1:2] == ["hook"] and __name__ in ("__main__", "slurmkit.cli.main") and \
+            sys.argv[0].rsplit("/", 1)[-1] in ("slurmkit", "main.py", "__main__.py"):
+        from slurmkit.cli.hookrun import fast_main
+
+        fast_main(sys.argv[1:])
+
+
+_hook_fast_path()
+
+import importlib  # noqa: E402
+
+import click  # noqa: E402
+
+from slurmkit import __version__  # noqa: E402
 
 # name -> "module:attribute"; each module owns its commands (small commands calling the library)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -113,8 +113,8 @@ def eval_nvml(data: dict[str, Any], ctx: EvalContext) -> Verdict:
         problem = f"nvmlInit did not answer within {data['stalled_after_s']:.1f}s (NVML hung)"
     elif data.get("crashed") and not data.get("init"):
         problem = f"NVML worker failed: {data['crashed']}"
-    elif _err(data.get("init")):
-        problem = f"nvmlInit failed: {_err(data['init'])}"
+    elif isinstance(data.get("init"), dict) and data["init"].get("error"):
+        problem = f"nvmlInit failed: {data['init']['error']}"
     ev = {k: data[k] for k in ("load_error", "stalled", "crashed") if data.get(k)}
     if problem:
         if not expected and "hung" not in problem:
@@ -133,7 +133,7 @@ def _norm_type(s: str) -> str:
 def eval_gpu_count(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     init = ctx.init
     expected = _expected_count(ctx)
-    if not init or _err(init) or not isinstance(init.get("count"), int):
+    if not init or init.get("error") or not isinstance(init.get("count"), int):
         return Verdict(Status.SKIP, "NVML unavailable (see the nvml check)")
     devices = init.get("devices", [])
     lost = [d for d in devices if d.get("lost") or _err({"error": d.get("error")} if d.get("error") else None)]

@@ -25,7 +25,7 @@ from slurmkit.health import state
 from slurmkit.health.decide import Decision, Verb, decide_fail, decide_health, ours
 from slurmkit.health.expect import Expectations, load_expectations
 from slurmkit.health.host import HostPaths, process_start_ticks
-from slurmkit.health.nvmlworker import GatherResult
+from slurmkit.health.nvmlworker import GatherResult, Worker
 from slurmkit.health.output import Report, prometheus_text
 from slurmkit.health.policy import Policy, load_site_policy, parse_policy
 from slurmkit.health.result import Action, CheckResult, Status, drain_reason, worst_action
@@ -60,6 +60,7 @@ class HookEnv:
     runner: Callable[..., Any] | None = None  # Slurm command runner; None = backend.run.run (tests pass a fake)
     started_mono: float = field(default_factory=time.monotonic)
     write_outputs: bool = True
+    worker: Worker | None = None  # an NVML worker the edge pre-forked (Worker.prefork); run_hook instructs or ends it
 
 
 def _remaining(deadline: float) -> float:
@@ -101,6 +102,7 @@ def run_hook(env: HookEnv) -> Report:
         hook=env.hook, node=env.node, policy=policy, expect=expect, node_state_dir=ndir, fake_nvml=env.fake_nvml,
         paths=env.paths, job_gres_indices=env.job_gpus if env.hook != "health" else None,
         ppid=env.ppid, deadline=hard_deadline - reserve, commit_xid=not readonly, job_id=env.job_id,
+        worker=env.worker,
     )
     notes: list[str] = []
     between = None

@@ -19,8 +19,9 @@ import select
 import signal
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
+
+# No dataclasses here: this module is imported before the worker is forked, ahead of everything else a hook loads.
 
 # Probe name -> the check that evaluates it (1:1 except "init", which feeds nvml, gpu_count and driver).
 PROBES = ("ecc", "remapped_rows", "retired_pages", "recovery_action", "clocks", "temperature", "persistence",
@@ -156,19 +157,26 @@ def _probe_one(probe: str, nv: Any, h: Any) -> dict[str, Any]:
         return {PROBE_KEYS[probe]: {"error": _errname(exc)}}
 
 
+Instructions = tuple[list[str], "frozenset[int] | None"]
+
+
 def gather(nv: Any, probes: Iterable[str], minors: frozenset[int] | None,
-           emit: Callable[[str, dict[str, Any]], None]) -> None:
+           emit: Callable[[str, dict[str, Any]], None],
+           instructions: Callable[[], Instructions | None] | None = None) -> None:
     """One init, then each probe over the selected GPUs; ``emit(probe, data)`` after each.
 
     ``minors``: the /dev/nvidiaN minor numbers in scope (the job's GPUs), None = all. Lost GPUs stay in the
-    ``init`` record (they are what gpu_count reports) but no probe touches them again.
+    ``init`` record (they are what gpu_count reports) but no probe touches them again. ``instructions()``, when
+    given, is asked for (probes, minors) after init (a worker forked before its hook knew them); None = stop.
+    The ``init`` record carries ``init_s``: the seconds nvmlInit and the device scan took, measured here.
     """
     import pynvml
 
+    t0 = time.monotonic()
     try:
         nv.nvmlInit()
     except pynvml.NVMLError as exc:
-        emit("init", {"error": _errname(exc)})
+        emit("init", {"error": _errname(exc), "init_s": round(time.monotonic() - t0, 6)})
         return
     count = _call(nv.nvmlDeviceGetCount)
     info: dict[str, Any] = {"driver_version": _call(nv.nvmlSystemGetDriverVersion), "count": count, "devices": []}
@@ -188,11 +196,22 @@ def gather(nv: Any, probes: Iterable[str], minors: frozenset[int] | None,
         if any(isinstance(v, dict) and v.get("error") == "GpuIsLost" for v in dev.values()):
             dev["lost"] = True
         info["devices"].append(dev)
-        minor = dev["minor"]
+        handles[i] = h
+    info["init_s"] = round(time.monotonic() - t0, 6)
+    if instructions is not None:
+        got = instructions()
+        if got is None:
+            return
+        probes, minors = got
+    selected: dict[int, Any] = {}
+    for dev in info["devices"]:
+        i, minor = dev["index"], dev.get("minor")
+        if i not in handles or dev.get("lost"):
+            continue
         # an unreadable minor (an error value) falls back to the index: gres.conf File=/dev/nvidia[0-N] in order
-        in_scope = minors is None or (minor in minors if isinstance(minor, int) else i in minors)
-        if in_scope and not dev.get("lost"):
-            handles[i] = h
+        if minors is None or (minor in minors if isinstance(minor, int) else i in minors):
+            selected[i] = handles[i]
+    handles = selected
     info["selected"] = sorted(handles)
     emit("init", info)
     for probe in probes:
@@ -203,16 +222,16 @@ def gather(nv: Any, probes: Iterable[str], minors: frozenset[int] | None,
         pass
 
 
-@dataclass
 class GatherResult:
     """What the parent got back. ``data[probe]`` exists for every probe that finished."""
 
-    data: dict[str, dict[str, Any]] = field(default_factory=dict)
-    durations: dict[str, float] = field(default_factory=dict)
-    stalled: str | None = None  # the probe (or "init") that ran past its deadline
-    stalled_after_s: float = 0.0
-    crashed: str | None = None  # the worker died or raised: text of the failure
-    load_error: str | None = None  # NVML (or the fake's fixture) could not be loaded at all
+    def __init__(self) -> None:
+        self.data: dict[str, dict[str, Any]] = {}
+        self.durations: dict[str, float] = {}
+        self.stalled: str | None = None  # the probe (or "init") that ran past its deadline
+        self.stalled_after_s = 0.0
+        self.crashed: str | None = None  # the worker died or raised: text of the failure
+        self.load_error: str | None = None  # NVML (or the fake's fixture) could not be loaded at all
 
 
 class Worker:
@@ -225,17 +244,59 @@ class Worker:
         self.timeouts, self.deadline = timeouts, deadline
         self.pid = 0
         self.rfd = -1
+        self.cfd = -1  # control pipe to a pre-forked child (its probes and GPUs), -1 once sent
         self.started = 0.0
+        self.done = False
+
+    @classmethod
+    def prefork(cls, fake_source: str | None, node: str | None) -> Worker:
+        """Fork now (no thread may exist yet): the child loads NVML and runs nvmlInit while the hook loads its
+        inventory; ``instruct()`` then tells it what to probe, or ``abandon()`` ends it."""
+        w = cls(fake_source, node, [], None, {}, 0.0)
+        return w._fork(deferred=True)
 
     def start(self) -> Worker:
+        return self._fork(deferred=False)
+
+    def _fork(self, deferred: bool) -> Worker:
         rfd, wfd = os.pipe()
+        crfd, cwfd = os.pipe() if deferred else (-1, -1)
         self.started = time.monotonic()
         pid = os.fork()
         if pid == 0:  # child: never returns
-            _child(rfd, wfd, self.fake_source, self.node, self.probes, self.minors)
+            if cwfd >= 0:
+                os.close(cwfd)
+            _child(rfd, wfd, self.fake_source, self.node, self.probes, self.minors, crfd)
         os.close(wfd)
-        self.pid, self.rfd = pid, rfd
+        if crfd >= 0:
+            os.close(crfd)
+        self.pid, self.rfd, self.cfd = pid, rfd, cwfd
         return self
+
+    def instruct(self, probes: list[str], minors: frozenset[int] | None, timeouts: dict[str, float],
+                 deadline: float) -> Worker:
+        self.probes, self.minors, self.timeouts, self.deadline = probes, minors, timeouts, deadline
+        if self.cfd >= 0:
+            msg = json.dumps({"probes": probes, "minors": sorted(minors) if minors is not None else None})
+            try:
+                os.write(self.cfd, msg.encode() + b"\n")
+            except OSError:
+                pass  # the child is gone: collect() reports how
+            os.close(self.cfd)
+            self.cfd = -1
+        return self
+
+    def abandon(self) -> None:
+        """No NVML needed after all (or the hook failed): end the child without waiting on it."""
+        if self.done:
+            return
+        self.done = True
+        for fd in (self.cfd, self.rfd):
+            if fd >= 0:
+                os.close(fd)
+        self.cfd = self.rfd = -1
+        if self.pid:
+            _reap(self.pid)
 
     def collect(self) -> GatherResult:
         res = GatherResult()
@@ -270,7 +331,10 @@ class Worker:
                         expected = []
                     else:
                         res.data[kind] = rec["data"]
-                        res.durations[kind] = now - last
+                        # init: what nvmlInit and the device scan took in the child (a pre-forked child waits for
+                        # its instructions after init; that wait is not NVML's time)
+                        init_s = rec["data"].get("init_s") if kind == "init" else None
+                        res.durations[kind] = init_s if isinstance(init_s, (int, float)) else now - last
                         last = now
                         if kind in expected:
                             expected.remove(kind)
@@ -278,6 +342,8 @@ class Worker:
                             expected = []
         finally:
             os.close(self.rfd)
+            self.rfd = -1
+            self.done = True
             _reap(self.pid)
         if expected and res.stalled is None:
             res.crashed = f"NVML worker exited before {expected[0]} ({time.monotonic() - self.started:.3f}s)"
@@ -306,8 +372,20 @@ def _reap(pid: int) -> None:
         pass
 
 
+def _read_instructions(cfd: int) -> Instructions | None:
+    buf = b""
+    while b"\n" not in buf:
+        chunk = os.read(cfd, 65536)
+        if not chunk:
+            return None  # the parent went away or decided it needs no NVML
+        buf += chunk
+    msg = json.loads(buf.split(b"\n", 1)[0])
+    minors = msg.get("minors")
+    return list(msg["probes"]), (frozenset(minors) if minors is not None else None)
+
+
 def _child(rfd: int, wfd: int, fake_source: str | None, node: str | None, probes: list[str],
-           minors: frozenset[int] | None) -> None:
+           minors: frozenset[int] | None, cfd: int = -1) -> None:
     code = 0
     try:
         os.close(rfd)
@@ -325,7 +403,7 @@ def _child(rfd: int, wfd: int, fake_source: str | None, node: str | None, probes
             emit("_load_error", {"error": f"{type(exc).__name__}: {exc}"})
             return
         try:
-            gather(nv, probes, minors, emit)
+            gather(nv, probes, minors, emit, (lambda: _read_instructions(cfd)) if cfd >= 0 else None)
         except Exception as exc:  # report, never hang the parent on a half-written stream
             emit("_crash", {"error": f"{type(exc).__name__}: {exc}"})
             code = 1

@@ -18,7 +18,6 @@ Errors name the key path (``hooks.checks.temperature.max_c``) like the inventory
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,6 +108,8 @@ def _err(path: str, msg: str, source: str | None) -> InventoryError:
 
 
 def _unknown(key: str, allowed: set[str], path: str, source: str | None) -> InventoryError:
+    import difflib  # only on bad input: not on the hook's hot path
+
     close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
     hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(allowed))}"
     return _err(path, f"unknown key{hint}", source)
@@ -168,6 +169,8 @@ def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any
             raise _err(path, f"expected a list of {', '.join(CLOCK_REASON_BITS)}", source)
         for i, r in enumerate(v):
             if r not in CLOCK_REASON_BITS:
+                import difflib
+
                 close = difflib.get_close_matches(str(r), list(CLOCK_REASON_BITS), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(CLOCK_REASON_BITS)}"
                 raise _err(f"{path}[{i}]", f"unknown clock-event reason {r!r}{hint}", source)

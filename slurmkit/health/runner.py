@@ -39,6 +39,7 @@ class RunSpec:
     ppid: int | None = None
     deadline: float = 0.0  # time.monotonic() by which gathering must be over
     commit_xid: bool = True
+    worker: Worker | None = None  # pre-forked by the hook edge (Worker.prefork); None = fork here
 
 
 @dataclass
@@ -138,7 +139,12 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
     if need_nvml:
         timeouts = {"init": pol.check("nvml").timeout_s, **{p: pol.check(p).timeout_s for p in probes}}
         # fork before any thread exists; collect after the host threads are running so the reads overlap
-        worker = Worker(spec.fake_nvml, spec.node, probes, minors, timeouts, spec.deadline).start()
+        if spec.worker is not None:
+            worker = spec.worker.instruct(probes, minors, timeouts, spec.deadline)
+        else:
+            worker = Worker(spec.fake_nvml, spec.node, probes, minors, timeouts, spec.deadline).start()
+    elif spec.worker is not None:
+        spec.worker.abandon()
     for name, fn in host_fns.items():
         if name in enabled:
             jobs[name] = _Job(name, fn)
@@ -182,7 +188,8 @@ def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult |
             return CHECKS[name].evaluate({
                 "init": gathered.data.get("init"), "load_error": gathered.load_error, "stalled": gathered.stalled,
                 "stalled_after_s": gathered.stalled_after_s, "crashed": gathered.crashed,
-                "gpus_expected": gpus_expected(spec)}, ctx), gathered.durations.get("init", 0.0)
+                "gpus_expected": gpus_expected(spec)}, ctx), \
+                gathered.durations.get("init", gathered.stalled_after_s if gathered.stalled == "init" else 0.0)
         if probe == "init":
             return CHECKS[name].evaluate({}, ctx), 0.0
         if gathered.stalled == probe:

@@ -16,7 +16,6 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -36,7 +35,9 @@ def atomic_write(path: str, text: str, mode: int = 0o644, durable: bool = True) 
     ``durable=False`` skips the fsync for files whose loss in a power cut costs nothing (the latest record, the
     metrics file): an fsync is the slowest thing a prolog does on a busy local disk."""
     d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
+    # a unique name without importing tempfile (and the shutil/random/bz2 it pulls in) on the hook's hot path
+    tmp = os.path.join(d, f".tmp-{os.getpid()}-{time.monotonic_ns()}-{os.path.basename(path)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

@@ -660,3 +660,58 @@ def test_cli_internal_error_leaves_a_record_the_health_check_can_read(tmp_path, 
     assert slurm_drain_was_ours(node, str(tmp_path / "st" / "node1"))
     assert not slurm_drain_was_ours(NodeState("node1", "idle", frozenset({"DRAIN"}), "Epilog error"),
                                     str(tmp_path / "st" / "node1"))
+
+
+# --- the hot path: no click, the NVML worker forked first (issue 11 speed) -------------------------------------
+
+def test_fast_hook_argument_parsing_falls_back_to_click_for_anything_else():
+    from slurmkit.cli.hookrun import parse_fast
+
+    assert parse_fast(["--inventory", "/etc/slurm/slurmkit.yaml", "--textfile-dir=/var/lib/ne"]) == {
+        "inventory": "/etc/slurm/slurmkit.yaml", "state_dir": None, "policy_file": None, "textfile_dir": "/var/lib/ne"}
+    for argv in (["--help"], ["--inventory"], ["--inventory="], ["--bogus", "x"], ["positional"]):
+        assert parse_fast(argv) is None, argv
+
+
+def test_hook_via_the_console_entry_point_does_not_import_click(tmp_path, inventory):
+    code = ("import sys, runpy; sys.argv = ['slurmkit', 'hook', 'prolog', '--inventory', sys.argv[1]]\n"
+            "try:\n    runpy.run_module('slurmkit.cli.main', run_name='__main__')\n"
+            "except SystemExit as e:\n    print('exit', e.code, 'click' in sys.modules)\n")
+    envv = {**os.environ, "SLURMKIT_FAKE_NVML": str(fixture(tmp_path, "healthy-h100x8.json")),
+            "SLURMD_NODENAME": "node1", "SLURM_JOB_GPUS": "0", "SLURMKIT_STATE_DIR": str(tmp_path / "st")}
+    r = subprocess.run([sys.executable, "-c", code, str(inventory)], env=envv, capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.strip() == "exit 0 False", r.stdout + r.stderr
+    assert json.loads((tmp_path / "st" / "node1" / "last-prolog.json").read_text())["exit_code"] == 0
+
+
+def test_preforked_worker_is_instructed_or_abandoned(tmp_path):
+    import time
+
+    from slurmkit.health.nvmlworker import Worker
+
+    fx = str(NVML / "ecc-uncorrected-gpu1.json")
+    w = Worker.prefork(fx, "node1")
+    time.sleep(0.05)  # the hook loading its inventory meanwhile
+    g = w.instruct(["ecc"], frozenset({1, 2}), {"init": 5.0, "ecc": 5.0}, time.monotonic() + 10).collect()
+    assert g.data["init"]["selected"] == [1, 2] and g.data["ecc"]["1"]["ecc_volatile_uncorrected"] == 2
+    assert set(g.data["ecc"]) == {"1", "2"}
+    assert g.durations["init"] == g.data["init"]["init_s"] < 0.05  # NVML's own time, not the wait for instructions
+    w = Worker.prefork(fx, "node1")
+    w.abandon()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(w.pid, os.WNOHANG)  # reaped
+    # a hang in nvmlInit is still caught by the init deadline counted from the fork
+    w = Worker.prefork(str(NVML / "nvml-hang-init.json"), "node1")
+    g = w.instruct(["ecc"], None, {"init": 0.5, "ecc": 0.5}, time.monotonic() + 5).collect()
+    assert g.stalled == "init" and 0.4 < g.stalled_after_s < 2
+
+
+def test_nvml_duration_is_the_time_the_hang_took(tmp_path, inventory):
+    inv = yaml.safe_load(inventory.read_text())
+    inv["hooks"]["checks"].update(budget_s=2.0, scontrol_timeout_s=0.3, nvml={"timeout_s": 1.0})
+    inventory.write_text(yaml.safe_dump(inv))
+    rep = run_hook(env(tmp_path, inventory, FakeSlurm(state="ALLOCATED"), "prolog", nvml="nvml-hang-init.json",
+                       job_gpus=[0]))
+    nvml = next(r for r in rep.results if r.name == "nvml")
+    assert nvml.status == Status.FAIL and nvml.duration_s >= 0.9  # was 0.00007 s for a hang that took seconds
