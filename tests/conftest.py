@@ -8,6 +8,10 @@ own one-line reason. Deselect them locally with ``-m 'not lab'``.
 Environment (so several people can run suites on one machine without clashing):
   SLURMKIT_TEST_LAB_DIR        lab directory           (default /tmp/slurmkit-test-lab)
   SLURMKIT_TEST_LAB_PORT_BASE  slurmctld port; slurmd of nodeI on base+I (default 17817, so a demo lab on 16817 can stay up)
+  SLURMKIT_TEST_SLURM          Slurm release the labs run ("24.11"; default: the host's own). tests/run.sh runs
+                               the lab tests a second time with the release the host does not have.
+
+A lab that fails to start keeps its directory (logs, config) under ``<dir>.failed-<n>``; the error says where.
 
 ``make_lab(**spec)``: a factory for a test module that needs a lab of its own shape (hooks, accounting, fewer
 nodes); each one gets its own dir and port range and is taken down at the end of the session.
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmkit.errors import LabError
 from slurmkit.lab import Lab, LabSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,14 +43,47 @@ def _base() -> int:
     return int(os.environ.get("SLURMKIT_TEST_LAB_PORT_BASE", "17817"))
 
 
-@pytest.fixture(scope="session")
-def lab() -> Iterator[Lab]:
-    spec = LabSpec(dir=os.environ.get("SLURMKIT_TEST_LAB_DIR", "/tmp/slurmkit-test-lab"), port_base=_base())
+def lab_release() -> str | None:
+    """The release the labs of this run use (None: the host's)."""
+    return os.environ.get("SLURMKIT_TEST_SLURM") or None
+
+
+def _root_dir() -> str:
+    root = os.environ.get("SLURMKIT_TEST_LAB_DIR", "/tmp/slurmkit-test-lab")
+    return f"{root}-{lab_release()}" if lab_release() else root
+
+
+def start_lab(spec: LabSpec) -> Lab:
+    """Bring up a lab for the tests; if it fails, keep its logs: move the dir aside and say where."""
     stale = Lab.load(spec.dir)
     if stale.is_up():
         stale.down()
     the_lab = Lab(spec)
-    the_lab.up()
+    try:
+        the_lab.up()
+    except Exception as exc:
+        kept = _keep_failed(Path(spec.dir))
+        if isinstance(exc, LabError):
+            raise LabError(f"{exc} (the lab dir, with its logs, is kept in {kept})") from exc
+        exc.add_note(f"the lab dir, with its logs, is kept in {kept}")
+        raise
+    return the_lab
+
+
+def _keep_failed(d: Path) -> Path | None:
+    if not d.exists():
+        return None
+    n = 1
+    while d.with_name(f"{d.name}.failed-{n}").exists():
+        n += 1
+    dest = d.with_name(f"{d.name}.failed-{n}")
+    d.rename(dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    the_lab = start_lab(LabSpec(dir=_root_dir(), port_base=_base(), slurm=lab_release()))
     try:
         yield the_lab
     finally:
@@ -55,16 +93,15 @@ def lab() -> Iterator[Lab]:
 @pytest.fixture(scope="session")
 def make_lab() -> Iterator:
     made: list[Lab] = []
-    root = os.environ.get("SLURMKIT_TEST_LAB_DIR", "/tmp/slurmkit-test-lab")
+    root = _root_dir()
+    tried = 0
 
     def factory(**kw: object) -> Lab:
-        n = len(made) + 1
-        spec = LabSpec(dir=f"{root}-{n}", port_base=_base() + 200 * n, **kw)  # type: ignore[arg-type]
-        stale = Lab.load(spec.dir)
-        if stale.is_up():
-            stale.down()
-        lab_ = Lab(spec)
-        lab_.up()
+        nonlocal tried
+        tried += 1
+        kw.setdefault("slurm", lab_release())
+        spec = LabSpec(dir=f"{root}-{tried}", port_base=_base() + 200 * tried, **kw)  # type: ignore[arg-type]
+        lab_ = start_lab(spec)
         made.append(lab_)
         return lab_
 

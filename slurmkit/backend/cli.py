@@ -9,6 +9,7 @@ from slurmkit.backend.base import SubmitRequest
 from slurmkit.backend.parse import JobInfo, NodeInfo, SwitchRecord
 from slurmkit.backend.run import run
 from slurmkit.errors import SlurmCommandError, SlurmkitError
+from slurmkit.release import scontrol_json
 
 
 class JobNotFound(SlurmkitError):
@@ -43,16 +44,21 @@ class CLIBackend:
         return features_for(self.version())
 
     def nodes(self, names: Sequence[str] | None = None) -> list[NodeInfo]:
-        out = self._run(["scontrol", "-o", "-d", "show", "node"]).stdout
-        nodes = parse.parse_scontrol_nodes(out)
+        if scontrol_json(self.version()):
+            # every field per node, typed; the text form needs -d for GresUsed (the JSON implies it)
+            nodes = parse.parse_nodes_json(self._run(["scontrol", "--json", "show", "node"]).stdout)
+        else:
+            nodes = parse.parse_scontrol_nodes(self._run(["scontrol", "-o", "-d", "show", "node"]).stdout)
         if names is not None:
             want = set(names)
             nodes = [n for n in nodes if n.name in want]
         return nodes
 
     def node(self, name: str) -> NodeInfo:
-        out = self._run(["scontrol", "-o", "-d", "show", "node", name]).stdout
-        nodes = parse.parse_scontrol_nodes(out)
+        if scontrol_json(self.version()):
+            nodes = parse.parse_nodes_json(self._run(["scontrol", "--json", "show", "node", name]).stdout)
+        else:
+            nodes = parse.parse_scontrol_nodes(self._run(["scontrol", "-o", "-d", "show", "node", name]).stdout)
         if not nodes:
             raise SlurmkitError(f"node {name!r} not found")
         return nodes[0]

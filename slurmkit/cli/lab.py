@@ -8,6 +8,7 @@ import os
 import click
 
 from slurmkit.lab import DEFAULT_DIR, DEFAULT_PORT_BASE, Lab, LabSpec
+from slurmkit.release import DEBIAN_SUITES
 
 _dir = click.option(
     "--dir", "directory", default=lambda: os.environ.get("SLURMKIT_LAB_DIR", DEFAULT_DIR), show_default=DEFAULT_DIR,
@@ -34,17 +35,21 @@ def lab() -> None:
 @click.option("--port-base", default=lambda: int(os.environ.get("SLURMKIT_LAB_PORT_BASE", DEFAULT_PORT_BASE)),
               show_default=str(DEFAULT_PORT_BASE), type=click.IntRange(1024, 60000),
               help="slurmctld port; slurmd of nodeI on base+I (env SLURMKIT_LAB_PORT_BASE).")
+@click.option("--slurm", "slurm", type=click.Choice(sorted(DEBIAN_SUITES)), default=None,
+              help="Slurm release to run (default: the host's own); another release runs from a cached root "
+                   "filesystem, built on first use (see `slurmkit lab image`).")
 def up(directory: str, nodes: int, gpus_per_node: int, gpu_type: str, nodes_per_leaf: int, accounting: bool,
-       hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int) -> None:
+       hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int, slurm: str | None) -> None:
     """Start the lab and wait until every node is idle."""
     spec = LabSpec(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                    nodes_per_leaf=nodes_per_leaf, accounting=accounting, port_base=port_base, hooks=hooks,
-                   healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml)
+                   healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml, slurm=slurm)
     lab_ = Lab(spec)
     took = lab_.up(progress=lambda m: click.echo(f"lab: {m}", err=True))
-    click.echo(f"lab: up in {took:.2f}s: {nodes} nodes x {gpus_per_node} {gpu_type}, leaves of {nodes_per_leaf}, in {lab_.dir}")
+    click.echo(f"lab: up in {took:.2f}s: Slurm {lab_.release}, {nodes} nodes x {gpus_per_node} {gpu_type}, "
+               f"leaves of {nodes_per_leaf}, in {lab_.dir}")
     click.echo("Use it:")
-    click.echo(f"  export SLURM_CONF={lab_.conf}     # or: eval \"$(slurmkit lab env --dir {lab_.dir})\"")
+    click.echo(f"  eval \"$(slurmkit lab env --dir {lab_.dir})\"     # SLURM_CONF (and PATH for another release)")
     click.echo("  sinfo; srun -N4 hostname; gpusub train.py --nodes 4 --dry-run")
     click.echo(f"  slurmkit lab down --dir {lab_.dir}")
 
@@ -63,7 +68,7 @@ def status(directory: str, as_json: bool) -> None:
         return
     daemons = st["daemons"]
     assert isinstance(daemons, dict)
-    click.echo(f"lab: up in {st['dir']}  (SLURM_CONF={st['slurm_conf']})")
+    click.echo(f"lab: up in {st['dir']}  (Slurm {st['slurm']}, SLURM_CONF={st['slurm_conf']})")
     click.echo("daemons: " + ", ".join(f"{k}[{v}]" for k, v in daemons.items()))
     click.echo(f"{'NODE':<10} {'STATE':<22} {'GRES':<22} REASON")
     nodes = st["nodes"]
@@ -80,6 +85,8 @@ def env(directory: str) -> None:
     if not lab_.conf.exists():
         raise click.ClickException(f"no lab config in {lab_.dir}; run `slurmkit lab up` first")
     click.echo(f"export SLURM_CONF={lab_.conf}")
+    if lab_.foreign:  # the wrappers that run the lab's release of sinfo, sbatch, ... first on PATH
+        click.echo(f"export PATH={lab_.bin_dir}:\"$PATH\"")
 
 
 @lab.command()
@@ -92,3 +99,51 @@ def down(directory: str) -> None:
         return
     stopped = lab_.down()
     click.echo(f"lab: stopped {len(stopped)} daemons in {lab_.dir}")
+
+
+@lab.group()
+def image() -> None:
+    """Cached root filesystems with another Slurm release (under /var/cache/slurmkit/roots, env SLURMKIT_IMAGE_DIR)."""
+
+
+@image.command("build")
+@click.argument("release", type=click.Choice(sorted(DEBIAN_SUITES)))
+@click.option("--mirror", default=None, help="Debian mirror (default: the one apt already uses).")
+def image_build(release: str, mirror: str | None) -> None:
+    """Build (or rebuild) the root for RELEASE: debootstrap the Debian suite that packages it, install Slurm."""
+    from slurmkit.lab import image as img
+
+    built = img.build(release, progress=lambda m: click.echo(f"image: {m}", err=True), mirror=mirror)
+    click.echo(f"image: Slurm {built.slurm_version} ({built.suite}) in {built.path}, built in {built.build_seconds:.0f}s")
+
+
+@image.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def image_list(as_json: bool) -> None:
+    """The cached roots."""
+    from dataclasses import asdict
+
+    from slurmkit.lab import image as img
+
+    images = img.list_images()
+    if as_json:
+        click.echo(json.dumps([asdict(i) for i in images], indent=1))
+        return
+    if not images:
+        click.echo(f"image: none in {img.image_dir()}; build one with `slurmkit lab image build 24.11`")
+        return
+    click.echo(f"{'RELEASE':<8} {'SLURM':<10} {'SUITE':<10} {'BUILT':<21} PATH")
+    for i in images:
+        click.echo(f"{i.release:<8} {i.slurm_version:<10} {i.suite:<10} {i.built:<21} {i.path}")
+
+
+@image.command("rm")
+@click.argument("release", type=click.Choice(sorted(DEBIAN_SUITES)))
+def image_rm(release: str) -> None:
+    """Delete the cached root for RELEASE."""
+    from slurmkit.lab import image as img
+
+    if img.remove(release):
+        click.echo(f"image: removed the Slurm {release} root")
+    else:
+        click.echo(f"image: no Slurm {release} root in {img.image_dir()}")

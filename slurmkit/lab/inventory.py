@@ -14,6 +14,7 @@ def lab_inventory(
     accounting: bool = False,
     hooks_command: str | None = None,
     healthcheck_interval: int = 0,
+    slurm_version: str = "22.05",
 ) -> dict[str, Any]:
     """A small GPU cluster: ``node[1-N]``, 2 sockets x 4 cores, fake GPUs, leaves of ``nodes_per_leaf`` + a spine."""
     half = max(1, gpus_per_node // 2)
@@ -24,7 +25,7 @@ def lab_inventory(
         leaves.append({"name": f"leaf{i + 1}", "nodes": f"node[{start}-{end}]" if end > start else f"node{start}"})
     inv: dict[str, Any] = {
         "cluster": "lab",
-        "slurm_version": "22.05",
+        "slurm_version": slurm_version,
         "controller": {"hosts": ["localhost"]},
         "node_groups": [
             {

@@ -31,6 +31,7 @@ from slurmkit.backend.parse import SINFO_NODE_FORMAT, parse_sinfo_nodes
 from slurmkit.backend.run import run
 from slurmkit.errors import LabError, SlurmCommandError
 from slurmkit.lab.inventory import lab_inventory
+from slurmkit.release import release_key
 
 DEFAULT_DIR = "/tmp/slurmkit-lab"
 OVERRIDES_FILE = "lab-overrides.yaml"
@@ -57,6 +58,9 @@ class LabSpec:
     # with hooks: a recorded NVML state (JSON, see slurmkit/health/fakenvml.py) copied to DIR/fake-nvml/<node>.json
     # for every node before slurmd starts, trimmed to gpus_per_node devices; edit one node's copy to inject a fault
     fake_nvml_template: str | None = None
+    # the Slurm release to run ("24.11"); None: the host's own. Another release runs from a cached root filesystem
+    # (slurmkit/lab/image.py) seen through a view of the host (slurmkit/lab/view.py)
+    slurm: str | None = None
 
     @property
     def ctld_port(self) -> int:
@@ -82,6 +86,42 @@ class Lab:
     def __init__(self, spec: LabSpec):
         self.spec = spec
         self.dir = Path(spec.dir).resolve()
+        self._host_release: str | None = None
+
+    # --- release -------------------------------------------------------------------------------------------
+    @property
+    def host_release(self) -> str | None:
+        if self._host_release is None:
+            from slurmkit.lab.image import host_release
+
+            self._host_release = host_release() or ""
+        return self._host_release or None
+
+    @property
+    def foreign(self) -> bool:
+        """True when the lab runs a Slurm release other than the host's (from a root, through a view)."""
+        return self.spec.slurm is not None and self.spec.slurm != self.host_release
+
+    @property
+    def release(self) -> str:
+        """The Slurm release this lab runs ("22.05", "24.11")."""
+        rel = self.spec.slurm or self.host_release
+        if rel is None:
+            raise LabError("no Slurm on this host; pass --slurm RELEASE to run one from a root filesystem")
+        return rel
+
+    @property
+    def bin_dir(self) -> Path:
+        """Wrappers that run the lab's release of every Slurm program (only for a foreign release)."""
+        return self.dir / "bin"
+
+    def exe(self, name: str) -> str:
+        """The program ``name`` of the lab's release: a wrapper into the view, or the host's binary."""
+        from slurmkit.lab.view import PROGRAMS
+
+        if self.foreign and name in PROGRAMS:
+            return str(self.bin_dir / name)
+        return _bin(name)
 
     # --- paths ---------------------------------------------------------------------------------------------
     @property
@@ -94,6 +134,8 @@ class Lab:
 
     @property
     def env(self) -> dict[str, str]:
+        if self.foreign:
+            return {"SLURM_CONF": str(self.conf), "PATH": f"{self.bin_dir}:{os.environ.get('PATH', os.defpath)}"}
         return {"SLURM_CONF": str(self.conf)}
 
     @property
@@ -137,6 +179,8 @@ class Lab:
         if os.geteuid() != 0:
             raise LabError("the lab needs root (slurmd runs jobs as their users, unshare needs CAP_SYS_ADMIN); run as root")
         need = REQUIRED_BINARIES + (ACCOUNTING_BINARIES if self.spec.accounting else ())
+        if self.foreign:  # Slurm and munge come from the root; the host needs only these
+            need = ("unshare", "chroot", "mount") + (("mariadbd", "mariadb-install-db") if self.spec.accounting else ())
         missing = [b for b in need if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
         if missing:
             pkgs = APT_PACKAGES + (" " + APT_ACCOUNTING if self.spec.accounting else "")
@@ -162,7 +206,7 @@ class Lab:
         s = self.spec
         inv = lab_inventory(
             s.nodes, s.gpus_per_node, s.gpu_type, s.nodes_per_leaf, accounting=s.accounting,
-            hooks_command=hooks_command, healthcheck_interval=s.healthcheck_interval,
+            hooks_command=hooks_command, healthcheck_interval=s.healthcheck_interval, slurm_version=self.release,
         )
         text = yaml.safe_dump(inv, sort_keys=False)
         cluster = load_cluster_text(text, source="lab inventory")
@@ -205,8 +249,16 @@ class Lab:
                 ("AccountingStoragePort", str(s.dbd_port)),
                 ("AccountingStoragePass", str(self.munge_socket)),  # slurmdbd connections ignore AuthInfo
             ]
+        cgroup_over: list[tuple[str, str]] = []
+        if release_key(self.release) >= (24, 5):
+            # cgroup.conf.5 of slurm-24-05-8-1 and slurm-24-11-5-1: CgroupPlugin=disabled "to completely disable any
+            # interaction with the cgroups" (not in 22.05-23.11). With proctrack/linuxproc + task/none the lab needs
+            # none, and autodetect would make cgroup/v1 trees named slurm_<nodename> on the host, shared by every
+            # lab with the same node names; cgroup/v2 is fatal on a hybrid-v1 host.
+            cgroup_over.append(("CgroupPlugin", "disabled"))
         ov = Overrides(
             slurm_conf=tuple(slurm_over),
+            cgroup_conf=tuple(cgroup_over),
             node_params={
                 s.gpu_type: (
                     ("NodeAddr", "127.0.0.1"),
@@ -227,6 +279,7 @@ class Lab:
         # the running config exactly (what `conf apply` on the lab needs)
         overlay = {
             "slurm_conf": dict(ov.slurm_conf),
+            **({"cgroup_conf": dict(ov.cgroup_conf)} if ov.cgroup_conf else {}),
             "node_params": {g: dict(kv) for g, kv in ov.node_params.items()},
             "gres_file_prefix": ov.gres_file_prefix,
         }
@@ -280,6 +333,8 @@ class Lab:
             p.chmod(0o755)
         (self.dir / "lab.json").write_text(json.dumps(asdict(s), indent=1))
         try:
+            if self.foreign:
+                self._mount_release(progress)
             hooks_cmd = self._hooks_command() if s.hooks else None
             self.write_config(hooks_cmd)
             self._make_devices()
@@ -299,6 +354,20 @@ class Lab:
             self.down()
             raise
         return time.monotonic() - t0
+
+    def _mount_release(self, progress: Progress) -> None:
+        from slurmkit.lab import image, view
+
+        img = image.ensure(self.release, progress)
+        progress(f"Slurm {img.slurm_version} from {img.root}")
+        where = view.mount_view(img, self.dir)
+        view.write_wrappers(where, self.bin_dir)
+
+    @property
+    def view(self) -> Path:
+        from slurmkit.lab.view import view_path
+
+        return view_path(self.dir)
 
     def _hooks_command(self) -> str:
         env = [
@@ -337,7 +406,7 @@ class Lab:
         (self.dir / "munge").chmod(0o711)
         run(
             [
-                _bin("munged"), f"--key-file={key}", f"--socket={self.munge_socket}",
+                self.exe("munged"), f"--key-file={key}", f"--socket={self.munge_socket}",
                 f"--pid-file={self.run_dir / 'munged.pid'}", f"--log-file={self.dir / 'log' / 'munged.log'}",
                 f"--seed-file={self.dir / 'munge' / 'munged.seed'}", "--force",
             ],
@@ -359,33 +428,41 @@ class Lab:
         )
         (self.run_dir / "mariadbd.pid").write_text(str(proc.pid))
         _wait(lambda: not _port_free(s.db_port), 20, "mariadb port")
-        run([_bin("slurmdbd")], timeout=20, env={"SLURM_CONF": str(self.conf)})
+        run([self.exe("slurmdbd")], timeout=20, env={"SLURM_CONF": str(self.conf)})
         _wait(lambda: not _port_free(s.dbd_port), 20, "slurmdbd port")
 
     def _start_slurmctld(self) -> None:
-        run([_bin("slurmctld"), "-f", str(self.conf), "-i"], timeout=20, env=self.env)
+        run([self.exe("slurmctld"), "-f", str(self.conf), "-i"], timeout=20, env=self.env)
         _wait(lambda: self._ping(), 15, "slurmctld to answer `scontrol ping`", self.dir / "log" / "slurmctld.log")
 
     def _ping(self) -> bool:
         try:
-            return "UP" in run(["scontrol", "ping"], timeout=3, env=self.env, check=False).stdout
+            return "UP" in run([self.exe("scontrol"), "ping"], timeout=3, env=self.env, check=False).stdout
         except SlurmCommandError:
             return False
 
     def _start_slurmds(self) -> None:
         procs = []
+        q = shlex.quote
         for name in self.spec.node_names:
             # the script is fixed text; every value in it goes through shlex.quote
-            script = "; ".join(
-                [
-                    "set -e",
-                    f"hostname {shlex.quote(name)}",
-                    "mkdir -p /etc/slurm",
-                    f"mount --bind {shlex.quote(str(self.etc))} /etc/slurm",
-                    f"mount --bind {shlex.quote(str(self.etc / 'hosts'))} /etc/hosts",
-                    f"exec {shlex.quote(_bin('slurmd'))} -f {shlex.quote(str(self.conf))} -N {shlex.quote(name)}",
+            if self.foreign:
+                # the node's own mounts go onto the view (private to this namespace), then slurmd runs inside it:
+                # its slurmstepd, prologs and jobs see the root's Slurm and the host's everything else
+                v = self.view
+                steps = [
+                    f"mount --bind {q(str(self.etc))} {q(str(v / 'etc/slurm'))}",
+                    f"mount --bind {q(str(self.etc / 'hosts'))} {q(str(v / 'etc/hosts'))}",
+                    f"exec chroot {q(str(v))} /usr/sbin/slurmd -f {q(str(self.conf))} -N {q(name)}",
                 ]
-            )
+            else:
+                steps = [
+                    "mkdir -p /etc/slurm",
+                    f"mount --bind {q(str(self.etc))} /etc/slurm",
+                    f"mount --bind {q(str(self.etc / 'hosts'))} /etc/hosts",
+                    f"exec {q(_bin('slurmd'))} -f {q(str(self.conf))} -N {q(name)}",
+                ]
+            script = "; ".join(["set -e", f"hostname {q(name)}", *steps])
             procs.append(
                 (name, subprocess.Popen(["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script],
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -405,7 +482,7 @@ class Lab:
                     pass
 
     def node_states(self) -> dict[str, str]:
-        out = run(["sinfo", "-N", "-h", "-o", SINFO_NODE_FORMAT], timeout=10, env=self.env).stdout
+        out = run([self.exe("sinfo"), "-N", "-h", "-o", SINFO_NODE_FORMAT], timeout=10, env=self.env).stdout
         res = {}
         for line in out.splitlines():
             f = line.split("|")
@@ -439,7 +516,7 @@ class Lab:
         nodes: list[dict[str, str]] = []
         if "slurmctld" in pids:
             try:
-                out = run(["sinfo", "-N", "-h", "-o", SINFO_NODE_FORMAT], timeout=10, env=self.env).stdout
+                out = run([self.exe("sinfo"), "-N", "-h", "-o", SINFO_NODE_FORMAT], timeout=10, env=self.env).stdout
                 nodes = [
                     {"name": n.name, "state": n.state + ("+" + "+".join(sorted(n.flags)) if n.flags else ""),
                      "gres": n.gres, "reason": n.reason}
@@ -447,7 +524,8 @@ class Lab:
                 ]
             except SlurmCommandError as exc:
                 nodes = [{"name": "?", "state": f"sinfo failed: {exc.one_line()}", "gres": "", "reason": ""}]
-        return {"dir": str(self.dir), "up": bool(pids), "daemons": pids, "nodes": nodes, "slurm_conf": str(self.conf)}
+        return {"dir": str(self.dir), "up": bool(pids), "daemons": pids, "nodes": nodes, "slurm_conf": str(self.conf),
+                "slurm": self.spec.slurm or self.host_release}
 
     # --- down ----------------------------------------------------------------------------------------------
     def down(self, progress: Progress = lambda m: None) -> list[str]:
@@ -456,11 +534,12 @@ class Lab:
         pids = self.running_pids()
         if "slurmctld" in pids:
             try:
-                run(["scancel", "--full", "--quiet", "--user=root"], timeout=5, env=self.env, check=False)
+                scancel = self.exe("scancel")
+                run([scancel, "--full", "--quiet", "--user=root"], timeout=5, env=self.env, check=False)
                 # jobs of other users too: cancel every job id the controller still has
-                out = run(["squeue", "-h", "-o", "%i"], timeout=5, env=self.env, check=False).stdout.split()
+                out = run([self.exe("squeue"), "-h", "-o", "%i"], timeout=5, env=self.env, check=False).stdout.split()
                 if out:
-                    run(["scancel", *out], timeout=5, env=self.env, check=False)
+                    run([scancel, *out], timeout=5, env=self.env, check=False)
             except SlurmCommandError:
                 pass
         # leftovers in each node's UTS namespace (linuxproc lets setsid children escape their job)
@@ -485,6 +564,10 @@ class Lab:
         stopped = [n for n in order]
         for pf in self._pidfiles():
             pf.unlink(missing_ok=True)
+        if self.spec.slurm is not None:
+            from slurmkit.lab.view import unmount_view
+
+            unmount_view(self.dir)
         if stopped:
             progress(f"stopped {', '.join(stopped)}")
         return stopped

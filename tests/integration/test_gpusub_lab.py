@@ -85,7 +85,7 @@ def env(lab, tmp_path_factory) -> dict[str, str]:  # type: ignore[no-untyped-def
     state = tmp_path_factory.mktemp("gpusub-state")
     return {
         **lab.env,
-        "PATH": f"{Path(py).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "PATH": f"{Path(py).parent}:{lab.env.get('PATH') or os.environ.get('PATH', '/usr/bin:/bin')}",  # lab.env's PATH: the lab's Slurm release
         "SLURMKIT_INVENTORY": str(lab.etc / "slurmkit.yaml"),
         "SLURMKIT_STATE_DIR": str(state),
         "GPUSUB_RUN_ROOT": str(state / "runs"),

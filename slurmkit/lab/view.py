@@ -1,0 +1,147 @@
+"""The host as seen by another Slurm release: a mounted tree where ``/usr`` and ``/etc`` are the root's (its Slurm,
+its munge, its C library) laid over the host's, and every other top-level directory is the host's own.
+
+Why not a plain chroot: slurmd runs prologs, epilogs and jobs inside the tree it was started in, and those are
+slurmkit's hooks and the tests' jobs, which need the host's Python, venv and work directories. With the root's
+``/usr`` *over* the host's, Slurm's binaries find their own (newer) libraries while everything that only the host
+has (``/usr/local``, pyenv under ``/root``, a venv under ``/work``) is still there; programs built for the older
+host C library run on the newer one (glibc keeps old symbol versions).
+This works when the root's release is the newer distribution (a trixie root on a bookworm host). A root whose C
+library is older than the host's (a bookworm root for 22.05 on a trixie host) would hide the host's newer C
+library from the host's own programs; ``mount_view`` refuses that case in one line rather than start daemons that
+fail in odd ways (see docs/architecture.md, "Other Slurm releases").
+
+The tree is mounted at ``/run/slurmkit-views/<hash of the lab dir>``, outside the lab dir, so that nothing that
+removes a lab dir can walk into the host through it. It is read-only where it is the root's (overlay without an
+upper dir): the cached root never changes. ``/.slurmkit-view`` marks the inside, so a wrapper started from a job
+(already inside) does not chroot again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from slurmkit.errors import LabError
+from slurmkit.lab.image import Image, mounts_below
+
+VIEWS = Path("/run/slurmkit-views")
+MARKER = ".slurmkit-view"
+OVERLAID = ("usr", "etc")
+# host files that must win over the root's /etc: who the users are, how names resolve
+HOST_ETC = ("passwd", "group", "shadow", "gshadow", "hosts", "resolv.conf", "nsswitch.conf", "localtime")
+# every Slurm program a lab or a test runs, and where the root keeps it
+PROGRAMS = {
+    **{p: "/usr/sbin/" + p for p in ("slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged")},
+    **{p: "/usr/bin/" + p for p in ("sinfo", "squeue", "scontrol", "sbatch", "srun", "salloc", "scancel", "sacct",
+                                     "sacctmgr", "sstat", "sprio", "sshare", "sreport", "sdiag", "scrontab", "sattach",
+                                     "sbcast", "strigger", "munge", "unmunge", "remunge")},
+}
+
+
+def view_path(lab_dir: Path) -> Path:
+    return VIEWS / hashlib.sha1(str(lab_dir.resolve()).encode()).hexdigest()[:12]
+
+
+def _glibc(prefix: str) -> tuple[int, ...]:
+    for d in ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib"):
+        for p in sorted(Path(prefix, d).glob("libc.so.6")):
+            m = re.search(rb"GNU C Library[^\n]*?version (\d+)\.(\d+)", p.read_bytes())
+            if m:
+                return int(m.group(1)), int(m.group(2))
+    return ()
+
+
+def hide_host_plugins(root: Path) -> None:
+    """Mark the root's Slurm plugin dirs opaque for overlayfs, so the view shows only the root's plugins: Slurm
+    loads every ``select_*.so`` it finds, and the host's 22.05 ``select_cons_res.so`` beside 24.11's makes every
+    client print "Incompatible Slurm plugin". An opaque directory in a lower layer hides the layers below it
+    (Documentation/filesystems/overlayfs.rst, "whiteouts and opaque directories")."""
+    for d in root.glob("usr/lib/*/slurm*"):
+        if d.is_dir() and not d.is_symlink():
+            os.setxattr(d, "trusted.overlay.opaque", b"y")
+
+
+def mount_view(image: Image, lab_dir: Path) -> Path:
+    root = image.root
+    hide_host_plugins(root)
+    host_libc, root_libc = _glibc("/"), _glibc(str(root))
+    if host_libc and root_libc and root_libc < host_libc:
+        raise LabError(
+            f"the Slurm {image.release} root has glibc {'.'.join(map(str, root_libc))}, older than the host's "
+            f"{'.'.join(map(str, host_libc))}: laying it over the host would break the host's programs in jobs; "
+            "not supported yet"
+        )
+    target = view_path(lab_dir)
+    unmount_view(lab_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        _mount(["-t", "tmpfs", "-o", "mode=755,size=16m", "slurmkit-view", str(target)])
+        _mount(["--make-private", str(target)])
+        (target / MARKER).write_text(f"{image.release} {root}\n")
+        for entry in sorted(os.listdir("/")):
+            host = Path("/", entry)
+            mine = root / entry
+            dest = target / entry
+            if entry in OVERLAID and mine.is_dir() and host.is_dir():
+                dest.mkdir()
+                _mount(["-t", "overlay", "slurmkit-view", "-o", f"lowerdir={mine}:{host}", str(dest)])
+            elif mine.is_symlink():  # bin -> usr/bin, lib -> usr/lib, ... (merged /usr)
+                dest.symlink_to(os.readlink(mine))
+            elif host.is_dir() and not host.is_symlink():
+                dest.mkdir()
+                _mount(["--rbind", str(host), str(dest)])
+            elif host.is_symlink():
+                dest.symlink_to(os.readlink(host))
+        _mount(["--make-rprivate", str(target)])
+        # the copy of the views dir that --rbind /run brought in (it holds this very tree)
+        inner = target / str(VIEWS).lstrip("/")
+        for mnt in sorted(mounts_below(str(inner)), key=len, reverse=True):
+            subprocess.run(["umount", "-l", mnt], check=False, capture_output=True)
+        for f in HOST_ETC:
+            if Path("/etc", f).is_file() and (target / "etc" / f).exists():
+                _mount(["--bind", f"/etc/{f}", str(target / "etc" / f)])
+    except BaseException:
+        unmount_view(lab_dir)
+        raise
+    return target
+
+
+def unmount_view(lab_dir: Path) -> None:
+    target = view_path(lab_dir)
+    for mnt in sorted(mounts_below(str(target)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mnt], check=False, capture_output=True)
+    if target.is_dir() and not mounts_below(str(target)):
+        try:
+            target.rmdir()
+        except OSError:
+            pass
+
+
+def write_wrappers(view: Path, bin_dir: Path) -> None:
+    """One small script per Slurm program in ``bin_dir``: run the root's program inside the view, in the caller's
+    working directory and environment. Put ``bin_dir`` first on PATH (``Lab.env`` does)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, path in PROGRAMS.items():
+        # bash, not sh: dash drops environment variables whose names are not identifiers, and a batch script's
+        # exported functions (BASH_FUNC_name%%, gpusub's task setup) must reach srun's tasks
+        body = (
+            "#!/bin/bash\n"
+            "# generated by slurmkit lab: the lab's Slurm release, not the host's\n"
+            f"if [ -e /{MARKER} ]; then exec {path} \"$@\"; fi\n"
+            f"exec /usr/sbin/chroot {shlex.quote(str(view))} /bin/bash -c 'cd \"$1\" 2>/dev/null || cd /; shift; exec \"$@\"' "
+            f"bash \"$PWD\" {path} \"$@\"\n"
+        )
+        p = bin_dir / name
+        p.write_text(body)
+        p.chmod(0o755)
+
+
+def _mount(args: list[str]) -> None:
+    r = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise LabError(f"mount {' '.join(args)} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:] or ['?']}")
