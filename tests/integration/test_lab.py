@@ -33,7 +33,9 @@ def test_every_node_idle_with_gpus_and_topology(lab: Lab):
     nodes = b.nodes()
     assert [n.name for n in nodes] == [f"node{i}" for i in range(1, 9)]
     assert all(n.state == "idle" and not n.flags and n.total_gpus == 8 for n in nodes)
-    assert b.version().startswith(("22.05", "23.", "24.", "25."))
+    # the release the lab was asked for (SLURMKIT_TEST_SLURM, default the host's) is what answers, clients included
+    assert b.version().startswith(lab.release + ".")
+    assert f"Version={lab.release}." in lab_run(lab, ["scontrol", "-o", "show", "node", "node3"]).stdout
     topo = {s.name: s for s in b.topology()}
     assert topo["leaf1"].nodes == ["node1", "node2", "node3", "node4"] and topo["spine"].level == 1
 
@@ -164,3 +166,35 @@ def test_stale_pid_file_never_signals_an_unrelated_process(tmp_path):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_lab_that_fails_to_start_keeps_its_logs(tmp_path):
+    """The harness must not reuse (and wipe) the dir of a lab that failed: it moves it aside and says where."""
+    from tests.conftest import lab_release, start_lab
+
+    d = tmp_path / "broken"
+    spec = LabSpec(dir=str(d), nodes=1, gpus_per_node=1, port_base=_free_base(), hooks=True,
+                   fake_nvml_template=str(tmp_path / "missing.json"), slurm=lab_release())
+    with pytest.raises(LabError) as ei:
+        start_lab(spec)
+    kept = tmp_path / "broken.failed-1"
+    assert f"kept in {kept}" in str(ei.value) and "fake NVML template" in str(ei.value)
+    assert (kept / "etc" / "slurm.conf").is_file() and not d.exists()
+    assert not Lab(LabSpec(dir=str(kept))).is_up()
+
+
+def _free_base() -> int:
+    return int(os.environ.get("SLURMKIT_TEST_LAB_PORT_BASE", "17817")) + 150
+
+
+def test_image_build_offline_is_one_line_and_leaves_nothing(tmp_path):
+    """A real debootstrap against a mirror that cannot be reached (the offline case): one line naming what could
+    not be downloaded, no half-built root left behind, the cached roots untouched."""
+    env = {**os.environ, "SLURMKIT_IMAGE_DIR": str(tmp_path / "roots")}
+    r = subprocess.run([sys.executable, "-m", "slurmkit", "lab", "image", "build", "24.11", "--mirror", "http://127.0.0.1:9/debian"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == ("slurmkit: error: debootstrap trixie failed: could not download "
+                    "http://127.0.0.1:9/debian/dists/trixie/Release (offline, or the mirror lacks it)")
+    assert list((tmp_path / "roots").iterdir()) == []

@@ -1,0 +1,94 @@
+"""Lab roots for other Slurm releases: mirror discovery, offline refusal naming the package, view safety."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmkit.errors import LabError
+from slurmkit.lab import image, view
+from slurmkit.release import DEBIAN_SUITES, release_key, release_of, scontrol_json
+
+
+def test_apt_mirror_from_deb822_and_one_line_sources(tmp_path: Path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\n"
+    )
+    assert image.apt_mirror(tmp_path) == "http://mirror.example/debian"
+    (tmp_path / "sources.list.d" / "debian.sources").unlink()
+    (tmp_path / "sources.list").write_text("deb [arch=amd64] http://old.example/debian bookworm main\n")
+    assert image.apt_mirror(tmp_path) == "http://old.example/debian"
+    (tmp_path / "sources.list").write_text("# nothing\n")
+    assert image.apt_mirror(tmp_path) == "http://deb.debian.org/debian"
+
+
+@pytest.mark.parametrize(
+    "output,named",
+    [
+        ("Get:1 http://x/debian trixie/main amd64 munge\nE: Failed to fetch http://x/debian/pool/main/s/slurm-wlm/"
+         "slurmctld_24.11.5-4_amd64.deb  Could not resolve 'x'\n", "slurmctld"),
+        ("E: Unable to locate package slurmdbd\n", "slurmdbd"),
+        ("I: Retrieving InRelease\nE: Failed getting release file http://127.0.0.1:9/debian/dists/trixie/Release\n",
+         "http://127.0.0.1:9/debian/dists/trixie/Release"),
+        ("W: Couldn't download package libc6 (ver 2.41-12 arch amd64)\n", "libc6"),
+    ],
+)
+def test_build_step_failure_names_what_could_not_be_downloaded(output: str, named: str, tmp_path: Path):
+    # a real process printing what apt-get/debootstrap print when offline, then failing like them
+    (tmp_path / "out").write_text(output)
+    argv = ["sh", "-c", f"cat {tmp_path / 'out'}; exit 100"]
+    seen: list[str] = []
+    with pytest.raises(LabError) as ei:
+        image._stream(argv, seen.append, image._apt_line, what="apt-get install", timeout=30)
+    msg = str(ei.value)
+    assert msg == f"apt-get install failed: could not download {named} (offline, or the mirror lacks it)"
+    assert "\n" not in msg
+
+
+def test_build_step_failure_without_a_package_quotes_the_error_line():
+    with pytest.raises(LabError, match=r"failed \(rc=3\): E: disk full$"):
+        image._stream(["sh", "-c", "echo progress; echo 'E: disk full'; exit 3"], lambda m: None, image._apt_line,
+                      what="apt-get install", timeout=30)
+
+
+def test_unknown_release_is_refused_in_one_line():
+    with pytest.raises(LabError, match=r"^no root recipe for Slurm 23.02; known: 22.05, 24.11$"):
+        image.build("23.02")
+
+
+def test_cached_image_needs_its_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SLURMKIT_IMAGE_DIR", str(tmp_path))
+    (tmp_path / "24.11" / "usr").mkdir(parents=True)  # an interrupted build: no image.json
+    assert image.find("24.11") is None and image.list_images() == []
+    (tmp_path / "24.11" / "image.json").write_text(
+        '{"release": "24.11", "suite": "trixie", "slurm_version": "24.11.5", "built": "t", "build_seconds": 1.0, '
+        f'"path": "{tmp_path / "24.11"}"}}'
+    )
+    assert [i.slurm_version for i in image.list_images()] == ["24.11.5"]
+    assert image.remove("24.11") and not (tmp_path / "24.11").exists() and not image.remove("24.11")
+
+
+def test_release_facts():
+    assert release_of("slurm-wlm 24.11.5") == "24.11" and release_key("22.05.8") == (22, 5)
+    assert not scontrol_json("22.05") and scontrol_json("24.11")
+    assert DEBIAN_SUITES == {"22.05": "bookworm", "24.11": "trixie"}
+    with pytest.raises(ValueError):
+        release_of("garbage")
+
+
+def test_view_lives_outside_the_lab_dir(tmp_path: Path):
+    """Removing a lab dir must never walk into the host through the view's bind mounts."""
+    v = view.view_path(tmp_path / "lab")
+    assert not str(v).startswith(str(tmp_path)) and v.parent == view.VIEWS
+    assert view.view_path(tmp_path / "lab") == v != view.view_path(tmp_path / "other")
+
+
+def test_wrappers_run_the_roots_program_and_keep_bash_functions(tmp_path: Path):
+    view.write_wrappers(tmp_path / "view", tmp_path / "bin")
+    body = (tmp_path / "bin" / "srun").read_text()
+    assert body.startswith("#!/bin/bash\n")  # dash would drop BASH_FUNC_x%% variables on the way to srun
+    assert f"chroot {tmp_path / 'view'} /bin/bash" in body and "/usr/bin/srun" in body
+    assert "exec /usr/sbin/slurmd" in (tmp_path / "bin" / "slurmd").read_text()
