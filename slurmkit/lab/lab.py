@@ -243,6 +243,13 @@ class Lab:
             ("KillWait", "5"),
             ("MinJobAge", "600"),
         ]
+        if self.foreign:
+            # the root's plugins, for daemons in the view and for clients run through the root's loader alike
+            from slurmkit.lab import image, view
+
+            img = image.find(self.release)
+            if img is not None:
+                slurm_over.append(("PluginDir", view.plugin_dir(img.root)))
         if s.accounting:
             slurm_over += [
                 ("AccountingStorageHost", "localhost"),
@@ -361,7 +368,7 @@ class Lab:
         img = image.ensure(self.release, progress)
         progress(f"Slurm {img.slurm_version} from {img.root}")
         where = view.mount_view(img, self.dir)
-        view.write_wrappers(where, self.bin_dir)
+        view.write_wrappers(where, self.bin_dir, img.root)
 
     @property
     def view(self) -> Path:

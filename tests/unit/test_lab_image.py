@@ -87,8 +87,16 @@ def test_view_lives_outside_the_lab_dir(tmp_path: Path):
 
 
 def test_wrappers_run_the_roots_program_and_keep_bash_functions(tmp_path: Path):
-    view.write_wrappers(tmp_path / "view", tmp_path / "bin")
+    root = tmp_path / "root"
+    (root / "usr/lib64").mkdir(parents=True)
+    (root / "usr/lib64/ld-linux-x86-64.so.2").touch()
+    (root / "usr/lib/x86_64-linux-gnu/slurm-wlm").mkdir(parents=True)
+    view.write_wrappers(tmp_path / "view", tmp_path / "bin", root)
     body = (tmp_path / "bin" / "srun").read_text()
     assert body.startswith("#!/bin/bash\n")  # dash would drop BASH_FUNC_x%% variables on the way to srun
-    assert f"chroot {tmp_path / 'view'} /bin/bash" in body and "/usr/bin/srun" in body
-    assert "exec /usr/sbin/slurmd" in (tmp_path / "bin" / "slurmd").read_text()
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    assert f"{root}/usr/lib64/ld-linux-x86-64.so.2 --argv0 srun --library-path {lib}/slurm-wlm:{lib}:{root}/usr/lib" in body
+    assert f"{root}/usr/bin/srun" in body and "chroot" not in body  # any user may run a client
+    daemon = (tmp_path / "bin" / "slurmd").read_text()
+    assert f"chroot {tmp_path / 'view'} /bin/bash" in daemon and "exec /usr/sbin/slurmd" in daemon
+    assert view.plugin_dir(root) == str(lib / "slurm-wlm")
