@@ -63,7 +63,8 @@ def health(inventory: str | None, state_dir: str, policy_file: str | None, textf
 @_common
 @click.option("--json", "as_json", is_flag=True, help="Print the full JSON record instead of a table.")
 @click.option("--node", help="Node name for the inventory lookup (default: SLURMD_NODENAME or the hostname).")
-@click.option("--gpus", help="Only these gres indices, like SLURM_JOB_GPUS (e.g. 0,1).")
+@click.option("--gpus", help="Only these gres indices, like SLURM_JOB_GPUS (e.g. 0,1): what a prolog of a job with "
+                             "these GPUs checks.")
 @click.option("--record-fixture", type=click.Path(dir_okay=False),
               help="Write what NVML reports as a fake-NVML fixture JSON and exit.")
 @click.option("--clear-xid", is_flag=True, help="Forget sticky critical XIDs (after a GPU reset) and exit.")
@@ -78,6 +79,10 @@ def check(inventory: str | None, state_dir: str, policy_file: str | None, textfi
 
     name = _node_name(node)
     fake = os.environ.get("SLURMKIT_FAKE_NVML") or None
+    if inventory is None:  # the same lookup as the hooks: a check without expectations is not what they run
+        from slurmkit.cli.hookrun import default_inventory
+
+        inventory = default_inventory()
     if record_fixture:
         data = _record(fake, name)
         from slurmkit.health.state import atomic_write

@@ -68,6 +68,29 @@ def prepare_env(inventory: str | None) -> None:
             os.environ["SLURM_CONF"] = conf
 
 
+DEFAULT_INVENTORY = "/etc/slurm/slurmkit.yaml"
+
+
+def default_inventory(environ: dict[str, str] | None = None) -> str | None:
+    """The site inventory when no --inventory is given, in the order the rest of slurmkit looks: $SLURMKIT_INVENTORY
+    (must exist), then slurmkit.yaml beside $SLURM_CONF (where `conf generate` writes it next to the hook wrappers),
+    then /etc/slurm/slurmkit.yaml. None when there is none."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("SLURMKIT_INVENTORY")
+    if explicit:
+        if not os.path.isfile(explicit):
+            from slurmkit.errors import UsageError
+
+            raise UsageError(f"$SLURMKIT_INVENTORY={explicit}: no such file")
+        return explicit
+    conf = env.get("SLURM_CONF")
+    if conf:
+        beside = os.path.join(os.path.dirname(os.path.abspath(conf)), "slurmkit.yaml")
+        if os.path.isfile(beside):
+            return beside
+    return DEFAULT_INVENTORY if os.path.isfile(DEFAULT_INVENTORY) else None
+
+
 def parse_fast(argv: list[str]) -> dict[str, str | None] | None:
     """``[--flag value | --flag=value]...`` for the four hook flags; None for anything else (click handles it)."""
     opts: dict[str, str | None] = dict.fromkeys(_FLAGS.values())
@@ -103,6 +126,11 @@ def fast_main(argv: list[str]) -> None:
 def run(hook: str, inventory: str | None, state_dir: str, policy_file: str | None, textfile_dir: str | None) -> None:
     node = node_name()
     fake = os.environ.get("SLURMKIT_FAKE_NVML") or None
+    if inventory is None:
+        try:
+            inventory = default_inventory()
+        except Exception:  # noqa: BLE001 - a bad $SLURMKIT_INVENTORY must not fail a job: run with defaults
+            inventory = None
     from slurmkit.health.nvmlworker import Worker
 
     worker = Worker.prefork(fake, node)  # before any thread and before the heavy imports below

@@ -167,24 +167,90 @@ class FakeNVML:
     def nvmlDeviceGetRetiredPagesPendingStatus(self, h: _Handle) -> int:
         return int(self._value(h, "nvmlDeviceGetRetiredPagesPendingStatus", "retired_pages_pending"))
 
+    def _field(self, dev: dict[str, Any], fid: int) -> Any:
+        """The fixture value behind one field id (pynvml's NVML_FI_* constants), or an error dict."""
+        nv = self._nv
+        if fid == nv.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
+            return dev.get("recovery_action", {"error": "NotSupported"})
+        from slurmkit.health.nvmlworker import NVLINK_ERROR_FIELDS
+
+        for name, const in NVLINK_ERROR_FIELDS.items():
+            if fid == getattr(nv, const, None):
+                errs = dev.get("nvlink_errors", {"error": "NotSupported"})
+                if isinstance(errs, dict) and set(errs) == {"error"}:
+                    return errs
+                return errs.get(name, {"error": "NotSupported"})
+        return {"error": "NotSupported"}
+
     def nvmlDeviceGetFieldValues(self, h: _Handle, field_ids: list[int]) -> list[SimpleNamespace]:
         pynvml = self._nv
         dev = self._dev(h, "nvmlDeviceGetFieldValues")
         out = []
         for fid in field_ids:
-            if fid != pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
-                out.append(SimpleNamespace(fieldId=fid, nvmlReturn=pynvml.NVML_ERROR_NOT_SUPPORTED,
-                                           value=SimpleNamespace(uiVal=0)))
-                continue
-            v = dev.get("recovery_action", {"error": "NotSupported"})
+            v = self._field(dev, fid)
             if isinstance(v, dict):
                 # a per-field failure: the call succeeds, the field carries the error code (as real NVML does)
                 code = getattr(pynvml, f"NVMLError_{v['error']}")().value
-                out.append(SimpleNamespace(fieldId=fid, nvmlReturn=code, value=SimpleNamespace(uiVal=0)))
+                out.append(SimpleNamespace(fieldId=fid, nvmlReturn=code, valueType=1,
+                                           value=SimpleNamespace(uiVal=0, ullVal=0)))
             else:
-                out.append(SimpleNamespace(fieldId=fid, nvmlReturn=pynvml.NVML_SUCCESS,
-                                           value=SimpleNamespace(uiVal=int(v))))
+                out.append(SimpleNamespace(fieldId=fid, nvmlReturn=pynvml.NVML_SUCCESS, valueType=3,
+                                           value=SimpleNamespace(uiVal=int(v) & 0xFFFFFFFF, ullVal=int(v))))
         return out
+
+    def nvmlDeviceGetMemoryErrorCounter(self, h: _Handle, error_type: int, counter_type: int, location: int) -> int:
+        nv = self._nv
+        where = {nv.NVML_MEMORY_LOCATION_SRAM: "ecc_sram", nv.NVML_MEMORY_LOCATION_DRAM: "ecc_dram"}.get(location)
+        if where is None:
+            _raise("NotSupported")
+            raise AssertionError  # _raise always raises
+        counts = self._value(h, "nvmlDeviceGetMemoryErrorCounter", where)
+        kind = "unc" if error_type == nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "cor"
+        counter = "volatile" if counter_type == nv.NVML_VOLATILE_ECC else "aggregate"
+        v = counts.get(f"{kind}_{counter}", {"error": "NotSupported"})
+        if isinstance(v, dict):
+            _raise(v["error"])
+        return int(v)
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: _Handle) -> int:
+        return int(self._value(h, "nvmlDeviceGetPcieReplayCounter", "pcie_replay"))
+
+    def _gen(self, h: _Handle, call: str, i: int) -> int:
+        v = self._value(h, call, "pcie_gen")[i]
+        if isinstance(v, dict):
+            _raise(v["error"])
+        return int(v)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: _Handle) -> int:
+        return self._gen(h, "nvmlDeviceGetCurrPcieLinkGeneration", 0)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: _Handle) -> int:
+        return self._gen(h, "nvmlDeviceGetMaxPcieLinkGeneration", 1)
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, h: _Handle) -> int:
+        return self._gen(h, "nvmlDeviceGetGpuMaxPcieLinkGeneration", 2)
+
+    def nvmlDeviceGetGpuFabricInfoV(self, h: _Handle, ref: Any) -> int:
+        """Fills the caller's struct (passed ``ctypes.byref``) like the real call; returns NVML_SUCCESS."""
+        nv = self._nv
+        v = self._value(h, "nvmlDeviceGetGpuFabricInfoV", "fabric")
+        info = ref._obj
+        info.state = int(v.get("state", 0))
+        status = v.get("status", "Success")
+        info.status = nv.NVML_SUCCESS if status == "Success" else getattr(nv, f"NVMLError_{status}")().value
+        info.cliqueId = int(v.get("clique_id", 0))
+        if hasattr(info, "healthMask"):
+            info.healthMask = int(v.get("health_mask", 0))
+        return nv.NVML_SUCCESS
+
+    def nvmlDeviceValidateInforom(self, h: _Handle) -> None:
+        self._value(h, "nvmlDeviceValidateInforom", "inforom_valid")
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: _Handle) -> int:
+        return int(self._value(h, "nvmlDeviceGetEnforcedPowerLimit", "power_limit_mw")[0])
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h: _Handle) -> int:
+        return int(self._value(h, "nvmlDeviceGetPowerManagementDefaultLimit", "power_limit_mw")[1])
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: _Handle) -> int:
         return int(self._value(h, "nvmlDeviceGetCurrentClocksEventReasons", "clocks_event_reasons"))

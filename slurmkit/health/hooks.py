@@ -28,11 +28,15 @@ from slurmkit.health.host import HostPaths, process_start_ticks
 from slurmkit.health.nvmlworker import GatherResult, Worker
 from slurmkit.health.output import Report, prometheus_text
 from slurmkit.health.policy import Policy, load_site_policy, parse_policy
-from slurmkit.health.result import Action, CheckResult, Status, drain_reason, worst_action
+from slurmkit.health.result import Action, CheckResult, Status, drain_reason, with_hint, worst_action
 from slurmkit.health.runner import RunSpec, run_checks
 
 if TYPE_CHECKING:
     from slurmkit.health.slurmctl import NodeState
+
+# The way out of a sticky-XID drain, in the reason itself (admins read it in `sinfo -R`): a reboot clears it (new
+# boot id), an admin clears it after resetting the GPU.
+XID_WAY_OUT = "after a GPU reset: slurmkit check --clear-xid"
 
 # Time kept back from the gather for what must follow it (scontrol calls, writing outputs).
 _OUTPUT_MARGIN_S = 0.15
@@ -105,10 +109,12 @@ def run_hook(env: HookEnv) -> Report:
         worker=env.worker,
     )
     notes: list[str] = []
+    cleanup_log: dict[str, Any] = {}
     between = None
     if env.hook == "epilog":
         def between(gathered: GatherResult | None, owners: dict[str, Any]) -> dict[str, Any]:
-            return {"cleanup": _epilog_cleanup(env, policy, gathered, hard_deadline, notes, owners)}
+            cleanup_log.update(_epilog_cleanup(env, gathered, hard_deadline, notes, owners))
+            return {"cleanup": cleanup_log}
 
     out = run_checks(spec, between=between)
     bookkeeping += out.bookkeeping
@@ -117,24 +123,48 @@ def run_hook(env: HookEnv) -> Report:
                                           f"{config_error}", ["config error"], action=Action.WARN))
     action = worst_action(out.results)
     reason = drain_reason(out.results) if action >= Action.DRAIN else ""
+    if reason and any(r.name == "xid" and r.action >= Action.DRAIN and r.evidence.get("sticky") for r in out.results):
+        reason = with_hint(reason, XID_WAY_OUT)  # a sticky XID outlives the fault: say how it ends
     report = Report(hook=env.hook, node=env.node, started=started, duration_s=0.0, results=out.results,
                     action=action, reason=reason, exit_code=0, job_id=env.job_id, notes=notes,
-                    bookkeeping=bookkeeping)
-    if env.hook in ("prolog", "epilog"):
+                    bookkeeping=bookkeeping, cleanup=cleanup_log)
+    init_s = out.nvml_devices.get("init_s") if isinstance(out.nvml_devices, dict) else None
+    report.nvml_init_s = init_s if isinstance(init_s, (int, float)) else None
+    if env.hook == "prolog":
         report.exit_code = 1 if action >= Action.DRAIN else 0
         if action >= Action.DRAIN:
             report.slurm = _act_on_failure(env, policy, action, reason, hard_deadline)
+    elif env.hook == "epilog":
+        # No Slurm command from the epilog (prolog_epilog.shtml: scripts "should not call Slurm commands"; a
+        # 1,000-node job ending must not send 1,000 RPCs): exit 1 makes slurmctld drain with "Epilog error", and the
+        # health check, reading this record, puts our reason on that drain (slurm_drain_was_ours).
+        report.exit_code = 1 if action >= Action.DRAIN else 0
+        if action >= Action.DRAIN:
+            report.slurm = {"wanted": action.label, "reason": reason,
+                            "done": "nothing (epilog: no Slurm calls; Slurm drains with 'Epilog error', "
+                                    "the health check puts this reason on it)"}
     elif env.hook == "health":
         report.exit_code = 1 if action >= Action.DRAIN else 0
         report.slurm = _health_slurm(env, policy, action, reason, ndir, hard_deadline, bookkeeping)
     else:  # check: an admin's look; exit 1 when something would drain the node
         report.exit_code = 1 if action >= Action.DRAIN else 0
     report.duration_s = time.monotonic() - env.started_mono
+    textfile_dir = env.textfile_dir or policy.textfile_dir or _default_textfile_dir()
     if env.write_outputs and not readonly:
-        write_outputs(report, ndir, env.textfile_dir)
+        write_outputs(report, ndir, textfile_dir)
+    elif env.write_outputs and env.textfile_dir:  # `check --textfile-dir`: the metrics only, nothing else
+        write_outputs(report, None, env.textfile_dir)
     elif bookkeeping:
         _add_bookkeeping_result(report)
     return report
+
+
+def _default_textfile_dir() -> str | None:
+    """node_exporter's textfile directory when this node has one (Debian's prometheus-node-exporter default), else
+    None: the metrics file goes to the node's state dir."""
+    from slurmkit.health.policy import DEFAULT_TEXTFILE_DIR
+
+    return DEFAULT_TEXTFILE_DIR if os.path.isdir(DEFAULT_TEXTFILE_DIR) else None
 
 
 def _add_bookkeeping_result(report: Report) -> None:
@@ -288,32 +318,31 @@ def _health_slurm(env: HookEnv, policy: Policy, action: Action, reason: str, ndi
     return log
 
 
-def _epilog_cleanup(env: HookEnv, policy: Policy, gathered: GatherResult | None, deadline: float,
-                    notes: list[str], owners: dict[str, Any]) -> dict[str, Any]:
-    from slurmkit.health import slurmctl
+def _epilog_cleanup(env: HookEnv, gathered: GatherResult | None, deadline: float, notes: list[str],
+                    owners: dict[str, Any]) -> dict[str, Any]:
+    """Kill the job's leftover GPU processes, then remove the user's /dev/shm files if no other job of theirs runs
+    here. Local facts only (no squeue): the user's other jobs are the running slurmstepds' jobs that own one of the
+    user's processes (``host.other_jobs_of_uid``)."""
     from slurmkit.health.cleanup import clean_shm, kill_gpu_leftovers
+    from slurmkit.health.host import other_jobs_of_uid
 
     procs: dict[str, Any] = {}
     if gathered is not None:
         for idx, d in gathered.data.get("gpu_procs", {}).items():
             procs[idx] = d.get("compute_processes")
-    wait = max(0.0, min(1.0, _remaining(deadline) - 2 * policy.scontrol_timeout_s))
+    wait = max(0.0, min(1.0, _remaining(deadline) - 0.2))
     result: dict[str, Any] = kill_gpu_leftovers(procs, env.job_uid, env.paths.proc_root, wait_s=wait,
                                                 owners=owners, job_id=env.job_id)
-    if env.job_user and env.job_uid not in (None, 0):
-        t = _call_timeout(policy, deadline - policy.scontrol_timeout_s)  # keep one call's worth for the drain
-        if t is None:
-            notes.append("shm cleanup skipped: no time left for squeue")
-        else:
-            try:
-                others = slurmctl.other_jobs_of_user(env.node, env.job_user, env.job_id, t, env.runner)
-            except SlurmCommandError as exc:
-                others = None
-                notes.append(f"shm cleanup skipped: squeue failed: {exc.one_line()}")
-            if others == []:
-                result["shm"] = clean_shm(env.job_uid, env.shm_dir)  # type: ignore[arg-type]
-            elif others:
-                result["shm"] = {"skipped": f"user has other jobs here: {others}"}
+    if env.job_uid not in (None, 0):
+        try:
+            others = other_jobs_of_uid(env.paths.proc_root, env.job_uid, env.job_id)  # type: ignore[arg-type]
+        except OSError as exc:
+            others = None
+            notes.append(f"shm cleanup skipped: /proc unreadable: {exc}")
+        if others == []:
+            result["shm"] = clean_shm(env.job_uid, env.shm_dir)  # type: ignore[arg-type]
+        elif others:
+            result["shm"] = {"skipped": f"user has other jobs here: {others}"}
     return result
 
 

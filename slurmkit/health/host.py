@@ -28,20 +28,39 @@ def _read(path: str) -> str | None:
         return None
 
 
+# Port counters that count link flaps and line errors (the kernel's ib_core sysfs, what `perfquery` shows):
+# LinkDownedCounter, SymbolErrorCounter, LinkErrorRecoveryCounter.
+IB_FLAP_COUNTERS = ("link_downed", "symbol_error", "link_error_recovery")
+
+
 def gather_ib(paths: HostPaths) -> dict[str, Any]:
-    """``/sys/class/infiniband/<dev>/ports/<n>/{state,phys_state,rate,link_layer}`` — what ``ibstat`` shows."""
+    """``/sys/class/infiniband/<dev>/ports/<n>/{state,phys_state,rate,link_layer}`` — what ``ibstat`` shows — plus
+    the flap counters under ``counters/`` and the MTU of each IPoIB interface on the HCA (``device/net/<if>/mtu``)."""
     base = os.path.join(paths.sys_root, "class", "infiniband")
     if not os.path.isdir(base):
         return {"absent": True}
     devices: dict[str, Any] = {}
+    mtus: dict[str, dict[str, int | None]] = {}
     for dev in sorted(os.listdir(base)):
         ports: dict[str, Any] = {}
         pdir = os.path.join(base, dev, "ports")
         for port in sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []:
             p = os.path.join(pdir, port)
             ports[port] = {k: _read(os.path.join(p, k)) for k in ("state", "phys_state", "rate", "link_layer")}
+            counters: dict[str, int] = {}
+            for c in IB_FLAP_COUNTERS:
+                v = _read(os.path.join(p, "counters", c))
+                if v is not None and v.isdigit():
+                    counters[c] = int(v)
+            if counters:
+                ports[port]["counters"] = counters
         devices[dev] = ports
-    return {"devices": devices}
+        ndir = os.path.join(base, dev, "device", "net")
+        if os.path.isdir(ndir):
+            for ifname in sorted(os.listdir(ndir)):
+                v = _read(os.path.join(ndir, ifname, "mtu"))
+                mtus.setdefault(dev, {})[ifname] = int(v) if v is not None and v.isdigit() else None
+    return {"devices": devices, "mtu": mtus}
 
 
 def gather_cpu_governor(paths: HostPaths) -> dict[str, Any]:
@@ -193,3 +212,23 @@ def gpu_process_owners(proc_root: str, procs_by_gpu: dict[str, Any]) -> dict[str
         job = job_of_pid(proc_root, pid)
         out[str(pid)] = {"job": job, "running": job is not None and job in live}
     return out
+
+
+def other_jobs_of_uid(proc_root: str, uid: int, exclude_job: str | None) -> list[str]:
+    """Jobs other than ``exclude_job`` that still run here (a live slurmstepd) and own a process of ``uid``."""
+    live = running_jobs(proc_root) - ({exclude_job} if exclude_job else set())
+    if not live:
+        return []
+    found: set[str] = set()
+    for d in os.listdir(proc_root):
+        if not d.isdigit():
+            continue
+        status = _read(os.path.join(proc_root, d, "status")) or ""
+        line = next((ln for ln in status.splitlines() if ln.startswith("Uid:")), "")
+        parts = line.split()
+        if len(parts) < 2 or parts[1] != str(uid):
+            continue
+        job = job_of_pid(proc_root, int(d))
+        if job in live:
+            found.add(job)
+    return sorted(found, key=int)

@@ -25,7 +25,7 @@ from typing import Any
 
 # Probe name -> the check that evaluates it (1:1 except "init", which feeds nvml, gpu_count and driver).
 PROBES = ("ecc", "remapped_rows", "retired_pages", "recovery_action", "clocks", "temperature", "persistence",
-          "nvlink", "pcie", "mig", "gpu_procs")
+          "nvlink", "nvlink_errors", "pcie", "fabric", "inforom", "power", "mig", "gpu_procs")
 
 
 def _errname(exc: BaseException) -> str:
@@ -62,11 +62,106 @@ def _probe_ecc(nv: Any, h: Any) -> dict[str, Any]:
     import pynvml
 
     unc = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-    return {
+    out = {
         "ecc_mode": _call(lambda: list(nv.nvmlDeviceGetEccMode(h))),
         "ecc_volatile_uncorrected": _call(nv.nvmlDeviceGetTotalEccErrors, h, unc, pynvml.NVML_VOLATILE_ECC),
         "ecc_aggregate_uncorrected": _call(nv.nvmlDeviceGetTotalEccErrors, h, unc, pynvml.NVML_AGGREGATE_ECC),
     }
+    # SRAM vs DRAM (NVML nvmlMemoryLocation_t: NVML_MEMORY_LOCATION_DRAM 2, NVML_MEMORY_LOCATION_SRAM 7, "Turing+"),
+    # what nvidia-smi shows as ecc.errors.{un,}corrected.{volatile,aggregate}.{sram,dram} and AzNHC judges apart
+    fn = getattr(nv, "nvmlDeviceGetMemoryErrorCounter", None)
+    for where, const in (("sram", "NVML_MEMORY_LOCATION_SRAM"), ("dram", "NVML_MEMORY_LOCATION_DRAM")):
+        loc = getattr(pynvml, const, None)
+        if fn is None or loc is None:
+            out[f"ecc_{where}"] = {"error": "FunctionNotFound"}
+            continue
+        counts = {f"{kind}_{counter}": _call(fn, h, etype, ctype, loc)
+                  for kind, etype in (("unc", unc), ("cor", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED))
+                  for counter, ctype in (("volatile", pynvml.NVML_VOLATILE_ECC),
+                                         ("aggregate", pynvml.NVML_AGGREGATE_ECC))}
+        errs = {v["error"] for v in counts.values() if isinstance(v, dict)}
+        out[f"ecc_{where}"] = {"error": errs.pop()} if len(errs) == 1 and len(counts) == sum(
+            isinstance(v, dict) for v in counts.values()) else counts
+    return out
+
+
+# NVLink error counters, totals over the GPU's links (pynvml field ids NVML_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL)
+NVLINK_ERROR_FIELDS = {"crc_flit": "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+                       "crc_data": "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+                       "replay": "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+                       "recovery": "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"}
+
+
+def _field_values(nv: Any, h: Any, fields: dict[str, int]) -> dict[str, Any] | dict[str, str]:
+    """One nvmlDeviceGetFieldValues call; a field's own error stays that field's value."""
+    import pynvml
+
+    vals = _call(nv.nvmlDeviceGetFieldValues, h, list(fields.values()))
+    if isinstance(vals, dict):
+        return vals
+    out: dict[str, Any] = {}
+    for name, v in zip(fields, vals, strict=False):
+        if v.nvmlReturn != pynvml.NVML_SUCCESS:
+            out[name] = {"error": _errname(pynvml.NVMLError(v.nvmlReturn))}
+        else:
+            out[name] = int(getattr(v.value, _VALUE_ATTR.get(int(v.valueType), "ullVal")))
+    return out
+
+
+# nvmlValueType_t -> the member of the nvmlValue_t union that holds it (pynvml c_nvmlValue_t)
+_VALUE_ATTR = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def _probe_nvlink_errors(nv: Any, h: Any) -> dict[str, Any]:
+    import pynvml
+
+    fields = {k: getattr(pynvml, c) for k, c in NVLINK_ERROR_FIELDS.items() if hasattr(pynvml, c)}
+    if not fields:
+        return {"nvlink_errors": {"error": "FunctionNotFound"}}
+    out = _field_values(nv, h, fields)
+    if "error" in out:
+        return {"nvlink_errors": out}
+    errs = {v["error"] for v in out.values() if isinstance(v, dict)}
+    if len(errs) == 1 and all(isinstance(v, dict) for v in out.values()):
+        return {"nvlink_errors": {"error": errs.pop()}}  # no NVLink (or no counters) on this GPU
+    return {"nvlink_errors": out}
+
+
+def _probe_fabric(nv: Any, h: Any) -> dict[str, Any]:
+    """GPU fabric (NVSwitch / multi-node NVLink) registration: nvmlDeviceGetGpuFabricInfoV, else the v1 call."""
+    import ctypes
+
+    import pynvml
+
+    fn, struct = getattr(nv, "nvmlDeviceGetGpuFabricInfoV", None), getattr(pynvml, "c_nvmlGpuFabricInfoV_t", None)
+    if fn is None or struct is None:
+        fn, struct = getattr(nv, "nvmlDeviceGetGpuFabricInfo", None), getattr(pynvml, "c_nvmlGpuFabricInfo_t", None)
+    if fn is None or struct is None:
+        return {"fabric": {"error": "FunctionNotFound"}}
+    info = struct()
+    r = _call(fn, h, ctypes.byref(info))
+    if isinstance(r, dict):
+        return {"fabric": r}
+    status = int(info.status)
+    out = {"state": int(info.state), "status": "Success" if status == pynvml.NVML_SUCCESS
+           else _errname(pynvml.NVMLError(status)), "clique_id": int(getattr(info, "cliqueId", 0))}
+    if hasattr(info, "healthMask"):
+        out["health_mask"] = int(info.healthMask)
+    return {"fabric": out}
+
+
+def _probe_inforom(nv: Any, h: Any) -> dict[str, Any]:
+    v = _call(nv.nvmlDeviceValidateInforom, h)  # None on success; NVML_ERROR_CORRUPTED_INFOROM when it is not
+    return {"inforom_valid": v if isinstance(v, dict) else True}
+
+
+def _probe_power(nv: Any, h: Any) -> dict[str, Any]:
+    enforced = _call(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+    default = _call(nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
+    for v in (enforced, default):
+        if isinstance(v, dict):
+            return {"power_limit_mw": v}
+    return {"power_limit_mw": [enforced, default]}
 
 
 def _probe_recovery(nv: Any, h: Any) -> dict[str, Any]:
@@ -110,11 +205,14 @@ def _probe_nvlink(nv: Any, h: Any) -> dict[str, Any]:
 def _probe_pcie(nv: Any, h: Any) -> dict[str, Any]:
     cur = _call(nv.nvmlDeviceGetCurrPcieLinkWidth, h)
     mx = _call(nv.nvmlDeviceGetMaxPcieLinkWidth, h)
-    if isinstance(cur, dict):
-        return {"pcie_width": cur}
-    if isinstance(mx, dict):
-        return {"pcie_width": mx}
-    return {"pcie_width": [cur, mx]}
+    out: dict[str, Any] = {"pcie_width": cur if isinstance(cur, dict) else mx if isinstance(mx, dict) else [cur, mx]}
+    out["pcie_replay"] = _call(nv.nvmlDeviceGetPcieReplayCounter, h)
+    # generation: current (drops at idle for power saving), max for this GPU in this slot, max of the GPU itself
+    gens = [_call(nv.nvmlDeviceGetCurrPcieLinkGeneration, h), _call(nv.nvmlDeviceGetMaxPcieLinkGeneration, h)]
+    gpu_max = getattr(nv, "nvmlDeviceGetGpuMaxPcieLinkGeneration", None)
+    gens.append(_call(gpu_max, h) if gpu_max is not None else {"error": "FunctionNotFound"})
+    out["pcie_gen"] = gens
+    return out
 
 
 def _probe_procs(nv: Any, h: Any) -> dict[str, Any]:
@@ -132,7 +230,9 @@ def _probe_mig(nv: Any, h: Any) -> dict[str, Any]:
 PROBE_KEYS = {"ecc": "ecc_volatile_uncorrected", "remapped_rows": "remapped_rows",
               "retired_pages": "retired_pages_pending", "recovery_action": "recovery_action",
               "clocks": "clocks_event_reasons", "temperature": "temperature_c", "persistence": "persistence_mode",
-              "nvlink": "nvlink_state", "pcie": "pcie_width", "mig": "mig_mode", "gpu_procs": "compute_processes"}
+              "nvlink": "nvlink_state", "nvlink_errors": "nvlink_errors", "pcie": "pcie_width", "fabric": "fabric",
+              "inforom": "inforom_valid", "power": "power_limit_mw", "mig": "mig_mode",
+              "gpu_procs": "compute_processes"}
 
 _PROBE_FNS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "ecc": _probe_ecc,
@@ -143,7 +243,11 @@ _PROBE_FNS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "temperature": lambda nv, h: {"temperature_c": _call(nv.nvmlDeviceGetTemperature, h, 0)},
     "persistence": lambda nv, h: {"persistence_mode": _call(nv.nvmlDeviceGetPersistenceMode, h)},
     "nvlink": _probe_nvlink,
+    "nvlink_errors": _probe_nvlink_errors,
     "pcie": _probe_pcie,
+    "fabric": _probe_fabric,
+    "inforom": _probe_inforom,
+    "power": _probe_power,
     "mig": _probe_mig,
     "gpu_procs": _probe_procs,
 }

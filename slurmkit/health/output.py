@@ -8,7 +8,9 @@ from typing import Any
 
 from slurmkit.health.result import Action, CheckResult, Status
 
-STATUS_VALUE = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.SKIP: 3}  # Nagios-like, documented in HELP
+# One series per state (the Prometheus enum pattern): an alert on state="fail" never fires on SKIP, which the old
+# single gauge (3 = skip, above 2 = fail) did for `>= 2`.
+STATES = (Status.OK, Status.WARN, Status.FAIL, Status.SKIP)
 
 
 @dataclass
@@ -24,6 +26,8 @@ class Report:
     job_id: str | None = None
     slurm: dict[str, Any] = field(default_factory=dict)  # what we asked Slurm and how it went
     notes: list[str] = field(default_factory=list)
+    cleanup: dict[str, Any] = field(default_factory=dict)  # epilog: what was killed and removed (/dev/shm files)
+    nvml_init_s: float | None = None  # nvmlInit + device scan as measured in the worker (the init budget's data)
     # slurmkit's own state that could not be written (records, history, cursor, textfile): reported, never a verdict
     bookkeeping: list[str] = field(default_factory=list)
 
@@ -44,6 +48,8 @@ class Report:
             "exit_code": self.exit_code,
             "slurm": self.slurm,
             "notes": self.notes,
+            "cleanup": self.cleanup,
+            "nvml_init_s": self.nvml_init_s,
             "bookkeeping": self.bookkeeping,
             "checks": [r.to_json() for r in self.results],
         }
@@ -58,11 +64,11 @@ def prometheus_text(report: Report) -> str:
     node, hook = _esc(report.node), _esc(report.hook)
     base = f'node="{node}",hook="{hook}"'
     lines = [
-        "# HELP slurmkit_health_check_status Result of one check: 0 ok, 1 warn, 2 fail, 3 skip.",
+        "# HELP slurmkit_health_check_status 1 for the state one check is in (ok, warn, fail, skip), 0 for the others.",
         "# TYPE slurmkit_health_check_status gauge",
     ]
-    lines += [f'slurmkit_health_check_status{{{base},check="{_esc(r.name)}"}} {STATUS_VALUE[r.status]}'
-              for r in report.results]
+    lines += [f'slurmkit_health_check_status{{{base},check="{_esc(r.name)}",state="{s.label.lower()}"}} '
+              f'{1 if r.status == s else 0}' for r in report.results for s in STATES]
     lines += [
         "# HELP slurmkit_health_check_duration_seconds Wall time of one check's gather and evaluation.",
         "# TYPE slurmkit_health_check_duration_seconds gauge",
@@ -79,6 +85,10 @@ def prometheus_text(report: Report) -> str:
         "# HELP slurmkit_health_last_run_timestamp_seconds When the hook last ran (epoch).",
         "# TYPE slurmkit_health_last_run_timestamp_seconds gauge",
         f"slurmkit_health_last_run_timestamp_seconds{{{base}}} {report.started:.3f}",
+        "# HELP slurmkit_health_nvml_init_seconds nvmlInit and the device scan, timed inside the NVML worker.",
+        "# TYPE slurmkit_health_nvml_init_seconds gauge",
+        *([f"slurmkit_health_nvml_init_seconds{{{base}}} {report.nvml_init_s:.6f}"]
+          if report.nvml_init_s is not None else []),
         "# HELP slurmkit_health_bookkeeping_errors State slurmkit could not write this run (records, history, cursor).",
         "# TYPE slurmkit_health_bookkeeping_errors gauge",
         f"slurmkit_health_bookkeeping_errors{{{base}}} {len(report.bookkeeping)}",

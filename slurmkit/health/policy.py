@@ -28,8 +28,10 @@ from slurmkit.health.result import Action
 HOOK_KINDS = ("prolog", "epilog", "health", "check")
 
 # XIDs that mean "this GPU must not take another job" (AzNHC's list, NVIDIA's XID catalog: DBE, fallen off the bus,
-# NVLink fatal, uncontained ECC, row-remap failure, GSP errors, "GPU requires reset" 154). Others are WARN only.
-DEFAULT_FAIL_XIDS = (48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120, 140, 154)
+# NVLink fatal, uncontained ECC, row-remap failure, GSP errors, "GPU requires reset" 154), plus 46 "GPU stopped
+# processing". Not 63: NVIDIA's catalog (XID 63, A100+: "row-remapping recording event") says other applications
+# keep running until a convenient reset, the same rule as remapped_rows pending (a WARN). Others are WARN only.
+DEFAULT_FAIL_XIDS = (46, 48, 56, 57, 58, 62, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120, 140, 154)
 
 CLOCK_REASON_BITS = {
     "sw_power_cap": 0x4,
@@ -53,19 +55,31 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
     "nvml": _D(Action.DRAIN, 3.0),
     "gpu_count": _D(Action.DRAIN, 1.0, {"expected": None}),
     "driver": _D(Action.WARN, 1.0, {"version": None}),
-    "ecc": _D(Action.DRAIN, 1.0, {"max_volatile_uncorrected": 0}),
-    "remapped_rows": _D(Action.DRAIN, 1.0),
+    # AzNHC azure_gpu_ecc.nhc (check_gpu_ecc 20000000 10000 in its H100 conf): SRAM uncorrectable > 0, SRAM correctable
+    # > 10000 or any DRAM count > 20000000 fails; without the SRAM/DRAM split, volatile uncorrected > 0 fails
+    "ecc": _D(Action.DRAIN, 1.0, {"max_volatile_uncorrected": 0, "max_sram_correctable": 10000,
+                                  "max_dram_errors": 20_000_000}),
+    # AzNHC: uncorrectable remapped rows > 512 fails (NVIDIA A100 memory error management: 512 remaps per GPU)
+    "remapped_rows": _D(Action.DRAIN, 1.0, {"max_uncorrectable": 512}),
     "retired_pages": _D(Action.DRAIN, 1.0),
     "recovery_action": _D(Action.DRAIN, 1.0),
     "xid": _D(Action.DRAIN, 1.0, {"codes": DEFAULT_FAIL_XIDS}),
     "clocks": _D(Action.WARN, 1.0, {"reasons": ("hw_slowdown", "hw_thermal", "hw_power_brake")}),
     "temperature": _D(Action.DRAIN, 1.0, {"warn_c": 83, "max_c": 90}),
-    "persistence": _D(Action.WARN, 1.0),
+    # expected: true makes persistence off a FAIL (drain); unset: a WARN (nvmlInit takes seconds without it)
+    "persistence": _D(Action.DRAIN, 1.0, {"expected": None}),
     "nvlink": _D(Action.DRAIN, 1.0),
-    "pcie": _D(Action.DRAIN, 1.0),
+    # deltas since the last run of the NVLink CRC/replay/recovery totals (DCGM's NVLink health watch)
+    "nvlink_errors": _D(Action.WARN, 1.0, {"max_delta": 0}),
+    # width below max fails; replays per minute above DCGM's DCGM_FR_PCI_REPLAY_RATE default (8) warn
+    "pcie": _D(Action.DRAIN, 1.0, {"max_replays_per_min": 8}),
+    "fabric": _D(Action.DRAIN, 1.0),
+    "inforom": _D(Action.DRAIN, 1.0),
+    "power": _D(Action.WARN, 1.0, {"min_limit_pct": 95}),
     "mig": _D(Action.DRAIN, 1.0, {"expected": None}),
     "gpu_procs": _D(Action.DRAIN, 1.0),
-    "ib": _D(Action.DRAIN, 1.0, {"min_rate_gbps": None}),
+    "ib": _D(Action.DRAIN, 1.0, {"min_rate_gbps": None, "mtu": None, "max_link_downed_delta": 0,
+                                 "max_symbol_error_delta": 0}),
     "cpu_governor": _D(Action.WARN, 1.0, {"expected": "performance"}),
     "memory": _D(Action.WARN, 1.0, {"min_available_pct": 5.0}),
     "disk_space": _D(Action.DRAIN, 1.0, {"paths": ("/tmp", "/dev/shm"), "min_free_pct": 5.0}),
@@ -73,7 +87,10 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
 }
 
 COMMON_KEYS = {"enabled", "action", "timeout_s", "hooks"}
-GLOBAL_KEYS = {"budget_s", "resume_after_passes", "scontrol_timeout_s"}
+GLOBAL_KEYS = {"budget_s", "resume_after_passes", "scontrol_timeout_s", "textfile_dir"}
+# node_exporter's textfile collector directory on Debian/Ubuntu (prometheus-node-exporter's default
+# --collector.textfile.directory); used when it exists and the site set no textfile_dir
+DEFAULT_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 
 
 @dataclass(frozen=True)
@@ -95,6 +112,7 @@ class Policy:
     budget_s: float = 5.0
     resume_after_passes: int = 3
     scontrol_timeout_s: float = 1.0
+    textfile_dir: str | None = None  # hooks.checks.textfile_dir: where the Prometheus textfile goes
 
     def check(self, name: str) -> CheckPolicy:
         return self.checks[name]
@@ -149,8 +167,22 @@ def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any
         if not isinstance(v, str) or not v:
             raise _err(path, f"expected a governor name such as 'performance', got {v!r}", source)
         return v
-    if key in ("max_volatile_uncorrected",):
+    if key in ("max_volatile_uncorrected", "max_sram_correctable", "max_dram_errors", "max_uncorrectable",
+               "max_delta", "max_link_downed_delta", "max_symbol_error_delta"):
         return _number(v, path, source, minimum=0, integer=True)
+    if key == "max_replays_per_min":
+        return _number(v, path, source, minimum=0)
+    if key == "min_limit_pct":
+        n = _number(v, path, source, minimum=0, exclusive_min=True)
+        if n > 100:
+            raise _err(path, f"a percentage must be <= 100, got {v!r}", source)
+        return n
+    if key == "mtu":
+        return _number(v, path, source, minimum=0, integer=True, exclusive_min=True)
+    if key == "expected" and check == "persistence":
+        if not isinstance(v, bool):
+            raise _err(path, f"expected true or false, got {v!r}", source)
+        return v
     if key in ("warn_c", "max_c", "min_rate_gbps"):
         return _number(v, path, source, minimum=0, exclusive_min=True)
     if key in ("min_available_pct", "min_free_pct"):
@@ -197,6 +229,9 @@ def parse_policy(raw: Mapping[str, Any] | None, *, path: str = "hooks.checks", s
                                minimum=0, exclusive_min=True))
     if sc_timeout >= budget:
         raise _err(f"{path}.scontrol_timeout_s", f"must be below budget_s ({budget:g}) or a drain could never fit", source)
+    textfile_dir = raw.get("textfile_dir")
+    if textfile_dir is not None and (not isinstance(textfile_dir, str) or not textfile_dir.startswith("/")):
+        raise _err(f"{path}.textfile_dir", f"expected an absolute directory path, got {textfile_dir!r}", source)
     checks: dict[str, CheckPolicy] = {}
     for name, dflt in CHECK_DEFAULTS.items():
         cpath = f"{path}.{name}"
@@ -238,7 +273,8 @@ def parse_policy(raw: Mapping[str, Any] | None, *, path: str = "hooks.checks", s
                 and settings["warn_c"] > settings["max_c"]:
             raise _err(f"{cpath}.warn_c", f"must not exceed max_c ({settings['max_c']:g})", source)
         checks[name] = CheckPolicy(name, enabled, action, timeout, frozenset(hooks), settings)
-    return Policy(checks=checks, budget_s=budget, resume_after_passes=passes, scontrol_timeout_s=sc_timeout)
+    return Policy(checks=checks, budget_s=budget, resume_after_passes=passes, scontrol_timeout_s=sc_timeout,
+                  textfile_dir=textfile_dir)
 
 
 def load_site_policy(path: str) -> Policy:

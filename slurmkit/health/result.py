@@ -71,6 +71,12 @@ def worst_action(results: list[CheckResult]) -> Action:
     return max((r.action for r in results), default=Action.NONE)
 
 
+def with_hint(reason: str, hint: str, limit: int = MAX_REASON_LEN) -> str:
+    """``reason`` plus ``; hint`` when both fit in ``limit`` (the reason's own tokens always win the space)."""
+    text = f"{reason}; {hint}"
+    return text if len(text) <= limit else reason
+
+
 def drain_reason(results: list[CheckResult], limit: int = MAX_REASON_LEN) -> str:
     """``slurmkit: gpu3 xid79; gpu3 lost; gpu_count 7/8`` from the results that ask for at least a drain.
 

@@ -104,6 +104,17 @@ def _xid_gather(spec: RunSpec, fail_codes: frozenset[int]) -> xid.XidScan:
     return result
 
 
+def _boot_id(spec: RunSpec) -> str:
+    if spec.fake_nvml:
+        from slurmkit.health.fakenvml import load_state
+
+        try:
+            return str(load_state(spec.fake_nvml, spec.node).get("boot_id", "fake-boot"))
+        except (OSError, ValueError):
+            return "fake-boot"
+    return xid.read_boot_id()
+
+
 def gpus_expected(spec: RunSpec) -> bool:
     n = spec.policy.check("gpu_count").get("expected")
     if n is None:
@@ -155,6 +166,18 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         j.join(max(0.0, min(spec.deadline, started + pol.check(name).timeout_s) - time.monotonic()))
 
     init = (gathered.data.get("init") if gathered else None) or {}
+    bookkeeping: list[str] = []
+    ib_job = jobs.get("ib")
+    ib_data = ib_job.value if ib_job is not None and not ib_job.is_alive() and isinstance(ib_job.value, dict) else None
+    if (gathered is not None and any(p in gathered.data for p in ("nvlink_errors", "pcie"))) or ib_data:
+        # counters judged as growth since the last run (NVLink errors, PCIe replays, IB link flaps)
+        from slurmkit.health import counters
+
+        err = counters.apply(spec.node_state_dir, _boot_id(spec), time.time(), gathered.data if gathered else {},
+                             init.get("devices", []) if not init.get("error") else [], ib_data,
+                             commit=spec.commit_xid, lock_timeout=max(0.05, min(0.5, spec.deadline - time.monotonic())))
+        if err:
+            bookkeeping.append(err)
     if gathered is not None and spec.hook in ("prolog", "epilog") and "gpu_procs" in gathered.data:
         # whose are the processes on the job's GPUs: another running job's (shards, MPS) are never judged or killed
         procs = {i: d.get("compute_processes") for i, d in gathered.data["gpu_procs"].items()}
@@ -172,7 +195,6 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         t0 = time.monotonic()
         verdict, took = _evaluate(name, check.source, ctx, gathered, jobs, spec)
         results.append(_apply_policy(name, verdict, cp.action, took + (time.monotonic() - t0)))
-    bookkeeping = []
     xj = jobs.get("xid")
     if xj is not None and isinstance(xj.value, xid.XidScan) and xj.value.commit_error:
         bookkeeping.append(f"xid cursor not saved: {xj.value.commit_error}")

@@ -108,15 +108,26 @@ def read_json(path: str, default: dict[str, Any]) -> dict[str, Any]:
         return default
 
 
-def append_history(path: str, record: dict[str, Any]) -> None:
+def append_history(path: str, record: dict[str, Any], lock_timeout: float = 1.0) -> None:
+    """One line per run; past MAX_HISTORY_BYTES the file becomes ``.1``. Size check, rotation and append happen under
+    one flock: two writers that both saw a full file used to rotate twice, the second rename throwing away the first
+    one's ``.1`` (all its records). A writer that cannot get the lock in time appends without rotating."""
     line = json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n"
     try:
-        if os.path.getsize(path) > MAX_HISTORY_BYTES:
-            os.replace(path, path + ".1")
-    except OSError:
-        pass
-    # O_APPEND writes of one line are atomic enough for concurrent hooks (each line < PIPE_BUF is not guaranteed,
-    # but records are written with a single write() call).
+        with locked(path + ".lock", timeout=lock_timeout):
+            _rotate_and_append(path, line, rotate=True)
+    except LockTimeout:
+        _rotate_and_append(path, line, rotate=False)
+
+
+def _rotate_and_append(path: str, line: str, rotate: bool) -> None:
+    if rotate:
+        try:
+            if os.path.getsize(path) > MAX_HISTORY_BYTES:
+                os.replace(path, path + ".1")
+        except FileNotFoundError:
+            pass
+    # one write() of one line with O_APPEND: concurrent appenders do not interleave within a line
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())

@@ -21,6 +21,13 @@ from typing import Any
 
 # NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
 _XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)(?:\.[0-9a-fA-F])?\): (\d+)(.*)")
+# NVSwitch errors (NVIDIA Fabric Manager user guide, "NVSwitch errors"/SXid): the nvidia-nvswitch driver logs
+# nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 20034, Fatal, Link 30 LTSSM Fault Up
+# nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 28 egress non-posted PRIV error (First)
+# A fatal SXid leaves the NVSwitch (and every GPU's NVLink through it) unusable until reset: sticky like a
+# critical XID; a non-fatal one is a WARN.
+_SXID_RE = re.compile(r"SXid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)(?:\.[0-9a-fA-F])?\): (\d+), "
+                      r"(Non-fatal|Fatal)", re.IGNORECASE)
 MAX_STICKY = 64  # a GPU spamming XIDs must not grow the state file without bound
 
 
@@ -38,17 +45,31 @@ class XidEvent:
     xid: int
     bus_id: str  # normalised
     text: str
+    kind: str = "xid"  # "xid" (a GPU's) or "sxid" (an NVSwitch's)
+    fatal: bool = False  # sxid only: the driver said Fatal
 
     def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "xid": self.xid, "bus_id": self.bus_id, "text": self.text}
+        d: dict[str, Any] = {"seq": self.seq, "xid": self.xid, "bus_id": self.bus_id, "text": self.text}
+        if self.kind != "xid":
+            d.update(kind=self.kind, fatal=self.fatal)
+        return d
 
 
 def parse_record(seq: int, msg: str) -> XidEvent | None:
     m = _XID_RE.search(msg)
-    if not m:
-        return None
-    bus = norm_bus_id(f"{m.group(1)}:{m.group(2)}:{m.group(3)}")
-    return XidEvent(seq=seq, xid=int(m.group(4)), bus_id=bus, text=msg.strip()[:200])
+    if m:
+        bus = norm_bus_id(f"{m.group(1)}:{m.group(2)}:{m.group(3)}")
+        return XidEvent(seq=seq, xid=int(m.group(4)), bus_id=bus, text=msg.strip()[:200])
+    m = _SXID_RE.search(msg)
+    if m:
+        bus = norm_bus_id(f"{m.group(1)}:{m.group(2)}:{m.group(3)}")
+        return XidEvent(seq=seq, xid=int(m.group(4)), bus_id=bus, text=msg.strip()[:200], kind="sxid",
+                        fatal=m.group(5).lower() == "fatal")
+    return None
+
+
+def is_critical(e: XidEvent, fail_codes: frozenset[int]) -> bool:
+    return e.fatal if e.kind == "sxid" else e.xid in fail_codes
 
 
 def read_kmsg(path: str = "/dev/kmsg", after: int = -1, max_records: int = 200_000) -> list[tuple[int, str]]:
@@ -126,7 +147,7 @@ def scan(records: list[tuple[int, str]], state: XidState, boot_id: str, fail_cod
     sticky = list(state.sticky)
     known = {(s["seq"], s["xid"]) for s in sticky}
     for e in new:
-        if e.xid in fail_codes and (e.seq, e.xid) not in known:
+        if is_critical(e, fail_codes) and (e.seq, e.xid) not in known:
             sticky.append(e.to_json())
     sticky = sticky[-MAX_STICKY:]
     return XidScan(new=new, sticky=sticky, state=XidState(boot_id=boot_id, seq=max(last, state.seq), sticky=sticky),

@@ -63,6 +63,15 @@ def run(tmp_path: Path, fixture: str | Path, *, hook: str = "health", expect: Ex
     return {r.name: r for r in out.results}, out
 
 
+def edited(tmp: Path, name: str, edit) -> Path:
+    d = json.loads((NVML / name).read_text())
+    edit(d)
+    tmp.mkdir(parents=True, exist_ok=True)
+    p = tmp / name
+    p.write_text(json.dumps(d))
+    return p
+
+
 def bad(results: dict) -> dict:
     return {n: r for n, r in results.items() if r.status in (Status.FAIL, Status.WARN)}
 
@@ -157,16 +166,30 @@ def test_xid79_gpu_lost_drains_with_a_reason_that_names_the_gpu(tmp_path):
     assert len(reason) <= 120
 
 
-def test_row_remap_pending(tmp_path):
+def test_row_remap_pending_warns_failure_and_bank_limit_drain(tmp_path):
+    """Issue 11 item 4: NVIDIA (A100 memory error management, row remapping): pending lets unaffected and new work
+    run until a reset; only the failure flag (or AzNHC's 512 uncorrectable remaps) takes the GPU out. XID 63 (the
+    row-remap recording event) follows the same rule: a WARN, not sticky."""
     res, _ = run(tmp_path, "remap-pending-gpu2.json")
     assert set(bad(res)) == {"remapped_rows", "xid"}
-    assert res["remapped_rows"].findings == ["gpu2 remap-pending"]
-    assert res["remapped_rows"].evidence["gpus"]["2"] == {"correctable": 0, "uncorrectable": 1, "pending": 1,
-                                                          "failure": 0}
-    # XID 63 (a row-remap event) is in the default fail list (AzNHC's): the GPU needs a reset either way
-    assert res["xid"].status == Status.FAIL and res["xid"].findings == ["gpu2 xid63"]
-    res, _ = run(tmp_path / "b", "remap-pending-gpu2.json", policy={"xid": {"codes": [79]}})
-    assert res["xid"].status == Status.WARN and res["remapped_rows"].status == Status.FAIL
+    assert res["remapped_rows"].status == Status.WARN and res["remapped_rows"].action == Action.WARN
+    assert res["remapped_rows"].findings == ["gpu2 remap-pending (reset when idle)"]
+    assert res["remapped_rows"].evidence["gpus"]["2"]["pending"] == 1
+    assert "reset the GPU when it is idle" in res["remapped_rows"].evidence["gpus"]["2"]["todo"]
+    assert res["xid"].status == Status.WARN and res["xid"].findings == ["gpu2 xid63"]
+    assert res["xid"].evidence["sticky"] == []
+    assert worst_action(list(res.values())) == Action.WARN  # the node keeps taking jobs
+
+    def remap(pending: int, failure: int, unc: int):
+        def edit(d):
+            d["devices"][2]["remapped_rows"] = [0, unc, pending, failure]
+            d["kmsg"] = []
+        return edit
+    for (pending, failure, unc), finding in (((0, 1, 3), "gpu2 remap-failed"),
+                                             ((0, 0, 513), "gpu2 remaps-unc=513>512")):
+        fx = edited(tmp_path / f"f{failure}{unc}", "remap-pending-gpu2.json", remap(pending, failure, unc))
+        res, _ = run(tmp_path / f"r{failure}{unc}", fx)
+        assert res["remapped_rows"].status == Status.FAIL and res["remapped_rows"].findings == [finding]
 
 
 def test_uncorrectable_ecc(tmp_path):
@@ -407,3 +430,147 @@ def test_a_disabled_check_is_not_run(tmp_path):
     res, out = run(tmp_path, "xid79-gpu5.json", policy={"xid": False, "gpu_count": {"enabled": False}})
     assert "xid" not in res and "gpu_count" not in res
     assert set(out.gathered.data) >= {"init", "ecc"}
+
+
+# --- issue 11 items 10-13: the checks added in the second pass ------------------------------------------------
+
+def one_gpu(key: str, value, gpu: int = 3, kmsg=None):
+    def edit(d):
+        d["devices"][gpu][key] = value
+        if kmsg is not None:
+            d["kmsg"] = kmsg
+    return edit
+
+
+@pytest.mark.parametrize("key,value,finding", [
+    ("ecc_sram", {"unc_volatile": 0, "unc_aggregate": 1, "cor_volatile": 0, "cor_aggregate": 0}, "gpu3 sram-unc=1"),
+    ("ecc_sram", {"unc_volatile": 0, "unc_aggregate": 0, "cor_volatile": 10001, "cor_aggregate": 0},
+     "gpu3 sram-cor=10001>10000"),
+    ("ecc_dram", {"unc_volatile": 0, "unc_aggregate": 20000001, "cor_volatile": 0, "cor_aggregate": 0},
+     "gpu3 dram-errors=20000001>20000000"),
+])
+def test_ecc_sram_and_dram_judged_apart(tmp_path, key, value, finding):
+    res, _ = run(tmp_path, edited(tmp_path, "healthy-h100x8.json", one_gpu(key, value)))
+    assert res["ecc"].status == Status.FAIL and res["ecc"].findings == [finding]
+    assert res["ecc"].evidence["gpus"]["3"][key[4:]] == value
+
+
+def test_ecc_thresholds_are_policy(tmp_path):
+    fx = edited(tmp_path, "healthy-h100x8.json", one_gpu(
+        "ecc_sram", {"unc_volatile": 0, "unc_aggregate": 0, "cor_volatile": 500, "cor_aggregate": 0}))
+    res, _ = run(tmp_path, fx, policy={"ecc": {"max_sram_correctable": 100}})
+    assert res["ecc"].findings == ["gpu3 sram-cor=500>100"]
+    res, _ = run(tmp_path / "b", fx)
+    assert res["ecc"].status == Status.OK
+
+
+def test_nvlink_error_counters_are_judged_as_growth_since_the_last_run(tmp_path):
+    base = json.loads((NVML / "healthy-h100x8.json").read_text())
+    f = tmp_path / "n.json"
+    f.write_text(json.dumps(base))
+    res, _ = run(tmp_path, f)
+    assert res["nvlink_errors"].status == Status.OK  # the first run records the baseline
+    assert res["nvlink_errors"].evidence["gpus"]["0"]["baseline"] == "recorded"
+    base["devices"][4]["nvlink_errors"] = {"crc_flit": 0, "crc_data": 7, "replay": 2, "recovery": 0}
+    base["devices"][4]["pcie_replay"] = 10_000
+    f.write_text(json.dumps(base))
+    res, _ = run(tmp_path, f)
+    assert res["nvlink_errors"].status == Status.WARN  # a FAIL under the default action warn
+    assert res["nvlink_errors"].findings == ["gpu4 nvlink crc_data+7,replay+2"]
+    assert res["pcie"].status == Status.WARN and res["pcie"].findings[0].startswith("gpu4 pcie replays ")
+    res, _ = run(tmp_path, f)  # nothing new since: quiet again
+    assert res["nvlink_errors"].status == Status.OK and res["pcie"].status == Status.OK
+    snap = json.loads((tmp_path / "state" / "counters.json").read_text())
+    assert snap["gpu"][base["devices"][4]["uuid"]]["nvlink"]["crc_data"] == 7
+    # a reboot (new boot id) has no baseline: counters restart with the driver
+    base["boot_id"] = "rebooted"
+    base["devices"][4]["nvlink_errors"] = {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0}
+    f.write_text(json.dumps(base))
+    res, _ = run(tmp_path, f)
+    assert res["nvlink_errors"].status == Status.OK
+
+
+@pytest.mark.parametrize("key,value,check,status,finding", [
+    ("fabric", {"state": 1, "status": "Success", "clique_id": 0, "health_mask": 0}, "fabric", Status.FAIL,
+     "gpu3 fabric not started"),
+    ("fabric", {"state": 3, "status": "Unknown", "clique_id": 0, "health_mask": 0}, "fabric", Status.FAIL,
+     "gpu3 fabric Unknown"),
+    ("fabric", {"state": 3, "status": "Success", "clique_id": 0, "health_mask": 1}, "fabric", Status.WARN,
+     "gpu3 fabric degraded bandwidth"),
+    ("inforom_valid", {"error": "CorruptedInforom"}, "inforom", Status.FAIL, "gpu3 corruptedinforom"),
+    ("power_limit_mw", [350000, 700000], "power", Status.WARN, "gpu3 power limit 350W<95% of 700W"),
+    ("pcie_gen", [1, 4, 5], "pcie", Status.WARN, "gpu3 pcie gen4<gen5"),
+])
+def test_new_gpu_checks(tmp_path, key, value, check, status, finding):
+    res, _ = run(tmp_path, edited(tmp_path, "healthy-h100x8.json", one_gpu(key, value)))
+    assert res[check].status == status and res[check].findings == [finding], res[check]
+
+
+def test_every_new_nvml_call_degrades_to_skip_on_not_supported(tmp_path):
+    """A GPU (or driver) without these: SKIP, never FAIL (DESIGN house style 8)."""
+    def edit(d):
+        for dev in d["devices"]:
+            for key in ("ecc_sram", "ecc_dram", "nvlink_errors", "pcie_replay", "pcie_gen", "fabric", "inforom_valid",
+                        "power_limit_mw"):
+                dev[key] = {"error": "NotSupported"}
+    res, _ = run(tmp_path, edited(tmp_path, "healthy-h100x8.json", edit))
+    for check in ("nvlink_errors", "fabric", "inforom", "power"):
+        assert res[check].status == Status.SKIP, (check, res[check].summary)
+    assert res["ecc"].status == Status.OK and res["pcie"].status == Status.OK  # the seed rules still judge
+    # the fabric's own "not supported" state (no NVSwitch) is a SKIP too
+    res, _ = run(tmp_path / "b", edited(tmp_path / "b", "healthy-h100x8.json", lambda d: [
+        dev.update(fabric={"state": 0, "status": "Success", "clique_id": 0}) for dev in d["devices"]]))
+    assert res["fabric"].status == Status.SKIP
+
+
+def test_recovery_action_is_feature_detected_in_old_bindings(tmp_path, monkeypatch):
+    """nvidia-ml-py < 12.570 has no NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: SKIP, not a crash (issue 11 item 13)."""
+    import pynvml
+
+    monkeypatch.delattr(pynvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION")
+    res, _ = run(tmp_path, "healthy-h100x8.json")
+    assert res["recovery_action"].status == Status.SKIP and res["ecc"].status == Status.OK
+
+
+def test_persistence_off_fails_only_where_the_site_expects_it(tmp_path):
+    fx = edited(tmp_path, "healthy-h100x8.json", one_gpu("persistence_mode", 0))
+    res, _ = run(tmp_path, fx)
+    assert res["persistence"].status == Status.WARN and res["persistence"].action == Action.WARN
+    res, _ = run(tmp_path / "b", fx, policy={"persistence": {"expected": True}})
+    assert res["persistence"].status == Status.FAIL and res["persistence"].action == Action.DRAIN
+    res, _ = run(tmp_path / "c", fx, policy={"persistence": {"expected": False}})
+    assert res["persistence"].status == Status.OK
+
+
+@pytest.mark.parametrize("line,status,finding,sticky", [
+    ("nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 20034, Fatal, Link 30 LTSSM Fault Up", Status.FAIL,
+     "nvswitch0000:c1:00 sxid20034", True),
+    ("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 28 egress non-posted PRIV error (First)",
+     Status.WARN, "nvswitch0000:05:00 sxid12028", False),
+    ("NVRM: Xid (PCI:0000:18:00): 46, pid=1234, name=python, GPU stopped processing", Status.FAIL, "gpu0 xid46", True),
+])
+def test_sxids_and_xid46(tmp_path, line, status, finding, sticky):
+    fx = edited(tmp_path, "healthy-h100x8.json", lambda d: d.update(kmsg=[[10, line]]))
+    res, _ = run(tmp_path, fx, hook="prolog", gpus=[1])  # an NVSwitch serves every job's GPUs
+    if finding.startswith("gpu0"):
+        res, _ = run(tmp_path / "all", fx)
+    assert res["xid"].status == status and res["xid"].findings == [finding]
+    assert bool(res["xid"].evidence["sticky"]) == sticky
+
+
+def test_ib_mtu_and_link_flaps(tmp_path):
+    paths = host_tree(tmp_path / "h", ib=GOOD_IB, governor="performance")
+    port = Path(paths.sys_root) / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    (port / "counters").mkdir()
+    for c, v in (("link_downed", 3), ("symbol_error", 0), ("link_error_recovery", 0)):
+        (port / "counters" / c).write_text(f"{v}\n")
+    net = Path(paths.sys_root) / "class" / "infiniband" / "mlx5_0" / "device" / "net" / "ib0"
+    net.mkdir(parents=True)
+    (net / "mtu").write_text("2044\n")
+    res, _ = run(tmp_path, "healthy-h100x8.json", paths=paths)
+    assert res["ib"].status == Status.OK  # no MTU expectation, flap baseline recorded
+    res, _ = run(tmp_path, "healthy-h100x8.json", paths=paths, policy={"ib": {"mtu": 65520}})
+    assert res["ib"].status == Status.FAIL and res["ib"].findings == ["ib mlx5_0 ib0 mtu 2044!=65520"]
+    (port / "counters" / "link_downed").write_text("5\n")  # the port went down twice since
+    res, _ = run(tmp_path, "healthy-h100x8.json", paths=paths)
+    assert res["ib"].status == Status.WARN and res["ib"].findings == ["ib mlx5_0/1 link_downed+2"]

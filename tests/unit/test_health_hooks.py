@@ -167,7 +167,8 @@ def test_prolog_healthy_exits_0_without_touching_slurm_and_writes_outputs(tmp_pa
     assert rec["job_id"] == "42" and rec["status"] == "OK" and {c["check"] for c in rec["checks"]} >= {"ecc", "xid"}
     assert json.loads((nd / "history.jsonl").read_text().splitlines()[-1])["hook"] == "prolog"
     prom = (nd / "slurmkit_health_prolog.prom").read_text()
-    assert 'slurmkit_health_check_status{node="node1",hook="prolog",check="ecc"} 0' in prom
+    assert 'slurmkit_health_check_status{node="node1",hook="prolog",check="ecc",state="ok"} 1' in prom
+    assert 'slurmkit_health_check_status{node="node1",hook="prolog",check="ecc",state="fail"} 0' in prom
     for line in prom.splitlines():  # every sample line is `name{labels} value`
         assert line.startswith("#") or re.fullmatch(r"slurmkit_health_\w+\{[^}]*\} -?[\d.]+", line), line
     assert not list(nd.glob(".tmp-*"))  # atomic writes left nothing behind
@@ -178,7 +179,7 @@ def test_prolog_failure_sets_our_reason_then_exits_1(tmp_path, inventory):
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="ecc-uncorrected-gpu1.json", job_gpus=[0, 1]))
     assert rep.exit_code == 1
     assert slurm.verbs() == ["scontrol -o", "update state=drain"]
-    assert slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48" == rep.reason
+    assert slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48; after a GPU reset: slurmkit check --clear-xid" == rep.reason
     assert rep.slurm["done"] == "drain"
 
 
@@ -210,7 +211,7 @@ def test_prolog_with_hung_nvml_returns_within_budget_and_fails_closed(tmp_path, 
 
 def test_prolog_when_scontrol_hangs_still_exits_1(tmp_path, inventory):
     slurm = FakeSlurm(state="ALLOCATED", hang=True)
-    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="remap-pending-gpu2.json", job_gpus=[2]))
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="remap-failed-gpu2.json", job_gpus=[2]))
     assert rep.exit_code == 1 and "timed out" in rep.slurm["error"]
 
 
@@ -228,8 +229,9 @@ def test_broken_inventory_does_not_drain_a_healthy_node(tmp_path, inventory):
 
 def test_health_drains_then_resumes_only_after_n_passes(tmp_path, inventory):
     slurm = FakeSlurm()
-    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-pending-gpu2.json"))
-    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu2 remap-pending; gpu2 xid63"
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
+    assert rep.exit_code == 1
+    assert slurm.reason == "slurmkit: gpu2 remap-failed; gpu2 xid64; after a GPU reset: slurmkit check --clear-xid"
     # fault cleared (GPU reset + reboot: new boot id, clean log)
     def fixed(d):
         d["boot_id"] = "after-reset"
@@ -277,7 +279,7 @@ def test_drain_and_reboot_policy(tmp_path, inventory):
     inv["hooks"]["checks"]["remapped_rows"] = {"action": "drain+reboot"}
     inventory.write_text(yaml.safe_dump(inv))
     slurm = FakeSlurm()
-    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-pending-gpu2.json"))
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
     assert rep.action == Action.DRAIN_REBOOT and slurm.verbs() == ["scontrol -o", "update state=drain",
                                                                      "scontrol reboot"]
     assert slurm.calls[-1][:4] == ["scontrol", "reboot", "ASAP", "nextstate=resume"]
@@ -314,7 +316,10 @@ def test_epilog_kills_the_job_users_leftover_gpu_process_and_cleans_shm(tmp_path
         assert res["gpu_procs"].evidence["killed"][0]["pid"] == leftover.pid
         assert sorted(os.listdir(shm)) == ["other"]
         assert rep.exit_code == 0
-        assert slurm.calls[0][:3] == ["squeue", "-h", "-w"]
+        assert slurm.calls == []  # no Slurm command from an epilog (issue 11 item 7)
+        assert rep.cleanup["shm"]["removed"] == ["nccl-1234"]  # every removed file is in the record
+        assert json.loads((tmp_path / "state" / "node1" / "last-epilog.json").read_text())["cleanup"]["shm"] == {
+            "removed": ["nccl-1234"], "errors": []}
     finally:
         for p in (leftover, mine):
             if p.poll() is None:
@@ -322,14 +327,39 @@ def test_epilog_kills_the_job_users_leftover_gpu_process_and_cleans_shm(tmp_path
                 p.wait()
 
 
+@needs(os.geteuid() == 0, "chown needs root")
 def test_shm_is_kept_while_the_user_has_another_job_here(tmp_path, inventory):
+    """Decided from local facts (issue 11 item 7): job 78 of the same user still runs here (its slurmstepd is alive
+    and one of the user's processes carries SLURM_JOB_ID=78), so job 77's epilog leaves /dev/shm alone; once 78 is
+    gone, the next epilog removes the user's files. No squeue, no scontrol."""
     shm = tmp_path / "shm"
     shm.mkdir()
     (shm / "f").write_text("x")
-    slurm = FakeSlurm(jobs=["77", "78"])
-    rep = run_hook(env(tmp_path, inventory, slurm, "epilog", job_id="77", job_uid=os.getuid() or JOB_UID,
-                       job_user="alice", job_gpus=[0], shm_dir=str(shm)))
-    assert rep.exit_code == 0 and os.listdir(shm) == ["f"]
+    os.chown(shm / "f", JOB_UID, JOB_UID)
+    proc = tmp_path / "proc"
+    fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [78.batch]")
+    fake_proc(proc, 901, uid=JOB_UID, job="78")
+    (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
+    slurm = FakeSlurm()
+    rep = run_hook(env(tmp_path, inventory, slurm, "epilog", job_id="77", job_uid=JOB_UID, job_user="alice",
+                       job_gpus=[0], shm_dir=str(shm)))
+    assert rep.exit_code == 0 and os.listdir(shm) == ["f"] and slurm.calls == []
+    assert rep.cleanup["shm"] == {"skipped": "user has other jobs here: ['78']"}
+    (proc / "900" / "cmdline").write_bytes(b"slurmstepd: [79.batch]\0")  # 78 ended; 79 is another user's job
+    rep = run_hook(env(tmp_path, inventory, slurm, "epilog", job_id="77", job_uid=JOB_UID, job_user="alice",
+                       job_gpus=[0], shm_dir=str(shm)))
+    assert os.listdir(shm) == [] and rep.cleanup["shm"]["removed"] == ["f"] and slurm.calls == []
+
+
+def test_failing_epilog_calls_no_slurm_command(tmp_path, inventory):
+    slurm = FakeSlurm(state="ALLOCATED")
+    rep = run_hook(env(tmp_path, inventory, slurm, "epilog", nvml="remap-failed-gpu2.json", job_id="5",
+                       job_uid=JOB_UID, job_gpus=[2]))
+    assert rep.exit_code == 1 and slurm.calls == [] and "Epilog error" in rep.slurm["done"]
+    # Slurm's 'Epilog error' drain is then ours to keep current (the health check reads this record)
+    slurm = FakeSlurm(state="IDLE+DRAIN", reason="Epilog error")
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
+    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: gpu2 remap-failed")
 
 
 @needs(os.geteuid() == 0, "chown needs root")
@@ -581,7 +611,7 @@ def test_state_dir_unusable_never_fails_the_job(tmp_path, inventory):
     assert "state: state not saved" in log_line(rep)
     # a real fault still drains (the verdict of the checks decides), even with nowhere to write
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="ecc-uncorrected-gpu1.json", job_gpus=[1]))
-    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48"
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48; after a GPU reset: slurmkit check --clear-xid"
 
 
 def test_full_disk_during_outputs_never_fails_the_job(tmp_path, inventory, monkeypatch):
@@ -613,7 +643,7 @@ def test_full_disk_during_outputs_never_fails_the_job(tmp_path, inventory, monke
         assert rep.exit_code == (1 if hook == "health" else 0), hook  # health: the ECC fault, not the disk
         prom = (tdir / f"slurmkit_health_{hook}.prom").read_text()
         assert re.search(r'slurmkit_health_bookkeeping_errors\{node="node1",hook="' + hook + r'"\} [1-9]', prom), prom
-    assert slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48"  # the health check still drained
+    assert slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48; after a GPU reset: slurmkit check --clear-xid"  # the health check still drained
 
 
 def test_health_takes_back_slurms_prolog_error_drain_that_followed_our_failed_drain(tmp_path, inventory):
@@ -621,10 +651,10 @@ def test_health_takes_back_slurms_prolog_error_drain_that_followed_our_failed_dr
     prolog record shows it; the health check keeps the reason current while the fault lasts, resumes after N passes
     once it is gone, and never touches a 'Prolog error' it has no record of causing."""
     hung = FakeSlurm(state="ALLOCATED", hang=True)
-    rep = run_hook(env(tmp_path, inventory, hung, "prolog", nvml="remap-pending-gpu2.json", job_gpus=[2]))
+    rep = run_hook(env(tmp_path, inventory, hung, "prolog", nvml="remap-failed-gpu2.json", job_gpus=[2]))
     assert rep.exit_code == 1 and "timed out" in rep.slurm["error"]
     slurm = FakeSlurm(state="IDLE+DRAIN", reason="Prolog error")  # what slurmctld did on our exit 1
-    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-pending-gpu2.json"))
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
     assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: gpu2 remap")
     # the same situation with a healed GPU: count passes, then resume
     slurm = FakeSlurm(state="IDLE+DRAIN", reason="Prolog error")
@@ -715,3 +745,83 @@ def test_nvml_duration_is_the_time_the_hang_took(tmp_path, inventory):
                        job_gpus=[0]))
     nvml = next(r for r in rep.results if r.name == "nvml")
     assert nvml.status == Status.FAIL and nvml.duration_s >= 0.9  # was 0.00007 s for a hang that took seconds
+
+
+# --- history rotation under a lock (issue 11 item 8) ---------------------------------------------------------
+
+def test_concurrent_history_rotation_never_throws_away_the_rotated_file(tmp_path, monkeypatch):
+    """Writer B runs while writer A is between its size check and its rename. Before: both rotated, B's rename put
+    B's fresh file over A's .1 and every rotated record was lost. Now the check and the rename are one locked step."""
+    import threading
+
+    from slurmkit.health import state as st
+
+    monkeypatch.setattr(st, "MAX_HISTORY_BYTES", 1000)
+    hist = tmp_path / "history.jsonl"
+    old = [{"n": i, "pad": "x" * 40} for i in range(30)]
+    hist.write_text("".join(json.dumps(r) + "\n" for r in old))  # > 1000 bytes: the next writer rotates
+    real_getsize = os.path.getsize
+    b = threading.Thread(target=st.append_history, args=(str(hist), {"writer": "B"}))
+    fired = []
+
+    def getsize(path):
+        size = real_getsize(path)
+        if not fired:  # writer A has just seen the full file: let writer B run now
+            fired.append(1)
+            b.start()
+            b.join(0.3)  # under the lock B waits for A; without it B rotates and appends right here
+        return size
+    monkeypatch.setattr(st.os.path, "getsize", getsize)
+    st.append_history(str(hist), {"writer": "A"})
+    b.join(5)
+    rotated = [json.loads(x) for x in (tmp_path / "history.jsonl.1").read_text().splitlines()]
+    current = [json.loads(x) for x in hist.read_text().splitlines()]
+    assert [r["n"] for r in rotated] == list(range(30))  # the rotated records survive
+    assert current == [{"writer": "A"}, {"writer": "B"}]
+
+
+# --- `slurmkit check` runs what the hooks run (issue 11 item 6) ----------------------------------------------
+
+def test_check_finds_the_inventory_like_the_hooks_and_honours_every_flag(tmp_path, inventory):
+    from slurmkit.cli.hook import check
+
+    fx = fixture(tmp_path, "xid79-gpu5.json")
+    base = {"SLURMKIT_FAKE_NVML": str(fx), "SLURMD_NODENAME": "node1", "SLURMKIT_INVENTORY": "",
+            "SLURM_CONF": ""}
+    # beside $SLURM_CONF (where `conf generate` puts slurmkit.yaml next to the wrappers): 7 of 8 GPUs is a FAIL
+    (inventory.parent / "slurm.conf").write_text("ClusterName=x\n")
+    r = CliRunner().invoke(check, ["--state-dir", str(tmp_path / "s"), "--json"],
+                           env={**base, "SLURM_CONF": str(inventory.parent / "slurm.conf")})
+    rec = json.loads(r.output)
+    gc = next(c for c in rec["checks"] if c["check"] == "gpu_count")
+    assert gc["status"] == "FAIL" and gc["summary"].startswith("gpu_count 7/8"), gc
+    # $SLURMKIT_INVENTORY first
+    r = CliRunner().invoke(check, ["--state-dir", str(tmp_path / "s"), "--json", "--gpus", "0,1",
+                                   "--textfile-dir", str(tmp_path / "prom")],
+                           env={**base, "SLURMKIT_INVENTORY": str(inventory)})
+    rec = json.loads(r.output)
+    ecc = next(c for c in rec["checks"] if c["check"] == "ecc")
+    assert set(ecc["evidence"]["gpus"]) == {"0", "1"}  # --gpus scopes the per-GPU checks like SLURM_JOB_GPUS
+    assert (tmp_path / "prom" / "slurmkit_health_check.prom").exists()  # --textfile-dir: the metrics only
+    assert not (tmp_path / "s").exists()  # still read-only otherwise
+    xid = next(c for c in rec["checks"] if c["check"] == "xid")
+    assert "since the last run" not in xid["summary"]
+    r = CliRunner().invoke(check, ["--json"], env={**base, "SLURMKIT_INVENTORY": str(tmp_path / "missing.yaml")})
+    from slurmkit.errors import UsageError
+
+    assert isinstance(r.exception, UsageError) and "$SLURMKIT_INVENTORY" in str(r.exception)  # exit 2 at the edge
+
+
+def test_textfile_dir_is_an_inventory_setting(tmp_path, inventory):
+    inv = yaml.safe_load(inventory.read_text())
+    inv["hooks"]["checks"]["textfile_dir"] = str(tmp_path / "node-exporter")
+    inventory.write_text(yaml.safe_dump(inv))
+    run_hook(env(tmp_path, inventory, FakeSlurm(state="ALLOCATED"), "prolog", job_gpus=[0]))
+    prom = (tmp_path / "node-exporter" / "slurmkit_health_prolog.prom").read_text()
+    assert 'check="xid",state="ok"} 1' in prom and "slurmkit_health_nvml_init_seconds{" in prom
+    assert not (tmp_path / "state" / "node1" / "slurmkit_health_prolog.prom").exists()
+    from slurmkit.errors import InventoryError
+    from slurmkit.health.policy import parse_policy
+
+    with pytest.raises(InventoryError, match="hooks.checks.textfile_dir"):
+        parse_policy({"textfile_dir": "relative/dir"})
