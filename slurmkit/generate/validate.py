@@ -4,20 +4,21 @@ Static checks are what slurmctld does not refuse but nodes later trip over (anch
 slurm.conf vs gres.conf, every GRES name in GresTypes, ConstrainDevices without File=, memory constraints
 without CR_*_Memory, topology nodes unknown / in two leaves / not in any, empty trees, BlockSizes rules.
 
-The real parse (``real_parse``) runs ``slurmctld -D -c -i -f COPY`` on a temporary copy rewritten for this
-host until it logs "Running as primary controller", then stops it; any ``error:``/``fatal:`` line other than
-known host noise fails, because bad GRES and topology lines are not fatal to slurmctld (slurm-lab.md §8).
+The real parse (``real_parse``) runs ``slurmctld -D -c -i -f COPY`` on a temporary copy that keeps the
+controller and node lines as written, under the first controller's hostname in private UTS + mount + network
+namespaces, until it logs "Running as primary controller" plus a short settle time, then stops it; any
+``error:``/``fatal:`` line other than known host noise fails, because bad GRES and topology lines are not fatal
+to slurmctld (slurm-lab.md §8).
 """
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -487,6 +488,18 @@ def _split_outside_brackets(text: str) -> list[str]:
 
 # --------------------------------------------------------------------------------------------------------------
 # the real parse
+#
+# The copy keeps every line that decides what the site loads (SlurmctldHost/ControlMachine, SlurmctldPort,
+# NodeName with its NodeAddr/NodeHostname, partitions) exactly as written. Only what points at the real cluster's
+# services, keys and disks is replaced (auth, credentials, accounting storage, state and pid paths). The check
+# then runs inside private namespaces (unshare(1), util-linux):
+# - UTS: the hostname is the first controller's name, so slurmctld finds itself as the primary the way it does
+#   on the site (22.05 controller.c: a host that matches no SlurmctldHost is fatal "not a valid controller");
+# - mount: a private /etc/hosts bind-mounted over the real one resolves every controller and node name (and
+#   name-valued NodeAddr/NodeHostname/SlurmctldAddr) to 127.0.0.1; slurmctld resolves every node's address at
+#   start (read_config.c _validate_slurmd_addr) and would otherwise mark unresolvable nodes FUTURE with an error;
+# - network: only a (down) loopback, so the copy can neither reach the site's daemons (it pings nodes 3 s after
+#   start and asks backup controllers to relinquish control) nor clash with a port used on this host.
 
 
 # Lines every slurmctld on a dev box prints whatever the config: not findings about the config.
@@ -499,8 +512,17 @@ NOISE = (
     # a fresh StateSaveLocation (the copy always has one) has no state files yet
     re.compile(r"Could not open \w+ state file .*No such file"),
     re.compile(r"NOTE: Trying backup state save file"),
+    # with HA controllers the primary asks each backup to give up control (22.05-25.05 controller.c
+    # _shutdown_bu_thread); in the copy no backup runs and the network is private
+    re.compile(r"_shutdown_bu_thread"),
 )
+# Where the site's AccountingStorageType is slurmdbd, the copy runs with accounting_storage/none: these lines
+# only say that a setting needs SlurmDBD (priority/multifactor: "PriorityWeightAge can only be used with
+# SlurmDBD, ignoring", 22.05-25.05 priority_multifactor.c init) and are expected, not findings. Without slurmdbd
+# on the site they are real findings: Slurm ignores the setting there too.
+NEEDS_DBD = re.compile(r"can only be used with SlurmDBD")
 PRIMARY = "Running as primary controller"
+SETTLE = 1.5  # seconds to keep reading after PRIMARY: plugins (priority, sched) log their errors right after it
 
 # Keys removed from the copy: they point at services, keys or files of the real cluster.
 _DROP = {
@@ -510,13 +532,14 @@ _DROP = {
         "AccountingStoragePass AccountingStorageUser AccountingStorageTRES AccountingStorageEnforce "
         "AccountingStorageBackupHost AccountingStorageExternalHost JobCompType JobCompLoc JobCompHost JobCompPort "
         "JobCompUser JobCompPass JobCredentialPrivateKey JobCredentialPublicCertificate SlurmctldLogFile "
-        "SlurmSchedLogFile SlurmctldAddr BackupController BackupAddr ControlMachine ControlAddr"
+        "SlurmSchedLogFile"
     ).split()
 }
 _SCRIPTS = {
     k.lower()
     for k in "Prolog Epilog HealthCheckProgram PrologSlurmctld EpilogSlurmctld ResvProlog ResvEpilog TaskProlog TaskEpilog SrunProlog SrunEpilog RebootProgram".split()
 }
+_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 
 
 def installed_slurmctld() -> tuple[str | None, str]:
@@ -533,17 +556,43 @@ def installed_slurmctld() -> tuple[str | None, str]:
     return path, f"{int(m.group(1)):02d}.{int(m.group(2)):02d}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _namespaces() -> tuple[list[str] | None, str, str]:
+    """(the ``unshare`` argv prefix for private UTS + mount + network namespaces, the ``ip`` binary, why not).
+    Root gets them directly; anyone else through a user namespace (``--map-root-user``) where the kernel allows."""
+    path = shutil.which("unshare") or shutil.which("unshare", path="/usr/bin:/bin")
+    ip = shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin:/usr/bin:/bin")
+    if not path or not ip:
+        return None, "", f"{'unshare (util-linux)' if not path else 'ip (iproute2)'} is not installed"
+    argv = [path, *([] if os.geteuid() == 0 else ["--map-root-user"]), "--uts", "--mount", "--net",
+            "--propagation", "private"]
+    from slurmkit.backend.run import run
+
+    res = run([*argv, "true"], timeout=10, check=False)
+    if res.rc != 0:
+        return None, "", f"cannot create private namespaces: {(res.stderr or res.stdout).strip()[:120]}"
+    return argv, ip, ""
 
 
-def rewrite_for_host(slurm_conf: str, tmp: Path, src_dir: Path | None = None) -> tuple[str, list[str]]:
-    """The copy of ``slurm.conf`` a parse on this host can start with; also what was changed, in words."""
+def controller_host(name: str) -> tuple[str, str]:
+    """``head01(10.0.0.1)`` -> ("head01", "10.0.0.1"); ``head01`` -> ("head01", "")."""
+    m = re.fullmatch(r"([^()]*)(?:\(([^()]*)\))?", name.strip())
+    return (m.group(1), m.group(2) or "") if m else (name, "")
+
+
+@dataclass
+class Copy:
+    """The slurm.conf a private copy starts with, the hostname it runs under, and the names it must resolve."""
+
+    text: str
+    primary: str
+    names: list[str]
+    notes: list[str]
+    dbd: bool  # the site's AccountingStorageType is slurmdbd
+
+
+def rewrite_for_copy(slurm_conf: str, tmp: Path) -> Copy:
+    """The copy of ``slurm.conf`` a parse in private namespaces starts with (see the section comment)."""
     notes: list[str] = []
-    user = getpass.getuser()
-    host = socket.gethostname().split(".")[0]
     paths = {
         "statesavelocation": tmp / "state",
         "slurmdspooldir": tmp / "spool",
@@ -552,16 +601,25 @@ def rewrite_for_host(slurm_conf: str, tmp: Path, src_dir: Path | None = None) ->
         "slurmdlogfile": tmp / "slurmd.log",
     }
     fixed = {
-        "slurmctldhost": host,
-        "slurmctldport": str(_free_port()),
         "authtype": "auth/none",
         "credtype": "cred/none",
-        "slurmuser": user,
+        "slurmuser": "root",  # uid 0 inside the namespaces (root, or this user mapped to root)
         "accountingstoragetype": "accounting_storage/none",
         **{k: str(v) for k, v in paths.items()},
     }
     out: list[str] = []
     done: set[str] = set()
+    names: dict[str, None] = {}  # ordered set
+    controllers: list[str] = []
+    control_machine = ""
+    dbd = False
+
+    def add_names(spec: str, where: str) -> None:
+        for item in _split_outside_brackets(spec):
+            for h in hostlist.expand(item, where):
+                if h and not _IPV4.match(h) and ":" not in h:
+                    names.setdefault(h)
+
     for raw in slurm_conf.splitlines():
         recs = cp.parse_records(raw)
         if not recs:
@@ -569,9 +627,13 @@ def rewrite_for_host(slurm_conf: str, tmp: Path, src_dir: Path | None = None) ->
             continue
         rec = recs[0]
         if rec.kind == "nodename":
-            pairs = [(k, v) for k, v in rec.pairs if k.lower() not in ("nodeaddr", "nodehostname")]
-            # node names need not resolve here: every node "lives" on loopback in the copy
-            out.append(" ".join(f"{k}={v}" for k, v in pairs) + " NodeAddr=127.0.0.1")
+            if rec.head.upper() != "DEFAULT":
+                d = rec.as_dict()
+                add_names(rec.head, "slurm.conf NodeName")
+                for k in ("nodeaddr", "nodehostname"):
+                    if d.get(k):
+                        add_names(d[k], f"slurm.conf NodeName={rec.head} {k}")
+            out.append(raw)
             continue
         if rec.kind in ("partitionname", "nodeset", "downnodes"):
             out.append(raw)
@@ -582,6 +644,18 @@ def rewrite_for_host(slurm_conf: str, tmp: Path, src_dir: Path | None = None) ->
         keep = []
         for k, v in rec.pairs:
             lk = k.lower()
+            if lk == "slurmctldhost":
+                host, addr = controller_host(v)
+                controllers.append(host)
+                names.setdefault(host)
+                if addr:
+                    add_names(addr, "slurm.conf SlurmctldHost")
+            elif lk in ("controlmachine", "backupcontroller", "controladdr", "backupaddr", "slurmctldaddr"):
+                if lk == "controlmachine":
+                    control_machine = v
+                add_names(v, f"slurm.conf {k}")
+            if lk == "accountingstoragetype":
+                dbd = v.lower().endswith("/slurmdbd")
             if lk in _DROP:
                 continue
             if lk in fixed:
@@ -600,7 +674,8 @@ def rewrite_for_host(slurm_conf: str, tmp: Path, src_dir: Path | None = None) ->
             out.append(f"{lk}={v}")
     (tmp / "state").mkdir(exist_ok=True)
     (tmp / "spool").mkdir(exist_ok=True)
-    return "\n".join(out) + "\n", notes
+    primary = controllers[0] if controllers else control_machine.split(",")[0]
+    return Copy("\n".join(out) + "\n", primary, list(names), notes, dbd)
 
 
 @dataclass
@@ -609,10 +684,13 @@ class RealParse:
     message: str
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    expected: list[str] = field(default_factory=list)  # error lines the copy causes, not the config
 
 
-def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 15.0) -> RealParse:
-    """Start a real slurmctld on a rewritten temporary copy and collect its error lines."""
+def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 15.0,
+               settle: float = SETTLE) -> RealParse:
+    """Start a real slurmctld on a copy of the files, under the first controller's name in private namespaces,
+    and collect its error lines until ``settle`` seconds after it runs as the primary controller."""
     path, inst = installed_slurmctld()
     if path is None:
         return RealParse(None, f"real parse skipped: {inst}")
@@ -623,26 +701,59 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
             f"real parse skipped: config targets Slurm {target}, installed slurmctld is {inst} "
             "(it would reject keys and plugins newer than itself)",
         )
+    ns, ip, why = _namespaces()
+    if ns is None:
+        return RealParse(None, f"real parse skipped: {why}")
     with tempfile.TemporaryDirectory(prefix="slurmkit-validate-") as td:
         tmp = Path(td)
         etc = tmp / "etc"
         etc.mkdir()
         for name, body in files.items():
             (etc / name).write_text(body)
-        conf_text, notes = rewrite_for_host(files["slurm.conf"], tmp)
-        (etc / "slurm.conf").write_text(conf_text)
-        res = _run_until_primary([path, "-D", "-c", "-i", "-f", str(etc / "slurm.conf")], timeout)
-    res.message += "".join(f"; {n}" for n in notes)
+        try:
+            copy = rewrite_for_copy(files["slurm.conf"], tmp)
+        except Exception as exc:  # a hostlist the copy cannot expand: slurmctld would refuse it too
+            return RealParse(False, f"slurm.conf: {exc}", [str(exc)])
+        if not copy.primary:
+            return RealParse(False, "slurm.conf names no controller (SlurmctldHost)", ["SlurmctldHost is missing"])
+        (etc / "slurm.conf").write_text(copy.text)
+        hosts = etc / "hosts.slurmkit"
+        hosts.write_text("127.0.0.1 localhost\n" + "".join(f"127.0.0.1 {n}\n" for n in copy.names))
+        # fixed script text; every value goes through shlex.quote
+        script = "; ".join([
+            "set -e",
+            f"hostname {shlex.quote(copy.primary)}",
+            f"mount --bind {shlex.quote(str(hosts))} /etc/hosts",
+            # getaddrinfo(AI_ADDRCONFIG), which Slurm uses, finds no IPv4 name while 127.0.0.1 is the only
+            # address (glibc check_pf ignores it): a second loopback address makes the names resolve
+            f"{shlex.quote(ip)} link set lo up",
+            f"{shlex.quote(ip)} addr add 127.0.0.2/8 dev lo",
+            f"exec {shlex.quote(path)} -D -c -i -f {shlex.quote(str(etc / 'slurm.conf'))}",
+        ])
+        res = _run_until_primary([*ns, "sh", "-c", script], timeout, settle)
+    if copy.dbd:
+        res.expected = [e for e in res.errors if NEEDS_DBD.search(e)]
+        res.errors = [e for e in res.errors if not NEEDS_DBD.search(e)]
+        if res.ok is False and not res.errors and res.message.startswith("slurmctld logged"):
+            res.ok = True
+            res.message = f"slurmctld accepted the config (primary after {res.seconds * 1000:.0f} ms, no error lines)"
+    res.message += f" as {copy.primary}"
+    if res.expected:
+        res.message += f"; expected without slurmdbd in the copy: {'; '.join(res.expected)}"
+    res.message += "".join(f"; {n}" for n in copy.notes)
     return res
 
 
-def _run_until_primary(argv: list[str], timeout: float) -> RealParse:
+def _run_until_primary(argv: list[str], timeout: float, settle: float = SETTLE) -> RealParse:
     """slurmctld -D never exits on success, so this is the one place that streams a child's output:
-    ``backend.run.run`` waits for exit. List argv, no shell, a deadline, and the child is always reaped."""
+    ``backend.run.run`` waits for exit. List argv, no shell, a deadline, and the child is always reaped.
+    After "Running as primary controller" it keeps reading for ``settle`` seconds (the priority plugin logs
+    its errors right after that line)."""
     t0 = time.monotonic()
     errors: list[str] = []
     tail: list[str] = []
     reached = timed_out = False
+    t_primary = 0.0
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     try:
@@ -651,10 +762,10 @@ def _run_until_primary(argv: list[str], timeout: float) -> RealParse:
         deadline = t0 + timeout
         pending = b""
         eof = False
-        while not reached and not eof:
+        while not eof:
             left = deadline - time.monotonic()
             if left <= 0:
-                timed_out = True
+                timed_out = not reached
                 break
             # raw fd reads: a buffered readline would hide already-read lines from select()
             ready, _, _ = select.select([fd], [], [], left)
@@ -671,9 +782,10 @@ def _run_until_primary(argv: list[str], timeout: float) -> RealParse:
                 tail = (tail + [line])[-5:]
                 if re.search(r"\b(error|fatal):", line) and not any(n.search(line) for n in NOISE):
                     errors.append(line.removeprefix("slurmctld: "))
-                if PRIMARY in line:
+                if PRIMARY in line and not reached:
                     reached = True
-                    break
+                    t_primary = time.monotonic() - t0
+                    deadline = time.monotonic() + settle
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -684,7 +796,7 @@ def _run_until_primary(argv: list[str], timeout: float) -> RealParse:
                 proc.wait()
         if proc.stdout:
             proc.stdout.close()
-    secs = time.monotonic() - t0
+    secs = t_primary or time.monotonic() - t0
     if not reached:
         why = f"did not get there in {timeout:g}s" if timed_out else f"exited (rc={proc.returncode})"
         last = errors[-1] if errors else (tail[-1] if tail else "no output")
