@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from slurmkit.generate import confparse as cp
 from slurmkit.generate import generate
-from slurmkit.generate.validate import real_parse, static_check, validate
+from slurmkit.generate.validate import controller_host, real_parse, rewrite_for_copy, static_check, validate
 from slurmkit.model.load import load_cluster
 from tests.conftest import needs
 
@@ -30,6 +31,9 @@ def test_preset_passes_real_slurmctld(preset: str) -> None:
     rep = validate(files, "22.05")
     assert rep.real_ok is True, (rep.real, rep.errors)
     assert rep.errors == []
+    # the copy ran under the first controller's own name, with every SlurmctldHost line kept
+    first = controller_host(cp.parse_slurm_conf(files["slurm.conf"]).controllers[0])[0]
+    assert f" as {first}" in rep.real
 
 
 def test_block_preset_is_skipped_with_reason() -> None:
@@ -61,3 +65,55 @@ def test_real_parse_catches_what_slurmctld_logs(lab_files: dict[str, str], name:
     files[name] = files[name].replace(old, new)
     rp = real_parse(files, "22.05")
     assert rp.ok is False and any(expect in e for e in rp.errors), rp
+
+
+@pytest.fixture(scope="module")
+def ha_files() -> dict[str, str]:
+    files = generate(load_cluster(ROOT / "examples" / "dgx-h100-superpod-su.yaml"), version="22.05")
+    assert [ln for ln in files["slurm.conf"].splitlines() if ln.startswith("SlurmctldHost=")] == [
+        "SlurmctldHost=head01", "SlurmctldHost=head02"]
+    return files
+
+
+def test_copy_keeps_controller_and_node_lines(ha_files: dict[str, str], tmp_path: Path) -> None:
+    copy = rewrite_for_copy(ha_files["slurm.conf"], tmp_path)
+    kept = [ln for ln in copy.text.splitlines() if ln.startswith(("SlurmctldHost=", "NodeName=", "SlurmctldPort="))]
+    wrote = [ln for ln in ha_files["slurm.conf"].splitlines() if ln.startswith(("SlurmctldHost=", "NodeName=", "SlurmctldPort="))]
+    assert kept == wrote
+    assert copy.primary == "head01" and copy.dbd
+    assert {"head01", "head02", "dgx001", "dgx032"} <= set(copy.names)
+
+
+def test_duplicate_controllers_are_refused_by_the_real_parse(ha_files: dict[str, str]) -> None:
+    # what issue 9 item 1 produced: the old check rewrote SlurmctldHost to this host and passed it
+    files = dict(ha_files, **{"slurm.conf": ha_files["slurm.conf"].replace("SlurmctldHost=head01", "SlurmctldHost=head02")})
+    rp = real_parse(files, "22.05")
+    assert rp.ok is False and any("Duplicate SlurmctldHost records: head02" in e for e in rp.errors), rp
+
+
+def test_two_controllers_parse_as_the_primary(ha_files: dict[str, str]) -> None:
+    rp = real_parse(ha_files, "22.05")
+    assert rp.ok is True, rp
+    assert " as head01" in rp.message
+    # the site uses slurmdbd, the copy has none: the priority plugin's complaints are expected, not findings
+    assert any("PriorityWeightAge can only be used with SlurmDBD" in e for e in rp.expected)
+
+
+def test_controller_names_in_node_addr_resolve_in_the_copy(lab_files: dict[str, str]) -> None:
+    # NodeAddr/NodeHostname names as a site writes them: resolvable only inside the copy's private /etc/hosts
+    conf = lab_files["slurm.conf"].replace("NodeName=node[1-8] ", "NodeName=node[1-8] NodeAddr=ib-node[1-8] NodeHostname=host-node[1-8] ")
+    assert conf != lab_files["slurm.conf"]
+    rp = real_parse(dict(lab_files, **{"slurm.conf": conf}), "22.05")
+    assert rp.ok is True, rp
+
+
+def test_priority_errors_after_primary_are_findings_without_slurmdbd(lab_files: dict[str, str]) -> None:
+    # slurmctld logs these right after "Running as primary controller"; the old check stopped reading there
+    conf = lab_files["slurm.conf"] + "PriorityType=priority/multifactor\nPriorityWeightAge=1000\n"
+    rp = real_parse(dict(lab_files, **{"slurm.conf": conf}), "22.05")
+    assert rp.ok is False and any("PriorityWeightAge can only be used with SlurmDBD" in e for e in rp.errors), rp
+
+
+def test_controller_host_splits_the_address() -> None:
+    assert controller_host("head01(10.0.0.1)") == ("head01", "10.0.0.1")
+    assert controller_host("head01") == ("head01", "")
