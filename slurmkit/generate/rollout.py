@@ -106,23 +106,142 @@ class Change:
     action: str  # push | reconfigure | restart | drain
     reason: str
     nodes: str = ""  # hostlist of nodes to drain/restart, when the change is node-local
+    scope: str = ""  # which daemons (Rule.scope); "" = as the action implies
 
     def line(self) -> str:
         what = f"{self.old or '(absent)'} -> {self.new or '(absent)'}"
         return f"[{self.action}] {self.file}: {self.subject}: {what}  ({self.reason})"
 
 
-# slurm.conf keys whose change needs more than `scontrol reconfigure` (slurm.conf(5) "restart" notes)
-_RESTART_KEYS = {
-    k.lower()
-    for k in (
-        "SlurmctldHost SlurmctldPort SlurmdPort SlurmctldAddr AuthType AuthInfo AuthAltTypes CredType PluginDir "
-        "StateSaveLocation SlurmUser SlurmdUser SlurmdSpoolDir ProctrackType TaskPlugin SwitchType "
-        "TopologyPlugin PriorityType PreemptType AccountingStorageType JobAcctGatherType GresTypes "
-        "JobCredentialPrivateKey JobCredentialPublicCertificate MpiDefault ClusterName TreeWidth"
-    ).split()
+# slurm.conf keys and node changes -> what a change needs, one table per release. Each entry carries the sentence
+# of that release's slurm.conf(5) (tag slurm-YY-MM-*-1, doc/man/man5/slurm.conf.5), faq.shtml or source that
+# decides it. Keys not in a table take the release's default entry ("*").
+#   scope: which daemons: "slurmctld", "slurmd", "all"; "stop-all" is the FAQ's procedure (stop slurmctld, write
+#   every node's files, restart every slurmd, start slurmctld); "jobs" means running jobs are affected too.
+
+
+@dataclass(frozen=True)
+class Rule:
+    action: str  # reconfigure | restart | drain
+    scope: str
+    doc: str  # the sentence beside the entry, with where it is
+
+
+_DEFAULT_OLD = ('slurm.conf(5): "Changes to the configuration file take effect upon restart of Slurm daemons, daemon '
+                'receipt of the SIGHUP signal, or execution of the command "scontrol reconfigure" unless otherwise noted."')
+_CTLD_22 = 'slurm.conf(5) 22.05: "A restart of slurmctld is required for changes to this parameter to take effect."'
+_BOTH_22 = ('slurm.conf(5) 22.05: "A restart of slurmctld and the slurmd daemons is required for changes to this '
+            'parameter to take effect."')
+_NODE_ADD_OLD = ('faq.shtml (24.11) #add_nodes: "The following procedure is recommended on Slurm 24.05 and older: Stop '
+                 'the slurmctld daemon; Update the slurm.conf file on all nodes in the cluster; Restart the slurmd '
+                 'daemons on all nodes; Restart the slurmctld daemon"')
+_NODE_DEL_OLD = ('faq.shtml (24.11) #rem_nodes: "recommended on Slurm 24.05 and older: Drain node of all jobs; Stop the '
+                 'slurmctld daemon; Update the slurm.conf file on all nodes in the cluster; Restart the slurmd daemons '
+                 'on all nodes; Restart the slurmctld daemon" (24.05\'s FAQ said 23.11; 24.11 corrected it)')
+_SELECT = ('slurm.conf(5) SelectType: "When changed, all job information (running and pending) will be lost, since the '
+           'job state save format used by each plugin is different."')
+_SWITCH_OLD = ('slurm.conf(5) 22.05: "All Slurm daemons, commands and running jobs must be restarted for a change in '
+               'SwitchType to take effect."')
+_AUTH = ('slurm.conf(5): "All Slurm daemons and commands must be terminated prior to changing the value of AuthType '
+         'and later restarted."')
+
+RULES_22_05: dict[str, Rule] = {
+    "*": Rule(RECONFIGURE, "all", _DEFAULT_OLD),
+    "AccountingStorageEnforce": Rule(RESTART, "slurmctld", _CTLD_22),
+    "AuthType": Rule(RESTART, "all", _AUTH),
+    "CoreSpecPlugin": Rule(RESTART, "slurmd", 'slurm.conf(5) 22.05: "A restart of the slurmd daemons is required for changes to this parameter to take effect."'),
+    "CredType": Rule(RESTART, "slurmctld", _CTLD_22),
+    "GresTypes": Rule(RESTART, "all", 'slurm.conf(5) 22.05: "A restart of slurmctld and the slurmd daemons is required for this to take effect."'),
+    "JobContainerType": Rule(RESTART, "slurmctld", _CTLD_22),
+    "MaxJobCount": Rule(RESTART, "slurmctld", _CTLD_22),
+    "MaxNodeCount": Rule(RESTART, "slurmctld", 'slurm.conf(5) 22.05: "The slurmctld daemon must be restarted for changes to this parameter to take effect."'),
+    "PluginDir": Rule(RESTART, "all", _BOTH_22),
+    "PowerPlugin": Rule(RESTART, "slurmctld", _CTLD_22),
+    "ProctrackType": Rule(RESTART, "slurmctld", _CTLD_22),
+    "SchedulerType": Rule(RESTART, "slurmctld", _CTLD_22 + "; read_config.c keeps the old SchedulerType on reconfigure (ESLURM_INVALID_SCHEDTYPE_CHANGE)"),
+    "SelectType": Rule(DRAIN, "jobs", 'slurm.conf(5) 22.05: "A restart of slurmctld and slurmd is required for changes to this parameter to take effect. When changed, all job information (running and pending) will be lost"'),
+    "SelectTypeParameters": Rule(DRAIN, "jobs", _CTLD_22 + "; read_config.c _preserve_select_type_param: SelectTypeParameters cannot change on reconfigure"),
+    "SlurmctldHost": Rule(RESTART, "slurmctld", _CTLD_22),
+    "SlurmctldParameters": Rule(RESTART, "slurmctld", _CTLD_22),
+    "SlurmctldPort": Rule(RESTART, "slurmctld", _CTLD_22),
+    "SlurmdPort": Rule(RESTART, "all", _CTLD_22 + " (slurmd listens on it: restart slurmd too)"),
+    "StateSaveLocation": Rule(RESTART, "slurmctld", _CTLD_22),
+    "SwitchType": Rule(DRAIN, "jobs", _SWITCH_OLD),
+    "ClusterName": Rule(RESTART, "all", "slurmctld compares ClusterName with StateSaveLocation/clustername at start (controller.c _verify_clustername); a new name needs a fresh state or the old one back"),
+    # not in slurm.conf(5), but the plugin is loaded once: its init returns at once when a context exists
+    # (22.05 src/common/slurm_topology.c slurm_topo_init "if (g_context) goto done"), and controller.c main
+    # calls priority_g_init / slurm_acct_storage_init / jobacct_gather_init / mpi_g_daemon_init at start only
+    **{k: Rule(RESTART, "all", "22.05 source: the plugin is loaded once at daemon start; a reconfigure keeps the old one")
+       for k in ("TopologyPlugin", "PriorityType", "AccountingStorageType", "JobAcctGatherType", "MpiDefault")},
+    "node+": Rule(RESTART, "stop-all", _NODE_ADD_OLD),
+    "node-": Rule(DRAIN, "stop-all", _NODE_DEL_OLD),
+    "node~": Rule(DRAIN, "all", 'slurm.conf(5) NODE CONFIGURATION: "Changes in node configuration (e.g. adding nodes, changing their processor count, etc.) require restarting both the slurmctld daemon and the slurmd daemons."'),
 }
-_JOB_LOSING = {"selecttype", "selecttypeparameters"}
+# 23.02's slurm.conf(5) and FAQ carry the same sentences for every entry above.
+RULES_23_02 = RULES_22_05
+
+# 23.11: scontrol(1) reconfigure "operates by creating new processes for the daemons ... This will not be able to
+# change the daemons' listening TCP port settings or authentication mechanism", and slurm.conf(5) dropped the
+# per-key "A restart of slurmctld is required" sentences.
+_DEFAULT_NEW = (_DEFAULT_OLD[:-1] + ' Changes to TCP listening settings will require a daemon restart." (23.11+); '
+                'scontrol(1): "Starting in 23.11, this command operates by creating new processes for the daemons"')
+_TCP = 'slurm.conf(5) 23.11+: "Changes to TCP listening settings will require a daemon restart."'
+RULES_23_11: dict[str, Rule] = {
+    "*": Rule(RECONFIGURE, "all", _DEFAULT_NEW),
+    "AuthType": Rule(RESTART, "all", _AUTH),
+    "SelectType": Rule(DRAIN, "jobs", _SELECT),
+    "SwitchType": Rule(DRAIN, "jobs", 'slurm.conf(5) 23.11+: "All Slurm daemons, commands and running jobs must be restarted or reconfigured for a change in SwitchType to take effect. If running jobs exist at the time slurmctld is restarted with a new value of SwitchType, records of all jobs in any state may be lost."'),
+    "SlurmctldPort": Rule(RESTART, "slurmctld", _TCP),
+    "SlurmdPort": Rule(RESTART, "all", _TCP),
+    "ClusterName": RULES_22_05["ClusterName"],
+    "node+": Rule(RESTART, "stop-all", _NODE_ADD_OLD),
+    "node-": Rule(DRAIN, "stop-all", _NODE_DEL_OLD),
+    "node~": Rule(DRAIN, "all", RULES_22_05["node~"].doc + " (23.11+: a reconfigure restarts them)"),
+}
+# 24.05's slurm.conf(5) has the same sentences as 23.11's; its FAQ's "23.11 and newer" node removal by reconfigure
+# was corrected to 24.11 in the 24.11 FAQ, which is what RULES_23_11 follows.
+RULES_24_05 = RULES_23_11
+
+_NODE_ADD_NEW = ('faq.shtml (24.11) #add_nodes: "The following procedure is sufficient on Slurm 24.11 and newer: Update '
+                 'the slurm.conf file on all nodes in the cluster; Run scontrol reconfigure"')
+_NODE_DEL_NEW = ('faq.shtml (24.11) #rem_nodes: "sufficient on Slurm 24.11 and newer: Drain node of all jobs; Update the '
+                 'slurm.conf file on all nodes in the cluster; Run scontrol reconfigure"')
+RULES_24_11: dict[str, Rule] = {
+    **RULES_23_11,
+    "node+": Rule(RECONFIGURE, "all", _NODE_ADD_NEW),
+    "node-": Rule(DRAIN, "all", _NODE_DEL_NEW),
+    "node~": Rule(DRAIN, "all", 'slurm.conf(5) 24.11+ NODE CONFIGURATION: "Changes in node configuration (e.g. adding nodes, changing their processor count, etc.) require restarting or reconfiguring all slurmctld and slurmd daemons."'),
+}
+# 25.05 and 25.11: slurm.conf(5) and the FAQ keep 24.11's sentences for every entry.
+RULES_25_05 = RULES_24_11
+RULES_25_11 = RULES_24_11
+
+RULES: dict[str, dict[str, Rule]] = {
+    "22.05": RULES_22_05, "23.02": RULES_23_02, "23.11": RULES_23_11, "24.05": RULES_24_05,
+    "24.11": RULES_24_11, "25.05": RULES_25_05, "25.11": RULES_25_11,
+}
+
+
+def rules_for(version: str) -> dict[str, Rule]:
+    """The table of ``version``'s release (a newer release than the tables gets the newest)."""
+    from slurmkit.generate.versions import version_key
+
+    known = sorted(RULES, key=version_key)
+    best = known[0]
+    for v in known:
+        if version_key(v) <= version_key(version):
+            best = v
+    return RULES[best]
+
+
+def rule(version: str, key: str) -> Rule:
+    table = rules_for(version)
+    for k, r in table.items():
+        if k.lower() == key.lower():
+            return r
+    return table["*"]
+
+
 _GEOMETRY = ("cpus", "sockets", "corespersocket", "threadspercore", "boards", "socketsperboard", "realmemory")
 _SLURMD_LOCAL = ("memspeclimit", "corespeccount", "cpuspeclist", "nodeaddr", "port", "nodehostname")
 
@@ -184,25 +303,20 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         if a == b:
             continue
         name = (nc.settings.get(key) or oc.settings[key])[0]
-        if key in _JOB_LOSING:
-            changes.append(Change("slurm.conf", name, a, b, DRAIN, "changing the select plugin can lose running jobs: empty the cluster, restart all daemons", "ALL"))
-        elif key in _RESTART_KEYS:
-            changes.append(Change("slurm.conf", name, a, b, RESTART, "read only at daemon start: restart slurmctld and every slurmd"))
-        else:
-            changes.append(Change("slurm.conf", name, a, b, RECONFIGURE, "scontrol reconfigure re-reads it"))
+        r = rule(ver, name)
+        nodes = "ALL" if r.scope == "jobs" else ""
+        changes.append(Change("slurm.conf", name, a, b, r.action, r.doc, nodes, r.scope))
 
     on, nn = _node_table(oc), _node_table(nc)
     added = [h for h in nn if h not in on]
     removed = [h for h in on if h not in nn]
     if added:
-        if feats.add_nodes_by_reconfigure:
-            changes.append(Change("slurm.conf", "NodeName", "", hostlist.fold(added), RECONFIGURE, f"Slurm {feats.version}: new nodes join on reconfigure"))
-        else:
-            changes.append(Change("slurm.conf", "NodeName", "", hostlist.fold(added), RESTART,
-                                  f"Slurm {feats.version} (<24.11): stop slurmctld, update every host, restart all slurmd, start slurmctld"))
+        r = rule(ver, "node+")
+        changes.append(Change("slurm.conf", "NodeName", "", hostlist.fold(added), r.action, r.doc, "", r.scope))
     if removed:
-        changes.append(Change("slurm.conf", "NodeName", hostlist.fold(removed), "", DRAIN,
-                              "drain and empty the nodes before removing them; then restart slurmctld", hostlist.fold(removed)))
+        r = rule(ver, "node-")
+        changes.append(Change("slurm.conf", "NodeName", hostlist.fold(removed), "", r.action, r.doc,
+                              hostlist.fold(removed), r.scope))
     grouped: dict[tuple[str, str, str, str, str], list[str]] = {}
     for h in nn:
         if h not in on:
@@ -212,7 +326,7 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
             if na.get(k, "") == nb.get(k, ""):
                 continue
             if k in _GEOMETRY:
-                act, why = DRAIN, "CPU/memory geometry of busy nodes: drain, update, restart their slurmd, resume"
+                act, why = DRAIN, rule(ver, "node~").doc
             elif k == "gres":
                 oc_, nc_ = cp.gres_totals(cp.parse_gres(na.get(k, ""))), cp.gres_totals(cp.parse_gres(nb.get(k, "")))
                 if oc_ != nc_:
@@ -309,14 +423,26 @@ def plan(changes: list[Change], version: str = "22.05") -> list[str]:
     if drain:
         targets = "ALL nodes" if "ALL" in drain else ",".join(drain)
         steps.append(f"drain {targets}: scontrol update NodeName=<nodes> State=DRAIN Reason='slurmkit: config change'; wait until no jobs run there")
-    steps.append("back up and write the new files on the controller and every node (or configless: the controller only)")
+    write = "back up and write the new files on the controller and every node (or configless: the controller only)"
     restart = [c for c in changes if c.action in (RESTART, DRAIN)]
-    adds = [c for c in changes if c.subject == "NodeName" and c.new and c.action == RESTART]
-    if adds:
-        steps.append("stop slurmctld; restart slurmd on every node; start slurmctld (adding nodes before 24.11)")
+    if any(c.scope == "stop-all" for c in changes):
+        # the FAQ's order for node list changes before 24.11 (RULES_22_05 "node+" / "node-")
+        steps += ["stop slurmctld (node list changes before 24.11: faq.shtml #add_nodes / #rem_nodes)", write,
+                  "restart slurmd on every node", "start slurmctld"]
     elif restart:
-        steps.append("restart slurmctld, then slurmd on " + (",".join(sorted({c.nodes for c in restart if c.nodes})) or "every node"))
+        steps.append(write)
+        ctld = any(c.scope != "slurmd" for c in restart)
+        hosts = sorted({c.nodes for c in restart if c.scope != "slurmctld" and c.nodes and c.nodes != "ALL"})
+        every = any(c.scope != "slurmctld" and (not c.nodes or c.nodes == "ALL") for c in restart)
+        on = "every node" if every or not hosts else ",".join(hosts)
+        if ctld and (every or hosts):
+            steps.append(f"restart slurmctld, then slurmd on {on}")
+        elif ctld:
+            steps.append("restart slurmctld")
+        else:
+            steps.append(f"restart slurmd on {on}")
     else:
+        steps.append(write)
         steps.append("scontrol reconfigure" + (" (23.11+: restarts the daemons, keeps the old config if the new one fails)" if feats.reconfigure_restarts else ""))
     steps.append("verify: slurmkit conf drift INVENTORY; sinfo -R shows no new slurmkit/INVAL reasons")
     if drain:

@@ -99,6 +99,69 @@ def test_cgroup_change_restarts_slurmd_before_23_11_only() -> None:
     assert [c.action for c in r.semantic_diff(files_for(LAB, "24.05"), files_for(new, "24.05"))] == [r.RECONFIGURE]
 
 
+def _removed_node8() -> dict:
+    new = changed(node_groups__0__hosts="node[1-7]")
+    new["topology"]["switches"][1]["nodes"] = "node[5-7]"
+    return new
+
+
+def test_removing_nodes_before_24_11_stops_slurmctld_first() -> None:
+    # faq.shtml #rem_nodes (24.11): drain; stop slurmctld; update slurm.conf everywhere; restart every slurmd; start
+    ch = r.semantic_diff(files_for(LAB, "22.05"), files_for(_removed_node8(), "22.05"), "22.05")
+    rem = [c for c in ch if c.subject == "NodeName"]
+    assert rem[0].action == r.DRAIN and rem[0].nodes == "node8" and "faq.shtml" in rem[0].reason
+    steps = [s.split(". ", 1)[1] for s in r.plan(ch, "22.05")]
+    i = steps.index(next(s for s in steps if s.startswith("stop slurmctld")))
+    assert steps[0].startswith("drain node8")
+    assert steps[i + 1].startswith("back up and write the new files")
+    assert steps[i + 2] == "restart slurmd on every node" and steps[i + 3] == "start slurmctld"
+    # 23.11 and 24.05 follow the same (24.11's FAQ corrected 24.05's "23.11 and newer")
+    steps24 = r.plan(r.semantic_diff(files_for(LAB, "24.05"), files_for(_removed_node8(), "24.05"), "24.05"), "24.05")
+    assert any("stop slurmctld" in s for s in steps24)
+
+
+def test_removing_nodes_from_24_11_is_drain_and_reconfigure() -> None:
+    ch = r.semantic_diff(files_for(LAB, "24.11"), files_for(_removed_node8(), "24.11"), "24.11")
+    steps = r.plan(ch, "24.11")
+    assert steps[0].startswith("1. drain node8") and not any("stop slurmctld" in s for s in steps)
+    assert any(s.endswith("restart slurmctld, then slurmd on node8") or "reconfigure" in s for s in steps)
+
+
+def test_adding_nodes_before_24_11_follows_the_faq_order() -> None:
+    new = changed(node_groups__0__hosts="node[1-9]")
+    new["topology"]["switches"][1]["nodes"] = "node[5-9]"
+    steps = [s.split(". ", 1)[1] for s in r.plan(r.semantic_diff(files_for(LAB), files_for(new), "22.05"), "22.05")]
+    assert steps[:4] == ["stop slurmctld (node list changes before 24.11: faq.shtml #add_nodes / #rem_nodes)",
+                         steps[1], "restart slurmd on every node", "start slurmctld"]
+    assert steps[1].startswith("back up and write")
+
+
+@pytest.mark.parametrize(("version", "action"), [("22.05", r.RESTART), ("23.02", r.RESTART), ("23.11", r.RECONFIGURE),
+                                                 ("25.11", r.RECONFIGURE)])
+def test_scheduler_type_change_restarts_slurmctld_before_23_11(version: str, action: str) -> None:
+    new = changed(slurm_conf={"SchedulerType": "sched/builtin"})
+    ch = r.semantic_diff(files_for(LAB, version), files_for(new, version), version)
+    sched = [c for c in ch if c.subject == "SchedulerType"]
+    assert sched[0].action == action, sched
+    steps = r.plan(ch, version)
+    if action == r.RESTART:
+        assert steps[1] == "2. restart slurmctld" and "A restart of slurmctld is required" in sched[0].reason
+    else:
+        assert "scontrol reconfigure" in steps[1]
+
+
+def test_every_release_has_a_table_and_every_entry_its_sentence() -> None:
+    from slurmkit.model.cluster import SUPPORTED_SLURM_VERSIONS
+
+    assert set(r.RULES) == set(SUPPORTED_SLURM_VERSIONS)
+    for ver, table in r.RULES.items():
+        assert {"*", "node+", "node-", "node~"} <= set(table), ver
+        for key, rule in table.items():
+            assert rule.action in (r.RECONFIGURE, r.RESTART, r.DRAIN) and len(rule.doc) > 30, (ver, key)
+    assert r.rule("26.05", "node+").action == r.RECONFIGURE  # newer than the tables: the newest table
+    assert r.rule("22.05", "schedulertype") is r.RULES_22_05["SchedulerType"]
+
+
 @dataclass
 class Node:
     name: str
