@@ -5,7 +5,9 @@
 #   OUT=/some/dir bash bench/gpu_device_check.sh        (run from the repository root; ~1-3 minutes)
 #
 # Everything lands in $OUT: env.txt, check.txt/check.json (no inventory), check-inv.json (with an inventory that
-# expects this machine's GPUs), healthy-<gpu>x<N>.json (the fixture), prolog_bench.txt/.json, unit.txt, summary.txt.
+# expects this machine's GPUs), healthy-<gpu>x<N>.json (the fixture), hookstate/ + prom/ (two real prologs: the
+# second judges NVLink/PCIe counter growth), new-checks.txt (every check's status and time, nvml_init_s, the new
+# checks' evidence), prolog_bench.txt/.json, unit.txt, summary.txt.
 # Each step has its own timeout and the script goes on after a failing step; the exit status counts failed steps.
 set -u
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -58,7 +60,22 @@ if ! $PY -c 'import pynvml' 2>/dev/null; then
 fi
 [ -z "$MISSING" ] || log "still missing: $MISSING (the hooks need click, yaml, ClusterShell; pynvml found)"
 SK() { $PY -m slurmkit.cli.main "$@"; }
-unset SLURMKIT_FAKE_NVML
+# GPU_CHECK_FAKE=<fixture.json>: a dry run of this script on a machine without a GPU (the fake NVML stands in
+# everywhere, prolog_bench runs without --real); the real run leaves it unset.
+if [ -n "${GPU_CHECK_FAKE:-}" ]; then
+  export SLURMKIT_FAKE_NVML="$GPU_CHECK_FAKE"
+  log "DRY RUN: fake NVML from $GPU_CHECK_FAKE"
+else
+  unset SLURMKIT_FAKE_NVML
+fi
+# the NVML module for the helper snippets below: pynvml itself, or the fake in a dry run
+export NVPY='import os
+from slurmkit.health.nvmlworker import load_nvml
+nv = load_nvml(os.environ.get("SLURMKIT_FAKE_NVML") or None, None)
+nv.nvmlInit()
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+'
 
 # --- 1. every check against real NVML -------------------------------------------------------------------------
 export SLURMKIT_STATE_DIR="$OUT/state"
@@ -67,11 +84,10 @@ step "check-json" 60 bash -c "$(declare -f SK); PY=$PY; SK check --json >'$OUT/c
 
 # an inventory that expects exactly what this machine has, so gpu_count/type/nvlink/mig are judged too
 $PY - "$OUT/inventory.yaml" <<'EOF' || log "could not write the inventory"
-import socket, sys, pynvml, yaml
-pynvml.nvmlInit()
-n = pynvml.nvmlDeviceGetCount()
-name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
-name = name.decode() if isinstance(name, bytes) else name
+import os, socket, sys, yaml
+exec(os.environ["NVPY"])
+n = nv.nvmlDeviceGetCount()
+name = _s(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(0)))
 gtype = (name.replace("NVIDIA", "").split() or ["gpu"])[0].lower()
 host = socket.gethostname().split(".")[0]
 inv = {"cluster": "gpucheck", "slurm_version": "24.05", "controller": {"hosts": ["localhost"]},
@@ -79,18 +95,17 @@ inv = {"cluster": "gpucheck", "slurm_version": "24.05", "controller": {"hosts": 
                         "memory_mb": 1024, "gpus": {"type": gtype, "count": n,
                         "files": f"/dev/nvidia[0-{n - 1}]" if n > 1 else "/dev/nvidia0",
                         "links": "none" if n == 1 else "nvlink"}}],
-       "hooks": {"checks": {"driver": {"version": pynvml.nvmlSystemGetDriverVersion()}}}}
+       "hooks": {"checks": {"driver": {"version": _s(nv.nvmlSystemGetDriverVersion())}}}}
 yaml.safe_dump(inv, open(sys.argv[1], "w"))
 EOF
 step "check-inventory" 60 bash -c "$(declare -f SK); PY=$PY; SK check --json --inventory '$OUT/inventory.yaml' >'$OUT/check-inv.json' 2>>'$OUT/check.err'; [ \$? -le 1 ]"
 
 # --- 2. the real NVML answers as a fixture (a healthy H200 if this is one) -------------------------------------
 FIX_NAME=$($PY - <<'EOF'
-import pynvml
-pynvml.nvmlInit()
-n = pynvml.nvmlDeviceGetCount()
-name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
-name = name.decode() if isinstance(name, bytes) else name
+import os
+exec(os.environ["NVPY"])
+n = nv.nvmlDeviceGetCount()
+name = _s(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(0)))
 print(f"healthy-{(name.replace('NVIDIA', '').split() or ['gpu'])[0].lower()}x{n}.json")
 EOF
 )
@@ -107,8 +122,41 @@ print("replay verdicts match the real run" if not diff else f"replay differs: {d
 sys.exit(1 if diff else 0)
 EOF
 
+# --- 2b. the hooks' own path on real NVML: two prologs (the second judges counter growth since the first), then
+# what the new checks said, the NVML init time the budget is sized from, and every check's status ----------------
+HOSTSHORT=$(hostname | cut -d. -f1)
+NGPU=$($PY -c 'import os; exec(os.environ["NVPY"]); print(nv.nvmlDeviceGetCount())' 2>/dev/null || echo 1)
+step "prolog-twice" 60 bash -c "$(declare -f SK); PY=$PY; export SLURMD_NODENAME=$HOSTSHORT SLURM_JOB_ID=1 SLURM_JOB_GPUS=\$(seq -s, 0 $((NGPU - 1))); SK hook prolog --inventory '$OUT/inventory.yaml' --state-dir '$OUT/hookstate' --textfile-dir '$OUT/prom' 2>'$OUT/prolog1.err'; SK hook prolog --inventory '$OUT/inventory.yaml' --state-dir '$OUT/hookstate' --textfile-dir '$OUT/prom' 2>'$OUT/prolog2.err'; rc=\$?; cat '$OUT/prolog2.err'; [ \$rc -le 1 ]"
+$PY - "$OUT/check-inv.json" "$OUT/hookstate/$HOSTSHORT/last-prolog.json" >"$OUT/new-checks.txt" 2>&1 <<'EOF2' || FAILED=$((FAILED + 1))
+import json, sys
+rec = json.load(open(sys.argv[1]))
+print(f"nvml_init_s (check, read-only): {rec.get('nvml_init_s')}")
+try:
+    pro = json.load(open(sys.argv[2]))
+    print(f"nvml_init_s (2nd prolog): {pro.get('nvml_init_s')}  prolog duration_s: {pro.get('duration_s')}  "
+          f"exit {pro.get('exit_code')}  bookkeeping {pro.get('bookkeeping')}")
+except OSError as exc:
+    pro = None
+    print(f"no prolog record: {exc}")
+for c in rec["checks"]:
+    print(f"{c['check']:<16} {c['status']:<5} {c['duration_s'] * 1000:8.1f} ms  {c['summary'][:110]}")
+new = ("ecc", "remapped_rows", "nvlink_errors", "pcie", "fabric", "inforom", "power", "persistence", "recovery_action")
+for c in (pro or rec)["checks"]:
+    if c["check"] in new:
+        gpus = c.get("evidence", {}).get("gpus", {})
+        first = next(iter(gpus.items()), None)
+        print(f"evidence {c['check']}: {json.dumps(first)[:300]}")
+# a crash or an unexpected error value in a new probe would show as WARN '<what> <ErrorName>' findings
+odd = [f for c in rec["checks"] for f in c.get("findings", []) if any(w in f for w in ("TypeError", "AttributeError",
+       "ValueError", "unreadable"))]
+print("odd findings:", odd or "none")
+sys.exit(1 if odd else 0)
+EOF2
+cat "$OUT/new-checks.txt" >>"$OUT/summary.txt"
+
 # --- 3. prolog timing: real NVML vs nvidia-smi once per check (+ the fake-NVML hang cases: the budget holds) -----
-step "prolog-bench-real" 150 bash -c "set -o pipefail; $PY bench/prolog_bench.py --real --runs 50 --hang-runs 2 --cap-s 45 --json '$OUT/prolog_bench.json' | tee '$OUT/prolog_bench.txt'"
+REAL=--real; [ -n "${GPU_CHECK_FAKE:-}" ] && REAL=
+step "prolog-bench-real" 150 bash -c "set -o pipefail; $PY bench/prolog_bench.py $REAL --runs 50 --hang-runs 2 --cap-s 45 --json '$OUT/prolog_bench.json' | tee '$OUT/prolog_bench.txt'"
 
 # --- 4. the health unit tests on this machine (fake NVML; fast) ---------------------------------------------------
 if $PY -c 'import pytest' 2>/dev/null; then
