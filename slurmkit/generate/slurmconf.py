@@ -487,6 +487,7 @@ def gres_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
         links = _links(g)
         if gp.autodetect == "nvml" and gp.links == "nvlink":
             links = None  # NVSwitch: NVML reports no GPU-to-GPU links, so Links= would mismatch (_check_autodetect)
+            lines.append(f"# {g.name}: AutoDetect=nvml behind NVSwitch (links: nvlink): no Links=, NVML reports none there")
         auto = [("AutoDetect", gp.autodetect)] if gp.autodetect != "off" else []
         for i, f in enumerate(files):
             layout = gp.mig_layout[i] if gp.mig_layout else ()

@@ -306,7 +306,9 @@ def test_autodetect_nvidia_detects_neither_mig_nor_nvlink() -> None:
 
 def test_autodetect_nvml_on_nvswitch_drops_links_but_keeps_a_bridge_matrix() -> None:
     f = gen(inv(node_groups=gpus(autodetect="nvml")))
-    assert "AutoDetect=nvml" in f["gres.conf"] and "Links=" not in f["gres.conf"]
+    lines = [ln for ln in f["gres.conf"].splitlines() if not ln.startswith("#")]
+    assert all("AutoDetect=nvml" in ln and "Links=" not in ln for ln in lines if ln.startswith("NodeName="))
+    assert "# a: AutoDetect=nvml behind NVSwitch (links: nvlink): no Links=" in f["gres.conf"]  # says it adapted
     assert "Links=-1,1,1,1" in gen(inv(node_groups=gpus()))["gres.conf"]  # without detection the matrix stays
     matrix = [[-1, 4, 0, 0], [4, -1, 0, 0], [0, 0, -1, 4], [0, 0, 4, -1]]
     assert "Links=-1,4,0,0" in gen(inv(node_groups=gpus(autodetect="nvml", links=matrix)))["gres.conf"]
