@@ -316,6 +316,7 @@ def parse_nodes_json(text: str, names: Iterable[str] | None = None) -> list[Node
             gres=str(n.get("gres") or ""), gres_used=str(n.get("gres_used") or ""),
             features=_csv_any(n.get("features") or n.get("active_features")), partitions=_csv_any(n.get("partitions")),
             addr=str(n.get("address") or ""), alloc_cpus=_int(n.get("alloc_cpus")),
+            spec_cores=_int(n.get("specialized_cores")), mem_spec_mb=_int(n.get("specialized_memory")),
         )
     for g in data.get("sinfo", []) or []:
         base, flags = _json_state((g.get("node") or {}).get("state"), None)

@@ -181,6 +181,7 @@ def test_scontrol_json_nodes_equal_the_text_ones():
     assert js == text and len(js) == 8
     assert js["node1"].used_gpus == 2 and js["node8"].reason == "slurmkit: gpu3 xid79 fell off the bus"
     assert js["node7"].state == "idle" and js["node7"].drained and js["node1"].alloc_cpus == 1
+    assert js["node1"].mem_spec_mb == 1000  # MemSpecLimit / specialized_memory: the per-GPU share depends on it
 
 
 def test_sinfo_json_per_node_and_grouped_forms(rel: str):
