@@ -111,11 +111,15 @@ def eval_nvml(data: dict[str, Any], ctx: EvalContext) -> Verdict:
         problem = f"NVML not loadable: {data['load_error']}"
     elif data.get("stalled") == "init":
         problem = f"nvmlInit did not answer within {data['stalled_after_s']:.1f}s (NVML hung)"
+        if data.get("persistenced") is False:
+            problem += ("; nvidia-persistenced is not running: without persistence mode nvmlInit initialises every "
+                        "GPU and can take seconds (enable it, or raise hooks.checks.nvml.timeout_s)")
     elif data.get("crashed") and not data.get("init"):
         problem = f"NVML worker failed: {data['crashed']}"
     elif isinstance(data.get("init"), dict) and data["init"].get("error"):
         problem = f"nvmlInit failed: {data['init']['error']}"
-    ev = {k: data[k] for k in ("load_error", "stalled", "crashed") if data.get(k)}
+    ev = {k: data[k] for k in ("load_error", "stalled", "crashed", "persistenced") if data.get(k) is not None
+          and data.get(k) != ""}
     if problem:
         if not expected and "hung" not in problem:
             return Verdict(Status.SKIP, f"{problem}; no GPUs expected on this node", evidence=ev)

@@ -232,3 +232,12 @@ def other_jobs_of_uid(proc_root: str, uid: int, exclude_job: str | None) -> list
         if job in live:
             found.add(job)
     return sorted(found, key=int)
+
+
+def persistenced_running(paths: HostPaths) -> bool:
+    """nvidia-persistenced is alive (its comm, cut by the kernel to 15 characters, is 'nvidia-persiste')."""
+    try:
+        names = os.listdir(paths.proc_root)
+    except OSError:
+        return False
+    return any(d.isdigit() and (_comm(paths.proc_root, int(d)) or "").startswith("nvidia-persiste") for d in names)

@@ -210,7 +210,10 @@ def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult |
             return CHECKS[name].evaluate({
                 "init": gathered.data.get("init"), "load_error": gathered.load_error, "stalled": gathered.stalled,
                 "stalled_after_s": gathered.stalled_after_s, "crashed": gathered.crashed,
-                "gpus_expected": gpus_expected(spec)}, ctx), \
+                "gpus_expected": gpus_expected(spec),
+                # only when init hung: is the persistence daemon there (without it nvmlInit initialises every GPU)
+                "persistenced": host.persistenced_running(spec.paths) if gathered.stalled == "init" else None},
+                ctx), \
                 gathered.durations.get("init", gathered.stalled_after_s if gathered.stalled == "init" else 0.0)
         if probe == "init":
             return CHECKS[name].evaluate({}, ctx), 0.0

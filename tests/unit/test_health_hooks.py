@@ -745,6 +745,8 @@ def test_nvml_duration_is_the_time_the_hang_took(tmp_path, inventory):
                        job_gpus=[0]))
     nvml = next(r for r in rep.results if r.name == "nvml")
     assert nvml.status == Status.FAIL and nvml.duration_s >= 0.9  # was 0.00007 s for a hang that took seconds
+    # the hint for the usual cause on a healthy node (issue 11 item 13): no persistence daemon in this /proc
+    assert "nvidia-persistenced is not running" in nvml.summary and nvml.evidence["persistenced"] is False
 
 
 # --- history rotation under a lock (issue 11 item 8) ---------------------------------------------------------
