@@ -20,7 +20,9 @@ from slurmkit.health.policy import CLOCK_REASON_BITS, CheckPolicy
 from slurmkit.health.result import Status
 from slurmkit.health.xid import XidScan, is_critical, norm_bus_id
 
-SKIP_ERRORS = frozenset({"NotSupported", "FunctionNotFound"})
+# A call the GPU, the driver or the binding cannot answer: NOT_SUPPORTED, a function the driver lacks, or a struct
+# version the driver does not know (NVML_ERROR_ARGUMENT_VERSION_MISMATCH: a newer binding on an older driver).
+SKIP_ERRORS = frozenset({"NotSupported", "FunctionNotFound", "ArgumentVersionMismatch"})
 FATAL_ERRORS = frozenset({"GpuIsLost", "ResetRequired", "CorruptedInforom"})
 
 RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",

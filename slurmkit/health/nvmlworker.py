@@ -133,13 +133,17 @@ def _probe_fabric(nv: Any, h: Any) -> dict[str, Any]:
 
     import pynvml
 
-    fn, struct = getattr(nv, "nvmlDeviceGetGpuFabricInfoV", None), getattr(pynvml, "c_nvmlGpuFabricInfoV_t", None)
-    if fn is None or struct is None:
-        fn, struct = getattr(nv, "nvmlDeviceGetGpuFabricInfo", None), getattr(pynvml, "c_nvmlGpuFabricInfo_t", None)
-    if fn is None or struct is None:
-        return {"fabric": {"error": "FunctionNotFound"}}
-    info = struct()
-    r = _call(fn, h, ctypes.byref(info))
+    calls = [(getattr(nv, "nvmlDeviceGetGpuFabricInfoV", None), getattr(pynvml, "c_nvmlGpuFabricInfoV_t", None)),
+             (getattr(nv, "nvmlDeviceGetGpuFabricInfo", None), getattr(pynvml, "c_nvmlGpuFabricInfo_t", None))]
+    r: Any = {"error": "FunctionNotFound"}
+    info: Any = None
+    for fn, struct in calls:
+        if fn is None or struct is None:
+            continue
+        info = struct()
+        r = _call(fn, h, ctypes.byref(info))
+        if not (isinstance(r, dict) and r.get("error") in ("FunctionNotFound", "ArgumentVersionMismatch")):
+            break  # answered (or failed for a reason of its own); an older driver gets the v1 call
     if isinstance(r, dict):
         return {"fabric": r}
     status = int(info.status)

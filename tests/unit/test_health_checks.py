@@ -574,3 +574,28 @@ def test_ib_mtu_and_link_flaps(tmp_path):
     (port / "counters" / "link_downed").write_text("5\n")  # the port went down twice since
     res, _ = run(tmp_path, "healthy-h100x8.json", paths=paths)
     assert res["ib"].status == Status.WARN and res["ib"].findings == ["ib mlx5_0/1 link_downed+2"]
+
+
+def test_fabric_falls_back_to_the_v1_call_on_an_older_driver(tmp_path):
+    """nvidia-ml-py newer than the driver: the V struct's version is unknown there (ARGUMENT_VERSION_MISMATCH); the
+    worker asks the v1 call, and a binding/driver pair that can answer neither is a SKIP, never a FAIL."""
+    from slurmkit.health import fakenvml
+
+    def v1(self, h, ref):
+        v = self._value(h, "nvmlDeviceGetGpuFabricInfo", "fabric")
+        ref._obj.state, ref._obj.status = int(v["state"]), 0
+        return 0
+
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(fakenvml.FakeNVML, "nvmlDeviceGetGpuFabricInfoV",
+                   lambda self, h, ref: fakenvml._raise("ArgumentVersionMismatch"), raising=False)
+        mp.setattr(fakenvml.FakeNVML, "nvmlDeviceGetGpuFabricInfo", v1, raising=False)
+        fx = edited(tmp_path, "healthy-h100x8.json", one_gpu("fabric", {"state": 1, "status": "Success"}))
+        res, _ = run(tmp_path, fx)
+        assert res["fabric"].findings == ["gpu3 fabric not started"]  # answered by the v1 call
+        mp.delattr(fakenvml.FakeNVML, "nvmlDeviceGetGpuFabricInfo")
+        res, _ = run(tmp_path / "b", fx)
+        assert res["fabric"].status == Status.SKIP
+    finally:
+        mp.undo()
