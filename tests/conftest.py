@@ -48,6 +48,13 @@ def lab_release() -> str | None:
     return os.environ.get("SLURMKIT_TEST_SLURM") or None
 
 
+def release_under_test() -> str:
+    """The release the labs of this run use, spelled out ("22.05", "24.11"): for marks that depend on it."""
+    from slurmkit.lab.image import host_release
+
+    return lab_release() or host_release() or "0.0"
+
+
 def _root_dir() -> str:
     root = os.environ.get("SLURMKIT_TEST_LAB_DIR", "/tmp/slurmkit-test-lab")
     return f"{root}-{lab_release()}" if lab_release() else root
