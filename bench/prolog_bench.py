@@ -82,7 +82,7 @@ nvidia-smi --query-gpu=driver_version --format=csv,noheader >/dev/null || fail "
 nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile.total --format=csv,noheader \
   | awk -F', ' '$2 != "0" && $2 != "[N/A]" {bad=1} END {exit bad}' || fail "ecc"
 nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure --format=csv,noheader \
-  | awk -F', ' '$2 != "0" || $3 != "0" {bad=1} END {exit bad}' || fail "row remap"
+  | awk -F', ' '($2 != "0" && $2 != "No") || ($3 != "0" && $3 != "No") {bad=1} END {exit bad}' || fail "row remap"
 nvidia-smi --query-gpu=index,retired_pages.pending --format=csv,noheader | grep -q Yes && fail "retired pages"
 nvidia-smi --query-gpu=index,clocks_event_reasons.active --format=csv,noheader >/dev/null
 nvidia-smi --query-gpu=index,temperature.gpu --format=csv,noheader \
@@ -179,7 +179,9 @@ def main() -> None:
             "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": ",".join(map(str, range(ngpu))),
             "EXPECTED_GPUS": str(ngpu),
-            "SLURMKIT_STATE_DIR": str(tmp / "state"), "PYTHONPATH": str(ROOT),
+            "SLURMKIT_STATE_DIR": str(tmp / "state"),
+            # keep the caller's PYTHONPATH after ours: on the GPU machine the wheels it carries live there
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         }
         hook = [sys.executable, "-m", "slurmkit.cli.main", "hook", "prolog", "--inventory", str(tmp / "slurmkit.yaml")]
         rows = []
