@@ -14,7 +14,9 @@ way a user waits for them:
 * ``torchx run --dryrun -s slurm dist.ddp -j 4x8 --script train.py``
 * a submitit submit of a 4x8 job (``AutoExecutor`` + ``submit``) in its own process
 
-Prints medians and ratios as a Markdown table. Submitted jobs are cancelled at the end.
+Every command runs once as a warm-up, then ``--repeat`` rounds run each command once in turn (so a shared
+machine's changing load reaches all of them alike). Prints medians and ratios as a Markdown table, and the load
+average before and after. Submitted jobs are cancelled after each round.
 """
 
 from __future__ import annotations
@@ -66,6 +68,15 @@ def ensure_venv(venv: Path) -> Path | None:
     return py
 
 
+def _installed_from(console_script: Path, root: Path) -> bool:
+    """True when ``console_script`` exists and its interpreter imports slurmkit from ``root``."""
+    if not console_script.exists():
+        return False
+    res = subprocess.run([str(console_script.parent / "python"), "-c", "import slurmkit; print(slurmkit.__file__)"],
+                         capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    return res.returncode == 0 and Path(res.stdout.strip()).resolve().is_relative_to(root.resolve())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=15)
@@ -97,33 +108,51 @@ def main() -> None:
                    env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
     env = {**os.environ, "SLURM_CONF": conf, "SLURMKIT_INVENTORY": inventory, "PYTHONPATH": str(ROOT),
            "SLURMKIT_STATE_DIR": f"{work}/state", "GPUSUB_RUN_ROOT": f"{work}/runs"}
-    gpusub = [sys.executable, "-m", "slurmkit.cli.gpusub"]
+    # the `gpusub` console script, as users run it (and as torchx is run), when this interpreter's environment has
+    # this source tree installed (the test venv is an editable install); else `python -m`, which adds runpy
+    script_gpusub = Path(sys.executable).parent / "gpusub"
+    gpusub = [str(script_gpusub)] if _installed_from(script_gpusub, ROOT) else [sys.executable, "-m",
+                                                                                   "slurmkit.cli.gpusub"]
+    load0 = f"{os.getloadavg()[0]:.2f}"
     rows: list[tuple[str, float]] = []
     try:
         r = args.repeat
-        rows.append(("python -c pass", timed([sys.executable, "-c", "pass"], env, r, work)[0]))
-        rows.append(("gpusub --help", timed([*gpusub, "--help"], env, r, work)[0]))
-        dry, script = timed([*gpusub, "train.py", "-N", "4", "--dry-run"], env, r, work)
-        rows.append(("gpusub --dry-run (4x8)", dry))
-        rows.append(("gpusub submit (4x8)", timed([*gpusub, "train.py", "-N", "4", "--time", "5"], env, r, work)[0]))
+        _, script = timed([*gpusub, "train.py", "-N", "4", "--dry-run"], env, 1, work)
         body = script.split("# sbatch argv:", 1)[0]
         (Path(work) / "job.sh").write_text(body)
-        rows.append(("sbatch --parsable (same script)", timed(["sbatch", "--parsable", "job.sh"], env, r, work)[0]))
+        cmds: list[tuple[str, list[str]]] = [
+            ("python -c pass", [sys.executable, "-c", "pass"]),
+            ("gpusub --help", [*gpusub, "--help"]),
+            ("gpusub --dry-run (4x8)", [*gpusub, "train.py", "-N", "4", "--dry-run"]),
+            ("gpusub submit (4x8)", [*gpusub, "train.py", "-N", "4", "--time", "5"]),
+            ("sbatch --parsable (same script)", ["sbatch", "--parsable", "job.sh"]),
+        ]
         py = ensure_venv(Path(args.venv))
         if py is not None:
             torchx = str(Path(py).parent / "torchx")
-            rows.append(("torchx run --dryrun dist.ddp -j 4x8",
-                         timed([torchx, "run", "--dryrun", "-s", "slurm", "dist.ddp", "-j", "4x8", "--script",
-                                "train.py"], env, r, work)[0]))
             (Path(work) / "submitit_submit.py").write_text(SUBMITIT)
-            rows.append(("submitit submit (4x8)",
-                         timed([str(py), "submitit_submit.py", f"{work}/submitit"], env, r, work)[0]))
+            cmds += [
+                ("torchx run --dryrun dist.ddp -j 4x8",
+                 [torchx, "run", "--dryrun", "-s", "slurm", "dist.ddp", "-j", "4x8", "--script", "train.py"]),
+                ("submitit submit (4x8)", [str(py), "submitit_submit.py", f"{work}/submitit"]),
+            ]
+        # one warm-up each, then rounds that run every command once, so a change in the machine's load (a shared
+        # machine) reaches every command alike instead of whichever ran during it
+        for _, argv in cmds:
+            timed(argv, env, 1, work)
+        times: dict[str, list[float]] = {name: [] for name, _ in cmds}
+        for _ in range(r):
+            for name, argv in cmds:
+                times[name].append(timed(argv, env, 1, work)[0])
+            subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], env=env, capture_output=True)
+        rows = [(name, statistics.median(times[name])) for name, _ in cmds]
     finally:
         subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], env=env, capture_output=True)
         if lab is not None:
             lab.down()
     by = dict(rows)
-    print(f"\n{len(rows)} commands, median of {args.repeat} runs each, on the lab ({conf})\n")
+    print(f"\n{len(rows)} commands, median of {args.repeat} rounds each, on the lab ({conf}); load average "
+          f"{load0} before, {os.getloadavg()[0]:.2f} after\n")
     print("| command | median ms |")
     print("|---|---:|")
     for name, ms in rows:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurmkit.errors import UsageError
 from slurmkit.jobs.spec import ClusterFacts
@@ -112,13 +112,17 @@ def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | Non
     """Merge the live partition (MaxTime, node list) and, without an inventory, node GPUs and topology."""
     from dataclasses import replace
 
-    rec = live_partition(backend, partition or (base.partition if base else None))
+    # the partition record, one `scontrol show node` (live states for the placement engine; without an inventory
+    # also GPUs per node) and, without an inventory, the topology: independent queries, asked side by side
+    calls: list[Callable[[], Any]] = [lambda: live_partition(backend, partition or (base.partition if base else None)), backend.nodes]
+    if base is None or not base.node_gpus:
+        calls.append(backend.topology)
+    results = concurrently(*calls)
+    rec, all_nodes = results[0], results[1]
     pname = rec["PartitionName"]
     members = set(_expand(rec.get("Nodes", ""))) if rec.get("Nodes") not in (None, "", "(null)") else set()
     max_time = rec.get("MaxTime") or None
-    # one `scontrol show node` for the live states the placement engine plans on (and, without an inventory,
-    # for the GPUs per node)
-    nodes = [n for n in backend.nodes() if not members or n.name in members]
+    nodes = [n for n in all_nodes if not members or n.name in members]
     live = tuple((n.name, n.state, n.flags, n.free_gpus, n.total_gpus) for n in nodes)
     if base is not None and base.node_gpus:
         node_gpus = tuple((n, g) for n, g in base.node_gpus if not members or n in members)
@@ -134,7 +138,7 @@ def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | Non
         gpu_memory_mb=0,
         node_gpus=node_gpus,
         max_time=max_time,
-        topo_records=tuple(backend.topology()),
+        topo_records=tuple(results[2]),
         live_nodes=live,
         cpus_per_gpu=cpg,
         mem_per_gpu_mb=mpg,
@@ -142,6 +146,32 @@ def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | Non
         source="slurm",
         notes=("no site inventory: GPU memory unknown, NCCL interface left to NCCL",),
     )
+
+
+def concurrently(*calls: Callable[[], Any]) -> list[Any]:
+    """Run each call in its own thread (they wait on slurmctld, not on the CPU); results in order, the first
+    error raised after all have finished."""
+    import threading
+
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException | None] = [None] * len(calls)
+
+    def one(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's thread
+            errors[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(1, len(calls))]
+    for t in threads:
+        t.start()
+    one(0)
+    for t in threads:
+        t.join()
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
 
 
 def per_gpu_from_records(nodes) -> tuple[int, int]:  # type: ignore[no-untyped-def]

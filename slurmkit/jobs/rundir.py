@@ -61,7 +61,7 @@ def git_state(path: str) -> dict[str, object]:
     return {"repo": top.strip(), "sha": sha.strip(), "dirty": bool(dirty.stdout.strip()) if dirty.rc == 0 else None}
 
 
-def write_run_dir(job: RenderedJob, gpusub_argv: list[str]) -> None:
+def write_run_dir(job: RenderedJob, gpusub_argv: list[str], git: dict[str, object] | None = None) -> None:
     """Everything but the job id: written before sbatch so the job finds its directories."""
     root = Path(job.run_dir)
     try:
@@ -80,7 +80,7 @@ def write_run_dir(job: RenderedJob, gpusub_argv: list[str]) -> None:
         "spec": asdict(job.spec),
         "plan": job.plan_line(),
         "facts_source": job.facts.source,
-        "git": git_state(job.spec.script),
+        "git": git if git is not None else git_state(job.spec.script),
         "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     _atomic(root / "submit.json", json.dumps(record, indent=2, sort_keys=True) + "\n")

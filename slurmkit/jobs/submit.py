@@ -34,6 +34,7 @@ class Prepared:
     job: RenderedJob
     warnings: tuple[str, ...] = ()
     start_estimate: str | None = None
+    git: dict[str, object] | None = None  # the script's git state, found while the preflight ran
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,15 @@ def prepare(
         raise PreflightError(f"{spec.script}: is a directory; give the training script (e.g. {spec.script}/train.py)")
     if not sp.is_file():
         raise PreflightError(f"{spec.script}: no such file (checked before queueing, not hours later)")
+    git_thread = None
+    git: dict[str, object] = {}
+    if backend is not None and test_only:  # a submit: the run dir records the script's git state
+        import threading
+
+        from slurmkit.jobs.rundir import git_state
+
+        git_thread = threading.Thread(target=lambda: git.update(git_state(spec.script)), daemon=True)
+        git_thread.start()  # two git calls, side by side with the Slurm queries below
     spec, torch_version, interp_errors = _pin_interpreter(spec)
     f = facts if facts is not None else gather_facts(spec, backend, env)
     if torch_version and not f.torch_version:
@@ -108,7 +118,10 @@ def prepare(
             if not force:
                 raise PreflightError(f"preflight: sbatch --test-only refused the job: {exc.one_line()}") from exc
             warnings.append(f"forced past: sbatch --test-only: {exc.one_line()}")
-    return Prepared(job=job, warnings=tuple(warnings), start_estimate=estimate)
+    if git_thread is not None:
+        git_thread.join()
+    return Prepared(job=job, warnings=tuple(warnings), start_estimate=estimate,
+                    git=git if git_thread is not None else None)
 
 
 def _pin_interpreter(spec: JobSpec) -> tuple[JobSpec, str | None, list[str]]:
@@ -143,7 +156,7 @@ def submit_prepared(prepared: Prepared, backend: Backend, gpusub_argv: list[str]
                     environ: Mapping[str, str] | None = None) -> SubmitResult:
     """Write the run dir, then ONE sbatch: never retried, so a slow controller cannot produce a duplicate job."""
     env = os.environ if environ is None else environ
-    write_run_dir(prepared.job, gpusub_argv or [])
+    write_run_dir(prepared.job, gpusub_argv or [], git=prepared.git)
     job_id = backend.submit(prepared.job.request)
     record_job_id(prepared.job.run_dir, job_id, env)
     return SubmitResult(job_id=job_id, run_dir=prepared.job.run_dir, prepared=prepared)

@@ -524,3 +524,86 @@ def test_logs_follow_of_a_job_slurmctld_forgot_uses_the_run_dir(env: dict[str, s
 def test_the_torchrun_bench_check_runs_gpusubs_own_agent() -> None:
     text = (ROOT / "bench" / "torchrun_preempt_check.sh").read_text()
     assert f"A='{AGENT}'" in text
+
+
+def test_slurm_queries_side_by_side_keep_order_and_raise_the_first_error() -> None:
+    import threading
+
+    from slurmkit.jobs.facts import concurrently
+
+    seen: list[str] = []
+    barrier = threading.Barrier(3, timeout=5)
+
+    def call(v: int):  # type: ignore[no-untyped-def]
+        def f() -> int:
+            barrier.wait()  # all three run at once, or this times out
+            seen.append(threading.current_thread().name)
+            return v
+        return f
+
+    assert concurrently(call(1), call(2), call(3)) == [1, 2, 3]
+    assert len(set(seen)) == 3
+
+    def boom() -> int:
+        raise UsageError("--partition: 'x' does not exist")
+
+    with pytest.raises(UsageError, match="does not exist"):
+        concurrently(lambda: 1, boom)
+
+
+# --- item 9: the batch shell after a checkpoint, run for real with stub srun/scontrol -------------------------------
+
+WORKER = """#!/bin/bash
+trap 'echo "worker: checkpointed"; exit 0' USR2
+touch "$READY"
+while :; do sleep 0.1; done
+"""
+STUB_SRUN = """#!/bin/bash
+while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift; done
+exec "$@"
+"""
+STUB_SCONTROL = """#!/bin/bash
+echo "scontrol $*" >> "$SCONTROL_LOG"
+case "$*" in *"show node"*) echo "NodeName=node1 NodeAddr=10.0.0.1" ;; esac
+exit 0
+"""
+
+
+@pytest.mark.parametrize("restart,requeued", [(0, True), (2, False)])
+def test_checkpoint_then_requeue_or_a_clean_stop_with_the_reason(tmp_path: Path, restart: int,
+                                                                 requeued: bool) -> None:
+    import signal
+    import time
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, text in (("srun", STUB_SRUN), ("scontrol", STUB_SCONTROL)):
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    worker = tmp_path / "worker.sh"
+    worker.write_text(WORKER)
+    worker.chmod(0o755)
+    run_dir = tmp_path / "run"
+    job = render(JobSpec(script=str(worker), gpus_per_node=1, launcher="srun", max_restarts=2, nodes=2),
+                 facts(live_nodes=live(set())), str(run_dir))
+    (tmp_path / "job.sh").write_text(job.request.script)
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "SLURM_JOB_ID": "55", "SLURM_JOB_NODELIST": "node[1-2]",
+           "SLURMD_NODENAME": "node1", "SLURM_RESTART_COUNT": str(restart), "READY": str(tmp_path / "ready"),
+           "SCONTROL_LOG": str(tmp_path / "scontrol.log"), "HOME": str(tmp_path)}
+    proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], env=env, cwd=tmp_path)
+    end = time.monotonic() + 20
+    while not (tmp_path / "ready").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR2)  # what --signal=B:USR2@GRACE does
+    assert proc.wait(timeout=20) == 0
+    log = (run_dir / "logs" / f"55.r{restart}.log").read_text()
+    reason = (run_dir / "attempts" / f"55.r{restart}.reason").read_text()
+    calls = (tmp_path / "scontrol.log").read_text()
+    assert "worker: checkpointed" in log and "Traceback" not in log
+    if requeued:
+        assert "requeueing (restart 1 of at most 2)" in log and "requeued" in reason
+        # the pin chosen at submit is cleared once the job is pending again
+        assert calls.index("scontrol requeue 55") < calls.index("scontrol update JobId=55 ReqNodeList=")
+    else:
+        assert "stopped after a checkpoint, not requeued: --max-restarts 2 reached" in log
+        assert "not requeued: --max-restarts 2 reached" in reason and "requeue" not in calls
