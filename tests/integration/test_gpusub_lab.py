@@ -356,14 +356,17 @@ def test_array_tasks_are_not_pinned_and_run_side_by_side(env: dict[str, str], ba
     spec = JobSpec(script=str(_hold_script(tmp_path)), nodes=2, gpus_per_node=8, launcher="srun", array="0-2",
                    time="5:00", run_dir=str(tmp_path / "run"), env=(("GATE", str(gate)),))
     job_id, run_dir = submit_job(spec, backend, environ=env)
-    assert "--nodelist" not in (Path(run_dir) / "script.sh").read_text()
 
     def running() -> list[str]:
         return [j.job_id for j in backend.jobs() if j.raw.get("ArrayJobId") == job_id and j.state == "RUNNING"]
 
     try:
+        assert "--nodelist" not in (Path(run_dir) / "script.sh").read_text()
         # 3 tasks x 2 whole-GPU nodes on 8 idle nodes: all at once (pinned, they queued behind each other)
         _wait_for(lambda: len(running()) == 3, 60, "3 array tasks running side by side")
+    except BaseException:
+        backend.cancel(job_id)  # leave the lab free for the next test
+        raise
     finally:
         gate.touch()
     _wait_for(lambda: not [j for j in backend.jobs() if j.raw.get("ArrayJobId") == job_id and not j.finished],
@@ -385,18 +388,22 @@ def test_dependent_job_is_placed_when_it_starts_not_when_submitted(env: dict[str
     b = JobSpec(script=str(done), nodes=2, gpus_per_node=8, launcher="srun", time="5:00",
                 run_dir=str(tmp_path / "b"), dependency=f"afterok:{a_id}")
     b_id, b_dir = submit_job(b, backend, environ=env)
-    assert "--nodelist" not in (Path(b_dir) / "script.sh").read_text()
     others = sorted(n.name for n in backend.nodes() if n.name not in a_nodes)
     from slurmkit import hostlist
 
     drained = hostlist.fold(others)
     backend.drain(drained, "gpusub-test: only A's nodes stay usable")
     try:
+        assert "--nodelist" not in (Path(b_dir) / "script.sh").read_text()
         gate.touch()  # A ends; B can only run on A's nodes now (a pin chosen at submit would wait forever)
         _wait_for(lambda: backend.job(b_id).finished, 90, "job B to run after A on A's nodes")
         assert backend.job(b_id).state == "COMPLETED"
         assert set(backend.job(b_id).nodes) == a_nodes
     finally:
+        gate.touch()
+        for jid in (a_id, b_id):
+            if not backend.job(jid).finished:
+                backend.cancel(jid)
         backend.resume(drained)
 
 
