@@ -119,8 +119,17 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
     if spec.launcher in ("torchrun", "megatron"):
         # torchrun reads PET_<FLAG> for each flag; the c10d store is hosted by node 0 (the batch host, whose
         # address is the endpoint) instead of by whichever agent guesses the endpoint is local.
-        add("PET_RDZV_CONF", "is_host=$([ \"${SLURM_NODEID:-0}\" = 0 ] && echo 1 || echo 0)",
-            "torchrun --rdzv-conf: the first node hosts the c10d store (no hostname guessing)", kind="task")
+        # one node: its agent is the only client, nothing can outlive it; in a container the batch shell, outside
+        # the image, has no torch to host the store with
+        if spec.nodes == 1 or spec.container_image:
+            add("PET_RDZV_CONF", "is_host=$([ \"${SLURM_NODEID:-0}\" = 0 ] && echo 1 || echo 0)",
+                "torchrun --rdzv-conf: the first node's agent hosts the c10d store (no hostname guessing)",
+                kind="task")
+        else:
+            add("PET_RDZV_CONF", "is_host=0",
+                "torchrun --rdzv-conf: every agent is a client of the c10d store the batch shell hosts on the first "
+                "node; an agent that hosted it and reached the exit barrier last (rank 0 finishing a checkpoint) "
+                "took it down while the others still waited on it (\"Broken pipe\" tracebacks after a clean end)")
         not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
                         "SIGUSR2 stays out of torchrun's agent (a no-op handler in the agent): Slurm delivers it once to "
                         "every worker, and the agent neither forwards it again nor kills workers mid-checkpoint"))
@@ -130,7 +139,7 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
         elif not tf.known:
             add("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(max(30, spec.signal_grace)),
                 "torchrun's wait between forwarding SIGTERM (preemption, scancel) and SIGKILL: the grace, not 30 s; "
-                "read by torch 2.13+, ignored by older releases (version unknown, so no --shutdown-timeout flag)")
+                "read by torch 2.12+, ignored by older releases (version unknown, so no --shutdown-timeout flag)")
         else:
             not_set.append(("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
                             f"{tf.label} has no torchrun shutdown timeout: on SIGTERM its agent kills workers after "

@@ -6,9 +6,8 @@ Every row below was read from that release's own files (the PyPI wheels' ``torch
 * ``torchrun --signals-to-handle`` (and ``TORCHELASTIC_SIGNALS_TO_HANDLE``): absent in 2.9.1's run.py, present in
   2.10.0's. gpusub does not need it: the agent is kept out of the SIGUSR2 path entirely (see ``AGENT``).
 * ``torchrun --shutdown-timeout`` / ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (how long the agent waits after forwarding
-  SIGTERM/SIGINT/... before SIGKILL; a fixed 30 s before): absent in 2.11.0's run.py and launcher/api.py, present in
-  2.13.0's. (The 2.12.0 macOS/arm64 wheel could not be fetched here; 2.12 is treated like 2.11: no flag, the
-  variable is still exported because releases that lack it ignore it.)
+  SIGTERM/SIGINT/... before SIGKILL; a fixed 30 s before): absent in 2.11.0's run.py and launcher/api.py (and
+  ``torchrun --help`` of a real 2.11.0+cu130), present in 2.12.0's and 2.13.0's.
 * Flight recorder: 2.8.0's FlightRecorder.hpp reads ``{"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}``
   and its libtorch_cpu carries ``TORCH_FR_DUMP_TEMP_FILE``; 2.7.1 and older know only
   ``TORCH_NCCL_TRACE_BUFFER_SIZE`` / ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` (2.4.1's ProcessGroupNCCL.hpp). Newer
@@ -35,6 +34,13 @@ AGENT = ('import signal, sys; signal.signal(signal.SIGUSR2, lambda *_: None); '
          'from torch.distributed.run import main; sys.argv[0] = "torchrun"; sys.exit(main())')
 
 
+# The c10d store for torchrun's rendezvous, hosted by the batch shell (one process on the first node) for the
+# whole step: argv = MASTER_ADDR MASTER_PORT. multi_tenant as torch's own c10d backend creates it.
+STORE = ('import sys, time; from torch.distributed import TCPStore; '
+         'store = TCPStore(sys.argv[1], int(sys.argv[2]), is_master=True, multi_tenant=True, wait_for_workers=False)\n'
+         'while True: time.sleep(3600)')
+
+
 def parse_version(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
@@ -46,7 +52,7 @@ def parse_version(text: str | None) -> tuple[int, int] | None:
 class TorchFeatures:
     version: str | None  # as reported ("2.13.0+cpu"); None when unknown (container image, probe failed)
     fr_names: bool  # TORCH_FR_BUFFER_SIZE / TORCH_FR_DUMP_TEMP_FILE (2.8+) instead of the TORCH_NCCL_* names
-    shutdown_timeout_flag: bool  # torchrun --shutdown-timeout (2.13+)
+    shutdown_timeout_flag: bool  # torchrun --shutdown-timeout (2.12+)
     signals_to_handle: bool  # torchrun --signals-to-handle (2.10+); informational
 
     @property
@@ -64,5 +70,5 @@ def features_for(version: str | None) -> TorchFeatures:
     v = parse_version(version)
     if v is None:
         return TorchFeatures(None, fr_names=True, shutdown_timeout_flag=False, signals_to_handle=False)
-    return TorchFeatures(version, fr_names=v >= (2, 8), shutdown_timeout_flag=v >= (2, 13),
+    return TorchFeatures(version, fr_names=v >= (2, 8), shutdown_timeout_flag=v >= (2, 12),
                          signals_to_handle=v >= (2, 10))

@@ -161,7 +161,7 @@ def test_usr2_checkpoint_requeue_resume(env: dict[str, str], backend: CLIBackend
     run_dir = tmp_path / "run"
     spec = JobSpec(script=str(script), nodes=1, gpus_per_node=1, max_restarts=1, run_dir=str(run_dir), time="10:00")
     job_id, _ = submit_job(spec, backend, environ=env)
-    _wait_for(lambda: (run_dir / "running.r0").exists(), 60, "the first attempt's worker")
+    _wait_for(lambda: (run_dir / "running.r0").exists(), 120, "the first attempt's worker")
     time.sleep(0.5)
     backend.cancel(job_id, signal="USR2", batch=True)  # what --signal=B:USR2@GRACE does before the time limit
     _wait_for(lambda: backend.job(job_id).restarts >= 1, 60, "the requeue")

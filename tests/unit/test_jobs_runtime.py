@@ -109,7 +109,8 @@ def test_gpus_0_with_srun_runs_one_task_per_node() -> None:
     ("2.8.0", True, False, False),    # 2.8.0 FlightRecorder.hpp: {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_..."}
     ("2.9.1", True, False, False),    # 2.9.1 run.py: no --signals-to-handle
     ("2.10.0", True, False, True),    # 2.10.0 run.py: --signals-to-handle
-    ("2.11.0", True, False, True),    # 2.11.0 run.py: no --shutdown-timeout
+    ("2.11.0", True, False, True),    # 2.11.0 run.py (and a real 2.11.0+cu130's --help): no --shutdown-timeout
+    ("2.12.0", True, True, True),     # 2.12.0 run.py: --shutdown-timeout
     ("2.13.0+cpu", True, True, True),  # 2.13.0 run.py: --shutdown-timeout
 ])
 def test_torch_features_per_release(version: str, fr: bool, shutdown: bool, signals: bool) -> None:
@@ -150,6 +151,22 @@ def test_torchrun_agent_runs_under_the_pinned_interpreter_and_ignores_usr2() -> 
     assert "--signals-to-handle" not in line and "torchrun " not in line
     # the grace covers a slower node: srun --wait never ends the step before it
     assert "--wait=150" in job.request.script
+
+
+def test_the_batch_shell_hosts_the_c10d_store_and_every_agent_is_a_client() -> None:
+    from slurmkit.jobs.torchcompat import STORE
+
+    job = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=2, python="/venv/bin/python"), facts(), "/r")
+    text = job.request.script
+    store = text.index(f"/venv/bin/python -c '{STORE}' \"$MASTER_ADDR\" \"$MASTER_PORT\" &")
+    assert store < text.index("srun --kill-on-bad-exit") < text.index('kill "$_gpusub_store"')
+    assert {v.name: v.value for v in job.env.vars}["PET_RDZV_CONF"] == "is_host=0"
+    boxed = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=2, container_image="img:1"), facts(), "/r")
+    assert "TCPStore" not in boxed.request.script  # the image's torch is not on the batch host: node 0 hosts it
+    assert "SLURM_NODEID" in {v.name: v.value for v in boxed.env.vars}["PET_RDZV_CONF"]
+    single = render(JobSpec(script="/t.py", gpus_per_node=2), facts(), "/r")
+    assert "TCPStore" not in single.request.script  # one agent: no other agent can be left waiting on it
+    compile(STORE, "store", "exec")
 
 
 def test_agent_code_is_valid_python_with_a_no_op_usr2_handler() -> None:
