@@ -20,7 +20,7 @@ _no_real = click.option("--no-real-parse", is_flag=True, help="Static checks onl
 
 def _render(inventory: str, version: str | None, conf_dir: str, templates: str | None,
             overrides: str | None) -> tuple[object, dict[str, str], str]:
-    """-> (cluster, files incl. the inventory copy when hooks are on, target version)."""
+    """-> (cluster, files incl. the inventory copy slurmkit.yaml, target version)."""
     from slurmkit.generate.slurmconf import generate, load_overrides
     from slurmkit.generate.versions import features_for
     from slurmkit.model.load import load_cluster
@@ -32,9 +32,9 @@ def _render(inventory: str, version: str | None, conf_dir: str, templates: str |
         raise click.BadParameter(str(exc), param_hint="--slurm-version") from exc
     ov = load_overrides(overrides) if overrides else None
     files = generate(cluster, version=ver, conf_dir=conf_dir, overrides=ov, templates=templates)
-    if any(n.startswith("slurmkit-") for n in files):
-        # the hook wrappers exec `slurmkit hook KIND --inventory <conf_dir>/slurmkit.yaml`: ship that copy
-        files["slurmkit.yaml"] = Path(inventory).read_text()
+    # the inventory copy beside slurm.conf: the hook wrappers exec `slurmkit hook KIND --inventory
+    # <conf_dir>/slurmkit.yaml`, and gpusub / `slurmkit report` find it beside $SLURM_CONF (slurmkit/siteinv.py)
+    files["slurmkit.yaml"] = Path(inventory).read_text()
     return cluster, files, ver
 
 
@@ -91,9 +91,13 @@ def generate(inventory: str, out: str | None, conf_dir: str | None, version: str
             click.echo(f"==> {name} <==")
             click.echo(body, nl=False)
         return
-    backup = write_files(files, out, executable=EXECUTABLE_FILES)  # type: ignore[arg-type]
+    assert out is not None
+    stale = _stale(out, files)
+    backup = write_files(files, out, executable=EXECUTABLE_FILES, remove=stale)
     for name in files:
-        click.echo(f"wrote {Path(out) / name}")  # type: ignore[arg-type]
+        click.echo(f"wrote {Path(out) / name}")
+    for name in stale:
+        click.echo(f"removed {Path(out) / name} (not in the new config)")
     if backup:
         click.echo(f"previous files saved in {backup}")
 
@@ -128,12 +132,32 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
     return 2
 
 
-def _diff(inventory: str, directory: str, version: str | None, templates: str | None, overrides: str | None):  # type: ignore[no-untyped-def]
-    from slurmkit.generate.rollout import read_dir, semantic_diff
+def _stale(directory: str, files: dict[str, str]) -> list[str]:
+    """Files slurmkit wrote into DIR earlier that the new config no longer has (removed, with a backup); a
+    file of the same name that slurmkit did not write is left alone, with a warning."""
+    from slurmkit.generate.rollout import stale_files
 
+    ours, foreign = stale_files(directory, files)
+    for name in foreign:
+        click.echo(f"warning: {Path(directory) / name} is not in the new config and was not written by slurmkit; "
+                   "left in place" + (" (Slurm 25.05+ loads topology.yaml whenever it exists)" if name == "topology.yaml" else ""),
+                   err=True)
+    return ours
+
+
+def _diff(inventory: str, directory: str, version: str | None, templates: str | None, overrides: str | None):  # type: ignore[no-untyped-def]
+    from slurmkit.generate.rollout import pending, read_dir, semantic_diff
+
+    state = pending(directory)
+    if state:
+        click.echo(f"warning: an interrupted write is pending in {directory} ({state}); the next "
+                   "`slurmkit conf apply` finishes it before anything else", err=True)
     cluster, files, ver = _render(inventory, version, str(Path(directory).resolve()), templates, overrides)
     current = read_dir(directory)
-    return cluster, files, ver, semantic_diff(current, files, ver)
+    stale = _stale(directory, files)
+    for name in [n for n in current if n not in files and n not in stale]:
+        current.pop(name)  # not ours: apply leaves it, so the diff must not report it forever
+    return cluster, files, ver, semantic_diff(current, files, ver), stale
 
 
 def _print_plan(changes: list, ver: str) -> None:  # type: ignore[type-arg]
@@ -155,7 +179,7 @@ def _print_plan(changes: list, ver: str) -> None:  # type: ignore[type-arg]
 @_overrides
 def diff(inventory: str, against: str, version: str | None, templates: str | None, overrides: str | None) -> None:
     """What changes if INVENTORY is applied to DIR, what each change needs, and in what order."""
-    _c, _files, ver, changes = _diff(inventory, against, version, templates, overrides)
+    _c, _files, ver, changes, _stale_names = _diff(inventory, against, version, templates, overrides)
     _print_plan(changes, ver)
 
 
@@ -173,10 +197,16 @@ def apply(inventory: str, to: str, reconfigure: bool, allow_disruptive: bool, ve
           templates: str | None, overrides: str | None, no_real_parse: bool) -> int:
     """Validate, back up, write atomically, optionally reconfigure."""
     from slurmkit.generate import EXECUTABLE_FILES
-    from slurmkit.generate.rollout import PUSH, RECONFIGURE, worst, write_files
+    from slurmkit.generate.rollout import PUSH, RECONFIGURE, WriteError, recover, worst, write_files
 
     Path(to).mkdir(parents=True, exist_ok=True)
-    _c, files, ver, changes = _diff(inventory, to, version, templates, overrides)
+    try:
+        done = recover(to)  # an apply killed half-way: finish it before diffing against the directory
+    except OSError as exc:
+        raise WriteError(Path(to), exc) from exc
+    if done:
+        click.echo(f"{to}: {done}")
+    _c, files, ver, changes, stale = _diff(inventory, to, version, templates, overrides)
     _print_plan(changes, ver)
     if not changes:
         return 0
@@ -186,8 +216,9 @@ def apply(inventory: str, to: str, reconfigure: bool, allow_disruptive: bool, ve
         click.echo(f"refusing to write: the plan needs '{level}' steps; follow them and rerun with --allow-disruptive",
                    err=True)
         return 3
-    backup = write_files(files, to, executable=EXECUTABLE_FILES)
-    click.echo(f"wrote {len(files)} files to {to}" + (f"; previous files in {backup}" if backup else ""))
+    backup = write_files(files, to, executable=EXECUTABLE_FILES, remove=stale)
+    click.echo(f"wrote {len(files)} files to {to}" + (f"; removed {', '.join(stale)}" if stale else "")
+               + (f"; previous files in {backup}" if backup else ""))
     if reconfigure:
         from slurmkit.backend.cli import CLIBackend
 

@@ -25,7 +25,8 @@ Preemption / time-limit contract for the training script:
   * The batch shell then runs `scontrol requeue`, at most --max-restarts times.
   * On restart $GPUSUB_RESTART_COUNT (= SLURM_RESTART_COUNT) > 0: resume.
 Logs: <run dir>/logs/<job>.r<restart>.log. Defaults come from the site inventory
-($SLURMKIT_INVENTORY or /etc/slurm/slurmkit.yaml), else from sinfo/scontrol.
+($SLURMKIT_INVENTORY, else slurmkit.yaml beside $SLURM_CONF, else
+/etc/slurm/slurmkit.yaml), else from sinfo/scontrol.
 
 \b
 Other commands:

@@ -80,13 +80,17 @@ def status(directory: str, as_json: bool) -> None:
 @lab.command()
 @_dir
 def env(directory: str) -> None:
-    """Print `export SLURM_CONF=...` for the lab (use with eval)."""
+    """Print the exports a shell using the lab needs (use with eval): SLURM_CONF, SLURMKIT_LAB_DIR, with --hooks
+    SLURMKIT_FAKE_NVML, for another release PATH. gpusub and `slurmkit report` find the inventory beside SLURM_CONF."""
+    import shlex
+
     lab_ = Lab.load(directory)
     if not lab_.conf.exists():
         raise click.ClickException(f"no lab config in {lab_.dir}; run `slurmkit lab up` first")
-    click.echo(f"export SLURM_CONF={lab_.conf}")
+    for k, v in lab_.user_env.items():
+        click.echo(f"export {k}={shlex.quote(v)}")
     if lab_.foreign:  # the wrappers that run the lab's release of sinfo, sbatch, ... first on PATH
-        click.echo(f"export PATH={lab_.bin_dir}:\"$PATH\"")
+        click.echo(f"export PATH={shlex.quote(str(lab_.bin_dir))}:\"$PATH\"")
 
 
 @lab.command()

@@ -29,8 +29,9 @@ def report() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
               help="Also draw the switch tree coloured by free capacity (needs the 'plot' extra).")
-@click.option("--inventory", envvar="SLURMKIT_INVENTORY", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="Take the topology from this inventory (env SLURMKIT_INVENTORY) [scontrol show topology].")
+@click.option("--inventory", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Take the topology from this inventory [the site inventory: $SLURMKIT_INVENTORY, slurmkit.yaml "
+                   "beside $SLURM_CONF, /etc/slurm/slurmkit.yaml; else scontrol show topology].")
 def fragmentation_cmd(partition: str | None, as_json: bool, png: str | None, inventory: str | None) -> None:
     """Free GPUs, free whole nodes and leaves, the largest job that could start now, a fragmentation index.
 
@@ -45,6 +46,12 @@ def fragmentation_cmd(partition: str | None, as_json: bool, png: str | None, inv
 
     if png:
         require_matplotlib()  # before any Slurm call: a missing extra is a usage error, nothing is written
+    if inventory is None:
+        import os
+
+        from slurmkit.siteinv import find_inventory
+
+        inventory = find_inventory(os.environ)
     backend = CLIBackend()
     states = node_states(backend.nodes())
     topo, source = _topology(backend, inventory, states.keys())

@@ -10,9 +10,9 @@ if the new one fails) and from 24.11 new nodes need only a reconfigure.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from slurmkit import hostlist
+from slurmkit.errors import SlurmkitError
 from slurmkit.generate import confparse as cp
 from slurmkit.generate.versions import features_for
 from slurmkit.model.cluster import Cluster
@@ -27,69 +28,272 @@ from slurmkit.model.cluster import Cluster
 RECONFIGURE, RESTART, DRAIN, PUSH = "reconfigure", "restart", "drain", "push"
 _RANK = {PUSH: 0, RECONFIGURE: 1, RESTART: 2, DRAIN: 3}
 BACKUP_DIR = ".slurmkit-backup"
+# every file slurmkit may write into a config directory (read_dir reads these; stale ones are removed by apply)
+MANAGED_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "topology.yaml",
+                 "slurmkit-prolog", "slurmkit-epilog", "slurmkit-health", "slurmkit.yaml")
+
+
+class WriteError(SlurmkitError):
+    """A config directory could not be updated; says whether every file is back as it was."""
+
+    def __init__(self, directory: Path, exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else directory
+        if TXN_DIR in where.parts:  # the staged copy of NAME failed to become DIR/NAME: name the target
+            where = directory / where.name
+        state = pending(directory)
+        after = (f"an interrupted write is pending in {directory / TXN_DIR} ({state}); the next apply finishes it"
+                 if state else f"no file in {directory} was changed")
+        super().__init__(f"cannot write {where}: {exc.strerror or exc}; {after}")
 
 
 # --------------------------------------------------------------------------------------------------------------
-# writing
+# writing: all-or-nothing across files
+#
+# Why a journal and not a symlink switch: slurmctld and slurmd read their files by path under /etc/slurm (or
+# $SLURM_CONF's directory), and that directory also holds files slurmkit does not own (slurmdbd.conf,
+# plugstack.conf, job_container.conf, site scripts), is often a package-owned directory, an NFS mount or a
+# configless cache. Turning /etc/slurm into a symlink to versioned directories would move those files too and
+# fight packaging and mounts; symlinking each file would change what `ls -l` and config management see. So the
+# files stay plain files in place and the set changes through a journal:
+#   1. stage: under DIR/.slurmkit-txn/ write every new file (new/NAME) and a copy of every file it replaces or
+#      removes (old/NAME), each fsynced; nothing in DIR itself has changed yet;
+#   2. commit point: journal.json (the names to replace and remove, which existed before) is written to a temp
+#      name, fsynced and renamed into place;
+#   3. swap: rename each new/NAME over DIR/NAME, unlink each removed name, fsync DIR;
+#   4. finish: old/ becomes DIR/.slurmkit-backup/<UTC time>/ (one rename), the journal and staging dir go.
+# An error in step 3 (an immutable file, EPERM, EIO) marks the journal "rollback" and puts every old file back.
+# A crash (SIGKILL, power loss) is repaired by ``recover`` at the start of the next write: no journal -> the
+# half-staged dir is deleted (DIR untouched); journal "commit" -> roll forward (the staged files are complete and
+# were validated); journal "rollback" -> finish the rollback. Between a crash and the next run the directory can
+# hold a mix; `conf diff`/`apply` say so and `apply` repairs it first.
+
+TXN_DIR = ".slurmkit-txn"
+_JOURNAL = "journal.json"
+
+
+def _step(what: str) -> None:
+    """Called between the steps of a write; fault-injection tests replace it to kill the process there."""
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durable(path: Path, body: str, mode: int) -> None:
+    with open(path, "w") as fh:
+        fh.write(body)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(path, mode)
+
+
+def _copy_durable(src: Path, dst: Path) -> None:
+    shutil.copy2(src, dst)
+    with open(dst, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _backup_dir(d: Path) -> Path:
+    bdir = d / BACKUP_DIR / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    n = 1
+    while bdir.exists():
+        bdir = bdir.with_name(f"{bdir.name.split('.')[0]}.{n}")
+        n += 1
+    return bdir
+
+
+def pending(directory: str | Path) -> str | None:
+    """What an interrupted write left in ``directory`` ("commit", "rollback", "staging", "cleanup"), or None."""
+    txn = Path(directory) / TXN_DIR
+    if not txn.is_dir():
+        return None
+    j = txn / _JOURNAL
+    if not j.is_file():
+        return "staging" if (txn / "new").exists() else "cleanup"
+    try:
+        return str(json.loads(j.read_text()).get("state", "commit"))
+    except (ValueError, OSError):
+        return "commit"
+
+
+def recover(directory: str | Path) -> str | None:
+    """Finish an interrupted write: roll forward a committed one, roll back one that was rolling back, drop a
+    half-staged one. Returns what was done, in words, or None when nothing was pending."""
+    d = Path(directory)
+    state = pending(d)
+    if state is None:
+        return None
+    txn = d / TXN_DIR
+    if state in ("staging", "cleanup"):
+        shutil.rmtree(txn)
+        if state == "cleanup":
+            return "removed what a finished write left behind"
+        return "dropped a write that was interrupted while staging (no file had changed)"
+    journal = json.loads((txn / _JOURNAL).read_text())
+    if state == "rollback":
+        _roll_back(d, txn, journal)
+        shutil.rmtree(txn)
+        return "finished rolling back an interrupted write (the previous files are in place)"
+    _roll_forward(d, txn, journal)
+    _finish(d, txn, journal)
+    return "finished an interrupted write (the new files are in place)"
+
+
+def _roll_forward(d: Path, txn: Path, journal: dict) -> None:
+    for name in journal["replace"]:
+        staged = txn / "new" / name
+        if staged.exists():  # else: already renamed into place before the interruption
+            _step(f"rename {name}")
+            os.replace(staged, d / name)
+    for name in journal["remove"]:
+        _step(f"remove {name}")
+        try:
+            os.unlink(d / name)
+        except FileNotFoundError:
+            pass
+    _fsync_dir(d)
+
+
+def _roll_back(d: Path, txn: Path, journal: dict) -> None:
+    existed = set(journal["existed"])
+    for name in [*journal["replace"], *journal["remove"]]:
+        saved = txn / "old" / name
+        if name in existed:
+            if not saved.exists():
+                continue  # restored before an interruption
+            if (d / name).is_file() and (d / name).read_bytes() == saved.read_bytes():
+                saved.unlink()  # never replaced (e.g. the immutable file that stopped the swap)
+            else:
+                os.replace(saved, d / name)
+        elif (d / name).exists() and not (txn / "new" / name).exists():
+            os.unlink(d / name)  # a file this write added
+    _fsync_dir(d)
+
+
+def _finish(d: Path, txn: Path, journal: dict) -> Path | None:
+    bdir = None
+    old = txn / "old"
+    if journal.get("backup") and old.is_dir() and any(old.iterdir()):
+        bdir = _backup_dir(d)
+        bdir.parent.mkdir(parents=True, exist_ok=True)
+        _step("backup")
+        os.rename(old, bdir)
+    _step("cleanup")
+    shutil.rmtree(txn / "new", ignore_errors=True)
+    shutil.rmtree(txn / "old", ignore_errors=True)
+    (txn / _JOURNAL).unlink()
+    shutil.rmtree(txn)
+    _fsync_dir(d)
+    return bdir
 
 
 def write_files(files: Mapping[str, str], directory: str | Path, executable: Iterable[str] = (),
-                backup: bool = True) -> Path | None:
-    """Write ``files`` into ``directory``: every temp file is written and fsynced before the first rename,
-    so an error (disk full, permissions) leaves every old file in place. Replaced files are copied to
-    ``DIR/.slurmkit-backup/<UTC time>/`` first. Returns that backup dir (None if nothing was replaced)."""
+                backup: bool = True, remove: Iterable[str] = ()) -> Path | None:
+    """Write ``files`` into ``directory`` and delete ``remove`` there, all or nothing (see the section comment).
+    Replaced and removed files are kept in ``DIR/.slurmkit-backup/<UTC time>/``; returns that dir (None if
+    nothing was replaced). An interrupted earlier write is finished first."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    execs = set(executable)
-    temps: dict[str, str] = {}
+    for name in [*files, *remove]:
+        if "/" in name or name.startswith(".") or name in ("", ".."):
+            raise ValueError(f"refusing to write {name!r} outside {d}")
     try:
-        for name, body in files.items():
-            if "/" in name or name.startswith("."):
-                raise ValueError(f"refusing to write {name!r} outside {d}")
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=d)
-            temps[name] = tmp
-            with os.fdopen(fd, "w") as fh:
-                fh.write(body)
-                fh.flush()
-                os.fsync(fh.fileno())
+        d.mkdir(parents=True, exist_ok=True)
+        with _locked(d):
+            return _write_locked(files, d, set(executable), backup, list(remove))
+    except OSError as exc:
+        raise WriteError(d, exc) from exc
+
+
+def _write_locked(files: Mapping[str, str], d: Path, execs: set[str], backup: bool, remove: list[str]) -> Path | None:
+    recover(d)
+    replace = [n for n in files if not ((d / n).is_file() and (d / n).read_text() == files[n]
+                                        and _mode_ok(d / n, n in execs))]
+    gone = [n for n in remove if n not in files and (d / n).is_file()]
+    if not replace and not gone:
+        return None
+    existed = [n for n in [*replace, *gone] if (d / n).is_file()]
+    txn = d / TXN_DIR
+    try:
+        (txn / "new").mkdir(parents=True)
+        (txn / "old").mkdir()
+        for name in replace:
             mode = 0o755 if name in execs else 0o644
-            old = d / name
-            if old.exists():
-                mode = (old.stat().st_mode & 0o777) | (0o111 if name in execs else 0)
-            os.chmod(tmp, mode)
-        bdir = None
-        replaced = [n for n in files if (d / n).exists() and (d / n).read_text() != files[n]]
-        if backup and replaced:
-            bdir = d / BACKUP_DIR / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            n = 1
-            while bdir.exists():
-                bdir = bdir.with_name(f"{bdir.name.split('.')[0]}.{n}")
-                n += 1
-            bdir.mkdir(parents=True)
-            for name in replaced:
-                shutil.copy2(d / name, bdir / name)
-        for name, tmp in temps.items():
-            os.replace(tmp, d / name)
-        temps.clear()
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-        return bdir
-    finally:
-        for tmp in temps.values():
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            if (d / name).exists():
+                mode = ((d / name).stat().st_mode & 0o777) | (0o111 if name in execs else 0)
+            _step(f"stage {name}")
+            _write_durable(txn / "new" / name, files[name], mode)
+        for name in existed:
+            _step(f"save {name}")
+            _copy_durable(d / name, txn / "old" / name)
+        _fsync_dir(txn / "new")
+        _fsync_dir(txn / "old")
+        journal = {"state": "commit", "replace": replace, "remove": gone, "existed": existed, "backup": backup}
+        _write_durable(txn / (_JOURNAL + ".tmp"), json.dumps(journal), 0o600)
+        _step("commit")
+        os.replace(txn / (_JOURNAL + ".tmp"), txn / _JOURNAL)
+        _fsync_dir(txn)
+    except BaseException:
+        shutil.rmtree(txn, ignore_errors=True)  # nothing in DIR has changed
+        raise
+    try:
+        _roll_forward(d, txn, journal)
+    except OSError:
+        journal["state"] = "rollback"
+        _write_durable(txn / (_JOURNAL + ".tmp"), json.dumps(journal), 0o600)
+        os.replace(txn / (_JOURNAL + ".tmp"), txn / _JOURNAL)
+        _roll_back(d, txn, journal)
+        shutil.rmtree(txn)
+        raise
+    return _finish(d, txn, journal)
+
+
+def _mode_ok(path: Path, executable: bool) -> bool:
+    return not executable or bool(path.stat().st_mode & 0o111)
+
+
+class _locked:
+    """One writer per directory at a time (flock on the directory itself)."""
+
+    def __init__(self, d: Path) -> None:
+        self.d = d
+        self.fd = -1
+
+    def __enter__(self) -> None:
+        import fcntl
+
+        self.fd = os.open(self.d, os.O_RDONLY)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # closing drops the lock
+
+
+def stale_files(directory: str | Path, files: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """Files slurmkit writes that are in ``directory`` but not in the new set ``files``: (those slurmkit wrote,
+    to remove; those it did not write, left alone). 25.05+ loads topology.yaml whenever it exists, so a
+    topology removed from the inventory must take the file with it."""
+    d = Path(directory)
+    ours, foreign = [], []
+    for name in MANAGED_FILES:
+        p = d / name
+        if name in files or not p.is_file():
+            continue
+        text = p.read_text(errors="replace")
+        if name.startswith("slurmkit-") or "generated by slurmkit" in "\n".join(text.splitlines()[:3]):
+            ours.append(name)
+        else:
+            foreign.append(name)
+    return ours, foreign
 
 
 def read_dir(directory: str | Path, names: Iterable[str] | None = None) -> dict[str, str]:
     """The Slurm config files (and slurmkit's hook wrappers) present in ``directory``."""
     d = Path(directory)
-    wanted = names or ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "topology.yaml",
-                       "slurmkit-prolog", "slurmkit-epilog", "slurmkit-health", "slurmkit.yaml")
+    wanted = names or MANAGED_FILES
     return {n: (d / n).read_text() for n in wanted if (d / n).is_file()}
 
 
@@ -384,6 +588,9 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
     for name in sorted(new):
         if name.startswith("slurmkit") and _body(old.get(name, "")) != _body(new[name]):
             changes.append(Change(name, "file", "present" if name in old else "", "new", PUSH, "copy to every node; no Slurm action"))
+    for name in sorted(old):
+        if name.startswith("slurmkit") and name not in new:
+            changes.append(Change(name, "file", "present", "", PUSH, "no longer generated: removed (with a backup)"))
     changes.sort(key=lambda c: (-_RANK[c.action], c.file, c.subject))
     return changes
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurmkit.errors import UsageError
@@ -19,17 +18,11 @@ if TYPE_CHECKING:
     from slurmkit.backend.base import Backend
     from slurmkit.model.cluster import Cluster
 
-DEFAULT_INVENTORY = "/etc/slurm/slurmkit.yaml"
-
-
 def inventory_path(environ: Mapping[str, str] | None = None) -> str | None:
-    env = os.environ if environ is None else environ
-    explicit = env.get("SLURMKIT_INVENTORY")
-    if explicit:
-        if not Path(explicit).is_file():
-            raise UsageError(f"$SLURMKIT_INVENTORY={explicit}: no such file")
-        return explicit
-    return DEFAULT_INVENTORY if Path(DEFAULT_INVENTORY).is_file() else None
+    """The site inventory (slurmkit.siteinv.find_inventory: $SLURMKIT_INVENTORY, beside $SLURM_CONF, /etc/slurm)."""
+    from slurmkit.siteinv import find_inventory
+
+    return find_inventory(os.environ if environ is None else environ)
 
 
 def from_cluster(cluster: Cluster, partition: str | None, source: str) -> ClusterFacts:

@@ -139,6 +139,17 @@ class Lab:
         return {"SLURM_CONF": str(self.conf)}
 
     @property
+    def user_env(self) -> dict[str, str]:
+        """What a shell using the lab needs (`slurmkit lab env`): SLURM_CONF for Slurm's commands and gpusub (which
+        finds the inventory copy slurmkit.yaml beside it), SLURMKIT_LAB_DIR for `slurmkit lab status|down`, and with
+        --hooks the per-node fake NVML states for running `slurmkit hook|check` by hand. (PATH, for a foreign
+        release's wrappers, is printed by `lab env` itself: it extends the shell's own $PATH.)"""
+        env = {"SLURM_CONF": str(self.conf), "SLURMKIT_LAB_DIR": str(self.dir)}
+        if self.spec.hooks:
+            env["SLURMKIT_FAKE_NVML"] = str(self.dir / "fake-nvml")
+        return env
+
+    @property
     def run_dir(self) -> Path:
         return self.dir / "run"
 

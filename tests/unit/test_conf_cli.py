@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import needs
+from tests.unit.test_conf_apply_atomic import CHATTR
+
 ROOT = Path(__file__).resolve().parents[2]
 LAB = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
 
@@ -123,3 +126,54 @@ def test_discover_runs_without_gpus() -> None:
     assert res.returncode == 0
     frag = yaml.safe_load(res.stdout)[0]
     assert frag["name"] == "x" and frag["cpu"]["sockets"] >= 1
+
+
+def test_apply_removes_stale_topology_yaml_and_diff_settles(tmp_path: Path) -> None:
+    # issue 9 item 7: 25.05 loads topology.yaml whenever it exists; removing the topology must remove the file
+    out = tmp_path / "etc"
+    with_topo = write_inv(tmp_path, mutate("slurm_version", "25.05"), "with.yaml")
+    assert sk("conf", "generate", str(with_topo), "-o", str(out), "--no-real-parse").returncode == 0
+    assert (out / "topology.yaml").exists()
+    (out / "slurmdbd.conf").write_text("StorageType=accounting_storage/mysql\n")  # a site file slurmkit never wrote
+    inv = mutate("slurm_version", "25.05")
+    del inv["topology"]
+    flat = write_inv(tmp_path, inv, "flat.yaml")
+    res = sk("conf", "diff", str(flat), "--against", str(out))
+    assert res.returncode == 0 and "topology.yaml: topology:" in res.stdout and "-> (absent)" in res.stdout
+    res = sk("conf", "apply", str(flat), "--to", str(out), "--no-real-parse", "--allow-disruptive")
+    assert res.returncode == 0, res.stderr
+    assert "removed topology.yaml" in res.stdout and not (out / "topology.yaml").exists()
+    assert (out / "slurmdbd.conf").exists()
+    backups = list((out / ".slurmkit-backup").iterdir())
+    assert len(backups) == 1 and (backups[0] / "topology.yaml").exists()
+    res = sk("conf", "diff", str(flat), "--against", str(out))
+    assert res.returncode == 0 and "nothing to do" in res.stdout, res.stdout
+
+
+def test_apply_leaves_a_hand_written_topology_file_and_stops_reporting_it(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    inv = mutate("slurm_version", "25.05")
+    del inv["topology"]
+    flat = write_inv(tmp_path, inv, "flat.yaml")
+    assert sk("conf", "generate", str(flat), "-o", str(out), "--no-real-parse").returncode == 0
+    (out / "topology.yaml").write_text("- topology: site\n  cluster_default: true\n  flat: true\n")
+    res = sk("conf", "diff", str(flat), "--against", str(out))
+    assert "nothing to do" in res.stdout and "not written by slurmkit; left in place" in res.stderr
+
+
+@needs(CHATTR, "chattr +i needs root and a filesystem that supports it")
+def test_apply_with_an_immutable_file_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    assert sk("conf", "generate", str(ROOT / "examples" / "lab.yaml"), "-o", str(out), "--no-real-parse").returncode == 0
+    before = {p.name: p.read_text() for p in out.iterdir() if p.is_file()}
+    weight = write_inv(tmp_path, mutate("node_groups.0.gpus.type", "h200"))
+    subprocess.run(["chattr", "+i", str(out / "gres.conf")], check=True)
+    try:
+        res = sk("conf", "apply", str(weight), "--to", str(out), "--no-real-parse", "--allow-disruptive")
+    finally:
+        subprocess.run(["chattr", "-i", str(out / "gres.conf")], check=True)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("slurmkit: error: cannot write ")
+    assert "gres.conf: Operation not permitted; no file in" in res.stderr
+    assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == before
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []

@@ -176,3 +176,15 @@ def test_tree_layout_puts_switches_over_their_leaves():
     assert lay["leaves"] == [("leaf1", 0.0), ("leaf2", 1.0)]
     assert lay["switches"] == [("spine", 1, 0.5)]
     assert sorted(lay["edges"]) == [((0.0, 0.0), (0.5, 1.0)), ((1.0, 0.0), (0.5, 1.0))]
+
+
+def test_report_takes_the_topology_from_the_inventory_beside_slurm_conf(fake: dict[str, str], tmp_path: Path) -> None:
+    # issue 9 item 17: slurmkit.siteinv's lookup, as gpusub uses it
+    site = tmp_path / "site-etc"
+    site.mkdir()
+    (site / "slurm.conf").write_text("ClusterName=lab\n")
+    (site / "slurmkit.yaml").write_text(yaml.safe_dump(lab_inventory()))
+    r = report(fake, "--json", extra={"SLURM_CONF": str(site / "slurm.conf")})
+    assert r.returncode == 0, r.stderr
+    assert f'"topology": "inventory {site / "slurmkit.yaml"}"' in r.stdout
+    assert calls(fake) == ["-o -d show node"]  # no `scontrol show topology`: the inventory had it
