@@ -31,7 +31,8 @@ def lab() -> None:
 @click.option("--hooks", is_flag=True, help="Wire slurmkit's prolog/epilog/health hooks (fake NVML per node).")
 @click.option("--healthcheck-interval", default=0, type=click.IntRange(0), help="HealthCheckInterval with --hooks.")
 @click.option("--fake-nvml", "fake_nvml", type=click.Path(exists=True, dir_okay=False),
-              help="With --hooks: recorded NVML state (JSON) served to every node's checks.")
+              help="With --hooks: recorded NVML state (JSON) served to every node's checks, with exactly "
+                   "--gpus-per-node GPUs of --gpu-type [a healthy state synthesized for that shape].")
 @click.option("--port-base", default=lambda: int(os.environ.get("SLURMKIT_LAB_PORT_BASE", DEFAULT_PORT_BASE)),
               show_default=str(DEFAULT_PORT_BASE), type=click.IntRange(1024, 60000),
               help="slurmctld port; slurmd of nodeI on base+I (env SLURMKIT_LAB_PORT_BASE).")

@@ -202,6 +202,8 @@ class Lab:
             raise LabError(f"a lab is already up in {self.dir} (pids {sorted(self.running_pids().values())}); run `slurmkit lab down --dir {self.dir}` first")
         if self.spec.nodes < 1 or self.spec.gpus_per_node < 1 or self.spec.nodes_per_leaf < 1:
             raise LabError("--nodes, --gpus-per-node and --nodes-per-leaf must be >= 1")
+        if self.spec.hooks:
+            self._nvml_state()  # a state that does not fit the lab is refused before anything starts
         ports = [self.spec.ctld_port] + [self.spec.slurmd_port(i) for i in range(1, self.spec.nodes + 1)]
         if self.spec.accounting:
             ports += [self.spec.dbd_port, self.spec.db_port]
@@ -337,6 +339,7 @@ class Lab:
         t0 = time.monotonic()
         self.preflight()
         s = self.spec
+        nvml = self._nvml_state() if s.hooks else {}  # read before the lab dir is cleaned
         if self.dir.exists():
             # a stale dir from a lab that is not running: start clean, but only if it is ours
             if not (self.dir / "lab.json").exists() and any(self.dir.iterdir()):
@@ -357,7 +360,7 @@ class Lab:
             self.write_config(hooks_cmd)
             self._make_devices()
             if s.hooks:
-                self._seed_fake_nvml()
+                self._seed_fake_nvml(nvml)
             progress("starting munged")
             self._start_munged()
             if s.accounting:
@@ -398,17 +401,16 @@ class Lab:
     def fake_nvml_file(self, node: str) -> Path:
         return self.dir / "fake-nvml" / f"{node}.json"
 
-    def _seed_fake_nvml(self) -> None:
-        if not self.spec.fake_nvml_template:
-            raise LabError("--hooks needs a fake NVML state for the nodes (fake_nvml_template / --fake-nvml FILE)")
-        try:
-            state = json.loads(Path(self.spec.fake_nvml_template).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise LabError(f"fake NVML template {self.spec.fake_nvml_template}: {exc}") from exc
-        devices = state.get("devices", [])
-        if len(devices) < self.spec.gpus_per_node:
-            raise LabError(f"fake NVML template has {len(devices)} GPUs, the lab needs {self.spec.gpus_per_node}")
-        state["devices"] = devices[: self.spec.gpus_per_node]
+    def _nvml_state(self) -> dict:
+        """The state every node starts with: --fake-nvml's, checked against the lab's shape, or a healthy one."""
+        from slurmkit.lab.nvmlstate import healthy_state, load_template
+
+        s = self.spec
+        if s.fake_nvml_template:
+            return load_template(s.fake_nvml_template, s.gpus_per_node, s.gpu_type)
+        return healthy_state(s.gpus_per_node, s.gpu_type)
+
+    def _seed_fake_nvml(self, state: dict) -> None:
         for n in self.spec.node_names:
             self.fake_nvml_file(n).write_text(json.dumps(state, indent=1))
 

@@ -91,7 +91,8 @@ def test_cli_lab_status_env_and_down_of_nothing(lab: Lab, tmp_path):
     st = subprocess.run([sys.executable, "-m", "slurmkit", "lab", "status", "--dir", str(lab.dir)], capture_output=True, text=True)
     assert st.returncode == 0 and "node8" in st.stdout and "slurmctld[" in st.stdout
     env = subprocess.run([sys.executable, "-m", "slurmkit", "lab", "env", "--dir", str(lab.dir)], capture_output=True, text=True)
-    want = [f"export SLURM_CONF={lab.conf}"] + ([f'export PATH={lab.bin_dir}:"$PATH"'] if lab.foreign else [])
+    want = [f"export SLURM_CONF={lab.conf}", f"export SLURMKIT_LAB_DIR={lab.dir}"] + (
+        [f'export PATH={lab.bin_dir}:"$PATH"'] if lab.foreign else [])
     assert env.stdout.splitlines() == want
     nothing = subprocess.run([sys.executable, "-m", "slurmkit", "lab", "down", "--dir", str(tmp_path / "none")], capture_output=True, text=True)
     assert nothing.returncode == 0 and "nothing running" in nothing.stdout
