@@ -177,3 +177,47 @@ def test_apply_with_an_immutable_file_is_one_line_and_changes_nothing(tmp_path: 
     assert "gres.conf: Operation not permitted; no file in" in res.stderr
     assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == before
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+
+
+KILLED_APPLY = """
+import os, signal, sys
+from slurmkit.generate import rollout
+def step(what):
+    if what == sys.argv[1]:
+        os.kill(os.getpid(), signal.SIGKILL)
+rollout._step = step
+from slurmkit.cli.main import main
+main(sys.argv[2:])
+"""
+
+
+def test_apply_killed_mid_swap_is_finished_by_the_next_apply(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    assert sk("conf", "generate", str(ROOT / "examples" / "lab.yaml"), "-o", str(out), "--no-real-parse").returncode == 0
+    new = write_inv(tmp_path, mutate("node_groups.0.gpus.type", "h200"))
+    argv = ["conf", "apply", str(new), "--to", str(out), "--no-real-parse", "--allow-disruptive"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_APPLY, "rename gres.conf", *argv], capture_output=True,
+                            text=True, cwd=ROOT, timeout=120)
+    assert killed.returncode == -9 and "Traceback" not in killed.stderr
+    assert "h200" in (out / "slurm.conf").read_text() and "h200" not in (out / "gres.conf").read_text()  # mid-swap
+    res = sk("conf", "diff", str(new), "--against", str(out))
+    assert "an interrupted write is pending" in res.stderr
+    res = sk(*argv)
+    assert res.returncode == 0, res.stderr
+    assert "finished an interrupted write (the new files are in place)" in res.stdout
+    assert "nothing to do" in res.stdout  # rolled forward: the set is the new one, whole
+    assert "h200" in (out / "gres.conf").read_text()
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp") or p.name == ".slurmkit-txn"]
+
+
+def test_hooks_switched_off_removes_the_wrappers(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    hooks = write_inv(tmp_path, mutate("hooks", {"prolog": True, "epilog": True, "healthcheck_interval": 60}), "h.yaml")
+    assert sk("conf", "generate", str(hooks), "-o", str(out), "--no-real-parse").returncode == 0
+    assert (out / "slurmkit-prolog").exists()
+    plain = write_inv(tmp_path, LAB, "plain.yaml")
+    res = sk("conf", "apply", str(plain), "--to", str(out), "--no-real-parse", "--allow-disruptive")
+    assert res.returncode == 0, res.stderr
+    assert "[push] slurmkit-prolog: file: present -> (absent)" in res.stdout
+    assert not any((out / f"slurmkit-{k}").exists() for k in ("prolog", "epilog", "health"))
+    assert (out / "slurmkit.yaml").read_text() == plain.read_text()
