@@ -84,7 +84,7 @@ def _fsync_dir(d: Path) -> None:
 
 
 def _write_durable(path: Path, body: str, mode: int) -> None:
-    with open(path, "w") as fh:
+    with open(path, "w", encoding="utf-8") as fh:
         fh.write(body)
         fh.flush()
         os.fsync(fh.fileno())
@@ -210,7 +210,7 @@ def write_files(files: Mapping[str, str], directory: str | Path, executable: Ite
 
 def _write_locked(files: Mapping[str, str], d: Path, execs: set[str], backup: bool, remove: list[str]) -> Path | None:
     recover(d)
-    replace = [n for n in files if not ((d / n).is_file() and (d / n).read_text() == files[n]
+    replace = [n for n in files if not ((d / n).is_file() and (d / n).read_bytes() == files[n].encode()
                                         and _mode_ok(d / n, n in execs))]
     gone = [n for n in remove if n not in files and (d / n).is_file()]
     if not replace and not gone:
@@ -321,7 +321,8 @@ class Change:
 # of that release's slurm.conf(5) (tag slurm-YY-MM-*-1, doc/man/man5/slurm.conf.5), faq.shtml or source that
 # decides it. Keys not in a table take the release's default entry ("*").
 #   scope: which daemons: "slurmctld", "slurmd", "all"; "stop-all" is the FAQ's procedure (stop slurmctld, write
-#   every node's files, restart every slurmd, start slurmctld); "jobs" means running jobs are affected too.
+#   every node's files, restart every slurmd, start slurmctld); "jobs" means running jobs are affected too;
+#   "reconfigure" (with DRAIN) means drain first, then `scontrol reconfigure` is enough.
 
 
 @dataclass(frozen=True)
@@ -400,7 +401,7 @@ RULES_23_11: dict[str, Rule] = {
     "ClusterName": RULES_22_05["ClusterName"],
     "node+": Rule(RESTART, "stop-all", _NODE_ADD_OLD),
     "node-": Rule(DRAIN, "stop-all", _NODE_DEL_OLD),
-    "node~": Rule(DRAIN, "all", RULES_22_05["node~"].doc + " (23.11+: a reconfigure restarts them)"),
+    "node~": Rule(DRAIN, "reconfigure", RULES_22_05["node~"].doc + " (23.11+: a reconfigure restarts them)"),
 }
 # 24.05's slurm.conf(5) has the same sentences as 23.11's; its FAQ's "23.11 and newer" node removal by reconfigure
 # was corrected to 24.11 in the 24.11 FAQ, which is what RULES_23_11 follows.
@@ -413,8 +414,8 @@ _NODE_DEL_NEW = ('faq.shtml (24.11) #rem_nodes: "sufficient on Slurm 24.11 and n
 RULES_24_11: dict[str, Rule] = {
     **RULES_23_11,
     "node+": Rule(RECONFIGURE, "all", _NODE_ADD_NEW),
-    "node-": Rule(DRAIN, "all", _NODE_DEL_NEW),
-    "node~": Rule(DRAIN, "all", 'slurm.conf(5) 24.11+ NODE CONFIGURATION: "Changes in node configuration (e.g. adding nodes, changing their processor count, etc.) require restarting or reconfiguring all slurmctld and slurmd daemons."'),
+    "node-": Rule(DRAIN, "reconfigure", _NODE_DEL_NEW),
+    "node~": Rule(DRAIN, "reconfigure", 'slurm.conf(5) 24.11+ NODE CONFIGURATION: "Changes in node configuration (e.g. adding nodes, changing their processor count, etc.) require restarting or reconfiguring all slurmctld and slurmd daemons."'),
 }
 # 25.05 and 25.11: slurm.conf(5) and the FAQ keep 24.11's sentences for every entry.
 RULES_25_05 = RULES_24_11
@@ -631,7 +632,7 @@ def plan(changes: list[Change], version: str = "22.05") -> list[str]:
         targets = "ALL nodes" if "ALL" in drain else ",".join(drain)
         steps.append(f"drain {targets}: scontrol update NodeName=<nodes> State=DRAIN Reason='slurmkit: config change'; wait until no jobs run there")
     write = "back up and write the new files on the controller and every node (or configless: the controller only)"
-    restart = [c for c in changes if c.action in (RESTART, DRAIN)]
+    restart = [c for c in changes if c.action in (RESTART, DRAIN) and c.scope != "reconfigure"]
     if any(c.scope == "stop-all" for c in changes):
         # the FAQ's order for node list changes before 24.11 (RULES_22_05 "node+" / "node-")
         steps += ["stop slurmctld (node list changes before 24.11: faq.shtml #add_nodes / #rem_nodes)", write,
@@ -652,7 +653,8 @@ def plan(changes: list[Change], version: str = "22.05") -> list[str]:
         steps.append(write)
         steps.append("scontrol reconfigure" + (" (23.11+: restarts the daemons, keeps the old config if the new one fails)" if feats.reconfigure_restarts else ""))
     steps.append("verify: slurmkit conf drift INVENTORY; sinfo -R shows no new slurmkit/INVAL reasons")
-    if drain:
+    kept = [c.nodes for c in changes if c.action == DRAIN and c.nodes and not (c.subject == "NodeName" and not c.new)]
+    if kept:  # removed nodes are gone: nothing to resume there
         steps.append("resume what was drained: scontrol update NodeName=<nodes> State=RESUME")
     return [f"{i}. {s}" for i, s in enumerate(steps, 1)]
 

@@ -169,17 +169,21 @@ def test_stale_pid_file_never_signals_an_unrelated_process(tmp_path):
         bystander.wait()
 
 
-def test_a_lab_that_fails_to_start_keeps_its_logs(tmp_path):
+def test_a_lab_that_fails_to_start_keeps_its_logs(tmp_path, monkeypatch):
     """The harness must not reuse (and wipe) the dir of a lab that failed: it moves it aside and says where."""
     from tests.conftest import lab_release, start_lab
 
+    # a failure after the config is written (a bad --fake-nvml is refused before that, in preflight)
+    def munged_fails(self: Lab) -> None:
+        raise LabError("munged did not start (injected by the test)")
+
+    monkeypatch.setattr(Lab, "_start_munged", munged_fails)
     d = tmp_path / "broken"
-    spec = LabSpec(dir=str(d), nodes=1, gpus_per_node=1, port_base=_free_base(), hooks=True,
-                   fake_nvml_template=str(tmp_path / "missing.json"), slurm=lab_release())
+    spec = LabSpec(dir=str(d), nodes=1, gpus_per_node=1, port_base=_free_base(), hooks=True, slurm=lab_release())
     with pytest.raises(LabError) as ei:
         start_lab(spec)
     kept = tmp_path / "broken.failed-1"
-    assert f"kept in {kept}" in str(ei.value) and "fake NVML template" in str(ei.value)
+    assert f"kept in {kept}" in str(ei.value) and "munged did not start" in str(ei.value)
     assert (kept / "etc" / "slurm.conf").is_file() and not d.exists()
     assert not Lab(LabSpec(dir=str(kept))).is_up()
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slurmkit.backend.cli import CLIBackend
 from slurmkit.lab import Lab
@@ -65,8 +66,13 @@ def busy(lab: Lab) -> Iterator[list[str]]:
     _wait(lambda: all(s == "idle" for s in _states(b).values()), 60, "every lab node idle again")
 
 
-def test_report_fragmentation_json_on_the_lab(lab: Lab, busy: list[str]):
+def test_report_fragmentation_json_on_the_lab(lab: Lab, busy: list[str], tmp_path: Path):
     b = CLIBackend(env=lab.env)
+    # the lab's inventory sits beside SLURM_CONF, where report finds it (slurmkit.siteinv); this one has no topology,
+    # so the report reads Slurm's own (scontrol show topology)
+    inv = yaml.safe_load((lab.etc / "slurmkit.yaml").read_text())
+    del inv["topology"]
+    (tmp_path / "no-topology.yaml").write_text(yaml.safe_dump(inv))
     _occupy(lab, busy, ["-N1", "-w", "node1", "--exclusive"])
     _occupy(lab, busy, ["-N1", "-w", "node5", "--exclusive"])
     _occupy(lab, busy, ["-N1", "-n1", "-w", "node8", "--gres=gpu:h100:2"])  # 6 GPUs left, node no longer whole
@@ -75,12 +81,19 @@ def test_report_fragmentation_json_on_the_lab(lab: Lab, busy: list[str]):
         want = {"node1": "allocated", "node3": "idle+DRAIN", "node5": "allocated", "node8": "mixed"}
         _wait(lambda: all(_states(b)[n] == s for n, s in want.items()), 30, f"node states {want}")
         r = subprocess.run([sys.executable, "-m", "slurmkit", "report", "fragmentation", "--json", "-p", "gpu"],
-                           env=_env(lab), capture_output=True, text=True, timeout=60, cwd=ROOT)
+                           env=_env(lab, SLURMKIT_INVENTORY=str(tmp_path / "no-topology.yaml")),
+                           capture_output=True, text=True, timeout=60, cwd=ROOT)
+        beside = subprocess.run([sys.executable, "-m", "slurmkit", "report", "fragmentation", "--json", "-p", "gpu"],
+                                env=_env(lab), capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
     finally:
         lab_run(lab, ["scontrol", "update", "nodename=node3", "state=resume"], check=False)
     assert (doc["topology"], doc["kind"], doc["nodes"], doc["gpus"]) == ("slurm", "tree", 8, 64)
+    # the inventory found beside SLURM_CONF describes the same tree: the same numbers
+    other = json.loads(beside.stdout)
+    assert other.pop("topology") == f"inventory {lab.etc / 'slurmkit.yaml'}"
+    assert {k: v for k, v in doc.items() if k != "topology"} == other
     # free whole nodes: node2, node4 (leaf1); node6, node7 (leaf2)
     assert (doc["free_nodes"], doc["free_leaves"]) == (4, 0)
     assert (doc["free_gpus"], doc["stranded_gpus"]) == (4 * 8 + 6, 6)
