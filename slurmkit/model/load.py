@@ -47,7 +47,9 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # Hostnames (nodes, controllers, slurmdbd): dot-separated RFC 1123 labels (1-63 letters, digits, hyphens, not
 # starting or ending with a hyphen), which is what slurmd's `hostname -s` and getaddrinfo() can give back.
 _LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-_RANGE_ITEM_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+# re.ASCII throughout: a bare \d also matches other scripts' digits ('١٢'), which Python's int() reads but Slurm's
+# parsers do not (they go straight into a GRES type or a MaxTime otherwise)
+_RANGE_ITEM_RE = re.compile(r"^(\d+)(?:-(\d+))?$", re.ASCII)
 # Slurm's hostlist parser refuses a bracket range of more than MAX_RANGE = 64*1024 hosts ("Too many hosts in
 # range", src/common/hostlist.c, every release 22.05-25.11; 24.11+ spell it MAX_SLURM_NODES, slurm/slurm.h).
 MAX_RANGE = 65536
@@ -59,7 +61,15 @@ _PATH_RE = re.compile(r"^/[A-Za-z0-9_./+@%:,\[\]-]*$")
 # One word of hooks.command: nothing a shell treats specially (the wrapper quotes it too).
 _SAFE_WORD_RE = re.compile(r"^[A-Za-z0-9_./=+:@%,-]+$")
 REPEATABLE_SLURM_KEYS_LOWER = frozenset(k.lower() for k in REPEATABLE_SLURM_KEYS)
-_TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$")
+_TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$", re.ASCII)
+# Words slurm.conf reserves (src/common/read_config.c, 22.05-25.11, compared with xstrcasecmp, so any case):
+# NodeName=DEFAULT and PartitionName=DEFAULT set defaults for the lines after them (no such node or partition
+# exists), and NodeName=ALL is fatal ("'%s' is a reserved word disallowed for use with NodeName").
+_RESERVED_NODE_NAMES = frozenset({"default", "all"})
+_RESERVED_PARTITION_NAMES = frozenset({"default"})
+# slurm.conf(5) ClusterName (22.05-25.11): "must be 40 characters or less" (MySQL/MariaDB table-name limit)
+_MAX_CLUSTER_NAME = 40
+_MAX_PORT = 65535
 
 
 class _Ctx:
@@ -178,6 +188,9 @@ def ranges_problem(text: str, hostnames: bool = True, pattern: re.Pattern[str] |
             return f"{item!r} has characters outside letters, digits, _ . -"
         if hostnames:
             name = "".join(template)
+            if item.lower() in _RESERVED_NODE_NAMES:
+                return (f"{item!r} is a word slurm.conf reserves (NodeName=DEFAULT sets defaults, NodeName=ALL is "
+                        "fatal to slurmctld); rename the host")
             if not all(_LABEL_RE.fullmatch(label) for label in name.split(".")):
                 return (f"{item!r} is not a hostname (RFC 1123: labels of letters, digits and inner hyphens, "
                         "1-63 characters, joined by dots)")
@@ -231,6 +244,21 @@ def _command(ctx: _Ctx, value: Any, path: str) -> str:
     if not words[0].startswith("/"):
         raise ctx.err(path, f"{words[0]!r} must be an absolute path (slurmd runs hooks with a minimal PATH)")
     return shlex.join(words)
+
+
+def _port(ctx: _Ctx, value: Any, path: str) -> int:
+    port = _int(ctx, value, path, 1)
+    if port > _MAX_PORT:
+        raise ctx.err(path, f"{port} is not a TCP port (1-{_MAX_PORT})")
+    return port
+
+
+def _cluster_name(ctx: _Ctx, value: Any) -> str:
+    name = _str(ctx, value, "cluster", re.compile(r"^[a-z0-9_-]+$"))
+    if len(name) > _MAX_CLUSTER_NAME:
+        raise ctx.err("cluster", f"{len(name)} characters; slurm.conf(5) ClusterName must be {_MAX_CLUSTER_NAME} or "
+                                 "less (MySQL/MariaDB table names)")
+    return name
 
 
 def _choice(ctx: _Ctx, value: Any, path: str, choices: tuple[str, ...]) -> str:
@@ -332,7 +360,7 @@ def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
     )
 
 
-_MIG_PROFILE_RE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
+_MIG_PROFILE_RE = re.compile(r"^\d+g\.\d+gb(\+me)?$", re.ASCII)
 
 
 def _mig_instance(ctx: _Ctx, raw: Any, path: str) -> MigInstance:
@@ -454,8 +482,12 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup]) -> 
         extra = _kv_map(ctx, m["extra"], _join(path, "extra"))
     tmax = _str(ctx, m.get("max_time", "UNLIMITED"), _join(path, "max_time"), _TIME_RE)
     tdef = _str(ctx, m["default_time"], _join(path, "default_time"), _TIME_RE) if m.get("default_time") else None
+    pname = _str(ctx, m["name"], _join(path, "name"), _NAME_RE)
+    if pname.lower() in _RESERVED_PARTITION_NAMES:
+        raise ctx.err(_join(path, "name"), f"{pname!r} is reserved: PartitionName=DEFAULT only sets defaults for the "
+                                           "partitions after it, so no partition of that name would exist")
     return Partition(
-        name=_str(ctx, m["name"], _join(path, "name"), _NAME_RE),
+        name=pname,
         groups=tuple(names),
         default=_bool(ctx, m.get("default", False), _join(path, "default")),
         max_time=tmax,
@@ -583,7 +615,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
     controller = Controller(
         hosts=tuple(_hostname(ctx, h, f"controller.hosts[{i}]") for i, h in enumerate(_list(ctx, cm["hosts"], "controller.hosts"))),
-        port=_int(ctx, cm.get("port", 6817), "controller.port", 1),
+        port=_port(ctx, cm.get("port", 6817), "controller.port"),
         state_dir=_path(ctx, cm.get("state_dir", "/var/spool/slurmctld"), "controller.state_dir"),
     )
     if not controller.hosts:
@@ -595,7 +627,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     accounting = None
     if top.get("accounting") is not None:
         am = _mapping(ctx, top["accounting"], "accounting", {"host", "port"}, {"host"})
-        accounting = Accounting(_hostname(ctx, am["host"], "accounting.host"), _int(ctx, am.get("port", 6819), "accounting.port", 1))
+        accounting = Accounting(_hostname(ctx, am["host"], "accounting.host"), _port(ctx, am.get("port", 6819), "accounting.port"))
     glist = _list(ctx, top["node_groups"], "node_groups")
     if not glist:
         raise ctx.err("node_groups", "at least one node group is required")
@@ -666,7 +698,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         )
     version = _version(ctx, top.get("slurm_version", "22.05"), "slurm_version")
     return Cluster(
-        name=_str(ctx, top["cluster"], "cluster", re.compile(r"^[a-z0-9_-]+$")),
+        name=_cluster_name(ctx, top["cluster"]),
         slurm_version=version,
         controller=controller,
         node_groups=tuple(groups.values()),
