@@ -35,6 +35,24 @@ class Overrides:
     cgroup_conf: tuple[tuple[str, str], ...] = ()
     node_params: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     gres_file_prefix: str | None = None
+    source: str | None = None  # the overlay file, named in errors
+
+
+def check_overrides(cluster: Cluster, ov: Overrides, version: str) -> None:
+    """What an overlay names must exist: a ``node_params`` group the inventory lacks would be dropped silently
+    (the NodeAddr or Port it carries never written), and a ``slurm_conf`` key the release lacks is refused like
+    the inventory's own (with a did-you-mean), against the overlay's key path rather than a generated line."""
+    names = [g.name for g in cluster.node_groups]
+    for g in ov.node_params:
+        if g not in names:
+            close = difflib.get_close_matches(g, names, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; node groups: {', '.join(names)}"
+            raise InventoryError(f"node_params.{g}", f"no node group {g!r} in the inventory{hint}", ov.source)
+    for k, _v in ov.slurm_conf:
+        try:
+            _check_known_key(k, version)
+        except InventoryError as exc:
+            raise InventoryError(exc.path, exc.message, ov.source) from None
 
 
 # Keys whose value is a comma list of independent options: a site's value is merged into ours item by item (an
@@ -632,6 +650,7 @@ def generate(
         block_levels(cluster.topology.block_sizes)  # the power-of-two rule holds for every release
     env = environment("conf_templates", templates)
     header = header_line(cluster.source_sha256)
+    check_overrides(cluster, ov, ver)
     settings = _merge(slurm_conf_settings(cluster, ver, conf_dir), ov.slurm_conf)
     nodesets, parts = partition_lines(cluster, settings)
     ctx = {
@@ -700,4 +719,5 @@ def load_overrides(path: str) -> Overrides:
         node_params={str(g): site_pairs(v, f"node_params.{g}", path) for g, v in node_params.items()},
         gres_file_prefix=(site_path(data["gres_file_prefix"], "gres_file_prefix", path)
                           if data.get("gres_file_prefix") else None),
+        source=path,
     )

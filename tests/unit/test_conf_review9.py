@@ -141,3 +141,27 @@ def test_real_parse_ignores_slurmctlds_clock_latency_warning() -> None:
     assert ok.ok is True, ok.message  # type: ignore[attr-defined]
     bad = run([latency, "slurmctld: error: Parse error in file x line 3", primary])
     assert bad.ok is False and bad.errors == ["error: Parse error in file x line 3"], bad  # type: ignore[attr-defined]
+
+
+def test_overlay_node_params_for_an_unknown_group_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A typo in the overlay's group name dropped the NodeAddr it carried without a word (exit 0)."""
+    from slurmkit.generate.slurmconf import load_overrides
+
+    ov = tmp_path / "site.yaml"
+    ov.write_text("node_params:\n  aa: {NodeAddr: 10.0.0.1}\n")
+    with pytest.raises(InventoryError) as ei:
+        generate(load_cluster_dict(inv()), overrides=load_overrides(str(ov)))
+    assert ei.value.path == "node_params.aa" and "did you mean 'a'" in str(ei.value)
+    assert str(ei.value).startswith(f"{ov}: ")
+
+
+def test_overlay_unknown_slurm_conf_key_named_in_the_overlay(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Was reported against the generated slurm.conf's line number, without a did-you-mean."""
+    from slurmkit.generate.slurmconf import load_overrides
+
+    ov = tmp_path / "site.yaml"
+    ov.write_text("slurm_conf:\n  SelectTypeParameter: CR_Core\n")
+    with pytest.raises(InventoryError) as ei:
+        generate(load_cluster_dict(inv()), overrides=load_overrides(str(ov)))
+    assert ei.value.path == "slurm_conf.SelectTypeParameter", str(ei.value)
+    assert "did you mean 'SelectTypeParameters'" in str(ei.value) and str(ei.value).startswith(f"{ov}: ")
