@@ -18,7 +18,7 @@ from slurmkit import hostlist
 from slurmkit.errors import InventoryError, UsageError
 from slurmkit.generate.versions import SlurmFeatures, features_for
 from slurmkit.model import yamlio
-from slurmkit.model.cluster import REPEATABLE_SLURM_KEYS, Cluster, MigInstance, NodeGroup
+from slurmkit.model.cluster import REPEATABLE_SLURM_KEYS, Cluster, MigInstance, NodeGroup, cpus_per_device
 from slurmkit.templates import environment, header_line
 
 
@@ -430,7 +430,7 @@ def per_gpu_defaults(groups: Iterable[NodeGroup]) -> tuple[int, int]:
             cpus.append(g.cpus_per_gpu)
             mems.append(g.mem_per_gpu_mb)
         else:
-            cpus.append(g.usable_cpus // devices)
+            cpus.append(cpus_per_device(g.usable_cpus, g.cpu.threads_per_core, devices))
             mems.append(g.usable_memory_mb // devices)
     if not cpus:
         return 0, 0

@@ -171,6 +171,8 @@ def per_gpu_from_records(nodes) -> tuple[int, int]:  # type: ignore[no-untyped-d
     """(CPUs, MB) per GPU from ``scontrol show node`` records, the smallest over the GPU nodes: CPUTot minus the
     specialised cores (CoreSpecCount x ThreadsPerCore), RealMemory minus MemSpecLimit, divided by the node's GPUs
     (slurm.conf(5) 22.05: CoreSpecCount / MemSpecLimit are reserved for system use, not for jobs)."""
+    from slurmkit.model.cluster import cpus_per_device
+
     cpg: list[int] = []
     mpg: list[int] = []
     for n in nodes:
@@ -178,7 +180,7 @@ def per_gpu_from_records(nodes) -> tuple[int, int]:  # type: ignore[no-untyped-d
             continue
         cpus = n.cpus - n.spec_cores * max(1, n.threads_per_core)
         if cpus > 0:
-            cpg.append(cpus // n.total_gpus)
+            cpg.append(cpus_per_device(cpus, n.threads_per_core, n.total_gpus))  # whole cores (model/cluster.py)
         mem = n.real_memory - n.mem_spec_mb
         if mem > 0:
             mpg.append(mem // n.total_gpus)

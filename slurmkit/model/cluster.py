@@ -115,8 +115,9 @@ class NodeGroup:
 
     @property
     def cpus_per_gpu(self) -> int:
-        """Each GPU's fair share of the usable CPUs (0 for a CPU-only group). One rule for DefCpuPerGPU and gpusub."""
-        return self.usable_cpus // self.gpu_count if self.gpu_count else 0
+        """Each GPU's fair share of the usable CPUs in whole cores (0 for a CPU-only group). One rule for
+        DefCpuPerGPU and gpusub (``cpus_per_device``)."""
+        return cpus_per_device(self.usable_cpus, self.cpu.threads_per_core, self.gpu_count)
 
     @property
     def mem_per_gpu_mb(self) -> int:
@@ -251,3 +252,17 @@ class Cluster:
             if p.default:
                 return p
         return self.partitions[0] if self.partitions else None
+
+
+def cpus_per_device(usable_cpus: int, threads_per_core: int, devices: int) -> int:
+    """CPUs per GPU (or MIG device): the usable cores shared out whole, times the threads of a core.
+
+    select/cons_tres with CR_Core* (what slurmkit writes) allocates whole cores, so a per-GPU count that is not a
+    multiple of ThreadsPerCore is rounded up to the next core for each GPU and the node's GPUs together need
+    more cores than it has: on a 2-thread node with 7 usable cores and 2 GPUs, DefCpuPerGPU=7 (14 CPUs / 2) made
+    `srun -n1 --gpus=2` fail with "Requested node configuration is not available" (lab, Slurm 22.05), and
+    --cpus-per-gpu=6 runs. Fewer cores than devices: the thread share (at least one CPU each is the caller's)."""
+    if devices <= 0:
+        return 0
+    t = max(1, threads_per_core)
+    return usable_cpus // t // devices * t or usable_cpus // devices

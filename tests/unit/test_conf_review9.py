@@ -165,3 +165,56 @@ def test_overlay_unknown_slurm_conf_key_named_in_the_overlay(tmp_path) -> None: 
         generate(load_cluster_dict(inv()), overrides=load_overrides(str(ov)))
     assert ei.value.path == "slurm_conf.SelectTypeParameter", str(ei.value)
     assert "did you mean 'SelectTypeParameters'" in str(ei.value) and str(ei.value).startswith(f"{ov}: ")
+
+
+# DefCpuPerGPU in whole cores. Measured on the lab (Slurm 22.05, select/cons_tres CR_Core_Memory) with node1 set to
+# 2 sockets x 4 cores x 2 threads, CoreSpecCount=1, 2 GPUs: DefCpuPerGPU=7 (the thread share, 14/2) ->
+# `srun -n1 --gpus=2` "Requested node configuration is not available", `-n1 --gpus=1` gets 8 CPUs for 7;
+# --cpus-per-gpu=6 (3 whole cores) runs.
+@pytest.mark.parametrize(
+    ("sockets", "cores", "threads", "reserve", "gpus", "want"),
+    [
+        (2, 4, 2, 1, 2, 6),  # the lab measurement above: 7 cores / 2 GPUs = 3 cores = 6 CPUs, not 7
+        (2, 56, 2, 4, 8, 26),  # DGX H100 preset: 108 cores / 8 = 13 cores = 26 CPUs, not 27
+        (2, 32, 2, 2, 4, 30),  # mixed-pcie a100: 62 cores / 4 = 15 cores = 30, not 31
+        (2, 72, 1, 2, 4, 35),  # GB200 tray, no SMT: the thread share is already whole cores
+        (1, 4, 2, 0, 8, 1),  # fewer cores than GPUs: the thread share (8 CPUs / 8)
+    ],
+)
+def test_cpus_per_gpu_is_whole_cores(sockets: int, cores: int, threads: int, reserve: int, gpus: int,
+                                     want: int) -> None:
+    d = inv()
+    g = d["node_groups"][0]
+    g["cpu"] = {"sockets": sockets, "cores_per_socket": cores, "threads_per_core": threads}
+    g["reserve"] = {"memory_mb": 2000, "cores": reserve}
+    g["gpus"] = {"type": "h100", "count": gpus, "files": f"/dev/nvidia[0-{gpus - 1}]"}
+    c = load_cluster_dict(d)
+    grp = c.node_groups[0]
+    assert grp.cpus_per_gpu == want
+    assert want % threads == 0 or want < threads or sockets * cores - reserve < gpus
+    assert want * gpus <= grp.usable_cpus
+    part = next(x for x in generate(c)["slurm.conf"].splitlines() if x.startswith("PartitionName=p "))
+    assert f"DefCpuPerGPU={want} " in part
+
+
+def test_mig_partition_cpus_per_device_are_whole_cores() -> None:
+    """mixed-pcie's interactive partition: a100-[09-10] is 62 usable cores shared by 8 MIG devices = 7 cores = 14
+    CPUs (was 15, which is 8 cores per device: 64 > 62)."""
+    from pathlib import Path
+
+    from slurmkit.model.load import load_cluster
+
+    c = load_cluster(Path(__file__).resolve().parents[2] / "examples" / "mixed-pcie.yaml")
+    part = next(x for x in generate(c)["slurm.conf"].splitlines() if x.startswith("PartitionName=interactive "))
+    assert "DefCpuPerGPU=14 " in part
+
+
+def test_gpusub_share_from_node_records_is_whole_cores() -> None:
+    """Without an inventory gpusub reads scontrol's node records: the same whole-core rule."""
+    from types import SimpleNamespace
+
+    from slurmkit.jobs.facts import per_gpu_from_records
+
+    dgx = SimpleNamespace(total_gpus=8, cpus=224, spec_cores=4, threads_per_core=2, real_memory=2063521,
+                          mem_spec_mb=32768)
+    assert per_gpu_from_records([dgx])[0] == 26

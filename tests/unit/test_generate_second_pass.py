@@ -356,9 +356,10 @@ def test_per_gpu_defaults_follow_the_node_shape() -> None:
     g = c.node_groups[0]
     f = gen(inv())
     line = next(x for x in f["slurm.conf"].splitlines() if x.startswith("PartitionName=p "))
-    # (16 cores - 2 reserved) x 2 threads / 4 GPUs = 7; (64000 - 2000) / 4 = 15500
-    assert g.cpus_per_gpu == 7 and g.mem_per_gpu_mb == 15500
-    assert "DefCpuPerGPU=7 DefMemPerGPU=15500" in line
+    # (16 cores - 2 reserved) / 4 GPUs = 3 whole cores x 2 threads = 6 (7, the thread share, is 4 cores per GPU
+    # under CR_Core: 16 > 14); (64000 - 2000) / 4 = 15500
+    assert g.cpus_per_gpu == 6 and g.mem_per_gpu_mb == 15500
+    assert "DefCpuPerGPU=6 DefMemPerGPU=15500" in line
 
 
 def test_per_gpu_defaults_per_partition_where_shapes_differ() -> None:
@@ -370,14 +371,14 @@ def test_per_gpu_defaults_per_partition_where_shapes_differ() -> None:
         {"name": "cpu", "groups": ["c"]},
         {"name": "mine", "groups": ["a"], "extra": {"DefMemPerGPU": 1000, "DefCpuPerGPU": 2}}])
     lines = {x.split()[0]: x for x in gen(d)["slurm.conf"].splitlines() if x.startswith("PartitionName=")}
-    assert "DefCpuPerGPU=7 DefMemPerGPU=15500" in lines["PartitionName=big"]
+    assert "DefCpuPerGPU=6 DefMemPerGPU=15500" in lines["PartitionName=big"]
     assert "DefCpuPerGPU=4 DefMemPerGPU=16000" in lines["PartitionName=small"]
     assert "DefCpuPerGPU=4 DefMemPerGPU=15500" in lines["PartitionName=both"]  # the smaller share fits anywhere
     assert "PerGPU" not in lines["PartitionName=cpu"]
     assert "DefCpuPerGPU=2 DefMemPerGPU=1000" in lines["PartitionName=mine"]
     # a site-wide memory default wins: DefMemPer{CPU,GPU,Node} are mutually exclusive (slurm.conf(5))
     lines = gen(inv(slurm_conf={"DefMemPerCPU": 2000}))["slurm.conf"]
-    assert "DefMemPerGPU" not in lines and "DefCpuPerGPU=7" in lines
+    assert "DefMemPerGPU" not in lines and "DefCpuPerGPU=6" in lines
 
 
 # --- 15. MEMLOCK, IMEX ---------------------------------------------------------------------------------------

@@ -77,8 +77,9 @@ def test_share_from_node_records_subtracts_specialised_cores_and_memory() -> Non
             "NodeName=g2 CPUTot=64 ThreadsPerCore=2 RealMemory=256000 Gres=gpu:h100:8 State=IDLE\n"
             "NodeName=c1 CPUTot=8 RealMemory=1000 State=IDLE\n")
     nodes = [node_from_scontrol(r) for r in parse_scontrol_records(text)]
-    # g1: (64 - 2*2) / 8 = 7 CPUs, (512000 - 16000) / 8 = 62000 MB; g2: 8 CPUs, 32000 MB; the smaller share wins
-    assert per_gpu_from_records(nodes) == (7, 32000)
+    # g1: (32 - 2) cores / 8 = 3 whole cores = 6 CPUs (7, the thread share, is 4 cores each under CR_Core: 32 > 30),
+    # (512000 - 16000) / 8 = 62000 MB; g2: 8 CPUs, 32000 MB; the smaller share wins
+    assert per_gpu_from_records(nodes) == (6, 32000)
     assert per_gpu_from_records([NodeInfo(name="c", state="idle", cpus=8)]) == (0, 0)
 
 

@@ -108,10 +108,11 @@ def test_yes_is_not_a_boolean_and_env_needs_a_value():
 
 
 def test_per_gpu_share_follows_reserve_and_threads():
-    """DGX H100 preset: 2 x 56 cores x 2 threads, 4 cores reserved, 8 GPUs -> (112-4)*2/8 = 27 CPUs per GPU."""
+    """DGX H100 preset: 2 x 56 cores x 2 threads, 4 cores reserved, 8 GPUs -> 108 cores / 8 = 13 whole cores
+    = 26 CPUs per GPU (27, the thread share, rounds up to 14 cores per GPU under CR_Core: 8 GPUs no longer fit)."""
     g = load_cluster(ROOT / "examples" / "dgx-h100-superpod-su.yaml").node_groups[0]
     assert g.usable_cpus == (g.cpu.cores - g.reserve.cores) * g.cpu.threads_per_core
-    assert g.cpus_per_gpu == g.usable_cpus // 8 == 27
+    assert g.cpus_per_gpu == (g.cpu.cores - g.reserve.cores) // 8 * g.cpu.threads_per_core == 26
     assert g.mem_per_gpu_mb == (g.memory_mb - g.reserve.memory_mb) // 8
     cpu_only = load_cluster(ROOT / "examples" / "compose.yaml").node_groups[0]
     assert cpu_only.gpu_count == 0 and cpu_only.cpus_per_gpu == 0 and cpu_only.mem_per_gpu_mb == 0
