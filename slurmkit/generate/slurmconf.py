@@ -205,6 +205,10 @@ def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
         if g.gpus:
             _check_autodetect(cluster, g, v)
     _check_blocks(cluster, feats)
+    for i, sw in enumerate(cluster.topology.switches):
+        if feats.max_switch_name and len(sw.name) > feats.max_switch_name:
+            raise InventoryError(f"topology.switches[{i}].name", f"{len(sw.name)} characters; Slurm {v} refuses a switch "
+                                 f"name longer than {feats.max_switch_name} (fatal to the topology/tree parse)")
 
 
 def _check_known_key(key: str, v: str) -> None:

@@ -44,6 +44,11 @@ class SlurmFeatures:
     # fatal through slurm-23-02-5-1 (removed in slurm-23-02-6-1); the release key cannot tell 23.02.5 from
     # 23.02.6, so a config without partitions is allowed from 23.11
     no_partitions_ok: bool = True
+    # topology/tree switch_record.c _parse_switches() (slurm-24-11-0-1 on; not in 24.05.8): "SwitchName (%s) must be
+    # shorter than %d chars" (HOST_NAME_MAX, 64 on Linux) fails the topology.conf parse, which is fatal
+    # ("something wrong with opening/reading"); topology.conf(5)/topology.yaml(5) 24.11+: "cannot be longer than
+    # 64 characters". 0 = no limit.
+    max_switch_name: int = 0
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -83,4 +88,5 @@ def features_for(version: str) -> SlurmFeatures:
         block_size_rule="equal" if v < (24, 5) else "at_least_base" if v < (25, 5) else "none",
         switch_nvidia_imex=v >= (24, 5),
         no_partitions_ok=v >= (23, 11),
+        max_switch_name=64 if v >= (24, 11) else 0,
     )

@@ -218,3 +218,20 @@ def test_gpusub_share_from_node_records_is_whole_cores() -> None:
     dgx = SimpleNamespace(total_gpus=8, cpus=224, spec_cores=4, threads_per_core=2, real_memory=2063521,
                           mem_spec_mb=32768)
     assert per_gpu_from_records([dgx])[0] == 26
+
+
+def test_switch_names_longer_than_64_fatal_from_2411_only() -> None:
+    """topology/tree switch_record.c (24.11+) refuses SwitchName > HOST_NAME_MAX (64): the topology parse fails,
+    fatal to slurmctld. 24.05 has no such check, and 22.05's real parse accepts a 70-character name."""
+    d = inv()
+    long = "s" * 65
+    d["topology"] = {"switches": [{"name": long, "nodes": "n[1-4]"}, {"name": "top", "switches": long}]}
+    c = load_cluster_dict(d)
+    for v in ("24.11", "25.05", "25.11"):
+        with pytest.raises(InventoryError) as ei:
+            generate(c, version=v)
+        assert ei.value.path == "topology.switches[0].name" and "64" in str(ei.value), str(ei.value)
+    for v in ("22.05", "24.05"):
+        assert "SwitchName=" + long in generate(c, version=v)["topology.conf"]
+    d["topology"]["switches"][0]["name"] = d["topology"]["switches"][1]["switches"] = "s" * 64
+    assert "s" * 64 in generate(load_cluster_dict(d), version="24.11")["topology.conf"]
