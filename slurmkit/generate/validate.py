@@ -496,9 +496,9 @@ def _split_outside_brackets(text: str) -> list[str]:
 # - UTS: the hostname is the first controller's name, so slurmctld finds itself as the primary the way it does
 #   on the site (22.05 controller.c: a host that matches no SlurmctldHost is fatal "not a valid controller");
 # - mount: a private /etc/hosts bind-mounted over the real one resolves every controller and node name (and
-#   name-valued NodeAddr/NodeHostname/SlurmctldAddr) to 127.0.0.1; slurmctld resolves every node's address at
+#   name-valued NodeAddr/NodeHostname/SlurmctldAddr) to 127.0.0.1, backup controllers to BACKUP_NET; slurmctld resolves every node's address at
 #   start (read_config.c _validate_slurmd_addr) and would otherwise mark unresolvable nodes FUTURE with an error;
-# - network: only a (down) loopback, so the copy can neither reach the site's daemons (it pings nodes 3 s after
+# - network: only loopback, so the copy can neither reach the site's daemons (it pings nodes 3 s after
 #   start and asks backup controllers to relinquish control) nor clash with a port used on this host.
 
 
@@ -512,9 +512,6 @@ NOISE = (
     # a fresh StateSaveLocation (the copy always has one) has no state files yet
     re.compile(r"Could not open \w+ state file .*No such file"),
     re.compile(r"NOTE: Trying backup state save file"),
-    # with HA controllers the primary asks each backup to give up control (22.05-25.05 controller.c
-    # _shutdown_bu_thread); in the copy no backup runs and the network is private
-    re.compile(r"_shutdown_bu_thread"),
     # a busy or virtualised host: slurmctld times 1000 gettimeofday() calls at start and logs an error above
     # 200 us (controller.c main(), 22.05-25.11); it says nothing about the config
     # and made the preset real-parse tests fail on a loaded build host
@@ -525,6 +522,20 @@ NOISE = (
 # SlurmDBD, ignoring", 22.05-25.05 priority_multifactor.c init) and are expected, not findings. Without slurmdbd
 # on the site they are real findings: Slurm ignores the setting there too.
 NEEDS_DBD = re.compile(r"can only be used with SlurmDBD")
+# Lines the copy itself causes: expected, not findings. With HA controllers the primary asks each backup to give
+# up control (22.05-25.05 controller.c _shutdown_bu_thread); in the copy no backup runs, and its address fails
+# at once (see BACKUP_NET).
+COPY_CAUSED = (re.compile(r"_shutdown_bu_thread"),)
+# Where the copy's /etc/hosts puts the backup controllers: TEST-NET-1 (RFC 5737, never routed). The private
+# network namespace has only loopback, so connect() to it fails at once with "Network is unreachable"
+# (the script checks that no route exists before starting slurmctld) and no packet can leave the namespace.
+# Loopback would not do: 24.11 slurmctld opens its RPC ports before it asks the backups to relinquish control
+# (slurm-24-11-5-1 src/slurmctld/controller.c main(): _open_ports() before the primary/backup loop that calls
+# _shutdown_backup_controller()), so a backup named 127.0.0.1 is the copy itself, which accepts the connection
+# and never answers while it starts; _shutdown_bu_thread then waits CONTROL_TIMEOUT (30 s, slurmctld.h) and the
+# parse ran past its 15 s deadline. 22.05 opens its ports later (in _slurmctld_rpc_mgr), so there loopback was
+# refused at once.
+BACKUP_NET = "192.0.2."
 PRIMARY = "Running as primary controller"
 SETTLE = 1.5  # seconds to keep reading after PRIMARY: plugins (priority, sched) log their errors right after it
 
@@ -592,6 +603,12 @@ class Copy:
     names: list[str]
     notes: list[str]
     dbd: bool  # the site's AccountingStorageType is slurmdbd
+    backups: list[str] = field(default_factory=list)  # controller names after the primary
+
+    def hosts(self) -> str:
+        """The copy's /etc/hosts: every name on loopback, backup controllers on unreachable addresses."""
+        backups = {n: f"{BACKUP_NET}{i + 1}" for i, n in enumerate(dict.fromkeys(self.backups))}
+        return "127.0.0.1 localhost\n" + "".join(f"{backups.get(n, '127.0.0.1')} {n}\n" for n in self.names)
 
 
 def rewrite_for_copy(slurm_conf: str, tmp: Path) -> Copy:
@@ -616,6 +633,7 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path) -> Copy:
     names: dict[str, None] = {}  # ordered set
     controllers: list[str] = []
     control_machine = ""
+    backup_controller: list[str] = []
     dbd = False
 
     def add_names(spec: str, where: str) -> None:
@@ -657,6 +675,8 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path) -> Copy:
             elif lk in ("controlmachine", "backupcontroller", "controladdr", "backupaddr", "slurmctldaddr"):
                 if lk == "controlmachine":
                     control_machine = v
+                if lk == "backupcontroller":
+                    backup_controller.append(v)
                 add_names(v, f"slurm.conf {k}")
             if lk == "accountingstoragetype":
                 dbd = v.lower().endswith("/slurmdbd")
@@ -678,8 +698,10 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path) -> Copy:
             out.append(f"{lk}={v}")
     (tmp / "state").mkdir(exist_ok=True)
     (tmp / "spool").mkdir(exist_ok=True)
-    primary = controllers[0] if controllers else control_machine.split(",")[0]
-    return Copy("\n".join(out) + "\n", primary, list(names), notes, dbd)
+    if not controllers:  # ControlMachine=a,b / BackupController=c (the pre-SlurmctldHost spelling)
+        controllers = [c for c in control_machine.split(",") if c] + backup_controller
+    primary = controllers[0] if controllers else ""
+    return Copy("\n".join(out) + "\n", primary, list(names), notes, dbd, controllers[1:])
 
 
 @dataclass
@@ -722,7 +744,7 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
             return RealParse(False, "slurm.conf names no controller (SlurmctldHost)", ["SlurmctldHost is missing"])
         (etc / "slurm.conf").write_text(copy.text)
         hosts = etc / "hosts.slurmkit"
-        hosts.write_text("127.0.0.1 localhost\n" + "".join(f"127.0.0.1 {n}\n" for n in copy.names))
+        hosts.write_text(copy.hosts())
         # fixed script text; every value goes through shlex.quote
         script = "; ".join([
             "set -e",
@@ -732,18 +754,21 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
             # address (glibc check_pf ignores it): a second loopback address makes the names resolve
             f"{shlex.quote(ip)} link set lo up",
             f"{shlex.quote(ip)} addr add 127.0.0.2/8 dev lo",
+            # the backup controllers' addresses must be unreachable here, never sent to (see BACKUP_NET)
+            f"if {shlex.quote(ip)} route get {BACKUP_NET}1 >/dev/null 2>&1; then "
+            f"echo 'fatal: the private network namespace has a route to {BACKUP_NET}1'; exit 1; fi",
             f"exec {shlex.quote(path)} -D -c -i -f {shlex.quote(str(etc / 'slurm.conf'))}",
         ])
         res = _run_until_primary([*ns, "sh", "-c", script], timeout, settle)
     if copy.dbd:
-        res.expected = [e for e in res.errors if NEEDS_DBD.search(e)]
+        res.expected += [e for e in res.errors if NEEDS_DBD.search(e)]
         res.errors = [e for e in res.errors if not NEEDS_DBD.search(e)]
         if res.ok is False and not res.errors and res.message.startswith("slurmctld logged"):
             res.ok = True
             res.message = f"slurmctld accepted the config (primary after {res.seconds * 1000:.0f} ms, no error lines)"
     res.message += f" as {copy.primary}"
     if res.expected:
-        res.message += f"; expected without slurmdbd in the copy: {'; '.join(res.expected)}"
+        res.message += f"; expected in the copy (no slurmdbd, no backup controller): {'; '.join(res.expected)}"
     res.message += "".join(f"; {n}" for n in copy.notes)
     return res
 
@@ -755,6 +780,7 @@ def _run_until_primary(argv: list[str], timeout: float, settle: float = SETTLE) 
     its errors right after that line)."""
     t0 = time.monotonic()
     errors: list[str] = []
+    expected: list[str] = []
     tail: list[str] = []
     reached = timed_out = False
     t_primary = 0.0
@@ -785,7 +811,10 @@ def _run_until_primary(argv: list[str], timeout: float, settle: float = SETTLE) 
                 line = raw.decode(errors="replace").rstrip()
                 tail = (tail + [line])[-5:]
                 if re.search(r"\b(error|fatal):", line) and not any(n.search(line) for n in NOISE):
-                    errors.append(line.removeprefix("slurmctld: "))
+                    if any(n.search(line) for n in COPY_CAUSED):
+                        expected.append(line.removeprefix("slurmctld: "))
+                    else:
+                        errors.append(line.removeprefix("slurmctld: "))
                 if PRIMARY in line and not reached:
                     reached = True
                     t_primary = time.monotonic() - t0
@@ -804,10 +833,12 @@ def _run_until_primary(argv: list[str], timeout: float, settle: float = SETTLE) 
     if not reached:
         why = f"did not get there in {timeout:g}s" if timed_out else f"exited (rc={proc.returncode})"
         last = errors[-1] if errors else (tail[-1] if tail else "no output")
-        return RealParse(False, f"slurmctld {why} before running as primary controller: {last}", errors or [last], secs)
+        return RealParse(False, f"slurmctld {why} before running as primary controller: {last}", errors or [last], secs,
+                         expected)
     if errors:
-        return RealParse(False, f"slurmctld logged {len(errors)} error line(s): {errors[0]}", errors, secs)
-    return RealParse(True, f"slurmctld accepted the config (primary after {secs * 1000:.0f} ms, no error lines)", [], secs)
+        return RealParse(False, f"slurmctld logged {len(errors)} error line(s): {errors[0]}", errors, secs, expected)
+    return RealParse(True, f"slurmctld accepted the config (primary after {secs * 1000:.0f} ms, no error lines)", [], secs,
+                     expected)
 
 
 def validate(files: Mapping[str, str], version: str | None = None, real: bool = True) -> Report:

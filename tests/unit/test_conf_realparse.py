@@ -84,6 +84,14 @@ def test_copy_keeps_controller_and_node_lines(ha_files: dict[str, str], tmp_path
     assert {"head01", "head02", "dgx001", "dgx032"} <= set(copy.names)
 
 
+def test_copy_puts_backup_controllers_on_an_unreachable_address(ha_files: dict[str, str], tmp_path: Path) -> None:
+    copy = rewrite_for_copy(ha_files["slurm.conf"], tmp_path)
+    hosts = dict(reversed(ln.split()) for ln in copy.hosts().splitlines())
+    assert copy.backups == ["head02"]
+    assert hosts["head01"] == "127.0.0.1" and hosts["dgx001"] == "127.0.0.1"
+    assert hosts["head02"] == "192.0.2.1"  # TEST-NET-1: no route in the private network namespace
+
+
 def test_duplicate_controllers_are_refused_by_the_real_parse(ha_files: dict[str, str]) -> None:
     # what issue 9 item 1 produced: the old check rewrote SlurmctldHost to this host and passed it
     files = dict(ha_files, **{"slurm.conf": ha_files["slurm.conf"].replace("SlurmctldHost=head01", "SlurmctldHost=head02")})
@@ -95,6 +103,9 @@ def test_two_controllers_parse_as_the_primary(ha_files: dict[str, str]) -> None:
     rp = real_parse(ha_files, "22.05")
     assert rp.ok is True, rp
     assert " as head01" in rp.message
+    # the backup is asked to relinquish control at an address that fails at once in the private namespace
+    # (loopback made 24.11 wait 30 s on the copy itself, see validate.BACKUP_NET)
+    assert any("_shutdown_bu_thread" in e and "head02" in e and "Network is unreachable" in e for e in rp.expected), rp
     # the site uses slurmdbd, the copy has none: the priority plugin's complaints are expected, not findings
     assert any("PriorityWeightAge can only be used with SlurmDBD" in e for e in rp.expected)
 
