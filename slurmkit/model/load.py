@@ -624,6 +624,12 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         if h in controller.hosts[:i]:
             # read_config.c: "Duplicate SlurmctldHost records" is fatal to every daemon (22.05-25.11)
             raise ctx.err(f"controller.hosts[{i}]", f"{h!r} is listed twice (Slurm: Duplicate SlurmctldHost records)")
+    if len(controller.hosts) > 1 and cm.get("state_dir") is None:
+        # slurm.conf(5) StateSaveLocation (22.05 and 24.11): "If you have a secondary SlurmctldHost configured,
+        # this location should be readable and writable by both systems": a local default (/var/spool/slurmctld)
+        # makes the backup take over with none of the primary's job state
+        raise ctx.err("controller.state_dir", "required with more than one controller host: StateSaveLocation must "
+                                              "be a directory both controllers share (e.g. on NFS), slurm.conf(5)")
     accounting = None
     if top.get("accounting") is not None:
         am = _mapping(ctx, top["accounting"], "accounting", {"host", "port"}, {"host"})

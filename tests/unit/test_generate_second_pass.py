@@ -38,6 +38,9 @@ BASE = {
 }
 
 
+HA = {"hosts": ["head01", "head02"], "state_dir": "/shared/slurm/statesave"}
+
+
 def inv(**changes: object) -> dict:
     d = copy.deepcopy(BASE)
     d.update(changes)
@@ -65,14 +68,14 @@ def controllers(text: str) -> list[str]:
 
 
 def test_two_controllers_stay_two_lines_in_order() -> None:
-    f = gen(inv(controller={"hosts": ["head01", "head02"]}))
+    f = gen(inv(controller=HA))
     assert controllers(f["slurm.conf"]) == ["head01", "head02"]
     assert parse_slurm_conf(f["slurm.conf"]).controllers == ["head01", "head02"]
     assert static_check(f).errors == []
 
 
 def test_repeated_keys_survive_every_merge() -> None:
-    d = inv(controller={"hosts": ["head01", "head02"]},
+    d = inv(controller=HA,
             slurm_conf={"SchedulerParameters": "bf_continue", "SlurmctldPort": "7000"})
     # an overlay that touches other keys keeps both controller lines
     f = gen(d, overrides=Overrides(slurm_conf=(("SlurmdPort", "7001"),)))
@@ -84,7 +87,7 @@ def test_repeated_keys_survive_every_merge() -> None:
     lines = f["slurm.conf"].splitlines()
     assert lines.index("SlurmctldHost=ctl-b") == lines.index("ClusterName=t") + 1
     # an overlay with one controller (the lab) replaces both
-    f = gen(inv(controller={"hosts": ["head01", "head02"]}), overrides=Overrides(slurm_conf=(("SlurmctldHost", "me"),)))
+    f = gen(inv(controller=HA), overrides=Overrides(slurm_conf=(("SlurmctldHost", "me"),)))
     assert controllers(f["slurm.conf"]) == ["me"]
 
 
@@ -97,9 +100,23 @@ def test_ha_presets_render_both_controllers() -> None:
         assert static_check(f).errors == []
 
 
+def test_two_controllers_need_a_shared_state_dir() -> None:
+    # the default /var/spool/slurmctld is local to each controller: the backup would take over without the state
+    refused(inv(controller={"hosts": ["head01", "head02"]}), "controller.state_dir", "both controllers share")
+    f = gen(inv(controller=HA))
+    assert "StateSaveLocation=/shared/slurm/statesave" in f["slurm.conf"].splitlines()
+    # one controller keeps the default
+    assert "StateSaveLocation=/var/spool/slurmctld" in gen(inv())["slurm.conf"].splitlines()
+    for preset in ("dgx-h100-superpod-su", "fat-tree-4096"):
+        from slurmkit.model import load_cluster
+
+        f = generate(load_cluster(ROOT / "examples" / f"{preset}.yaml"))
+        assert "StateSaveLocation=/shared/slurm/statesave" in f["slurm.conf"].splitlines()
+
+
 def test_duplicate_controllers_refused_and_caught_in_files() -> None:
     refused(inv(controller={"hosts": ["head01", "head01"]}), "controller.hosts[1]", "Duplicate SlurmctldHost")
-    f = gen(inv(controller={"hosts": ["head01", "head02"]}))
+    f = gen(inv(controller=HA))
     bad = {**f, "slurm.conf": f["slurm.conf"].replace("SlurmctldHost=head02", "SlurmctldHost=head01")}
     assert any("Duplicate SlurmctldHost records" in e for e in static_check(bad).errors)
 
