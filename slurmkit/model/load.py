@@ -459,6 +459,13 @@ def _group(ctx: _Ctx, raw: Any, path: str) -> NodeGroup:
     )
 
 
+# PartitionName keys that slurmkit writes from a partition's own inventory keys: not settable through ``extra``
+_PARTITION_OWNED = {
+    "partitionname": "name", "nodes": "groups", "default": "default", "maxtime": "max_time",
+    "defaulttime": "default_time", "prioritytier": "priority_tier", "qos": "qos",
+}
+
+
 def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup]) -> Partition:
     m = _mapping(
         ctx, raw, path,
@@ -480,6 +487,12 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup]) -> 
     extra: tuple[tuple[str, str], ...] = ()
     if m.get("extra") is not None:
         extra = _kv_map(ctx, m["extra"], _join(path, "extra"))
+        for k, _ in extra:
+            if k.lower() in _PARTITION_OWNED:
+                # PartitionName= in extra renamed the partition (and Nodes= dropped the NodeSet) with exit 0;
+                # these come from the partition's own keys (generate/slurmconf.py partition_lines)
+                raise ctx.err(_join(_join(path, "extra"), k), f"{k} is written by slurmkit: set "
+                                                               f"{_join(path, _PARTITION_OWNED[k.lower()])} instead")
     tmax = _str(ctx, m.get("max_time", "UNLIMITED"), _join(path, "max_time"), _TIME_RE)
     tdef = _str(ctx, m["default_time"], _join(path, "default_time"), _TIME_RE) if m.get("default_time") else None
     pname = _str(ctx, m["name"], _join(path, "name"), _NAME_RE)

@@ -562,3 +562,27 @@ def test_switch_names_are_names_not_hostnames() -> None:
     d["topology"]["switches"][2]["switches"] = "leaf_[1-2] #"
     with pytest.raises(InventoryError, match=r"topology\.switches\[2\]\.switches"):
         load_cluster_dict(d)
+
+
+# --- review of issue 9: keys slurmkit owns on a partition line ------------------------------------------------
+
+
+@pytest.mark.parametrize("key,own", [("PartitionName", "name"), ("Nodes", "groups"), ("default", "default"),
+                                     ("MaxTime", "max_time"), ("QOS", "qos"), ("PriorityTier", "priority_tier")])
+def test_partition_extra_cannot_set_what_slurmkit_writes(key: str, own: str) -> None:
+    parts = [{"name": "p", "groups": ["a"], "default": True, "extra": {key: "other"}}]
+    refused(inv(partitions=parts), f"partitions[0].extra.{key}", f"set partitions[0].{own} instead")
+
+
+def test_partition_extra_renaming_is_exit_2_nothing_written(tmp_path: Path) -> None:
+    import yaml
+
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(inv(partitions=[{"name": "p", "groups": ["a"], "extra": {"PartitionName": "other"}}])))
+    r = slurmkit("conf", "generate", str(p), "-o", str(tmp_path / "out"), "--no-real-parse")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "partitions[0].extra.PartitionName" in r.stderr and not (tmp_path / "out").exists()
+    # keys slurmkit does not write stay the site's, and per-GPU defaults stay overridable
+    f = gen(inv(partitions=[{"name": "p", "groups": ["a"], "extra": {"OverSubscribe": "NO", "DefCpuPerGPU": "2"}}]))
+    line = next(ln for ln in f["slurm.conf"].splitlines() if ln.startswith("PartitionName=p "))
+    assert "OverSubscribe=NO" in line and "DefCpuPerGPU=2" in line
