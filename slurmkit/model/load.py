@@ -46,6 +46,7 @@ from slurmkit.model.cluster import (
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # Hostnames (nodes, controllers, slurmdbd): dot-separated RFC 1123 labels (1-63 letters, digits, hyphens, not
 # starting or ending with a hyphen), which is what slurmd's `hostname -s` and getaddrinfo() can give back.
+_IPV4_RE = re.compile(r"\d+(\.\d+){3}")
 _LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 # re.ASCII throughout: a bare \d also matches other scripts' digits ('١٢'), which Python's int() reads but Slurm's
 # parsers do not (they go straight into a GRES type or a MaxTime otherwise)
@@ -633,6 +634,14 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     )
     if not controller.hosts:
         raise ctx.err("controller.hosts", "at least one controller host is required")
+    for i, h in enumerate(controller.hosts):
+        if _IPV4_RE.fullmatch(h):
+            # slurm.conf(5) SlurmctldHost (22.05-25.11): "the name returned by the command hostname -s"; slurmctld
+            # finds its own entry by comparing its short and long hostname with each name (controller.c
+            # _controller_index, 22.05 and 24.11), so an address matches no host: "not a valid controller", exit.
+            # (slurm.conf's name(address) form is not an inventory form; accounting.host may stay an address)
+            raise ctx.err(f"controller.hosts[{i}]", f"{h!r} is an address: SlurmctldHost takes the controller's "
+                                                    "hostname (what `hostname -s` prints on it), slurm.conf(5)")
     for i, h in enumerate(controller.hosts):
         if h in controller.hosts[:i]:
             # read_config.c: "Duplicate SlurmctldHost records" is fatal to every daemon (22.05-25.11)

@@ -586,3 +586,18 @@ def test_partition_extra_renaming_is_exit_2_nothing_written(tmp_path: Path) -> N
     f = gen(inv(partitions=[{"name": "p", "groups": ["a"], "extra": {"OverSubscribe": "NO", "DefCpuPerGPU": "2"}}]))
     line = next(ln for ln in f["slurm.conf"].splitlines() if ln.startswith("PartitionName=p "))
     assert "OverSubscribe=NO" in line and "DefCpuPerGPU=2" in line
+
+
+def test_controller_given_as_an_address_is_refused(tmp_path: Path) -> None:
+    refused(inv(controller={"hosts": ["10.0.0.1"]}), "controller.hosts[0]", "hostname -s")
+    refused(inv(controller={"hosts": ["head01", "10.0.0.2"], "state_dir": "/shared/s"}), "controller.hosts[1]",
+            "is an address")
+    # accounting.host may stay an address (AccountingStorageHost takes a name or an address)
+    assert "AccountingStorageHost=10.0.0.9" in gen(inv(accounting={"host": "10.0.0.9"}))["slurm.conf"].splitlines()
+    import yaml
+
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(inv(controller={"hosts": ["10.0.0.1", "10.0.0.2"], "state_dir": "/shared/s"})))
+    r = slurmkit("conf", "generate", str(p), "-o", str(tmp_path / "out"), "--no-real-parse")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "controller.hosts[0]" in r.stderr and not (tmp_path / "out").exists()
