@@ -19,9 +19,9 @@ SUBCOMMANDS = ("status", "logs", "cancel")
 CONTRACT = """\b
 Preemption / time-limit contract for the training script:
   * SIGUSR2 reaches every training process --signal-grace seconds before the
-    time limit (or on `scancel --signal=USR2 --batch JOB`), and the file
-    $GPUSUB_PREEMPT_FILE appears. Save a checkpoint (e.g. in
-    $GPUSUB_CHECKPOINT_DIR) and exit.
+    time limit (or on `scancel --signal=USR2 --batch JOB`), once per process,
+    and the file $GPUSUB_PREEMPT_FILE appears 2 s later. Save a checkpoint
+    (e.g. in $GPUSUB_CHECKPOINT_DIR) and exit.
   * The batch shell then runs `scontrol requeue`, at most --max-restarts times.
   * On restart $GPUSUB_RESTART_COUNT (= SLURM_RESTART_COUNT) > 0: resume.
 Logs: <run dir>/logs/<job>.r<restart>.log. Defaults come from the site inventory

@@ -21,8 +21,6 @@ from slurmkit.backend.cli import CLIBackend
 from slurmkit.jobs import JobSpec, follow, submit_job
 from slurmkit.jobs.monitor import statuses
 from slurmkit.lab import Lab
-from slurmkit.release import release_key
-from tests.conftest import release_under_test
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,12 +147,6 @@ def test_torchrun_ddp_4_nodes_x_2_processes(env: dict[str, str], backend: CLIBac
         assert "mem=31000M" in rec["ReqTRES"], rec  # 4 nodes x 7750M
 
 
-@pytest.mark.xfail(
-    release_key(release_under_test()) >= (24, 11), strict=False,
-    reason="intermittent on 24.11, found by the 24.11 pass (issue 12): the worker sometimes gets SIGUSR2 again "
-           "after it checkpointed ('checkpointed at step N signal=False', then torchrun reports exitcode -12, "
-           "SIGUSR2), so the step exits 1 (1 run in 3 here); gpusub's signal chain needs a fix for 24.11",
-)
 def test_usr2_checkpoint_requeue_resume(env: dict[str, str], backend: CLIBackend, tmp_path: Path) -> None:
     script = tmp_path / "ckpt.py"
     script.write_text(CKPT)

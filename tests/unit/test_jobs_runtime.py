@@ -618,6 +618,9 @@ def test_checkpoint_then_requeue_or_a_clean_stop_with_the_reason(tmp_path: Path,
     reason = (run_dir / "attempts" / f"55.r{restart}.reason").read_text()
     calls = (tmp_path / "scontrol.log").read_text()
     assert "worker: checkpointed" in log and "Traceback" not in log
+    assert (run_dir / "preempt" / f"55.r{restart}").exists()  # the file, after the signal
+    forward = job.request.script[job.request.script.index("_gpusub_forward() {"):]
+    assert forward.index('kill -s "$1" "$_gpusub_step"') < forward.index('( sleep 2; : >>"$GPUSUB_PREEMPT_FILE" ) &')
     if requeued:
         assert "requeueing (restart 1 of at most 2)" in log and "requeued" in reason
         # the pin chosen at submit is cleared once the job is pending again
