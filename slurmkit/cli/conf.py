@@ -115,6 +115,7 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
     from slurmkit.generate.validate import validate as run_validate
 
     if Path(path).is_dir():
+        _warn_pending(path)  # the findings below may only be the half-swapped set
         files = read_dir(path)
         files.pop("slurmkit.yaml", None)
         if "slurm.conf" not in files:
@@ -145,13 +146,20 @@ def _stale(directory: str, files: dict[str, str]) -> list[str]:
     return ours
 
 
-def _diff(inventory: str, directory: str, version: str | None, templates: str | None, overrides: str | None):  # type: ignore[no-untyped-def]
-    from slurmkit.generate.rollout import pending, read_dir, semantic_diff
+def _warn_pending(directory: str) -> None:
+    """One line when an interrupted write (an apply killed mid-swap) left DIR with a mix of old and new files."""
+    from slurmkit.generate.rollout import pending
 
     state = pending(directory)
     if state:
         click.echo(f"warning: an interrupted write is pending in {directory} ({state}); the next "
                    "`slurmkit conf apply` finishes it before anything else", err=True)
+
+
+def _diff(inventory: str, directory: str, version: str | None, templates: str | None, overrides: str | None):  # type: ignore[no-untyped-def]
+    from slurmkit.generate.rollout import read_dir, semantic_diff
+
+    _warn_pending(directory)
     cluster, files, ver = _render(inventory, version, str(Path(directory).resolve()), templates, overrides)
     current = read_dir(directory)
     stale = _stale(directory, files)

@@ -202,6 +202,12 @@ def test_apply_killed_mid_swap_is_finished_by_the_next_apply(tmp_path: Path) -> 
     assert "h200" in (out / "slurm.conf").read_text() and "h200" not in (out / "gres.conf").read_text()  # mid-swap
     res = sk("conf", "diff", str(new), "--against", str(out))
     assert "an interrupted write is pending" in res.stderr
+    # validate says it too, once and before the findings about the mixed files
+    res = sk("conf", "validate", str(out), "--no-real-parse")
+    lines = res.stderr.splitlines()
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert sum("an interrupted write is pending" in ln for ln in lines) == 1, res.stderr
+    assert "an interrupted write is pending" in lines[0] and any(ln.startswith("error: ") for ln in lines[1:]), res.stderr
     res = sk(*argv)
     assert res.returncode == 0, res.stderr
     assert "finished an interrupted write (the new files are in place)" in res.stdout
