@@ -71,6 +71,11 @@ class CLIBackend:
             raise SlurmCommandError(res.argv, res.rc, res.stderr)
         return parse.parse_topology(res.stdout)
 
+    def blocks(self) -> list[parse.BlockRecord]:
+        """topology/block's blocks (empty with any other plugin, and on releases before 23.11)."""
+        res = self._run(["scontrol", "show", "topology"], check=False)
+        return parse.parse_blocks(res.stdout) if res.rc == 0 else []
+
     def partitions(self) -> list[dict[str, str]]:
         out = self._run(["scontrol", "-o", "show", "partition"]).stdout
         return [r for r in parse.parse_scontrol_records(out) if "PartitionName" in r]

@@ -383,6 +383,38 @@ class SwitchRecord:
     switches: list[str]
 
 
+@dataclass(frozen=True)
+class BlockRecord:
+    """One ``scontrol show topology`` line of topology/block (23.11+): a base block, or an aggregate of blocks."""
+
+    name: str
+    index: int
+    nodes: list[str]
+    size: int
+    aggregated: bool = False
+
+
+def parse_blocks(text: str) -> list[BlockRecord]:
+    """topology/block's ``scontrol show topology``: ``BlockName=b1 BlockIndex=0 Nodes=node[1-4] BlockSize=4`` per
+    base block and ``AggregatedBlock=b[1-2] BlockIndex=... Nodes=... BlockSize=8`` per higher BlockSizes level
+    (src/plugins/topology/block/topology_block.c of slurm-24-11-5-1, topology_p_topology_print). Recorded:
+    tests/data/slurm/24.11/scontrol_show_topology_block.txt."""
+    out = []
+    for rec in parse_scontrol_records(text):
+        name = rec.get("BlockName") or rec.get("AggregatedBlock")
+        if not name:
+            continue
+        nodes = rec.get("Nodes")
+        out.append(
+            BlockRecord(
+                name=name, index=_int(rec.get("BlockIndex")),
+                nodes=hostlist.expand(nodes) if nodes not in (None, "", "(null)") else [],
+                size=_int(rec.get("BlockSize")), aggregated="AggregatedBlock" in rec,
+            )
+        )
+    return out
+
+
 def parse_topology(text: str) -> list[SwitchRecord]:
     """``scontrol show topology``: ``SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=node[1-4]`` per line."""
     if "No topology information" in text:

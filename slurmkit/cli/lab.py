@@ -39,12 +39,17 @@ def lab() -> None:
 @click.option("--slurm", "slurm", type=click.Choice(sorted(DEBIAN_SUITES)), default=None,
               help="Slurm release to run (default: the host's own); another release runs from a cached root "
                    "filesystem, built on first use (see `slurmkit lab image`).")
+@click.option("--topology", type=click.Choice(["tree", "block"]), default="tree", show_default=True,
+              help="tree: leaf switches of --nodes-per-leaf under a spine; block: blocks of --nodes-per-leaf "
+                   "(topology/block, Slurm 24.05+).")
 def up(directory: str, nodes: int, gpus_per_node: int, gpu_type: str, nodes_per_leaf: int, accounting: bool,
-       hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int, slurm: str | None) -> None:
+       hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int, slurm: str | None,
+       topology: str) -> None:
     """Start the lab and wait until every node is idle."""
     spec = LabSpec(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                    nodes_per_leaf=nodes_per_leaf, accounting=accounting, port_base=port_base, hooks=hooks,
-                   healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml, slurm=slurm)
+                   healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml, slurm=slurm,
+                   topology=topology)
     lab_ = Lab(spec)
     took = lab_.up(progress=lambda m: click.echo(f"lab: {m}", err=True))
     click.echo(f"lab: up in {took:.2f}s: Slurm {lab_.release}, {nodes} nodes x {gpus_per_node} {gpu_type}, "

@@ -105,4 +105,7 @@ def _topology(
     records = backend.topology()
     if records:
         return PlacementTopology.from_records(records, known_nodes=known), "slurm"
+    blocks = backend.blocks()
+    if blocks:
+        return PlacementTopology.from_block_records(blocks, known_nodes=known), "slurm"
     return PlacementTopology.flat(known), "none (flat)"

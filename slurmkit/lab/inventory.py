@@ -15,8 +15,12 @@ def lab_inventory(
     hooks_command: str | None = None,
     healthcheck_interval: int = 0,
     slurm_version: str = "22.05",
+    topology: str = "tree",
 ) -> dict[str, Any]:
-    """A small GPU cluster: ``node[1-N]``, 2 sockets x 4 cores, fake GPUs, leaves of ``nodes_per_leaf`` + a spine."""
+    """A small GPU cluster: ``node[1-N]``, 2 sockets x 4 cores, fake GPUs, leaves of ``nodes_per_leaf`` + a spine.
+
+    ``topology="block"``: the same groups of ``nodes_per_leaf`` nodes as topology/block blocks ``b1``, ``b2``, ...
+    (NVL72-style domains), ``block_sizes`` the base size and its doublings up to the whole cluster."""
     half = max(1, gpus_per_node // 2)
     cores = [("0-3" if i < half else "4-7") for i in range(gpus_per_node)]
     leaves = []
@@ -54,6 +58,17 @@ def lab_inventory(
     }
     if len(leaves) == 1:
         inv["topology"]["switches"][0]["name"] = "leaf1"
+    if topology == "block":
+        blocks = [{"name": f"b{i + 1}", "nodes": leaf["nodes"]} for i, leaf in enumerate(leaves)]
+        # topology.conf.5 of slurm-24-11-5-1, BlockSizes: "the planning base block size, alongside any higher-level
+        # block sizes"; "Successive BlockSizes must be a power of two larger than the prior values". The lab uses
+        # every doubling that fits in the cluster
+        sizes = [nodes_per_leaf]
+        while sizes[-1] * 2 <= nodes_per_leaf * len(blocks):
+            sizes.append(sizes[-1] * 2)
+        inv["topology"] = {"blocks": blocks, "block_sizes": sizes}
+    elif topology != "tree":
+        raise ValueError(f"lab topology must be tree or block, not {topology!r}")
     if accounting:
         inv["accounting"] = {"host": "localhost"}
     if hooks_command:

@@ -61,6 +61,7 @@ class LabSpec:
     # the Slurm release to run ("24.11"); None: the host's own. Another release runs from a cached root filesystem
     # (slurmkit/lab/image.py) seen through a view of the host (slurmkit/lab/view.py)
     slurm: str | None = None
+    topology: str = "tree"  # or "block": groups of nodes_per_leaf nodes as topology/block blocks (Slurm 23.11+)
 
     @property
     def ctld_port(self) -> int:
@@ -202,6 +203,16 @@ class Lab:
             raise LabError(f"a lab is already up in {self.dir} (pids {sorted(self.running_pids().values())}); run `slurmkit lab down --dir {self.dir}` first")
         if self.spec.nodes < 1 or self.spec.gpus_per_node < 1 or self.spec.nodes_per_leaf < 1:
             raise LabError("--nodes, --gpus-per-node and --nodes-per-leaf must be >= 1")
+        if self.spec.topology not in ("tree", "block"):
+            raise LabError(f"--topology must be tree or block, not {self.spec.topology!r}")
+        if self.spec.topology == "block":
+            # topology/block came in 23.11 (slurm.conf.5 of slurm-23-11-10-1, TopologyPlugin); BlockSizes in 24.05
+            if release_key(self.release) < (24, 5):
+                raise LabError(f"--topology block needs Slurm 24.05 or later (BlockSizes); this lab runs {self.release}"
+                               "; try --slurm 24.11")
+            if self.spec.nodes % self.spec.nodes_per_leaf:
+                raise LabError(f"--topology block needs --nodes ({self.spec.nodes}) to be a multiple of --nodes-per-leaf "
+                               f"({self.spec.nodes_per_leaf}): every block has the base size")
         if self.spec.hooks:
             self._nvml_state()  # a state that does not fit the lab is refused before anything starts
         ports = [self.spec.ctld_port] + [self.spec.slurmd_port(i) for i in range(1, self.spec.nodes + 1)]
@@ -220,6 +231,7 @@ class Lab:
         inv = lab_inventory(
             s.nodes, s.gpus_per_node, s.gpu_type, s.nodes_per_leaf, accounting=s.accounting,
             hooks_command=hooks_command, healthcheck_interval=s.healthcheck_interval, slurm_version=self.release,
+            topology=s.topology,
         )
         text = yaml.safe_dump(inv, sort_keys=False)
         cluster = load_cluster_text(text, source="lab inventory")

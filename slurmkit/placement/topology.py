@@ -26,6 +26,21 @@ if TYPE_CHECKING:  # duck-typed at run time: gpusub plans from live switch recor
     from slurmkit.model.cluster import Topology
 
 
+class BlockRecordLike(Protocol):
+    """What ``slurmkit.backend.parse.parse_blocks`` returns per topology/block line."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def nodes(self) -> Sequence[str]: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def aggregated(self) -> bool: ...
+
+
 class SwitchRecordLike(Protocol):
     """What ``slurmkit.backend.parse.parse_topology`` returns per ``scontrol show topology`` line."""
 
@@ -172,6 +187,20 @@ class PlacementTopology:
             if not s.nodes
         ]
         return _from_tree(leaves, uppers, known_nodes)
+
+    @classmethod
+    def from_block_records(
+        cls, records: Iterable[BlockRecordLike], known_nodes: Iterable[str] | None = None
+    ) -> PlacementTopology:
+        """From topology/block's ``scontrol show topology`` records: base blocks in ``BlockIndex`` order, block
+        sizes from the base block size and the aggregated levels' sizes."""
+        recs = list(records)
+        base = sorted((r for r in recs if not r.aggregated), key=lambda r: r.index)
+        if not base:
+            raise UsageError("topology: no blocks (is TopologyPlugin=topology/block?)")
+        base_size = min(r.size for r in base)
+        sizes = [base_size, *sorted({r.size for r in recs if r.aggregated and r.size > base_size})]
+        return _from_blocks([(r.name, list(r.nodes)) for r in base], sizes, known_nodes)
 
     @classmethod
     def from_records(

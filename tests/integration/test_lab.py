@@ -203,3 +203,16 @@ def test_image_build_offline_is_one_line_and_leaves_nothing(tmp_path):
     assert last == ("slurmkit: error: debootstrap trixie failed: could not download "
                     "http://127.0.0.1:9/debian/dists/trixie/Release (offline, or the mirror lacks it)")
     assert list((tmp_path / "roots").iterdir()) == []
+
+
+def test_block_topology_is_refused_where_the_release_lacks_it(tmp_path):
+    """--topology block needs BlockSizes (24.05+): on an older release the lab refuses before touching anything."""
+    lab_ = Lab(LabSpec(dir=str(tmp_path / "b"), port_base=23100, topology="block", slurm="22.05"))
+    lab_._host_release = "22.05"
+    with pytest.raises(LabError, match=r"--topology block needs Slurm 24.05 or later \(BlockSizes\); this lab runs 22.05"):
+        lab_.preflight()
+    assert not (tmp_path / "b").exists()
+    odd = Lab(LabSpec(dir=str(tmp_path / "c"), port_base=23100, topology="block", slurm="24.11", nodes=6, nodes_per_leaf=4))
+    odd._host_release = "22.05"
+    with pytest.raises(LabError, match=r"multiple of --nodes-per-leaf"):
+        odd.preflight()

@@ -203,3 +203,19 @@ def test_squeue_json_of_24_11():
     assert jobs["1"].state == "RUNNING" and jobs["1"].nodes == ("node5", "node6") and jobs["1"].name == "two node"
     assert jobs["2"].nodes == ("node1",) and jobs["2"].partition == "gpu"
     assert [j.job_id for j in parse.parse_squeue_json(read("squeue.json", "24.11"), job_ids=["2"])] == ["2"]
+
+
+def test_block_topology_of_24_11():
+    """Recorded from `slurmkit lab up --slurm 24.11 --topology block` (two blocks of 4, BlockSizes=4,8)."""
+    from slurmkit.placement import PlacementTopology
+
+    text = read("scontrol_show_topology_block.txt", "24.11")
+    recs = parse.parse_blocks(text)
+    assert [(r.name, r.index, r.size, r.aggregated) for r in recs] == [
+        ("b1", 0, 4, False), ("b2", 1, 4, False), ("b[1-2]", 2, 8, True)]
+    assert recs[1].nodes == ["node5", "node6", "node7", "node8"]
+    assert parse.parse_topology(text) == []  # no switches in a block topology
+    assert parse.parse_blocks(read("scontrol_show_topology.txt", "24.11")) == []
+    topo = PlacementTopology.from_block_records(recs, known_nodes=[f"node{i}" for i in range(1, 9)])
+    assert topo.kind == "block" and topo.leaf_names == ("b1", "b2") and topo.unit == "block"
+    assert topo.leaf_nodes[0] == ("node1", "node2", "node3", "node4")
