@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -124,17 +125,17 @@ def build(release: str, progress: Progress = lambda m: None, mirror: str | None 
         policy.write_text("#!/bin/sh\nexit 101\n")
         policy.chmod(0o755)
         progress(f"apt-get install {' '.join(PACKAGES)} (inside the {suite} root)")
-        subprocess.run(["mount", "-t", "proc", "proc", str(tmp / "proc")], check=True)
-        try:
-            script = (
-                "set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update -q; "
-                f"apt-get install -y -q --no-install-recommends {' '.join(PACKAGES)}; apt-get clean; "
-                "rm -rf /var/lib/apt/lists/*"
-            )
-            _stream(["chroot", str(tmp), "sh", "-c", script], progress, _apt_line, what=f"apt-get install in the {suite} root",
-                    timeout=1800)
-        finally:
-            subprocess.run(["umount", "-l", str(tmp / "proc")], check=False)
+        script = (
+            "set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update -q; "
+            f"apt-get install -y -q --no-install-recommends {' '.join(PACKAGES)}; apt-get clean; "
+            "rm -rf /var/lib/apt/lists/*"
+        )
+        # /proc for the package scripts, mounted in a private mount namespace: it never appears on the host, so a
+        # lab view made meanwhile (it bind-mounts the host's /var, /tmp, ...) cannot pin a copy of it, and it goes
+        # away with the namespace whatever happens
+        inner = f"mount -t proc proc {shlex.quote(str(tmp / 'proc'))} && exec chroot {shlex.quote(str(tmp))} sh -c {shlex.quote(script)}"
+        _stream(["unshare", "--mount", "--propagation", "private", "sh", "-c", inner], progress, _apt_line,
+                what=f"apt-get install in the {suite} root", timeout=1800)
         out = run(["chroot", str(tmp), "/usr/sbin/slurmctld", "-V"], timeout=30).stdout.strip()
         version = out.split()[-1] if out else "?"
         if release_of(version) != release:
