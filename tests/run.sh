@@ -26,6 +26,13 @@ rc=0
 .venv/bin/python -m pytest -q -p no:cacheprovider || rc=$?
 echo "== took $((SECONDS - t0))s"
 for rel in $other; do
+  # The lab lays another release's root over the host only when that root's C library is not older than the
+  # host's (slurmkit/lab/view.py mount_view): 24.11 over a Debian 12 host runs, 22.05 over a Debian 13 host is
+  # refused. Say so instead of failing every lab test of that pass.
+  if ! .venv/bin/python -c "import sys; from slurmkit.release import release_key as k; sys.exit(k('$rel') <= k('$host'))"; then
+    echo "== Slurm $rel: no second pass on this host (Slurm $host): a $rel root is older than the host's C library"
+    continue
+  fi
   echo "== pytest -m lab (Slurm $rel, from a cached root)"
   t0=$SECONDS
   .venv/bin/slurmkit lab image list | grep -q "^$rel " || .venv/bin/slurmkit lab image build "$rel"
