@@ -42,16 +42,35 @@ def lab() -> None:
 @click.option("--topology", type=click.Choice(["tree", "block"]), default="tree", show_default=True,
               help="tree: leaf switches of --nodes-per-leaf under a spine; block: blocks of --nodes-per-leaf "
                    "(topology/block, Slurm 24.05+).")
+@click.option("--slow-node", "slow_nodes", multiple=True, metavar="NODE",
+              help="Cap NODE's slurmd and its jobs with a CPU quota (cgroup v1 cpu), making it really slower "
+                   "(repeatable; see `slurmkit lab slow`).")
+@click.option("--slow-cpus", default=0.1, show_default=True, type=float, help="The quota of --slow-node, in CPUs.")
 def up(directory: str, nodes: int, gpus_per_node: int, gpu_type: str, nodes_per_leaf: int, accounting: bool,
        hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int, slurm: str | None,
-       topology: str) -> None:
+       topology: str, slow_nodes: tuple[str, ...], slow_cpus: float) -> None:
     """Start the lab and wait until every node is idle."""
     spec = LabSpec(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                    nodes_per_leaf=nodes_per_leaf, accounting=accounting, port_base=port_base, hooks=hooks,
                    healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml, slurm=slurm,
                    topology=topology)
     lab_ = Lab(spec)
+    for n in slow_nodes:  # refused before anything starts
+        if n not in spec.node_names:
+            raise click.BadParameter(f"{n!r} is not a lab node ({spec.node_names[0]}..{spec.node_names[-1]})",
+                                     param_hint="--slow-node")
     took = lab_.up(progress=lambda m: click.echo(f"lab: {m}", err=True))
+    if slow_nodes:
+        from slurmkit.lab import slow as slowmod
+
+        try:
+            for n in slow_nodes:
+                slowmod.slow(lab_, n, slow_cpus)
+                click.echo(f"lab: {n} capped at {slow_cpus:g} CPU", err=True)
+        except BaseException:
+            lab_.down()
+            slowmod.restore(lab_)
+            raise
     click.echo(f"lab: up in {took:.2f}s: Slurm {lab_.release}, {nodes} nodes x {gpus_per_node} {gpu_type}, "
                f"leaves of {nodes_per_leaf}, in {lab_.dir}")
     click.echo("Use it:")
@@ -108,7 +127,38 @@ def down(directory: str) -> None:
         click.echo(f"lab: nothing running in {lab_.dir}")
         return
     stopped = lab_.down()
+    from slurmkit.lab import slow as slowmod
+
+    slowmod.restore(lab_)
     click.echo(f"lab: stopped {len(stopped)} daemons in {lab_.dir}")
+
+
+@lab.command()
+@_dir
+@click.argument("node", required=False)
+@click.option("--cpus", default=0.1, show_default=True, type=float, help="The quota, in CPUs.")
+@click.option("--off", is_flag=True, help="Lift the cap (of NODE, or of every node).")
+def slow(directory: str, node: str | None, cpus: float, off: bool) -> None:
+    """Make NODE really slower: cap its slurmd and everything it runs at --cpus CPUs (cgroup v1 cpu quota).
+    Without NODE: list the capped nodes."""
+    from slurmkit.lab import slow as slowmod
+
+    lab_ = Lab.load(directory)
+    if off:
+        done = slowmod.restore(lab_, node)
+        click.echo(f"lab: cap lifted on {', '.join(done) or 'nothing (no node was capped)'}")
+        return
+    if node is None:
+        capped = slowmod.slowed(lab_)
+        for n, c in capped.items():
+            click.echo(f"{n} {c:g}")
+        if not capped:
+            click.echo("lab: no node is capped", err=True)
+        return
+    if node not in lab_.spec.node_names:
+        raise click.BadParameter(f"{node!r} is not a node of the lab in {lab_.dir}", param_hint="NODE")
+    group = slowmod.slow(lab_, node, cpus)
+    click.echo(f"lab: {node} capped at {cpus:g} CPU ({group})")
 
 
 @lab.group()
