@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hook": ("slurmkit.cli.hook:hook", "Entry points for slurmd: prolog, epilog, health."),
     "check": ("slurmkit.cli.hook:check", "Run the node health checks now and print the results."),
     "report": ("slurmkit.cli.report:report", "Cluster reports (fragmentation)."),
+    "acceptance": ("slurmkit.cli.acceptance:acceptance",
+                   "Measure all-reduce bandwidth per node/pair/leaf as Slurm jobs; name the slow node."),
 }
 
 

@@ -1,0 +1,327 @@
+"""What to measure next, given what was measured: the levels, the pair matchings and the bisection. Pure.
+
+The plan is a generator: it yields a batch of ``Task`` s, receives ``{task key: peak busbw in GB/s or None}`` for
+them, and returns the ``Finding`` s. It decides only from the numbers it is sent, so replaying it against stored
+results (a resumed run) asks for exactly the same tasks again; the runner serves those from the report instead of
+submitting jobs. Tasks of one batch may share nodes: the runner packs them into node-disjoint waves.
+
+Per level (each judged on its own, because busbw at one group size is not comparable with another's on every
+fabric):
+
+* ``node``: one measurement per node (its GPUs). Slow nodes by the ``Rule`` over the level.
+* ``pair``: a matching inside each leaf and one across leaves (every node in two pairs). A node whose pairs are
+  *all* slow is a suspect; one slow pair whose nodes both have a healthy pair elsewhere is a slow link. Each
+  suspect is then measured with a healthy node, beside a control pair of two healthy nodes.
+* ``leaf``: one measurement per leaf switch; a slow leaf is bisected.
+* ``all``: one measurement over every node; bisected when it is below what the inventory expects.
+
+Bisection: measure both halves of a slow group side by side; recurse into the slower one when it is slower by the
+rule's tolerance, else the group as a whole is slow (a leaf uplink, a switch). A group of two is resolved by
+measuring each member with a healthy node beside a control pair. One slow node among n costs 2·log2(n) jobs.
+
+A node is *confirmed* when two different measurements name it; one named by a single measurement is re-measured
+(beside a control) before it counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+
+from slurmkit.acceptance.busbw import Rule
+
+LEVELS = ("node", "pair", "leaf", "all")
+
+Results = dict[str, "float | None"]
+
+
+@dataclass(frozen=True)
+class Task:
+    key: str  # unique in a run and the same on a replay: "<level>:<step>:<node+node...>"
+    level: str  # node | pair | leaf | all
+    step: str  # measure | half | resolve | control | confirm
+    nodes: tuple[str, ...]
+    why: str  # progress text: what this measurement decides
+
+    @property
+    def inter(self) -> bool:
+        return len(self.nodes) > 1
+
+
+def task(level: str, step: str, nodes: Sequence[str], why: str) -> Task:
+    return Task(f"{level}:{step}:{'+'.join(nodes)}", level, step, tuple(nodes), why)
+
+
+@dataclass
+class Finding:
+    kind: str  # node | pair | group
+    nodes: tuple[str, ...]
+    level: str
+    evidence: list[str]  # task keys that name it
+    detail: str
+    switch: str | None = None
+    confirmed: bool = False
+
+
+@dataclass(frozen=True)
+class Topo:
+    """The nodes to test, in fabric order, and the leaf switch of each (``""``: none known)."""
+
+    nodes: tuple[str, ...]
+    leaf_of: dict[str, str] = field(default_factory=dict)
+
+    def leaves(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for n in self.nodes:
+            out.setdefault(self.leaf_of.get(n, ""), []).append(n)
+        return out
+
+
+Plan = Generator[list[Task], Results, list[Finding]]
+
+
+def plan(topo: Topo, levels: Sequence[str], rule: Rule, expected: dict[str, float | None] | None = None,
+         all_pairs: bool = False) -> Plan:
+    """The whole run: each asked level in LEVELS order, then the confirmations."""
+    expected = expected or {}
+    findings: list[Finding] = []
+    for level in LEVELS:
+        if level not in levels:
+            continue
+        if level == "node":
+            findings += yield from _node_level(topo, rule)
+        elif level == "pair":
+            findings += yield from (_all_pairs(topo, rule) if all_pairs else _pair_level(topo, rule))
+        elif level == "leaf":
+            findings += yield from _leaf_level(topo, rule)
+        elif level == "all":
+            findings += yield from _all_level(topo, rule, expected.get("all"))
+    merged = _merge(findings)
+    yield from _confirm(topo, rule, merged)
+    return merged
+
+
+# --- levels ------------------------------------------------------------------------------------------------------
+
+def _node_level(topo: Topo, rule: Rule) -> Generator[list[Task], Results, list[Finding]]:
+    tasks = [task("node", "measure", [n], f"node {n}: its GPUs together") for n in topo.nodes]
+    res = yield tasks
+    values = {t.nodes[0]: res.get(t.key) for t in tasks}
+    slow, ref, d, thr = rule.slow(values)
+    return [Finding("node", (n,), "node", [f"node:measure:{n}"],
+                    f"node level: {n} {values[n]:.3g} GB/s < {thr:.3g} (median {ref:.3g}, MAD {d:.3g})")
+            for n in slow]
+
+
+def intra_pairs(topo: Topo) -> list[tuple[str, str]]:
+    """Consecutive nodes of each leaf; an odd node out of a leaf is paired with the next leaf's odd one."""
+    out, spare = [], []
+    for members in topo.leaves().values():
+        for i in range(0, len(members) - 1, 2):
+            out.append((members[i], members[i + 1]))
+        if len(members) % 2:
+            spare.append(members[-1])
+    out += [(spare[i], spare[i + 1]) for i in range(0, len(spare) - 1, 2)]
+    return out
+
+
+def cross_pairs(topo: Topo) -> list[tuple[str, str]]:
+    """Node i with node i + n/2 in fabric order: across leaves whenever the leaves are of equal size."""
+    order, h = list(topo.nodes), len(topo.nodes) // 2
+    return [(order[i], order[i + h]) for i in range(h)]
+
+
+def _pair_level(topo: Topo, rule: Rule) -> Generator[list[Task], Results, list[Finding]]:
+    seen: set[frozenset[str]] = set()
+    pairs = []
+    for p in intra_pairs(topo) + cross_pairs(topo):
+        if frozenset(p) not in seen:
+            seen.add(frozenset(p))
+            pairs.append(p)
+    if not pairs:
+        return []
+    tasks = {p: task("pair", "measure", p, f"pair {p[0]}+{p[1]}") for p in pairs}
+    res = yield list(tasks.values())
+    values = {t.key: res.get(t.key) for t in tasks.values()}
+    slow_keys, ref, d, thr = rule.slow(values)
+    slow_pairs = [p for p, t in tasks.items() if t.key in slow_keys]
+    pairs_of: dict[str, list[tuple[str, str]]] = {}
+    for p in pairs:
+        for n in p:
+            pairs_of.setdefault(n, []).append(p)
+    in_slow = {n for p in slow_pairs for n in p}
+    suspects = [n for n in topo.nodes if n in in_slow and all(p in slow_pairs for p in pairs_of[n])]
+    healthy = [n for n in topo.nodes if n not in in_slow]
+    found: list[Finding] = []
+    named = yield from _resolve("pair", suspects, healthy, rule,
+                                {n: [tasks[p].key for p in pairs_of[n]] for n in suspects},
+                                lambda n: f"pair level: every pair of {n} slow (< {thr:.3g} GB/s, median {ref:.3g})")
+    found += named
+    named_nodes = {f.nodes[0] for f in named}
+    for p in slow_pairs:
+        if not (set(p) & named_nodes) and not (set(p) & set(suspects)):
+            v = values[tasks[p].key]
+            found.append(Finding("pair", p, "pair", [tasks[p].key],
+                                 f"pair level: link {p[0]}-{p[1]} {v:.3g} GB/s < {thr:.3g} (median {ref:.3g}) while "
+                                 "both nodes are fine with other partners"))
+    return found
+
+
+def _all_pairs(topo: Topo, rule: Rule) -> Generator[list[Task], Results, list[Finding]]:
+    """Every pair (the baseline the bench compares with): a node is named when its median pair is an outlier."""
+    nodes = topo.nodes
+    tasks = [task("pair", "measure", (a, b), f"pair {a}+{b}") for i, a in enumerate(nodes) for b in nodes[i + 1:]]
+    res = yield tasks
+    per_node: dict[str, float | None] = {}
+    for n in nodes:
+        vals = [res.get(t.key) for t in tasks if n in t.nodes]
+        good = [v for v in vals if v is not None]
+        per_node[n] = sorted(good)[len(good) // 2] if good else None
+    slow, ref, d, thr = rule.slow(per_node)
+    return [Finding("node", (n,), "pair", [t.key for t in tasks if n in t.nodes],
+                    f"all pairs: median pair of {n} {per_node[n]:.3g} GB/s < {thr:.3g} (median {ref:.3g})") for n in slow]
+
+
+def _leaf_level(topo: Topo, rule: Rule) -> Generator[list[Task], Results, list[Finding]]:
+    leaves = {leaf: m for leaf, m in topo.leaves().items() if len(m) >= 2}
+    if not leaves:
+        return []
+    tasks = {leaf: task("leaf", "measure", m, f"leaf {leaf or '(all)'}: its {len(m)} nodes") for leaf, m in leaves.items()}
+    res = yield list(tasks.values())
+    values = {leaf: res.get(t.key) for leaf, t in tasks.items()}
+    slow, ref, d, thr = rule.slow(values)
+    healthy = [n for leaf, m in leaves.items() if leaf not in slow and values[leaf] is not None for n in m]
+    found: list[Finding] = []
+    for leaf in slow:
+        why = f"leaf level: {leaf} {values[leaf]:.3g} GB/s < {thr:.3g} (reference {ref:.3g})"
+        found += yield from _bisect("leaf", leaves[leaf], healthy, rule, [tasks[leaf].key], why, leaf)
+    return found
+
+
+def _all_level(topo: Topo, rule: Rule, expected: float | None) -> Generator[list[Task], Results, list[Finding]]:
+    if len(topo.nodes) < 2:
+        return []
+    t = task("all", "measure", topo.nodes, f"all {len(topo.nodes)} nodes")
+    res = yield [t]
+    v = res.get(t.key)
+    if v is None or expected is None or v >= expected * (1 - rule.tol):
+        return []  # no reference to judge one number against (the inventory does not say), or as expected
+    why = f"all level: {v:.3g} GB/s < {expected * (1 - rule.tol):.3g} ({1 - rule.tol:.0%} of the expected {expected:.3g})"
+    return (yield from _bisect("all", list(topo.nodes), [], rule, [t.key], why, None))
+
+
+# --- bisection and resolution ----------------------------------------------------------------------------------
+
+def _pad(half: list[str], healthy: Sequence[str], avoid: set[str]) -> list[str]:
+    """A half of one node cannot run an inter-node all-reduce: give it a healthy partner."""
+    if len(half) > 1:
+        return half
+    partner = next((h for h in healthy if h not in avoid), None)
+    return half + [partner] if partner else half
+
+
+def _bisect(level: str, group: list[str], healthy: list[str], rule: Rule, evidence: list[str], why: str,
+            switch: str | None) -> Generator[list[Task], Results, list[Finding]]:
+    current, healthy, evidence = list(group), list(healthy), list(evidence)
+    while len(current) > 2:
+        mid = len(current) // 2
+        h1, h2 = current[:mid], current[mid:]
+        avoid = set(current)
+        t1 = task(level, "half", _pad(h1, healthy, avoid), f"{level} bisection: {'+'.join(h1)} vs {'+'.join(h2)}")
+        t2 = task(level, "half", _pad(h2, healthy, avoid), t1.why)
+        res = yield [t1, t2]
+        v1, v2 = res.get(t1.key), res.get(t2.key)
+        if v1 is None or v2 is None:
+            return []  # a failed half: reported as an error measurement, nothing named from it
+        if rule.slower(v1, v2):
+            current, evidence = h1, evidence + [t1.key]
+            healthy += h2
+        elif rule.slower(v2, v1):
+            current, evidence = h2, evidence + [t2.key]
+            healthy += h1
+        else:
+            return [Finding("group", tuple(current), level, evidence + [t1.key, t2.key],
+                            f"{why}; both halves ({v1:.3g} and {v2:.3g} GB/s) are alike: the group as a whole "
+                            "(its switch or uplink) is slow", switch=switch)]
+    return (yield from _resolve(level, current, healthy, rule, {n: evidence for n in current}, lambda n: why))
+
+
+def _resolve(level: str, suspects: Sequence[str], healthy: Sequence[str], rule: Rule,
+             evidence: dict[str, list[str]], why) -> Generator[list[Task], Results, list[Finding]]:  # type: ignore[no-untyped-def]
+    """Each suspect with a healthy partner, beside a control pair of two healthy nodes: named when slower than the
+    control by the rule's tolerance."""
+    if not suspects:
+        return []
+    good = [h for h in healthy if h not in suspects]
+    if not good:
+        return [Finding("node", (s,), level, evidence[s], why(s) + " (no healthy node to confirm against)")
+                for s in suspects]
+    tasks = {s: task(level, "resolve", (s, good[i % len(good)]), f"{level}: is {s} the slow one?")
+             for i, s in enumerate(suspects)}
+    control = task(level, "control", good[-2:], "control pair") if len(good) >= 2 else None
+    res = yield list(tasks.values()) + ([control] if control else [])
+    ref = res.get(control.key) if control else None
+    out = []
+    for s, t in tasks.items():
+        v = res.get(t.key)
+        if v is None:
+            continue
+        if ref is not None and rule.slower(v, ref):
+            out.append(Finding("node", (s,), level, evidence[s] + [t.key],
+                               f"{why(s)}; with {t.nodes[1]} {v:.3g} GB/s vs control {ref:.3g}"))
+    return out
+
+
+# --- merging and confirmation ------------------------------------------------------------------------------------
+
+def _merge(findings: list[Finding]) -> list[Finding]:
+    """One finding per node (evidence joined across levels); pair/group findings kept as they are."""
+    by_node: dict[str, Finding] = {}
+    out: list[Finding] = []
+    for f in findings:
+        if f.kind != "node":
+            out.append(f)
+            continue
+        n = f.nodes[0]
+        if n in by_node:
+            g = by_node[n]
+            g.evidence = list(dict.fromkeys(g.evidence + f.evidence))
+            g.detail += "; " + f.detail
+        else:
+            by_node[n] = Finding(f.kind, f.nodes, f.level, list(f.evidence), f.detail, f.switch)
+            out.append(by_node[n])
+    return out
+
+
+def _confirm(topo: Topo, rule: Rule, findings: list[Finding]) -> Generator[list[Task], Results, None]:
+    """A node named by two different measurements is confirmed. Anything else (a node named once, a slow link, a
+    slow group) is measured again beside a control of as many healthy nodes, and confirmed only when it is slower
+    than the control again: one noisy measurement never drains a node."""
+    for f in findings:
+        f.confirmed = f.kind == "node" and len(set(f.evidence)) >= 2
+    todo = [f for f in findings if not f.confirmed]
+    if not todo:
+        return
+    bad = {n for f in findings for n in f.nodes}
+    good = [n for n in topo.nodes if n not in bad]
+    checks: dict[int, tuple[Task, Task]] = {}
+    for i, f in enumerate(todo):
+        if len(good) < len(f.nodes):
+            continue  # nothing healthy to compare with: stays a suspect
+        level = "node" if len(f.nodes) == 1 else f.level
+        again = task(level, "confirm", f.nodes, f"confirming {'+'.join(f.nodes)}")
+        control = task(level, "control", good[:len(f.nodes)], f"control for {'+'.join(f.nodes)}")
+        checks[i] = (again, control)
+    if not checks:
+        return
+    batch = list({t.key: t for pair in checks.values() for t in pair}.values())
+    res = yield batch
+    for i, (again, control) in checks.items():
+        f = todo[i]
+        v, ref = res.get(again.key), res.get(control.key)
+        if v is not None and ref is not None and rule.slower(v, ref):
+            f.confirmed = True
+            f.evidence.append(again.key)
+            f.detail += f"; re-measured {v:.3g} GB/s vs control {'+'.join(control.nodes)} {ref:.3g}"
+        elif v is not None and ref is not None:
+            f.detail += f"; not confirmed: re-measured {v:.3g} GB/s vs control {ref:.3g}"

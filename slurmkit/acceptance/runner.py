@@ -1,0 +1,484 @@
+"""Runs a plan: measurements as Slurm jobs built by gpusub's code, the report saved after each, resume, drain.
+
+Each measurement is one job: ``jobs.render`` (the srun launcher: one task per rank, gpusub's NCCL environment,
+its run dir layout, rendezvous and resource sizing) with ``measure.py`` as the program, pinned to its nodes with
+``--nodelist`` and ``--exclusive`` (nothing else on a node while it is measured). All jobs of a batch are
+submitted at once; Slurm runs those that do not share nodes side by side and queues the rest.
+
+The report (``report.json`` in the report dir) is rewritten after every finished measurement and holds the jobs
+still in flight: a re-run with the same plan replays the plan against it, waits for those jobs instead of
+submitting them again, and submits only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurmkit.acceptance.busbw import Expected, Rule
+from slurmkit.acceptance.plan import Finding, Plan, Task, Topo
+from slurmkit.errors import SlurmkitError, UsageError
+
+if TYPE_CHECKING:
+    from slurmkit.backend.base import Backend
+    from slurmkit.jobs.spec import ClusterFacts
+
+Progress = Callable[[str], None]
+REPORT = "report.json"
+FORMAT = 1
+MEASURE = str(Path(__file__).with_name("measure.py"))
+
+# sizes and iterations per transport: a CPU (gloo) sweep must stay cheap, a GPU one must reach the plateau
+DEFAULT_SIZES = {"gloo": "256K,1M,4M", "nccl": "16M,64M,256M,1G", "nccl-tests": "16M,64M,256M,1G"}
+DEFAULT_ITERS = {"gloo": 5, "nccl": 20, "nccl-tests": 20}
+
+
+@dataclass
+class Measurement:
+    key: str
+    level: str
+    step: str
+    nodes: list[str]
+    leaves: list[str]
+    ranks: int = 0
+    transport: str = ""
+    busbw: float | None = None  # peak GB/s; None: the measurement failed
+    points: list[dict[str, float]] = field(default_factory=list)
+    expected: float | None = None
+    verdict: str = ""
+    job_id: str = ""
+    run_dir: str = ""
+    error: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    partition: str | None
+    levels: tuple[str, ...]
+    transport: str  # gloo | nccl | nccl-tests (resolved, never auto)
+    sizes: str
+    iters: int
+    gpus_per_node: int
+    job_time: str = "15:00"
+    rule: Rule = Rule()
+    all_pairs: bool = False
+
+    def ranks_per_node(self, task: Task) -> int:
+        """nccl/nccl-tests: every GPU of the node (nccl-tests' single process drives them all on the node level);
+        gloo on CPU: two ranks for the node level (an all-reduce needs two), one per node between nodes."""
+        if self.transport == "gloo":
+            return 2 if not task.inter else 1
+        if self.transport == "nccl-tests" and not task.inter:
+            return 1
+        return max(1, self.gpus_per_node)
+
+    def transport_for(self, task: Task) -> str:
+        return "nccl" if self.transport == "nccl-tests" and task.inter else self.transport
+
+    def key(self, nodes: Sequence[str]) -> dict[str, object]:
+        """What must match for a re-run to resume this report."""
+        return {"partition": self.partition, "levels": list(self.levels), "transport": self.transport,
+                "sizes": self.sizes, "iters": self.iters, "nodes": list(nodes), "all_pairs": self.all_pairs}
+
+
+class Store:
+    """report.json in ``directory``: written atomically after every change."""
+
+    def __init__(self, directory: str):
+        self.dir = Path(directory)
+        self.path = self.dir / REPORT
+        self.doc: dict[str, Any] = {}
+
+    def load_or_start(self, key: dict[str, object], fresh: bool, progress: Progress) -> bool:
+        """True when resuming. A finished or different previous report is kept as report-<time>.json."""
+        old = None
+        if self.path.is_file():
+            try:
+                old = json.loads(self.path.read_text())
+            except (OSError, json.JSONDecodeError):
+                old = None
+        if old and not fresh and not old.get("complete") and old.get("plan") == key:
+            self.doc = old
+            done = len(old.get("measurements", {}))
+            progress(f"resuming {self.path}: {done} measurement(s) done, {len(old.get('pending', {}))} job(s) in flight")
+            return True
+        if old is not None:
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.path.stat().st_mtime))
+            os.replace(self.path, self.dir / f"report-{stamp}.json")
+        self.doc = {"format": FORMAT, "plan": key, "complete": False, "started": _now(), "measurements": {},
+                    "pending": {}}
+        self.save()
+        return False
+
+    @property
+    def measurements(self) -> dict[str, dict[str, Any]]:
+        return self.doc.setdefault("measurements", {})
+
+    @property
+    def pending(self) -> dict[str, dict[str, str]]:
+        return self.doc.setdefault("pending", {})
+
+    def save(self) -> None:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.dir / f".{REPORT}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(self.doc, indent=1, sort_keys=False) + "\n")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            raise UsageError(f"--out {self.dir}: cannot write the report: {exc.strerror}") from exc
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+# --- the driver ---------------------------------------------------------------------------------------------------
+
+class Executor:
+    """Runs tasks and returns their measurements (SlurmExecutor; bench/acceptance_sim.py has a modelled one)."""
+
+    jobs_submitted: int = 0
+
+    def run(self, tasks: list[Task], store: Store, progress: Progress) -> None:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+def drive(p: Plan, executor: Executor, store: Store, progress: Progress) -> list[Finding]:
+    """Feed the plan, serving every task already in the report from it."""
+    batch = next(p)
+    while True:
+        todo = [t for t in batch if t.key not in store.measurements]
+        if todo:
+            executor.run(todo, store, progress)
+        results = {t.key: store.measurements[t.key].get("busbw") if t.key in store.measurements else None
+                   for t in batch}
+        try:
+            batch = p.send(results)
+        except StopIteration as stop:
+            return list(stop.value)
+
+
+# --- Slurm -------------------------------------------------------------------------------------------------------
+
+def _safe(key: str) -> str:
+    """A run dir name for a task key; a long key (a leaf, all nodes) keeps its start plus a hash of the whole."""
+    import hashlib
+
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", key.replace("+", "-").replace(":", "-"))
+    if len(name) > 100:
+        name = f"{name[:80]}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    return name
+
+
+class SlurmExecutor(Executor):
+    def __init__(self, backend: Backend, facts: ClusterFacts, settings: Settings, topo: Topo, expected: Expected,
+                 poll: float = 1.0, environ: Mapping[str, str] | None = None):
+        self.backend = backend
+        self.facts = facts
+        self.settings = settings
+        self.topo = topo
+        self.expected = expected
+        self.poll = poll
+        self.environ = dict(os.environ if environ is None else environ)
+        self.jobs_submitted = 0
+
+    def render(self, t: Task, run_dir: str):  # type: ignore[no-untyped-def]
+        from slurmkit.jobs.render import render
+        from slurmkit.jobs.spec import JobSpec
+
+        s = self.settings
+        rpn = s.ranks_per_node(t)
+        transport = s.transport_for(t)
+        args = ["--sizes", s.sizes, "--iters", str(s.iters), "--transport", transport, "--out", f"{run_dir}/result.json"]
+        if transport == "nccl-tests":
+            args += ["--gpus", str(s.gpus_per_node)]
+        spec = JobSpec(
+            script=MEASURE, args=tuple(args), nodes=len(t.nodes), gpus_per_node=rpn if transport != "nccl-tests"
+            else s.gpus_per_node, partition=s.partition, time=s.job_time, name=f"acceptance-{t.level}",
+            launcher="srun", exclusive=True, signal_grace=0, max_restarts=0, topology="off", run_dir=run_dir,
+            python=sys.executable,
+        )
+        job = render(spec, self.facts, run_dir)
+        if transport == "nccl-tests":  # one process drives every GPU: one task per node, not one per GPU
+            job = replace(job, request=replace(job.request, script=job.request.script.replace(
+                f"--ntasks-per-node={s.gpus_per_node}", "--ntasks-per-node=1")))
+        return replace(job, request=replace(job.request, argv=(f"--nodelist={','.join(t.nodes)}",)))
+
+    def run(self, tasks: list[Task], store: Store, progress: Progress) -> None:
+        from slurmkit.jobs.submit import Prepared, submit_prepared
+
+        root = store.dir / "jobs"
+        inflight: dict[str, tuple[Task, str, str, float]] = {}  # job id -> (task, run dir, transport, t0)
+        for t in tasks:
+            if t.key in store.pending:  # a resumed run: the job was submitted before, wait for it
+                pend = store.pending[t.key]
+                inflight[pend["job_id"]] = (t, pend["run_dir"], self.settings.transport_for(t), time.time())
+                continue
+            run_dir = str((root / _safe(t.key)).resolve())
+            if Path(run_dir).exists():
+                run_dir = f"{run_dir}-{os.urandom(2).hex()}"
+            job = self.render(t, run_dir)
+            res = submit_prepared(Prepared(job=job), self.backend, ["slurmkit", "acceptance", "run"], self.environ)
+            self.jobs_submitted += 1
+            inflight[res.job_id] = (t, run_dir, self.settings.transport_for(t), time.time())
+            store.pending[t.key] = {"job_id": res.job_id, "run_dir": run_dir}
+            store.save()
+        last = ""
+        while inflight:
+            states = {j.job_id: j for j in self.backend.jobs(list(inflight))}
+            for jid in list(inflight):
+                info = states.get(jid)
+                if info is not None and not info.finished:
+                    continue
+                t, run_dir, transport, t0 = inflight.pop(jid)
+                store.measurements[t.key] = asdict(self._collect(t, jid, run_dir, transport, info, time.time() - t0))
+                store.pending.pop(t.key, None)
+                store.save()
+            running = sum(1 for j in states.values() if j.state == "RUNNING")
+            queued = sum(1 for j in states.values() if j.state == "PENDING")
+            current = next((t.why for t, *_ in inflight.values()), "")
+            msg = (f"{queued} queued, {running} running, {len(store.measurements)} done"
+                   + (f"; now: {current}" if current else ""))
+            if msg != last:
+                progress(msg)
+                last = msg
+            if inflight:
+                time.sleep(self.poll)
+
+    def _collect(self, t: Task, job_id: str, run_dir: str, transport: str, info, seconds: float) -> Measurement:  # type: ignore[no-untyped-def]
+        m = Measurement(t.key, t.level, t.step, list(t.nodes), [self.topo.leaf_of.get(n, "") for n in t.nodes],
+                        ranks=self.settings.ranks_per_node(t) * len(t.nodes), transport=transport, job_id=job_id,
+                        run_dir=run_dir, seconds=round(seconds, 2),
+                        expected=self.expected.for_level("node" if not t.inter else "pair")[0])
+        p = Path(run_dir) / "result.json"
+        try:
+            res = json.loads(p.read_text())
+            m.busbw = float(res["peak_busbw"])
+            m.points = list(res.get("points", []))
+            m.transport = str(res.get("transport", transport))
+            m.ranks = int(res.get("world", m.ranks))
+        except (OSError, ValueError, KeyError, TypeError):
+            state = info.state if info is not None else "gone from the queue"
+            m.error = f"job {job_id} {state}, no result: see {run_dir}/logs/{job_id}.r0.log"
+            m.error += _tail(Path(run_dir) / "logs" / f"{job_id}.r0.log")
+        return m
+
+
+def _tail(p: Path) -> str:
+    try:
+        lines = [ln for ln in p.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return (" (last line: " + lines[-1][-200:] + ")") if lines else ""
+
+
+# --- facts, topology, expected values ------------------------------------------------------------------------------
+
+def topology_of(facts: ClusterFacts, nodes: Sequence[str]) -> Topo:
+    """The nodes in fabric order (leaf by leaf, as the topology lists them) with their leaf switch."""
+    from slurmkit.jobs.topology import _topology
+
+    topo = _topology(facts)
+    leaf_of: dict[str, str] = {}
+    order: list[str] = []
+    want = set(nodes)
+    if topo is not None:
+        for name, members in zip(topo.leaf_names, topo.leaf_nodes, strict=True):
+            for n in members:
+                if n in want:
+                    leaf_of[n] = name
+                    order.append(n)
+    order += [n for n in nodes if n not in leaf_of]
+    return Topo(tuple(order), leaf_of)
+
+
+def expected_of(facts: ClusterFacts) -> Expected:
+    """From the site inventory when there is one (gpusub's facts), else nothing (the distribution decides)."""
+    from slurmkit.acceptance.busbw import expected_from
+
+    if not facts.source.startswith("inventory:"):
+        return Expected()
+    from slurmkit.model.cache import load_cluster_cached
+
+    cluster = load_cluster_cached(facts.source.split(":", 1)[1])
+    groups = [g for g in cluster.node_groups if g.gpus and any(h for h, _ in facts.node_gpus if h in set(g.hostnames))]
+    if not groups:
+        return Expected()
+    g = groups[0]
+    rates = [n.rate_gbps for n in g.nics if n.role == "compute" and n.kind in ("ib", "roce", "eth")]
+    assert g.gpus is not None
+    return expected_from(g.gpus.type, g.gpus.links, rates)
+
+
+def choose_transport(asked: str, environ: Mapping[str, str], which: Callable[[str], str | None]) -> str:
+    """auto: nccl-tests when all_reduce_perf is installed, NCCL when this host has the NVIDIA driver, else gloo.
+    Decided on the submitting host (a login node without GPUs should pass --transport nccl)."""
+    if asked != "auto":
+        return asked
+    if which("all_reduce_perf"):
+        return "nccl-tests"
+    if Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists():
+        return "nccl"
+    return "gloo"
+
+
+def verdicts(store: Store, findings: list[Finding], rule: Rule) -> None:
+    """Every measurement's verdict: error, slow (evidence of a finding), below-expected, or ok."""
+    named = {k for f in findings for k in f.evidence}
+    for key, m in store.measurements.items():
+        if m.get("busbw") is None:
+            m["verdict"] = "error"
+        elif key in named:
+            m["verdict"] = "slow"
+        elif m.get("expected") and m["busbw"] < m["expected"] * (1 - rule.tol):
+            m["verdict"] = "below-expected"
+        else:
+            m["verdict"] = "ok"
+
+
+def drain(backend: Backend, findings: list[Finding], store: Store, progress: Progress) -> list[dict[str, str]]:
+    """Drain each confirmed bad node, with a ``slurmkit:`` reason naming the measurement. A node already drained for
+    someone else's reason keeps it (never overwrite a foreign reason)."""
+    from slurmkit.backend.parse import strip_reason_stamp
+
+    out = []
+    for f in findings:
+        if f.kind != "node" or not f.confirmed:
+            continue
+        n = f.nodes[0]
+        key = f.evidence[-1]
+        m = store.measurements.get(key, {})
+        bw = m.get("busbw")
+        reason = (f"slurmkit: acceptance {key} busbw {bw:.3g} GB/s" if bw is not None else f"slurmkit: acceptance {key}")
+        reason += f" (report {store.path})"
+        try:
+            node = backend.node(n)
+        except SlurmkitError as exc:
+            out.append({"node": n, "action": "skipped", "why": exc.one_line()})
+            continue
+        current = strip_reason_stamp(node.reason) if node.reason else ""
+        if node.drained and current and not current.startswith("slurmkit:"):
+            out.append({"node": n, "action": "kept", "why": f"already drained: {current}"})
+            continue
+        backend.drain(n, reason)
+        progress(f"drained {n}: {reason}")
+        out.append({"node": n, "action": "drained", "reason": reason})
+    return out
+
+
+# --- the whole run ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Request:
+    partition: str | None = None
+    nodes: str | None = None  # hostlist
+    levels: tuple[str, ...] = ("node", "pair", "leaf", "all")
+    transport: str = "auto"
+    sizes: str | None = None
+    iters: int | None = None
+    out: str = "slurmkit-acceptance"
+    drain: bool = False
+    fresh: bool = False
+    all_pairs: bool = False
+    job_time: str = "15:00"
+    rule: Rule = Rule()
+
+
+def select_nodes(facts: ClusterFacts, asked: str | None) -> tuple[list[str], list[str]]:
+    """(nodes to test, skipped with why): the partition's nodes (or the asked ones, which must be in it), minus
+    those that cannot run a job now (down, drained, not responding)."""
+    from slurmkit import hostlist
+
+    members = [n for n, _ in facts.node_gpus] or [n[0] for n in facts.live_nodes]
+    if asked:
+        try:
+            want = hostlist.expand(asked)
+        except Exception as exc:  # noqa: BLE001 - ClusterShell raises its own parse errors
+            raise UsageError(f"--nodes: {asked!r} is not a host list ({exc})") from exc
+        outside = [n for n in want if n not in members]
+        if outside:
+            raise UsageError(f"--nodes: {', '.join(outside)} not in partition {facts.partition}")
+        members = [n for n in members if n in set(want)]
+    live = {n: (state, flags) for n, state, flags, _, _ in facts.live_nodes}
+    keep, skipped = [], []
+    for n in members:
+        st = live.get(n)
+        if st is not None and (st[0] in ("down", "unknown", "future") or "DRAIN" in st[1]
+                               or "NOT_RESPONDING" in st[1]):
+            skipped.append(f"{n} ({st[0]}{'+' + '+'.join(sorted(st[1])) if st[1] else ''})")
+        else:
+            keep.append(n)
+    return keep, skipped
+
+
+def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapping[str, str] | None = None,
+               which: Callable[[str], str | None] | None = None) -> dict[str, Any]:
+    """Measure, bisect, report (report.json + report.png in ``req.out``), drain when asked. Returns the document."""
+    import shutil
+
+    from slurmkit.acceptance import plan as planmod
+    from slurmkit.acceptance import report
+    from slurmkit.acceptance.busbw import parse_sizes
+    from slurmkit.jobs import facts as factsmod
+
+    env = dict(os.environ if environ is None else environ)
+    bad = [lv for lv in req.levels if lv not in planmod.LEVELS]
+    if bad or not req.levels:
+        raise UsageError(f"--levels: {','.join(bad) or '(empty)'} not among {','.join(planmod.LEVELS)}")
+    transport = choose_transport(req.transport, env, which or shutil.which)
+    sizes = req.sizes or DEFAULT_SIZES[transport]
+    try:
+        parse_sizes(sizes)
+    except ValueError as exc:
+        raise UsageError(f"--sizes: {exc}") from exc
+    t0 = time.time()
+    inv = factsmod.load_inventory_facts(req.partition, factsmod.inventory_path(env))
+    facts = factsmod.from_slurm(backend, req.partition, inv)
+    nodes, skipped = select_nodes(facts, req.nodes)
+    for s in skipped:
+        progress(f"skipping {s}: it cannot run a job now")
+    if not nodes:
+        raise UsageError(f"no node of partition {facts.partition} can run a job now")
+    gpus = max((g for n, g in facts.node_gpus if n in set(nodes)), default=0) or (facts.gpus_per_node or 0)
+    settings = Settings(partition=facts.partition, levels=tuple(req.levels), transport=transport, sizes=sizes,
+                        iters=req.iters or DEFAULT_ITERS[transport], gpus_per_node=gpus, job_time=req.job_time,
+                        rule=req.rule, all_pairs=req.all_pairs)
+    topo = topology_of(facts, nodes)
+    expected = expected_of(facts)
+    store = Store(req.out)
+    resumed = store.load_or_start(settings.key(topo.nodes), req.fresh, progress)
+    executor = SlurmExecutor(backend, facts, settings, topo, expected, environ=env)
+    progress(f"{len(topo.nodes)} node(s) of {facts.partition} ({len(topo.leaves())} leaf/leaves), levels "
+             f"{','.join(req.levels)}, transport {transport}, sizes {sizes}")
+    gen = planmod.plan(topo, req.levels, req.rule, {"all": expected.inter}, all_pairs=req.all_pairs)
+    findings = drive(gen, executor, store, progress)
+    verdicts(store, findings, req.rule)
+    doc = store.doc
+    doc.update({
+        "complete": True, "finished": _now(), "resumed": resumed, "partition": facts.partition,
+        "nodes": list(topo.nodes), "leaves": topo.leaves(), "skipped": skipped, "transport": transport,
+        "sizes": sizes, "rule": {"k": req.rule.k, "tol": req.rule.tol},
+        "expected": asdict(expected),
+        # every job behind the report (a resumed run adds its own to the earlier ones), and this run's share
+        "jobs": len({m["job_id"] for m in store.measurements.values() if m.get("job_id")}),
+        "jobs_this_run": executor.jobs_submitted,
+        "wall_s": round(time.time() - t0, 1), "report": str(store.path),
+        "facts": facts.source,
+    })
+    out = report.document(doc, findings)
+    png = report.picture(out, store.dir / "report.png")
+    out["png"] = png
+    if png is None:
+        out["png_note"] = "matplotlib not installed: pip install 'slurmkit[plot]' for report.png"
+    out["drained"] = drain(backend, findings, store, progress) if req.drain else []
+    doc.update({k: out[k] for k in ("outliers", "suspects", "png", "drained")})
+    store.save()
+    return out

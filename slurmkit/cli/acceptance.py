@@ -1,0 +1,60 @@
+"""`slurmkit acceptance run`: the edge over slurmkit.acceptance (options, environment, printing, exit codes)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.group()
+def acceptance() -> None:
+    """Cluster acceptance: find the slow GPU, link or node before the users do."""
+
+
+@acceptance.command("run")
+@click.option("-p", "--partition", default=None, help="Partition to test (default: the default partition).")
+@click.option("--nodes", default=None, metavar="LIST", help="Only these nodes (a host list, e.g. node[1-4]).")
+@click.option("--levels", default="node,pair,leaf,all", show_default=True,
+              help="Comma list of node (each node's GPUs), pair, leaf (each leaf switch), all.")
+@click.option("--drain", "do_drain", is_flag=True,
+              help="Drain confirmed-bad nodes (reason 'slurmkit: acceptance ...'); without it nothing changes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
+@click.option("--transport", type=click.Choice(["auto", "nccl-tests", "nccl", "gloo"]), default="auto",
+              show_default=True,
+              help="auto: nccl-tests' all_reduce_perf if installed, NCCL if this host has the NVIDIA driver, else gloo.")
+@click.option("--sizes", default=None, help="Buffer sizes of the sweep, e.g. 16M,256M,1G (default per transport).")
+@click.option("--iters", default=None, type=click.IntRange(1, 10000), help="All-reduces per size.")
+@click.option("-k", "mad_k", default=3.0, show_default=True, type=click.FloatRange(0, 100),
+              help="Outlier rule: below median - k x MAD ...")
+@click.option("--tolerance", default=0.25, show_default=True, type=click.FloatRange(0.01, 0.99),
+              help="... and below (1 - tolerance) x median (also the bisection's sibling margin).")
+@click.option("--out", "out", default="slurmkit-acceptance", show_default=True, type=click.Path(file_okay=False),
+              help="Report dir (report.json, report.png, one run dir per job); a re-run resumes an unfinished report.")
+@click.option("--fresh", is_flag=True, help="Start over instead of resuming an unfinished report.")
+@click.option("--all-pairs", is_flag=True, help="Pair level: every pair instead of two matchings (the bench's baseline).")
+@click.option("--job-time", default="15:00", show_default=True, help="Time limit of each measurement job.")
+def run(partition: str | None, nodes: str | None, levels: str, do_drain: bool, as_json: bool, transport: str,
+        sizes: str | None, iters: int | None, mad_k: float, tolerance: float, out: str, fresh: bool,
+        all_pairs: bool, job_time: str) -> None:
+    """Run the acceptance measurements on the cluster $SLURM_CONF points at."""
+    import os
+
+    from slurmkit.acceptance.busbw import Rule
+    from slurmkit.acceptance.report import table
+    from slurmkit.acceptance.runner import Request
+    from slurmkit.acceptance.runner import acceptance as run_acceptance
+    from slurmkit.backend.cli import default_backend
+    from slurmkit.jobs.spec import sbatch_value
+
+    sbatch_value("--job-time", job_time)
+    req = Request(partition=partition, nodes=nodes, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
+                  transport=transport, sizes=sizes, iters=iters, out=os.path.abspath(out), drain=do_drain,
+                  fresh=fresh, all_pairs=all_pairs, job_time=job_time, rule=Rule(k=mad_k, tol=tolerance))
+    doc = run_acceptance(req, default_backend(), lambda m: click.echo(f"acceptance: {m}", err=True))
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        click.echo(table(doc))
+    sys.stdout.flush()

@@ -1,0 +1,295 @@
+"""slurmkit.acceptance: bandwidth math, the outlier rule, the plan and bisection (on the bandwidth model), the job
+rendering, the resumable report and drain (fake backend; the real Slurm runs in tests/integration/test_acceptance_lab.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmkit.acceptance import busbw as bb
+from slurmkit.acceptance.plan import Topo, plan
+from slurmkit.acceptance.runner import (
+    Measurement,
+    Settings,
+    SlurmExecutor,
+    Store,
+    choose_transport,
+    drain,
+    drive,
+    select_nodes,
+)
+from slurmkit.acceptance.simulate import Model, ModelExecutor, cluster
+from slurmkit.backend.parse import NodeInfo
+from slurmkit.errors import LabError, UsageError
+from slurmkit.jobs.spec import ClusterFacts
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "acceptance"
+
+
+# --- bandwidth math -----------------------------------------------------------------------------------------------
+
+def test_busbw_is_nccl_tests_definition_on_recorded_output() -> None:
+    pts = bb.parse_all_reduce_perf((DATA / "all_reduce_perf_h100x8.txt").read_text())
+    assert [p.size for p in pts] == [268435456, 536870912, 1073741824, 2147483648]
+    for p in pts:  # 8 GPUs: busbw = algbw x 2*7/8, as nccl-tests printed it (2 decimals)
+        assert bb.busbw_allreduce(p.algbw, 8) == pytest.approx(p.busbw, abs=0.01)
+        assert bb.algbw(p.size, p.time_us / 1e6) == pytest.approx(p.algbw, rel=2e-3)
+    assert bb.peak(pts) == 470.73
+
+
+def test_mpi_tagged_output_two_ranks_busbw_equals_algbw() -> None:
+    pts = bb.parse_all_reduce_perf((DATA / "all_reduce_perf_mpi_2node.txt").read_text())
+    assert len(pts) == 5
+    assert all(p.busbw == p.algbw for p in pts)  # 2(n-1)/n = 1 for n = 2
+    assert bb.busbw_allreduce(3.0, 2) == 3.0 and bb.busbw_allreduce(3.0, 1) == 0.0
+
+
+def test_point_and_sizes() -> None:
+    p = bb.point(1 << 30, 0.01, 4)
+    assert p.algbw == pytest.approx((1 << 30) / 0.01 / 1e9) and p.busbw == pytest.approx(p.algbw * 1.5)
+    assert bb.parse_sizes("1M,256K,1M,1G") == [256 << 10, 1 << 20, 1 << 30]
+    with pytest.raises(ValueError, match="'2X'"):
+        bb.parse_sizes("1M,2X")
+
+
+def test_rule_median_mad_and_floor() -> None:
+    rule = bb.Rule(k=3, tol=0.25)
+    vals = {"a": 100.0, "b": 101.0, "c": 99.0, "d": 100.5, "e": 40.0}
+    slow, ref, d, thr = rule.slow(vals)
+    assert slow == ["e"] and ref == 100.0 and d == 1.0
+    # a tight distribution: 3 % below the median is beyond 3 MAD but not below the 25 % floor
+    assert rule.slow({"a": 100.0, "b": 100.1, "c": 99.9, "d": 97.0})[0] == []
+    # a wide one: below the floor but within 3 MAD is not an outlier
+    assert rule.slow({"a": 1.0, "b": 0.4, "c": 1.6, "d": 0.7, "e": 1.3})[0] == []
+    # two values: no distribution, the best one is the reference
+    assert rule.slow({"x": 10.0, "y": 5.0})[0] == ["y"]
+    assert rule.slow({"x": None, "y": 5.0})[0] == []
+
+
+def test_expected_from_inventory() -> None:
+    e = bb.expected_from("h100", "nvlink", [400] * 8)
+    assert e.intra == 450.0 and "NVLink 4" in e.intra_why
+    assert e.inter == 400.0 and "8 compute NIC(s) x 400 Gb/s" in e.inter_why
+    assert bb.expected_from("a100", "none", []).intra is None
+    assert bb.expected_from("b200", "nvlink", []).intra == 900.0
+    assert bb.expected_from("l40s", "nvlink", [200]).intra is None
+
+
+# --- the plan on the bandwidth model --------------------------------------------------------------------------------
+
+def run_model(n: int, leaf: int, slow: dict[str, float] | None = None, levels=("node", "pair", "leaf", "all"),
+              tmp: Path | None = None, uplink: float = 1.0, all_pairs: bool = False, expected: float | None = None):
+    nodes, leaf_of, bw = cluster(n, leaf, slow=slow)
+    ex = ModelExecutor(Model(bw, leaf_of, uplink=uplink))
+    store = Store(str(tmp or "/nonexistent"))
+    store.doc = {"measurements": {}, "pending": {}}
+    findings = drive(plan(Topo(tuple(nodes), leaf_of), levels, bb.Rule(), {"all": expected}, all_pairs=all_pairs),
+                     ex, store, lambda m: None)
+    return findings, ex, store
+
+
+def test_healthy_cluster_has_no_finding() -> None:
+    findings, ex, _ = run_model(8, 4)
+    assert findings == []
+    assert ex.jobs_submitted == 8 + 8 + 2 + 1  # nodes, two matchings, leaves, all
+
+
+def test_slow_node_named_alone_and_confirmed_in_fewer_jobs_than_all_pairs() -> None:
+    findings, ex, store = run_model(8, 4, slow={"n03": 10.0})
+    assert [(f.kind, f.nodes, f.confirmed) for f in findings] == [("node", ("n03",), True)]
+    assert ex.jobs_submitted < 8 * 7 // 2
+    assert {"node:measure:n03", "pair:measure:n03+n04", "leaf:measure:n01+n02+n03+n04"} <= set(findings[0].evidence)
+
+
+@pytest.mark.parametrize("n", [64, 512, 4096])
+def test_leaf_bisection_is_logarithmic(n: int) -> None:
+    slow = cluster(n, 32)[0][37]
+    findings, ex, _ = run_model(n, 32, slow={slow: 5.0}, levels=("leaf",))
+    assert [f.nodes for f in findings if f.confirmed] == [(slow,)]
+    leaves = n // 32
+    assert ex.jobs_submitted == leaves + 2 * int(math.log2(32 // 2)) + 2 + 1
+
+
+def test_all_level_bisects_only_against_an_expected_value() -> None:
+    slow = "n0011"
+    nodes = cluster(4096, 32)[0]
+    assert slow in nodes
+    findings, ex, _ = run_model(4096, 32, slow={slow: 5.0}, levels=("all",), expected=50.0)
+    assert [f.nodes for f in findings if f.confirmed] == [(slow,)]
+    assert ex.jobs_submitted <= 1 + 2 * 12 + 3
+    findings, ex, _ = run_model(64, 32, slow={"n11": 5.0}, levels=("all",), expected=None)
+    assert findings == [] and ex.jobs_submitted == 1  # one number, no reference: nothing to judge
+
+
+def test_slow_link_is_a_pair_finding_not_a_node() -> None:
+    # a node slow only towards one partner: model it as an uplink factor on cross-leaf pairs of 2 leaves of 1
+    nodes, leaf_of, bw = cluster(8, 4)
+    model = Model(bw, leaf_of)
+    orig = model.busbw
+    model.busbw = lambda ns, key: orig(ns, key) * (0.3 if set(ns) == {"n01", "n05"} else 1.0)  # type: ignore[method-assign]
+    store = Store("/nonexistent")
+    store.doc = {"measurements": {}, "pending": {}}
+    findings = drive(plan(Topo(tuple(nodes), leaf_of), ("pair",), bb.Rule()), ModelExecutor(model), store,
+                     lambda m: None)
+    assert [(f.kind, f.nodes, f.confirmed) for f in findings] == [("pair", ("n01", "n05"), True)]
+
+
+def test_a_one_off_slow_measurement_stays_a_suspect() -> None:
+    nodes, leaf_of, bw = cluster(8, 4)
+    model = Model(bw, leaf_of)
+    orig = model.busbw
+    model.busbw = lambda ns, key: orig(ns, key) * (0.3 if key == "node:measure:n02" else 1.0)  # type: ignore[method-assign]
+    store = Store("/nonexistent")
+    store.doc = {"measurements": {}, "pending": {}}
+    findings = drive(plan(Topo(tuple(nodes), leaf_of), ("node",), bb.Rule()), ModelExecutor(model), store,
+                     lambda m: None)
+    assert [(f.nodes, f.confirmed) for f in findings] == [(("n02",), False)]
+    assert "not confirmed" in findings[0].detail
+
+
+def test_all_pairs_baseline() -> None:
+    findings, ex, _ = run_model(8, 4, slow={"n06": 10.0}, levels=("pair",), all_pairs=True)
+    assert ex.jobs_submitted == 28
+    assert [f.nodes for f in findings if f.confirmed] == [("n06",)]
+
+
+def test_replay_serves_stored_measurements_without_jobs(tmp_path: Path) -> None:
+    findings, ex, store = run_model(8, 4, slow={"n03": 10.0}, tmp=tmp_path)
+    again = ModelExecutor(Model({}, {}))  # would fail on any node: nothing may be asked of it
+    nodes, leaf_of, _ = cluster(8, 4)
+    f2 = drive(plan(Topo(tuple(nodes), leaf_of), ("node", "pair", "leaf", "all"), bb.Rule()), again, store,
+               lambda m: None)
+    assert again.jobs_submitted == 0
+    assert [f.nodes for f in f2] == [f.nodes for f in findings]
+
+
+# --- the report store ---------------------------------------------------------------------------------------------
+
+def test_store_resumes_only_the_same_unfinished_plan(tmp_path: Path) -> None:
+    s = Store(str(tmp_path))
+    key = {"nodes": ["a", "b"]}
+    assert s.load_or_start(key, fresh=False, progress=lambda m: None) is False
+    s.measurements["x"] = {"busbw": 1.0}
+    s.pending["y"] = {"job_id": "7", "run_dir": "/r"}
+    s.save()
+    s2 = Store(str(tmp_path))
+    msgs: list[str] = []
+    assert s2.load_or_start(key, fresh=False, progress=msgs.append) is True
+    assert s2.measurements == {"x": {"busbw": 1.0}} and "1 measurement(s) done, 1 job(s) in flight" in msgs[0]
+    s3 = Store(str(tmp_path))
+    assert s3.load_or_start({"nodes": ["a"]}, fresh=False, progress=lambda m: None) is False  # another plan
+    assert s3.measurements == {} and list(tmp_path.glob("report-*.json"))
+
+
+# --- jobs through gpusub's renderer -------------------------------------------------------------------------------
+
+def facts() -> ClusterFacts:
+    return ClusterFacts(partition="gpu", gpus_per_node=8, node_gpus=tuple((f"node{i}", 8) for i in range(1, 5)),
+                        cpus_per_gpu=1, mem_per_gpu_mb=3875, resources_source="inventory",
+                        live_nodes=(("node1", "idle", frozenset(), 8, 8), ("node2", "idle", frozenset({"DRAIN"}), 8, 8),
+                                    ("node3", "idle", frozenset(), 8, 8), ("node4", "down", frozenset(), 8, 8)))
+
+
+def test_job_is_gpusubs_srun_job_pinned_to_its_nodes(tmp_path: Path) -> None:
+    from slurmkit.acceptance.plan import task
+
+    s = Settings(partition="gpu", levels=("pair",), transport="nccl", sizes="16M,1G", iters=20, gpus_per_node=8)
+    ex = SlurmExecutor(None, facts(), s, Topo(("node1", "node3")), bb.Expected())  # type: ignore[arg-type]
+    job = ex.render(task("pair", "measure", ("node1", "node3"), "x"), str(tmp_path / "j"))
+    sc = job.request.script
+    flat = sc.replace(" \\\n  ", " ")  # the template puts each program word on its own continued line
+    assert job.request.command() == ["sbatch", "--parsable", "--nodelist=node1,node3"]
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:8", "#SBATCH --exclusive",
+                 "#SBATCH --partition=gpu", "#SBATCH --time=15:00", "export NCCL_DEBUG=WARN"):
+        assert line in sc
+    assert "acceptance/measure.py --sizes 16M,1G --iters 20 --transport nccl --out" in flat
+    assert f"{tmp_path}/j/result.json" in flat
+    gl = Settings(partition="gpu", levels=("node",), transport="gloo", sizes="1M", iters=5, gpus_per_node=8)
+    ex2 = SlurmExecutor(None, facts(), gl, Topo(("node1",)), bb.Expected())  # type: ignore[arg-type]
+    one = ex2.render(task("node", "measure", ("node1",), "x"), str(tmp_path / "k")).request.script
+    assert "#SBATCH --ntasks-per-node=2" in one and "#SBATCH --nodes=1" in one  # gloo: two CPU ranks on one node
+
+
+def test_select_nodes_skips_what_cannot_run_and_refuses_strangers() -> None:
+    keep, skipped = select_nodes(facts(), None)
+    assert keep == ["node1", "node3"] and skipped == ["node2 (idle+DRAIN)", "node4 (down)"]
+    with pytest.raises(UsageError, match=r"--nodes: node9 not in partition gpu"):
+        select_nodes(facts(), "node[1,9]")
+
+
+def test_transport_choice() -> None:
+    assert choose_transport("gloo", {}, lambda x: "/x") == "gloo"
+    assert choose_transport("auto", {}, lambda x: "/usr/bin/all_reduce_perf") == "nccl-tests"
+
+
+# --- drain ----------------------------------------------------------------------------------------------------------
+
+class FakeBackend:
+    def __init__(self, nodes: dict[str, NodeInfo]):
+        self._nodes = nodes
+        self.drained: list[tuple[str, str]] = []
+
+    def node(self, name: str) -> NodeInfo:
+        return self._nodes[name]
+
+    def drain(self, nodes: str, reason: str) -> None:
+        self.drained.append((nodes, reason))
+
+
+def test_drain_only_confirmed_nodes_never_over_a_foreign_reason(tmp_path: Path) -> None:
+    from slurmkit.acceptance.plan import Finding
+
+    store = Store(str(tmp_path))
+    store.doc = {"measurements": {"pair:resolve:n3+n1": Measurement("pair:resolve:n3+n1", "pair", "resolve",
+                                                                     ["n3", "n1"], ["l1", "l1"], busbw=0.1).__dict__}}
+    fs = [Finding("node", ("n3",), "pair", ["pair:measure:n3+n4", "pair:resolve:n3+n1"], "d", confirmed=True),
+          Finding("node", ("n5",), "node", ["node:measure:n5"], "d", confirmed=False),
+          Finding("pair", ("n6", "n7"), "pair", ["pair:measure:n6+n7"], "d", confirmed=True),
+          Finding("node", ("n8",), "node", ["a", "b"], "d", confirmed=True)]
+    be = FakeBackend({"n3": NodeInfo("n3", "idle"),
+                      "n8": NodeInfo("n8", "idle", frozenset({"DRAIN"}), reason="bad dimm [root@2026-01-01T10:00:00]")})
+    out = drain(be, fs, store, lambda m: None)  # type: ignore[arg-type]
+    assert [n for n, _ in be.drained] == ["n3"]
+    assert be.drained[0][1].startswith("slurmkit: acceptance pair:resolve:n3+n1 busbw 0.1 GB/s")
+    assert out[1] == {"node": "n8", "action": "kept", "why": "already drained: bad dimm"}
+
+
+# --- the edge and the lab helper -------------------------------------------------------------------------------------
+
+def test_cli_bad_levels_is_one_line_exit_2(monkeypatch) -> None:
+    from slurmkit.cli.main import cli, run_cli
+
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    with pytest.raises(SystemExit) as exc:
+        run_cli(cli, ["acceptance", "run", "--levels", "node,rack"], "slurmkit")
+    assert exc.value.code == 2
+    r = CliRunner().invoke(cli, ["acceptance", "run", "--job-time", "1 h"])
+    assert r.exit_code != 0
+
+
+def test_cpu_mount_found_on_v1_and_refused_on_v2_only() -> None:
+    from slurmkit.lab.slow import cpu_mount
+
+    v1 = "cgroup /sys/fs/cgroup/cpuacct cgroup rw,cpuacct 0 0\ncgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n"
+    assert str(cpu_mount(v1)) == "/sys/fs/cgroup/cpu"
+    assert str(cpu_mount("cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,cpu,cpuacct 0 0\n")) == "/sys/fs/cgroup/cpu,cpuacct"
+    with pytest.raises(LabError, match="cgroup v1 cpu controller"):
+        cpu_mount("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n")
+
+
+def test_report_document_and_table() -> None:
+    from slurmkit.acceptance.plan import Finding
+    from slurmkit.acceptance.report import document, table
+
+    doc = {"measurements": {"node:measure:a": Measurement("node:measure:a", "node", "measure", ["a"], ["l1"], 2,
+                                                          "torch-gloo", 0.5, verdict="slow", job_id="3").__dict__},
+           "pending": {}, "jobs": 1, "wall_s": 2.0, "report": "/r/report.json"}
+    out = document(doc, [Finding("node", ("a",), "node", ["node:measure:a"], "slow", confirmed=True)])
+    assert out["outliers"][0]["nodes"] == ("a",) and "pending" not in out
+    json.dumps(out)
+    t = table(out)
+    assert "node   measure  a      l1    2      0.5" in t and "OUTLIER node a: slow" in t
