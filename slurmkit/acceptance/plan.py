@@ -9,9 +9,9 @@ Per level (each judged on its own, because busbw at one group size is not compar
 fabric):
 
 * ``node``: one measurement per node (its GPUs). Slow nodes by the ``Rule`` over the level.
-* ``pair``: a matching inside each leaf and one across leaves (every node in two pairs). A node whose pairs are
-  *all* slow is a suspect; one slow pair whose nodes both have a healthy pair elsewhere is a slow link. Each
-  suspect is then measured with a healthy node, beside a control pair of two healthy nodes.
+* ``pair``: a matching inside each leaf and one across leaves (every node in two pairs). A node whose *best* pair
+  is slow (by the rule over every node's best pair) is a suspect; a slow pair of two nodes that are not suspects
+  is a slow link. Each suspect is then measured with a healthy node, beside a control pair of two healthy nodes.
 * ``leaf``: one measurement per leaf switch; a slow leaf is bisected.
 * ``all``: one measurement over every node; bisected when it is below what the inventory expects.
 
@@ -143,25 +143,31 @@ def _pair_level(topo: Topo, rule: Rule) -> Generator[list[Task], Results, list[F
     tasks = {p: task("pair", "measure", p, f"pair {p[0]}+{p[1]}") for p in pairs}
     res = yield list(tasks.values())
     values = {t.key: res.get(t.key) for t in tasks.values()}
-    slow_keys, ref, d, thr = rule.slow(values)
-    slow_pairs = [p for p, t in tasks.items() if t.key in slow_keys]
     pairs_of: dict[str, list[tuple[str, str]]] = {}
     for p in pairs:
         for n in p:
             pairs_of.setdefault(n, []).append(p)
-    in_slow = {n for p in slow_pairs for n in p}
-    suspects = [n for n in topo.nodes if n in in_slow and all(p in slow_pairs for p in pairs_of[n])]
-    healthy = [n for n in topo.nodes if n not in in_slow]
+    # each node's best pair: a slow node drags every pair it is in, a healthy node has at least one good pair. One
+    # value per node keeps the slow node's share of the distribution at 1/n (each of its pairs would be 2/n)
+    best: dict[str, float | None] = {}
+    for n, ps in pairs_of.items():
+        got = [v for v in (values[tasks[p].key] for p in ps) if v is not None]
+        best[n] = max(got) if got else None
+    slow_nodes, nref, nd, nthr = rule.slow(best)
+    suspects = [n for n in topo.nodes if n in slow_nodes]
+    healthy = [n for n in topo.nodes if n in best and n not in slow_nodes and best[n] is not None]
     found: list[Finding] = []
     named = yield from _resolve("pair", suspects, healthy, rule,
                                 {n: [tasks[p].key for p in pairs_of[n]] for n in suspects},
-                                lambda n: f"pair level: every pair of {n} slow (< {thr:.3g} GB/s, median {ref:.3g})")
+                                lambda n: f"pair level: the best pair of {n} {best[n]:.3g} GB/s < {nthr:.3g} (median "
+                                          f"{nref:.3g}, MAD {nd:.3g})")
     found += named
-    named_nodes = {f.nodes[0] for f in named}
-    for p in slow_pairs:
-        if not (set(p) & named_nodes) and not (set(p) & set(suspects)):
-            v = values[tasks[p].key]
-            found.append(Finding("pair", p, "pair", [tasks[p].key],
+    # a slow pair of two nodes that are fine elsewhere: the link between them (cable, port, switch path)
+    slow_keys, ref, d, thr = rule.slow(values)
+    for p, t in tasks.items():
+        if t.key in slow_keys and not set(p) & set(suspects):
+            v = values[t.key]
+            found.append(Finding("pair", p, "pair", [t.key],
                                  f"pair level: link {p[0]}-{p[1]} {v:.3g} GB/s < {thr:.3g} (median {ref:.3g}) while "
                                  "both nodes are fine with other partners"))
     return found
