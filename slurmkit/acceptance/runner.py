@@ -153,7 +153,10 @@ class Executor:
 
 def drive(p: Plan, executor: Executor, store: Store, progress: Progress) -> list[Finding]:
     """Feed the plan, serving every task already in the report from it."""
-    batch = next(p)
+    try:
+        batch = next(p)
+    except StopIteration as stop:  # nothing to measure (one node and only inter-node levels)
+        return list(stop.value)
     while True:
         todo = [t for t in batch if t.key not in store.measurements]
         if todo:

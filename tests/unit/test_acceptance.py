@@ -310,3 +310,16 @@ def test_pair_level_finds_the_slow_node_in_noisy_lab_numbers() -> None:
     with pytest.raises(StopIteration) as stop:
         gen.send({batch[0].key: 0.10, batch[1].key: 0.61})
     assert [(f.kind, f.nodes, f.confirmed) for f in stop.value.value] == [("node", ("node3",), True)]
+
+
+def test_nothing_to_measure_is_an_empty_run() -> None:
+    findings, ex, _ = run_model(1, 4, levels=("pair", "leaf", "all"))
+    assert findings == [] and ex.jobs_submitted == 0
+
+
+def test_lab_up_refuses_an_unknown_slow_node_before_starting_anything(tmp_path: Path) -> None:
+    from slurmkit.cli.main import cli
+
+    r = CliRunner().invoke(cli, ["lab", "up", "--dir", str(tmp_path / "lab"), "--nodes", "4", "--slow-node", "node9"])
+    assert r.exit_code == 2 and "'node9' is not a lab node (node1..node4)" in r.output
+    assert not (tmp_path / "lab").exists()
