@@ -216,6 +216,20 @@ class SlurmExecutor(Executor):
         return replace(job, request=replace(job.request, argv=(f"--nodelist={','.join(t.nodes)}",)))
 
     def run(self, tasks: list[Task], store: Store, progress: Progress) -> None:
+        """Run the tasks; one that failed without a result (a job that could not start its rendezvous: a port
+        taken meanwhile, a node that went away) is submitted once more: a failed job measures nothing."""
+        self._run(tasks, store, progress)
+        failed = [t for t in tasks if store.measurements.get(t.key, {}).get("busbw") is None]
+        if failed:
+            progress(f"{len(failed)} measurement(s) failed, running them once more: "
+                     + "; ".join(f"{t.key}: {store.measurements[t.key].get('error', '')[:120]}" for t in failed))
+            first = {t.key: store.measurements.pop(t.key) for t in failed}
+            self._run(failed, store, progress)
+            for t in failed:
+                store.measurements[t.key]["first_attempt_error"] = first[t.key].get("error", "")
+            store.save()
+
+    def _run(self, tasks: list[Task], store: Store, progress: Progress) -> None:
         from slurmkit.jobs.submit import Prepared, submit_prepared
 
         root = store.dir / "jobs"

@@ -323,3 +323,40 @@ def test_lab_up_refuses_an_unknown_slow_node_before_starting_anything(tmp_path: 
     r = CliRunner().invoke(cli, ["lab", "up", "--dir", str(tmp_path / "lab"), "--nodes", "4", "--slow-node", "node9"])
     assert r.exit_code == 2 and "'node9' is not a lab node (node1..node4)" in r.output
     assert not (tmp_path / "lab").exists()
+
+
+class SubmitOnceFails:
+    """sbatch that 'runs' the job at once: the first attempt leaves no result (its rendezvous failed), later ones do."""
+
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def submit(self, request) -> str:  # type: ignore[no-untyped-def]
+        import re
+
+        self.submitted.append(request.script)
+        out = re.search(r"--out \\\n  (\S+)", request.script) or re.search(r"--out (\S+)", request.script)
+        assert out
+        if len(self.submitted) > 1:
+            Path(out.group(1)).write_text(json.dumps({"peak_busbw": 1.5, "points": [], "world": 2}))
+        return str(len(self.submitted))
+
+    def jobs(self, ids):  # type: ignore[no-untyped-def]
+        return []  # finished and gone
+
+
+def test_a_failed_job_is_run_once_more(tmp_path: Path) -> None:
+    from slurmkit.acceptance.plan import task
+
+    s = Settings(partition="gpu", levels=("node",), transport="gloo", sizes="1M", iters=5, gpus_per_node=8)
+    be = SubmitOnceFails()
+    ex = SlurmExecutor(be, facts(), s, Topo(("node1",)), bb.Expected(), poll=0.01)  # type: ignore[arg-type]
+    store = Store(str(tmp_path))
+    store.load_or_start({"k": 1}, fresh=True, progress=lambda m: None)
+    msgs: list[str] = []
+    ex.run([task("node", "measure", ("node1",), "x")], store, msgs.append)
+    m = store.measurements["node:measure:node1"]
+    assert len(be.submitted) == 2 and ex.jobs_submitted == 2
+    assert m["busbw"] == 1.5 and m["job_id"] == "2" and "job 1 gone from the queue, no result" in m["first_attempt_error"]
+    assert any("running them once more" in x for x in msgs)
+    assert json.loads((tmp_path / "report.json").read_text())["measurements"]["node:measure:node1"]["busbw"] == 1.5
