@@ -20,7 +20,8 @@ rule's tolerance, else the group as a whole is slow (a leaf uplink, a switch). A
 measuring each member with a healthy node beside a control pair. One slow node among n costs 2·log2(n) jobs.
 
 A node is *confirmed* when two different measurements name it; one named by a single measurement is re-measured
-(beside a control) before it counts.
+(beside a control) before it counts. Each level's findings are confirmed before the next level starts, and a
+confirmed node is left out of the later levels.
 """
 
 from __future__ import annotations
@@ -85,20 +86,26 @@ def plan(topo: Topo, levels: Sequence[str], rule: Rule, expected: dict[str, floa
     """The whole run: each asked level in LEVELS order, then the confirmations."""
     expected = expected or {}
     findings: list[Finding] = []
+    out: set[str] = set()
     for level in LEVELS:
         if level not in levels:
             continue
+        # a node confirmed bad by an earlier level stays out of the later ones: it would only slow every group it
+        # joins again and hide what else is wrong
+        sub = Topo(tuple(n for n in topo.nodes if n not in out), topo.leaf_of)
         if level == "node":
-            findings += yield from _node_level(topo, rule)
+            new = yield from _node_level(sub, rule)
         elif level == "pair":
-            findings += yield from (_all_pairs(topo, rule) if all_pairs else _pair_level(topo, rule))
+            new = yield from (_all_pairs(sub, rule) if all_pairs else _pair_level(sub, rule))
         elif level == "leaf":
-            findings += yield from _leaf_level(topo, rule)
-        elif level == "all":
-            findings += yield from _all_level(topo, rule, expected.get("all"))
-    merged = _merge(findings)
-    yield from _confirm(topo, rule, merged)
-    return merged
+            new = yield from _leaf_level(sub, rule)
+        else:
+            new = yield from _all_level(sub, rule, expected.get("all"))
+        new = _merge(new)
+        yield from _confirm(sub, rule, new)
+        findings += new
+        out |= {f.nodes[0] for f in new if f.kind == "node" and f.confirmed}
+    return _merge(findings)
 
 
 # --- levels ------------------------------------------------------------------------------------------------------
@@ -293,8 +300,9 @@ def _merge(findings: list[Finding]) -> list[Finding]:
             g = by_node[n]
             g.evidence = list(dict.fromkeys(g.evidence + f.evidence))
             g.detail += "; " + f.detail
+            g.confirmed = g.confirmed or f.confirmed
         else:
-            by_node[n] = Finding(f.kind, f.nodes, f.level, list(f.evidence), f.detail, f.switch)
+            by_node[n] = Finding(f.kind, f.nodes, f.level, list(f.evidence), f.detail, f.switch, f.confirmed)
             out.append(by_node[n])
     return out
 

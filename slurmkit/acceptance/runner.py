@@ -348,13 +348,17 @@ def choose_transport(asked: str, environ: Mapping[str, str], which: Callable[[st
 
 
 def verdicts(store: Store, findings: list[Finding], rule: Rule) -> None:
-    """Every measurement's verdict: error, slow (evidence of a finding), below-expected, or ok."""
-    named = {k for f in findings for k in f.evidence}
+    """Every measurement's verdict: error, slow (evidence of a confirmed finding), suspect (of one that was not
+    confirmed), below-expected, or ok."""
+    named = {k for f in findings if f.confirmed for k in f.evidence}
+    suspect = {k for f in findings if not f.confirmed for k in f.evidence}
     for key, m in store.measurements.items():
         if m.get("busbw") is None:
             m["verdict"] = "error"
         elif key in named:
             m["verdict"] = "slow"
+        elif key in suspect:
+            m["verdict"] = "suspect"
         elif m.get("expected") and m["busbw"] < m["expected"] * (1 - rule.tol):
             m["verdict"] = "below-expected"
         else:
