@@ -50,7 +50,9 @@ def test_healthy_lab_has_no_outlier(alab, tmp_path: Path) -> None:
     ms = doc["measurements"]
     assert {m["level"] for m in ms} == {"node", "pair", "leaf"}
     assert all(m["busbw"] and m["busbw"] > 0 and m["points"] for m in ms), [m for m in ms if not m["busbw"]]
-    assert {tuple(m["leaves"]) for m in ms if m["level"] == "leaf"} == {("leaf1",) * 4, ("leaf2",) * 4}
+    # the leaf runs (a noisy healthy lab may also bisect a leaf; confirmation then keeps it out of the outliers)
+    assert {tuple(m["leaves"]) for m in ms if m["level"] == "leaf" and m["step"] == "measure"} == {("leaf1",) * 4,
+                                                                                            ("leaf2",) * 4}
     assert Path(doc["png"]).stat().st_size > 10_000  # the picture, from CI's run
     assert "done" in err  # progress on stderr
     assert node_reasons(alab) == {}
