@@ -153,6 +153,25 @@ def test_healthy_h100_node_passes_everything(tmp_path):
     assert out.nvml_devices["devices"][5]["pci_bus_id"] == "00000000:AB:00.0"
 
 
+H200 = Expectations(node="node1", gpu_count=1, gpu_type="h200", nvlink=False, mig=(False,), minors=(0,))
+
+
+def test_real_h200_recording_replays_healthy_and_a_fault_in_it_drains(tmp_path):
+    """healthy-h200x1.json is what real NVML answered on a lent H200 (bench/gpu_device_check.sh, driver 580.159.04):
+    it must replay healthy, and the same recording with one SRAM uncorrectable error must drain."""
+    res, _ = run(tmp_path / "ok", "healthy-h200x1.json", expect=H200)
+    assert bad(res) == {}
+    assert res["gpu_count"].summary == "1 GPU(s) of 1 expected"
+    assert res["fabric"].status == Status.SKIP and res["retired_pages"].status == Status.SKIP  # NOT_SUPPORTED there
+    assert res["ecc"].status == res["remapped_rows"].status == res["inforom"].status == Status.OK
+
+    def sram_fault(d: dict) -> None:
+        d["devices"][0]["ecc_sram"]["unc_volatile"] = 1
+
+    res, _ = run(tmp_path / "bad", edited(tmp_path / "f", "healthy-h200x1.json", sram_fault), expect=H200)
+    assert res["ecc"].status == Status.FAIL and worst_action(list(res.values())) == Action.DRAIN
+
+
 def test_xid79_gpu_lost_drains_with_a_reason_that_names_the_gpu(tmp_path):
     res, _ = run(tmp_path, "xid79-gpu5.json")
     # a lost GPU no longer tells NVML its PCI address, so the XID is named by the kernel's bus id
