@@ -19,7 +19,7 @@ Bisection: measure both halves of a slow group side by side; recurse into the sl
 rule's tolerance, else the group as a whole is slow (a leaf uplink, a switch). A group of two is resolved by
 measuring each member with a healthy node beside a control pair. One slow node among n costs 2·log2(n) jobs.
 
-A node is *confirmed* when two different measurements name it; one named by a single measurement is re-measured
+A node is *confirmed* when measurements of two different levels name it; one named by a single level is re-measured
 (beside a control) before it counts. Each level's findings are confirmed before the next level starts, and a
 confirmed node is left out of the later levels.
 """
@@ -308,11 +308,14 @@ def _merge(findings: list[Finding]) -> list[Finding]:
 
 
 def _confirm(topo: Topo, rule: Rule, findings: list[Finding]) -> Generator[list[Task], Results, None]:
-    """A node named by two different measurements is confirmed. Anything else (a node named once, a slow link, a
+    """A node named by measurements of two levels is confirmed. Anything else (a node named by one level, a slow link, a
     slow group) is measured again beside a control of as many healthy nodes, and confirmed only when it is slower
     than the control again: one noisy measurement never drains a node."""
     for f in findings:
-        f.confirmed = f.kind == "node" and len(set(f.evidence)) >= 2
+        # two measurements of one level run back to back (a pair and its resolve step) and share the same noise:
+        # only evidence from two different levels confirms without a later re-measurement (seen on a loaded 24.11
+        # lab: a noisy pair and its resolve named a healthy node beside the slow one)
+        f.confirmed = f.kind == "node" and len({key.split(":", 1)[0] for key in f.evidence}) >= 2
     todo = [f for f in findings if not f.confirmed]
     if not todo:
         return

@@ -113,7 +113,8 @@ def test_leaf_bisection_is_logarithmic(n: int) -> None:
     findings, ex, _ = run_model(n, 32, slow={slow: 5.0}, levels=("leaf",))
     assert [f.nodes for f in findings if f.confirmed] == [(slow,)]
     leaves = n // 32
-    assert ex.jobs_submitted == leaves + 2 * int(math.log2(32 // 2)) + 2 + 1
+    # leaves, the bisection, resolve + control, then (one level's evidence only) a re-measurement beside a control
+    assert ex.jobs_submitted == leaves + 2 * int(math.log2(32 // 2)) + 2 + 1 + 2
 
 
 def test_all_level_bisects_only_against_an_expected_value() -> None:
@@ -155,7 +156,7 @@ def test_a_one_off_slow_measurement_stays_a_suspect() -> None:
 
 def test_all_pairs_baseline() -> None:
     findings, ex, _ = run_model(8, 4, slow={"n06": 10.0}, levels=("pair",), all_pairs=True)
-    assert ex.jobs_submitted == 28
+    assert ex.jobs_submitted == 28 + 2  # every pair, then n06 re-measured beside a control (one level's evidence)
     assert [f.nodes for f in findings if f.confirmed] == [("n06",)]
 
 
@@ -309,9 +310,30 @@ def test_pair_level_finds_the_slow_node_in_noisy_lab_numbers() -> None:
     assert {t.key.split(":")[2] for t in batch} == set(recorded)
     batch = gen.send({t.key: recorded[t.key.split(":")[2]] for t in batch})
     assert [(t.step, t.nodes[0]) for t in batch] == [("resolve", "node3"), ("control", "node7")]
+    batch = gen.send({batch[0].key: 0.10, batch[1].key: 0.61})
+    # the pair and its resolve ran back to back: a later re-measurement beside a control confirms
+    assert [(t.step, t.nodes) for t in batch] == [("confirm", ("node3",)), ("control", ("node1",))]
     with pytest.raises(StopIteration) as stop:
-        gen.send({batch[0].key: 0.10, batch[1].key: 0.61})
+        gen.send({batch[0].key: 0.05, batch[1].key: 0.70})
     assert [(f.kind, f.nodes, f.confirmed) for f in stop.value.value] == [("node", ("node3",), True)]
+
+
+def test_a_pair_and_its_resolve_alone_never_confirm_a_node() -> None:
+    """Seen on a loaded 24.11 lab: a noisy pair and its resolve, run back to back, both named a healthy node8; a
+    later re-measurement beside a control does not, so node8 stays a suspect."""
+    nodes = tuple(f"node{i}" for i in range(1, 9))
+    topo = Topo(nodes, {n: ("leaf1" if i < 4 else "leaf2") for i, n in enumerate(nodes)})
+    recorded = {"node1+node2": 0.664, "node5+node6": 0.526, "node7+node8": 0.158, "node1+node5": 0.362,
+                "node2+node6": 0.396, "node3+node4": 0.642, "node4+node8": 0.136, "node3+node7": 0.663}
+    gen = plan(topo, ("pair",), bb.Rule())
+    batch = next(gen)
+    batch = gen.send({t.key: recorded[t.key.split(":")[2]] for t in batch})
+    assert [(t.step, t.nodes[0]) for t in batch][0] == ("resolve", "node8")
+    batch = gen.send({t.key: (0.10 if t.step == "resolve" else 0.61) for t in batch})
+    assert [t.step for t in batch] == ["confirm", "control"] and batch[0].nodes == ("node8",)
+    with pytest.raises(StopIteration) as stop:
+        gen.send({batch[0].key: 0.66, batch[1].key: 0.65})
+    assert [(f.nodes, f.confirmed) for f in stop.value.value] == [(("node8",), False)]
 
 
 def test_nothing_to_measure_is_an_empty_run() -> None:
