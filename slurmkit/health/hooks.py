@@ -137,16 +137,23 @@ def run_hook(env: HookEnv) -> Report:
     elif env.hook == "epilog":
         # No Slurm command from the epilog (prolog_epilog.shtml: scripts "should not call Slurm commands"; a
         # 1,000-node job ending must not send 1,000 RPCs): exit 1 makes slurmctld drain with "Epilog error", and the
-        # health check, reading this record, puts our reason on that drain (slurm_drain_was_ours).
+        # health check, reading our claim file, puts our reason on that drain (slurm_drain_was_ours).
         report.exit_code = 1 if action >= Action.DRAIN else 0
         if action >= Action.DRAIN:
             report.slurm = {"wanted": action.label, "reason": reason,
                             "done": "nothing (epilog: no Slurm calls; Slurm drains with 'Epilog error', "
                                     "the health check puts this reason on it)"}
-    elif env.hook == "health":
+    if env.hook in ("prolog", "epilog") and report.exit_code == 1 and not _drain_landed(report.slurm) \
+            and ndir is not None:
+        # Slurm will drain with its own "Prolog error"/"Epilog error": leave a claim the health check can read
+        try:
+            write_claim(ndir, env.hook, env.job_id, reason)
+        except OSError as exc:
+            bookkeeping.append(state.write_error(claim_path(ndir, env.hook), exc))
+    if env.hook == "health":
         report.exit_code = 1 if action >= Action.DRAIN else 0
         report.slurm = _health_slurm(env, policy, action, reason, ndir, hard_deadline, bookkeeping)
-    else:  # check: an admin's look; exit 1 when something would drain the node
+    elif env.hook == "check":  # an admin's look; exit 1 when something would drain the node
         report.exit_code = 1 if action >= Action.DRAIN else 0
     report.duration_s = time.monotonic() - env.started_mono
     textfile_dir = env.textfile_dir or policy.textfile_dir or _default_textfile_dir()
@@ -258,16 +265,57 @@ def slurmd_identity(env: HookEnv) -> str | None:
 SLURM_HOOK_REASONS = {"Prolog error": "prolog", "Epilog error": "epilog"}
 
 
+# A claim younger than this is kept even while the node is not (yet) drained with Slurm's reason: slurmctld drains
+# only after slurmd reports the hook's exit, and a health run may fall in between.
+CLAIM_GRACE_S = 120.0
+
+
+def claim_path(ndir: str, hook: str) -> str:
+    """``claim-<hook>.json``: written when a prolog/epilog failed and its own drain call did not land. Unlike
+    ``last-<hook>.json`` no other job's passing hook overwrites it; the health check clears it."""
+    return os.path.join(ndir, f"claim-{hook}.json")
+
+
+def _drain_landed(slurm_log: dict[str, Any]) -> bool:
+    return "drain" in str(slurm_log.get("done", "")).split(" ", 1)[0].split("+")  # "drain+reboot", "nothing (..)"
+
+
+def write_claim(ndir: str, hook: str, job_id: str | None, reason: str) -> None:
+    """Raises OSError (the caller reports it as bookkeeping)."""
+    state.atomic_write(claim_path(ndir, hook), json.dumps({"hook": hook, "job_id": job_id, "reason": reason,
+                                                           "at": round(time.time(), 3)}))
+
+
 def slurm_drain_was_ours(node: NodeState, ndir: str | None) -> bool:
     """Slurm's own ``Prolog error``/``Epilog error`` drain that followed *our* non-zero exit whose drain call did not
-    land (scontrol timed out, slurmctld busy): our last record of that hook says so. Such a drain is ours to keep
-    current and to take back when the checks pass; any other foreign reason stays untouched."""
+    land (scontrol timed out, slurmctld busy, the hook crashed): our claim file for that hook says so. Such a drain
+    is ours to keep current and to take back when the checks pass; any other foreign reason stays untouched."""
     hook = SLURM_HOOK_REASONS.get(node.reason)
     if hook is None or not node.drained or ndir is None:
         return False
-    rec = state.read_json(os.path.join(ndir, f"last-{hook}.json"), {})
-    done = str((rec.get("slurm") or {}).get("done", "")).split(" ", 1)[0].split("+")  # "drain+reboot", "nothing (..)"
-    return rec.get("exit_code") == 1 and "drain" not in done
+    return os.path.exists(claim_path(ndir, hook))
+
+
+def _clear_stale_claims(node: NodeState, ndir: str | None, resumed: bool, bookkeeping: list[str]) -> None:
+    """Forget a claim once the node is no longer drained with that hook's Slurm reason (past the grace), or when we
+    resumed it."""
+    if ndir is None:
+        return
+    for reason, hook in SLURM_HOOK_REASONS.items():
+        path = claim_path(ndir, hook)
+        if not os.path.exists(path):
+            continue
+        still = node.drained and node.reason == reason and not resumed
+        if still:
+            continue
+        if not resumed and time.time() - float(state.read_json(path, {}).get("at", 0) or 0) < CLAIM_GRACE_S:
+            continue
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            bookkeeping.append(state.write_error(path, exc))
 
 
 def _save(path: str, data: dict[str, Any], bookkeeping: list[str]) -> None:
@@ -310,6 +358,7 @@ def _health_slurm(env: HookEnv, policy: Policy, action: Action, reason: str, ndi
             if d.verb == Verb.RESUME and not ours(node.reason) and not claimed:
                 raise AssertionError("decide_health resumed a foreign drain")  # belt and braces: never ship this
             _execute(env, d, policy, deadline, log)
+            _clear_stale_claims(node, ndir, d.verb == Verb.RESUME and log.get("done") == "resume", bookkeeping)
             new = {**st, "passes": d.passes, "slurmd": ident if ident is not None else st.get("slurmd")}
             if new != st and not lerr:
                 _save(path, new, bookkeeping)
@@ -389,6 +438,9 @@ def record_internal_error(state_dir: str, node: str, hook: str, job_id: str | No
         state.append_history(os.path.join(ndir, "history.jsonl"), rec)
     except OSError:
         pass
+    if exit_code != 0:
+        with contextlib.suppress(OSError):
+            write_claim(state.node_dir(state_dir, node), hook, job_id, "")
 
 
 def clear_xid(state_dir: str, node: str) -> int:

@@ -5,6 +5,7 @@ Layout: ``<state-dir>/<node>/`` (one directory per node because the lab runs man
     xid.json            kernel-log cursor + sticky critical XIDs     (xid.py)
     health.json         consecutive passes while drained by us, the slurmd instance seen last
     last-<hook>.json    the latest run record of each hook
+    claim-<hook>.json   a prolog/epilog failed and its drain did not land: Slurm's "Prolog/Epilog error" is ours
     history.jsonl       one line per run, rotated to history.jsonl.1 past MAX_HISTORY_BYTES
     slurmkit_health_<hook>.prom   Prometheus textfile (unless --textfile-dir points elsewhere)
 """

@@ -672,6 +672,28 @@ def test_health_takes_back_slurms_prolog_error_drain_that_followed_our_failed_dr
     assert slurm.reason == "Prolog error" and "drained by someone else" in rep.slurm["why"]
 
 
+def test_claim_on_slurms_prolog_error_survives_another_jobs_passing_prolog(tmp_path, inventory):
+    """Job 10's prolog fails on gpu2 and its drain call hangs; job 11's prolog on gpu0 passes right after (and
+    overwrites last-prolog.json). Slurm's 'Prolog error' drain is still ours: the health check puts our reason on it.
+    Once the node is no longer drained with Slurm's reason the claim is gone."""
+    rep = run_hook(env(tmp_path, inventory, FakeSlurm(state="MIXED", hang=True), "prolog",
+                       nvml="remap-failed-gpu2.json", job_id="10", job_gpus=[2]))
+    assert rep.exit_code == 1 and rep.slurm["done"].startswith("nothing")
+    rep = run_hook(env(tmp_path, inventory, FakeSlurm(state="MIXED"), "prolog", nvml="remap-failed-gpu2.json",
+                       job_id="11", job_gpus=[0]))
+    assert rep.exit_code == 0
+    slurm = FakeSlurm(state="MIXED+DRAIN", reason="Prolog error")
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
+    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: gpu2 remap"), rep.slurm
+    claim = tmp_path / "state" / "node1" / "claim-prolog.json"
+    # our reason is on the node now: the claim is not needed any more (past the grace) and goes
+    rec = json.loads(claim.read_text())
+    rec["at"] -= 3600
+    claim.write_text(json.dumps(rec))
+    run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
+    assert not claim.exists()
+
+
 def test_cli_internal_error_leaves_a_record_the_health_check_can_read(tmp_path, inventory, monkeypatch):
     from slurmkit.cli.hook import hook
     from slurmkit.health import hooks as hooks_mod
