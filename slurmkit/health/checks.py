@@ -491,9 +491,14 @@ def eval_mig(data: dict[str, Any], ctx: EvalContext) -> Verdict:
 
 def eval_gpu_procs(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     """Prolog: a compute process on the job's GPUs that no running job owns is a leftover (busy GPU). A process of
-    another job that still runs here (shards, MPS share a GPU) is never judged. Epilog: judged after cleanup."""
+    another job that still runs here (shards, MPS share a GPU) is never judged. Epilog: judged after cleanup.
+    Health/check (node-wide, no job of its own): a process whose job ended (known from /proc, no slurmstepd of it
+    runs here) is a leftover, and so is a process with no job at all while no job runs on the node; a running job's
+    process is never judged, nor one without evidence while some job runs (it may be that job's)."""
+    if ctx.hook in ("health", "check"):
+        return _eval_leftovers(data, ctx)
     if ctx.hook not in ("prolog", "epilog"):
-        return Verdict(Status.SKIP, "only judged at prolog/epilog (jobs own the GPUs otherwise)")
+        return Verdict(Status.SKIP, "only judged at prolog/epilog/health")
     if ctx.hook == "epilog":
         cleanup = ctx.extra.get("cleanup", {})
         survivors = cleanup.get("survivors", [])
@@ -523,6 +528,31 @@ def eval_gpu_procs(data: dict[str, Any], ctx: EvalContext) -> Verdict:
         if busy:
             return Status.FAIL, f"gpu{idx} busy pid {busy[0]}" + (f" +{len(busy) - 1}" if len(busy) > 1 else ""), \
                 detail
+        return Status.OK, None, detail
+
+    return per_gpu(data, "compute_processes", judge, "gpu processes")
+
+
+def _eval_leftovers(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    owners: dict[str, Any] = ctx.extra.get("owners", {})
+    jobs_running = ctx.extra.get("jobs_running", True)  # unknown: assume some job runs (judge nothing unowned)
+
+    def judge(idx: str, v: Any) -> tuple[Status, str | None, Any]:
+        leftover, held, unknown = [], [], []
+        for p in v:
+            o = owners.get(str(p["pid"])) or {}
+            if o.get("job") and o.get("running"):
+                held.append({"pid": p["pid"], "job": o["job"]})
+            elif o.get("job") or not jobs_running:
+                leftover.append({"pid": p["pid"], "job": o.get("job")})
+            else:
+                unknown.append(p["pid"])
+        detail = {"pids": [p["pid"] for p in v], "running_jobs": held, "leftovers": leftover, "unknown": unknown}
+        if leftover:
+            pid = leftover[0]["pid"]
+            # the prolog's finding for the same process, so the drain reason it set stays as it is
+            return Status.FAIL, f"gpu{idx} busy pid {pid}" + (f" +{len(leftover) - 1}" if len(leftover) > 1
+                                                              else ""), detail
         return Status.OK, None, detail
 
     return per_gpu(data, "compute_processes", judge, "gpu processes")

@@ -178,11 +178,14 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
                              commit=spec.commit_xid, lock_timeout=max(0.05, min(0.5, spec.deadline - time.monotonic())))
         if err:
             bookkeeping.append(err)
-    if gathered is not None and spec.hook in ("prolog", "epilog") and "gpu_procs" in gathered.data:
-        # whose are the processes on the job's GPUs: another running job's (shards, MPS) are never judged or killed
+    if gathered is not None and "gpu_procs" in gathered.data:
+        # whose are the processes on the GPUs: another running job's (shards, MPS) are never judged or killed; the
+        # health check judges the leftovers of ended jobs (the cause of a prolog's "busy" drain) node-wide
         procs = {i: d.get("compute_processes") for i, d in gathered.data["gpu_procs"].items()}
-        extra = {**(extra or {}), "job_id": spec.job_id,
-                 "owners": host.gpu_process_owners(spec.paths.proc_root, procs)}
+        owners = host.gpu_process_owners(spec.paths.proc_root, procs)
+        extra = {**(extra or {}), "job_id": spec.job_id, "owners": owners}
+        if spec.hook in ("health", "check") and any(o.get("job") is None for o in owners.values()):
+            extra["jobs_running"] = bool(host.running_jobs(spec.paths.proc_root))
     if between is not None:
         extra = {**(extra or {}), **between(gathered, (extra or {}).get("owners", {}))}
     results: list[CheckResult] = []

@@ -148,7 +148,7 @@ def test_healthy_h100_node_passes_everything(tmp_path):
     assert res["nvml"].status == Status.OK and "570.124.06" in res["nvml"].summary
     assert res["gpu_count"].summary == "8 GPU(s) of 8 expected"
     assert res["retired_pages"].status == Status.SKIP  # Hopper: NOT_SUPPORTED is SKIP, never FAIL
-    assert res["gpu_procs"].status == Status.SKIP  # only judged at prolog/epilog
+    assert res["gpu_procs"].status == Status.OK  # health: no process on any GPU
     assert worst_action(list(res.values())) == Action.NONE
     assert out.nvml_devices["devices"][5]["pci_bus_id"] == "00000000:AB:00.0"
 

@@ -475,6 +475,41 @@ def test_gpu_process_owners_from_proc_alone(tmp_path):
     assert gpu_process_owners(str(proc), {"0": []}) == {}
 
 
+def test_health_keeps_a_busy_drain_while_the_ended_jobs_process_is_there(tmp_path, inventory):
+    """The prolog drained for a leftover of job 50 (ended: no slurmstepd). The health check re-judges it: no resume
+    while the process is there, resume after N passes once it is gone. A running job's process, or one without a
+    job while some job runs, is never judged; one without a job on an idle node is a leftover."""
+    proc = tmp_path / "proc"
+    fake_proc(proc, 4242, uid=1000, job="50")
+
+    def on_gpu0(*pids):
+        return str(fixture(tmp_path, "healthy-h100x8.json", lambda d: d["devices"][0].update(
+            compute_processes=[{"pid": p, "used_memory": 1} for p in pids])))
+    slurm = FakeSlurm(state="ALLOCATED")
+    rep = run_hook(env(tmp_path, inventory, slurm, "prolog", fake_nvml=on_gpu0(4242), job_id="51", job_uid=1000,
+                       job_gpus=[0]))
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu0 busy pid 4242"
+    slurm.state = "IDLE+DRAIN"
+    for _ in range(3):
+        rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=on_gpu0(4242)))
+        gp = next(r for r in rep.results if r.name == "gpu_procs")
+        assert gp.status == Status.FAIL and gp.evidence["gpus"]["0"]["leftovers"] == [{"pid": 4242, "job": "50"}]
+        assert rep.slurm["decision"] == "none" and slurm.reason == "slurmkit: gpu0 busy pid 4242"
+    # job 50's process is gone; job 60 runs here with a process on gpu0 and an unknown one beside it: not judged
+    fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [60.batch]")
+    fake_proc(proc, 700, uid=1000, job="60")
+    fake_proc(proc, 701, uid=1000)
+    for _ in range(2):
+        rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=on_gpu0(700, 701)))
+    assert next(r for r in rep.results if r.name == "gpu_procs").status == Status.OK
+    assert rep.slurm["decision"] == "resume" and slurm.state == "IDLE"
+    # no job runs any more: the process without a job is a leftover
+    import shutil
+    shutil.rmtree(proc / "900")
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=on_gpu0(701)))
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu0 busy pid 701"
+
+
 def busy_gpu0(pid: int):
     def edit(d):
         d["devices"][0]["compute_processes"] = [{"pid": pid, "used_memory": 1}]
