@@ -18,12 +18,16 @@ from slurmkit.cli.hookrun import node_name as _node_name
 from slurmkit.cli.hookrun import run as _run
 from slurmkit.cli.hookrun import state_dir_default as _state_dir_default
 
+_HOOK_TEXTFILE_HELP = ("Write the Prometheus textfile here (node_exporter --collector.textfile.directory); default: "
+                       "hooks.checks.textfile_dir, else /var/lib/prometheus/node-exporter if it exists, else the "
+                       "node's state dir.")
+_CHECK_TEXTFILE_HELP = ("Also write the Prometheus textfile here (node_exporter --collector.textfile.directory); "
+                        "without this flag check writes no textfile (it is read-only).")
 
-def _common(f):  # type: ignore[no-untyped-def]
+
+def _common(f, textfile_help: str = _HOOK_TEXTFILE_HELP):  # type: ignore[no-untyped-def]
     """Options every hook takes (the generated wrappers pass --inventory <conf_dir>/slurmkit.yaml)."""
-    f = click.option("--textfile-dir", type=click.Path(file_okay=False),
-                     help="Write the Prometheus textfile here (node_exporter --collector.textfile.directory); "
-                          "default: the node's state dir.")(f)
+    f = click.option("--textfile-dir", type=click.Path(file_okay=False), help=textfile_help)(f)
     f = click.option("--policy", "policy_file", type=click.Path(dir_okay=False),
                      help="Site policy YAML (the shape of hooks.checks); overrides the inventory's.")(f)
     f = click.option("--state-dir", default=_state_dir_default, show_default="$SLURMKIT_STATE_DIR or /var/lib/slurmkit",
@@ -31,6 +35,10 @@ def _common(f):  # type: ignore[no-untyped-def]
     f = click.option("--inventory", type=click.Path(dir_okay=False),
                      help="The cluster inventory (expected GPUs/NICs and the hooks.checks policy).")(f)
     return f
+
+
+def _check_common(f):  # type: ignore[no-untyped-def]
+    return _common(f, _CHECK_TEXTFILE_HELP)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,7 +68,7 @@ def health(inventory: str | None, state_dir: str, policy_file: str | None, textf
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@_common
+@_check_common
 @click.option("--json", "as_json", is_flag=True, help="Print the full JSON record instead of a table.")
 @click.option("--node", help="Node name for the inventory lookup (default: SLURMD_NODENAME or the hostname).")
 @click.option("--gpus", help="Only these gres indices, like SLURM_JOB_GPUS (e.g. 0,1): what a prolog of a job with "

@@ -101,13 +101,18 @@ def apply(node_state_dir: str | None, boot_id: str, now: float, data: dict[str, 
         for e in entries.values():
             e["at"] = round(now, 3)  # per entry: a prolog sees only its job's GPUs, the others keep their time
     path = os.path.join(node_state_dir, SNAPSHOT)
+    if not commit:
+        # read-only (`slurmkit check`): no lock taken or created; the snapshot is replaced atomically, so a plain
+        # read sees a whole old or new one
+        prev = st.read_json(path, {})
+        if prev.get("boot_id") == boot_id:
+            attach(data, devices, ib, cur, prev, now)
+        return None
     with st.locked_or_unwritable(path + ".lock", timeout=lock_timeout) as lock_error:
         prev = st.read_json(path, {})
         same_boot = prev.get("boot_id") == boot_id  # counters restart with the driver: no baseline across a reboot
         if same_boot:
             attach(data, devices, ib, cur, prev, now)
-        if not commit:
-            return None
         if lock_error:
             return f"counter snapshot not saved: {lock_error}"
         merged = {"boot_id": boot_id,

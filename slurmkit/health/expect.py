@@ -83,10 +83,12 @@ def expectations_from_cluster(cluster: Any, node: str) -> Expectations:
     )
 
 
-def load_expectations(inventory: str | None, node: str, cache_dir: str | None) -> Expectations:
+def load_expectations(inventory: str | None, node: str, cache_dir: str | None,
+                      write_cache: bool = True) -> Expectations:
     """Expectations for ``node``; cached as JSON keyed by the inventory's sha256 so the prolog skips YAML parsing.
 
-    The cache is a pure optimisation: any problem reading it falls back to the inventory itself.
+    The cache is a pure optimisation: any problem reading it falls back to the inventory itself. ``write_cache``
+    False (read-only `slurmkit check`): the cache is read, never written.
     """
     if not inventory:
         return Expectations(node=node, source="no inventory")
@@ -106,7 +108,7 @@ def load_expectations(inventory: str | None, node: str, cache_dir: str | None) -
 
     cluster = load_cluster_text(raw.decode(), source=inventory)
     exp = expectations_from_cluster(cluster, node)
-    if cache:
+    if cache and write_cache:
         from slurmkit.health.state import atomic_write
 
         try:

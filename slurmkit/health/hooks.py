@@ -89,7 +89,7 @@ def run_hook(env: HookEnv) -> Report:
             bookkeeping.append(f"state dir unusable: {state.write_error(os.path.join(env.state_dir, env.node), exc)}")
     config_error: str | None = None
     try:
-        expect = load_expectations(env.inventory, env.node, ndir)
+        expect = load_expectations(env.inventory, env.node, ndir, write_cache=not readonly)
         policy = load_policy(env, expect)
     except (SlurmkitError, OSError) as exc:
         if readonly:

@@ -84,6 +84,12 @@ def _xid_gather(spec: RunSpec, fail_codes: frozenset[int]) -> xid.XidScan:
             records = xid.read_kmsg(spec.paths.kmsg)
         return xid.scan(records, state, boot_id, fail_codes, source)
     path = os.path.join(spec.node_state_dir, "xid.json")
+    if not spec.commit_xid:
+        # read-only (`slurmkit check`): no lock taken or created; xid.json is replaced atomically, read it as it is
+        state = xid.XidState.load(path)
+        if records is None:
+            records = xid.read_kmsg(spec.paths.kmsg, after=state.seq if state.boot_id == boot_id else -1)
+        return xid.scan(records, state, boot_id, fail_codes, source)
     remaining = max(0.05, spec.deadline - time.monotonic())
     # The cursor is read-modify-write shared by concurrent prologs/epilogs/health runs: hold the lock across it.
     # A state dir that is read-only or full costs the cursor, never the verdict: scan, report, commit nothing.
@@ -94,7 +100,7 @@ def _xid_gather(spec: RunSpec, fail_codes: frozenset[int]) -> xid.XidScan:
             records = xid.read_kmsg(spec.paths.kmsg, after=after)
         result = xid.scan(records, state, boot_id, fail_codes, source)
         result.commit_error = lock_error
-        if spec.commit_xid and not lock_error and result.state.to_json() != state.to_json():
+        if not lock_error and result.state.to_json() != state.to_json():
             import json  # most runs see nothing new: no write
 
             try:

@@ -884,3 +884,20 @@ def test_textfile_dir_is_an_inventory_setting(tmp_path, inventory):
 
     with pytest.raises(InventoryError, match="hooks.checks.textfile_dir"):
         parse_policy({"textfile_dir": "relative/dir"})
+
+
+def test_check_takes_no_state_lock_and_its_help_says_what_it_writes(tmp_path, inventory):
+    """Read-only `check` on a node with a state dir: it reads the XID cursor and counter snapshot but creates no
+    lock file (nor anything else) there, and without --textfile-dir writes no textfile, as its help says."""
+    from slurmkit.cli.hook import check
+
+    ndir = tmp_path / "s" / "node1"
+    ndir.mkdir(parents=True)
+    envv = {"SLURMKIT_FAKE_NVML": str(fixture(tmp_path, "healthy-h100x8.json")), "SLURMD_NODENAME": "node1",
+            "SLURMKIT_INVENTORY": str(inventory)}
+    r = CliRunner().invoke(check, ["--state-dir", str(tmp_path / "s"), "--json"], env=envv)
+    rec = json.loads(r.output)
+    assert {c["check"] for c in rec["checks"]} >= {"xid", "pcie"}
+    assert sorted(os.listdir(ndir)) == []
+    help_text = " ".join(CliRunner().invoke(check, ["--help"]).output.split())
+    assert "without this flag check writes no textfile" in help_text
