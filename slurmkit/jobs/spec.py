@@ -42,13 +42,25 @@ def parse_env_pair(pair: str) -> tuple[str, str]:
     return name, value
 
 
+def _unlimited(v: str) -> bool:
+    """Slurm's spellings of "no time limit". sbatch(1) 22.05 --time: "A time limit of zero requests that no time
+    limit be imposed"; src/common/parse_time.c time_str2secs() maps "-1"/"INFINITE"/"UNLIMITED" to INFINITE and
+    slurm_opt.c arg_set_time_limit() turns a limit of 0 minutes (time_str2mins, so "0", "0:0", "0-0") into
+    INFINITE as well. (A few seconds, e.g. "0:30", round up to one minute: a real limit.)"""
+    if v.upper() in ("UNLIMITED", "INFINITE", "-1"):
+        return True
+    m = _TIME.match(v)
+    return bool(m) and all(int(x or 0) == 0 for x in m.groups())
+
+
 def parse_time_minutes(value: str) -> int | None:
     """Slurm time syntax -> minutes (rounded up); ``UNLIMITED``/``INFINITE`` -> None.
 
-    Accepted like sbatch: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.
+    Accepted like sbatch: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``; a limit of zero (``0``,
+    ``0:0``, ...) and ``-1`` mean no limit, as ``UNLIMITED`` does (see ``_unlimited``).
     """
     v = value.strip()
-    if v.upper() in ("UNLIMITED", "INFINITE"):
+    if _unlimited(v):
         return None
     m = _TIME.match(v)
     if not m:
@@ -70,9 +82,9 @@ def parse_time_minutes(value: str) -> int | None:
 
 
 def parse_time_seconds(value: str) -> int | None:
-    """Slurm time syntax -> seconds (exact); ``UNLIMITED``/``INFINITE`` -> None."""
+    """Slurm time syntax -> seconds (exact); no limit (``UNLIMITED``, ``INFINITE``, ``-1``, zero) -> None."""
     v = value.strip()
-    if v.upper() in ("UNLIMITED", "INFINITE"):
+    if _unlimited(v):
         return None
     m = _TIME.match(v)
     if not m:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,8 @@ def live(busy: set[str]) -> tuple[tuple[str, str, frozenset[str], int, int], ...
 # --- spec --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value,minutes", [("30", 30), ("1:30", 2), ("2:00:00", 120), ("1-0", 1440),
-                                           ("1-02:03", 1563), ("1-00:00:01", 1441), ("UNLIMITED", None)])
+                                           ("1-02:03", 1563), ("1-00:00:01", 1441), ("UNLIMITED", None),
+                                           ("0", None), ("0:0", None), ("0-0", None), ("-1", None), ("0:30", 1)])
 def test_time_parsing(value: str, minutes: int | None) -> None:
     assert parse_time_minutes(value) == minutes
 
@@ -69,6 +71,14 @@ def test_env_pairs() -> None:
 def test_time_over_maxtime_is_refused() -> None:
     with pytest.raises(UsageError, match="MaxTime"):
         render(JobSpec(script="/t.py", time="2-00:00:00"), facts(), "/r")
+
+
+def test_zero_time_is_no_limit_and_over_maxtime() -> None:
+    # sbatch --time=0 is UNLIMITED (the lab: TimeLimit=UNLIMITED, Reason=PartitionTimeLimit under MaxTime 1 day)
+    for t in ("0", "-1"):
+        with pytest.raises(UsageError, match="MaxTime"):
+            render(JobSpec(script="/t.py", time=t, signal_grace=0), facts(), "/r")
+    render(JobSpec(script="/t.py", time="0"), replace(facts(), max_time="UNLIMITED"), "/r")
 
 
 def test_relative_run_dir_refused() -> None:
