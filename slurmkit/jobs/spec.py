@@ -50,7 +50,7 @@ def _unlimited(v: str) -> bool:
     if v.upper() in ("UNLIMITED", "INFINITE", "-1"):
         return True
     m = _TIME.match(v)
-    return bool(m) and all(int(x or 0) == 0 for x in m.groups())
+    return m is not None and all(int(x or 0) == 0 for x in m.groups())
 
 
 def parse_time_minutes(value: str) -> int | None:

@@ -137,6 +137,14 @@ def _pin_interpreter(spec: JobSpec) -> tuple[JobSpec, str | None, list[str]]:
     python = spec.python or sys.executable
     if not python:
         return replace(spec, python="python3"), None, []
+    if "/" not in python:
+        # --python NAME: pin what this host's PATH gives (the binary probed below), not the name, which the job
+        # would look up again in the compute node's PATH (maybe another interpreter, without torch)
+        from shutil import which
+
+        found = which(python)
+        if found:
+            python = os.path.abspath(found)
     if not needs:
         return replace(spec, python=python), None, []
     from slurmkit.jobs.interp import probe

@@ -219,6 +219,20 @@ def test_missing_interpreter_is_refused_before_queueing(env: dict[str, str], scr
     assert res.exit_code == 2 and "no such executable" in res.output
 
 
+def test_python_given_by_name_is_pinned_to_the_binary_probed(env: dict[str, str], script: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--python python3` was probed through the login node's PATH (a venv) but rendered as the bare name, which the
+    # job looked up again in the compute node's PATH (the system python3, without torch)
+    bindir = tmp_path / "venv" / "bin"
+    bindir.mkdir(parents=True)
+    _fake_python(bindir / "pyname", "2.13.0", [])
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ.get('PATH', '')}")
+    p = prepare(JobSpec(script=str(script), gpus_per_node=2, python="pyname"), None, environ=env)
+    assert p.job.spec.python == str(bindir / "pyname")
+    assert f"{bindir / 'pyname'} -c " in _torchrun_line(p.job)
+    assert p.job.facts.torch_version == "2.13.0"
+
+
 def _fake_python(path: Path, version: str | None, paths: list[str]) -> None:
     counter = path.with_suffix(".calls")
     answer = json.dumps({"torch": version, "paths": paths})
