@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING
 from slurmkit.backend.parse import JobInfo
 from slurmkit.backend.run import run
 from slurmkit.errors import SlurmkitError
-from slurmkit.jobs.rundir import attempt_logs, last_exit, last_reason, lookup_run_dir
+from slurmkit.jobs.rundir import array_task_logs, attempt_logs, last_exit, last_reason, lookup_run_dir
 
 if TYPE_CHECKING:
     from slurmkit.backend.base import Backend
@@ -192,7 +192,10 @@ def _log_id(job_id: str, j: JobInfo | None) -> str:
 
 def print_logs(job_id: str, run_dir: str, out: IO[str]) -> int:
     n = 0
-    for p in attempt_logs(run_dir, job_id):
+    logs = attempt_logs(run_dir, job_id)
+    if not logs and "_" not in job_id:  # `gpusub logs 7` for array 7: every task's logs
+        logs = array_task_logs(run_dir, job_id)
+    for p in logs:
         out.write(p.read_text(errors="replace"))
         n += 1
     return n

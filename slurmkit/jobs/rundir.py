@@ -126,6 +126,16 @@ def attempt_logs(run_dir: str, job_id: str) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def array_task_logs(run_dir: str, job_id: str) -> list[Path]:
+    """An array job's id (``7``) names no log itself: ``logs/<job>_<task>.r<N>.log`` in (task, attempt) order."""
+    found = []
+    for p in (Path(run_dir) / "logs").glob(f"{job_id}_*.r*.log"):
+        m = re.fullmatch(rf"{re.escape(job_id)}_(\d+)\.r(\d+)\.log", p.name)
+        if m:
+            found.append((int(m.group(1)), int(m.group(2)), p))
+    return [p for _, _, p in sorted(found)]
+
+
 def last_exit(run_dir: str, job_id: str) -> tuple[int, int] | None:
     """(attempt, exit code) of the latest finished attempt recorded by the batch shell."""
     best = None

@@ -643,3 +643,20 @@ def test_checkpoint_then_requeue_or_a_clean_stop_with_the_reason(tmp_path: Path,
     else:
         assert "stopped after a checkpoint, not requeued: --max-restarts 2 reached" in log
         assert "not requeued: --max-restarts 2 reached" in reason and "requeue" not in calls
+
+
+def test_logs_of_an_array_job_id_print_every_tasks_logs(tmp_path: Path) -> None:
+    # `gpusub logs 7` for array 7 said "no log yet" while 7_0.r0.log ... 7_2.r0.log were there (the lab)
+    import io
+
+    from slurmkit.jobs.monitor import print_logs
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("7_10.r0.log", "7_2.r1.log", "7_2.r0.log", "70.r0.log", "slurm-7_2.out"):
+        (logs / name).write_text(name + "\n")
+    out = io.StringIO()
+    assert print_logs("7", str(tmp_path), out) == 3
+    assert out.getvalue().split() == ["7_2.r0.log", "7_2.r1.log", "7_10.r0.log"]
+    one = io.StringIO()
+    assert print_logs("7_2", str(tmp_path), one) == 2 and one.getvalue().split() == ["7_2.r0.log", "7_2.r1.log"]
