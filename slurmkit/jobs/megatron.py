@@ -306,29 +306,34 @@ def check_layout(
     dp = world // mp if mp and world % mp == 0 else 0
     if ep > 1 and dp and (dp * cp) % ep:
         found.append(Finding("error", f"EP={ep} does not divide DP x CP = {dp}x{cp}"))
+    # Megatron-LM's own startup assertions (megatron/training/arguments.py, megatron/core attention), each on the
+    # sizes the command line gives, whether or not all four core sizes are there for the memory estimate
+    layers, hidden = _int_arg(args, "--num-layers"), _int_arg(args, "--hidden-size")
+    heads, seq = _int_arg(args, "--num-attention-heads"), _int_arg(args, "--seq-length")
+    groups = _int_arg(args, "--num-query-groups") if "--group-query-attention" in args else None
+    mbs, gbs = _int_arg(args, "--micro-batch-size") or 1, _int_arg(args, "--global-batch-size")
+    experts = _int_arg(args, "--num-experts") or 0
+    if layers is not None and layers % pp:
+        found.append(Finding("error", f"--num-layers {layers} is not divisible by PP={pp}"))
+    if heads is not None and heads % tp:
+        found.append(Finding("error", f"--num-attention-heads {heads} is not divisible by TP={tp}"))
+    if hidden is not None and heads and hidden % heads:
+        found.append(Finding("error", f"--hidden-size {hidden} is not divisible by --num-attention-heads {heads}"))
+    if groups is not None and groups % tp:
+        found.append(Finding("error", f"--num-query-groups {groups} is not divisible by TP={tp}"))
+    if cp > 1 and seq is not None and seq % (2 * cp):
+        found.append(Finding("error", f"--seq-length {seq} is not divisible by 2 x CP = {2 * cp} "
+                                      "(context parallelism splits each sequence into 2 x CP load-balanced chunks)"))
+    if gbs is not None and dp and gbs % (mbs * dp):
+        found.append(Finding("error", f"--global-batch-size {gbs} is not divisible by "
+                                      f"--micro-batch-size x DP = {mbs} x {dp}"))
+    if experts and experts % ep:
+        found.append(Finding("error", f"--num-experts {experts} is not divisible by EP={ep}"))
     m = model_args(args)
     if m is None:
         found.append(Finding("info", "no memory estimate: --num-layers/--hidden-size/--num-attention-heads/"
                                      "--seq-length are not all in the script arguments"))
         return found, None
-    if m.num_layers % pp:
-        found.append(Finding("error", f"--num-layers {m.num_layers} is not divisible by PP={pp}"))
-    if m.num_attention_heads % tp:
-        found.append(Finding("error", f"--num-attention-heads {m.num_attention_heads} is not divisible by TP={tp}"))
-    # Megatron-LM's own startup assertions (megatron/training/arguments.py, megatron/core attention)
-    if m.hidden_size % m.num_attention_heads:
-        found.append(Finding("error", f"--hidden-size {m.hidden_size} is not divisible by --num-attention-heads "
-                                      f"{m.num_attention_heads}"))
-    if m.group_query_attention and m.num_query_groups % tp:
-        found.append(Finding("error", f"--num-query-groups {m.num_query_groups} is not divisible by TP={tp}"))
-    if cp > 1 and m.seq_length % (2 * cp):
-        found.append(Finding("error", f"--seq-length {m.seq_length} is not divisible by 2 x CP = {2 * cp} "
-                                      "(context parallelism splits each sequence into 2 x CP load-balanced chunks)"))
-    if m.global_batch_size is not None and dp and m.global_batch_size % (m.micro_batch_size * dp):
-        found.append(Finding("error", f"--global-batch-size {m.global_batch_size} is not divisible by "
-                                      f"--micro-batch-size x DP = {m.micro_batch_size} x {dp}"))
-    if m.num_experts and m.num_experts % ep:
-        found.append(Finding("error", f"--num-experts {m.num_experts} is not divisible by EP={ep}"))
     if any(f.level == "error" for f in found):
         return found, None
     est = estimate_memory(m, world=world, tp=tp, pp=pp, cp=cp, ep=ep, gpu_memory_mb=gpu_memory_mb)

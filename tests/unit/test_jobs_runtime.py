@@ -438,6 +438,13 @@ def _errors(args: tuple[str, ...], *, nodes: int = 2, gpus: int = 8, tp: int = 1
     (("--num-layers", "32", "--hidden-size", "4000", "--num-attention-heads", "48", "--seq-length", "4096"), {},
      "--hidden-size 4000 is not divisible"),
     (BASE[:6] + ("--seq-length", "4098"), {"cp": 2}, "--seq-length 4098"),
+    # the shape checks run on what is given: without all four core sizes they were skipped (rc 0 in the lab)
+    (("--hidden-size", "4096", "--num-attention-heads", "30"), {}, "--hidden-size 4096 is not divisible"),
+    (("--group-query-attention", "--num-query-groups", "3"), {"tp": 2}, "--num-query-groups 3"),
+    (("--seq-length", "4098",), {"cp": 2}, "--seq-length 4098"),
+    (("--num-layers", "30",), {"pp": 4}, "--num-layers 30"),
+    (("--global-batch-size", "30",), {"tp": 2}, "--global-batch-size 30"),
+    (("--num-attention-heads", "6",), {"tp": 4}, "--num-attention-heads 6"),
 ])
 def test_megatron_layout_checks(args: tuple[str, ...], kw: dict[str, int], want: str | None) -> None:
     errs = _errors(args, **kw)
