@@ -384,3 +384,26 @@ def test_a_failed_job_is_run_once_more(tmp_path: Path) -> None:
     assert m["busbw"] == 1.5 and m["job_id"] == "2" and "job 1 gone from the queue, no result" in m["first_attempt_error"]
     assert any("running them once more" in x for x in msgs)
     assert json.loads((tmp_path / "report.json").read_text())["measurements"]["node:measure:node1"]["busbw"] == 1.5
+
+
+def test_default_tolerance_follows_the_transport(monkeypatch) -> None:
+    """gloo (the lab, CPU hosts) only names gross faults; NCCL keeps the tight floor; --tolerance wins."""
+    from click.testing import CliRunner
+
+    import slurmkit.acceptance.runner as runner
+    from slurmkit.acceptance.busbw import default_tolerance
+    from slurmkit.cli.main import cli
+
+    assert default_tolerance("gloo") == 0.5 and default_tolerance("nccl") == default_tolerance("nccl-tests") == 0.25
+    seen: list[tuple[str, float]] = []
+
+    def fake(req, backend, progress):  # type: ignore[no-untyped-def]
+        seen.append((req.transport, req.rule.tol))
+        return {"outliers": [], "suspects": [], "measurements": []}
+
+    monkeypatch.setattr(runner, "acceptance", fake)
+    monkeypatch.setattr("slurmkit.backend.cli.default_backend", lambda: None)
+    for args in (["--transport", "gloo"], ["--transport", "nccl"], ["--transport", "gloo", "--tolerance", "0.3"]):
+        r = CliRunner().invoke(cli, ["acceptance", "run", "--json", *args])
+        assert r.exit_code == 0, r.output
+    assert seen == [("gloo", 0.5), ("nccl", 0.25), ("gloo", 0.3)]
