@@ -10,6 +10,23 @@ from slurmkit.backend.records import expand_ints  # noqa: F401 - Slurm index lis
 from slurmkit.errors import UsageError
 
 
+def split_top(text: str) -> list[str]:
+    """Split on commas outside brackets: ``a[1-2,5],b`` -> ``['a[1-2,5]', 'b']`` (empty items kept). Written by hand:
+    ClusterShell parses whole node sets, not a comma list whose items may be device paths or nodeset names."""
+    out: list[str] = []
+    buf: list[str] = []
+    depth = 0
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+    out.append("".join(buf))
+    return out
+
+
 def expand(hostlist: str, where: str = "hostlist") -> list[str]:
     """``gpu[01-03]`` -> ``['gpu01', 'gpu02', 'gpu03']`` in NodeSet order (sorted, numerically)."""
     if not hostlist or not hostlist.strip():

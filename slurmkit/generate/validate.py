@@ -457,7 +457,7 @@ def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Host
         if not nodes:
             err(f"{rec.where}: PartitionName={rec.head} has no Nodes=")
             continue
-        for item in _split_outside_brackets(nodes):
+        for item in (x for x in hostlist.split_top(nodes) if x):
             if item in nodesets or item.upper() == "ALL":
                 continue
             try:
@@ -470,20 +470,6 @@ def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Host
                 err(f"{rec.where}: PartitionName={rec.head} names unknown nodes or nodesets {_fold(unknown)}")
 
 
-def _split_outside_brackets(text: str) -> list[str]:
-    out: list[str] = []
-    buf: list[str] = []
-    depth = 0
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            out.append("".join(buf))
-            buf = []
-        else:
-            buf.append(ch)
-    out.append("".join(buf))
-    return [x for x in out if x]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -637,7 +623,7 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path) -> Copy:
     dbd = False
 
     def add_names(spec: str, where: str) -> None:
-        for item in _split_outside_brackets(spec):
+        for item in (x for x in hostlist.split_top(spec) if x):
             for h in hostlist.expand(item, where):
                 if h and not _IPV4.match(h) and ":" not in h:
                     names.setdefault(h)

@@ -133,20 +133,6 @@ def _list(ctx: _Ctx, value: Any, path: str) -> list:
     return value
 
 
-def _split_top(text: str) -> list[str]:
-    """Split on commas outside brackets: ``a[1-2,5],b`` -> ``['a[1-2,5]', 'b']``."""
-    out: list[str] = []
-    buf: list[str] = []
-    depth = 0
-    for ch in text:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            out.append("".join(buf))
-            buf = []
-        else:
-            buf.append(ch)
-    out.append("".join(buf))
-    return out
 
 
 def ranges_problem(text: str, hostnames: bool = True, pattern: re.Pattern[str] | None = None) -> str | None:
@@ -154,7 +140,7 @@ def ranges_problem(text: str, hostnames: bool = True, pattern: re.Pattern[str] |
     fine. Checks bracket syntax (``[1-4,7]``), each range against ``MAX_RANGE``, the total against ``MAX_HOSTS``
     and, for ``hostnames``, that every name the list can produce is an RFC 1123 hostname."""
     total = 0
-    for item in _split_top(text):
+    for item in hostlist.split_top(text):
         if not item:
             return "empty entry (stray comma)"
         parts = re.split(r"(\[[^\[\]]*\])", item)
@@ -303,7 +289,7 @@ def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
     count = _int(ctx, m["count"], _join(path, "count"), 1)
     files = _str(ctx, m["files"], _join(path, "files"))
     problem = ranges_problem(files, hostnames=False) or next(
-        (f"{f!r} is not an absolute device path" for f in _split_top(files) if not _PATH_RE.fullmatch(f)), None)
+        (f"{f!r} is not an absolute device path" for f in hostlist.split_top(files) if not _PATH_RE.fullmatch(f)), None)
     if problem:
         raise ctx.err(_join(path, "files"), f"invalid file list {files!r}: {problem}")
     try:
