@@ -53,12 +53,8 @@ def _unlimited(v: str) -> bool:
     return m is not None and all(int(x or 0) == 0 for x in m.groups())
 
 
-def parse_time_minutes(value: str) -> int | None:
-    """Slurm time syntax -> minutes (rounded up); ``UNLIMITED``/``INFINITE`` -> None.
-
-    Accepted like sbatch: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``; a limit of zero (``0``,
-    ``0:0``, ...) and ``-1`` mean no limit, as ``UNLIMITED`` does (see ``_unlimited``).
-    """
+def _time_fields(value: str) -> tuple[str | None, list[int]] | None:
+    """The days field and the numbers after it, as sbatch splits ``--time``; None for no limit."""
     v = value.strip()
     if _unlimited(v):
         return None
@@ -66,7 +62,19 @@ def parse_time_minutes(value: str) -> int | None:
     if not m:
         raise UsageError(f"--time: {value!r} is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)")
     days, a, b, c = m.groups()
-    nums = [int(x) for x in (a, b, c) if x is not None]
+    return days, [int(x) for x in (a, b, c) if x is not None]
+
+
+def parse_time_minutes(value: str) -> int | None:
+    """Slurm time syntax -> minutes (rounded up); ``UNLIMITED``/``INFINITE`` -> None.
+
+    Accepted like sbatch: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``; a limit of zero (``0``,
+    ``0:0``, ...) and ``-1`` mean no limit, as ``UNLIMITED`` does (see ``_unlimited``).
+    """
+    fields = _time_fields(value)
+    if fields is None:
+        return None
+    days, nums = fields
     if days is not None:
         hours = nums[0]
         minutes = nums[1] if len(nums) > 1 else 0
@@ -83,14 +91,10 @@ def parse_time_minutes(value: str) -> int | None:
 
 def parse_time_seconds(value: str) -> int | None:
     """Slurm time syntax -> seconds (exact); no limit (``UNLIMITED``, ``INFINITE``, ``-1``, zero) -> None."""
-    v = value.strip()
-    if _unlimited(v):
+    fields = _time_fields(value)
+    if fields is None:
         return None
-    m = _TIME.match(v)
-    if not m:
-        raise UsageError(f"--time: {value!r} is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)")
-    days, a, b, c = m.groups()
-    nums = [int(x) for x in (a, b, c) if x is not None]
+    days, nums = fields
     if days is not None:  # D-H, D-H:M, D-H:M:S
         nums += [0] * (3 - len(nums))
         return int(days) * 86400 + nums[0] * 3600 + nums[1] * 60 + nums[2]
