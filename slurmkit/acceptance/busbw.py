@@ -8,6 +8,7 @@ comparable with the hardware's link bandwidth whatever n is.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -71,21 +72,30 @@ def mad(xs: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Rule:
-    """A value is slow when it is below ``median - k x MAD`` *and* below ``(1 - tol) x median``.
+    """A value is slow when it is below ``median / exp(k x MAD)`` of the log values *and* below ``(1 - tol) x median``.
 
-    The MAD term is the issue's rule (robust to the outlier itself); the relative floor keeps a very tight healthy
-    distribution (nccl-tests on identical nodes varies by ~1 %) from flagging a node 2 % below its peers. With fewer
-    than three values there is no distribution: the reference is the best value and only the floor applies.
+    The MAD term is the issue's median - k x MAD rule, taken over log(busbw): bandwidth noise is multiplicative (a
+    node at half speed is as far from its peers as one at double speed), and on a noisy host the linear MAD of a
+    healthy 2x spread reaches a third of the median, so median - 3 MAD falls to ~0 and hides a node 10x slower (seen
+    in CI: healthy 0.55-1.15 GB/s, median 0.80, MAD 0.27, threshold 0.0005, the 0.1-CPU node at 0.078 passed). On a
+    tight distribution (nccl-tests on identical nodes varies by ~1 %) log and linear agree. The relative floor keeps
+    such a tight distribution from flagging a node 2 % below its peers. With fewer than three values there is no
+    distribution: the reference is the best value and only the floor applies. A median of 0 (every sweep had one rank:
+    nothing crossed a link) judges nothing.
     """
 
     k: float = 3.0
     tol: float = 0.25
 
     def threshold(self, values: Sequence[float]) -> tuple[float, float, float]:
-        """(reference, MAD, threshold) of ``values``."""
+        """(reference, MAD of the natural log values, threshold) of ``values``."""
         if len(values) >= 3:
-            ref, d = median(values), mad(values)
-            return ref, d, min(ref - self.k * d, ref * (1 - self.tol))
+            ref = median(values)
+            if ref <= 0:
+                return ref, 0.0, 0.0
+            logs = [math.log(max(v, ref * 1e-9)) for v in values]
+            d = mad(logs)
+            return ref, d, min(math.exp(median(logs) - self.k * d), ref * (1 - self.tol))
         ref = max(values)
         return ref, 0.0, ref * (1 - self.tol)
 

@@ -116,7 +116,7 @@ def _node_level(topo: Topo, rule: Rule) -> Generator[list[Task], Results, list[F
     values = {t.nodes[0]: res.get(t.key) for t in tasks}
     slow, ref, d, thr = rule.slow(values)
     return [Finding("node", (n,), "node", [f"node:measure:{n}"],
-                    f"node level: {n} {values[n]:.3g} GB/s < {thr:.3g} (median {ref:.3g}, MAD {d:.3g})")
+                    f"node level: {n} {values[n]:.3g} GB/s < {thr:.3g} (median {ref:.3g}, log-MAD {d:.2g})")
             for n in slow]
 
 
@@ -167,7 +167,7 @@ def _pair_level(topo: Topo, rule: Rule) -> Generator[list[Task], Results, list[F
     named = yield from _resolve("pair", suspects, healthy, rule,
                                 {n: [tasks[p].key for p in pairs_of[n]] for n in suspects},
                                 lambda n: f"pair level: the best pair of {n} {best[n]:.3g} GB/s < {nthr:.3g} (median "
-                                          f"{nref:.3g}, MAD {nd:.3g})")
+                                          f"{nref:.3g}, log-MAD {nd:.2g})")
     found += named
     # a slow pair of two nodes that are fine elsewhere: the link between them (cable, port, switch path)
     slow_keys, ref, d, thr = rule.slow(values)

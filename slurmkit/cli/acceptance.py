@@ -27,7 +27,7 @@ def acceptance() -> None:
 @click.option("--sizes", default=None, help="Buffer sizes of the sweep, e.g. 16M,256M,1G (default per transport).")
 @click.option("--iters", default=None, type=click.IntRange(1, 10000), help="All-reduces per size.")
 @click.option("-k", "mad_k", default=3.0, show_default=True, type=click.FloatRange(0, 100),
-              help="Outlier rule: below median - k x MAD ...")
+              help="Outlier rule: below median - k x MAD of log(busbw) ...")
 @click.option("--tolerance", default=None, type=click.FloatRange(0.01, 0.99),
               help="... and below (1 - tolerance) x median (also the bisection's sibling margin). "
                    "Default: 0.25 over NCCL, 0.5 over gloo (CPU copies on shared hosts are noisy).")

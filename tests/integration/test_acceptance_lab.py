@@ -63,7 +63,8 @@ def test_slow_node3_is_named_alone_in_fewer_jobs_than_all_pairs_and_drained_only
     assert slowmod.slowed(alab) == {"node3": 0.1}
     try:
         doc, err = acceptance(alab, tmp_path)  # the contract: default levels, the cluster $SLURM_CONF points at
-        assert outlier_nodes(doc) == {"node3"}, (doc["outliers"], doc["suspects"])
+        assert outlier_nodes(doc) == {"node3"}, (doc["outliers"], doc["suspects"],
+                                                 [(m["key"], m["busbw"], m["verdict"]) for m in doc["measurements"]])
         assert doc["jobs"] < 8 * 7 // 2, doc["jobs"]
         assert "node3" in err  # the suspect shows in the progress
         assert node_reasons(alab) == {}  # without --drain nothing changes
@@ -71,7 +72,7 @@ def test_slow_node3_is_named_alone_in_fewer_jobs_than_all_pairs_and_drained_only
         assert slow and all("node3" in m["nodes"] for m in slow)
 
         doc2, _ = acceptance(alab, tmp_path, "--levels", "node", "--drain")
-        assert outlier_nodes(doc2) == {"node3"}
+        assert outlier_nodes(doc2) == {"node3"}, [(m["key"], m["busbw"], m["verdict"]) for m in doc2["measurements"]]
         reasons = node_reasons(alab)
         assert list(reasons) == ["node3"]
         assert reasons["node3"].startswith("slurmkit: acceptance node:") and "GB/s" in reasons["node3"]
