@@ -1,7 +1,7 @@
 # Sourced by tests/run.sh and examples/demo.sh: Debian packages, then a venv with slurmkit and its test tools.
 # Idempotent and quiet when everything is already there.
 if [ "$(id -u)" != 0 ]; then echo "run as root: the Slurm lab starts daemons and namespaces" >&2; exit 1; fi
-DEB_PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server debootstrap docker-compose python3 python3-venv python3-pip procps iproute2 util-linux git"
+DEB_PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server debootstrap docker-compose python3 python3-venv python3-pip procps iproute2 util-linux git lua5.1"
 missing=""
 for p in $DEB_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -15,7 +15,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "== python venv (.venv)"
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c 'import slurmkit, pytest, hypothesis, ruff, torch, matplotlib' >/dev/null 2>&1; then
+if ! .venv/bin/python -c 'import slurmkit, pytest, hypothesis, ruff, torch, matplotlib, lupa' >/dev/null 2>&1; then
   echo "== pip install -e .[dev,plot] torch==2.13.0"
   .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,plot]'
   # CPU PyTorch for the real DDP job in the lab (gloo); on the CI machine this wheel comes from local disk

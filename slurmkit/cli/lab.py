@@ -45,15 +45,21 @@ def lab() -> None:
 @click.option("--slow-node", "slow_nodes", multiple=True, metavar="NODE",
               help="Cap NODE's slurmd and its jobs with a CPU quota (cgroup v1 cpu), making it really slower "
                    "(repeatable; see `slurmkit lab slow`).")
+@click.option("--submit-policy", "submit_policy", is_flag=True,
+              help="Run with the job_submit.lua generated from a submit_policy (JobSubmitPlugins=lua): GPU jobs need "
+                   "--time, get per-GPU CPU/memory defaults, multi-node jobs that fit a leaf get --switches=1.")
+@click.option("--cgroups", is_flag=True,
+              help="Isolation in the kernel: proctrack/cgroup + task/cgroup (ConstrainCores, ConstrainRAMSpace, "
+                   "ConstrainDevices) on cgroup v1, one cgroup tree per node; nodes get this host's core count.")
 @click.option("--slow-cpus", default=0.1, show_default=True, type=float, help="The quota of --slow-node, in CPUs.")
 def up(directory: str, nodes: int, gpus_per_node: int, gpu_type: str, nodes_per_leaf: int, accounting: bool,
        hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int, slurm: str | None,
-       topology: str, slow_nodes: tuple[str, ...], slow_cpus: float) -> None:
+       topology: str, submit_policy: bool, cgroups: bool, slow_nodes: tuple[str, ...], slow_cpus: float) -> None:
     """Start the lab and wait until every node is idle."""
     spec = LabSpec(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                    nodes_per_leaf=nodes_per_leaf, accounting=accounting, port_base=port_base, hooks=hooks,
                    healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml, slurm=slurm,
-                   topology=topology)
+                   topology=topology, submit_policy=submit_policy, cgroups=cgroups)
     lab_ = Lab(spec)
     for n in slow_nodes:  # refused before anything starts
         if n not in spec.node_names:
@@ -126,10 +132,12 @@ def down(directory: str) -> None:
     if not lab_.is_up():
         click.echo(f"lab: nothing running in {lab_.dir}")
         return
-    stopped = lab_.down()
     from slurmkit.lab import slow as slowmod
 
-    slowmod.restore(lab_)
+    try:
+        stopped = lab_.down()
+    finally:
+        slowmod.restore(lab_)
     click.echo(f"lab: stopped {len(stopped)} daemons in {lab_.dir}")
 
 

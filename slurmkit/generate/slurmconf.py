@@ -60,7 +60,7 @@ def check_overrides(cluster: Cluster, ov: Overrides, version: str) -> None:
 # in SchedulerParameters cannot silently drop nohold_on_prolog_fail, nor a PrologFlags=X drop Alloc.
 LIST_KEYS = frozenset({
     "SchedulerParameters", "SlurmctldParameters", "SlurmdParameters", "PrologFlags", "LaunchParameters",
-    "CommunicationParameters", "DebugFlags", "PriorityFlags", "AccountingStorageTRES",
+    "CommunicationParameters", "DebugFlags", "PriorityFlags", "AccountingStorageTRES", "JobSubmitPlugins",
 })
 
 REPEATABLE_KEYS = REPEATABLE_SLURM_KEYS  # several lines each, order kept (model/cluster.py)
@@ -353,6 +353,10 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         s += [("PreemptType", "preempt/qos"), ("PreemptMode", "REQUEUE")]
     elif cluster.policy.preemption == "partition":
         s += [("PreemptType", "preempt/partition_prio"), ("PreemptMode", "REQUEUE")]
+    if cluster.submit_policy is not None:
+        # slurm.conf(5) JobSubmitPlugins (22.05 and 24.11): "lua" runs job_submit.lua from the directory of
+        # slurm.conf (job_submit_lua.c: get_extra_conf_path("job_submit.lua")); a comma list, merged item by item
+        s.append(("JobSubmitPlugins", "lua"))
     hooks = cluster.hooks
     if hooks.prolog:
         s.append(("Prolog", f"{conf_dir}/slurmkit-prolog"))
@@ -679,6 +683,10 @@ def generate(
             files["topology.yaml"] = env.get_template("topology.yaml.j2").render(ctx, body=topology_yaml(cluster).rstrip("\n"))
         else:
             files["topology.conf"] = env.get_template("topology.conf.j2").render(ctx)
+    if cluster.submit_policy is not None:
+        from slurmkit.generate.jobsubmit import job_submit_lua
+
+        files["job_submit.lua"] = job_submit_lua(cluster, ver)
     if cluster.hooks.prolog or cluster.hooks.epilog or cluster.hooks.healthcheck_interval:
         for kind in ("prolog", "epilog", "health"):
             files[f"slurmkit-{kind}"] = env.get_template("hook-wrapper.sh.j2").render(

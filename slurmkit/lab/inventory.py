@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 
+def _span(lo: int, hi: int) -> str:
+    return str(lo) if hi <= lo else f"{lo}-{hi}"
+
+
 def lab_inventory(
     nodes: int = 8,
     gpus_per_node: int = 8,
@@ -16,13 +20,31 @@ def lab_inventory(
     healthcheck_interval: int = 0,
     slurm_version: str = "22.05",
     topology: str = "tree",
+    submit_policy: bool = False,
+    cores: int | None = None,
 ) -> dict[str, Any]:
     """A small GPU cluster: ``node[1-N]``, 2 sockets x 4 cores, fake GPUs, leaves of ``nodes_per_leaf`` + a spine.
 
     ``topology="block"``: the same groups of ``nodes_per_leaf`` nodes as topology/block blocks ``b1``, ``b2``, ...
-    (NVL72-style domains), ``block_sizes`` the base size and its doublings up to the whole cluster."""
+    (NVL72-style domains), ``block_sizes`` the base size and its doublings up to the whole cluster.
+
+    ``cores``: that many cores instead of 2 sockets x 4 (the cgroup mode: task/cgroup writes the job's cores into a
+    real cpuset, so a node may not claim CPUs the host lacks), as two sockets when even; the first half of the GPUs
+    are bound (gres.conf Cores=) to the first socket, the rest to the second.
+    ``submit_policy``: the generated job_submit.lua (time limit for GPU jobs, per-GPU defaults, one leaf)."""
     half = max(1, gpus_per_node // 2)
-    cores = [("0-3" if i < half else "4-7") for i in range(gpus_per_node)]
+    if cores:
+        # gres.conf Cores= must cover whole sockets from 24.11 (src/interfaces/gres.c
+        # _check_core_range_matches_sock, slurm-24-11-5-1: the node is INVAL "GRES core specification ... doesn't
+        # match socket boundaries"): two sockets of half the cores each, one per GPU half (one socket if odd)
+        sockets = 2 if cores >= 2 and cores % 2 == 0 else 1
+        per = cores // sockets
+        spans = [_span(k * per, (k + 1) * per - 1) for k in range(sockets)]
+        gpu_cores = [spans[0] if i < half or sockets == 1 else spans[1] for i in range(gpus_per_node)]
+        cpu = {"sockets": sockets, "cores_per_socket": per, "threads_per_core": 1}
+    else:
+        gpu_cores = [("0-3" if i < half else "4-7") for i in range(gpus_per_node)]
+        cpu = {"sockets": 2, "cores_per_socket": 4, "threads_per_core": 1}
     leaves = []
     for i, start in enumerate(range(1, nodes + 1, nodes_per_leaf)):
         end = min(nodes, start + nodes_per_leaf - 1)
@@ -35,7 +57,7 @@ def lab_inventory(
             {
                 "name": gpu_type,
                 "hosts": f"node[1-{nodes}]" if nodes > 1 else "node1",
-                "cpu": {"sockets": 2, "cores_per_socket": 4, "threads_per_core": 1},
+                "cpu": cpu,
                 "memory_mb": 32000,
                 "reserve": {"memory_mb": 1000, "cores": 0},
                 "gpus": {
@@ -43,7 +65,7 @@ def lab_inventory(
                     "count": gpus_per_node,
                     "memory_mb": 81559,
                     "files": f"/dev/nvidia[0-{gpus_per_node - 1}]" if gpus_per_node > 1 else "/dev/nvidia0",
-                    "cores": cores,
+                    "cores": gpu_cores,
                     "links": "nvlink",
                 },
                 # no `nics`: the lab host has no InfiniBand, and the health hooks check the real sysfs
@@ -69,6 +91,16 @@ def lab_inventory(
         inv["topology"] = {"blocks": blocks, "block_sizes": sizes}
     elif topology != "tree":
         raise ValueError(f"lab topology must be tree or block, not {topology!r}")
+    if submit_policy:
+        inv["submit_policy"] = {
+            "require_time_for_gpus": True,
+            "cpus_per_gpu": "auto",
+            "mem_per_gpu": "auto",
+            "one_leaf_if_fits": topology == "tree" and len(leaves) > 1,
+            "one_leaf_max_wait_s": 120,
+            # the lab has GPU nodes only: its CPU-only jobs (srun hostname, the suite's probes) run there too
+            "cpu_jobs_in_gpu_partitions": "allow",
+        }
     if accounting:
         inv["accounting"] = {"host": "localhost"}
     if hooks_command:

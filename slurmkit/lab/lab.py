@@ -62,6 +62,10 @@ class LabSpec:
     # (slurmkit/lab/image.py) seen through a view of the host (slurmkit/lab/view.py)
     slurm: str | None = None
     topology: str = "tree"  # or "block": groups of nodes_per_leaf nodes as topology/block blocks (Slurm 23.11+)
+    submit_policy: bool = False  # JobSubmitPlugins=lua with the job_submit.lua generated from a submit_policy
+    # proctrack/cgroup + task/cgroup (ConstrainCores, ConstrainRAMSpace, ConstrainDevices) on cgroup v1, each node
+    # in its own cgroup namespace under the lab's group (slurmkit/lab/cgroups.py); nodes get the host's core count
+    cgroups: bool = False
 
     @property
     def ctld_port(self) -> int:
@@ -88,6 +92,7 @@ class Lab:
         self.spec = spec
         self.dir = Path(spec.dir).resolve()
         self._host_release: str | None = None
+        self._node_cgroups: dict[str, dict[str, Path]] = {}
 
     # --- release -------------------------------------------------------------------------------------------
     @property
@@ -215,6 +220,12 @@ class Lab:
                                f"({self.spec.nodes_per_leaf}): every block has the base size")
         if self.spec.hooks:
             self._nvml_state()  # a state that does not fit the lab is refused before anything starts
+        if self.spec.cgroups:
+            from slurmkit.lab import cgroups
+
+            lacks = cgroups.problems()
+            if lacks:
+                raise LabError("--cgroups: this host cannot run the cgroup mode: " + "; ".join(lacks))
         ports = [self.spec.ctld_port] + [self.spec.slurmd_port(i) for i in range(1, self.spec.nodes + 1)]
         if self.spec.accounting:
             ports += [self.spec.dbd_port, self.spec.db_port]
@@ -231,7 +242,7 @@ class Lab:
         inv = lab_inventory(
             s.nodes, s.gpus_per_node, s.gpu_type, s.nodes_per_leaf, accounting=s.accounting,
             hooks_command=hooks_command, healthcheck_interval=s.healthcheck_interval, slurm_version=self.release,
-            topology=s.topology,
+            topology=s.topology, submit_policy=s.submit_policy, cores=host_cores() if s.cgroups else None,
         )
         text = yaml.safe_dump(inv, sort_keys=False)
         cluster = load_cluster_text(text, source="lab inventory")
@@ -251,11 +262,7 @@ class Lab:
             ("SlurmdPidFile", str(self.run_dir / "slurmd-%n.pid")),
             ("SlurmctldLogFile", str(d / "log" / "slurmctld.log")),
             ("SlurmdLogFile", str(d / "log" / "slurmd-%n.log")),
-            # one host cannot give each "node" its own cgroup tree reliably (hybrid v1 here, v2 elsewhere):
-            ("ProctrackType", "proctrack/linuxproc"),
-            ("TaskPlugin", "task/none"),
             ("JobAcctGatherType", "jobacct_gather/linux"),
-            ("PrologFlags", "-Contain"),  # Contain needs proctrack/cgroup; Alloc stays
             ("SlurmdParameters", "config_overrides"),  # the host has fewer CPUs/less memory than the fake nodes
             # start jobs as soon as they are submitted (the default batch_sched_delay=3 makes every test wait);
             # merged item by item into what the generator set (nohold_on_prolog_fail with hooks)
@@ -268,6 +275,13 @@ class Lab:
             ("KillWait", "5"),
             ("MinJobAge", "600"),
         ]
+        if not s.cgroups:
+            # without --cgroups no node has a cgroup tree of its own (slurmkit/lab/cgroups.py gives each one):
+            slurm_over += [
+                ("ProctrackType", "proctrack/linuxproc"),
+                ("TaskPlugin", "task/none"),
+                ("PrologFlags", "-Contain"),  # Contain needs proctrack/cgroup; Alloc stays
+            ]
         if self.foreign:
             # the root's plugins, for daemons in the view and for clients run through the root's loader alike
             from slurmkit.lab import image, view
@@ -282,7 +296,11 @@ class Lab:
                 ("AccountingStoragePass", str(self.munge_socket)),  # slurmdbd connections ignore AuthInfo
             ]
         cgroup_over: list[tuple[str, str]] = []
-        if release_key(self.release) >= (24, 5):
+        if s.cgroups:
+            # cgroup.conf.5 (22.05 and 24.11): CgroupPlugin=cgroup/v1 explicitly; autodetect reads the node's
+            # /sys/fs/cgroup, which here is the lab's own tmpfs of v1 mounts (cgroups.mount_script)
+            cgroup_over.append(("CgroupPlugin", "cgroup/v1"))
+        elif release_key(self.release) >= (24, 5):
             # cgroup.conf.5 of slurm-24-05-8-1 and slurm-24-11-5-1: CgroupPlugin=disabled "to completely disable any
             # interaction with the cgroups" (not in 22.05-23.11). With proctrack/linuxproc + task/none the lab needs
             # none, and autodetect would make cgroup/v1 trees named slurm_<nodename> on the host, shared by every
@@ -353,6 +371,9 @@ class Lab:
         s = self.spec
         nvml = self._nvml_state() if s.hooks else {}  # read before the lab dir is cleaned
         if self.dir.exists():
+            from slurmkit.lab import cgroups
+
+            cgroups.remove(self.dir, timeout=2)  # a crashed lab's trees, if it recorded any
             # a stale dir from a lab that is not running: start clean, but only if it is ours
             if not (self.dir / "lab.json").exists() and any(self.dir.iterdir()):
                 raise LabError(f"{self.dir} exists, is not empty and is not a slurmkit lab; choose another --dir")
@@ -371,6 +392,10 @@ class Lab:
             hooks_cmd = self._hooks_command() if s.hooks else None
             self.write_config(hooks_cmd)
             self._make_devices()
+            if s.cgroups:
+                from slurmkit.lab import cgroups
+
+                self._node_cgroups = cgroups.create(self.dir, s.node_names)
             if s.hooks:
                 self._seed_fake_nvml(nvml)
             progress("starting munged")
@@ -476,27 +501,40 @@ class Lab:
     def _start_slurmds(self) -> None:
         procs = []
         q = shlex.quote
+        node_cg = self._node_cgroups
         for name in self.spec.node_names:
+            cg_steps: list[str] = []
+            if self.spec.cgroups:
+                from slurmkit.lab import cgroups
+
+                cg_steps = cgroups.mount_script(str(self.view / "sys/fs/cgroup") if self.foreign else "/sys/fs/cgroup")
             # the script is fixed text; every value in it goes through shlex.quote
             if self.foreign:
                 # the node's own mounts go onto the view (private to this namespace), then slurmd runs inside it:
                 # its slurmstepd, prologs and jobs see the root's Slurm and the host's everything else
                 v = self.view
                 steps = [
+                    *cg_steps,
                     f"mount --bind {q(str(self.etc))} {q(str(v / 'etc/slurm'))}",
                     f"mount --bind {q(str(self.etc / 'hosts'))} {q(str(v / 'etc/hosts'))}",
                     f"exec chroot {q(str(v))} /usr/sbin/slurmd -f {q(str(self.conf))} -N {q(name)}",
                 ]
             else:
                 steps = [
+                    *cg_steps,
                     "mkdir -p /etc/slurm",
                     f"mount --bind {q(str(self.etc))} /etc/slurm",
                     f"mount --bind {q(str(self.etc / 'hosts'))} /etc/hosts",
                     f"exec {q(_bin('slurmd'))} -f {q(str(self.conf))} -N {q(name)}",
                 ]
             script = "; ".join(["set -e", f"hostname {q(name)}", *steps])
+            argv = ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script]
+            if self.spec.cgroups:
+                # into the node's group in every controller first: `unshare --cgroup` makes where it stands the root
+                enter = "; ".join(f"echo $$ > {q(str(d / 'cgroup.procs'))}" for d in node_cg[name].values())
+                argv = ["sh", "-c", f"set -e; {enter}; exec \"$@\"", "sh", "unshare", "--cgroup", *argv[1:]]
             procs.append(
-                (name, subprocess.Popen(["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script],
+                (name, subprocess.Popen(argv,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         env={**os.environ, **self.env}))
             )
@@ -600,9 +638,19 @@ class Lab:
             from slurmkit.lab.view import unmount_view
 
             unmount_view(self.dir)
+        from slurmkit.lab import cgroups
+
+        left = cgroups.remove(self.dir)
+        if left:
+            raise LabError(f"lab down: {len(left)} cgroup(s) still in use, left on the host: {', '.join(left[:5])}")
         if stopped:
             progress(f"stopped {', '.join(stopped)}")
         return stopped
+
+
+def host_cores() -> int:
+    """The CPUs this process may run on: the cgroup mode's nodes claim exactly these (a real cpuset each)."""
+    return len(os.sched_getaffinity(0))
 
 
 def _bin(name: str) -> str:

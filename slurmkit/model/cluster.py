@@ -194,6 +194,26 @@ class Hooks:
     checks: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # health policy, raw
 
 
+SUBMIT_CHOICES = ("refuse", "allow")
+
+
+@dataclass(frozen=True)
+class SubmitPolicy:
+    """``submit_policy:``: what the generated job_submit.lua enforces on every job (sbatch, srun, salloc, gpusub).
+
+    ``cpus_per_gpu``/``mem_per_gpu``: None = off, 0 = auto (the partition's node shapes, the rule DefCpuPerGPU and
+    DefMemPerGPU use), N = that value. ``one_leaf_max_wait_s``: how long a multi-node GPU job that fits one leaf
+    switch waits for one (``--switches=1@TIME``) before Slurm places it across leaves."""
+
+    require_time_for_gpus: bool = True
+    cpus_per_gpu: int | None = 0
+    mem_per_gpu: int | None = 0
+    one_leaf_if_fits: bool = False
+    one_leaf_max_wait_s: int = 300
+    gpu_jobs_in_cpu_partitions: str = "refuse"
+    cpu_jobs_in_gpu_partitions: str = "refuse"
+
+
 @dataclass(frozen=True)
 class Site:
     """Defaults for gpusub on this cluster (the admin's site profile)."""
@@ -217,6 +237,7 @@ class Cluster:
     policy: Policy = Policy()
     hooks: Hooks = Hooks()
     site: Site = Site()
+    submit_policy: SubmitPolicy | None = None
     slurm_conf: tuple[tuple[str, str], ...] = ()  # extra/override slurm.conf Key=Value, in order
     cgroup_conf: tuple[tuple[str, str], ...] = ()
     source_sha256: str = ""  # sha256 of the inventory text this came from

@@ -23,6 +23,7 @@ from slurmkit.model.cluster import (
     GPU_AUTODETECT_MODES,
     NIC,
     REPEATABLE_SLURM_KEYS,
+    SUBMIT_CHOICES,
     SUPPORTED_SLURM_VERSIONS,
     Accounting,
     Block,
@@ -36,6 +37,7 @@ from slurmkit.model.cluster import (
     Policy,
     Reserve,
     Site,
+    SubmitPolicy,
     Switch,
     Topology,
 )
@@ -609,7 +611,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     top = _mapping(
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
-         "policy", "hooks", "site", "slurm_conf", "cgroup_conf"},
+         "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy"},
         {"cluster", "node_groups"},
     )
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
@@ -711,6 +713,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             run_root=_str(ctx, sm["run_root"], "site.run_root") if sm.get("run_root") else None,
         )
     version = _version(ctx, top.get("slurm_version", "22.05"), "slurm_version")
+    submit = _submit_policy(ctx, top["submit_policy"], parts, topo) if top.get("submit_policy") is not None else None
     return Cluster(
         name=_cluster_name(ctx, top["cluster"]),
         slurm_version=version,
@@ -722,9 +725,57 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         policy=policy,
         hooks=hooks,
         site=site,
+        submit_policy=submit,
         slurm_conf=_kv_map(ctx, top.get("slurm_conf"), "slurm_conf", REPEATABLE_SLURM_KEYS_LOWER),
         cgroup_conf=_kv_map(ctx, top.get("cgroup_conf"), "cgroup_conf"),
         source_sha256=sha256,
+    )
+
+
+_SUBMIT_KEYS = {"require_time_for_gpus", "cpus_per_gpu", "mem_per_gpu", "one_leaf_if_fits", "one_leaf_max_wait_s",
+                "gpu_jobs_in_cpu_partitions", "cpu_jobs_in_gpu_partitions"}
+# wait4switch is a uint32 of seconds in job_desc (slurm.h, 22.05 and 24.11); slurm.conf(5) MaxSwitchWait (default
+# 300 s) caps what a user may ask for, and slurmctld lowers a larger request to it
+_MAX_SWITCH_WAIT_S = 7 * 86400
+
+
+def _per_gpu(ctx: _Ctx, value: Any, path: str) -> int | None:
+    """``auto`` -> 0 (from the node shapes), ``off``/false -> None, N -> N."""
+    if value is False or value == "off":
+        return None
+    if value == "auto":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ctx.err(path, f"expected auto, off or a positive integer, got {value!r}")
+    return value
+
+
+def _submit_policy(ctx: _Ctx, raw: Any, parts: tuple[Partition, ...], topo: Topology) -> SubmitPolicy:
+    m = _mapping(ctx, raw, "submit_policy", _SUBMIT_KEYS)
+    d = SubmitPolicy()
+    one_leaf = _bool(ctx, m.get("one_leaf_if_fits", d.one_leaf_if_fits), "submit_policy.one_leaf_if_fits")
+    if one_leaf and topo.kind != "tree":
+        # --switches / req_switch counts leaf switches of topology/tree (slurm.conf(5) TopologyPlugin, sbatch(1)
+        # --switches); topology/block keeps a job inside one block by itself
+        raise ctx.err("submit_policy.one_leaf_if_fits", "needs topology.switches (topology/tree): with "
+                      + ("blocks, Slurm keeps a job in one block itself" if topo.kind == "block" else "no topology, "
+                         "Slurm knows no leaf switches") + "; set it false")
+    wait = _int(ctx, m.get("one_leaf_max_wait_s", d.one_leaf_max_wait_s), "submit_policy.one_leaf_max_wait_s", 1)
+    if wait > _MAX_SWITCH_WAIT_S:
+        raise ctx.err("submit_policy.one_leaf_max_wait_s", f"{wait} s is more than a week ({_MAX_SWITCH_WAIT_S} s)")
+    if not parts:
+        raise ctx.err("submit_policy", "needs partitions: the policy is per partition (GPU or CPU-only)")
+    return SubmitPolicy(
+        require_time_for_gpus=_bool(ctx, m.get("require_time_for_gpus", d.require_time_for_gpus),
+                                    "submit_policy.require_time_for_gpus"),
+        cpus_per_gpu=_per_gpu(ctx, m.get("cpus_per_gpu", "auto"), "submit_policy.cpus_per_gpu"),
+        mem_per_gpu=_per_gpu(ctx, m.get("mem_per_gpu", "auto"), "submit_policy.mem_per_gpu"),
+        one_leaf_if_fits=one_leaf,
+        one_leaf_max_wait_s=wait,
+        gpu_jobs_in_cpu_partitions=_choice(ctx, m.get("gpu_jobs_in_cpu_partitions", d.gpu_jobs_in_cpu_partitions),
+                                           "submit_policy.gpu_jobs_in_cpu_partitions", SUBMIT_CHOICES),
+        cpu_jobs_in_gpu_partitions=_choice(ctx, m.get("cpu_jobs_in_gpu_partitions", d.cpu_jobs_in_gpu_partitions),
+                                           "submit_policy.cpu_jobs_in_gpu_partitions", SUBMIT_CHOICES),
     )
 
 

@@ -1,0 +1,88 @@
+"""``submit_policy:`` -> ``job_submit.lua`` for Slurm's Lua job-submit plugin. Pure: returns the script's text.
+
+Every job passes this plugin (sbatch, srun, salloc, gpusub), so the site policy holds for jobs that never saw
+gpusub. The script only reads and writes ``job_desc`` fields the target release's plugin exposes: the names
+below are in ``_get_job_req_field`` (read) and ``_set_job_req_field`` (write) of
+src/plugins/job_submit/lua/job_submit_lua.c, identical for them at slurm-22-05-8-1 and slurm-24-11-5-1
+(``tres_per_node``/``tres_per_job``/``tres_per_task``/``tres_per_socket``, ``cpus_per_tres``, ``mem_per_tres``,
+``cpus_per_task``, ``min_mem_per_node``/``min_mem_per_cpu`` (read only: nil when no memory was asked),
+``min_nodes``, ``time_limit``, ``req_switch``, ``wait4switch``, ``partition``). What differs is the form of the
+TRES strings: 22.05's clients write ``gres:gpu:N`` (src/common/slurm_opt.c, slurm-22-05-8-1: ``cpus_per_tres``
+"gres:gpu:%d"), 24.11's ``gres/gpu:N`` (slurm_opt.c, slurm-24-11-5-1); the script writes the target release's
+form and reads both. Unset numbers are ``NO_VAL``/``NO_VAL16`` (src/api/init_msg.c slurm_init_job_desc_msg, both
+releases), exported to Lua as ``slurm.NO_VAL``/``slurm.NO_VAL16`` (src/lua/slurm_lua.c, both releases).
+
+A tenant's default QOS is not here: the association's DefaultQOS (``accounts apply``) is applied by slurmctld
+itself when a job names no QOS, with or without this plugin.
+"""
+
+from __future__ import annotations
+
+from slurmkit import hostlist
+from slurmkit.generate.versions import features_for
+from slurmkit.model.cluster import Cluster, NodeGroup
+from slurmkit.release import release_key
+from slurmkit.templates import environment, header_line
+
+
+def tres_gpu_prefix(version: str) -> str:
+    """How the release's clients spell the GPU TRES in ``cpus_per_tres``/``mem_per_tres``/``tres_per_*``:
+    ``gres:gpu`` until 23.02, ``gres/gpu`` from 23.11 (slurm_opt.c at slurm-23-02-7-1 / slurm-23-11-0-1)."""
+    return "gres/gpu" if release_key(version) >= (23, 11) else "gres:gpu"
+
+
+def _leaf_nodes(cluster: Cluster, hosts: set[str]) -> int:
+    """The most of ``hosts`` under one leaf switch (topology/tree): the largest job that can fit one leaf."""
+    best = 0
+    for sw in cluster.topology.switches:
+        if sw.nodes:
+            best = max(best, len(hosts & set(hostlist.expand(sw.nodes))))
+    return best
+
+
+def partition_facts(cluster: Cluster) -> list[dict[str, object]]:
+    """Per partition: GPU or CPU-only, the per-GPU CPU and memory defaults (the smallest share over its node
+    shapes, as DefCpuPerGPU/DefMemPerGPU: ``slurmconf.per_gpu_defaults``) and its largest one-leaf node count."""
+    from slurmkit.generate.slurmconf import per_gpu_defaults
+
+    pol = cluster.submit_policy
+    assert pol is not None
+    out = []
+    for p in cluster.partitions:
+        groups: list[NodeGroup] = [cluster.group(g) for g in p.groups]
+        gpu_groups = [g for g in groups if g.gpus]
+        kind = "gpu" if len(gpu_groups) == len(groups) else "cpu" if not gpu_groups else "mixed"
+        cpg, mpg = per_gpu_defaults(groups)
+        hosts = {h for g in groups for h in g.hostnames}
+        leaf = _leaf_nodes(cluster, hosts) if pol.one_leaf_if_fits else 0
+        out.append({
+            "name": p.name,
+            "kind": kind,
+            "cpus_per_gpu": (pol.cpus_per_gpu or cpg) if pol.cpus_per_gpu is not None else 0,
+            "mem_per_gpu": (pol.mem_per_gpu or mpg) if pol.mem_per_gpu is not None else 0,
+            "leaf_nodes": leaf if leaf > 1 else 0,
+        })
+    return out
+
+
+def lua_string(s: str) -> str:
+    """A Lua string literal (names reaching here are ``[A-Za-z0-9_.-]+`` already; quoted all the same)."""
+    return '"' + "".join(c if c.isalnum() or c in "_.-/: " else f"\\{ord(c):03d}" for c in s) + '"'
+
+
+def job_submit_lua(cluster: Cluster, version: str | None = None) -> str:
+    """The job_submit.lua text for ``cluster.submit_policy`` and the target release."""
+    pol = cluster.submit_policy
+    assert pol is not None
+    ver = features_for(version or cluster.slurm_version).version
+    env = environment("conf_templates")
+    env.filters["lua"] = lua_string
+    default = cluster.default_partition
+    return env.get_template("job_submit.lua.j2").render(
+        header=header_line(cluster.source_sha256, "--"),
+        slurm_version=ver,
+        policy=pol,
+        partitions=partition_facts(cluster),
+        default_partition=default.name if default else "",
+        tres_gpu=tres_gpu_prefix(ver),
+    )

@@ -1,0 +1,282 @@
+"""The generated job_submit.lua: loaded with `submit_policy:`, rendered per release, syntax-checked by Lua 5.1's own
+`luac -p` (Debian's job_submit_lua.so links liblua5.1 in 22.05 and in the 24.11 root), and run in-process through
+lupa's Lua 5.1 against a stub `slurm` table and job_desc tables shaped like the plugin's (unset numbers NO_VAL,
+unset strings nil). The lab tests (tests/integration/test_submit_policy_lab.py) run the same file in slurmctld.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from slurmkit.errors import InventoryError
+from slurmkit.generate import generate
+from slurmkit.generate.jobsubmit import job_submit_lua, tres_gpu_prefix
+from slurmkit.model import load_cluster_dict
+from tests.conftest import needs
+from tests.unit.test_conf_cli import sk, write_inv
+
+ROOT = Path(__file__).resolve().parents[2]
+LUAC = shutil.which("luac5.1")
+
+# slurm.NO_VAL / NO_VAL16 (slurm/slurm.h, 22.05 and 24.11) and the error codes the script returns
+NO_VAL = 0xFFFFFFFE
+NO_VAL16 = 0xFFFE
+SLURM = {"SUCCESS": 0, "ERROR": -1, "FAILURE": -1, "NO_VAL": NO_VAL, "NO_VAL16": NO_VAL16,
+         "ESLURM_ACCESS_DENIED": 2002, "ESLURM_MISSING_TIME_LIMIT": 2051}
+
+# the job_desc fields _set_job_req_field writes (src/plugins/job_submit/lua/job_submit_lua.c), per release tag
+WRITABLE = {
+    "22.05": set("""account acctg_freq admin_comment array_inx batch_features begin_time bitflags burst_buffer clusters
+        comment container contiguous cores_per_socket cpu_freq_min cpu_freq_max cpu_freq_gov cpus_per_task
+        cpus_per_tres dependency delay_boot end_time extra exc_nodes features gres immediate licenses mail_type
+        mail_user max_cpus max_nodes mem_per_tres min_cpus min_mem_per_cpu min_mem_per_node min_nodes name nice
+        ntasks_per_gpu ntasks_per_node ntasks_per_socket ntasks_per_tres num_tasks partition prefer power_flags
+        pn_min_cpus pn_min_memory pn_min_tmp_disk priority qos reboot req_nodes req_switch requeue reservation
+        script selinux_context shared oversubscribe site_factor sockets_per_node std_err std_in std_out
+        threads_per_core time_limit time_min tres_bind tres_freq tres_per_job tres_per_node tres_per_socket
+        tres_per_task wait4switch wckey work_dir""".split()),
+}
+WRITABLE["24.11"] = (WRITABLE["22.05"] - {"power_flags"}) | {"mcs_label"}
+
+INV: dict[str, Any] = {
+    "cluster": "t",
+    "node_groups": [
+        {"name": "g", "hosts": "gpu[1-8]", "cpu": {"sockets": 2, "cores_per_socket": 8}, "memory_mb": 256000,
+         "gpus": {"type": "h100", "count": 4, "files": "/dev/nvidia[0-3]"}},
+        {"name": "c", "hosts": "cpu[1-2]", "cpu": {"sockets": 2, "cores_per_socket": 8}, "memory_mb": 64000},
+    ],
+    "partitions": [{"name": "gpu", "groups": ["g"], "default": True}, {"name": "cpu", "groups": ["c"]},
+                   {"name": "all", "groups": ["g", "c"]}],
+    "topology": {"switches": [{"name": "leaf1", "nodes": "gpu[1-4],cpu1"}, {"name": "leaf2", "nodes": "gpu[5-8],cpu2"},
+                              {"name": "spine", "switches": "leaf[1-2]"}]},
+    "submit_policy": {"require_time_for_gpus": True, "cpus_per_gpu": "auto", "mem_per_gpu": "auto",
+                      "one_leaf_if_fits": True},
+}
+
+
+def cluster(**policy: object):  # type: ignore[no-untyped-def]
+    inv = copy.deepcopy(INV)
+    inv["submit_policy"].update(policy)
+    return load_cluster_dict(inv)
+
+
+class Plugin:
+    """One job_submit.lua in a Lua 5.1 state, with slurm.user_msg collecting the messages."""
+
+    def __init__(self, text: str):
+        from lupa.lua51 import LuaRuntime
+
+        self.lua = LuaRuntime(unpack_returned_tuples=True)
+        self.messages: list[str] = []
+        slurm = self.lua.table_from(SLURM)
+        slurm["user_msg"] = self.messages.append
+        self.lua.globals()["slurm"] = slurm
+        assert self.lua.execute(text) == 0  # the script's last statement: return slurm.SUCCESS
+        self.submit = self.lua.globals()["slurm_job_submit"]
+        assert self.lua.globals()["slurm_job_modify"] is not None  # the plugin refuses a script without it
+
+    def run(self, **fields: object) -> tuple[int, dict[str, object]]:
+        base: dict[str, object] = {"time_limit": NO_VAL, "min_nodes": NO_VAL, "req_switch": NO_VAL,
+                                   "wait4switch": NO_VAL, "cpus_per_task": NO_VAL16}
+        base.update(fields)
+        desc = self.lua.table_from({k: v for k, v in base.items() if v is not None})
+        rc = self.submit(desc, self.lua.table(), 1000)
+        return int(rc), dict(desc.items())
+
+
+@pytest.fixture(params=["22.05", "24.11"])
+def plugin(request) -> Plugin:  # type: ignore[no-untyped-def]
+    p = Plugin(job_submit_lua(cluster(), request.param))
+    p.version = request.param  # type: ignore[attr-defined]
+    return p
+
+
+def test_gpu_job_without_time_is_refused_with_the_policy_and_the_fix(plugin: Plugin):
+    rc, _ = plugin.run(tres_per_node=f"{tres_gpu_prefix(plugin.version)}:2")  # type: ignore[attr-defined]
+    assert rc == SLURM["ESLURM_MISSING_TIME_LIMIT"]
+    assert len(plugin.messages) == 1
+    assert "require_time_for_gpus" in plugin.messages[0] and "--time" in plugin.messages[0]
+
+
+@pytest.mark.parametrize("tres", ["gres:gpu:2", "gres/gpu:2", "gres:gpu:h100:1", "gres/gpu=2", "gpu:1", "gres:gpu",
+                                  "gres:shard:1,gres:gpu:1"])
+def test_every_spelling_of_a_gpu_request_is_a_gpu_job(plugin: Plugin, tres: str):
+    rc, _ = plugin.run(tres_per_job=tres)
+    assert rc == SLURM["ESLURM_MISSING_TIME_LIMIT"], tres
+
+
+@pytest.mark.parametrize("tres", ["gres:shard:1", "gres/gpu:0", "gres:gpuish:1", "license/x:1"])
+def test_a_request_without_gpus_is_not_a_gpu_job(tres: str):
+    p = Plugin(job_submit_lua(cluster(cpu_jobs_in_gpu_partitions="allow"), "24.11"))
+    rc, desc = p.run(tres_per_node=tres)
+    assert rc == 0 and not p.messages and "cpus_per_tres" not in desc
+
+
+def test_defaults_come_from_the_partition_shape_in_the_release_spelling(plugin: Plugin):
+    pre = tres_gpu_prefix(plugin.version)  # type: ignore[attr-defined]
+    rc, desc = plugin.run(tres_per_node=f"{pre}:1", time_limit=60)
+    # 16 cores / 4 GPUs; 256000 MB / 4 GPUs: the same rule as DefCpuPerGPU / DefMemPerGPU
+    assert rc == 0 and desc["cpus_per_tres"] == f"{pre}:4" and desc["mem_per_tres"] == f"{pre}:64000"
+    assert pre == ("gres:gpu" if plugin.version == "22.05" else "gres/gpu")  # type: ignore[attr-defined]
+
+
+def test_what_the_job_asked_is_kept(plugin: Plugin):
+    rc, desc = plugin.run(tres_per_node="gres:gpu:1", time_limit=60, cpus_per_task=2, min_mem_per_cpu=1000,
+                          cpus_per_tres=None)
+    assert rc == 0 and "cpus_per_tres" not in desc and "mem_per_tres" not in desc
+    rc, desc = plugin.run(tres_per_node="gres:gpu:1", time_limit=60, cpus_per_tres="gres:gpu:7",
+                          mem_per_tres="gres:gpu:5", min_mem_per_node=None)
+    assert (desc["cpus_per_tres"], desc["mem_per_tres"]) == ("gres:gpu:7", "gres:gpu:5")
+    _, desc = plugin.run(tres_per_node="gres:gpu:1", time_limit=60, min_mem_per_node=4000)
+    assert "mem_per_tres" not in desc
+
+
+def test_fixed_defaults_and_off():
+    p = Plugin(job_submit_lua(cluster(cpus_per_gpu=2, mem_per_gpu="off"), "22.05"))
+    _, desc = p.run(tres_per_node="gres:gpu:1", time_limit=5)
+    assert desc["cpus_per_tres"] == "gres:gpu:2" and "mem_per_tres" not in desc
+
+
+def test_gpu_jobs_in_cpu_partitions_and_the_reverse_are_refused(plugin: Plugin):
+    rc, _ = plugin.run(tres_per_node="gres:gpu:1", time_limit=5, partition="cpu")
+    assert rc == SLURM["ESLURM_ACCESS_DENIED"]
+    assert "gpu_jobs_in_cpu_partitions" in plugin.messages[-1] and "partition cpu has no GPUs" in plugin.messages[-1]
+    rc, _ = plugin.run()  # the default partition is gpu
+    assert rc == SLURM["ESLURM_ACCESS_DENIED"] and "cpu_jobs_in_gpu_partitions" in plugin.messages[-1]
+    assert "--gres=gpu:N" in plugin.messages[-1]
+    assert plugin.run(partition="cpu")[0] == 0
+    assert plugin.run(partition="all")[0] == 0  # mixed: GPU and CPU nodes, either job
+    assert plugin.run(tres_per_node="gres:gpu:1", time_limit=5, partition="all")[0] == 0
+    assert plugin.run(tres_per_node="gres:gpu:1", time_limit=5, partition="gpu,cpu")[0] == SLURM["ESLURM_ACCESS_DENIED"]
+    assert plugin.run(partition="nosuch")[0] == 0  # slurmctld refuses an unknown partition itself
+
+
+def test_allow_lets_cpu_jobs_into_gpu_partitions():
+    p = Plugin(job_submit_lua(cluster(cpu_jobs_in_gpu_partitions="allow", gpu_jobs_in_cpu_partitions="allow"), "24.11"))
+    assert p.run()[0] == 0
+    assert p.run(tres_per_node="gres/gpu:1", time_limit=5, partition="cpu")[0] == 0
+
+
+def test_multi_node_jobs_that_fit_one_leaf_wait_for_one(plugin: Plugin):
+    _, desc = plugin.run(tres_per_node="gres:gpu:2", time_limit=5, min_nodes=2)
+    assert (desc["req_switch"], desc["wait4switch"]) == (1, 300)
+    _, desc = plugin.run(tres_per_node="gres:gpu:2", time_limit=5, min_nodes=4)
+    assert desc["req_switch"] == 1
+    _, desc = plugin.run(tres_per_node="gres:gpu:2", time_limit=5, min_nodes=5)  # leaves hold 4 GPU nodes
+    assert desc["req_switch"] == NO_VAL
+    _, desc = plugin.run(tres_per_node="gres:gpu:2", time_limit=5, min_nodes=1)
+    assert desc["req_switch"] == NO_VAL
+    _, desc = plugin.run(tres_per_node="gres:gpu:2", time_limit=5)  # no -N
+    assert desc["req_switch"] == NO_VAL
+    _, desc = plugin.run(tres_per_node="gres:gpu:2", time_limit=5, min_nodes=2, req_switch=2, wait4switch=60)
+    assert (desc["req_switch"], desc["wait4switch"]) == (2, 60)  # the user's own --switches stays
+
+
+def test_one_leaf_off_and_the_wait_bound():
+    p = Plugin(job_submit_lua(cluster(one_leaf_if_fits=False), "22.05"))
+    assert p.run(tres_per_node="gres:gpu:2", time_limit=5, min_nodes=2)[1]["req_switch"] == NO_VAL
+    p = Plugin(job_submit_lua(cluster(one_leaf_max_wait_s=45), "22.05"))
+    assert p.run(tres_per_node="gres:gpu:2", time_limit=5, min_nodes=2)[1]["wait4switch"] == 45
+
+
+def test_no_time_rule_when_off():
+    p = Plugin(job_submit_lua(cluster(require_time_for_gpus=False), "22.05"))
+    rc, desc = p.run(tres_per_node="gres:gpu:1")
+    assert rc == 0 and desc["cpus_per_tres"] == "gres:gpu:4"
+
+
+@pytest.mark.parametrize("version", sorted(WRITABLE))
+def test_the_script_writes_only_fields_the_release_lets_it(version: str):
+    text = job_submit_lua(cluster(), version)
+    written = set(re.findall(r"job_desc\.([a-z_0-9]+)\s*=[^=]", text))
+    assert written == {"cpus_per_tres", "mem_per_tres", "req_switch", "wait4switch"}
+    assert written <= WRITABLE[version]
+
+
+@needs(LUAC is not None, "luac5.1 (Debian package lua5.1; tests/setup-env.sh installs it)")
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "golden").glob("*/*/job_submit.lua")), ids=str)
+def test_luac_accepts_every_golden_script(path: Path):
+    r = subprocess.run([str(LUAC), "-p", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@needs(LUAC is not None, "luac5.1 (Debian package lua5.1; tests/setup-env.sh installs it)")
+def test_luac_rejects_a_broken_script(tmp_path: Path):
+    bad = tmp_path / "job_submit.lua"
+    bad.write_text(job_submit_lua(cluster(), "22.05").replace("return slurm.SUCCESS\nend", "return slurm.SUCCESS", 1))
+    assert subprocess.run([str(LUAC), "-p", str(bad)], capture_output=True).returncode != 0
+
+
+def test_goldens_exist_for_both_spellings():
+    paths = {p.parent.name for p in (ROOT / "tests" / "golden").glob("*/*/job_submit.lua")}
+    assert {"22.05", "24.11"} <= paths
+
+
+def test_generate_wires_the_plugin():
+    files = generate(cluster())
+    assert "JobSubmitPlugins=lua" in files["slurm.conf"].splitlines()
+    assert files["job_submit.lua"].startswith("-- generated by slurmkit")
+    inv = copy.deepcopy(INV)
+    del inv["submit_policy"]
+    files = generate(load_cluster_dict(inv))
+    assert "job_submit.lua" not in files and "JobSubmitPlugins" not in files["slurm.conf"]
+
+
+def test_a_site_plugin_list_merges_with_ours():
+    inv = copy.deepcopy(INV)
+    inv["slurm_conf"] = {"JobSubmitPlugins": "require_timelimit"}
+    conf = generate(load_cluster_dict(inv))["slurm.conf"]
+    assert "JobSubmitPlugins=lua,require_timelimit" in conf.splitlines()
+
+
+@pytest.mark.parametrize(("key", "value", "path", "words"), [
+    ("cpus_per_gpu", "lots", "submit_policy.cpus_per_gpu", "auto, off or a positive integer"),
+    ("mem_per_gpu", 0, "submit_policy.mem_per_gpu", "auto, off or a positive integer"),
+    ("require_time_for_gpus", "yes", "submit_policy.require_time_for_gpus", "true or false"),
+    ("one_leaf_max_wait_s", 0, "submit_policy.one_leaf_max_wait_s", ">= 1"),
+    ("gpu_jobs_in_cpu_partitions", "deny", "submit_policy.gpu_jobs_in_cpu_partitions", "refuse, allow"),
+    ("require_time_for_gpu", True, "submit_policy.require_time_for_gpu", "did you mean 'require_time_for_gpus'"),
+])
+def test_bad_policy_names_the_key(key: str, value: object, path: str, words: str):
+    inv = copy.deepcopy(INV)
+    inv["submit_policy"][key] = value
+    with pytest.raises(InventoryError) as ei:
+        load_cluster_dict(inv)
+    assert ei.value.path == path and words in str(ei.value)
+
+
+def test_one_leaf_needs_a_tree():
+    inv = copy.deepcopy(INV)
+    del inv["topology"]
+    with pytest.raises(InventoryError) as ei:
+        load_cluster_dict(inv)
+    assert ei.value.path == "submit_policy.one_leaf_if_fits" and "topology.switches" in str(ei.value)
+    inv["submit_policy"]["one_leaf_if_fits"] = False
+    assert load_cluster_dict(inv).submit_policy is not None
+
+
+def test_conf_generate_writes_the_script_beside_slurm_conf_and_exits_2_on_bad_policy(tmp_path: Path):
+    out = tmp_path / "etc"
+    inv = copy.deepcopy(INV)
+    r = sk("conf", "generate", str(write_inv(tmp_path, inv)), "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    assert (out / "job_submit.lua").read_text().startswith("-- generated by slurmkit")
+    assert "JobSubmitPlugins=lua" in (out / "slurm.conf").read_text()
+    inv["submit_policy"]["cpus_per_gpu"] = -1
+    out2 = tmp_path / "etc2"
+    r = sk("conf", "generate", str(write_inv(tmp_path, inv, "bad.yaml")), "--output", str(out2))
+    assert r.returncode == 2 and "submit_policy.cpus_per_gpu" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not out2.exists() or not any(out2.iterdir())
+
+
+def test_examples_policy_loads():
+    inv = yaml.safe_load((ROOT / "examples" / "mixed-pcie.yaml").read_text())
+    assert load_cluster_dict(inv).submit_policy is not None
