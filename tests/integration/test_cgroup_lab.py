@@ -1,0 +1,184 @@
+"""Isolation in the kernel, proven on the lab's cgroup mode (`lab up --cgroups`: proctrack/cgroup, task/cgroup with
+ConstrainRAMSpace, ConstrainDevices, ConstrainCores on cgroup v1, each node in its own cgroup namespace).
+
+On a host without what the mode needs, `lab up --cgroups` refuses and these tests fail (they are never skipped).
+Runs on 22.05 and, in tests/run.sh's second pass, on 24.11.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmkit.backend.cli import CLIBackend
+from slurmkit.lab import Lab, LabSpec
+from slurmkit.lab import cgroups as cg
+from tests.conftest import _base, _root_dir, lab_release, lab_run, start_lab
+from tests.integration.test_placement_lab import _states, _wait
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def clab(make_lab) -> Lab:  # type: ignore[no-untyped-def]
+    # 2 nodes x 2 GPUs; the nodes have this host's cores, gpu0 bound to the first socket, gpu1 to the second
+    return make_lab(cgroups=True, nodes=2, gpus_per_node=2, nodes_per_leaf=2)
+
+
+@pytest.fixture
+def jobs(clab: Lab) -> Iterator[list[str]]:
+    ids: list[str] = []
+    yield ids
+    if ids:
+        lab_run(clab, ["scancel", *ids], check=False)
+    b = CLIBackend(env=clab.env)
+    _wait(lambda: all(s == "idle" for s in _states(b).values()), 60, "every node idle again")
+
+
+def _sbatch(lab: Lab, jobs: list[str], *argv: str) -> str:
+    r = lab_run(lab, ["sbatch", "--parsable", *argv])
+    jobs.append(r.stdout.strip().split(";")[0])
+    return jobs[-1]
+
+
+def _field(lab: Lab, job: str, key: str) -> str:
+    m = re.search(rf"\b{key}=(\S*)", lab_run(lab, ["scontrol", "show", "job", job]).stdout)
+    return m.group(1) if m else ""
+
+
+def _until_state(lab: Lab, job: str, states: tuple[str, ...], timeout: float = 90) -> str:
+    return _wait(lambda: (s if (s := _field(lab, job, "JobState")) in states else None), timeout,
+                 f"job {job} to reach {'/'.join(states)}")
+
+
+def _until_file(p: Path, text: str, timeout: float = 60) -> str:
+    return _wait(lambda: (t if p.exists() and text in (t := p.read_text()) else None), timeout, f"{text!r} in {p}")
+
+
+def test_the_lab_runs_cgroup_plugins(clab: Lab):
+    conf = clab.conf.read_text().splitlines()
+    assert "ProctrackType=proctrack/cgroup" in conf and "TaskPlugin=task/cgroup,task/affinity" in conf
+    cgconf = (clab.etc / "cgroup.conf").read_text().splitlines()
+    for line in ("CgroupPlugin=cgroup/v1", "ConstrainRAMSpace=yes", "ConstrainDevices=yes", "ConstrainCores=yes"):
+        assert line in cgconf
+    # every node's tree lives under the lab's own group on the host
+    roots = cg.recorded(clab.dir)
+    assert set(roots) == set(cg.CONTROLLERS)
+    for n in clab.spec.node_names:
+        assert (roots["memory"] / n / f"slurm_{n}").is_dir()
+
+
+def test_a_job_over_its_memory_is_oom_killed_in_its_cgroup_while_its_neighbour_completes(
+        clab: Lab, jobs: list[str], tmp_path: Path):
+    tmp_path.chmod(0o755)
+    go = tmp_path / "go"
+    nb_out = tmp_path / "neighbour.out"
+    # the neighbour starts first and holds on until the hog is dead, so both share node1 the whole time
+    neighbour = _sbatch(clab, jobs, "-w", "node1", "-c1", "--mem=100M", "-t", "5", "-o", str(nb_out), "--wrap",
+                        f"echo started; while [ ! -e {go} ]; do sleep 0.2; done; "
+                        "python3 -c 'x = b\"\\1\" * (30 << 20); print(\"neighbour ok\", len(x))'")
+    _until_file(nb_out, "started")
+    hog_out = tmp_path / "hog.out"
+    hog = _sbatch(clab, jobs, "-w", "node1", "-c1", "--mem=100M", "-t", "5", "-o", str(hog_out), "--wrap",
+                  "python3 -c 'x = b\"\\1\" * (400 << 20); print(\"hog survived\", len(x))'")
+    assert _until_state(clab, hog, ("OUT_OF_MEMORY", "COMPLETED", "FAILED")) == "OUT_OF_MEMORY"
+    assert _field(clab, neighbour, "JobState") == "RUNNING"
+    assert _field(clab, hog, "NodeList") == _field(clab, neighbour, "NodeList") == "node1"
+    out = hog_out.read_text()
+    assert "hog survived" not in out
+    # slurmstepd's own count of OOM kills in the step's memory cgroup (22.05 "oom-kill event(s)", 24.11 "oom_kill")
+    assert re.search(r"Detected 1 oom[-_]kill event", out), out
+    go.touch()
+    assert _until_state(clab, neighbour, ("COMPLETED", "FAILED", "OUT_OF_MEMORY")) == "COMPLETED"
+    assert "neighbour ok" in nb_out.read_text()
+
+
+PROBE = """#!/bin/bash
+echo "gpus=$SLURM_JOB_GPUS"
+echo "cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+for dev in {devdir}/nvidia*; do
+  python3 -c 'import os, sys
+try:
+    os.close(os.open(sys.argv[1], os.O_RDWR)); print("open", sys.argv[1], 0)
+except OSError as e:
+    print("open", sys.argv[1], e.errno)' "$dev"
+done
+echo done
+{wait}
+"""
+
+
+def _probe(tmp_path: Path, lab: Lab, name: str, wait: str = "") -> Path:
+    p = tmp_path / f"{name}.sh"
+    p.write_text(PROBE.format(devdir=lab.dir / "dev", wait=wait))
+    p.chmod(0o755)
+    return p
+
+
+def _parse(text: str) -> tuple[int, str, dict[int, int]]:
+    gpus = re.search(r"^gpus=(\d+)$", text, re.M)
+    cpus = re.search(r"^cpus=(\S+)$", text, re.M)
+    assert gpus and cpus, text
+    opened = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^open \S*nvidia(\d+) (\d+)$", text, re.M)}
+    return int(gpus.group(1)), cpus.group(1), opened
+
+
+def _gres_cores(lab: Lab) -> dict[int, str]:
+    out = {}
+    for line in (lab.etc / "gres.conf").read_text().splitlines():
+        m = re.search(r"File=\S*nvidia(\d+) Cores=(\S+)", line)
+        if m:
+            out[int(m.group(1))] = m.group(2)
+    return out
+
+
+def test_one_gpu_cannot_open_the_other_and_binding_follows_gres_cores(clab: Lab, jobs: list[str], tmp_path: Path):
+    """Two jobs of one GPU each on node1 get both GPUs; each opens only its own device file (the fake device has no
+    driver: ENXIO, 6) and is refused the other by the devices cgroup (EPERM, 1), and runs on the cores gres.conf
+    binds its GPU to (--gres-flags=enforce-binding)."""
+    tmp_path.chmod(0o755)
+    go = tmp_path / "go"
+    cores = _gres_cores(clab)
+    assert len(set(cores.values())) == 2, cores  # the two GPUs are bound to different sockets
+    first_out, second_out = tmp_path / "first.out", tmp_path / "second.out"
+    common = ["-w", "node1", "--gres=gpu:1", "--gres-flags=enforce-binding", "--mem=100M", "-t", "5"]
+    _sbatch(clab, jobs, *common, "-o", str(first_out),
+            str(_probe(tmp_path, clab, "first", f"while [ ! -e {go} ]; do sleep 0.2; done")))
+    _until_file(first_out, "done")
+    _sbatch(clab, jobs, *common, "-o", str(second_out), str(_probe(tmp_path, clab, "second")))
+    _until_file(second_out, "done")
+    go.touch()
+    seen = set()
+    for out in (first_out, second_out):
+        gpu, cpus, opened = _parse(out.read_text())
+        seen.add(gpu)
+        assert cpus == cores[gpu], (out.read_text(), cores)
+        assert opened[gpu] == 6, out.read_text()  # ENXIO: allowed by the cgroup, no driver behind it
+        assert all(err == 1 for i, err in opened.items() if i != gpu), out.read_text()  # EPERM
+        assert set(opened) == {0, 1}
+    assert seen == {0, 1}
+
+
+def test_lab_down_leaves_no_cgroup_behind(tmp_path: Path):
+    """A lab of its own, with a job that forks a process into the background, taken down: every group the lab made
+    under the host's controllers is gone (Slurm's slurm_<node> trees included)."""
+    spec = LabSpec(dir=f"{_root_dir()}-cgdown", port_base=_base() + 3000, slurm=lab_release(), cgroups=True,
+                   nodes=1, gpus_per_node=1, nodes_per_leaf=1)
+    lab_ = start_lab(spec)
+    try:
+        roots = cg.recorded(lab_.dir)
+        assert set(roots) == set(cg.CONTROLLERS) and all(r.is_dir() for r in roots.values())
+        tmp_path.chmod(0o755)
+        out = tmp_path / "bg.out"
+        lab_run(lab_, ["sbatch", "-o", str(out), "--mem=50M", "--wrap", "(setsid sleep 600 &); echo forked; sleep 600"])
+        _until_file(out, "forked")
+        step_dirs = list(roots["memory"].glob("node1/slurm_node1/uid_*/job_*"))
+        assert step_dirs, list(roots["memory"].rglob("*"))
+    finally:
+        lab_.down()
+    for r in roots.values():
+        assert not r.exists(), f"{r} left behind"
+    assert not (Path(spec.dir) / cg.STATE_FILE).exists()

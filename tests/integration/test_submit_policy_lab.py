@@ -1,0 +1,112 @@
+"""The generated job_submit.lua judged by a real slurmctld (`lab up --submit-policy`), with raw sbatch: the refusal
+reaches sbatch's stderr, the defaults it fills in show in `scontrol show job`, and a 2-node GPU job that fits a leaf
+waits for one instead of spanning two. Runs on 22.05 and, in tests/run.sh's second pass, on 24.11 (where the TRES
+strings are spelled gres/gpu)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from slurmkit.backend.cli import CLIBackend
+from slurmkit.generate.jobsubmit import tres_gpu_prefix
+from slurmkit.lab import Lab
+from tests.conftest import lab_run
+from tests.integration.test_placement_lab import _states, _wait
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def plab(make_lab) -> Lab:  # type: ignore[no-untyped-def]
+    # leaves node[1-2] and node[3-4]; 2 sockets x 4 cores, 2 GPUs a node: 4 CPUs and 15500 MB per GPU
+    return make_lab(submit_policy=True, nodes=4, nodes_per_leaf=2, gpus_per_node=2)
+
+
+@pytest.fixture
+def jobs(plab: Lab) -> Iterator[list[str]]:
+    ids: list[str] = []
+    yield ids
+    if ids:
+        lab_run(plab, ["scancel", *ids], check=False)
+    b = CLIBackend(env=plab.env)
+    _wait(lambda: all(s == "idle" for s in _states(b).values()), 60, "every node idle again")
+
+
+def _sbatch(lab: Lab, jobs: list[str], *argv: str) -> str:
+    r = lab_run(lab, ["sbatch", "--parsable", "-o", "/dev/null", *argv])
+    jobs.append(r.stdout.strip().split(";")[0])
+    return jobs[-1]
+
+
+def _show(lab: Lab, job: str) -> str:
+    return lab_run(lab, ["scontrol", "show", "job", job]).stdout
+
+
+def _show_if(lab: Lab, job: str, pred) -> str | None:  # type: ignore[no-untyped-def]
+    s = _show(lab, job)
+    return s if pred(s) else None
+
+
+def _field(text: str, key: str) -> str:
+    m = re.search(rf"\b{key}=(\S*)", text)
+    return m.group(1) if m else ""
+
+
+def test_the_lab_runs_the_generated_plugin(plab: Lab):
+    assert "JobSubmitPlugins=lua" in plab.conf.read_text().splitlines()
+    assert (plab.etc / "job_submit.lua").is_file()
+    shown = lab_run(plab, ["scontrol", "show", "config"]).stdout
+    assert re.search(r"^JobSubmitPlugins\s*=\s*lua\s*$", shown, re.M), shown
+
+
+def test_a_gpu_job_without_time_is_refused_on_sbatch_stderr(plab: Lab):
+    r = lab_run(plab, ["sbatch", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true"], check=False)
+    assert r.returncode != 0
+    assert "sbatch: error: slurmkit submit_policy require_time_for_gpus:" in r.stderr, r.stderr
+    assert "--time" in r.stderr and "Time limit specification required" in r.stderr
+    assert lab_run(plab, ["squeue", "-h"]).stdout.strip() == ""
+
+
+def test_defaults_filled_in_show_in_scontrol(plab: Lab, jobs: list[str]):
+    pre = tres_gpu_prefix(plab.release)
+    job = _sbatch(plab, jobs, "--gres=gpu:1", "-t", "5", "--wrap", "true")
+    shown = _show(plab, job)
+    assert _field(shown, "CpusPerTres") == f"{pre}:4", shown
+    assert _field(shown, "MemPerTres") == f"{pre}:15500", shown
+    asked = _sbatch(plab, jobs, "--gres=gpu:1", "-t", "5", "-c", "2", "--mem=1000", "--wrap", "true")
+    shown = _show(plab, asked)
+    # what the job asked is kept: the plugin adds no CPUs per GPU next to --cpus-per-task and no memory per GPU next
+    # to --mem (a MemPerTres line may still show: slurmctld prints the partition's DefMemPerGPU there, spelled
+    # "gpu:N" without the gres prefix the plugin writes)
+    assert _field(shown, "CpusPerTres") == "" and not _field(shown, "MemPerTres").startswith(pre), shown
+
+
+def test_cpu_jobs_still_run_where_the_lab_allows_them(plab: Lab):
+    r = lab_run(plab, ["srun", "-N1", "-t", "1", "hostname"], timeout=60)
+    assert r.stdout.strip() in plab.spec.node_names
+
+
+def test_a_two_node_gpu_job_waits_for_one_leaf(plab: Lab, jobs: list[str]):
+    """node2 and node3 busy: the free nodes node1 and node4 sit in different leaves. Without the plugin Slurm starts
+    a plain `sbatch -N2 --gres=gpu:2` there at once; with it the job asks one leaf (Switches=1@2 min), pends, and
+    starts on node[1-2] when node2 frees."""
+    b = CLIBackend(env=plab.env)
+    blockers = {n: _sbatch(plab, jobs, "--exclusive", "-w", n, "-t", "10", "--gres=gpu:1", "--wrap", "sleep 600")
+                for n in ("node2", "node3")}
+    _wait(lambda: all(_field(_show(plab, j), "JobState") == "RUNNING" for j in blockers.values()), 60,
+          "the blockers to run")
+    job = _sbatch(plab, jobs, "-N2", "--gres=gpu:2", "-t", "5", "--wrap", "sleep 1")
+    shown = _show(plab, job)
+    assert _field(shown, "Switches") == "1@00:02:00", shown
+    # the scheduler has looked at it (batch_sched_delay=0: at submit) and left it pending for its leaf
+    shown = _wait(lambda: _show_if(plab, job, lambda s: _field(s, "Reason") not in ("", "None")), 60,
+                  "the scheduler to consider the job")
+    assert _field(shown, "JobState") == "PENDING", shown
+    lab_run(plab, ["scancel", blockers["node2"]])
+    shown = _wait(lambda: _show_if(plab, job, lambda s: _field(s, "JobState") in ("RUNNING", "COMPLETED")), 90,
+                  "the job to start in one leaf")
+    assert _field(shown, "NodeList") == "node[1-2]", shown
+    assert _states(b)  # the lab still answers
