@@ -165,7 +165,7 @@ def test_one_gpu_cannot_open_the_other_and_binding_follows_gres_cores(clab: Lab,
 def test_lab_down_leaves_no_cgroup_behind(tmp_path: Path):
     """A lab of its own, with a job that forks a process into the background, taken down: every group the lab made
     under the host's controllers is gone (Slurm's slurm_<node> trees included)."""
-    spec = LabSpec(dir=f"{_root_dir()}-cgdown", port_base=_base() + 3000, slurm=lab_release(), cgroups=True,
+    spec = LabSpec(dir=f"{_root_dir()}-cgdown", port_base=_base() + 150, slurm=lab_release(), cgroups=True,
                    nodes=1, gpus_per_node=1, nodes_per_leaf=1)
     lab_ = start_lab(spec)
     try:
