@@ -29,6 +29,16 @@ def table(doc: dict[str, Any]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.append("")
+    rule = doc.get("rule") or {}
+    for j in doc.get("judged", []):
+        # every verdict of the rule explained, a passing one too: the threshold and how close the lowest value came
+        low = (f"; lowest {j['lowest']} {j['lowest_busbw']:.3g} ({j['margin']:.2f}x the threshold)"
+               if j.get("lowest") and j.get("margin") is not None else "")
+        lines.append(f"rule, {j['level']} level, {j['over']} (n={j['n']}): median {j['median']:.3g} GB/s, log-MAD "
+                     f"{j['log_mad']:.2g}, slow below {j['threshold']:.3g} = min(median/e^({rule.get('k', 3):g} x "
+                     f"log-MAD), {1 - rule.get('tol', 0.25):.0%} of median){low}")
+    if doc.get("expected_note"):
+        lines.append(f"expected: none ({doc['expected_note']})")
     if doc["outliers"]:
         for o in doc["outliers"]:
             where = f" (switch {o['switch']})" if o.get("switch") else ""

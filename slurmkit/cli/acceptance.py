@@ -57,9 +57,27 @@ def run(partition: str | None, nodes: str | None, levels: str, do_drain: bool, a
     req = Request(partition=partition, nodes=nodes, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
                   transport=transport, sizes=sizes, iters=iters, out=os.path.abspath(out), drain=do_drain,
                   fresh=fresh, all_pairs=all_pairs, job_time=job_time, rule=Rule(k=mad_k, tol=tolerance))
-    doc = run_acceptance(req, default_backend(), lambda m: click.echo(f"acceptance: {m}", err=True))
+    try:
+        doc = run_acceptance(req, default_backend(), lambda m: click.echo(f"acceptance: {m}", err=True))
+    except KeyboardInterrupt:
+        click.echo(f"acceptance: interrupted; {_in_flight(req.out)}", err=True)
+        sys.exit(130)
     if as_json:
         click.echo(json.dumps(doc, indent=1))
     else:
         click.echo(table(doc))
     sys.stdout.flush()
+
+
+def _in_flight(out: str) -> str:
+    """What an interrupted run leaves behind, from its report: the jobs still queued or running keep going, and the
+    same command resumes (waits for them, submits only what is missing)."""
+    from pathlib import Path
+
+    try:
+        pending = json.loads((Path(out) / "report.json").read_text()).get("pending", {})
+    except (OSError, ValueError):
+        pending = {}
+    ids = ",".join(p.get("job_id", "?") for p in pending.values())
+    jobs = f"job(s) {ids} still in the queue (scancel {ids} to drop them); " if ids else ""
+    return f"{jobs}the same command resumes from {out}/report.json"

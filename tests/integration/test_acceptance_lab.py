@@ -50,6 +50,12 @@ def test_healthy_lab_has_no_outlier(alab, tmp_path: Path) -> None:
     ms = doc["measurements"]
     assert {m["level"] for m in ms} == {"node", "pair", "leaf"}
     assert all(m["busbw"] and m["busbw"] > 0 and m["points"] for m in ms), [m for m in ms if not m["busbw"]]
+    # gloo moves CPU buffers: the lab inventory's h100 NVLink (450 GB/s) is no expectation for it
+    assert all(m["expected"] is None and m["verdict"] != "below-expected" for m in ms), [
+        (m["key"], m["expected"], m["verdict"]) for m in ms if m["expected"] is not None]
+    # every level's rule is in the report with its threshold, a passing one too
+    assert {j["level"] for j in doc["judged"]} == {"node", "pair", "leaf"}
+    assert all(j["threshold"] > 0 and j["margin"] for j in doc["judged"]), doc["judged"]
     # the leaf runs (a noisy healthy lab may also bisect a leaf; confirmation then keeps it out of the outliers)
     assert {tuple(m["leaves"]) for m in ms if m["level"] == "leaf" and m["step"] == "measure"} == {("leaf1",) * 4,
                                                                                             ("leaf2",) * 4}

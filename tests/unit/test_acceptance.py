@@ -110,8 +110,8 @@ def test_slow_node_named_alone_and_confirmed_in_fewer_jobs_than_all_pairs() -> N
     findings, ex, store = run_model(8, 4, slow={"n03": 10.0})
     assert [(f.kind, f.nodes, f.confirmed) for f in findings] == [("node", ("n03",), True)]
     assert ex.jobs_submitted < 8 * 7 // 2
-    # named by the node level, confirmed beside a control, then left out of the pair, leaf and all levels
-    assert findings[0].evidence == ["node:measure:n03", "node:confirm:n03"]
+    # named by the node level, confirmed beside a control in two rounds, then left out of the later levels
+    assert findings[0].evidence == ["node:measure:n03", "node:confirm:n03", "node:reconfirm:n03"]
     assert not any("n03" in k for k in store.measurements if not k.startswith("node:"))
 
 
@@ -121,8 +121,8 @@ def test_leaf_bisection_is_logarithmic(n: int) -> None:
     findings, ex, _ = run_model(n, 32, slow={slow: 5.0}, levels=("leaf",))
     assert [f.nodes for f in findings if f.confirmed] == [(slow,)]
     leaves = n // 32
-    # leaves, the bisection, resolve + control, then (one level's evidence only) a re-measurement beside a control
-    assert ex.jobs_submitted == leaves + 2 * int(math.log2(32 // 2)) + 2 + 1 + 2
+    # leaves, the bisection, resolve + control, then (one level's evidence only) two re-measurements beside controls
+    assert ex.jobs_submitted == leaves + 2 * int(math.log2(32 // 2)) + 2 + 1 + 2 + 2
 
 
 def test_all_level_bisects_only_against_an_expected_value() -> None:
@@ -131,7 +131,7 @@ def test_all_level_bisects_only_against_an_expected_value() -> None:
     assert slow in nodes
     findings, ex, _ = run_model(4096, 32, slow={slow: 5.0}, levels=("all",), expected=50.0)
     assert [f.nodes for f in findings if f.confirmed] == [(slow,)]
-    assert ex.jobs_submitted <= 1 + 2 * 12 + 3
+    assert ex.jobs_submitted <= 1 + 2 * 12 + 3 + 2
     findings, ex, _ = run_model(64, 32, slow={"n11": 5.0}, levels=("all",), expected=None)
     assert findings == [] and ex.jobs_submitted == 1  # one number, no reference: nothing to judge
 
@@ -164,7 +164,7 @@ def test_a_one_off_slow_measurement_stays_a_suspect() -> None:
 
 def test_all_pairs_baseline() -> None:
     findings, ex, _ = run_model(8, 4, slow={"n06": 10.0}, levels=("pair",), all_pairs=True)
-    assert ex.jobs_submitted == 28 + 2  # every pair, then n06 re-measured beside a control (one level's evidence)
+    assert ex.jobs_submitted == 28 + 4  # every pair, then n06 re-measured twice beside a control (one level's evidence)
     assert [f.nodes for f in findings if f.confirmed] == [("n06",)]
 
 
@@ -298,12 +298,21 @@ def test_report_document_and_table() -> None:
 
     doc = {"measurements": {"node:measure:a": Measurement("node:measure:a", "node", "measure", ["a"], ["l1"], 2,
                                                           "torch-gloo", 0.5, verdict="slow", job_id="3").__dict__},
-           "pending": {}, "jobs": 1, "wall_s": 2.0, "report": "/r/report.json"}
+           "pending": {}, "jobs": 1, "wall_s": 2.0, "report": "/r/report.json", "rule": {"k": 3.0, "tol": 0.5}}
+    judged: list[dict] = []
+    gen = plan(Topo(("a", "b", "c", "d")), ("node",), bb.Rule(tol=0.5), judged=judged)
+    batch = next(gen)
+    with pytest.raises(StopIteration):
+        gen.send({t.key: v for t, v in zip(batch, (0.5, 1.0, 1.2, 0.9), strict=True)})
+    doc["judged"] = judged
     out = document(doc, [Finding("node", ("a",), "node", ["node:measure:a"], "slow", confirmed=True)])
     assert out["outliers"][0]["nodes"] == ("a",) and "pending" not in out
     json.dumps(out)
     t = table(out)
     assert "node   measure  a      l1    2      0.5" in t and "OUTLIER node a: slow" in t
+    # a passing verdict is explained too: the threshold of the level and how close its lowest value came
+    assert ("rule, node level, each node (n=4): median 0.95 GB/s, log-MAD 0.14, slow below 0.475 = min(median/e^(3 x "
+            "log-MAD), 50% of median); lowest a 0.5 (1.05x the threshold)") in t
 
 
 def test_pair_level_finds_the_slow_node_in_noisy_lab_numbers() -> None:
@@ -321,8 +330,11 @@ def test_pair_level_finds_the_slow_node_in_noisy_lab_numbers() -> None:
     batch = gen.send({batch[0].key: 0.10, batch[1].key: 0.61})
     # the pair and its resolve ran back to back: a later re-measurement beside a control confirms
     assert [(t.step, t.nodes) for t in batch] == [("confirm", ("node3",)), ("control", ("node1",))]
+    batch = gen.send({batch[0].key: 0.05, batch[1].key: 0.70})
+    # and a second round, beside another healthy node
+    assert [(t.step, t.nodes) for t in batch] == [("reconfirm", ("node3",)), ("recontrol", ("node2",))]
     with pytest.raises(StopIteration) as stop:
-        gen.send({batch[0].key: 0.05, batch[1].key: 0.70})
+        gen.send({batch[0].key: 0.06, batch[1].key: 0.65})
     assert [(f.kind, f.nodes, f.confirmed) for f in stop.value.value] == [("node", ("node3",), True)]
 
 
@@ -342,6 +354,28 @@ def test_a_pair_and_its_resolve_alone_never_confirm_a_node() -> None:
     with pytest.raises(StopIteration) as stop:
         gen.send({batch[0].key: 0.66, batch[1].key: 0.65})
     assert [(f.nodes, f.confirmed) for f in stop.value.value] == [(("node8",), False)]
+
+
+def test_a_healthy_pair_slow_in_one_confirmation_round_is_not_a_link() -> None:
+    """Recorded on a loaded 2-core lab (load 38, node3 capped and left out after the node level): the healthy pair
+    node2+node6 measured 0.242 GB/s (threshold 0.28) and again 0.147 beside a control node1+node4 at 0.859; one
+    round confirmed it as a slow link. The second round, beside other healthy nodes, did not find it slower."""
+    nodes = ("node1", "node2", "node4", "node5", "node6", "node7", "node8")
+    topo = Topo(nodes, {n: ("leaf1" if n in ("node1", "node2", "node4") else "leaf2") for n in nodes})
+    recorded = {"node1+node2": 0.5123, "node5+node6": 0.7406, "node7+node8": 0.5016, "node1+node5": 0.6061,
+                "node2+node6": 0.2423, "node4+node7": 0.7444}
+    gen = plan(topo, ("pair",), bb.Rule(tol=0.5))
+    batch = next(gen)
+    assert {t.key.split(":")[2] for t in batch} == set(recorded)
+    batch = gen.send({t.key: recorded[t.key.split(":")[2]] for t in batch})
+    assert [(t.step, t.nodes) for t in batch] == [("confirm", ("node2", "node6")), ("control", ("node1", "node4"))]
+    batch = gen.send({batch[0].key: 0.1471, batch[1].key: 0.8594})  # round 1: slower than its control
+    assert [(t.step, t.nodes) for t in batch] == [("reconfirm", ("node2", "node6")),
+                                                  ("recontrol", ("node5", "node7"))]
+    with pytest.raises(StopIteration) as stop:
+        gen.send({batch[0].key: 0.61, batch[1].key: 0.66})  # round 2: like its control
+    assert [(f.kind, f.nodes, f.confirmed) for f in stop.value.value] == [("pair", ("node2", "node6"), False)]
+    assert "not confirmed: re-measured 0.61 GB/s vs control node5+node7 0.66" in stop.value.value[0].detail
 
 
 def test_nothing_to_measure_is_an_empty_run() -> None:
@@ -415,3 +449,55 @@ def test_default_tolerance_follows_the_transport(monkeypatch) -> None:
         r = CliRunner().invoke(cli, ["acceptance", "run", "--json", *args])
         assert r.exit_code == 0, r.output
     assert seen == [("gloo", 0.5), ("nccl", 0.25), ("gloo", 0.3)]
+
+
+def test_bad_job_time_and_empty_nodes_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """Found by hand: `--job-time abc` was refused as '--time' by the first job's render, after the report was
+    started; `--nodes ''` tested the whole partition."""
+    from slurmkit.acceptance.runner import Request, acceptance
+
+    for req, msg in ((Request(job_time="abc", out=str(tmp_path / "a")), r"^--job-time: 'abc' is not a Slurm time"),
+                     (Request(nodes=" ", out=str(tmp_path / "b")), r"^--nodes: empty host list")):
+        with pytest.raises(UsageError, match=msg):
+            acceptance(req, None, lambda m: None, environ={}, which=lambda x: None)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_run_per_report_dir(tmp_path: Path) -> None:
+    """Two runs on one --out (found by hand: a second shell resumed the first's report and both submitted the
+    confirmation jobs): the second is refused, naming --out and the holder; free again once the first is gone."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from slurmkit.acceptance.runner import Store\n"
+                               f"Store({str(tmp_path)!r}).lock(); print('locked', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(UsageError, match=rf"^--out {tmp_path}: another acceptance run \(pid {holder.pid}\)"):
+            Store(str(tmp_path)).lock()
+    finally:
+        holder.kill()
+        holder.wait()
+    Store(str(tmp_path)).lock()  # the lock died with its process
+
+
+def test_interrupted_run_says_what_is_in_flight_and_how_to_resume(monkeypatch, tmp_path: Path) -> None:
+    import slurmkit.acceptance.runner as runner
+    from slurmkit.cli.main import cli
+
+    out = tmp_path / "acc"
+    out.mkdir()
+    (out / "report.json").write_text(json.dumps({"pending": {"node:measure:node1": {"job_id": "45", "run_dir": "x"},
+                                                             "node:measure:node2": {"job_id": "46", "run_dir": "y"}}}))
+
+    def interrupted(req, backend, progress):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "acceptance", interrupted)
+    monkeypatch.setattr("slurmkit.backend.cli.default_backend", lambda: None)
+    r = CliRunner().invoke(cli, ["acceptance", "run", "--transport", "gloo", "--out", str(out)])
+    assert r.exit_code == 130
+    assert (f"acceptance: interrupted; job(s) 45,46 still in the queue (scancel 45,46 to drop them); the same "
+            f"command resumes from {out}/report.json") in r.output
