@@ -459,6 +459,9 @@ def select_nodes(facts: ClusterFacts, asked: str | None) -> tuple[list[str], lis
             skipped.append(f"{n} ({st[0]}{'+' + '+'.join(sorted(st[1])) if st[1] else ''})")
         else:
             keep.append(n)
+    if not keep:
+        where = f"--nodes {asked}" if asked else f"partition {facts.partition}"
+        raise UsageError(f"{where}: no node can run a job now ({', '.join(skipped) or 'no nodes'})")
     return keep, skipped
 
 
@@ -497,8 +500,6 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
     nodes, skipped = select_nodes(facts, req.nodes)
     for s in skipped:
         progress(f"skipping {s}: it cannot run a job now")
-    if not nodes:
-        raise UsageError(f"no node of partition {facts.partition} can run a job now")
     gpus = max((g for n, g in facts.node_gpus if n in set(nodes)), default=0) or (facts.gpus_per_node or 0)
     settings = Settings(partition=facts.partition, levels=tuple(req.levels), transport=transport, sizes=sizes,
                         iters=req.iters or DEFAULT_ITERS[transport], gpus_per_node=gpus, job_time=req.job_time,

@@ -230,6 +230,10 @@ def test_select_nodes_skips_what_cannot_run_and_refuses_strangers() -> None:
     assert keep == ["node1", "node3"] and skipped == ["node2 (idle+DRAIN)", "node4 (down)"]
     with pytest.raises(UsageError, match=r"--nodes: node9 not in partition gpu"):
         select_nodes(facts(), "node[1,9]")
+    # only nodes that cannot run: the flag and why each one is out, not a bare 'no node of partition gpu'
+    with pytest.raises(UsageError, match=r"^--nodes node\[2,4\]: no node can run a job now \(node2 \(idle\+DRAIN\), "
+                                         r"node4 \(down\)\)$"):
+        select_nodes(facts(), "node[2,4]")
 
 
 def test_transport_choice() -> None:
