@@ -53,6 +53,12 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def bar_labels(ms: list[dict[str, Any]]) -> list[str]:
+    """One distinct label per bar: matplotlib stacks bars of equal labels on one spot (a node's confirm and reconfirm
+    re-measurements would hide each other), so a re-measurement is labelled with its step."""
+    return [",".join(m["nodes"]) + ("" if m["step"] == "measure" else f" ({m['step']})") for m in ms]
+
+
 def picture(doc: dict[str, Any], path: Path) -> str | None:
     """Node x node heatmap of the pair measurements and per-leaf bars; None when matplotlib is not installed."""
     try:
@@ -87,10 +93,9 @@ def picture(doc: dict[str, Any], path: Path) -> str | None:
     ax.set_title("leaves: bus bandwidth (GB/s)")
     ax.tick_params(axis="x", labelrotation=45, labelsize=7)
     ax = axes[2]
-    ax.bar([",".join(m["nodes"]) + ("*" if m["step"] != "measure" else "") for m in singles] or ["-"],
-           [m["busbw"] for m in singles] or [0],
+    ax.bar(bar_labels(singles) or ["-"], [m["busbw"] for m in singles] or [0],
            color=["tab:red" if m.get("verdict") == "slow" else "tab:blue" for m in singles] or ["grey"])
-    ax.set_title("nodes: intra-node bus bandwidth (GB/s; * re-measured)")
+    ax.set_title("nodes: intra-node bus bandwidth (GB/s)")
     ax.tick_params(axis="x", labelrotation=90, labelsize=7)
     names = ", ".join(",".join(o["nodes"]) for o in doc["outliers"]) or "none"
     fig.suptitle(f"slurmkit acceptance: outliers {names}")

@@ -505,3 +505,15 @@ def test_interrupted_run_says_what_is_in_flight_and_how_to_resume(monkeypatch, t
     assert r.exit_code == 130
     assert (f"acceptance: interrupted; job(s) 45,46 still in the queue (scancel 45,46 to drop them); the same "
             f"command resumes from {out}/report.json") in r.output
+
+
+def test_picture_bars_of_one_node_are_told_apart() -> None:
+    """report.png stacked node3's confirm and reconfirm bars on one 'node3*' label (matplotlib bars of equal labels
+    share one spot): each re-measurement is labelled with its step."""
+    from slurmkit.acceptance.report import bar_labels
+
+    ms = [{"nodes": ["node3"], "step": s} for s in ("measure", "confirm", "reconfirm")]
+    ms.append({"nodes": ["node1"], "step": "control"})
+    labels = bar_labels(ms)
+    assert labels == ["node3", "node3 (confirm)", "node3 (reconfirm)", "node1 (control)"]
+    assert len(set(labels)) == len(labels)
