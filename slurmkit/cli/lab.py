@@ -42,6 +42,17 @@ def lab() -> None:
 @click.option("--topology", type=click.Choice(["tree", "block"]), default="tree", show_default=True,
               help="tree: leaf switches of --nodes-per-leaf under a spine; block: blocks of --nodes-per-leaf "
                    "(topology/block, Slurm 24.05+).")
+@click.option("--spare", default=0, show_default=True, type=click.IntRange(0, 64),
+              help="Room for this many more nodes (node<N+1>..), not in the cluster yet: ports, hosts and spool "
+                   "ready for `slurmkit nodes add` (or power-managed nodes).")
+@click.option("--power", default=0, show_default=True, type=click.IntRange(0, 64),
+              help="The last N nodes are powered on demand (Slurm power saving through slurmkit's lab provider: "
+                   "their slurmd stops when idle for --suspend-time and starts when a job needs them).")
+@click.option("--suspend-time", default=10, show_default=True, type=click.IntRange(1),
+              help="With --power: idle seconds before a node is powered off (SuspendTime).")
+@click.option("--configless", is_flag=True,
+              help="slurmd fetch their config from slurmctld (SlurmctldParameters=enable_configless, "
+                   "slurmd --conf-server), the way large sites keep thousands of nodes in sync.")
 @click.option("--slow-node", "slow_nodes", multiple=True, metavar="NODE",
               help="Cap NODE's slurmd and its jobs with a CPU quota (cgroup v1 cpu), making it really slower "
                    "(repeatable; see `slurmkit lab slow`).")
@@ -54,12 +65,14 @@ def lab() -> None:
 @click.option("--slow-cpus", default=0.1, show_default=True, type=float, help="The quota of --slow-node, in CPUs.")
 def up(directory: str, nodes: int, gpus_per_node: int, gpu_type: str, nodes_per_leaf: int, accounting: bool,
        hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int, slurm: str | None,
-       topology: str, submit_policy: bool, cgroups: bool, slow_nodes: tuple[str, ...], slow_cpus: float) -> None:
+       topology: str, submit_policy: bool, cgroups: bool, spare: int, power: int, suspend_time: int,
+       configless: bool, slow_nodes: tuple[str, ...], slow_cpus: float) -> None:
     """Start the lab and wait until every node is idle."""
     spec = LabSpec(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                    nodes_per_leaf=nodes_per_leaf, accounting=accounting, port_base=port_base, hooks=hooks,
                    healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml, slurm=slurm,
-                   topology=topology, submit_policy=submit_policy, cgroups=cgroups)
+                   topology=topology, submit_policy=submit_policy, cgroups=cgroups, spare=spare, power=power,
+                   suspend_time=suspend_time, configless=configless)
     lab_ = Lab(spec)
     for n in slow_nodes:  # refused before anything starts
         if n not in spec.node_names:
@@ -78,7 +91,8 @@ def up(directory: str, nodes: int, gpus_per_node: int, gpu_type: str, nodes_per_
             slowmod.restore(lab_)
             raise
     click.echo(f"lab: up in {took:.2f}s: Slurm {lab_.release}, {nodes} nodes x {gpus_per_node} {gpu_type}, "
-               f"leaves of {nodes_per_leaf}, in {lab_.dir}")
+               f"leaves of {nodes_per_leaf}, in {lab_.dir}"
+               + (f"; room for {spare} more ({spec.all_node_names[nodes]}..{spec.all_node_names[-1]})" if spare else ""))
     click.echo("Use it:")
     click.echo(f"  eval \"$(slurmkit lab env --dir {lab_.dir})\"     # SLURM_CONF (and PATH for another release)")
     click.echo("  sinfo; srun -N4 hostname; gpusub train.py --nodes 4 --dry-run")

@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "discover": ("slurmkit.cli.conf:discover", "Print an inventory fragment for this node (CPUs, GPUs, HCAs)."),
     "hook": ("slurmkit.cli.hook:hook", "Entry points for slurmd: prolog, epilog, health."),
     "check": ("slurmkit.cli.hook:check", "Run the node health checks now and print the results."),
+    "nodes": ("slurmkit.cli.nodes:nodes", "Add or remove nodes on the running cluster ($SLURM_CONF's)."),
+    "power": ("slurmkit.cli.power:power", "Power nodes off/on through their provider (slurmctld's power saving)."),
     "report": ("slurmkit.cli.report:report", "Cluster reports (fragmentation)."),
     "acceptance": ("slurmkit.cli.acceptance:acceptance",
                    "Measure all-reduce bandwidth per node/pair/leaf as Slurm jobs; name the slow node."),

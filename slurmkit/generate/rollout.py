@@ -30,7 +30,8 @@ _RANK = {PUSH: 0, RECONFIGURE: 1, RESTART: 2, DRAIN: 3}
 BACKUP_DIR = ".slurmkit-backup"
 # every file slurmkit may write into a config directory (read_dir reads these; stale ones are removed by apply)
 MANAGED_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "topology.yaml", "job_submit.lua",
-                 "slurmkit-prolog", "slurmkit-epilog", "slurmkit-health", "slurmkit.yaml")
+                 "slurmkit-prolog", "slurmkit-epilog", "slurmkit-health", "slurmkit-suspend", "slurmkit-resume",
+                 "slurmkit-resume-fail", "slurmkit.yaml")
 
 
 class WriteError(SlurmkitError):

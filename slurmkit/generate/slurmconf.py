@@ -373,7 +373,41 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
             ("HealthCheckInterval", str(hooks.healthcheck_interval)),
             ("HealthCheckNodeState", "ANY,CYCLE"),
         ]
+    s += power_settings(cluster, conf_dir)
     return _merge(s, cluster.slurm_conf)
+
+
+POWER_PROGRAMS = {"suspend": "SuspendProgram", "resume": "ResumeProgram", "resume-fail": "ResumeFailProgram"}
+
+
+def power_settings(cluster: Cluster, conf_dir: str) -> list[tuple[str, str]]:
+    """Slurm power saving for the groups with ``power:`` (22.05 and 24.11 slurm.conf(5): "Setting SuspendTime to
+    anything but INFINITE (or -1) will enable power save mode"; SuspendProgram/ResumeProgram get the nodes as one
+    hostlist argument; "ResumeFailProgram ... when nodes fail to resume by ResumeTimeout"). SuspendTime,
+    ResumeTimeout and SuspendTimeout are written once for the cluster, so the groups must agree on them; the nodes of
+    groups without ``power:`` are kept on with SuspendExcNodes ("Specifies the nodes which are to not be placed in
+    power save mode")."""
+    groups = [(i, g) for i, g in enumerate(cluster.node_groups) if g.power is not None]
+    if not groups:
+        return []
+    i0, g0 = groups[0]
+    assert g0.power is not None
+    for i, g in groups[1:]:
+        assert g.power is not None
+        for key in ("suspend_time", "resume_timeout", "suspend_timeout"):
+            mine, first = getattr(g.power, key), getattr(g0.power, key)
+            if mine != first:
+                raise InventoryError(f"node_groups[{i}].power.{key}",
+                                     f"{mine} differs from node_groups[{i0}].power.{key} ({first}): slurmkit writes it "
+                                     "once for the cluster (slurm.conf(5) SuspendTime/ResumeTimeout/SuspendTimeout)",
+                                     )
+    s = [(key, f"{conf_dir}/slurmkit-{kind}") for kind, key in POWER_PROGRAMS.items()]
+    s += [("SuspendTime", str(g0.power.suspend_time)), ("ResumeTimeout", str(g0.power.resume_timeout)),
+          ("SuspendTimeout", str(g0.power.suspend_timeout))]
+    always_on = [g for g in cluster.node_groups if g.power is None]
+    if always_on:
+        s.append(("SuspendExcNodes", _hosts_of(always_on)))
+    return s
 
 
 def _is_mnnvl(gpu_type: str) -> bool:
@@ -405,7 +439,9 @@ def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
             params.append(("Feature", ",".join(g.features)))
         params.append(("Weight", str(g.weight)))
         params = _merge(params, overrides.node_params.get(g.name, ()))
-        params.append(("State", "UNKNOWN"))
+        # slurm.conf(5) State=CLOUD (22.05, 24.11): "the node exists in a cloud ... it will be powered down and
+        # hidden until resumed"; power-managed static nodes start UNKNOWN like any other
+        params.append(("State", "CLOUD" if g.power is not None and g.power.cloud else "UNKNOWN"))
         shapes.setdefault(tuple(params), []).append(g)
     return [
         " ".join([f"NodeName={_hosts_of(groups)}"] + [f"{k}={v}" for k, v in params])
@@ -648,6 +684,7 @@ def generate(
     """
     ov = overrides or Overrides()
     hooks = cluster.hooks.prolog or cluster.hooks.epilog or cluster.hooks.healthcheck_interval
+    hooks = hooks or any(g.power is not None for g in cluster.node_groups)
     if hooks and not re.fullmatch(r"/[A-Za-z0-9_./+@%:,-]*", conf_dir):
         # Prolog=, Epilog=, HealthCheckProgram= point into conf_dir and Slurm reads them unquoted
         raise UsageError(f"config directory {conf_dir!r}: the hook paths in slurm.conf need an absolute path without "
@@ -693,10 +730,17 @@ def generate(
                 header=header, command=shlex.split(cluster.hooks.command), kind=kind,
                 inventory=f"{conf_dir}/slurmkit.yaml"
             )
+    if any(g.power is not None for g in cluster.node_groups):
+        for kind, key in POWER_PROGRAMS.items():
+            files[f"slurmkit-{kind}"] = env.get_template("power-wrapper.sh.j2").render(
+                header=header, command=shlex.split(cluster.hooks.command), kind=kind, key=key,
+                inventory=f"{conf_dir}/slurmkit.yaml"
+            )
     return files
 
 
-EXECUTABLE_FILES = frozenset({"slurmkit-prolog", "slurmkit-epilog", "slurmkit-health"})
+EXECUTABLE_FILES = frozenset({"slurmkit-prolog", "slurmkit-epilog", "slurmkit-health",
+                              "slurmkit-suspend", "slurmkit-resume", "slurmkit-resume-fail"})
 
 
 def load_overrides(path: str) -> Overrides:

@@ -22,6 +22,9 @@ def lab_inventory(
     topology: str = "tree",
     submit_policy: bool = False,
     cores: int | None = None,
+    power_nodes: int = 0,
+    power_command: str | None = None,
+    suspend_time: int = 10,
 ) -> dict[str, Any]:
     """A small GPU cluster: ``node[1-N]``, 2 sockets x 4 cores, fake GPUs, leaves of ``nodes_per_leaf`` + a spine.
 
@@ -101,8 +104,27 @@ def lab_inventory(
             # the lab has GPU nodes only: its CPU-only jobs (srun hostname, the suite's probes) run there too
             "cpu_jobs_in_gpu_partitions": "allow",
         }
+    if power_nodes:
+        # the last power_nodes nodes are a group of their own, powered on demand by the lab provider (their slurmd)
+        if not 0 < power_nodes <= nodes:
+            raise ValueError(f"power_nodes must be 1..{nodes}")
+        first = nodes - power_nodes + 1
+        base = inv["node_groups"][0]
+        burst = {**base, "name": f"{gpu_type}-burst",
+                 "hosts": f"node[{first}-{nodes}]" if power_nodes > 1 else f"node{nodes}",
+                 "power": {"provider": "lab", "suspend_time": suspend_time, "suspend_timeout": 5,
+                           "resume_timeout": 30, "timeout": 20}}
+        if power_nodes == nodes:
+            inv["node_groups"] = [burst]
+            inv["partitions"][0]["groups"] = [burst["name"]]
+        else:
+            base["hosts"] = f"node[1-{first - 1}]" if first > 2 else "node1"
+            inv["node_groups"].append(burst)
+            inv["partitions"][0]["groups"].append(burst["name"])
     if accounting:
         inv["accounting"] = {"host": "localhost"}
+    if power_command and not hooks_command:
+        inv["hooks"] = {"command": power_command}  # how slurmctld's power programs reach slurmkit
     if hooks_command:
         inv["hooks"] = {
             "prolog": True,

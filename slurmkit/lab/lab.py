@@ -24,14 +24,19 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
+from slurmkit import hostlist
 from slurmkit.backend.parse import SINFO_NODE_FORMAT, parse_sinfo_nodes
 from slurmkit.backend.run import run
 from slurmkit.errors import LabError, SlurmCommandError
 from slurmkit.lab.inventory import lab_inventory
 from slurmkit.release import release_key
+
+if TYPE_CHECKING:
+    from slurmkit.model.cluster import Cluster
 
 DEFAULT_DIR = "/tmp/slurmkit-lab"
 OVERRIDES_FILE = "lab-overrides.yaml"
@@ -66,6 +71,15 @@ class LabSpec:
     # proctrack/cgroup + task/cgroup (ConstrainCores, ConstrainRAMSpace, ConstrainDevices) on cgroup v1, each node
     # in its own cgroup namespace under the lab's group (slurmkit/lab/cgroups.py); nodes get the host's core count
     cgroups: bool = False
+    # room for this many more nodes (node<N+1>..node<N+spare>) that are not in the cluster yet: their ports are
+    # checked free, /etc/hosts, spool dirs and fake NVML states are ready, so `slurmkit nodes add` can bring them in
+    spare: int = 0
+    # the last `power` nodes are a node group powered on demand (slurmctld's power saving, slurmkit's `lab`
+    # provider: their slurmd is stopped when suspended and started when a job needs them)
+    power: int = 0
+    suspend_time: int = 10
+    # slurmd fetch their config from slurmctld (SlurmctldParameters=enable_configless, slurmd --conf-server)
+    configless: bool = False
 
     @property
     def ctld_port(self) -> int:
@@ -85,6 +99,18 @@ class LabSpec:
     @property
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def all_node_names(self) -> list[str]:
+        """The nodes the lab has room for: those it starts with and the spare ones."""
+        return [f"node{i}" for i in range(1, self.nodes + self.spare + 1)]
+
+    def node_index(self, name: str) -> int:
+        """nodeI -> I, for a node the lab has room for; LabError otherwise."""
+        if name not in self.all_node_names:
+            raise LabError(f"{name} is not a node this lab has room for ({self.all_node_names[0]}.."
+                           f"{self.all_node_names[-1]}; `slurmkit lab up --spare N` makes room)")
+        return int(name[4:])
 
 
 class Lab:
@@ -226,7 +252,11 @@ class Lab:
             lacks = cgroups.problems()
             if lacks:
                 raise LabError("--cgroups: this host cannot run the cgroup mode: " + "; ".join(lacks))
-        ports = [self.spec.ctld_port] + [self.spec.slurmd_port(i) for i in range(1, self.spec.nodes + 1)]
+        if self.spec.spare < 0:
+            raise LabError("--spare must be >= 0")
+        if not 0 <= self.spec.power <= self.spec.nodes:
+            raise LabError(f"--power must be 0..--nodes ({self.spec.nodes})")
+        ports = [self.spec.ctld_port] + [self.spec.slurmd_port(i) for i in range(1, self.spec.nodes + self.spec.spare + 1)]
         if self.spec.accounting:
             ports += [self.spec.dbd_port, self.spec.db_port]
         busy = [p for p in ports if not _port_free(p)]
@@ -243,6 +273,9 @@ class Lab:
             s.nodes, s.gpus_per_node, s.gpu_type, s.nodes_per_leaf, accounting=s.accounting,
             hooks_command=hooks_command, healthcheck_interval=s.healthcheck_interval, slurm_version=self.release,
             topology=s.topology, submit_policy=s.submit_policy, cores=host_cores() if s.cgroups else None,
+            power_nodes=s.power,
+            power_command=self._hooks_command() if s.power and not hooks_command else None,
+            suspend_time=s.suspend_time,
         )
         text = yaml.safe_dump(inv, sort_keys=False)
         cluster = load_cluster_text(text, source="lab inventory")
@@ -282,6 +315,17 @@ class Lab:
                 ("TaskPlugin", "task/none"),
                 ("PrologFlags", "-Contain"),  # Contain needs proctrack/cgroup; Alloc stays
             ]
+        ctld_params = []
+        if s.power:
+            # slurm.conf(5) 22.05 and 24.11 SlurmctldParameters power_save_interval: "How often the power_save
+            # thread looks to resume and suspend nodes ... Default is 10 seconds"
+            ctld_params += ["power_save_interval=1", "power_save_min_interval=0"]
+        if s.configless:
+            # configless_slurm.shtml (22.05, 24.11): "setting SlurmctldParameters=enable_configless in slurm.conf";
+            # slurmd then starts with --conf-server and caches the files in SlurmdSpoolDir/conf-cache
+            ctld_params.append("enable_configless")
+        if ctld_params:
+            slurm_over.append(("SlurmctldParameters", ",".join(ctld_params)))
         if self.foreign:
             # the root's plugins, for daemons in the view and for clients run through the root's loader alike
             from slurmkit.lab import image, view
@@ -309,12 +353,7 @@ class Lab:
         ov = Overrides(
             slurm_conf=tuple(slurm_over),
             cgroup_conf=tuple(cgroup_over),
-            node_params={
-                s.gpu_type: (
-                    ("NodeAddr", "127.0.0.1"),
-                    ("Port", f"[{s.slurmd_port(1)}-{s.slurmd_port(s.nodes)}]" if s.nodes > 1 else str(s.slurmd_port(1))),
-                )
-            },
+            node_params=self.node_params(cluster),
             gres_file_prefix=str(d / "dev"),
         )
         files = generate(cluster, conf_dir=str(self.etc), overrides=ov)
@@ -337,7 +376,7 @@ class Lab:
             "# generated by slurmkit lab: what a single host needs on top of slurmkit.yaml\n"
             + yaml.safe_dump(overlay, sort_keys=False)
         )
-        hosts = ["127.0.0.1 localhost " + socket.gethostname(), *(f"127.0.0.1 {n}" for n in s.node_names)]
+        hosts = ["127.0.0.1 localhost " + socket.gethostname(), *(f"127.0.0.1 {n}" for n in s.all_node_names)]
         (self.etc / "hosts").write_text("\n".join(hosts) + "\n")
         if s.accounting:
             dbd = self.etc / "slurmdbd.conf"
@@ -380,7 +419,7 @@ class Lab:
             shutil.rmtree(self.dir)
         for sub in ("etc", "state", "log", "run", "dev", "munge", "spool", "hookstate", "fake-nvml"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        for n in s.node_names:
+        for n in s.all_node_names:
             (self.dir / "spool" / n).mkdir()
         # jobs submitted by other users must be able to reach their files: o+x along the path
         for p in (self.dir, self.dir / "munge", self.dir / "etc", self.dir / "log"):
@@ -431,6 +470,7 @@ class Lab:
         env = [
             f"SLURMKIT_FAKE_NVML={self.dir / 'fake-nvml'}",
             f"SLURMKIT_STATE_DIR={self.dir / 'hookstate'}",
+            f"SLURMKIT_POWER_LOG={self.dir / 'log' / 'power.log'}",
             f"PYTHONPATH={Path(__file__).resolve().parents[2]}",
         ]
         return " ".join(["/usr/bin/env", *(shlex.quote(e) for e in env), shlex.quote(sys.executable), "-m", "slurmkit.cli.main"])
@@ -448,7 +488,7 @@ class Lab:
         return healthy_state(s.gpus_per_node, s.gpu_type)
 
     def _seed_fake_nvml(self, state: dict) -> None:
-        for n in self.spec.node_names:
+        for n in self.spec.all_node_names:
             self.fake_nvml_file(n).write_text(json.dumps(state, indent=1))
 
     def _make_devices(self) -> None:
@@ -498,11 +538,77 @@ class Lab:
         except SlurmCommandError:
             return False
 
-    def _start_slurmds(self) -> None:
+    def node_params(self, cluster: Cluster) -> dict[str, tuple[tuple[str, str], ...]]:
+        """Each node group's NodeAddr and Port: nodeI listens on port base+I. Slurm reads a NodeName line's Port as a
+        hostlist of numbers, one per host in order (22.05 src/slurmctld/read_config.c _build_single_nodeline_info:
+        ``port_list = hostlist_create(port_str)``), so a group of any node set gets its own bracket list."""
+        out: dict[str, tuple[tuple[str, str], ...]] = {}
+        for g in cluster.node_groups:
+            ports = [self.spec.slurmd_port(self.spec.node_index(h)) for h in hostlist.expand(g.hosts)]
+            out[g.name] = (("NodeAddr", "127.0.0.1"), ("Port", _port_list(ports)))
+        return out
+
+    def start_slurmds(self, names: list[str], boot: bool = False) -> None:
+        """Start the slurmd of nodes that the config in DIR/etc now has (`slurmkit nodes add`, the power provider).
+        ``boot``: the node comes back from power saving, which slurmctld accepts only with a new boot time
+        (slurm.conf(5) 22.05 ResumeProgram: "a responding slurmd and an updated BootTime ... If the node isn't
+        actually rebooted ... starting slurmd with "-b" option might be useful"; slurmd(8) -b: "Report node rebooted
+        when daemon restarted")."""
+        for n in names:
+            self.spec.node_index(n)
+            (self.dir / "spool" / n).mkdir(exist_ok=True)
+        self._start_slurmds(names, boot=boot)
+
+    def stop_slurmds(self, names: list[str], timeout: float = 10.0) -> None:
+        """Stop these nodes' slurmd (SIGTERM, then SIGKILL), as a node that leaves or powers off. Its running job
+        steps (slurmstepd) are left to Slurm: stopping a slurmd does not end them."""
+        pids = self.running_pids()
+        victims = [pids[f"slurmd-{n}"] for n in names if f"slurmd-{n}" in pids]
+        for pid in victims:
+            _kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_alive(p) for p in victims):
+            time.sleep(0.02)
+        for pid in victims:
+            if _alive(pid):
+                _kill(pid, signal.SIGKILL)
+        for n in names:
+            (self.run_dir / f"slurmd-{n}.pid").unlink(missing_ok=True)
+
+    def restart_slurmctld(self, timeout: float = 60.0) -> None:
+        """Stop slurmctld (SIGTERM: it saves its state first) and start it again on the files in DIR/etc with the
+        saved state (jobs, node states) recovered: running jobs keep running on their slurmd."""
+        pid = self.running_pids().get("slurmctld")
+        if pid:
+            _kill(pid, signal.SIGTERM)
+            _wait(lambda: not _alive(pid), timeout, "slurmctld to stop", self.dir / "log" / "slurmctld.log")
+        (self.run_dir / "slurmctld.pid").unlink(missing_ok=True)
+        # the port may linger a moment after the process is gone
+        _wait(lambda: _port_free(self.spec.ctld_port), timeout, f"port {self.spec.ctld_port} to be free")
+        self._start_slurmctld()
+
+    def _configless_steps(self, root: str) -> list[str]:
+        """A configless slurmd has no AuthInfo before it has the files, so it asks munge on the default socket
+        (/run/munge/munge.socket.2, munge's own default): in the node's namespace that path leads to the lab's
+        munged. /run/slurm (where slurmd links its conf-cache) is private to the node too."""
+        q = shlex.quote
+        return [
+            f"mkdir -p {q(root + '/run/slurm')} {q(root + '/run/munge')}",
+            f"mount -t tmpfs tmpfs {q(root + '/run/slurm')}",
+            f"mount -t tmpfs tmpfs {q(root + '/run/munge')}",
+            f"ln -s {q(str(self.munge_socket))} {q(root + '/run/munge/munge.socket.2')}",
+        ]
+
+    def _start_slurmds(self, names: list[str] | None = None, boot: bool = False) -> None:
         procs = []
         q = shlex.quote
         node_cg = self._node_cgroups
-        for name in self.spec.node_names:
+        b = " -b" if boot else ""
+        # configless_slurm.shtml: "The slurmd --conf-server $host[:$port] option" comes first in the order of
+        # precedence (before -f and SLURM_CONF); the files land in SlurmdSpoolDir/conf-cache, with a symlink in
+        # /run/slurm/conf, which each node gets on a private tmpfs so the nodes do not share one
+        src = f"--conf-server 127.0.0.1:{self.spec.ctld_port}" if self.spec.configless else f"-f {q(str(self.conf))}"
+        for name in names if names is not None else self.spec.node_names:
             cg_steps: list[str] = []
             if self.spec.cgroups:
                 from slurmkit.lab import cgroups
@@ -517,7 +623,8 @@ class Lab:
                     *cg_steps,
                     f"mount --bind {q(str(self.etc))} {q(str(v / 'etc/slurm'))}",
                     f"mount --bind {q(str(self.etc / 'hosts'))} {q(str(v / 'etc/hosts'))}",
-                    f"exec chroot {q(str(v))} /usr/sbin/slurmd -f {q(str(self.conf))} -N {q(name)}",
+                    *(self._configless_steps(str(v)) if self.spec.configless else []),
+                    f"exec chroot {q(str(v))} /usr/sbin/slurmd{b} {src} -N {q(name)}",
                 ]
             else:
                 steps = [
@@ -525,7 +632,8 @@ class Lab:
                     "mkdir -p /etc/slurm",
                     f"mount --bind {q(str(self.etc))} /etc/slurm",
                     f"mount --bind {q(str(self.etc / 'hosts'))} /etc/hosts",
-                    f"exec {q(_bin('slurmd'))} -f {q(str(self.conf))} -N {q(name)}",
+                    *(self._configless_steps("") if self.spec.configless else []),
+                    f"exec {q(_bin('slurmd'))}{b} {src} -N {q(name)}",
                 ]
             script = "; ".join(["set -e", f"hostname {q(name)}", *steps])
             argv = ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script]
@@ -543,7 +651,7 @@ class Lab:
             if p.returncode != 0:
                 raise LabError(f"slurmd for {name} failed to start (rc={p.returncode}): {out.decode(errors='replace').strip()[-300:]}")
         # what slurmd's systemd unit does (OOMScoreAdjust=-1000): the OOM killer must pick a job, never slurmd
-        for name in self.spec.node_names:
+        for name in names if names is not None else self.spec.node_names:
             pid = _read_pid(self.run_dir / f"slurmd-{name}.pid")
             if pid:
                 try:
@@ -651,6 +759,19 @@ class Lab:
 def host_cores() -> int:
     """The CPUs this process may run on: the cgroup mode's nodes claim exactly these (a real cpuset each)."""
     return len(os.sched_getaffinity(0))
+
+
+def _port_list(ports: list[int]) -> str:
+    """[29001, 29002, 29003, 29005] -> "[29001-29003,29005]" (one port: "29001")."""
+    if len(ports) == 1:
+        return str(ports[0])
+    runs: list[list[int]] = []
+    for p in ports:
+        if runs and p == runs[-1][1] + 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return "[" + ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs) + "]"
 
 
 def _bin(name: str) -> str:

@@ -79,6 +79,29 @@ class NIC:
     role: str = "compute"  # compute | storage | mgmt
 
 
+POWER_PROVIDERS = ("lab", "command", "redfish")
+
+
+@dataclass(frozen=True)
+class Power:
+    """A node group's on-demand power: slurmctld's SuspendProgram/ResumeProgram (slurmkit's ``power`` entry points)
+    switch its nodes off after ``suspend_time`` idle seconds and on again when a job needs them, through
+    ``provider``: ``lab`` (the lab's slurmd), ``command`` (a site script: ``COMMAND on|off HOST``), ``redfish``
+    (the node's BMC: ``bmc`` URL with ``{host}``, system ``system``, ``credentials`` file "user:password")."""
+
+    provider: str
+    suspend_time: int = 600
+    resume_timeout: int = 600
+    suspend_timeout: int = 60
+    cloud: bool = False  # State=CLOUD: the nodes start powered off and are hidden until resumed
+    command: str = ""
+    bmc: str = ""
+    system: str = "{host}"
+    credentials: str = ""
+    verify_tls: bool = True
+    timeout: int = 60  # seconds one provider action may take
+
+
 @dataclass(frozen=True)
 class NodeGroup:
     name: str
@@ -90,6 +113,7 @@ class NodeGroup:
     nics: tuple[NIC, ...] = ()
     features: tuple[str, ...] = ()
     weight: int = 1
+    power: Power | None = None  # on-demand power (Slurm power saving) for this group's nodes
 
     @property
     def hostnames(self) -> list[str]:

@@ -22,6 +22,7 @@ from slurmkit.model.cluster import (
     CPU,
     GPU_AUTODETECT_MODES,
     NIC,
+    POWER_PROVIDERS,
     REPEATABLE_SLURM_KEYS,
     SUBMIT_CHOICES,
     SUPPORTED_SLURM_VERSIONS,
@@ -35,6 +36,7 @@ from slurmkit.model.cluster import (
     NodeGroup,
     Partition,
     Policy,
+    Power,
     Reserve,
     Site,
     SubmitPolicy,
@@ -413,7 +415,7 @@ def _nic(ctx: _Ctx, raw: Any, path: str) -> NIC:
 def _group(ctx: _Ctx, raw: Any, path: str) -> NodeGroup:
     m = _mapping(
         ctx, raw, path,
-        {"name", "hosts", "cpu", "memory_mb", "reserve", "gpus", "nics", "features", "weight"},
+        {"name", "hosts", "cpu", "memory_mb", "reserve", "gpus", "nics", "features", "weight", "power"},
         {"name", "hosts", "cpu", "memory_mb"},
     )
     cpu = _cpu(ctx, m["cpu"], _join(path, "cpu"))
@@ -445,7 +447,39 @@ def _group(ctx: _Ctx, raw: Any, path: str) -> NodeGroup:
         nics=nics,
         features=feats,
         weight=_int(ctx, m.get("weight", 1), _join(path, "weight"), 0),
+        power=_power(ctx, m["power"], _join(path, "power")) if m.get("power") is not None else None,
     )
+
+
+def _power(ctx: _Ctx, raw: Any, path: str) -> Power:
+    m = _mapping(ctx, raw, path, {"provider", "suspend_time", "resume_timeout", "suspend_timeout", "cloud", "command",
+                                  "bmc", "system", "credentials", "verify_tls", "timeout"}, {"provider"})
+    provider = _choice(ctx, m["provider"], _join(path, "provider"), POWER_PROVIDERS)
+    p = Power(
+        provider=provider,
+        suspend_time=_int(ctx, m.get("suspend_time", 600), _join(path, "suspend_time"), 1),
+        resume_timeout=_int(ctx, m.get("resume_timeout", 600), _join(path, "resume_timeout"), 1),
+        suspend_timeout=_int(ctx, m.get("suspend_timeout", 60), _join(path, "suspend_timeout"), 1),
+        cloud=_bool(ctx, m.get("cloud", False), _join(path, "cloud")),
+        command=_command(ctx, m["command"], _join(path, "command")) if m.get("command") else "",
+        bmc=_str(ctx, m["bmc"], _join(path, "bmc")) if m.get("bmc") else "",
+        system=_str(ctx, m.get("system", "{host}"), _join(path, "system")),
+        credentials=_path(ctx, m["credentials"], _join(path, "credentials")) if m.get("credentials") else "",
+        verify_tls=_bool(ctx, m.get("verify_tls", True), _join(path, "verify_tls")),
+        timeout=_int(ctx, m.get("timeout", 60), _join(path, "timeout"), 1),
+    )
+    if provider == "command" and not p.command:
+        raise ctx.err(_join(path, "command"), "provider 'command' needs the site script: command: /path/to/script "
+                                              "(called as SCRIPT on|off HOST)")
+    if provider == "redfish" and not re.fullmatch(r"https?://\S+", p.bmc):
+        raise ctx.err(_join(path, "bmc"), "provider 'redfish' needs the BMC URL, e.g. https://{host}-bmc "
+                                          "({host} is replaced by the node name)")
+    if p.timeout >= p.resume_timeout:
+        # slurm.conf(5) 24.11 ResumeProgram: "Programs will be killed if they run longer than the largest configured,
+        # global or partition, ResumeTimeout or SuspendTimeout"
+        raise ctx.err(_join(path, "timeout"), f"{p.timeout} must be below resume_timeout {p.resume_timeout} (Slurm "
+                                              "kills power programs that run longer)")
+    return p
 
 
 # PartitionName keys that slurmkit writes from a partition's own inventory keys: not settable through ``extra``

@@ -1,0 +1,187 @@
+"""Pure edits of an inventory (the YAML mapping, as loaded): add hosts to a node group, take hosts out.
+
+The result is loaded again by the one loader (``model.load``) before anything is written, so every rule the
+inventory has (hosts in exactly one leaf switch, partitions naming known groups, ...) still holds after an edit.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from slurmkit import hostlist
+from slurmkit.errors import UsageError
+
+_LEAF_RE = re.compile(r"^(.*?)(\d+)$")
+
+
+@dataclass(frozen=True)
+class Edit:
+    data: dict[str, Any]  # the new inventory mapping
+    summary: str  # one line: what changed in the inventory
+
+
+def _groups(data: dict[str, Any]) -> list[dict[str, Any]]:
+    groups = data.get("node_groups")
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        raise UsageError("inventory: node_groups must be a list of mappings")
+    return groups
+
+
+def _owner(data: dict[str, Any]) -> dict[str, str]:
+    """host -> the node group it is in."""
+    out: dict[str, str] = {}
+    for g in _groups(data):
+        for h in hostlist.expand(str(g.get("hosts", "")), f"node_groups.{g.get('name')}.hosts"):
+            out[h] = str(g.get("name"))
+    return out
+
+
+def add_hosts(data: dict[str, Any], hosts: list[str], group: str, like: str | None = None,
+              switch: str | None = None) -> Edit:
+    """``hosts`` join ``group``: an existing group grows; a new group is a copy of ``like`` (default: the only
+    group) under the new name and joins every partition ``like`` is in. With leaf switches, the hosts go to
+    ``switch`` (a leaf, made under the top switch when new; default: a new leaf named after the last one,
+    ``leafN`` -> ``leafN+1``, else ``<group>-leaf``). Block topologies are refused (see ``nodes add --help``)."""
+    if not hosts:
+        raise UsageError("HOSTS: no hosts to add")
+    new = copy.deepcopy(data)
+    groups = _groups(new)
+    owner = _owner(new)
+    taken = sorted(h for h in hosts if h in owner)
+    if taken:
+        raise UsageError(f"HOSTS: {hostlist.fold(taken)} already in node group {owner[taken[0]]!r}")
+    names = [str(g.get("name")) for g in groups]
+    if group in names:
+        g = groups[names.index(group)]
+        g["hosts"] = hostlist.fold([*hostlist.expand(str(g["hosts"])), *hosts])
+        what = f"node group {group!r} grows to {g['hosts']}"
+        if like is not None:
+            raise UsageError(f"--like: node group {group!r} exists already; --like only shapes a new group")
+    else:
+        if like is None:
+            if len(groups) != 1:
+                raise UsageError(f"--like: {group!r} is a new node group; name the group it copies "
+                                 f"(one of {', '.join(names)})")
+            like = names[0]
+        if like not in names:
+            raise UsageError(f"--like: no node group {like!r} (node groups: {', '.join(names)})")
+        g = copy.deepcopy(groups[names.index(like)])
+        g["name"] = group
+        g["hosts"] = hostlist.fold(hosts)
+        groups.append(g)
+        for p in new.get("partitions") or []:
+            if isinstance(p, dict) and like in (p.get("groups") or []):
+                p["groups"] = [*p["groups"], group]
+        what = f"new node group {group!r} ({g['hosts']}, shaped like {like!r})"
+    topo = new.get("topology") or {}
+    if isinstance(topo, dict) and topo.get("blocks"):
+        raise UsageError("inventory: topology.blocks: nodes add does not yet grow a block topology (a reconfigure "
+                         "that adds blocks makes every 24.11 slurmd re-read topology.conf and can stop it); edit the "
+                         "inventory and use `slurmkit conf apply`")
+    if isinstance(topo, dict) and topo.get("switches"):
+        what += "; " + _place_in_leaf(topo["switches"], hosts, switch, group)
+    elif switch is not None:
+        raise UsageError("--switch: the inventory has no switch topology")
+    return Edit(new, what)
+
+
+def _place_in_leaf(switches: list[dict[str, Any]], hosts: list[str], switch: str | None, group: str) -> str:
+    by_name = {str(s.get("name")): s for s in switches}
+    if switch is not None and switch in by_name:
+        s = by_name[switch]
+        if not s.get("nodes"):
+            raise UsageError(f"--switch: {switch!r} is an upper-level switch (it holds switches, not nodes)")
+        s["nodes"] = hostlist.fold([*hostlist.expand(str(s["nodes"])), *hosts])
+        return f"leaf switch {switch!r} grows to {s['nodes']}"
+    if switch is None:
+        leaves = [str(s["name"]) for s in switches if s.get("nodes")]
+        m = _LEAF_RE.match(leaves[-1]) if leaves else None
+        switch = f"{m.group(1)}{int(m.group(2)) + 1}" if m else f"{group}-leaf"
+        while switch in by_name:
+            switch += "x"
+    children: set[str] = set()
+    for s in switches:
+        if s.get("switches"):
+            children |= set(hostlist.expand(str(s["switches"])))
+    tops = [s for s in switches if str(s.get("name")) not in children and s.get("switches")]
+    switches.append({"name": switch, "nodes": hostlist.fold(hosts)})
+    if len(tops) == 1:
+        top = tops[0]
+        top["switches"] = hostlist.fold([*hostlist.expand(str(top["switches"])), switch])
+        return f"new leaf switch {switch!r} under {top['name']!r}"
+    if len(tops) == 0 and len(switches) == 2:
+        # one leaf and no spine: a spine joins the old leaf and the new one, so every node stays reachable
+        old = str(switches[0]["name"])
+        spine = "spine" if "spine" not in by_name else f"{old}-spine"
+        switches.append({"name": spine, "switches": hostlist.fold([old, switch])})
+        return f"new leaf switch {switch!r} and spine {spine!r} above {old!r} and it"
+    return f"new leaf switch {switch!r} (no single top switch to hang it under)"
+
+
+def remove_hosts(data: dict[str, Any], hosts: list[str]) -> Edit:
+    """``hosts`` leave their node groups and leaf switches; a group (or leaf) left empty goes with its
+    references (partitions' ``groups``, upper switches' ``switches``); a partition left without groups goes too."""
+    if not hosts:
+        raise UsageError("HOSTS: no hosts to remove")
+    new = copy.deepcopy(data)
+    owner = _owner(new)
+    unknown = sorted(h for h in hosts if h not in owner)
+    if unknown:
+        raise UsageError(f"HOSTS: {hostlist.fold(unknown)} not in any node group")
+    gone = set(hosts)
+    groups = _groups(new)
+    dropped_groups = []
+    for g in list(groups):
+        left = [h for h in hostlist.expand(str(g["hosts"])) if h not in gone]
+        if left:
+            g["hosts"] = hostlist.fold(left)
+        else:
+            groups.remove(g)
+            dropped_groups.append(str(g["name"]))
+    if not groups:
+        raise UsageError("HOSTS: that would remove every node of the cluster")
+    parts = new.get("partitions") or []
+    for p in list(parts):
+        if isinstance(p, dict):
+            p["groups"] = [x for x in p.get("groups") or [] if x not in dropped_groups]
+            if not p["groups"]:
+                parts.remove(p)
+    if parts and not any(isinstance(p, dict) and p.get("default") for p in parts) and \
+            any(isinstance(p, dict) and p.get("default") for p in data.get("partitions") or []):
+        parts[0]["default"] = True  # the default partition went with its last group: the first one left takes over
+    topo = new.get("topology") or {}
+    if isinstance(topo, dict) and topo.get("blocks"):
+        raise UsageError("inventory: topology.blocks: nodes remove does not yet shrink a block topology; edit the "
+                         "inventory and use `slurmkit conf apply`")
+    dropped_switches: list[str] = []
+    if isinstance(topo, dict) and topo.get("switches"):
+        sw = topo["switches"]
+        for s in list(sw):
+            if s.get("nodes"):
+                left = [h for h in hostlist.expand(str(s["nodes"])) if h not in gone]
+                if left:
+                    s["nodes"] = hostlist.fold(left)
+                else:
+                    sw.remove(s)
+                    dropped_switches.append(str(s["name"]))
+        changed = True
+        while changed:  # an upper switch left with no children goes too
+            changed = False
+            for s in list(sw):
+                if s.get("switches"):
+                    kids = [c for c in hostlist.expand(str(s["switches"])) if c not in dropped_switches]
+                    if kids:
+                        s["switches"] = hostlist.fold(kids)
+                    else:
+                        sw.remove(s)
+                        dropped_switches.append(str(s["name"]))
+                        changed = True
+    what = f"{hostlist.fold(hosts)} leave the inventory"
+    if dropped_groups:
+        what += f"; node group(s) {', '.join(dropped_groups)} removed"
+    if dropped_switches:
+        what += f"; switch(es) {', '.join(dropped_switches)} removed"
+    return Edit(new, what)

@@ -1,0 +1,184 @@
+"""Providers: switch one node on or off. Each raises ``PowerError`` with one line saying what went wrong.
+
+``lab``: the lab's slurmd for that node (start / stop), found from the inventory's directory (DIR/etc). A file
+``DIR/power-fault/<node>`` makes power-on fail (fault injection, like the fake NVML files).
+``command``: the site's script, ``SCRIPT on|off HOST``, exit 0 = done.
+``redfish``: the node's BMC through ``sushy`` (OpenStack's Redfish client): ComputerSystem.Reset On / ForceOff,
+then wait until the system reports that power state.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Protocol
+
+from slurmkit.errors import SlurmkitError
+from slurmkit.model.cluster import Power
+
+FAULT_DIR = "power-fault"
+
+
+class PowerError(SlurmkitError):
+    pass
+
+
+class Provider(Protocol):
+    def on(self, host: str) -> None: ...
+
+    def off(self, host: str) -> None: ...
+
+
+class CommandProvider:
+    def __init__(self, power: Power) -> None:
+        self.argv = [*_split(power.command)]
+        self.timeout = power.timeout
+
+    def _run(self, action: str, host: str) -> None:
+        import signal
+
+        try:
+            # its own session: on a timeout the whole script (and what it started) is killed, not just its shell
+            proc = subprocess.Popen([*self.argv, action, host], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        except OSError as exc:
+            raise PowerError(f"{self.argv[0]}: {exc.strerror or exc}") from None
+        try:
+            out, err = proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            raise PowerError(f"{self.argv[0]} {action} {host}: no answer in {self.timeout}s") from None
+        if proc.returncode != 0:
+            last = (err.strip() or out.strip()).splitlines()[-1:] or ["no output"]
+            raise PowerError(f"{self.argv[0]} {action} {host} exited {proc.returncode}: {last[0][:200]}")
+
+    def on(self, host: str) -> None:
+        self._run("on", host)
+
+    def off(self, host: str) -> None:
+        self._run("off", host)
+
+
+def _split(command: str) -> list[str]:
+    import shlex
+
+    return shlex.split(command)
+
+
+class LabProvider:
+    """The lab's nodes: power = its slurmd. slurmctld of another release runs chrooted into the lab's view; the
+    slurmd of a node is started from the host's root (as `lab up` does), so the action is run there."""
+
+    def __init__(self, conf_dir: Path) -> None:
+        self.conf_dir = conf_dir
+
+    def _lab(self):  # type: ignore[no-untyped-def]
+        from slurmkit.lab.elastic import lab_for_conf
+
+        lab = lab_for_conf(self.conf_dir / "slurm.conf")
+        if lab is None:
+            raise PowerError(f"provider 'lab': {self.conf_dir} is not a lab's config dir")
+        return lab
+
+    def _act(self, action: str, host: str) -> None:
+        if _in_chroot():
+            # back to the host's root (pid 1's) with the same Python and slurmkit
+            code = ("import sys; from pathlib import Path; from slurmkit.power.providers import LabProvider as P; "
+                    "p = P(Path(sys.argv[1])); getattr(p, sys.argv[2])(sys.argv[3])")
+            res = subprocess.run(["chroot", "/proc/1/root", sys.executable, "-c", code, str(self.conf_dir), action, host],
+                                 capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            if res.returncode != 0:
+                last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+                raise PowerError(last.split("PowerError: ", 1)[-1][:300])
+            return
+        lab = self._lab()
+        if action == "on":
+            fault = lab.dir / FAULT_DIR / host
+            if fault.exists():
+                raise PowerError(f"lab: power-on fault injected for {host} ({fault})")
+            lab.start_slurmds([host], boot=True)
+        else:
+            lab.stop_slurmds([host])
+
+    def on(self, host: str) -> None:
+        self._act("on", host)
+
+    def off(self, host: str) -> None:
+        self._act("off", host)
+
+
+def _in_chroot() -> bool:
+    try:
+        a, b = os.stat("/"), os.stat("/proc/1/root")
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino)
+
+
+class RedfishProvider:
+    """Power through the node's BMC (Redfish ComputerSystem.Reset), with sushy."""
+
+    def __init__(self, power: Power) -> None:
+        self.power = power
+
+    def _system(self, host: str):  # type: ignore[no-untyped-def]
+        try:
+            import sushy  # type: ignore[import-untyped]
+        except ImportError:
+            raise PowerError("provider 'redfish' needs the sushy package: pip install 'slurmkit[redfish]'") from None
+        url = self.power.bmc.replace("{host}", host)
+        user = password = None
+        if self.power.credentials:
+            try:
+                user, _, password = Path(self.power.credentials).read_text().strip().partition(":")
+            except OSError as exc:
+                raise PowerError(f"{self.power.credentials}: {exc.strerror}") from None
+        try:
+            auth = {"username": user, "password": password} if user else {}
+            root = sushy.Sushy(url, verify=self.power.verify_tls, **auth)
+            return sushy, root.get_system(f"/redfish/v1/Systems/{self.power.system.replace('{host}', host)}")
+        except Exception as exc:  # sushy raises its own exception tree and requests' errors
+            raise PowerError(f"redfish {url}: {_msg(exc)}") from None
+
+    def _set(self, host: str, on: bool) -> None:
+        sushy, system = self._system(host)
+        want = sushy.PowerState.ON if on else sushy.PowerState.OFF
+        try:
+            if system.power_state != want:
+                system.reset_system(sushy.ResetType.ON if on else sushy.ResetType.FORCE_OFF)
+            deadline = time.monotonic() + self.power.timeout
+            while system.power_state != want:
+                if time.monotonic() > deadline:
+                    raise PowerError(f"redfish {host}: still {system.power_state} {self.power.timeout}s after the "
+                                     f"reset")
+                time.sleep(0.5)
+                system.refresh()
+        except PowerError:
+            raise
+        except Exception as exc:
+            raise PowerError(f"redfish {host}: {_msg(exc)}") from None
+
+    def on(self, host: str) -> None:
+        self._set(host, True)
+
+    def off(self, host: str) -> None:
+        self._set(host, False)
+
+
+def _msg(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def provider_for(power: Power, conf_dir: Path) -> Provider:
+    if power.provider == "lab":
+        return LabProvider(conf_dir)
+    if power.provider == "command":
+        return CommandProvider(power)
+    return RedfishProvider(power)

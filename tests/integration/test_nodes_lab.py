@@ -1,0 +1,181 @@
+"""`slurmkit nodes add|remove` on a real lab that has room for more nodes (`lab up --nodes 4 --spare 4`).
+
+One lab for the module, taken down at its end; the tests run in order on it: a change the cluster refuses is
+rolled back (files, inventory, cluster as they were), node[5-8] join while a 4-node job runs, node[7-8] leave
+(one job waited for, one requeued) while it still runs. 22.05 takes the change by a controller restart with its
+state kept, 24.11 by `scontrol reconfigure` (slurmkit/elastic/path.py); the job must survive either way.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmkit.backend.cli import CLIBackend
+from slurmkit.elastic import change, edit, path
+from slurmkit.errors import SlurmCommandError
+from slurmkit.lab import Lab, LabSpec
+from slurmkit.lab.elastic import LabSite, lab_for_conf
+from tests.conftest import _base, _root_dir, lab_release, release_under_test, start_lab
+
+pytestmark = pytest.mark.lab
+ROOT = Path(__file__).resolve().parents[2]
+RESTART = release_under_test() < "24.11"  # 22.05 .. 24.05: controller restart; 24.11+: reconfigure
+
+
+@pytest.fixture(scope="module")
+def elab() -> Iterator[Lab]:
+    # its own ports, clear of the session lab (base) and of make_lab's (base + 200 * k, k < 10)
+    spec = LabSpec(dir=f"{_root_dir()}-nodes", port_base=_base() + 3000, nodes=4, spare=4, slurm=lab_release())
+    the_lab = start_lab(spec)
+    try:
+        yield the_lab
+    finally:
+        the_lab.down()
+
+
+def sk(lab: Lab, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slurmkit.cli.main", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **lab.env}, timeout=600)
+
+
+def sh(lab: Lab, *argv: str) -> str:
+    return subprocess.run(list(argv), capture_output=True, text=True, env={**os.environ, **lab.env}, timeout=30,
+                          check=True).stdout
+
+
+def wait_for(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < end:
+        try:
+            last = pred()
+        except SlurmCommandError as exc:  # a controller restarting answers nothing for a moment
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last={last!r}")
+
+
+def submit(lab: Lab, *args: str) -> str:
+    if "-o" not in args:  # never into the working directory
+        args = ("-o", str(lab.dir / "log" / "job-%j.out"), *args)
+    return sh(lab, lab.exe("sbatch"), "--parsable", *args).strip().split(";")[0]
+
+
+def job(backend: CLIBackend, jid: str):  # type: ignore[no-untyped-def]
+    return backend.job(jid)
+
+
+@pytest.fixture(scope="module")
+def backend(elab: Lab) -> CLIBackend:
+    return CLIBackend(env=elab.env)
+
+
+@pytest.fixture(scope="module")
+def long_job(elab: Lab, backend: CLIBackend) -> str:
+    """A 4-node job that runs across every change of the module."""
+    jid = submit(elab, "-N4", "--wrap", "sleep 3000")
+    wait_for(lambda: job(backend, jid).state == "RUNNING", 60, f"job {jid} to run")
+    return jid
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
+
+
+class _ReconfigureFailsOnce(CLIBackend):
+    """The real backend, except that the first `scontrol reconfigure` fails as a controller would that refuses it."""
+
+    failed = False
+
+    def reconfigure(self) -> None:
+        if not self.failed:
+            self.failed = True
+            raise SlurmCommandError(["scontrol", "reconfigure"], 1, "slurm_reconfigure error: injected by the test")
+        super().reconfigure()
+
+
+def test_a_refused_change_leaves_files_inventory_and_cluster_as_they_were(elab: Lab, backend: CLIBackend,
+                                                                          long_job: str) -> None:
+    lab = lab_for_conf(elab.conf)
+    assert lab is not None and lab.dir == elab.dir
+    site = LabSite(lab)
+    before = _files(elab.etc)
+    nodes_before = sorted(n.name for n in backend.nodes())
+    e = edit.add_hosts(change.load_inventory(elab.etc), ["node5", "node6"], "h100")
+    p = path.choose(release_under_test(), adding=True)
+    assert p.kind == ("restart-ctld" if RESTART else "reconfigure")
+    with pytest.raises(change.ElasticError, match="rolled back: the files, the inventory and the cluster are as they were"):
+        change.apply_edit(site, _ReconfigureFailsOnce(env=elab.env), e, p, version=release_under_test())
+    assert _files(elab.etc) == before  # slurm.conf, topology.conf, slurmkit.yaml, lab-overrides.yaml: byte for byte
+    assert sorted(n.name for n in backend.nodes()) == nodes_before == ["node1", "node2", "node3", "node4"]
+    assert job(backend, long_job).state == "RUNNING"
+
+
+def test_add_four_nodes_while_a_4_node_job_runs(elab: Lab, backend: CLIBackend, long_job: str) -> None:
+    res = sk(elab, "nodes", "add", "node[5-8]", "--group", "h100b")
+    assert res.returncode == 0, res.stdout + res.stderr
+    err = res.stderr
+    # the path is stated (with its source) before anything is written
+    assert err.index("path: ") < err.index("wrote ")
+    assert ("controller restart with its state kept" if RESTART else "path: scontrol reconfigure") in err
+    assert "faq.shtml (24.11) #add_nodes" in err
+    assert "added node[5-8] to group h100b" in res.stdout
+    states = {n.name: n.state for n in backend.nodes()}
+    assert all(states[f"node{i}"] == "idle" for i in range(5, 9)), states
+    j = job(backend, long_job)
+    assert j.state == "RUNNING" and sorted(j.nodes) == ["node1", "node2", "node3", "node4"]
+    inv = yaml.safe_load((elab.etc / "slurmkit.yaml").read_text())
+    assert [g["name"] for g in inv["node_groups"]] == ["h100", "h100b"]
+    assert inv["partitions"][0]["groups"] == ["h100", "h100b"]
+    assert "SwitchName=leaf2 Nodes=node[5-8]" in (elab.etc / "topology.conf").read_text()
+    # the new nodes run a 4-node job (with a step on every node) next to the old one
+    out = elab.dir / "log" / "new-nodes.out"
+    jid = submit(elab, "-N4", "-w", "node[5-8]", "-o", str(out), "--wrap", "srun hostname | sort")
+    assert wait_for(lambda: job(backend, jid).finished and job(backend, jid).state, 120, "job on node[5-8]") == "COMPLETED"
+    assert out.read_text().split() == ["node5", "node6", "node7", "node8"]
+    assert job(backend, long_job).state == "RUNNING"
+
+
+def test_remove_two_nodes_waits_for_their_job(elab: Lab, backend: CLIBackend, long_job: str) -> None:
+    short = submit(elab, "-N1", "-w", "node7", "--wrap", "sleep 5")
+    wait_for(lambda: job(backend, short).state in ("RUNNING", "COMPLETED"), 60, f"job {short} to run")
+    res = sk(elab, "nodes", "remove", "node[7-8]")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "drained node[7-8]" in res.stderr
+    assert "removed node[7-8]" in res.stdout
+    assert job(backend, short).state == "COMPLETED"  # waited for, not killed
+    assert sorted(n.name for n in backend.nodes()) == [f"node{i}" for i in range(1, 7)]
+    j = job(backend, long_job)
+    assert j.state == "RUNNING" and sorted(j.nodes) == ["node1", "node2", "node3", "node4"]
+    assert "slurmd-node7" not in elab.running_pids() and "slurmd-node8" not in elab.running_pids()
+    inv = yaml.safe_load((elab.etc / "slurmkit.yaml").read_text())
+    assert [g["hosts"] for g in inv["node_groups"]] == ["node[1-4]", "node[5-6]"]
+    assert "SwitchName=leaf2 Nodes=node[5-6]" in (elab.etc / "topology.conf").read_text()
+
+
+def test_remove_with_requeue_moves_the_job(elab: Lab, backend: CLIBackend, long_job: str) -> None:
+    # kept off node[1-5] so that it lands on node6; the exclusion is lifted once node6 is gone
+    moved = submit(elab, "-N1", "--exclusive", "-x", "node[1-5]", "--requeue", "--wrap", "sleep 3000")
+    wait_for(lambda: job(backend, moved).state == "RUNNING", 60, f"job {moved} to run")
+    assert job(backend, moved).nodes == ("node6",)
+    res = sk(elab, "nodes", "remove", "node6", "--requeue")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"requeued job(s) {moved}" in res.stderr
+    assert sorted(n.name for n in backend.nodes()) == [f"node{i}" for i in range(1, 6)]
+    m = job(backend, moved)
+    assert m.state == "PENDING" and m.restarts >= 1, m
+    sh(elab, elab.exe("scontrol"), "update", f"jobid={moved}", "ExcNodeList=")
+    wait_for(lambda: job(backend, moved).state == "RUNNING", 120, f"requeued job {moved} to run again")
+    assert job(backend, moved).nodes == ("node5",)
+    j = job(backend, long_job)
+    assert j.state == "RUNNING" and sorted(j.nodes) == ["node1", "node2", "node3", "node4"]
