@@ -62,7 +62,10 @@ def uses_fsdp(args: tuple[str, ...]) -> bool:
     return any(a in ("--use-megatron-fsdp", "--use-torch-fsdp2", "--use-custom-fsdp") for a in args)
 
 
-def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatures | None = None) -> EnvPlan:
+def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatures | None = None, *,
+             cpus_per_rank: int = 0, ranks_per_node: int = 0) -> EnvPlan:
+    """``cpus_per_rank``: the CPUs each rank gets (the per-GPU share); 0 when unknown.
+    ``ranks_per_node``: processes per node (GPUs per node)."""
     out: list[EnvVar] = []
     not_set: list[tuple[str, str]] = []
     tf = torch if torch is not None else features_for(facts.torch_version)
@@ -145,6 +148,8 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
                             f"{tf.label} has no torchrun shutdown timeout: on SIGTERM its agent kills workers after "
                             "a fixed 30 s (the SIGUSR2 checkpoint path does not go through the agent)"))
 
+    _omp_env(spec, cpus_per_rank, ranks_per_node, add, not_set)
+
     if spec.launcher == "srun":
         add("RANK", "$SLURM_PROCID", "one srun task per GPU: global rank from Slurm", kind="task")
         add("WORLD_SIZE", "$SLURM_NTASKS", "one srun task per GPU: world size from Slurm", kind="task")
@@ -201,3 +206,28 @@ def _megatron_env(spec: JobSpec, facts: ClusterFacts, add, not_set: list[tuple[s
     add("TRITON_CACHE_DIR", "/tmp/triton_cache_${SLURM_JOB_ID}_${SLURM_NODEID}",
         "per-node Triton cache on local disk: nodes must not share one cache on the shared filesystem",
         kind="task")
+
+
+def _omp_env(spec: JobSpec, cpus: int, ranks: int, add, not_set: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    """OMP_NUM_THREADS = the CPUs each rank gets, unless the submitting environment (or --env, or the site) sets it.
+
+    torchrun's rule (torch/distributed/run.py config_from_args, 2.2.0 to 2.13.0): ``if "OMP_NUM_THREADS" not in
+    os.environ and nproc_per_node > 1: os.environ["OMP_NUM_THREADS"] = "1"``, inherited by every worker: a job
+    given 8 CPUs per GPU would run each rank's CPU ops (data-loader transforms, torch CPU kernels) on one thread.
+    Under srun nothing sets it and OpenMP sizes its pool to the CPUs the task can see."""
+    if not ranks:
+        return
+    if not cpus:
+        if spec.launcher != "srun" and ranks > 1:
+            not_set.append(("OMP_NUM_THREADS", "the CPUs per GPU are unknown (no inventory share, no node records): "
+                                               "torchrun sets 1 per worker (torch/distributed/run.py); give "
+                                               "--cpus-per-gpu or --env OMP_NUM_THREADS=N"))
+        return
+    if spec.launcher == "srun":
+        why = "one srun task per GPU with --cpus-per-task"
+    else:
+        why = (f"--cpus-per-task={cpus * ranks} shared by {ranks} rank(s); torchrun would set 1 per worker when "
+               "it is unset and nproc_per_node > 1 (torch/distributed/run.py config_from_args)")
+    add("OMP_NUM_THREADS", f"${{OMP_NUM_THREADS:-{cpus}}}",
+        f"each rank's CPU threads (torch CPU ops, OpenMP) = the {cpus} CPU(s) it gets ({why}); a value in the "
+        "submitting environment or --env wins", kind="task")

@@ -47,9 +47,11 @@ def from_cluster(cluster: Cluster, partition: str | None, source: str) -> Cluste
     gpu_groups = [g for g in groups if g.gpu_count]
     cpg = min((g.cpus_per_gpu for g in gpu_groups), default=0)
     mpg = min((g.mem_per_gpu_mb for g in gpu_groups), default=0)
+    shapes: list[tuple[str, int, int]] = []
     for g in groups:
         for h in g.hostnames:
             node_gpus.append((h, g.gpu_count))
+            shapes.append((h, max(0, g.usable_cpus), max(0, g.usable_memory_mb)))
         if g.gpus:
             gpu_types[g.gpus.type] += len(g.hostnames)
             mem = min(mem, g.gpus.memory_mb) if mem else g.gpus.memory_mb
@@ -61,6 +63,7 @@ def from_cluster(cluster: Cluster, partition: str | None, source: str) -> Cluste
         gpu_type=gpu_types.most_common(1)[0][0] if gpu_types else None,
         gpu_memory_mb=mem,
         node_gpus=tuple(node_gpus),
+        node_shapes=tuple(shapes),
         max_time=part.max_time if part else None,
         cpus_per_gpu=cpg,
         mem_per_gpu_mb=mpg,
@@ -119,8 +122,9 @@ def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | Non
     live = tuple((n.name, n.state, n.flags, n.free_gpus, n.total_gpus) for n in nodes)
     if base is not None and base.node_gpus:
         node_gpus = tuple((n, g) for n, g in base.node_gpus if not members or n in members)
+        shapes = tuple(x for x in base.node_shapes if not members or x[0] in members)
         return replace(base, partition=pname, max_time=max_time, node_gpus=node_gpus or base.node_gpus,
-                       live_nodes=live)
+                       node_shapes=shapes or base.node_shapes, live_nodes=live)
     node_gpus = tuple((n.name, n.total_gpus) for n in nodes)
     cpg, mpg = per_gpu_from_records(nodes)
     gtypes = Counter(_gres_type(n.gres) for n in nodes if _gres_type(n.gres))
@@ -130,6 +134,7 @@ def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | Non
         gpu_type=gtypes.most_common(1)[0][0] if gtypes else None,
         gpu_memory_mb=0,
         node_gpus=node_gpus,
+        node_shapes=tuple(node_shape(n) for n in nodes),
         max_time=max_time,
         topo_records=tuple(results[2]),
         live_nodes=live,
@@ -185,6 +190,12 @@ def per_gpu_from_records(nodes) -> tuple[int, int]:  # type: ignore[no-untyped-d
         if mem > 0:
             mpg.append(mem // n.total_gpus)
     return (min(cpg) if cpg else 0, min(mpg) if mpg else 0)
+
+
+def node_shape(n) -> tuple[str, int, int]:  # type: ignore[no-untyped-def]
+    """(name, usable CPUs, usable memory MB) of a ``scontrol show node`` record: what a job can get there
+    (slurm.conf(5) 22.05: CoreSpecCount cores and MemSpecLimit memory are reserved for system use)."""
+    return (n.name, max(0, n.cpus - n.spec_cores * max(1, n.threads_per_core)), max(0, n.real_memory - n.mem_spec_mb))
 
 
 def _gres_type(gres: str) -> str | None:

@@ -92,10 +92,50 @@ def plan_resources(spec: JobSpec, facts: ClusterFacts, gpus: int) -> Resources:
     if (cpg and not spec.cpus_per_gpu) or (mpg and not spec.mem_per_gpu_mb):
         srcs.append(facts.resources_source or "site")
     if not gpus:
+        # a per-GPU share of nothing: refused rather than dropped (or guessed into --cpus-per-task: whether N CPUs
+        # per GPU meant per task, per node or nothing at all is the user's to say, and gpusub has no such flag)
+        given = [f for f, v in (("--cpus-per-gpu", spec.cpus_per_gpu), ("--mem-per-gpu", spec.mem_per_gpu_mb)) if v]
+        if given:
+            why = "--gpus-per-node 0" if spec.gpus_per_node == 0 else "the partition's GPUs per node (0)"
+            raise UsageError(f"{given[0]}: needs GPUs, but the job asks for none ({why}); a CPU-only job gets "
+                             "Slurm's default CPUs and memory")
         return Resources(tasks, 0, 0, 0, 0, "no GPUs")
     # torchrun/megatron: one task per node runs every rank, so it gets every GPU's share
     per_task_gpus = 1 if spec.launcher == "srun" else gpus
     return Resources(tasks, cpg * per_task_gpus, mpg * gpus, cpg, mpg, ", ".join(dict.fromkeys(srcs)) or "unknown")
+
+
+def shape_errors(job: RenderedJob) -> list[str]:
+    """``--cpus-per-gpu`` / ``--mem-per-gpu`` that fewer nodes can give than the job asks for (per node: the value
+    x the GPUs asked): Slurm would accept the job and leave it pending forever. Judged on the partition's node
+    shapes (usable CPUs and memory after the reserve: the inventory, else the node records); nothing when unknown."""
+    res, f, spec, gpus = job.resources, job.facts, job.spec, job.gpus_per_node
+    if res is None or not gpus or not f.node_shapes:
+        return []
+    node_gpus = dict(f.node_gpus)
+    cand = [(n, c, m) for n, c, m in f.node_shapes if node_gpus.get(n, gpus) >= gpus]
+    asks = []
+    if spec.cpus_per_gpu:
+        asks.append(("--cpus-per-gpu", str(spec.cpus_per_gpu), res.cpus_per_task * res.tasks_per_node, 1, "CPUs"))
+    if spec.mem_per_gpu_mb:
+        asks.append(("--mem-per-gpu", f"{spec.mem_per_gpu_mb}M", res.mem_per_node_mb, 2, "MB"))
+    out = []
+    for flag, value, need, i, unit in asks:
+        have: dict[str, int] = {n: (c if i == 1 else m) for n, c, m in cand}
+        known = [n for n in have if have[n]]
+        fit = sum(1 for n in known if have[n] >= need) + len(cand) - len(known)  # unknown shapes: assumed to fit
+        if not known or fit >= spec.nodes:
+            continue
+        shape = {n: (c, m) for n, c, m in cand}
+        name = max(known, key=lambda n: (have[n], shape[n]))
+        big = (name, *shape[name])
+        where = f"partition {f.partition}" if f.partition else "the default partition"
+        how = (f"more than any node of {where} has" if not fit
+               else f"only {fit} node(s) of {where} have that, the job asks for {spec.nodes}")
+        out.append(f"{flag} {value}: {gpus} GPU(s) x {value.rstrip('M')} = {need} {unit} per node, {how} (largest: "
+                   f"{big[0]}, {big[1]} CPUs and {big[2]} MB usable, {node_gpus.get(big[0], '?')} GPUs): the job "
+                   "could never start")
+    return out
 
 
 def resolve_gpus(spec: JobSpec, facts: ClusterFacts) -> int:
@@ -158,8 +198,8 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
             raise UsageError(f"--time {spec.time} exceeds the partition {facts.partition}'s MaxTime {facts.max_time}")
     topo = plan_topology(spec, facts, gpus)
     tf = features_for(facts.torch_version)
-    envp = plan_env(spec, facts, run_dir, tf)
     res = plan_resources(spec, facts, gpus)
+    envp = plan_env(spec, facts, run_dir, tf, cpus_per_rank=res.cpus_per_gpu, ranks_per_node=gpus)
     python = spec.python or "python3"
     findings: list[megatron.Finding] = []
     memory = None

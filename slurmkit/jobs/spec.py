@@ -105,6 +105,34 @@ def parse_time_seconds(value: str) -> int | None:
     return nums[0] * 3600 + nums[1] * 60 + nums[2]  # H:M:S
 
 
+def earliest_signal_s(time: str, grace: int) -> int | None:
+    """Seconds after the start at which Slurm may send ``--signal=...@grace`` at the earliest; None: no limit.
+
+    Slurm's rule, the same in 22.05 and 24.11 (sbatch(1) of slurm-22-05-8-1 and slurm-24-11-5-1):
+      * --time: "Time resolution is one minute and second values are rounded up to the next minute", so the
+        limit the job gets is ``parse_time_minutes`` x 60 s, not the seconds typed;
+      * --signal: "When a job is within sig_time seconds of its end time, send it the signal sig_num. Due to the
+        resolution of event handling by Slurm, the signal may be sent up to 60 seconds earlier than specified."
+    """
+    minutes = parse_time_minutes(time)
+    if minutes is None:
+        return None
+    return minutes * 60 - grace - 60
+
+
+def _check_grace(time: str, grace: int) -> None:
+    """The checkpoint signal must be able to come after the start: else it comes at (or before) each start and
+    every restart is burnt on a checkpoint of nothing."""
+    earliest = earliest_signal_s(time, grace)
+    if earliest is not None and earliest <= 0:
+        minutes = parse_time_minutes(time)
+        least = (grace + 60) // 60 + 1  # whole minutes whose end - grace - 60 s is after the start
+        raise UsageError(
+            f"--time {time} (Slurm rounds it to {minutes} min) cannot hold --signal-grace {grace}: Slurm may send the "
+            f"signal up to 60 s early (sbatch(1) --signal), so it could come at the start; give --time {least} "
+            "(minutes) or more, or a smaller --signal-grace (0: no signal)")
+
+
 _MEM = re.compile(r"^(\d+)([KMGT]?)$", re.IGNORECASE)
 
 
@@ -173,14 +201,8 @@ class JobSpec:
         for n, _ in self.env:
             if not _ENV_NAME.match(n):
                 raise UsageError(f"--env: bad variable name {n!r}")
-        if self.time is not None:
-            secs = parse_time_seconds(self.time)
-            # the batch shell gets SIGUSR2 --signal-grace seconds before the end (sbatch --signal); a wall time that
-            # cannot hold the grace signals the job seconds after every start and burns every restart
-            if secs is not None and self.signal_grace and secs <= self.signal_grace:
-                raise UsageError(f"--time {self.time} ({secs}s) cannot hold --signal-grace {self.signal_grace}: the "
-                                 "checkpoint signal would come at or before the start; give a longer --time or a "
-                                 "smaller --signal-grace (0: no signal)")
+        if self.time is not None and self.signal_grace:
+            _check_grace(self.time, self.signal_grace)
         if self.container_mounts and not self.container_image:
             raise UsageError("--container-mounts: needs --container-image (without an image nothing is mounted)")
         if self.python is not None and not self.python.strip():
@@ -234,6 +256,9 @@ class ClusterFacts:
     # partition's GPU node groups, so the request fits every node the job may get.
     cpus_per_gpu: int = 0
     mem_per_gpu_mb: int = 0
+    # (node, usable CPUs, usable memory MB) for every node in the partition: CPUs and memory after the reserve
+    # (CoreSpecCount / MemSpecLimit); 0 = unknown. From the inventory, else the node records.
+    node_shapes: tuple[tuple[str, int, int], ...] = ()
     resources_source: str = ""  # where cpus/mem per GPU came from ("inventory", "node records")
     torch_version: str | None = None  # torch of the job's interpreter (None: unknown / not probed)
     socket_ifname: str | None = None

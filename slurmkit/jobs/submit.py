@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from slurmkit.errors import SlurmkitError, UsageError
 from slurmkit.jobs import facts as factsmod
-from slurmkit.jobs.render import RenderedJob, render
+from slurmkit.jobs.render import RenderedJob, render, shape_errors
 from slurmkit.jobs.rundir import default_run_root, new_run_dir, record_job_id, write_run_dir
 from slurmkit.jobs.spec import ClusterFacts, JobSpec
 
@@ -106,6 +106,7 @@ def prepare(
         if fit < spec.nodes:
             errors.append(f"partition {f.partition} has {fit} node(s) with >= {job.gpus_per_node} GPUs, "
                           f"the job asks for {spec.nodes}")
+    errors += shape_errors(job)
     if errors and not force:
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         raise PreflightError(f"preflight: {errors[0]}{more}")

@@ -445,3 +445,43 @@ def test_job_runs_under_the_interpreter_gpusub_ran_under(lab: Lab, env: dict[str
     st = follow(job_id, backend, log, environ=bare, cap=1.0)
     assert st.state == "COMPLETED", log.getvalue()[-3000:]
     assert len(list(out.glob("rank*.json"))) == 2
+
+
+# --- Slurm's own requeue of a pinned job: the pin must not outlive the nodes it named --------------------------------
+
+@pytest.mark.parametrize("how", ["requeue", "node-down"])
+def test_slurm_requeue_of_a_pinned_job_is_placed_afresh(env: dict[str, str], backend: CLIBackend, tmp_path: Path,
+                                                        how: str) -> None:
+    """A pinned job requeued by Slurm itself, not by its batch script: `scontrol requeue` (the code path preemption
+    with PreemptMode=REQUEUE takes: job_mgr.c _job_requeue_op) or a node going DOWN (kill_running_job_by_node_name).
+    One of its nodes is drained first: with the submit-time --nodelist kept, the next attempt waited for it forever
+    (ReqNodeNotAvail); the batch shell clears the pin when Slurm has made the job pending again."""
+    gate = tmp_path / "gate"
+    spec = JobSpec(script=str(_hold_script(tmp_path)), nodes=2, gpus_per_node=2, launcher="srun", time="5:00",
+                   run_dir=str(tmp_path / "run"), env=(("GATE", str(gate)),))
+    job_id, run_dir = submit_job(spec, backend, environ=env)
+    lost = ""
+    try:
+        assert "#SBATCH --nodelist=" in (Path(run_dir) / "script.sh").read_text()
+        _wait_for(lambda: backend.job(job_id).state == "RUNNING", 90, "the first attempt")
+        _wait_for(lambda: (Path(run_dir) / "logs" / f"{job_id}.r0.log").exists(), 60, "the first attempt's log")
+        first = backend.job(job_id)
+        lost = sorted(first.nodes)[-1]
+        backend.drain(lost, "gpusub-test: lost while the job ran")
+        if how == "requeue":
+            backend.requeue(job_id)
+        else:  # drained first, so ReturnToService=2 cannot bring it back when its slurmd answers
+            subprocess.run(["scontrol", "update", f"NodeName={lost}", "State=DOWN", "Reason=gpusub-test"], env=env,
+                           check=True, capture_output=True, timeout=30)
+        _wait_for(lambda: backend.job(job_id).restarts >= 1, 60, "Slurm's requeue")
+        _wait_for(lambda: backend.job(job_id).state == "RUNNING", 180, "the next attempt on other nodes")
+        again = backend.job(job_id)
+        assert lost not in again.nodes, (lost, again.nodes)
+        assert again.raw.get("ReqNodeList") in (None, "", "(null)"), again.raw.get("ReqNodeList")
+        assert "cleared the node pin" in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text()
+    finally:
+        gate.touch()
+        if not backend.job(job_id).finished:
+            backend.cancel(job_id)
+        if lost:
+            backend.resume(lost)

@@ -343,7 +343,7 @@ def test_dry_run_refuses_what_a_submit_refuses(env: dict[str, str], script: Path
     assert forced.exit_code == 0 and "# warning: forced past" in forced.output
 
 
-@pytest.mark.parametrize("time,grace,ok", [("3", 120, True), ("2", 120, False), ("2:00", 120, False), ("1:00", 120, False),
+@pytest.mark.parametrize("time,grace,ok", [("4", 120, True), ("3", 120, False), ("2", 120, False), ("2:00", 120, False), ("1:00", 120, False),
                                             ("0:30", 0, True), ("1-0", 65535, True),
                                             ("0", 120, True), ("-1", 120, True)])  # 0 / -1: no limit (sbatch(1))
 def test_wall_time_must_hold_the_grace(time: str, grace: int, ok: bool) -> None:

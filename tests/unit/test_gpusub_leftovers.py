@@ -1,0 +1,213 @@
+"""gpusub leftovers of issue 10: OpenMP threads per rank, per-GPU CPUs/memory no node can give, the real --time vs
+--signal-grace rule, per-GPU flags without GPUs, and a Slurm-initiated requeue of a pinned job."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmkit.backend.parse import node_from_scontrol, parse_scontrol_records
+from slurmkit.cli import gpusub
+from slurmkit.errors import UsageError
+from slurmkit.jobs.facts import from_cluster, node_shape
+from slurmkit.jobs.render import explain, render
+from slurmkit.jobs.spec import JobSpec, earliest_signal_s
+from slurmkit.jobs.submit import PreflightError, prepare
+from slurmkit.model.load import load_cluster
+from tests.unit.test_gpusub_cli import FakeBackend
+from tests.unit.test_jobs_render import facts, live
+from tests.unit.test_jobs_runtime import LAB_INV, env, script  # noqa: F401 - fixtures
+
+STUB_SRUN = """#!/bin/bash
+while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift; done
+exec "$@"
+"""
+STUB_SCONTROL = """#!/bin/bash
+echo "scontrol $*" >> "$SCONTROL_LOG"
+case "$*" in
+  *"show node"*) echo "NodeName=node1 NodeAddr=127.0.0.1" ;;
+  *"update"*) [ -n "${PENDING:-}" ] || { echo "Job is no longer pending execution" >&2; exit 1; } ;;
+esac
+exit 0
+"""
+
+
+def _run_batch(tmp_path: Path, job, extra_env: dict[str, str] | None = None,  # type: ignore[no-untyped-def]
+               ready: Path | None = None, send: int | None = None) -> subprocess.Popen:
+    """Run a rendered batch script for real on this host, with stub srun (runs the task in place) and scontrol."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    for name, text in (("srun", STUB_SRUN), ("scontrol", STUB_SCONTROL)):
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    (tmp_path / "job.sh").write_text(job.request.script)
+    penv = {"PATH": f"{bin_}:{Path(sys.executable).parent}:/usr/bin:/bin", "SLURM_JOB_ID": "77",
+           "SLURM_JOB_NODELIST": "node1", "SLURMD_NODENAME": "node1", "SLURM_NODEID": "0",
+           "SCONTROL_LOG": str(tmp_path / "scontrol.log"), "HOME": str(tmp_path), **(extra_env or {})}
+    proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], env=penv, cwd=tmp_path)
+    if ready is not None:
+        end = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.05)
+        assert ready.exists(), "the task never started"
+    if send is not None:
+        proc.send_signal(send)
+    return proc
+
+
+# --- 1: OMP_NUM_THREADS = the CPUs each rank gets -----------------------------------------------------------------
+
+OMP_WORKER = """import json, os, sys
+rank = os.environ.get("LOCAL_RANK", "0")
+with open(os.path.join(sys.argv[1], f"omp{rank}.json"), "w") as f:
+    json.dump(os.environ.get("OMP_NUM_THREADS"), f)
+"""
+
+
+def test_torchrun_workers_get_the_cpus_per_gpu_as_omp_threads_not_one(tmp_path: Path) -> None:
+    """Real torchrun (the test venv's torch) under the rendered script: without gpusub's export, torchrun's
+    config_from_args sets OMP_NUM_THREADS=1 in both workers (nproc_per_node 2 > 1)."""
+    worker = tmp_path / "omp.py"
+    worker.write_text(OMP_WORKER)
+    out = tmp_path / "out"
+    out.mkdir()
+    job = render(JobSpec(script=str(worker), args=(str(out),), gpus_per_node=2, python=sys.executable,
+                         signal_grace=0), facts(cpus_per_gpu=6, mem_per_gpu_mb=1000), str(tmp_path / "run"))
+    assert job.request.script.count("export OMP_NUM_THREADS") == 1  # one export, in the per-task environment
+    proc = _run_batch(tmp_path, job)
+    assert proc.wait(timeout=300) == 0, (tmp_path / "run" / "logs" / "77.r0.log").read_text()[-3000:]
+    got = sorted(json.loads(p.read_text()) for p in out.glob("omp*.json"))
+    assert got == ["6", "6"], got
+
+
+def test_omp_threads_from_the_users_environment_or_env_flag_win(tmp_path: Path) -> None:
+    worker = tmp_path / "w.sh"
+    worker.write_text('#!/bin/bash\necho "$OMP_NUM_THREADS" > "$OUT"\n')
+    worker.chmod(0o755)
+    f = facts(cpus_per_gpu=6, mem_per_gpu_mb=1000)
+    job = render(JobSpec(script=str(worker), gpus_per_node=2, launcher="srun", signal_grace=0), f, str(tmp_path / "r"))
+    for given, want in ((None, "6"), ("3", "3")):
+        out = tmp_path / f"out-{given}"
+        extra = {"OUT": str(out), **({"OMP_NUM_THREADS": given} if given else {})}
+        assert _run_batch(tmp_path, job, extra).wait(timeout=60) == 0
+        assert out.read_text().strip() == want
+    flag = render(JobSpec(script="/t.py", gpus_per_node=2, env=(("OMP_NUM_THREADS", "2"),)), f, "/r")
+    assert "export OMP_NUM_THREADS=2" in flag.request.script and "OMP_NUM_THREADS:-" not in flag.request.script
+
+
+def test_explain_says_why_omp_threads_is_set_or_not() -> None:
+    job = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=4), facts(cpus_per_gpu=8), "/r")
+    line = next(x for x in explain(job) if x.strip().startswith("OMP_NUM_THREADS"))
+    assert "${OMP_NUM_THREADS:-8}" in line and "--cpus-per-task=32 shared by 4 rank(s)" in line
+    assert "torch/distributed/run.py" in line
+    unknown = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=4), facts(cpus_per_gpu=0, mem_per_gpu_mb=0), "/r")
+    line = next(x for x in explain(unknown) if x.strip().startswith("OMP_NUM_THREADS"))
+    assert "not set" in line and "--cpus-per-gpu" in line
+    assert "OMP_NUM_THREADS" not in unknown.request.script
+
+
+# --- 2: --cpus-per-gpu / --mem-per-gpu that no node can give -------------------------------------------------------
+
+@pytest.mark.parametrize("kw,flag", [({"cpus_per_gpu": 2}, "--cpus-per-gpu 2"),
+                                     ({"mem_per_gpu_mb": 5000}, "--mem-per-gpu 5000M")])
+def test_per_gpu_share_larger_than_any_node_is_refused(kw: dict[str, int], flag: str) -> None:
+    # lab inventory: 8 GPUs, 8 CPUs and 32000 - 1000 MB per node: 8 x 2 CPUs or 8 x 5000 MB fit nowhere
+    f = from_cluster(load_cluster(LAB_INV), None, "inventory:lab")
+    spec = JobSpec(script=str(LAB_INV), nodes=2, gpus_per_node=8, run_dir="/tmp/r", **kw)  # type: ignore[arg-type]
+    with pytest.raises(PreflightError) as e:
+        prepare(spec, facts=f)
+    msg = e.value.one_line()
+    assert flag in msg and "largest: node1, 8 CPUs and 31000 MB usable, 8 GPUs" in msg and "\n" not in msg
+    half = JobSpec(script=str(LAB_INV), nodes=2, gpus_per_node=4, run_dir="/tmp/r", **kw)  # type: ignore[arg-type]
+    if "cpus_per_gpu" in kw:
+        prepare(half, facts=f)  # 4 GPUs x 2 CPUs = 8: fits
+
+
+def test_shapes_from_node_records_and_a_partial_fit() -> None:
+    text = ("NodeName=g1 CPUTot=64 ThreadsPerCore=2 RealMemory=512000 CoreSpecCount=2 MemSpecLimit=16000 "
+            "Gres=gpu:h100:8 State=IDLE\n"
+            "NodeName=g2 CPUTot=32 ThreadsPerCore=1 RealMemory=256000 Gres=gpu:h100:8 State=IDLE\n")
+    nodes = [node_from_scontrol(r) for r in parse_scontrol_records(text)]
+    assert [node_shape(n) for n in nodes] == [("g1", 60, 496000), ("g2", 32, 256000)]
+    f = facts(node_gpus=(("g1", 8), ("g2", 8)), node_shapes=tuple(node_shape(n) for n in nodes), topo_model=None)
+    spec = JobSpec(script=str(LAB_INV), nodes=2, gpus_per_node=8, cpus_per_gpu=6, run_dir="/tmp/r")
+    with pytest.raises(PreflightError, match=r"--cpus-per-gpu 6: 8 GPU\(s\) x 6 = 48 CPUs per node, only 1 node"):
+        prepare(spec, facts=f)
+    prepare(JobSpec(script=str(LAB_INV), nodes=1, gpus_per_node=8, cpus_per_gpu=6, run_dir="/tmp/r"), facts=f)
+
+
+def test_dry_run_refuses_a_share_no_node_has_exit_2_nothing_submitted(env: dict[str, str], script: Path,  # noqa: F811
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeBackend()
+    monkeypatch.setattr(gpusub, "_backend", lambda: fake)
+    for extra in (["--dry-run"], []):
+        res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "-N", "2", "--gpus-per-node", "8",
+                                                     "--mem-per-gpu", "64G", *extra])
+        assert res.exit_code == 2, res.output
+        lines = res.output.strip().splitlines()
+        assert len(lines) == 1 and "--mem-per-gpu 65536M" in lines[0]
+    assert fake.submitted == []
+
+
+# --- 3: --time vs --signal-grace, as Slurm rounds and signals -----------------------------------------------------
+
+@pytest.mark.parametrize("time,grace,earliest", [
+    ("2:30", 120, 0),    # rounded up to 3 min; the signal may come 60 s early: at the start (accepted before)
+    ("3", 120, 0),       # accepted before: 180 s > 120
+    ("3:01", 120, 60),   # rounded up to 4 min
+    ("4", 120, 60),
+    ("10", 0, 540),
+    ("UNLIMITED", 120, None),
+])
+def test_earliest_signal_follows_slurms_rounding_and_its_60s_resolution(time: str, grace: int,
+                                                                         earliest: int | None) -> None:
+    assert earliest_signal_s(time, grace) == earliest
+    if earliest is not None and earliest <= 0 and grace:
+        with pytest.raises(UsageError, match="up to 60 s early"):
+            JobSpec(script="/t.py", time=time, signal_grace=grace)
+    else:
+        JobSpec(script="/t.py", time=time, signal_grace=grace)
+
+
+# --- 4: per-GPU flags without GPUs ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw,flag", [({"cpus_per_gpu": 4}, "--cpus-per-gpu"), ({"mem_per_gpu_mb": 4096}, "--mem-per-gpu")])
+def test_per_gpu_flags_without_gpus_are_refused_not_dropped(kw: dict[str, int], flag: str) -> None:
+    with pytest.raises(UsageError) as e:
+        render(JobSpec(script="/t.sh", gpus_per_node=0, launcher="srun", **kw), facts(), "/r")  # type: ignore[arg-type]
+    assert e.value.one_line().startswith(f"{flag}: ") and "--gpus-per-node 0" in e.value.one_line()
+    render(JobSpec(script="/t.sh", gpus_per_node=0, launcher="srun"), facts(), "/r")  # no flag: still fine
+
+
+# --- 5: a requeue by Slurm itself clears the pin ------------------------------------------------------------------
+
+HOLD = """#!/bin/bash
+touch "$READY"
+while :; do sleep 0.1; done
+"""
+
+
+@pytest.mark.parametrize("pending", [True, False])
+def test_sigterm_to_a_pinned_job_clears_the_pin_only_when_slurm_requeued_it(tmp_path: Path, pending: bool) -> None:
+    hold = tmp_path / "hold.sh"
+    hold.write_text(HOLD)
+    hold.chmod(0o755)
+    job = render(JobSpec(script=str(hold), nodes=2, gpus_per_node=1, launcher="srun"),
+                 facts(live_nodes=live(set())), str(tmp_path / "run"))
+    assert job.topology.pinned
+    extra = {"READY": str(tmp_path / "ready"), **({"PENDING": "1"} if pending else {})}
+    proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM  # still dies of the SIGTERM, as without the trap
+    assert "scontrol update JobId=77 ReqNodeList=" in (tmp_path / "scontrol.log").read_text()
+    log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
+    assert ("cleared the node pin" in log) == pending
+    free = render(JobSpec(script=str(hold), nodes=2, gpus_per_node=1, launcher="srun", array="0-1"),
+                  facts(live_nodes=live(set())), "/r").request.script
+    assert "_gpusub_unpin" not in free
