@@ -82,9 +82,94 @@ def load_inventory_facts(partition: str | None, path: str | None = None) -> Clus
     path = path or inventory_path()
     if not path:
         return None
+    hit, stamp = _cached_facts(path, partition)
+    if hit is not None:
+        return hit
     from slurmkit.model.cache import load_cluster_cached as load_cluster
 
-    return from_cluster(load_cluster(path), partition, f"inventory:{path}")
+    facts = from_cluster(load_cluster(path), partition, f"inventory:{path}")
+    if stamp is not None:
+        _cache_facts(path, partition, stamp, facts)
+    return facts
+
+
+# --- the facts cache: gpusub's hot path reads the same inventory on every call ------------------------------------
+# One file per user, {(inventory path, partition): (stamp, facts)}; the stamp is the inventory's stat (size, mtime,
+# ctime, inode: any write changes ctime) and that of the code that builds the facts, so an edited inventory or an
+# upgraded slurmkit is read again. A hit skips the inventory model (its ~40 dataclasses), the file's sha256 and the
+# topology's hostlist expansion. Only an optimisation: any problem falls back to reading the inventory.
+
+def _facts_cache_file() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "slurmkit", "gpusub-facts.pickle")
+
+
+def _facts_stamp(path: str) -> tuple[object, ...] | None:
+    from slurmkit import __version__
+    from slurmkit.jobs import spec
+
+    pkg = os.path.dirname(os.path.dirname(__file__))
+    try:
+        st = os.stat(path)
+        code = tuple(os.stat(f).st_mtime_ns for f in (__file__, str(spec.__file__), *(
+            os.path.join(pkg, *rel) for rel in (("model", "cluster.py"), ("model", "load.py"),
+                                                ("placement", "topology.py")))))
+    except (OSError, TypeError):
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, __version__, code)
+
+
+def _read_facts_cache() -> dict[Any, Any]:
+    import pickle
+
+    try:
+        with open(_facts_cache_file(), "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:  # only our own, unshared file
+                return {}
+            data = pickle.load(fh)  # noqa: S301 - written by this user, mode 0600 in a 0700 directory
+    except (OSError, EOFError, ValueError, AttributeError, ImportError, TypeError, IndexError, KeyError,
+            pickle.PickleError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _cached_facts(path: str, partition: str | None) -> tuple[ClusterFacts | None, tuple[object, ...] | None]:
+    stamp = _facts_stamp(path)
+    if stamp is None:
+        return None, None
+    entry = _read_facts_cache().get((os.path.abspath(path), partition))
+    if isinstance(entry, tuple) and len(entry) == 2 and entry[0] == stamp and isinstance(entry[1], ClusterFacts):
+        return entry[1], stamp
+    return None, stamp
+
+
+def _cache_facts(path: str, partition: str | None, stamp: tuple[object, ...], facts: ClusterFacts) -> None:
+    import pickle
+    from dataclasses import replace
+
+    topo = facts.topo_model
+    if topo is not None and (topo.switches or topo.blocks):
+        from slurmkit.placement.topology import PlacementTopology
+
+        try:
+            facts = replace(facts, topo_model=None, topo_placement=PlacementTopology.from_model(topo))
+        except UsageError:
+            return  # a topology the planner refuses: the uncached path reports it, every time
+    elif topo is not None:
+        facts = replace(facts, topo_model=None)
+    data = _read_facts_cache()
+    data[(os.path.abspath(path), partition)] = (stamp, facts)
+    target = _facts_cache_file()
+    try:
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        tmp = f"{target}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, target)
+    except (OSError, pickle.PickleError):
+        pass
 
 
 def live_partition(backend: Backend, partition: str | None) -> dict[str, str]:

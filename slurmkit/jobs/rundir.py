@@ -48,17 +48,39 @@ def new_run_dir(root: str, name: str, now: float | None = None) -> str:
 
 
 def git_state(path: str) -> dict[str, object]:
-    """SHA and dirty flag of the repository holding ``path``; ``{}`` when it is not in a git work tree."""
+    """SHA and dirty flag of the repository holding ``path``; ``{}`` when it is not in a git work tree.
+
+    One ``git status --porcelain=v2 --branch`` (the commit and the changes in one call), and none at all when no
+    ``.git`` is found above the script (git's own discovery, unless GIT_DIR/GIT_WORK_TREE point elsewhere)."""
+    where = os.path.realpath(path if os.path.isdir(path) else os.path.dirname(path) or ".")
+    top = _repo_top(where)
+    if top is None and not (os.environ.get("GIT_DIR") or os.environ.get("GIT_WORK_TREE")):
+        return {}
     # imported here: subprocess only when a run dir is really written (not for --dry-run)
     from slurmkit.backend.run import run
 
-    where = path if os.path.isdir(path) else os.path.dirname(path) or "."
-    head = run(["git", "-C", where, "rev-parse", "HEAD", "--show-toplevel"], timeout=10, check=False)
-    if head.rc != 0:
+    res = run(["git", "-C", where, "status", "--porcelain=v2", "--branch", "--untracked-files=no"], timeout=10,
+              check=False)
+    if res.rc != 0:
         return {}
-    sha, _, top = head.stdout.strip().partition("\n")
-    dirty = run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"], timeout=10, check=False)
-    return {"repo": top.strip(), "sha": sha.strip(), "dirty": bool(dirty.stdout.strip()) if dirty.rc == 0 else None}
+    lines = res.stdout.splitlines()
+    sha = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), "")
+    if not sha or sha == "(initial)":  # no commit yet: nothing to record
+        return {}
+    return {"repo": top or where, "sha": sha, "dirty": any(not line.startswith("#") for line in lines)}
+
+
+def _repo_top(where: str) -> str | None:
+    """The nearest directory at or above ``where`` holding ``.git`` (a directory, or a file in a worktree or
+    submodule), as git finds its work tree."""
+    d = where
+    while True:
+        if os.path.exists(os.path.join(d, ".git")):
+            return d
+        up = os.path.dirname(d)
+        if up == d:
+            return None
+        d = up
 
 
 def write_run_dir(job: RenderedJob, gpusub_argv: list[str], git: dict[str, object] | None = None) -> None:

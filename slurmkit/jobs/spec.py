@@ -14,6 +14,7 @@ from slurmkit.errors import UsageError
 if TYPE_CHECKING:
     from slurmkit.backend.parse import SwitchRecord
     from slurmkit.model.cluster import Topology
+    from slurmkit.placement.topology import PlacementTopology
 
 LAUNCHERS = ("torchrun", "srun", "megatron")
 TOPOLOGY_MODES = ("auto", "off", "strict")
@@ -249,6 +250,9 @@ class ClusterFacts:
     node_gpus: tuple[tuple[str, int], ...] = ()  # (node, GPUs) for every node in the partition
     max_time: str | None = None  # Slurm syntax, "UNLIMITED" or None (unknown)
     topo_model: Topology | None = None  # the inventory's topology
+    # the same topology already in the placement engine's form (the facts cache stores this instead of the model:
+    # a cache hit then imports neither the model nor re-expands its hostlists)
+    topo_placement: PlacementTopology | None = None
     topo_records: tuple[SwitchRecord, ...] = ()  # `scontrol show topology` (without an inventory)
     # live (name, state, flags, free GPUs, total GPUs) from one `scontrol show node`; () in a dry run
     live_nodes: tuple[tuple[str, str, frozenset[str], int, int], ...] = ()

@@ -45,7 +45,9 @@ class TopologyPlan:
 def _topology(facts: ClusterFacts):  # type: ignore[no-untyped-def]
     from slurmkit.placement import PlacementTopology
 
-    if facts.topo_model is not None and (facts.topo_model.switches or facts.topo_model.blocks):
+    if facts.topo_placement is not None:
+        topo = facts.topo_placement
+    elif facts.topo_model is not None and (facts.topo_model.switches or facts.topo_model.blocks):
         topo = PlacementTopology.from_model(facts.topo_model)
     elif facts.topo_records:
         topo = PlacementTopology.from_records(facts.topo_records)

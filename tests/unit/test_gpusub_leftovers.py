@@ -211,3 +211,72 @@ def test_sigterm_to_a_pinned_job_clears_the_pin_only_when_slurm_requeued_it(tmp_
     free = render(JobSpec(script=str(hold), nodes=2, gpus_per_node=1, launcher="srun", array="0-1"),
                   facts(live_nodes=live(set())), "/r").request.script
     assert "_gpusub_unpin" not in free
+
+
+# --- 6: the hot path: a cached ClusterFacts, one git call --------------------------------------------------------
+
+def test_facts_cache_hit_renders_the_same_job_without_the_inventory_model(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from slurmkit.jobs import facts as factsmod
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    inv = tmp_path / "slurmkit.yaml"
+    shutil.copy(LAB_INV, inv)
+    miss = factsmod.load_inventory_facts(None, str(inv))
+    assert miss is not None and miss.topo_model is not None
+
+    def boom(*a: object, **k: object) -> None:
+        raise AssertionError("the inventory was read again")
+
+    monkeypatch.setattr(factsmod, "from_cluster", boom)
+    hit = factsmod.load_inventory_facts(None, str(inv))
+    assert hit is not None and hit.topo_model is None and hit.topo_placement is not None
+    spec = JobSpec(script="/t.py", nodes=3, gpus_per_node=8)
+    for kw in ({}, {"live_nodes": live({"node1"})}):
+        from dataclasses import replace
+
+        a, b = render(spec, replace(miss, **kw), "/r"), render(spec, replace(hit, **kw), "/r")  # type: ignore[arg-type]
+        assert a.request.script == b.request.script and a.plan_line() == b.plan_line()
+    # an edited inventory is read again
+    inv.write_text(inv.read_text().replace("memory_mb: 32000", "memory_mb: 64000"))
+    with pytest.raises(AssertionError, match="read again"):
+        factsmod.load_inventory_facts(None, str(inv))
+
+
+def test_git_state_is_one_git_call_and_none_outside_a_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from slurmkit.backend import run as runmod
+    from slurmkit.jobs.rundir import git_state
+
+    if shutil.which("git") is None:
+        pytest.fail("git is needed (tests/run.sh installs it)")
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    train = repo / "src" / "train.py"
+    train.write_text("print(1)\n")
+    g = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+         "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for argv in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(repo), *argv], env=g, check=True)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    calls: list[list[str]] = []
+    real = runmod.run
+
+    def counted(argv, *a, **k):  # type: ignore[no-untyped-def]
+        calls.append(list(argv))
+        return real(argv, *a, **k)
+
+    monkeypatch.setattr(runmod, "run", counted)
+    assert git_state(str(train)) == {"repo": str(repo), "sha": head, "dirty": False}
+    train.write_text("print(2)\n")
+    assert git_state(str(train)) == {"repo": str(repo), "sha": head, "dirty": True}
+    assert len(calls) == 2  # one per state
+    outside = tmp_path / "plain" / "t.py"
+    outside.parent.mkdir()
+    outside.write_text("")
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    monkeypatch.delenv("GIT_WORK_TREE", raising=False)
+    assert git_state(str(outside)) == {} and len(calls) == 2  # no git process at all
