@@ -136,7 +136,9 @@ def statuses(job_ids: Sequence[str], backend: Backend, environ: Mapping[str, str
 
 
 def _live(jid: str, j: JobInfo, env: Mapping[str, str]) -> JobStatus:
-    rd = lookup_run_dir(jid, env) or _run_dir_from_stdout(j)
+    # slurmctld's own record first: the per-user index is keyed by job id alone, and ids repeat across clusters that
+    # share a home directory (or a re-created cluster), so an index entry may name another cluster's job
+    rd = _run_dir_from_stdout(j) or lookup_run_dir(jid, env)
     note = last_reason(rd, jid) if rd and j.finished else None
     return JobStatus(jid, j.state, "slurmctld", _fold(j.nodes), j.reason, j.exit_code, j.restarts, rd, note=note or "")
 
@@ -166,10 +168,7 @@ def _run_dir_from_stdout(j: JobInfo) -> str | None:
 
 def find_run_dir(job_id: str, backend: Backend | None, environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
-    rd = lookup_run_dir(job_id, env)
-    if rd:
-        return rd
-    if backend is not None:
+    if backend is not None:  # slurmctld's record first (see _live), the index for a job it forgot
         try:
             jobs = backend.jobs([job_id])
         except SlurmkitError:
@@ -178,6 +177,9 @@ def find_run_dir(job_id: str, backend: Backend | None, environ: Mapping[str, str
             rd = _run_dir_from_stdout(j)
             if rd:
                 return rd
+    rd = lookup_run_dir(job_id, env)
+    if rd:
+        return rd
     raise JobUnknown(f"job {job_id}: no run dir known (not submitted by gpusub from this account, or forgotten)")
 
 
@@ -218,7 +220,7 @@ def follow(
     retried ``max_poll_failures`` times before the error is raised.
     """
     env = os.environ if environ is None else environ
-    rd = run_dir or find_run_dir(job_id, backend, env)
+    rd = run_dir  # else from the first poll's record (find_run_dir's order, without a second scontrol call)
     offsets: dict[Path, int] = {}
     backoff = Backoff(cap=cap)
     failures = 0
@@ -236,6 +238,11 @@ def follow(
             continue
         info = found[0] if found else None
         seen = seen or info is not None
+        if rd is None:
+            rd = (_run_dir_from_stdout(info) if info is not None else None) or lookup_run_dir(job_id, env)
+            if rd is None:
+                raise JobUnknown(f"job {job_id}: no run dir known (not submitted by gpusub from this account, or "
+                                 "forgotten)")
         _drain(rd, _log_id(job_id, info), offsets, out)
         if info is None:
             if not seen:

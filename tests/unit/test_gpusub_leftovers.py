@@ -280,3 +280,27 @@ def test_git_state_is_one_git_call_and_none_outside_a_repo(tmp_path: Path, monke
     monkeypatch.delenv("GIT_DIR", raising=False)
     monkeypatch.delenv("GIT_WORK_TREE", raising=False)
     assert git_state(str(outside)) == {} and len(calls) == 2  # no git process at all
+
+
+# --- end to end on the lab: job ids repeat across clusters, the run-dir index must not win over slurmctld ---------
+
+def test_a_live_jobs_run_dir_comes_from_slurmctld_not_a_stale_index(env: dict[str, str], tmp_path: Path,  # noqa: F811
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace as dc_replace
+
+    from slurmkit.jobs.monitor import find_run_dir, statuses
+
+    fake = FakeBackend(states=("RUNNING",))
+    real_jobs = fake.jobs
+    ours = tmp_path / "ours"
+
+    def jobs(job_ids=None):  # type: ignore[no-untyped-def]
+        return [dc_replace(j, stdout=f"{ours}/logs/slurm-42.out") for j in real_jobs(job_ids)]
+
+    monkeypatch.setattr(fake, "jobs", jobs)
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    idx.mkdir(parents=True)
+    (idx / "42").write_text(str(tmp_path / "another-clusters-job-42"))  # same id, other cluster, same home
+    assert statuses(["42"], fake, env)[0].run_dir == str(ours)
+    assert find_run_dir("42", fake, env) == str(ours)
+    assert find_run_dir("42", None, env) == str(tmp_path / "another-clusters-job-42")  # forgotten: the index
