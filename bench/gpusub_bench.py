@@ -15,8 +15,10 @@ way a user waits for them:
 * a submitit submit of a 4x8 job (``AutoExecutor`` + ``submit``) in its own process
 
 Every command runs once as a warm-up, then ``--repeat`` rounds run each command once in turn (so a shared
-machine's changing load reaches all of them alike). Prints medians and ratios as a Markdown table, and the load
-average before and after. Submitted jobs are cancelled after each round.
+machine's changing load reaches all of them alike). Prints medians of the wall time and of the CPU time (user +
+system of the process and the children it waited for: sbatch, scontrol, git; a loaded machine stretches it far less
+than the wall time) and both ratios, and the load average before and after. ``--compare ROOT`` adds gpusub from
+another checkout (e.g. a worktree of main) to the same rounds. Submitted jobs are cancelled after each round.
 """
 
 from __future__ import annotations
@@ -44,16 +46,29 @@ print(ex.submit(train).job_id)
 
 
 def timed(argv: list[str], env: dict[str, str], repeat: int, cwd: str, check: bool = True) -> tuple[float, str]:
-    times = []
+    ms, _, out = timed_cpu(argv, env, repeat, cwd, check)
+    return ms, out
+
+
+def timed_cpu(argv: list[str], env: dict[str, str], repeat: int, cwd: str,
+              check: bool = True) -> tuple[float, float, str]:
+    """Median wall ms, median CPU ms (user + system of the process and every child it waited for: the work done,
+    which a loaded machine stretches far less than the wall time) and the last stdout."""
+    import resource
+
+    times, cpus = [], []
     out = ""
     for _ in range(repeat):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         res = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
         times.append(time.perf_counter() - t)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
         if check and res.returncode != 0:
             raise SystemExit(f"{' '.join(argv[:4])}... failed: {res.stderr.strip()[-400:]}")
         out = res.stdout
-    return statistics.median(times) * 1000, out
+    return statistics.median(times) * 1000, statistics.median(cpus) * 1000, out
 
 
 def ensure_venv(venv: Path) -> Path | None:
@@ -84,6 +99,8 @@ def main() -> None:
     ap.add_argument("--port-base", type=int, default=28817)
     ap.add_argument("--slurm-conf", default=None, help="use this running cluster instead of starting a lab")
     ap.add_argument("--venv", default="/tmp/gpusub-bench-venv")
+    ap.add_argument("--compare", default=None, metavar="ROOT",
+                    help="also time gpusub from this other checkout (e.g. a worktree of main), in the same rounds")
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))
@@ -115,6 +132,7 @@ def main() -> None:
                                                                                    "slurmkit.cli.gpusub"]
     load0 = f"{os.getloadavg()[0]:.2f}"
     rows: list[tuple[str, float]] = []
+    cpu_rows: dict[str, float] = {}
     try:
         r = args.repeat
         _, script = timed([*gpusub, "train.py", "-N", "4", "--dry-run"], env, 1, work)
@@ -127,6 +145,15 @@ def main() -> None:
             ("gpusub submit (4x8)", [*gpusub, "train.py", "-N", "4", "--time", "5"]),
             ("sbatch --parsable (same script)", ["sbatch", "--parsable", "job.sh"]),
         ]
+        if args.compare:
+            other = str(Path(args.compare).resolve())
+            subprocess.run([sys.executable, "-m", "compileall", "-q", f"{other}/slurmkit"], check=True,
+                           env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+            # what its console script would run (no runpy), with that checkout first on sys.path
+            entry = [sys.executable, "-c", f"import sys; sys.path.insert(0, {other!r}); sys.argv[0] = 'gpusub'; "
+                     "from slurmkit.cli.gpusub import main; main()"]
+            cmds += [("gpusub --dry-run (4x8) [compare]", [*entry, "train.py", "-N", "4", "--dry-run"]),
+                     ("gpusub submit (4x8) [compare]", [*entry, "train.py", "-N", "4", "--time", "5"])]
         py = ensure_venv(Path(args.venv))
         if py is not None:
             torchx = str(Path(py).parent / "torchx")
@@ -141,11 +168,15 @@ def main() -> None:
         for _, argv in cmds:
             timed(argv, env, 1, work)
         times: dict[str, list[float]] = {name: [] for name, _ in cmds}
+        cpu: dict[str, list[float]] = {name: [] for name, _ in cmds}
         for _ in range(r):
             for name, argv in cmds:
-                times[name].append(timed(argv, env, 1, work)[0])
+                wall_ms, cpu_ms, _ = timed_cpu(argv, env, 1, work)
+                times[name].append(wall_ms)
+                cpu[name].append(cpu_ms)
             subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], env=env, capture_output=True)
         rows = [(name, statistics.median(times[name])) for name, _ in cmds]
+        cpu_rows = {name: statistics.median(cpu[name]) for name, _ in cmds}
     finally:
         subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], env=env, capture_output=True)
         if lab is not None:
@@ -153,19 +184,20 @@ def main() -> None:
     by = dict(rows)
     print(f"\n{len(rows)} commands, median of {args.repeat} rounds each, on the lab ({conf}); load average "
           f"{load0} before, {os.getloadavg()[0]:.2f} after\n")
-    print("| command | median ms |")
-    print("|---|---:|")
+    print("| command | median wall ms | median CPU ms |")
+    print("|---|---:|---:|")
     for name, ms in rows:
-        print(f"| {name} | {ms:.1f} |")
+        print(f"| {name} | {ms:.1f} | {cpu_rows.get(name, 0.0):.1f} |")
     print()
-    tx = by.get("torchx run --dryrun dist.ddp -j 4x8")
-    si = by.get("submitit submit (4x8)")
-    if tx:
-        ratio = by["gpusub --dry-run (4x8)"] / tx
-        print(f"gpusub --dry-run / torchx --dryrun = {ratio:.2f}x (target <= 0.5x)")
-    if si:
-        ratio = by["gpusub submit (4x8)"] / si
-        print(f"gpusub submit / submitit submit = {ratio:.2f}x (target <= 1.0x)")
+    for label, table in (("wall", by), ("CPU", cpu_rows)):
+        tx = table.get("torchx run --dryrun dist.ddp -j 4x8")
+        si = table.get("submitit submit (4x8)")
+        for suffix in ("", " [compare]"):
+            dry, sub = table.get(f"gpusub --dry-run (4x8){suffix}"), table.get(f"gpusub submit (4x8){suffix}")
+            if tx and dry:
+                print(f"{label}: gpusub{suffix} --dry-run / torchx --dryrun = {dry / tx:.2f}x (target <= 0.5x)")
+            if si and sub:
+                print(f"{label}: gpusub{suffix} submit / submitit submit = {sub / si:.2f}x (target <= 1.0x)")
     print(f"gpusub submit / bare sbatch = {by['gpusub submit (4x8)'] / by['sbatch --parsable (same script)']:.1f}x")
 
 
