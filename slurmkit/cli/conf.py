@@ -47,11 +47,17 @@ def _report(rep: object, quiet: bool = False) -> None:
         click.echo(f"real parse: {rep.real}", err=True)  # type: ignore[attr-defined]
 
 
-def _validated(files: dict[str, str], ver: str, real: bool) -> object:
+def _validated(files: dict[str, str], ver: str, real: bool, cluster: object = None) -> object:
     from slurmkit.errors import ConfigValidationError
     from slurmkit.generate.validate import validate
 
     rep = validate({k: v for k, v in files.items() if k != "slurmkit.yaml"}, ver, real=real)
+    if cluster is not None:
+        from slurmkit.generate.tenantcheck import cross_check
+
+        errs, warns = cross_check(cluster, files["slurm.conf"])  # type: ignore[arg-type]
+        rep.errors.extend(errs)
+        rep.warnings.extend(warns)
     _report(rep)
     if not rep.ok:
         # every finding is listed above, once; the closing line only counts them
@@ -84,8 +90,8 @@ def generate(inventory: str, out: str | None, conf_dir: str | None, version: str
     if not out and not dry_run:
         raise click.UsageError("give -o DIR (or --dry-run)")
     where = conf_dir or (str(Path(out).resolve()) if out else "/etc/slurm")
-    _cluster, files, ver = _render(inventory, version, where, templates, overrides)
-    _validated(files, ver, real=not no_real_parse)
+    cluster, files, ver = _render(inventory, version, where, templates, overrides)
+    _validated(files, ver, real=not no_real_parse, cluster=cluster)
     if dry_run:
         for name, body in files.items():
             click.echo(f"==> {name} <==")
@@ -114,17 +120,28 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
     from slurmkit.generate.rollout import read_dir
     from slurmkit.generate.validate import validate as run_validate
 
+    cluster: object = None
     if Path(path).is_dir():
         _warn_pending(path)  # the findings below may only be the half-swapped set
         files = read_dir(path)
-        files.pop("slurmkit.yaml", None)
+        inv = files.pop("slurmkit.yaml", None)
         if "slurm.conf" not in files:
             raise click.UsageError(f"{path} has no slurm.conf")
         ver = version or header_version(files["slurm.conf"])
+        if inv is not None:
+            from slurmkit.model.load import load_cluster_text
+
+            cluster = load_cluster_text(inv, str(Path(path) / "slurmkit.yaml"))
     else:
-        _c, files, ver = _render(path, version, "/etc/slurm", templates, overrides)
+        cluster, files, ver = _render(path, version, "/etc/slurm", templates, overrides)
         files.pop("slurmkit.yaml", None)
     rep = run_validate(files, ver, real=not no_real_parse)
+    if cluster is not None:
+        from slurmkit.generate.tenantcheck import cross_check
+
+        errs, warns = cross_check(cluster, files["slurm.conf"])  # type: ignore[arg-type]
+        rep.errors.extend(errs)  # type: ignore[attr-defined]
+        rep.warnings.extend(warns)  # type: ignore[attr-defined]
     _report(rep)
     if rep.ok:
         click.echo(f"ok: {len(files)} files consistent" + (f" (Slurm {ver})" if ver else ""))
@@ -214,11 +231,11 @@ def apply(inventory: str, to: str, reconfigure: bool, allow_disruptive: bool, ve
         raise WriteError(Path(to), exc) from exc
     if done:
         click.echo(f"{to}: {done}")
-    _c, files, ver, changes, stale = _diff(inventory, to, version, templates, overrides)
+    cluster, files, ver, changes, stale = _diff(inventory, to, version, templates, overrides)
     _print_plan(changes, ver)
     if not changes:
         return 0
-    _validated(files, ver, real=not no_real_parse)
+    _validated(files, ver, real=not no_real_parse, cluster=cluster)
     level = worst(changes)
     if level not in (RECONFIGURE, PUSH) and not allow_disruptive:
         click.echo(f"refusing to write: the plan needs '{level}' steps; follow them and rerun with --allow-disruptive",

@@ -148,7 +148,7 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
                 for line in job.memory.lines():
                     click.echo(f"# {line}")
             if explain:
-                for line in explain_lines(job):
+                for line in (*prepared.tenant, *explain_lines(job)):
                     click.echo(f"# {line}")
             return
         for w in prepared.warnings:
@@ -157,7 +157,7 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
             for line in job.memory.lines():
                 click.echo(line)
         if explain:
-            click.echo("\n".join(explain_lines(job)))
+            click.echo("\n".join((*prepared.tenant, *explain_lines(job))))
         assert backend is not None  # a real submit always built one above
         result = submit_prepared(prepared, backend, ["gpusub", *sys.argv[1:]])
         click.echo(f"submitted job {result.job_id}")

@@ -25,6 +25,8 @@ from slurmkit import __version__  # noqa: E402
 
 # name -> "module:attribute"; each module owns its commands (small commands calling the library)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "accounts": ("slurmkit.cli.accounts:accounts",
+                 "Accounts, users, QOS and GPU quotas from the inventory's tenants (plan/apply/drift)."),
     "lab": ("slurmkit.cli.lab:lab", "Run a real multi-node Slurm on this machine (up/status/env/down)."),
     "conf": ("slurmkit.cli.conf:conf", "Generate, validate, diff, apply Slurm config from an inventory."),
     "discover": ("slurmkit.cli.conf:discover", "Print an inventory fragment for this node (CPUs, GPUs, HCAs)."),

@@ -61,6 +61,7 @@ def check_overrides(cluster: Cluster, ov: Overrides, version: str) -> None:
 LIST_KEYS = frozenset({
     "SchedulerParameters", "SlurmctldParameters", "SlurmdParameters", "PrologFlags", "LaunchParameters",
     "CommunicationParameters", "DebugFlags", "PriorityFlags", "AccountingStorageTRES", "JobSubmitPlugins",
+    "AccountingStorageEnforce",
 })
 
 REPEATABLE_KEYS = REPEATABLE_SLURM_KEYS  # several lines each, order kept (model/cluster.py)
@@ -345,14 +346,18 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         s.append(("TopologyPlugin", "topology/tree"))
     elif topo == "block":
         s.append(("TopologyPlugin", "topology/block"))
-    if cluster.policy.fairshare or cluster.policy.preemption != "none":
-        s.append(("PriorityType", "priority/multifactor"))
-        if cluster.policy.fairshare:
-            s += [("PriorityWeightFairshare", "10000"), ("PriorityWeightAge", "1000"), ("PriorityDecayHalfLife", "7-0")]
-    if cluster.policy.preemption == "qos":
-        s += [("PreemptType", "preempt/qos"), ("PreemptMode", "REQUEUE")]
-    elif cluster.policy.preemption == "partition":
-        s += [("PreemptType", "preempt/partition_prio"), ("PreemptMode", "REQUEUE")]
+    if cluster.tenants is not None:
+        s += tenant_settings(cluster)
+    else:
+        if cluster.policy.fairshare or cluster.policy.preemption != "none":
+            s.append(("PriorityType", "priority/multifactor"))
+            if cluster.policy.fairshare:
+                s += [("PriorityWeightFairshare", "10000"), ("PriorityWeightAge", "1000"),
+                      ("PriorityDecayHalfLife", "7-0")]
+        if cluster.policy.preemption == "qos":
+            s += [("PreemptType", "preempt/qos"), ("PreemptMode", "REQUEUE")]
+        elif cluster.policy.preemption == "partition":
+            s += [("PreemptType", "preempt/partition_prio"), ("PreemptMode", "REQUEUE")]
     if cluster.submit_policy is not None:
         # slurm.conf(5) JobSubmitPlugins (22.05 and 24.11): "lua" runs job_submit.lua from the directory of
         # slurm.conf (job_submit_lua.c: get_extra_conf_path("job_submit.lua")); a comma list, merged item by item
@@ -407,6 +412,37 @@ def power_settings(cluster: Cluster, conf_dir: str) -> list[tuple[str, str]]:
     always_on = [g for g in cluster.node_groups if g.power is None]
     if always_on:
         s.append(("SuspendExcNodes", _hosts_of(always_on)))
+    return s
+
+
+# Priority weights with tenants (slurm.conf(5) PriorityWeight*, 22.05 and 24.11: each factor is 0.0-1.0 times its
+# weight, summed). QOS dominates (a tenant's tier: a 'high' job outranks any 'normal' one whatever its fair-share),
+# fair-share orders the tenants inside a tier, age (capped by PriorityMaxAge) keeps an old job from starving and
+# job size only breaks ties. Each weight is ten times the sum of those below it, so no lower factor can outweigh a
+# higher one's smallest step of 0.1.
+TENANT_WEIGHTS = (("PriorityWeightQOS", "100000"), ("PriorityWeightFairshare", "10000"), ("PriorityWeightAge", "1000"),
+                  ("PriorityWeightJobSize", "100"))
+# slurm.conf(5) AccountingStorageEnforce (22.05 and 24.11): associations (no job without an association), limits
+# (GrpTRES and the other association/QOS limits; implies associations), qos (a valid QOS is required), safe (start
+# a job only if its TRES-minutes limits let it finish). Without 'limits' a GPU quota is only a number in slurmdbd.
+TENANT_ENFORCE = "associations,limits,qos,safe"
+
+
+def tenant_settings(cluster: Cluster) -> list[tuple[str, str]]:
+    """What slurm.conf needs for the tenants' accounts, quotas, QOS priorities and preemption to be enforced."""
+    t = cluster.tenants
+    assert t is not None
+    s = [("AccountingStorageEnforce", TENANT_ENFORCE), ("PriorityType", "priority/multifactor"), *TENANT_WEIGHTS,
+         # slurm.conf(5) PriorityDecayHalfLife: "half of the original value cleared at age" (7-0 = a week of history),
+         # PriorityMaxAge: age at which the age factor reaches 1.0 (22.05 and 24.11)
+         ("PriorityDecayHalfLife", t.decay_half_life), ("PriorityMaxAge", "7-0")]
+    if t.preempts:
+        # slurm.conf(5) PreemptType=preempt/qos: "Job preemption rules are specified by Quality Of Service (QOS)"; with
+        # PreemptMode=REQUEUE the preempted batch job is requeued (and restarts later); PreemptExemptTime: "minimum run
+        # time for all jobs before they can be considered for preemption ... only honored for PreemptMode=REQUEUE and
+        # PreemptMode=CANCEL" (22.05 and 24.11)
+        s += [("PreemptType", "preempt/qos"), ("PreemptMode", "REQUEUE"),
+              ("PreemptExemptTime", t.preempt_exempt_time)]
     return s
 
 
@@ -500,6 +536,11 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
             kv.append(("PriorityTier", str(p.priority_tier)))
         if p.qos:
             kv.append(("QOS", p.qos))
+        allow = cluster.tenants.allow_qos(p.name) if cluster.tenants else ()
+        if allow:
+            # slurm.conf(5) AllowQos (22.05 and 24.11): "Comma-separated list of Qos which may execute jobs in the
+            # partition" (root's jobs are exempt)
+            kv.append(("AllowQos", ",".join(allow)))
         cpg, mpg = per_gpu_defaults(groups)
         extra_keys = {k.lower() for k, _ in p.extra}
         if cpg and "defcpupergpu" not in global_keys:

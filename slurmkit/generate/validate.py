@@ -507,7 +507,10 @@ NOISE = (
 # only say that a setting needs SlurmDBD (priority/multifactor: "PriorityWeightAge can only be used with
 # SlurmDBD, ignoring", 22.05-25.05 priority_multifactor.c init) and are expected, not findings. Without slurmdbd
 # on the site they are real findings: Slurm ignores the setting there too.
-NEEDS_DBD = re.compile(r"can only be used with SlurmDBD")
+# Likewise a partition's AllowQos/DenyQos: QOS are slurmdbd records, so the copy has none and logs "We have no QOS on
+# the system Ignoring invalid Allow/DenyQOS value(s)" (22.05 and 24.11 src/slurmctld/read_config.c); `conf validate` checks those
+# names against the inventory's tenants.qos instead (generate/tenantcheck.py).
+NEEDS_DBD = re.compile(r"can only be used with SlurmDBD|We have no QOS on the system")
 # Lines the copy itself causes: expected, not findings. With HA controllers the primary asks each backup to give
 # up control (22.05-25.05 controller.c _shutdown_bu_thread); in the copy no backup runs, and its address fails
 # at once (see BACKUP_NET).

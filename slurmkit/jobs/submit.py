@@ -35,6 +35,7 @@ class Prepared:
     warnings: tuple[str, ...] = ()
     start_estimate: str | None = None
     git: dict[str, object] | None = None  # the script's git state, found while the preflight ran
+    tenant: tuple[str, ...] = ()  # --explain: the account and QOS the job gets and why, the GPU limits on its path
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,11 @@ def prepare(
 
         git_thread = threading.Thread(target=lambda: git.update(git_state(spec.script)), daemon=True)
         git_thread.start()  # two git calls, side by side with the Slurm queries below
+    tenant_q = None
+    if backend is not None:  # accounts and GPU quotas (issue 13): two queries beside the others
+        from slurmkit.jobs.tenant import start as start_tenant
+
+        tenant_q = start_tenant(environ)
     spec, torch_version, interp_errors = _pin_interpreter(spec)
     f = facts if facts is not None else gather_facts(spec, backend, env)
     if torch_version and not f.torch_version:
@@ -107,6 +113,12 @@ def prepare(
             errors.append(f"partition {f.partition} has {fit} node(s) with >= {job.gpus_per_node} GPUs, "
                           f"the job asks for {spec.nodes}")
     errors += shape_errors(job)
+    tenant: tuple[str, ...] = ()
+    if tenant_q is not None:
+        tc = tenant_q.result(spec.account, spec.qos, spec.nodes * job.gpus_per_node)
+        errors += tc.errors
+        warnings += tc.warnings
+        tenant = tuple(tc.explain)
     if errors and not force:
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         raise PreflightError(f"preflight: {errors[0]}{more}")
@@ -122,7 +134,7 @@ def prepare(
     if git_thread is not None:
         git_thread.join()
     return Prepared(job=job, warnings=tuple(warnings), start_estimate=estimate,
-                    git=git if git_thread is not None else None)
+                    git=git if git_thread is not None else None, tenant=tenant)
 
 
 def _pin_interpreter(spec: JobSpec) -> tuple[JobSpec, str | None, list[str]]:

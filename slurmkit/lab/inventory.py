@@ -25,6 +25,7 @@ def lab_inventory(
     power_nodes: int = 0,
     power_command: str | None = None,
     suspend_time: int = 10,
+    tenants: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A small GPU cluster: ``node[1-N]``, 2 sockets x 4 cores, fake GPUs, leaves of ``nodes_per_leaf`` + a spine.
 
@@ -123,6 +124,7 @@ def lab_inventory(
             inv["partitions"][0]["groups"].append(burst["name"])
     if accounting:
         inv["accounting"] = {"host": "localhost"}
+        inv["tenants"] = tenants if tenants is not None else lab_tenants(nodes * gpus_per_node)
     if power_command and not hooks_command:
         inv["hooks"] = {"command": power_command}  # how slurmctld's power programs reach slurmkit
     if hooks_command:
@@ -134,3 +136,32 @@ def lab_inventory(
             "prolog_epilog_timeout": 30,
         }
     return inv
+
+
+# The lab's tenants map to Unix users every Debian host has (useradd would change the host for every lab beside
+# this one): jobs run as the submitting user, so a test submits as them with `runuser -u USER -- sbatch ...`.
+LAB_USERS = {"team-a": ["daemon", "bin"], "team-b": ["nobody"]}
+
+
+def lab_tenants(total_gpus: int) -> dict[str, Any]:
+    """Two teams under one organisation, each with half the lab's GPUs as its quota; QOS high preempts scavenger.
+    PreemptExemptTime 0 (a site would keep minutes) so that preemption is seen at once; the fair-share half-life
+    stays a site's week."""
+    half = max(1, total_gpus // 2)
+    return {
+        "preempt_exempt_time": "0",
+        "qos": [
+            {"name": "high", "priority": 1000, "preempt": ["scavenger"]},
+            {"name": "normal", "priority": 100},
+            {"name": "scavenger", "priority": 0, "usage_factor": 0.1, "preempt_mode": "requeue"},
+        ],
+        "accounts": [
+            {"name": "research", "children": [
+                {"name": "team-a", "fairshare": 60, "gpus": half, "qos": ["normal", "high"], "default_qos": "normal",
+                 "users": LAB_USERS["team-a"]},
+                {"name": "team-b", "fairshare": 40, "gpus": half, "qos": ["normal", "scavenger"],
+                 "default_qos": "normal", "users": LAB_USERS["team-b"]},
+            ]},
+        ],
+        "partitions": {"gpu": {"allow_qos": ["normal", "high", "scavenger"]}},
+    }

@@ -80,6 +80,9 @@ class LabSpec:
     suspend_time: int = 10
     # slurmd fetch their config from slurmctld (SlurmctldParameters=enable_configless, slurmd --conf-server)
     configless: bool = False
+    # with accounting: the inventory's tenants section (None: lab_tenants(), two teams over the lab's GPUs), applied
+    # with `slurmkit accounts apply` once the lab is up
+    tenants: dict | None = None
 
     @property
     def ctld_port(self) -> int:
@@ -276,6 +279,7 @@ class Lab:
             power_nodes=s.power,
             power_command=self._hooks_command() if s.power and not hooks_command else None,
             suspend_time=s.suspend_time,
+            tenants=s.tenants,
         )
         text = yaml.safe_dump(inv, sort_keys=False)
         cluster = load_cluster_text(text, source="lab inventory")
@@ -299,7 +303,10 @@ class Lab:
             ("SlurmdParameters", "config_overrides"),  # the host has fewer CPUs/less memory than the fake nodes
             # start jobs as soon as they are submitted (the default batch_sched_delay=3 makes every test wait);
             # merged item by item into what the generator set (nohold_on_prolog_fail with hooks)
-            ("SchedulerParameters", "batch_sched_delay=0,sched_min_interval=0"),
+            # with accounting also sched_interval (slurm.conf(5) SchedulerParameters, 22.05 and 24.11: how often the
+            # main scheduling loop tests all pending jobs, default 60 s): a job requeued by preemption waits for its
+            # BeginTime and then for that loop, a minute of nothing in every preemption test
+            ("SchedulerParameters", "batch_sched_delay=0,sched_min_interval=0" + (",sched_interval=5" if s.accounting else "")),
             ("JobCompType", "jobcomp/filetxt"),
             ("JobCompLoc", str(d / "log" / "jobcomp.txt")),
             ("SlurmctldTimeout", "30"),
@@ -338,6 +345,9 @@ class Lab:
                 ("AccountingStorageHost", "localhost"),
                 ("AccountingStoragePort", str(s.dbd_port)),
                 ("AccountingStoragePass", str(self.munge_socket)),  # slurmdbd connections ignore AuthInfo
+                # slurm.conf(5) PriorityCalcPeriod: "The period of time in minutes in which the half-life decay will be
+                # re-calculated" (default 5): running jobs' usage reaches fair-share once a minute, not every five
+                ("PriorityCalcPeriod", "1"),
             ]
         cgroup_over: list[tuple[str, str]] = []
         if s.cgroups:
@@ -447,10 +457,34 @@ class Lab:
             progress(f"starting {s.nodes} slurmd (one UTS+mount namespace each)")
             self._start_slurmds()
             self.wait_idle(progress, timeout=timeout - (time.monotonic() - t0))
+            if s.accounting:
+                progress("applying the inventory's tenants (slurmkit accounts apply)")
+                self.apply_tenants(timeout=max(10.0, timeout - (time.monotonic() - t0)))
         except BaseException:
             self.down()
             raise
         return time.monotonic() - t0
+
+    def apply_tenants(self, inventory: Path | None = None, timeout: float = 30.0) -> int:
+        """`slurmkit accounts apply` of the lab inventory's tenants (or ``inventory``'s); returns the steps run.
+        Waits first until slurmctld has registered the cluster with slurmdbd (associations are per cluster)."""
+        from slurmkit.accounts.plan import desired, diff, steps
+        from slurmkit.accounts.sacct import Target, apply_steps, read_state
+        from slurmkit.model import load_cluster
+
+        cluster = load_cluster(inventory or self.etc / "slurmkit.yaml")
+        if cluster.tenants is None:
+            return 0
+        t = Target(cluster.name, self.env, self.exe("sacctmgr"))
+
+        def registered() -> bool:
+            r = run([t.sacctmgr, "-P", "-n", "show", "cluster", "format=Cluster"], timeout=20, check=False, env=self.env)
+            return cluster.name in r.stdout.split()
+
+        _wait(registered, timeout, "slurmctld to register the cluster with slurmdbd", self.dir / "log" / "slurmdbd.log")
+        todo = steps(diff(read_state(t), desired(cluster.tenants), prune=True), t.cluster)
+        apply_steps(t, todo)
+        return len(todo)
 
     def _mount_release(self, progress: Progress) -> None:
         from slurmkit.lab import image, view

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmkit import hostlist
+from slurmkit.model.tenants import Tenants
 
 SUPPORTED_SLURM_VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
 
@@ -265,6 +266,7 @@ class Cluster:
     slurm_conf: tuple[tuple[str, str], ...] = ()  # extra/override slurm.conf Key=Value, in order
     cgroup_conf: tuple[tuple[str, str], ...] = ()
     source_sha256: str = ""  # sha256 of the inventory text this came from
+    tenants: Tenants | None = None  # accounts, users, QOS (slurmdbd records; `slurmkit accounts`)
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:

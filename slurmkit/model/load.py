@@ -645,7 +645,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     top = _mapping(
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
-         "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy"},
+         "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants"},
         {"cluster", "node_groups"},
     )
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
@@ -748,6 +748,15 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         )
     version = _version(ctx, top.get("slurm_version", "22.05"), "slurm_version")
     submit = _submit_policy(ctx, top["submit_policy"], parts, topo) if top.get("submit_policy") is not None else None
+    tenants = None
+    if top.get("tenants") is not None:
+        from slurmkit.model.load_tenants import load_tenants
+
+        tenants = load_tenants(ctx, top["tenants"], groups, parts, accounting is not None)
+        if tenants.preempts and policy.preemption == "partition":
+            # slurm.conf takes one PreemptType: preempt/partition_prio ignores the QOS preempt lists
+            raise ctx.err("policy.preemption", "tenants.qos preempt lists need preempt/qos; set preemption: qos "
+                                               "(or remove the preempt lists)")
     return Cluster(
         name=_cluster_name(ctx, top["cluster"]),
         slurm_version=version,
@@ -763,6 +772,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         slurm_conf=_kv_map(ctx, top.get("slurm_conf"), "slurm_conf", REPEATABLE_SLURM_KEYS_LOWER),
         cgroup_conf=_kv_map(ctx, top.get("cgroup_conf"), "cgroup_conf"),
         source_sha256=sha256,
+        tenants=tenants,
     )
 
 

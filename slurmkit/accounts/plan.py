@@ -1,0 +1,433 @@
+"""Pure logic of `slurmkit accounts`: tenants (model) -> desired records; live records (parsed sacctmgr output) ->
+the minimal change set -> sacctmgr steps. No subprocess, no printing.
+
+Records are ``{field: canonical text}``, one per QOS, account association, user association (user, account) and
+user (default account). Canonical: times in seconds, TRES as sorted ``k=v``, lists sorted, '' for "no limit", so a
+live value read back from ``sacctmgr -P show`` compares equal to what the inventory asks for.
+
+sacctmgr(1) (22.05 and 24.11, "SPECIFICATIONS FOR QOS/ACCOUNTS/USERS"): a limit of -1 clears it, a TRES inside
+GrpTRES/MaxTRESPerUser is cleared with ``name=-1``; ``Preempt=''`` clears the preempt list; ``Flags=-1`` clears
+the flags; adding a user to an account creates the association and, for a new user, makes it the default account.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from slurmkit.model.tenants import GpuQuota, Tenants
+
+Record = dict[str, str]
+
+QOS_FIELDS = ("Priority", "Preempt", "PreemptMode", "PreemptExemptTime", "MaxWall", "GrpTRES", "MaxTRESPerUser",
+              "MaxJobsPerUser", "UsageFactor", "Flags")
+# what a fresh `sacctmgr add qos NAME` holds (read back from the lab, 22.05 and 24.11)
+QOS_DEFAULTS: Record = {"Priority": "0", "Preempt": "", "PreemptMode": "cluster", "PreemptExemptTime": "",
+                        "MaxWall": "", "GrpTRES": "", "MaxTRESPerUser": "", "MaxJobsPerUser": "",
+                        "UsageFactor": "1.000000", "Flags": ""}
+ACCOUNT_FIELDS = ("Parent", "Fairshare", "GrpTRES", "GrpJobs", "QOS", "DefaultQOS")
+USER_FIELDS = ("Fairshare", "GrpTRES", "MaxJobs", "QOS", "DefaultQOS")
+TRES_FIELDS = frozenset({"GrpTRES", "MaxTRESPerUser"})
+TIME_FIELDS = frozenset({"PreemptExemptTime", "MaxWall"})
+# never deleted, never reported as extra: slurmdbd makes them for every cluster
+BUILTIN_QOS = frozenset({"normal"})
+BUILTIN_ACCOUNTS = frozenset({"root"})
+BUILTIN_USERS = frozenset({"root"})
+
+
+# --- canonical values --------------------------------------------------------------------------------------------
+
+def time_seconds(text: str) -> str:
+    """A Slurm time as sacctmgr prints or takes it -> seconds as text; '' for none (empty, -1, UNLIMITED, 0)."""
+    from slurmkit.jobs.spec import parse_time_seconds
+
+    t = (text or "").strip()
+    if not t or t in ("-1", "UNLIMITED", "INFINITE", "Partition_Limit"):
+        return ""
+    secs = parse_time_seconds(t)
+    return str(secs) if secs else ""
+
+
+def time_text(seconds: str) -> str:
+    """Seconds (canonical) -> D-HH:MM:SS for sacctmgr; '' -> -1 (clears the limit)."""
+    if not seconds:
+        return "-1"
+    s = int(seconds)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}"
+
+
+def tres_dict(text: str) -> dict[str, str]:
+    out = {}
+    for item in (text or "").split(","):
+        if "=" in item:
+            k, v = item.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def tres_text(d: dict[str, str]) -> str:
+    return ",".join(f"{k}={d[k]}" for k in sorted(d))
+
+
+def _list(text: str | Iterable[str]) -> str:
+    items = text.split(",") if isinstance(text, str) else list(text)
+    return ",".join(sorted({i.strip() for i in items if i.strip()}))
+
+
+def _flags(text: str | Iterable[str]) -> str:
+    items = text.split(",") if isinstance(text, str) else list(text)
+    return ",".join(sorted({i.strip() for i in items if i.strip()}, key=str.lower))
+
+
+def _int(text: str | int | None) -> str:
+    if text is None:
+        return ""
+    t = str(text).strip()
+    return "" if t in ("", "-1") else str(int(t))
+
+
+def _float(v: str | float) -> str:
+    return f"{float(v):.6f}"
+
+
+def canonical(fname: str, value: str) -> str:
+    if fname in TRES_FIELDS:
+        return tres_text(tres_dict(value))
+    if fname in TIME_FIELDS:
+        return time_seconds(value)
+    if fname in ("Preempt", "QOS"):
+        return _list(value)
+    if fname == "Flags":
+        return _flags(value)
+    if fname == "UsageFactor":
+        return _float(value or 1)
+    if fname == "PreemptMode":
+        return (value or "cluster").lower()
+    if fname in ("Priority",):
+        return _int(value) or "0"
+    if fname in ("MaxJobsPerUser", "GrpJobs", "MaxJobs"):
+        return _int(value)
+    if fname == "Fairshare":
+        return _int(value) or "1"
+    return (value or "").strip()
+
+
+def shown(fname: str, value: str) -> str:
+    """A canonical value as a person reads it."""
+    if not value:
+        return "(none)"
+    return time_text(value) if fname in TIME_FIELDS else value
+
+
+# --- the desired state -------------------------------------------------------------------------------------------
+
+@dataclass
+class State:
+    """Records keyed by name: ``qos[name]``, ``accounts[name]``, ``users[(user, account)]``, ``defaults[user]``
+    (the user's default account)."""
+
+    qos: dict[str, Record] = field(default_factory=dict)
+    accounts: dict[str, Record] = field(default_factory=dict)
+    users: dict[tuple[str, str], Record] = field(default_factory=dict)
+    defaults: dict[str, str] = field(default_factory=dict)
+
+
+def _gpu_tres(q: GpuQuota) -> str:
+    return tres_text(q.tres())
+
+
+def desired(t: Tenants) -> State:
+    s = State()
+    for q in t.qos:
+        s.qos[q.name] = {
+            "Priority": str(q.priority), "Preempt": _list(q.preempt), "PreemptMode": q.preempt_mode,
+            "PreemptExemptTime": time_seconds(q.preempt_exempt_time or ""), "MaxWall": time_seconds(q.max_wall or ""),
+            "GrpTRES": _gpu_tres(q.gpus), "MaxTRESPerUser": _gpu_tres(q.gpus_per_user),
+            "MaxJobsPerUser": _int(q.max_jobs_per_user), "UsageFactor": _float(q.usage_factor),
+            "Flags": _flags(q.flags),
+        }
+    for a in t.accounts:
+        rec = {"Parent": a.parent, "Fairshare": str(a.fairshare), "GrpTRES": _gpu_tres(a.gpus),
+               "GrpJobs": _int(a.max_jobs)}
+        if a.qos:  # QOS managed only where the inventory names them
+            rec["QOS"] = _list(a.qos)
+            rec["DefaultQOS"] = a.default_qos or ""
+        s.accounts[a.name] = rec
+    for u in t.users:
+        s.defaults[u.name] = u.default_account
+        for acc in u.accounts:
+            rec = {"Fairshare": "1", "GrpTRES": _gpu_tres(t.user_limits.gpus), "MaxJobs": _int(t.user_limits.max_jobs)}
+            qos, dq = t.account_qos(acc)
+            if qos:
+                rec["QOS"] = _list(qos)
+                rec["DefaultQOS"] = dq or ""
+            s.users[(u.name, acc)] = rec
+    return s
+
+
+# --- parsing the live state (sacctmgr -P -n show ...) ------------------------------------------------------------
+
+QOS_FORMAT = "Name,Priority,Preempt,PreemptMode,PreemptExemptTime,MaxWall,GrpTRES,MaxTRESPerUser,MaxJobsPerUser," \
+             "UsageFactor,Flags"
+ASSOC_FORMAT = "Account,User,Partition,ParentName,Share,GrpTRES,GrpJobs,MaxJobs,QOS,DefaultQOS"
+USER_FORMAT = "User,DefaultAccount"
+
+
+def parse_state(qos_out: str, assoc_out: str, user_out: str) -> State:
+    """The three ``sacctmgr -P -n show`` outputs (formats above, one cluster's associations) -> State. Rows of a
+    partition-specific association are not slurmkit's and are left out."""
+    s = State()
+    for line in qos_out.splitlines():
+        f = line.split("|")
+        if len(f) < 11 or not f[0]:
+            continue
+        s.qos[f[0]] = {k: canonical(k, v) for k, v in zip(QOS_FIELDS, f[1:11], strict=True)}
+    for line in assoc_out.splitlines():
+        f = line.split("|")
+        if len(f) < 10 or not f[0]:
+            continue
+        account, user, partition, parent, share, grp, grpjobs, maxjobs, qos, dqos = f[:10]
+        if partition:
+            continue
+        if not user:
+            s.accounts[account] = {"Parent": parent, "Fairshare": canonical("Fairshare", share),
+                                   "GrpTRES": canonical("GrpTRES", grp), "GrpJobs": canonical("GrpJobs", grpjobs),
+                                   "QOS": canonical("QOS", qos), "DefaultQOS": dqos}
+        else:
+            s.users[(user, account)] = {"Fairshare": canonical("Fairshare", share), "GrpTRES": canonical("GrpTRES", grp),
+                                        "MaxJobs": canonical("MaxJobs", maxjobs), "QOS": canonical("QOS", qos),
+                                        "DefaultQOS": dqos}
+    for line in user_out.splitlines():
+        f = line.split("|")
+        if len(f) >= 2 and f[0]:
+            s.defaults[f[0]] = f[1]
+    return s
+
+
+# --- the change set ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Change:
+    """One entity's difference: ``action`` add | modify | delete | extra (live only, kept without --prune);
+    ``kind`` qos | account | user | default; ``key`` the name (``user@account`` for a user association);
+    ``fields`` (field, live, wanted) for modify, (field, '', wanted) for add."""
+
+    action: str
+    kind: str
+    key: str
+    fields: tuple[tuple[str, str, str], ...] = ()
+
+    def describe(self) -> str:
+        what = {"qos": "QOS", "account": "account", "user": "user", "default": "default account of"}[self.kind]
+        if self.action == "modify":
+            diffs = "; ".join(f"{f} {shown(f, old)} -> {shown(f, new)}" for f, old, new in self.fields)
+            return f"modify {what} {self.key}: {diffs}"
+        if self.action == "add":
+            sets = ", ".join(f"{f}={shown(f, new)}" for f, _o, new in self.fields if new)
+            return f"add {what} {self.key}" + (f" ({sets})" if sets else "")
+        if self.action == "extra":
+            return f"extra {what} {self.key}: not in the inventory (kept; --prune deletes it)"
+        return f"delete {what} {self.key}"
+
+
+def _fields_diff(live: Record, want: Record) -> tuple[tuple[str, str, str], ...]:
+    return tuple((k, live.get(k, ""), v) for k, v in want.items() if live.get(k, "") != v)
+
+
+def diff(live: State, want: State, prune: bool = False) -> list[Change]:
+    """Changes that turn ``live`` into ``want``, in the order they can be applied: QOS, accounts (parents first),
+    user associations, default accounts, then deletions (users, accounts children first, QOS)."""
+    out: list[Change] = []
+    # new QOS first: an existing QOS's preempt list may name one
+    for name, rec in want.qos.items():
+        if name not in live.qos:
+            out.append(Change("add", "qos", name, _fields_diff(QOS_DEFAULTS, rec)))
+    for name, rec in want.qos.items():
+        if name in live.qos:
+            d = _fields_diff(live.qos[name], rec)
+            if d:
+                out.append(Change("modify", "qos", name, d))
+    for name, rec in want.accounts.items():
+        if name not in live.accounts:
+            out.append(Change("add", "account", name, tuple((k, "", v) for k, v in rec.items())))
+        else:
+            d = _fields_diff(live.accounts[name], rec)
+            if d:
+                out.append(Change("modify", "account", name, d))
+    new_users = {u for u, _a in want.users if u not in live.defaults}
+    adds_default: list[Change] = []
+    adds_other: list[Change] = []
+    for (user, acc), rec in want.users.items():
+        key = f"{user}@{acc}"
+        if (user, acc) not in live.users:
+            c = Change("add", "user", key, tuple((k, "", v) for k, v in rec.items()))
+            (adds_default if user in new_users and want.defaults.get(user) == acc else adds_other).append(c)
+        else:
+            d = _fields_diff(live.users[(user, acc)], rec)
+            if d:
+                out.append(Change("modify", "user", key, d))
+    # a new user's first association becomes its default account: add those first
+    out += adds_default + adds_other
+    for user, acc in want.defaults.items():
+        if user not in new_users and live.defaults.get(user) != acc:
+            out.append(Change("modify", "default", user, (("DefaultAccount", live.defaults.get(user, ""), acc),)))
+    act = "delete" if prune else "extra"
+    for (user, acc) in sorted(live.users):
+        if (user, acc) not in want.users and not (user in BUILTIN_USERS and acc in BUILTIN_ACCOUNTS):
+            out.append(Change(act, "user", f"{user}@{acc}"))
+    depth = {a: _depth(live, a) for a in live.accounts}
+    for name in sorted(live.accounts, key=lambda a: (-depth[a], a)):
+        if name not in want.accounts and name not in BUILTIN_ACCOUNTS:
+            out.append(Change(act, "account", name))
+    for name in sorted(live.qos):
+        if name not in want.qos and name not in BUILTIN_QOS:
+            out.append(Change(act, "qos", name))
+    return out
+
+
+def _depth(s: State, name: str) -> int:
+    n = 0
+    while name in s.accounts and s.accounts[name].get("Parent") and n < 64:
+        name = s.accounts[name]["Parent"]
+        n += 1
+    return n
+
+
+# --- sacctmgr steps ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """One ``sacctmgr -i`` call (``args`` after ``-i``) and the changes it carries."""
+
+    args: tuple[str, ...]
+    changes: tuple[Change, ...]
+
+
+def _set_arg(fname: str, live: str, want: str) -> str:
+    key = {"Fairshare": "Fairshare", "DefaultQOS": "DefaultQOS"}.get(fname, fname)
+    if fname in TRES_FIELDS:
+        old, new = tres_dict(live), tres_dict(want)
+        items = {k: v for k, v in new.items() if old.get(k) != v}
+        items.update({k: "-1" for k in old if k not in new})
+        return f"{key}={tres_text(items)}"
+    if fname in TIME_FIELDS:
+        return f"{key}={time_text(want)}"
+    if fname in ("MaxJobsPerUser", "GrpJobs", "MaxJobs"):
+        return f"{key}={want or '-1'}"
+    if fname == "Flags":
+        return f"{key}={want or '-1'}"
+    return f"{key}={want}"
+
+
+def steps(changes: list[Change], cluster: str) -> list[Step]:
+    """Group changes into as few sacctmgr calls as keep the order: consecutive changes of one action and kind whose
+    settings are the same share a call (``add user a,b,c account=X ...``, ``modify qos where name=a,b set ...``)."""
+    out: list[Step] = []
+    groups: dict[tuple, list[Change]] = {}
+    order: list[tuple] = []
+
+    def flush() -> None:
+        for g in order:
+            out.append(_step(g, groups[g], cluster))
+        groups.clear()
+        order.clear()
+
+    phase = None
+    for c in changes:
+        if c.action == "extra":
+            continue
+        if c.action == "add" and c.kind == "user":
+            user, acc = c.key.split("@", 1)
+            sig: tuple = ("add", "user", acc, tuple((f, n) for f, _o, n in c.fields))
+        elif c.action == "add" and c.kind == "qos":
+            sig = ("add", "qos")
+        elif c.action == "modify" and c.kind == "user":
+            user, acc = c.key.split("@", 1)
+            sig = ("modify", "user", acc, tuple(_set_arg(*f) for f in c.fields))
+        elif c.action == "modify" and c.kind in ("qos", "account"):
+            sig = ("modify", c.kind, tuple(_set_arg(*f) for f in c.fields))
+        elif c.action == "modify" and c.kind == "default":
+            sig = ("modify", "default", c.fields[0][2])
+        elif c.action == "delete" and c.kind == "user":
+            user, acc = c.key.split("@", 1)
+            sig = ("delete", "user", acc)
+        elif c.action == "delete":
+            sig = ("delete", c.kind)
+        else:  # add account: one call each, parents before children
+            sig = ("add", "account", c.key)
+        this_phase = (c.action, c.kind)
+        if this_phase != phase:
+            flush()
+            phase = this_phase
+        if sig not in groups:
+            groups[sig] = []
+            order.append(sig)
+        groups[sig].append(c)
+    flush()
+    # a new QOS is added bare, then set like a modified one (its preempt list may name QOS added in the same call)
+    final: list[Step] = []
+    for st in out:
+        final.append(st)
+        if st.args[:2] == ("add", "qos"):
+            for c in st.changes:
+                if c.fields:
+                    final.append(Step(("modify", "qos", "where", f"name={c.key}", "set",
+                                       *(_set_arg(*f) for f in c.fields)), ()))
+    return final
+
+
+def _step(sig: tuple, changes: list[Change], cluster: str) -> Step:
+    names = ",".join(c.key.split("@", 1)[0] for c in changes)
+    c0 = changes[0]
+    cl = f"cluster={cluster}"
+    if sig[0] == "add" and sig[1] == "qos":
+        return Step(("add", "qos", names), tuple(changes))
+    if sig[0] == "add" and sig[1] == "account":
+        fields = dict((f, n) for f, _o, n in c0.fields)
+        args = ["add", "account", c0.key, cl, f"Parent={fields['Parent']}", f"Fairshare={fields['Fairshare']}"]
+        if fields.get("GrpTRES"):
+            args.append(f"GrpTRES={fields['GrpTRES']}")
+        if fields.get("GrpJobs"):
+            args.append(f"GrpJobs={fields['GrpJobs']}")
+        if fields.get("QOS"):
+            args += [f"QOS={fields['QOS']}", f"DefaultQOS={fields['DefaultQOS']}"]
+        return Step(tuple(args), tuple(changes))
+    if sig[0] == "add" and sig[1] == "user":
+        fields = dict(sig[3])
+        args = ["add", "user", names, f"Account={sig[2]}", cl, f"Fairshare={fields['Fairshare']}"]
+        if fields.get("GrpTRES"):
+            args.append(f"GrpTRES={fields['GrpTRES']}")
+        if fields.get("MaxJobs"):
+            args.append(f"MaxJobs={fields['MaxJobs']}")
+        if fields.get("QOS"):
+            args += [f"QOS={fields['QOS']}", f"DefaultQOS={fields['DefaultQOS']}"]
+        return Step(tuple(args), tuple(changes))
+    if sig[0] == "modify" and sig[1] == "user":
+        return Step(("modify", "user", "where", f"name={names}", f"account={sig[2]}", cl, "set", *sig[3]),
+                    tuple(changes))
+    if sig[0] == "modify" and sig[1] == "qos":
+        return Step(("modify", "qos", "where", f"name={names}", "set", *sig[2]), tuple(changes))
+    if sig[0] == "modify" and sig[1] == "account":
+        return Step(("modify", "account", "where", f"name={names}", cl, "set", *sig[2]), tuple(changes))
+    if sig[0] == "modify" and sig[1] == "default":
+        return Step(("modify", "user", "where", f"name={names}", cl, "set", f"DefaultAccount={sig[2]}"),
+                    tuple(changes))
+    if sig[0] == "delete" and sig[1] == "user":
+        return Step(("delete", "user", "where", f"name={names}", f"account={sig[2]}", cl), tuple(changes))
+    if sig[0] == "delete" and sig[1] == "account":
+        return Step(("delete", "account", "where", f"name={names}", cl), tuple(changes))
+    return Step(("delete", "qos", "where", f"name={names}"), tuple(changes))
+
+
+def describe_drift(c: Change) -> str:
+    """A difference read as a manual change to the live records (``slurmkit accounts drift``)."""
+    what = {"qos": "QOS", "account": "account", "user": "user", "default": "default account of"}[c.kind]
+    if c.action == "modify":
+        diffs = "; ".join(f"{f} is {shown(f, old)}, inventory says {shown(f, new)}" for f, old, new in c.fields)
+        return f"changed {what} {c.key}: {diffs}"
+    if c.action == "add":
+        return f"missing {what} {c.key}: in the inventory, not in slurmdbd (deleted by hand, or never applied)"
+    return f"extra {what} {c.key}: in slurmdbd, not in the inventory (added by hand?)"

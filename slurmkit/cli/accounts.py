@@ -1,0 +1,111 @@
+"""`slurmkit accounts plan|apply|drift INVENTORY`: the inventory's ``tenants:`` (QOS, accounts, users, limits) against
+the slurmdbd of the cluster ``$SLURM_CONF`` points at. Exit codes: 0 ok / no drift, 1 drift found or a sacctmgr
+step failed (what was applied is listed), 2 bad input or no accounting."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+_inventory = click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
+_prune = click.option("--prune", is_flag=True,
+                      help="Also delete QOS, accounts and user associations the inventory does not name "
+                           "(never root, root's user or the 'normal' QOS).")
+
+
+@click.group()
+def accounts() -> None:
+    """Accounts, users, QOS and limits from the inventory's tenants: section (sacctmgr)."""
+
+
+def _load(inventory: str) -> tuple[object, object, object]:
+    """-> (tenants, target, live state)."""
+    from slurmkit.accounts.sacct import read_state, target_from_conf
+    from slurmkit.errors import UsageError
+    from slurmkit.model.load import load_cluster
+
+    cluster = load_cluster(inventory)
+    if cluster.tenants is None:
+        raise UsageError(f"{inventory}: no 'tenants:' section; nothing to plan")
+    target = target_from_conf(os.environ.get("SLURM_CONF"))
+    if target.cluster != cluster.name:
+        raise UsageError(f"{inventory}: cluster {cluster.name!r}, but $SLURM_CONF's ClusterName is "
+                         f"{target.cluster!r}; point SLURM_CONF at that cluster's slurm.conf")
+    return cluster.tenants, target, read_state(target)
+
+
+def _plan(inventory: str, prune: bool) -> tuple[object, list, list]:
+    from slurmkit.accounts.plan import desired, diff, steps
+
+    tenants, target, live = _load(inventory)
+    changes = diff(live, desired(tenants), prune=prune)  # type: ignore[arg-type]
+    return target, changes, steps(changes, target.cluster)  # type: ignore[attr-defined]
+
+
+def _print(changes: list, cluster: str) -> None:
+    todo = [c for c in changes if c.action != "extra"]
+    for c in changes:
+        click.echo(c.describe())
+    click.echo(f"cluster {cluster}: {len(todo)} change(s)" if todo else f"cluster {cluster}: no change")
+
+
+@accounts.command()
+@_inventory
+@_prune
+def plan(inventory: str, prune: bool) -> int:
+    """Print the changes `apply` would make (nothing is changed)."""
+    target, changes, sts = _plan(inventory, prune)
+    _print(changes, target.cluster)  # type: ignore[attr-defined]
+    for st in sts:
+        click.echo("  sacctmgr -i " + " ".join(st.args))
+    return 0
+
+
+@accounts.command()
+@_inventory
+@_prune
+def apply(inventory: str, prune: bool) -> int:
+    """Apply the plan with sacctmgr, read back and verify; a second apply changes nothing."""
+    from slurmkit.accounts.plan import desired, diff
+    from slurmkit.accounts.sacct import ApplyError, apply_steps, read_state
+
+    target, changes, sts = _plan(inventory, prune)
+    _print(changes, target.cluster)  # type: ignore[attr-defined]
+    if not sts:
+        return 0
+    try:
+        apply_steps(target, sts, lambda st: click.echo("applied: sacctmgr -i " + " ".join(st.args)))  # type: ignore[arg-type]
+    except ApplyError as exc:
+        click.echo("failed:  sacctmgr -i " + " ".join(exc.failed.args), err=True)
+        for st in exc.pending:
+            click.echo("not run: sacctmgr -i " + " ".join(st.args), err=True)
+        raise
+    from slurmkit.model.load import load_cluster
+
+    tenants = load_cluster(inventory).tenants
+    left = [c for c in diff(read_state(target), desired(tenants), prune=prune) if c.action != "extra"]  # type: ignore[arg-type]
+    if left:
+        from slurmkit.errors import SlurmkitError
+
+        for c in left:
+            click.echo(f"not converged: {c.describe()}", err=True)
+        raise SlurmkitError(f"read back after apply: {len(left)} change(s) did not take; see above")
+    click.echo(f"verified: slurmdbd of cluster {target.cluster} matches the inventory")  # type: ignore[attr-defined]
+    return 0
+
+
+@accounts.command()
+@_inventory
+def drift(inventory: str) -> int:
+    """List every difference between slurmdbd and the inventory (manual sacctmgr edits); exit 1 if any."""
+    from slurmkit.accounts.plan import describe_drift
+
+    target, changes, _sts = _plan(inventory, False)
+    for c in changes:
+        click.echo(describe_drift(c))
+    if changes:
+        click.echo(f"cluster {target.cluster}: {len(changes)} difference(s)")  # type: ignore[attr-defined]
+        return 1
+    click.echo(f"cluster {target.cluster}: no drift")  # type: ignore[attr-defined]
+    return 0

@@ -1,0 +1,212 @@
+"""Issue 13: tenants on a real Slurm with accounting (MariaDB + slurmdbd), judged by slurmctld and slurmdbd.
+
+One lab for the module: 2 nodes x 4 GPUs, `lab up --accounting`, whose inventory carries the lab's tenants
+(slurmkit/lab/inventory.py lab_tenants: team-a = Unix users daemon and bin, team-b = nobody, 4 GPUs each; QOS high
+preempts scavenger) and which `lab up` applied with `slurmkit accounts apply`. Jobs run as those users
+(`runuser -u USER -- sbatch`). node1 serves the quota and preemption tests; node2 runs team-a's usage job from the
+start of the module, so that by the last test slurmctld has charged team-a's fair-share (PriorityCalcPeriod=1 in
+the lab) without a test waiting for it on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmkit.lab import Lab
+
+pytestmark = pytest.mark.lab
+
+RUN = ["--chdir=/tmp", "-o", "/dev/null", "-e", "/dev/null"]
+WHOLE_CPU = ["-n8", "--mem=1000"]  # every CPU of a lab node (2 sockets x 4 cores), none of its GPUs
+
+
+@pytest.fixture(scope="module")
+def tlab(make_lab):
+    lab = make_lab(nodes=2, gpus_per_node=4, nodes_per_leaf=2, accounting=True)
+    conf = (Path(lab.dir) / "etc" / "slurm.conf").read_text()
+    assert "AccountingStorageEnforce=associations,limits,qos,safe" in conf and "PreemptType=preempt/qos" in conf
+    # team-a's usage for the fair-share test: node2's 8 CPUs, no GPU (--exclusive would take node2's GPUs too, and
+    # with them team-a's GPU quota)
+    job = as_user(lab, "daemon", ["sbatch", "--parsable", "-w", "node2", *WHOLE_CPU, *RUN, "--wrap", "sleep 900"])
+    lab.usage_job = job.stdout.strip()  # type: ignore[attr-defined]
+    yield lab
+    sh(lab, ["scancel", "-u", "daemon"], check=False)
+
+
+def sh(lab: Lab, argv: list[str], check: bool = True, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env={**os.environ, **lab.env, **(extra_env or {})}, capture_output=True, text=True,
+                          timeout=60, check=check, cwd="/tmp")
+
+
+def as_user(lab: Lab, user: str, argv: list[str]) -> subprocess.CompletedProcess:
+    return sh(lab, ["runuser", "-u", user, "--", *argv])
+
+
+def accounts(lab: Lab, *args: str, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    return sh(lab, [sys.executable, "-m", "slurmkit.cli.main", "accounts", *args], check=False, extra_env=extra_env)
+
+
+def inventory(lab: Lab) -> Path:
+    return Path(lab.dir) / "etc" / "slurmkit.yaml"
+
+
+def job(lab: Lab, jid: str) -> dict[str, str]:
+    r = sh(lab, ["scontrol", "-o", "show", "job", jid])
+    return dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
+
+
+def wait_for(pred, timeout: float, what: str, show=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} {show()}")
+
+
+def submit(lab: Lab, user: str, *args: str, script: str = "sleep 600") -> str:
+    return as_user(lab, user, ["sbatch", "--parsable", *RUN, *args, "--wrap", script]).stdout.strip()
+
+
+def test_lab_applied_tenants_second_apply_changes_nothing(tlab):
+    r = accounts(tlab, "apply", str(inventory(tlab)))
+    assert r.returncode == 0, r.stderr
+    assert "cluster lab: no change" in r.stdout and "applied:" not in r.stdout
+    d = accounts(tlab, "drift", str(inventory(tlab)))
+    assert d.returncode == 0 and "no drift" in d.stdout, d.stdout + d.stderr
+
+
+def test_apply_half_way_failure_reports_then_rerun_converges(tlab, tmp_path):
+    full = yaml.safe_load(inventory(tlab).read_text())
+    small = yaml.safe_load(inventory(tlab).read_text())
+    small["tenants"]["accounts"][0]["children"] = [a for a in small["tenants"]["accounts"][0]["children"]
+                                                   if a["name"] != "team-b"]
+    small_p = tmp_path / "small.yaml"
+    small_p.write_text(yaml.safe_dump(small))
+    # without --prune nothing is deleted: team-b and nobody are only reported
+    r = accounts(tlab, "apply", str(small_p))
+    assert r.returncode == 0, r.stderr
+    assert "extra account team-b" in r.stdout and "extra user nobody@team-b" in r.stdout and "applied:" not in r.stdout
+    r = accounts(tlab, "apply", "--prune", str(small_p))
+    assert r.returncode == 0, r.stderr
+    assert "delete user nobody@team-b" in r.stdout and "delete account team-b" in r.stdout
+    # the cluster's associations go (the account record stays for other clusters sharing this slurmdbd)
+    assocs = sh(tlab, ["sacctmgr", "-P", "-n", "show", "assoc", "where", "cluster=lab", "format=Account"]).stdout
+    assert "team-b" not in assocs.split() and "team-a" in assocs.split()
+    # the full inventory again, through a sacctmgr that refuses to add users: the account lands, the user does not
+    wrap = tmp_path / "bin"
+    wrap.mkdir()
+    (wrap / "sacctmgr").write_text(
+        "#!/bin/bash\n"
+        'for a in "$@"; do [ "$a" = user ] && [ "$2" = add ] && { echo "sacctmgr: error: injected failure" >&2; exit 1; }; done\n'
+        f'exec {tlab.exe("sacctmgr")} "$@"\n')
+    (wrap / "sacctmgr").chmod(0o755)
+    full_p = tmp_path / "full.yaml"
+    full_p.write_text(yaml.safe_dump(full))
+    r = accounts(tlab, "apply", str(full_p), extra_env={"PATH": f"{wrap}:{tlab.env.get('PATH', os.environ['PATH'])}"})
+    assert r.returncode == 1
+    assert "applied: sacctmgr -i add account team-b" in r.stdout
+    assert "failed:  sacctmgr -i add user nobody Account=team-b" in r.stderr
+    assert "injected failure" in r.stderr and "1 step(s) applied, 1 not" in r.stderr
+    # a re-run converges: only what did not land is left
+    r = accounts(tlab, "plan", str(full_p))
+    assert "add user nobody@team-b" in r.stdout and "add account" not in r.stdout, r.stdout
+    r = accounts(tlab, "apply", str(full_p))
+    assert r.returncode == 0 and "verified:" in r.stdout, r.stdout + r.stderr
+    r = accounts(tlab, "apply", str(full_p))
+    assert r.returncode == 0 and "no change" in r.stdout
+
+
+def test_gpusub_says_which_quota_will_hold_the_job_and_slurm_agrees(tlab, tmp_path):
+    """Section 6: root joins team-a by hand (the drift test below prunes it again); daemon's job holds 3 of team-a's
+    4 GPUs; gpusub --account team-a asking 2 says it will pend with AssocGrpGRES, and slurmctld then says the same."""
+    sh(tlab, ["sacctmgr", "-i", "add", "user", "root", "account=team-a", "cluster=lab"])
+    holder = submit(tlab, "daemon", "-w", "node1", "-n1", "--gres=gpu:3")
+    wait_for(lambda: job(tlab, holder)["JobState"] == "RUNNING", 60, "the 3-GPU job to run")
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    gpusub = [sys.executable, "-m", "slurmkit.cli.gpusub", str(script), "--nodes", "1", "--gpus-per-node", "2",
+              "--launcher", "srun", "--run-dir", str(tmp_path / "run")]
+    r = sh(tlab, [*gpusub, "--account", "team-a", "--explain"], check=False)
+    assert r.returncode == 0, r.stderr
+    assert ("warning: account team-a allows 4 GPUs; running jobs hold 3; this job asks 2: it will pend with "
+            "AssocGrpGRES until 1 are free") in r.stderr
+    assert "account: team-a (--account)" in r.stdout and "qos: normal (the default QOS of your association" in r.stdout
+    jid = next(ln.split()[-1] for ln in r.stdout.splitlines() if ln.startswith("submitted job"))
+    wait_for(lambda: job(tlab, jid)["Reason"] == "AssocGrpGRES", 60, "slurmctld's reason", lambda: job(tlab, jid))
+    # asking more than the quota itself: refused before queueing (exit 2), nothing submitted
+    r = sh(tlab, [*gpusub[:-2], "--run-dir", str(tmp_path / "run2"), "--gpus-per-node", "4", "--nodes", "2",
+                  "--account", "team-a"], check=False)
+    assert r.returncode == 2 and "would never start" in r.stderr, r.stderr
+    sh(tlab, ["scancel", holder, jid])
+
+
+def test_drift_lists_manual_sacctmgr_edits(tlab):
+    sh(tlab, ["sacctmgr", "-i", "modify", "qos", "where", "name=high", "set", "GrpTRES=gres/gpu=3"])
+    sh(tlab, ["sacctmgr", "-i", "add", "user", "eve", "account=team-a", "cluster=lab"])
+    d = accounts(tlab, "drift", str(inventory(tlab)))
+    assert d.returncode == 1
+    assert "changed QOS high: GrpTRES is gres/gpu=3, inventory says (none)" in d.stdout
+    assert "extra user eve@team-a" in d.stdout
+    r = accounts(tlab, "apply", "--prune", str(inventory(tlab)))
+    assert r.returncode == 0 and "verified:" in r.stdout, r.stdout + r.stderr
+    assert accounts(tlab, "drift", str(inventory(tlab))).returncode == 0
+
+
+def test_tenant_over_gpu_quota_pends_until_quota_frees(tlab):
+    """team-a may hold 4 GPUs (GrpTRES gres/gpu=4): bin's 2 wait for daemon's 4 with AssocGrpGRES, not Resources
+    (node1 has 4 GPUs but node2's are free too)."""
+    first = submit(tlab, "daemon", "-w", "node1", "-n1", "--gres=gpu:4")
+    wait_for(lambda: job(tlab, first)["JobState"] == "RUNNING", 60, "team-a's first job to run",
+             lambda: (job(tlab, first), sh(tlab, ["squeue"]).stdout))
+    second = submit(tlab, "bin", "-n1", "--gres=gpu:2")
+    wait_for(lambda: job(tlab, second)["Reason"] == "AssocGrpGRES", 60, "AssocGrpGRES")
+    assert job(tlab, second)["JobState"] == "PENDING"
+    sh(tlab, ["scancel", first])
+    wait_for(lambda: job(tlab, second)["JobState"] == "RUNNING", 90, "the pending job to start once quota freed")
+    sh(tlab, ["scancel", second])
+    wait_for(lambda: job(tlab, second)["JobState"] == "CANCELLED", 60, "cancel")
+
+
+def test_high_qos_preempts_scavenger_which_requeues_and_completes(tlab):
+    scav = submit(tlab, "nobody", "-w", "node1", "-n1", "--gres=gpu:4", "--qos=scavenger",
+                  script='if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 600; fi')
+    wait_for(lambda: job(tlab, scav)["JobState"] == "RUNNING", 60, "the scavenger job to run")
+    high = submit(tlab, "daemon", "-w", "node1", "-n1", "--gres=gpu:4", "--qos=high", script="sleep 3")
+    wait_for(lambda: job(tlab, high)["JobState"] in ("RUNNING", "COMPLETED"), 90, "the high-QOS job to start")
+    j = wait_for(lambda: (lambda x: x if x["Restarts"] == "1" else None)(job(tlab, scav)), 60, "the requeue")
+    assert j["JobState"] in ("PENDING", "REQUEUED", "RUNNING", "COMPLETED", "CONFIGURING")
+    done = wait_for(lambda: (lambda x: x if x["JobState"] == "COMPLETED" else None)(job(tlab, scav)), 180,
+                    "the requeued scavenger job to complete")
+    assert done["Restarts"] == "1"
+    assert job(tlab, high)["JobState"] == "COMPLETED"
+
+
+def test_fair_share_after_team_a_used_the_cluster_team_b_starts_first(tlab):
+    usage = tlab.usage_job
+
+    def team_a_charged() -> bool:
+        r = sh(tlab, ["sshare", "-P", "-n", "-A", "team-a", "-o", "Account,User,RawUsage"])
+        return any(ln.split("|")[:2] == ["team-a", ""] and int(ln.split("|")[2] or 0) > 0 for ln in r.stdout.splitlines())
+
+    wait_for(team_a_charged, 240, "slurmctld to charge team-a's usage (PriorityCalcPeriod=1)")
+    a = submit(tlab, "bin", "-w", "node2", *WHOLE_CPU)
+    b = submit(tlab, "nobody", "-w", "node2", *WHOLE_CPU)
+    # 22.05 computes the fair-share factor at submit; 24.11 only at the next PriorityCalcPeriod pass (both jobs
+    # start at the same priority there), so wait for it
+    def prio() -> dict[str, int]:
+        return {j: int(job(tlab, j)["Priority"]) for j in (a, b)}
+
+    wait_for(lambda: prio()[b] > prio()[a], 150, "team-b's job to outrank team-a's", prio)
+    sh(tlab, ["scancel", usage])
+    wait_for(lambda: job(tlab, b)["JobState"] == "RUNNING", 90, "team-b's job to start")
+    assert job(tlab, a)["JobState"] == "PENDING"
+    sh(tlab, ["scancel", a, b])

@@ -1,0 +1,369 @@
+"""Issue 13: the inventory's tenants (loader, error contract), `slurmkit accounts`' pure plan on sacctmgr output
+recorded from the lab (22.05 in tests/data/slurm/accounts, 24.11 in tests/data/slurm/24.11/accounts; re-record with
+tests/data/accounts/record.sh), the slurm.conf the tenants need and `conf validate`'s cross-checks. The same logic
+against real slurmdbd: tests/integration/test_tenants_lab.py."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmkit.accounts.plan import (
+    Change,
+    State,
+    describe_drift,
+    desired,
+    diff,
+    parse_state,
+    steps,
+    time_seconds,
+)
+from slurmkit.accounts.sacct import ApplyError, Target, apply_steps, target_from_conf
+from slurmkit.errors import InventoryError, UsageError
+from slurmkit.generate import generate
+from slurmkit.generate.tenantcheck import cross_check
+from slurmkit.model.load import load_cluster, load_cluster_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+INVENTORY = DATA / "accounts" / "inventory.yaml"
+RECORDED = {"22.05": DATA / "slurm" / "accounts", "24.11": DATA / "slurm" / "24.11" / "accounts"}
+
+BASE = {
+    "cluster": "c",
+    "accounting": {"host": "head01"},
+    "node_groups": [
+        {"name": "a", "hosts": "n[1-3]", "cpu": {"sockets": 2, "cores_per_socket": 8}, "memory_mb": 64000,
+         "gpus": {"type": "h100", "count": 8, "files": "/dev/nvidia[0-7]"}},
+    ],
+    "partitions": [{"name": "gpu", "groups": ["a"], "default": True}],
+}
+# the issue's example, on a 24-GPU cluster
+ISSUE = {
+    "qos": [
+        {"name": "high", "priority": 1000, "preempt": ["scavenger"]},
+        {"name": "normal", "priority": 100},
+        {"name": "scavenger", "priority": 0, "usage_factor": 0.1, "preempt_mode": "requeue"},
+    ],
+    "accounts": [{"name": "research", "children": [
+        {"name": "team-a", "fairshare": 60, "gpus": 16, "qos": ["normal", "high"], "default_qos": "normal",
+         "users": ["alice", "bob"]},
+        {"name": "team-b", "fairshare": 40, "gpus": 8, "qos": ["normal", "scavenger"], "users": ["carol"]},
+    ]}],
+    "user_limits": {"gpus": 8},
+}
+
+
+def inv(tenants: dict | None = None, **top: object) -> dict:
+    d = copy.deepcopy(BASE)
+    d["tenants"] = copy.deepcopy(ISSUE if tenants is None else tenants)
+    d.update(top)
+    return d
+
+
+def tenants_with(**changes: object) -> dict:
+    t = copy.deepcopy(ISSUE)
+    t.update(changes)
+    return t
+
+
+def refused(d: dict, path: str, words: str) -> str:
+    with pytest.raises(InventoryError) as ei:
+        load_cluster_dict(d)
+    assert ei.value.path == path, str(ei.value)
+    assert words in str(ei.value), str(ei.value)
+    assert "\n" not in str(ei.value)
+    return str(ei.value)
+
+
+def recorded(release: str, scene: str) -> State:
+    d = RECORDED[release]
+    return parse_state(*((d / f"{scene}_{k}.txt").read_text() for k in ("qos", "assoc", "user")))
+
+
+# --- 1. the inventory -------------------------------------------------------------------------------------------
+
+def test_issue_example_loads_with_its_meaning():
+    t = load_cluster_dict(inv()).tenants
+    assert t is not None
+    assert [q.name for q in t.qos] == ["high", "normal", "scavenger"]
+    assert t.qos_named("high").preempt == ("scavenger",) and t.qos_named("scavenger").preempt_mode == "requeue"
+    assert [(a.name, a.parent) for a in t.accounts] == [("research", "root"), ("team-a", "research"),
+                                                        ("team-b", "research")]
+    a = t.account("team-a")
+    assert a.gpus.tres() == {"gres/gpu": "16"} and a.fairshare == 60 and a.default_qos == "normal"
+    assert t.account("team-b").default_qos == "normal"  # the first of its qos list when not given
+    assert [(u.name, u.default_account) for u in t.users] == [("alice", "team-a"), ("bob", "team-a"),
+                                                               ("carol", "team-b")]
+    assert t.user_limits.gpus.total == 8 and t.preempts
+
+
+@pytest.mark.parametrize(("tenants", "path", "words"), [
+    (tenants_with(qos=[{"name": "high", "preempt": ["scavanger"]}]), "tenants.qos[0].preempt[0]",
+     "unknown QOS 'scavanger'"),
+    (tenants_with(qos=[{"name": "high", "preempt": ["high"]}]), "tenants.qos[0].preempt[0]", "cannot preempt itself"),
+    (tenants_with(accounts=[{"name": "t", "gpus": 25}]), "tenants.accounts[0].gpus", "more than the cluster's 24"),
+    (tenants_with(accounts=[{"name": "t", "gpus": {"a100": 2}}]), "tenants.accounts[0].gpus.a100",
+     "unknown GPU type"),
+    (tenants_with(accounts=[{"name": "t", "gpus": {"h100": 30}}]), "tenants.accounts[0].gpus.h100",
+     "more than the cluster's 24"),
+    (tenants_with(user_limits={"gpus": 100}), "tenants.user_limits.gpus", "more than the cluster's"),
+    (tenants_with(accounts=[{"name": "t", "qos": ["normal"], "default_qos": "high"}]),
+     "tenants.accounts[0].default_qos", "not in this account's qos list"),
+    (tenants_with(accounts=[{"name": "t", "qos": ["gold"]}]), "tenants.accounts[0].qos[0]", "unknown QOS 'gold'"),
+    (tenants_with(accounts=[{"name": "Team-A"}]), "tenants.accounts[0].name", "lowercases"),
+    (tenants_with(accounts=[{"name": "root"}]), "tenants.accounts[0].name", "slurmdbd's own top account"),
+    (tenants_with(accounts=[{"name": "o", "users": ["x"], "children": [{"name": "t"}]}]),
+     "tenants.accounts[0].users[0]", "has child accounts"),
+    (tenants_with(accounts=[{"name": "t", "users": ["x"]}, {"name": "u", "users": [{"name": "x", "default": True}]},
+                            {"name": "v", "users": [{"name": "x", "default": True}]}]),
+     "tenants.accounts[2].users[0]", "already has default account 'u'"),
+    (tenants_with(accounts=[{"name": "t"}, {"name": "t"}]), "tenants.accounts[1].name", "duplicate account"),
+    (tenants_with(qos=[{"name": "q", "flags": ["NoSuchFlag"]}]), "tenants.qos[0].flags[0]", "unknown QOS flag"),
+    (tenants_with(qos=[{"name": "q", "max_wall": "2 days"}]), "tenants.qos[0].max_wall", "not a Slurm time"),
+    (tenants_with(partitions={"cpu": {"allow_qos": ["normal"]}}), "tenants.partitions.cpu", "unknown partition"),
+    (tenants_with(partitions={"gpu": {"allow_qos": ["gold"]}}), "tenants.partitions.gpu.allow_qos[0]", "unknown QOS"),
+    (tenants_with(qoss=[]), "tenants.qoss", "did you mean 'qos'"),
+])
+def test_inventory_errors_name_the_key(tenants, path, words):
+    refused(inv(tenants), path, words)
+
+
+def test_tenants_need_accounting_and_partition_qos_must_exist():
+    d = inv()
+    del d["accounting"]
+    refused(d, "tenants", "need accounting")
+    d = inv()
+    d["partitions"][0]["qos"] = "gold"
+    refused(d, "partitions[0].qos", "not in tenants.qos")
+    refused(inv(policy={"preemption": "partition"}), "policy.preemption", "need preempt/qos")
+
+
+def test_cli_inventory_error_exit_2_one_line(tmp_path):
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(inv(tenants_with(accounts=[{"name": "t", "gpus": 99}]))))
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "accounts", "plan", str(p)], capture_output=True,
+                       text=True, env={"SLURM_CONF": str(tmp_path / "none.conf"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "tenants.accounts[0].gpus" in r.stderr and not r.stdout
+
+
+# --- 2. the plan on recorded sacctmgr output --------------------------------------------------------------------
+
+@pytest.mark.parametrize("release", sorted(RECORDED))
+def test_recorded_clean_state_needs_no_change(release):
+    want = desired(load_cluster(INVENTORY).tenants)
+    assert diff(recorded(release, "clean"), want, prune=True) == []
+
+
+@pytest.mark.parametrize("release", sorted(RECORDED))
+def test_recorded_drift_is_exactly_the_three_manual_edits(release):
+    want = desired(load_cluster(INVENTORY).tenants)
+    changes = diff(recorded(release, "drifted"), want)
+    assert [describe_drift(c) for c in changes] == [
+        "changed QOS high: GrpTRES is gres/gpu=6, inventory says (none)",
+        "changed account team-b: Fairshare is 5, inventory says 40",
+        "extra user eve@team-a: in slurmdbd, not in the inventory (added by hand?)",
+    ]
+    # apply without --prune keeps eve; with --prune the minimal set of calls, in an order sacctmgr takes
+    assert [s.args for s in steps(changes, "lab")] == [
+        ("modify", "qos", "where", "name=high", "set", "GrpTRES=gres/gpu=-1"),
+        ("modify", "account", "where", "name=team-b", "cluster=lab", "set", "Fairshare=40"),
+    ]
+    pruned = steps(diff(recorded(release, "drifted"), want, prune=True), "lab")
+    assert pruned[-1].args == ("delete", "user", "where", "name=eve", "account=team-a", "cluster=lab")
+
+
+def test_from_empty_order_and_grouping():
+    """A fresh slurmdbd (root, root's user, QOS normal): new QOS before the QOS that preempt them are set, parents
+    before children, the users of one account with the same settings in one call."""
+    empty = parse_state("normal|0||cluster||||||1.000000|\n", "root||||1||||normal|\nroot|root|||1||||normal|\n",
+                        "root|root\n")
+    t = load_cluster_dict(inv()).tenants
+    args = [s.args for s in steps(diff(empty, desired(t)), "c")]
+    assert args[0] == ("add", "qos", "high,scavenger")
+    assert args[1] == ("modify", "qos", "where", "name=high", "set", "Priority=1000", "Preempt=scavenger")
+    assert args[2] == ("modify", "qos", "where", "name=scavenger", "set", "PreemptMode=requeue", "UsageFactor=0.100000")
+    assert args[3] == ("modify", "qos", "where", "name=normal", "set", "Priority=100")
+    assert [a[2] for a in args if a[:2] == ("add", "account")] == ["research", "team-a", "team-b"]
+    assert ("add", "user", "alice,bob", "Account=team-a", "cluster=c", "Fairshare=1", "GrpTRES=gres/gpu=8",
+            "QOS=high,normal", "DefaultQOS=normal") in args
+    assert len(args) == 9
+    # the builtins are never deleted, even with --prune
+    assert not [c for c in diff(empty, State(), prune=True) if c.action == "delete"]
+
+
+def test_tres_and_time_changes_are_minimal():
+    live = parse_state("q|0||cluster|00:01:00|1-00:00:00|cpu=10,gres/gpu:h100=4,gres/gpu=4||5|1.000000|DenyOnLimit\n",
+                       "", "")
+    t = load_cluster_dict(inv(tenants_with(qos=[{"name": "q", "gpus": 4, "max_wall": "24:00:00",
+                                                  "preempt_exempt_time": "1", "flags": ["denyonlimit"]}],
+                                            accounts=[]))).tenants
+    (c,) = diff(live, desired(t))
+    assert [f for f, _o, _n in c.fields] == ["GrpTRES", "MaxJobsPerUser"]
+    (st,) = steps([c], "x")
+    assert st.args == ("modify", "qos", "where", "name=q", "set", "GrpTRES=cpu=-1,gres/gpu:h100=-1",
+                       "MaxJobsPerUser=-1")
+    assert time_seconds("1-00:00:00") == time_seconds("24:00:00") == "86400" and time_seconds("UNLIMITED") == ""
+
+
+def test_a_new_users_default_account_is_added_first_and_an_old_users_is_modified():
+    t = load_cluster_dict(inv(tenants_with(accounts=[
+        {"name": "x", "users": ["u", "w"]}, {"name": "y", "users": [{"name": "u", "default": True}, "w"]}]))).tenants
+    live = parse_state("", "root||||1||||normal|\nx|||root|1||||normal|\ny|||root|1||||normal|\n"
+                           "x|w|||1|gres/gpu=8||||\n", "w|x\n")
+    order = [c.key for c in diff(live, desired(t)) if c.kind == "user"]
+    assert order.index("u@y") < order.index("u@x")  # u is new: its default account's association comes first
+    assert not [c for c in diff(live, desired(t)) if c.kind == "default"]  # w's default x stays x
+    t2 = load_cluster_dict(inv(tenants_with(accounts=[
+        {"name": "x", "users": ["w"]}, {"name": "y", "users": [{"name": "w", "default": True}]}]))).tenants
+    (d,) = [c for c in diff(live, desired(t2)) if c.kind == "default"]
+    assert d == Change("modify", "default", "w", (("DefaultAccount", "x", "y"),))
+
+
+# --- 2b. the I/O around it --------------------------------------------------------------------------------------
+
+def test_refuses_without_slurmdbd(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=c\nAccountingStorageType=accounting_storage/none\n")
+    with pytest.raises(UsageError, match="no slurmdbd"):
+        target_from_conf(str(conf))
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(inv()))
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "accounts", "apply", str(p)], capture_output=True,
+                       text=True, env={"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "AccountingStorageType=accounting_storage/none" in r.stderr
+
+
+def test_refuses_another_clusters_inventory(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=other\nAccountingStorageType=accounting_storage/slurmdbd\n")
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(inv()))
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "accounts", "drift", str(p)], capture_output=True,
+                       text=True, env={"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2 and "ClusterName is 'other'" in r.stderr
+
+
+def test_apply_stops_at_the_first_failure_and_says_what_ran(tmp_path):
+    """A stand-in sacctmgr that fails its second call (the real one's failures: tests/integration/test_tenants_lab.py)."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "sacctmgr"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n[ $(wc -l < {log}) -eq 2 ] && {{ echo 'no way' >&2; exit 1; }}\n"
+                    "exit 0\n")
+    fake.chmod(0o755)
+    empty = parse_state("normal|0||cluster||||||1.000000|\n", "root||||1||||normal|\n", "")
+    sts = steps(diff(empty, desired(load_cluster_dict(inv()).tenants)), "c")
+    with pytest.raises(ApplyError) as ei:
+        apply_steps(Target("c", {}, str(fake)), sts)
+    e = ei.value
+    assert len(e.done) == 1 and e.failed == sts[1] and e.pending == sts[2:]
+    assert "no way" in e.one_line() and f"1 step(s) applied, {len(sts) - 1} not" in e.one_line()
+    assert len(log.read_text().splitlines()) == 2
+
+
+# --- 3. slurm.conf with tenants -----------------------------------------------------------------------------------
+
+def conf_lines(d: dict, version: str = "22.05") -> list[str]:
+    return generate(load_cluster_dict(d), version=version)["slurm.conf"].splitlines()
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_slurm_conf_enforces_and_preempts_with_tenants(version):
+    d = inv(tenants_with(partitions={"gpu": {"allow_qos": ["normal", "scavenger"]}}))
+    lines = conf_lines(d, version)
+    for want in ("AccountingStorageEnforce=associations,limits,qos,safe", "PriorityType=priority/multifactor",
+                 "PriorityWeightQOS=100000", "PriorityWeightFairshare=10000", "PreemptType=preempt/qos",
+                 "PreemptMode=REQUEUE", "PreemptExemptTime=00:05:00"):
+        assert want in lines
+    (part,) = [ln for ln in lines if ln.startswith("PartitionName=gpu")]
+    assert "AllowQos=normal,scavenger" in part.split()
+    # no preempt list anywhere: no preemption settings
+    no_pre = conf_lines(inv(tenants_with(qos=[{"name": "normal"}], accounts=[])))
+    assert not [ln for ln in no_pre if ln.startswith("Preempt")]
+    assert "AccountingStorageEnforce=associations,limits,qos,safe" in no_pre
+
+
+def test_weights_keep_qos_above_fairshare_above_age_above_size():
+    from slurmkit.generate.slurmconf import TENANT_WEIGHTS
+
+    w = [int(v) for _k, v in TENANT_WEIGHTS]
+    assert all(w[i] >= 10 * sum(w[i + 1:]) * 0.9 for i in range(len(w) - 1))
+
+
+def test_validate_cross_checks_tenants_against_slurm_conf():
+    c = load_cluster_dict(inv())
+    good = generate(c)["slurm.conf"]
+    assert cross_check(c, good) == ([], [])
+    bad = (good.replace("AccountingStorageEnforce=associations,limits,qos,safe", "AccountingStorageEnforce=associations")
+           .replace("PreemptType=preempt/qos", "PreemptType=preempt/none")
+           + "PartitionName=extra Nodes=n1 AllowQos=gold\n")
+    errors, _w = cross_check(c, bad)
+    assert any("lacks 'limits'" in e for e in errors) and any("lacks 'qos'" in e for e in errors)
+    assert any("PreemptType=preempt/none" in e for e in errors)
+    assert any("partition extra AllowQos=gold: QOS 'gold' is not in tenants.qos" in e for e in errors)
+    # preemption configured but no QOS preempts another: said, as a warning
+    c2 = load_cluster_dict(inv(tenants_with(qos=[{"name": "normal"}], accounts=[])))
+    _e, warns = cross_check(c2, generate(c2)["slurm.conf"] + "PreemptType=preempt/qos\n")
+    assert any("no QOS in tenants.qos preempts another" in w for w in warns)
+
+
+def test_conf_validate_dir_reads_the_inventory_copy(tmp_path):
+    d = inv()
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(d))
+    out = tmp_path / "etc"
+    cli = [sys.executable, "-m", "slurmkit.cli.main", "conf"]
+    subprocess.run([*cli, "generate", str(p), "-o", str(out), "--no-real-parse"], check=True, capture_output=True)
+    conf = out / "slurm.conf"
+    conf.write_text(conf.read_text().replace("AllowQos", "X").replace("State=UP", "AllowQos=gold State=UP"))
+    r = subprocess.run([*cli, "validate", str(out), "--no-real-parse"], capture_output=True, text=True)
+    assert r.returncode == 2 and "QOS 'gold' is not in tenants.qos" in r.stderr
+
+
+# --- 6. gpusub's tenant preflight on recorded assoc_mgr output -------------------------------------------------------
+
+@pytest.mark.parametrize("release", sorted(RECORDED))
+def test_preflight_names_the_limit_that_will_hold_the_job(release):
+    """Recorded: team-a allows 4 GPUs, daemon's job holds 3; root is in root (default) and team-a."""
+    from slurmkit.accounts.quota import check, parse_assoc_mgr, parse_user_qos
+
+    d = RECORDED[release]
+    assocs, qos = parse_assoc_mgr((d / "assoc_mgr.txt").read_text())
+    user_qos = parse_user_qos((d / "user_assoc_root.txt").read_text())
+    team_a = next(a for a in assocs if a.account == "team-a" and not a.user)
+    assert (team_a.gpu_limit, team_a.gpu_used, team_a.parent) == (4, 3, "research")
+    assert qos["normal"].gpu_limit is None and qos["normal"].gpu_used == 3
+
+    fits = check("root", "lab", "team-a", None, 1, assocs, qos, user_qos)
+    assert fits.account == "team-a" and fits.qos == "normal" and not fits.errors and not fits.warnings
+    assert fits.explain[:2] == ["account: team-a (--account)",
+                                "qos: normal (the default QOS of your association with team-a; allowed: high, normal)"]
+    assert "limit: account team-a allows 4 GPUs (GrpTRES gres/gpu=4); running jobs hold 3" in fits.explain
+
+    waits = check("root", "lab", "team-a", "high", 2, assocs, qos, user_qos)
+    assert waits.warnings == ["account team-a allows 4 GPUs; running jobs hold 3; this job asks 2: it will pend with "
+                              "AssocGrpGRES until 1 are free"]
+    never = check("root", "lab", "team-a", None, 8, assocs, qos, user_qos)
+    assert never.errors == ["account team-a allows 4 GPUs; this job asks 8: it would never start (pending with "
+                            "AssocGrpGRES forever)"]
+    default = check("root", "lab", None, None, 8, assocs, qos, user_qos)
+    assert default.account == "root" and not default.errors  # root's default account has no GPU quota
+    assert check("root", "lab", "team-b", None, 1, assocs, qos, user_qos).errors[0].startswith(
+        "--account team-b: user root has no association with it")
+    assert "not allowed" in check("root", "lab", "team-a", "scavenger", 1, assocs, qos, user_qos).errors[0]
+    assert "no association on cluster lab" in check("mallory", "lab", None, None, 1, assocs, qos, user_qos).errors[0]
+
+
+def test_preflight_qos_quota_reason():
+    from slurmkit.accounts.quota import Assoc, QosUse, check
+
+    assocs = [Assoc("t", "", "root", False, None, 0), Assoc("t", "u", "", True, None, 0)]
+    r = check("u", "c", None, "high", 4, assocs, {"high": QosUse("high", 6, 4)}, {"t": (("high",), "high")})
+    assert r.warnings == ["QOS high allows 6 GPUs; running jobs hold 4; this job asks 4: it will pend with QOSGrpGRES "
+                          "until 2 are free"]
