@@ -42,7 +42,7 @@ def _gpu(value: str) -> tuple[int | None, int]:
 
 
 def _fields(line: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for tok in line.split(" "):
         if "=" in tok:
             k, v = tok.split("=", 1)
