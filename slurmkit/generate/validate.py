@@ -8,7 +8,10 @@ The real parse (``real_parse``) runs ``slurmctld -D -c -i -f COPY`` on a tempora
 controller and node lines as written, under the first controller's hostname in private UTS + mount + network
 namespaces, until it logs "Running as primary controller" plus a short settle time, then stops it; any
 ``error:``/``fatal:`` line other than known host noise fails, because bad GRES and topology lines are not fatal
-to slurmctld (slurm-lab.md §8).
+to slurmctld (slurm-lab.md §8). The slurmctld is the target release's (``find_judge``): the host's when it can
+judge the target, else one from a cached root (``slurmkit lab image``: 24.11 for targets 23.11-24.11), chrooted
+into that root; where it no longer reads gres.conf (23.11+) ``slurmd -G`` of the same release judges that file.
+The message names the binaries that judged.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import yaml
 
 from slurmkit import hostlist
 from slurmkit.generate import confparse as cp
-from slurmkit.generate.versions import SlurmFeatures, features_for, version_key
+from slurmkit.generate.versions import SlurmFeatures, features_for
+from slurmkit.release import DEBIAN_SUITES, judge_floor, judges, release_of, slurmctld_reads_gres_conf
 
 # Keys any cgroup.conf of 22.05-25.11 may carry; anything else is fatal to slurmd ("Could not ... parse").
 CGROUP_KEYS = frozenset(
@@ -548,16 +552,76 @@ _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 
 def installed_slurmctld() -> tuple[str | None, str]:
     """(path, release like '22.05') of the slurmctld on PATH (sbin included), or (None, reason)."""
+    path, version = _installed_version()
+    if path is None:
+        return None, version
+    return path, release_of(version)
+
+
+def _installed_version() -> tuple[str | None, str]:
+    """(path, version like '22.05.8') of the host's slurmctld, or (None, reason)."""
     path = shutil.which("slurmctld") or shutil.which("slurmctld", path="/usr/sbin:/usr/local/sbin:/sbin")
     if not path:
         return None, "slurmctld is not installed"
     from slurmkit.backend.run import run
 
     res = run([path, "-V"], timeout=10, check=False)
-    m = re.search(r"(\d+)\.(\d+)\.\d+", res.stdout + res.stderr)
+    m = re.search(r"\d+\.\d+\.\d+", res.stdout + res.stderr)
     if not m:
         return None, f"cannot read the version of {path}: {(res.stdout + res.stderr).strip()[:80]}"
-    return path, f"{int(m.group(1)):02d}.{int(m.group(2)):02d}"
+    return path, m.group(0)
+
+
+@dataclass(frozen=True)
+class Judge:
+    """The Slurm that real-parses a config: the host's own, or a cached root's (``slurmkit lab image``), which
+    runs ``chroot``ed into that root inside the private namespaces (its libraries and plugins, not the host's)."""
+
+    release: str  # "24.11"
+    version: str  # "24.11.5"
+    root: str | None = None  # the root filesystem it runs in; None: the host's own
+    host_path: str = ""  # the host's slurmctld (root is None)
+
+    def path(self, program: str = "slurmctld") -> str:
+        """Where ``program`` is as seen from the host."""
+        if self.root is None:
+            return str(Path(self.host_path).with_name(program)) if program != "slurmctld" else self.host_path
+        return f"{self.root}/usr/sbin/{program}"
+
+    def describe(self, program: str = "slurmctld") -> str:
+        return f"{program} {self.version} ({self.path(program)})"
+
+
+def find_judge(target: str | None) -> tuple[Judge | None, str]:
+    """The slurmctld that judges a config for ``target``: the host's when it can (``release.judges``), else a
+    cached root's; (None, why not) when neither can."""
+    cands: list[Judge] = []
+    why: list[str] = []
+    path, version = _installed_version()
+    if path is not None:
+        cands.append(Judge(release_of(version), version, None, path))
+    else:
+        why.append(version)
+    from slurmkit.lab.image import list_images
+
+    for img in list_images():
+        if (img.root / "usr/sbin/slurmctld").exists() and all(c.release != img.release for c in cands):
+            cands.append(Judge(img.release, img.slurm_version, str(img.root)))
+    if not cands:
+        return None, why[0] if why else "slurmctld is not installed"
+    if not target:
+        return cands[0], ""
+    for c in cands:
+        if judges(c.release, target):
+            return c, ""
+    have = "; ".join(
+        f"{'installed' if c.root is None else 'root'} slurmctld is {c.release} ({c.path()}, judges "
+        + (f"{judge_floor(c.release)}-{c.release}" if judge_floor(c.release) != c.release else c.release) + ")"
+        for c in cands)
+    hint = f"; `slurmkit lab image build {target}` adds one" if target in DEBIAN_SUITES and all(
+        c.release != target for c in cands) else ""
+    return None, (f"config targets Slurm {target}, no slurmctld here can judge it: {have} (a newer config has keys "
+                  f"and plugins an older slurmctld rejects, an older one what a newer slurmctld refuses){hint}")
 
 
 def _namespaces() -> tuple[list[str] | None, str, str]:
@@ -600,15 +664,18 @@ class Copy:
         return "127.0.0.1 localhost\n" + "".join(f"{backups.get(n, '127.0.0.1')} {n}\n" for n in self.names)
 
 
-def rewrite_for_copy(slurm_conf: str, tmp: Path) -> Copy:
-    """The copy of ``slurm.conf`` a parse in private namespaces starts with (see the section comment)."""
+def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, root: str = "/") -> Copy:
+    """The copy of ``slurm.conf`` a parse in private namespaces starts with (see the section comment). ``inside``
+    is where ``tmp`` is as the judge sees it (``/tmp`` of a root it is chrooted into), ``root`` where the judge's
+    ``/`` is on the host (a site script absent there is dropped)."""
     notes: list[str] = []
+    at = inside or tmp
     paths = {
-        "statesavelocation": tmp / "state",
-        "slurmdspooldir": tmp / "spool",
-        "slurmctldpidfile": tmp / "slurmctld.pid",
-        "slurmdpidfile": tmp / "slurmd.pid",
-        "slurmdlogfile": tmp / "slurmd.log",
+        "statesavelocation": at / "state",
+        "slurmdspooldir": at / "spool",
+        "slurmctldpidfile": at / "slurmctld.pid",
+        "slurmdpidfile": at / "slurmd.pid",
+        "slurmdlogfile": at / "slurmd.log",
     }
     fixed = {
         "authtype": "auth/none",
@@ -676,8 +743,8 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path) -> Copy:
                     keep.append((k, fixed[lk]))
                     done.add(lk)
                 continue
-            if lk in _SCRIPTS and not os.access(v, os.X_OK):
-                notes.append(f"dropped {k}={v} (not present on this host)")
+            if lk in _SCRIPTS and not os.access(os.path.join(root, v.lstrip("/")), os.X_OK):
+                notes.append(f"dropped {k}={v} (not present {'on this host' if root == '/' else 'in ' + root})")
                 continue
             keep.append((k, v))
         if keep:
@@ -700,25 +767,23 @@ class RealParse:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     expected: list[str] = field(default_factory=list)  # error lines the copy causes, not the config
+    judge: str = ""  # which binary judged: "slurmctld 24.11.5 (/var/cache/slurmkit/roots/24.11/usr/sbin/slurmctld)"
 
 
-def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 15.0,
+def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 30.0,
                settle: float = SETTLE) -> RealParse:
-    """Start a real slurmctld on a copy of the files, under the first controller's name in private namespaces,
-    and collect its error lines until ``settle`` seconds after it runs as the primary controller."""
-    path, inst = installed_slurmctld()
-    if path is None:
-        return RealParse(None, f"real parse skipped: {inst}")
+    """Start a real slurmctld of the target release (``find_judge``) on a copy of the files, under the first
+    controller's name in private namespaces, and collect its error lines until ``settle`` seconds after it runs
+    as the primary controller. Where that release's slurmctld does not read gres.conf (23.11+), ``slurmd -G``
+    of the same release judges it (``_gres_by_slurmd``)."""
     target = version or cp.header_version(files.get("slurm.conf", ""))
-    if target and version_key(target) > version_key(inst):
-        return RealParse(
-            None,
-            f"real parse skipped: config targets Slurm {target}, installed slurmctld is {inst} "
-            "(it would reject keys and plugins newer than itself)",
-        )
+    judge, why = find_judge(target)
+    if judge is None:
+        return RealParse(None, f"real parse skipped: {why}")
     ns, ip, why = _namespaces()
     if ns is None:
         return RealParse(None, f"real parse skipped: {why}")
+    inside = Path("/tmp") if judge.root else None
     with tempfile.TemporaryDirectory(prefix="slurmkit-validate-") as td:
         tmp = Path(td)
         etc = tmp / "etc"
@@ -726,29 +791,29 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
         for name, body in files.items():
             (etc / name).write_text(body)
         try:
-            copy = rewrite_for_copy(files["slurm.conf"], tmp)
+            copy = rewrite_for_copy(files["slurm.conf"], tmp, inside, judge.root or "/")
         except Exception as exc:  # a hostlist the copy cannot expand: slurmctld would refuse it too
-            return RealParse(False, f"slurm.conf: {exc}", [str(exc)])
+            return RealParse(False, f"slurm.conf: {exc}", [str(exc)], judge=judge.describe())
         if not copy.primary:
-            return RealParse(False, "slurm.conf names no controller (SlurmctldHost)", ["SlurmctldHost is missing"])
+            return RealParse(False, "slurm.conf names no controller (SlurmctldHost)", ["SlurmctldHost is missing"],
+                             judge=judge.describe())
         (etc / "slurm.conf").write_text(copy.text)
-        hosts = etc / "hosts.slurmkit"
-        hosts.write_text(copy.hosts())
-        # fixed script text; every value goes through shlex.quote
-        script = "; ".join([
-            "set -e",
-            f"hostname {shlex.quote(copy.primary)}",
-            f"mount --bind {shlex.quote(str(hosts))} /etc/hosts",
-            # getaddrinfo(AI_ADDRCONFIG), which Slurm uses, finds no IPv4 name while 127.0.0.1 is the only
-            # address (glibc check_pf ignores it): a second loopback address makes the names resolve
-            f"{shlex.quote(ip)} link set lo up",
-            f"{shlex.quote(ip)} addr add 127.0.0.2/8 dev lo",
-            # the backup controllers' addresses must be unreachable here, never sent to (see BACKUP_NET)
-            f"if {shlex.quote(ip)} route get {BACKUP_NET}1 >/dev/null 2>&1; then "
-            f"echo 'fatal: the private network namespace has a route to {BACKUP_NET}1'; exit 1; fi",
-            f"exec {shlex.quote(path)} -D -c -i -f {shlex.quote(str(etc / 'slurm.conf'))}",
-        ])
+        (tmp / "hosts").mkdir()
+        (tmp / "hosts" / "hosts").write_text(copy.hosts())
+        conf = str((inside or tmp) / "etc" / "slurm.conf")
+        script = _script(judge, tmp, ip, copy.primary, [judge.path("slurmctld") if judge.root is None else
+                                                        "/usr/sbin/slurmctld", "-D", "-c", "-i", "-f", conf])
         res = _run_until_primary([*ns, "sh", "-c", script], timeout, settle)
+        gres_note = ""
+        if "gres.conf" in files and not slurmctld_reads_gres_conf(judge.release):
+            gres_errors, gres_note = _gres_by_slurmd(judge, files, tmp, ns, ip)
+            gres_errors = [e for e in gres_errors if e not in res.errors]  # slurm.conf's own, already reported
+            if gres_errors:
+                res.errors += gres_errors
+                if res.ok is not False:
+                    res.message = f"slurmd -G logged {len(gres_errors)} gres.conf error line(s): {gres_errors[0]}"
+                res.ok = False
+    res.judge = judge.describe()
     if copy.dbd:
         res.expected += [e for e in res.errors if NEEDS_DBD.search(e)]
         res.errors = [e for e in res.errors if not NEEDS_DBD.search(e)]
@@ -759,7 +824,102 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
     if res.expected:
         res.message += f"; expected in the copy (no slurmdbd, no backup controller): {'; '.join(res.expected)}"
     res.message += "".join(f"; {n}" for n in copy.notes)
+    res.message += f"; judged by {res.judge}" + (f" and {gres_note}" if gres_note else "")
     return res
+
+
+def _script(judge: Judge, tmp: Path, ip: str, hostname: str, argv: list[str], devices: list[str] | None = None) -> str:
+    """The fixed script that runs ``argv`` in the private namespaces; every value goes through shlex.quote.
+    The host's judge sees the copy where it is and gets the private /etc/hosts bound over the host's; a root's
+    judge is chrooted into the root after the copy is bound on its /tmp and the hosts file laid over its /etc
+    (an overlay: a minbase root has no /etc/hosts to bind over). ``devices``: stand-in files for gres.conf's
+    File= paths, on a private /dev of the root (``_gres_by_slurmd``)."""
+    q = shlex.quote
+    steps = [
+        "set -e",
+        f"hostname {q(hostname)}",
+        # getaddrinfo(AI_ADDRCONFIG), which Slurm uses, finds no IPv4 name while 127.0.0.1 is the only
+        # address (glibc check_pf ignores it): a second loopback address makes the names resolve
+        f"{q(ip)} link set lo up",
+        f"{q(ip)} addr add 127.0.0.2/8 dev lo",
+        # the backup controllers' addresses must be unreachable here, never sent to (see BACKUP_NET)
+        f"if {q(ip)} route get {BACKUP_NET}1 >/dev/null 2>&1; then "
+        f"echo 'fatal: the private network namespace has a route to {BACKUP_NET}1'; exit 1; fi",
+    ]
+    hosts = tmp / "hosts"
+    r = judge.root or ""
+    if judge.root is None:
+        steps.append(f"mount --bind {q(str(hosts / 'hosts'))} /etc/hosts")
+    else:
+        steps += [
+            f"mount --bind {q(str(tmp))} {q(r + '/tmp')}",
+            f"mount -t overlay slurmkit-parse -o {q(f'lowerdir={hosts}:{r}/etc')} {q(r + '/etc')}",
+        ]
+    if devices:
+        # a private /dev (this mount namespace only) with the stand-ins and /dev/null, kept aside first
+        null = tmp / "devnull"
+        steps += [f"touch {q(str(null))}", f"mount --bind /dev/null {q(str(null))}",
+                  f"mount -t tmpfs -o mode=755,size=1m slurmkit-dev {q(r + '/dev')}",
+                  f"touch {q(r + '/dev/null')}", f"mount --bind {q(str(null))} {q(r + '/dev/null')}"]
+        for d in devices:
+            steps += [f"mkdir -p {q(os.path.dirname(r + d))}", f"touch {q(r + d)}"]
+    run = " ".join(q(a) for a in argv)
+    steps.append(f"exec {run}" if judge.root is None else f"exec chroot {q(r)} {run}")
+    return "; ".join(steps)
+
+
+# What `slurmd -G` logs on a machine that is not the node: about the node's hardware, not about gres.conf
+# (slurm-24-11-5-1 src/interfaces/gres.c _parse_gres_config(): Cores= go through xcpuinfo_abs_to_mac(), which
+# needs the node's CPU topology, "Invalid GRES data for %s, %s=%s" on failure; _set_gres_device_desc(): a File= that
+# is not a character device; the stand-in device files are plain files). gres.conf's own mistakes (an unknown
+# key: parse_config.c "Parsing error at unrecognized key", a bad value, File= and MultipleFiles= together) remain.
+GRES_NODE_NOISE = (
+    re.compile(r"xcpuinfo_abs_to_mac"),
+    re.compile(r"Invalid GRES data for \S+, (Cores|CPUs)=\S+$"),
+    re.compile(r"is not a valid character or block device"),
+    re.compile(r"hwloc"),
+)
+# One slurmd -G per distinct node line at most this many: each takes a few hundred ms.
+GRES_NODES_MAX = 8
+
+
+def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[str], ip: str) -> tuple[list[str], str]:
+    """gres.conf as ``slurmd -G -f COPY -N NODE`` of the judge's release reads it, for the first node of each
+    NodeName line (an unknown key fails the whole file; File=/Cores= are checked for that node's lines).
+    Its cgroup.conf is the site's with ``CgroupPlugin=disabled`` (cgroup.conf(5) 24.05+: "completely disable any
+    interaction with the cgroups"): slurmd -G initialises the cgroup plugin first (slurmd.c _slurmd_init()), and
+    the host's cgroups are none of its business. Every File= path gets a stand-in file on a private /dev
+    (gres.c _my_stat() waits 20 s for a missing one, then fatal). -> (error lines, what judged)."""
+    from slurmkit.backend.run import run
+
+    etc = tmp / "etc"  # slurmctld's copy, which has stopped: the same paths, so the same lines read the same
+    cgroup = [ln for ln in files.get("cgroup.conf", "").splitlines() if not re.match(r"\s*cgroupplugin\s*=", ln, re.I)]
+    (etc / "cgroup.conf").write_text("\n".join([*cgroup, "CgroupPlugin=disabled"]) + "\n")
+    devices: list[str] = []
+    for rec in cp.parse_records(files["gres.conf"], "gres.conf"):
+        for k, v in rec.pairs:
+            if k.lower() in ("file", "files", "multiplefiles"):
+                devices += [f for f in cp.expand_files(v) if f not in devices]
+    outside = [d for d in devices if not d.startswith("/dev/") or ".." in d]
+    if outside:
+        return [], f"gres.conf not judged by slurmd -G (File= outside /dev: {outside[0]})"
+    nodes = [hostlist.expand(rec.head, rec.where)[0] for rec in cp.parse_slurm_conf(files["slurm.conf"]).nodes
+             if rec.head.upper() != "DEFAULT"][:GRES_NODES_MAX]
+    errors: list[str] = []
+    for node in nodes:
+        conf = str((Path("/tmp") if judge.root else tmp) / "etc" / "slurm.conf")
+        exe = "/usr/sbin/slurmd" if judge.root else judge.path("slurmd")
+        script = _script(judge, tmp, ip, node, [exe, "-G", "-f", conf, "-N", node], devices)
+        res = run([*ns, "sh", "-c", script], timeout=30, check=False)
+        for line in (res.stdout + res.stderr).splitlines():
+            line = line.strip()
+            if re.search(r"\b(error|fatal):", line) and not any(n.search(line) for n in GRES_NODE_NOISE):
+                line = line.removeprefix("slurmd: ")
+                if line not in errors:
+                    errors.append(line)
+        if res.rc != 0 and not errors:
+            errors.append(f"slurmd -G -N {node} exited (rc={res.rc}): {(res.stderr or res.stdout).strip()[-200:]}")
+    return errors, f"gres.conf by {judge.describe('slurmd')} -G for {_fold(nodes) if nodes else 'no node'}"
 
 
 def _run_until_primary(argv: list[str], timeout: float, settle: float = SETTLE) -> RealParse:

@@ -92,7 +92,8 @@ def test_generate_writes_validated_files_and_inventory_copy(tmp_path: Path) -> N
 
 
 def test_dry_run_writes_nothing(tmp_path: Path) -> None:
-    res = sk("conf", "generate", str(ROOT / "examples" / "gb200-nvl72.yaml"), "--dry-run", "--no-real-parse")
+    res = sk("conf", "generate", str(ROOT / "examples" / "gb200-nvl72.yaml"), "--dry-run", "--no-real-parse",
+             "--slurm-version", "25.05")
     assert res.returncode == 0 and "==> topology.yaml <==" in res.stdout and "block_sizes:" in res.stdout
 
 

@@ -1,9 +1,11 @@
-"""The real slurmctld parse (Debian's 22.05 here): every preset renders files it accepts with zero error
-lines, and the failures slurmctld does not treat as fatal are still caught.
+"""The real slurmctld parse, by the slurmctld of the release under test (``release_under_test()``: the host's in
+the first pass of tests/run.sh, 24.11 from its cached root in the second): every preset renders files it accepts
+with zero error lines, and the failures slurmctld does not treat as fatal are still caught. Each case asserts
+what the release itself says (the judge's release and path are part of the message); where a release's slurmctld
+no longer reads gres.conf (23.11+), its ``slurmd -G`` judges that file.
 
-Presets targeting a newer release are rendered for 22.05 where their features allow (tree topologies);
-the GB200 preset needs topology/block (23.11+) and cannot be parsed by a 22.05 slurmctld: for it the
-test asserts that the parse is skipped with the version reason and the static checks pass.
+Marked ``lab``: they run once per release pass, like the labs. Which judge a target gets without running
+Slurm is in tests/unit/test_realparse_judge.py.
 """
 
 from __future__ import annotations
@@ -17,35 +19,67 @@ from slurmkit.generate import confparse as cp
 from slurmkit.generate import generate
 from slurmkit.generate.validate import controller_host, real_parse, rewrite_for_copy, static_check, validate
 from slurmkit.model.load import load_cluster
-from tests.conftest import needs
+from slurmkit.release import judges, slurmctld_reads_gres_conf
+from tests.conftest import needs, release_under_test
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = needs(bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), "needs Debian's slurmctld")
+pytestmark = [needs(bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), "needs Debian's slurmctld"),
+              pytest.mark.lab]
 
-PARSEABLE_ON_22_05 = ["lab", "dgx-h100-superpod-su", "mixed-pcie", "fat-tree-4096"]
+PRESETS = ["lab", "dgx-h100-superpod-su", "mixed-pcie", "fat-tree-4096"]
 
 
-@pytest.mark.parametrize("preset", PARSEABLE_ON_22_05)
-def test_preset_passes_real_slurmctld(preset: str) -> None:
-    files = generate(load_cluster(ROOT / "examples" / f"{preset}.yaml"), version="22.05")
-    rep = validate(files, "22.05")
+@pytest.fixture(scope="module")
+def release() -> str:
+    """The release under test, with its root built where the host does not have it (as `lab up --slurm` does)."""
+    from slurmkit.lab import image
+
+    rel = release_under_test()
+    if rel != image.host_release():
+        image.ensure(rel)
+    return rel
+
+
+def judged_by(rp: object, release: str) -> None:
+    judge = rp.judge  # type: ignore[attr-defined]
+    assert judge.startswith(f"slurmctld {release}."), rp
+    assert f"judged by {judge}" in rp.message, rp  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_preset_passes_real_slurmctld(preset: str, release: str) -> None:
+    # each preset rendered for the release under test (tree topologies everywhere; mixed-pcie targets 23.02)
+    files = generate(load_cluster(ROOT / "examples" / f"{preset}.yaml"), version=release)
+    rep = validate(files, release)
     assert rep.real_ok is True, (rep.real, rep.errors)
     assert rep.errors == []
     # the copy ran under the first controller's own name, with every SlurmctldHost line kept
     first = controller_host(cp.parse_slurm_conf(files["slurm.conf"]).controllers[0])[0]
     assert f" as {first}" in rep.real
+    assert f"judged by slurmctld {release}." in rep.real, rep.real
 
 
-def test_block_preset_is_skipped_with_reason() -> None:
+def test_block_preset_is_judged_by_its_release_or_skipped_with_reason(release: str) -> None:
+    """The GB200 preset targets 24.11 (topology/block, BlockSizes): judged by a 24.11 slurmctld where one is here
+    (the host's or a cached root's), else skipped with a reason that names the slurmctld that is here."""
+    from slurmkit.lab import image
+
     files = generate(load_cluster(ROOT / "examples" / "gb200-nvl72.yaml"))
+    assert cp.header_version(files["slurm.conf"]) == "24.11"
     assert static_check(files).errors == []
     rp = real_parse(files)
-    assert rp.ok is None and "targets Slurm 25.05, installed slurmctld is 22.05" in rp.message
+    here = image.host_release()
+    if judges(release, "24.11") or image.find("24.11") is not None or (here and judges(here, "24.11")):
+        assert rp.ok is True, rp
+        assert rp.judge.startswith("slurmctld 24.11."), rp
+    else:
+        assert rp.ok is None and "config targets Slurm 24.11" in rp.message, rp
+        assert f"installed slurmctld is {here}" in rp.message, rp
 
 
 @pytest.fixture(scope="module")
-def lab_files() -> dict[str, str]:
-    return generate(load_cluster(ROOT / "examples" / "lab.yaml"))
+def lab_files(release: str) -> dict[str, str]:
+    return generate(load_cluster(ROOT / "examples" / "lab.yaml"), version=release)
 
 
 @pytest.mark.parametrize(
@@ -53,23 +87,40 @@ def lab_files() -> dict[str, str]:
     [
         # not fatal to slurmctld: only the error line tells
         ("slurm.conf", "Gres=gpu:h100:8", "Gres=gpu:h100:8,nic:2", "Invalid GRES configured"),
-        ("topology.conf", "SwitchName=spine", "SwitchName=leaf3 Nodes=ghost[1-2]\nSwitchName=spine", "Invalid hostnames in switch configuration"),
+        # 22.05 logs "error: WARNING: Invalid hostnames in switch configuration: ghost[1-2]" and 24.11 the same
+        # as a warning: line; both log "_find_node_record: lookup failure for node \"ghost1\"" as an error
+        ("topology.conf", "SwitchName=spine", "SwitchName=leaf3 Nodes=ghost[1-2]\nSwitchName=spine", "ghost1"),
+        # slurmctld reads gres.conf through 23.02; from 23.11 slurmd -G does (release.slurmctld_reads_gres_conf)
         ("gres.conf", "AutoDetect=off", "AutoDetect=off\nTypo=x", "unrecognized key: Typo"),
         # fatal
         ("slurm.conf", "SelectType=select/cons_tres", "SelectType=select/nonexistent", "Can't find plugin"),
         ("cgroup.conf", "ConstrainCores=yes", "ConstrainCores=yes\nBogus=yes", "cgroup.conf"),
     ],
 )
-def test_real_parse_catches_what_slurmctld_logs(lab_files: dict[str, str], name: str, old: str, new: str, expect: str) -> None:
+def test_real_parse_catches_what_slurmctld_logs(lab_files: dict[str, str], release: str, name: str, old: str, new: str,
+                                               expect: str) -> None:
     files = dict(lab_files)
+    assert old in files[name]
     files[name] = files[name].replace(old, new)
-    rp = real_parse(files, "22.05")
+    rp = real_parse(files, release)
     assert rp.ok is False and any(expect in e for e in rp.errors), rp
+    judged_by(rp, release)
+    if name == "gres.conf":
+        by_slurmd = f"gres.conf by slurmd {release}."
+        assert (by_slurmd in rp.message) != slurmctld_reads_gres_conf(release), rp
+
+
+def test_gres_conf_is_judged_without_false_findings(lab_files: dict[str, str], release: str) -> None:
+    """The lab's gres.conf (File=/dev/nvidiaN, Cores=) is clean: slurmd -G on this machine, which is not the node,
+    reports nothing about the node's devices or CPUs (stand-in files, GRES_NODE_NOISE)."""
+    rp = real_parse(lab_files, release)
+    assert rp.ok is True and rp.errors == [], rp
+    judged_by(rp, release)
 
 
 @pytest.fixture(scope="module")
-def ha_files() -> dict[str, str]:
-    files = generate(load_cluster(ROOT / "examples" / "dgx-h100-superpod-su.yaml"), version="22.05")
+def ha_files(release: str) -> dict[str, str]:
+    files = generate(load_cluster(ROOT / "examples" / "dgx-h100-superpod-su.yaml"), version=release)
     assert [ln for ln in files["slurm.conf"].splitlines() if ln.startswith("SlurmctldHost=")] == [
         "SlurmctldHost=head01", "SlurmctldHost=head02"]
     return files
@@ -92,16 +143,17 @@ def test_copy_puts_backup_controllers_on_an_unreachable_address(ha_files: dict[s
     assert hosts["head02"] == "192.0.2.1"  # TEST-NET-1: no route in the private network namespace
 
 
-def test_duplicate_controllers_are_refused_by_the_real_parse(ha_files: dict[str, str]) -> None:
+def test_duplicate_controllers_are_refused_by_the_real_parse(ha_files: dict[str, str], release: str) -> None:
     # what issue 9 item 1 produced: the old check rewrote SlurmctldHost to this host and passed it
     files = dict(ha_files, **{"slurm.conf": ha_files["slurm.conf"].replace("SlurmctldHost=head01", "SlurmctldHost=head02")})
-    rp = real_parse(files, "22.05")
+    rp = real_parse(files, release)
     assert rp.ok is False and any("Duplicate SlurmctldHost records: head02" in e for e in rp.errors), rp
 
 
-def test_two_controllers_parse_as_the_primary(ha_files: dict[str, str]) -> None:
-    rp = real_parse(ha_files, "22.05")
+def test_two_controllers_parse_as_the_primary(ha_files: dict[str, str], release: str) -> None:
+    rp = real_parse(ha_files, release)
     assert rp.ok is True, rp
+    judged_by(rp, release)
     assert " as head01" in rp.message
     # the backup is asked to relinquish control at an address that fails at once in the private namespace
     # (loopback made 24.11 wait 30 s on the copy itself, see validate.BACKUP_NET)
@@ -110,18 +162,18 @@ def test_two_controllers_parse_as_the_primary(ha_files: dict[str, str]) -> None:
     assert any("PriorityWeightAge can only be used with SlurmDBD" in e for e in rp.expected)
 
 
-def test_controller_names_in_node_addr_resolve_in_the_copy(lab_files: dict[str, str]) -> None:
+def test_controller_names_in_node_addr_resolve_in_the_copy(lab_files: dict[str, str], release: str) -> None:
     # NodeAddr/NodeHostname names as a site writes them: resolvable only inside the copy's private /etc/hosts
     conf = lab_files["slurm.conf"].replace("NodeName=node[1-8] ", "NodeName=node[1-8] NodeAddr=ib-node[1-8] NodeHostname=host-node[1-8] ")
     assert conf != lab_files["slurm.conf"]
-    rp = real_parse(dict(lab_files, **{"slurm.conf": conf}), "22.05")
+    rp = real_parse(dict(lab_files, **{"slurm.conf": conf}), release)
     assert rp.ok is True, rp
 
 
-def test_priority_errors_after_primary_are_findings_without_slurmdbd(lab_files: dict[str, str]) -> None:
+def test_priority_errors_after_primary_are_findings_without_slurmdbd(lab_files: dict[str, str], release: str) -> None:
     # slurmctld logs these right after "Running as primary controller"; the old check stopped reading there
     conf = lab_files["slurm.conf"] + "PriorityType=priority/multifactor\nPriorityWeightAge=1000\n"
-    rp = real_parse(dict(lab_files, **{"slurm.conf": conf}), "22.05")
+    rp = real_parse(dict(lab_files, **{"slurm.conf": conf}), release)
     assert rp.ok is False and any("PriorityWeightAge can only be used with SlurmDBD" in e for e in rp.errors), rp
 
 
