@@ -53,6 +53,9 @@ def lab() -> None:
 @click.option("--configless", is_flag=True,
               help="slurmd fetch their config from slurmctld (SlurmctldParameters=enable_configless, "
                    "slurmd --conf-server), the way large sites keep thousands of nodes in sync.")
+@click.option("--preset", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Shape the lab after a site inventory (examples/gb200-nvl72.yaml): its GPU node group, partitions "
+                   "and topology kind, scaled to --nodes and --nodes-per-leaf; its GPUs replace --gpus-per-node/--gpu-type.")
 @click.option("--slow-node", "slow_nodes", multiple=True, metavar="NODE",
               help="Cap NODE's slurmd and its jobs with a CPU quota (cgroup v1 cpu), making it really slower "
                    "(repeatable; see `slurmkit lab slow`).")
@@ -66,13 +69,13 @@ def lab() -> None:
 def up(directory: str, nodes: int, gpus_per_node: int, gpu_type: str, nodes_per_leaf: int, accounting: bool,
        hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int, slurm: str | None,
        topology: str, submit_policy: bool, cgroups: bool, spare: int, power: int, suspend_time: int,
-       configless: bool, slow_nodes: tuple[str, ...], slow_cpus: float) -> None:
+       configless: bool, preset: str | None, slow_nodes: tuple[str, ...], slow_cpus: float) -> None:
     """Start the lab and wait until every node is idle."""
     spec = LabSpec(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                    nodes_per_leaf=nodes_per_leaf, accounting=accounting, port_base=port_base, hooks=hooks,
                    healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml, slurm=slurm,
                    topology=topology, submit_policy=submit_policy, cgroups=cgroups, spare=spare, power=power,
-                   suspend_time=suspend_time, configless=configless)
+                   suspend_time=suspend_time, configless=configless, preset=preset)
     lab_ = Lab(spec)
     for n in slow_nodes:  # refused before anything starts
         if n not in spec.node_names:
@@ -90,8 +93,8 @@ def up(directory: str, nodes: int, gpus_per_node: int, gpu_type: str, nodes_per_
             lab_.down()
             slowmod.restore(lab_)
             raise
-    click.echo(f"lab: up in {took:.2f}s: Slurm {lab_.release}, {nodes} nodes x {gpus_per_node} {gpu_type}, "
-               f"leaves of {nodes_per_leaf}, in {lab_.dir}"
+    click.echo(f"lab: up in {took:.2f}s: Slurm {lab_.release}, {nodes} nodes x {spec.gpus_per_node} {spec.gpu_type}, "
+               f"{'blocks' if spec.topology == 'block' else 'leaves'} of {nodes_per_leaf}, in {lab_.dir}"
                + (f"; room for {spare} more ({spec.all_node_names[nodes]}..{spec.all_node_names[-1]})" if spare else ""))
     click.echo("Use it:")
     click.echo(f"  eval \"$(slurmkit lab env --dir {lab_.dir})\"     # SLURM_CONF (and PATH for another release)")

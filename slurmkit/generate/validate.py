@@ -743,6 +743,16 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                     keep.append((k, fixed[lk]))
                     done.add(lk)
                 continue
+            if lk == "plugindir" and root != "/":
+                # a judge chrooted into its root sees the root's plugins at their own path: a lab of that release
+                # names them from the host (ROOT/usr/lib/...); a site dir the root lacks would only fail to load
+                mine = [d[len(root.rstrip("/")):] if d.startswith(root.rstrip("/") + "/") else d for d in v.split(":")]
+                kept = [d for d in mine if d and os.path.isdir(os.path.join(root, d.lstrip("/")))]
+                if kept != v.split(":"):
+                    notes.append(f"PluginDir={v} read as {':'.join(kept) or 'the default'} inside {root}")
+                if not kept:
+                    continue
+                v = ":".join(kept)
             if lk in _SCRIPTS and not os.access(os.path.join(root, v.lstrip("/")), os.X_OK):
                 notes.append(f"dropped {k}={v} (not present {'on this host' if root == '/' else 'in ' + root})")
                 continue

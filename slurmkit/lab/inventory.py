@@ -165,3 +165,41 @@ def lab_tenants(total_gpus: int) -> dict[str, Any]:
         ],
         "partitions": {"gpu": {"allow_qos": ["normal", "high", "scavenger"]}},
     }
+
+
+def preset_shape(preset: dict[str, Any], where: str = "preset") -> tuple[str, int, str, str]:
+    """(node group name, GPUs per node, GPU type, topology kind "tree"|"block") of a site inventory (already
+    loaded by ``model.load``, so its keys are known good); ValueError naming the key for what a lab cannot take."""
+    groups = [g for g in preset.get("node_groups") or [] if (g.get("gpus") or {}).get("count")]
+    if len(groups) != 1:
+        raise ValueError(f"{where}: node_groups: a lab from a preset takes exactly one GPU node group, "
+                         f"this one has {len(groups)}")
+    g = groups[0]
+    topo = preset.get("topology") or {}
+    return g["name"], int(g["gpus"]["count"]), str(g["gpus"].get("type") or g["name"]), "block" if topo.get("blocks") else "tree"
+
+
+def lab_from_preset(preset: dict[str, Any], nodes: int, nodes_per_leaf: int, **lab: Any) -> dict[str, Any]:
+    """The lab's inventory shaped after a site inventory (``examples/gb200-nvl72.yaml``), scaled to the lab: its
+    GPU node group as it is (CPU geometry, memory, reserve, GPUs with files/cores/links, features, weight; the
+    lab's ``SlurmdParameters=config_overrides`` lets one host run nodes bigger than itself), its partitions, its
+    cluster name, and its topology kind with its first blocks (or leaves) cut to ``nodes_per_leaf`` nodes each.
+    Node names are the lab's ``node1..N`` (the lab starts one slurmd per ``nodeI`` on its own port); block names
+    are the preset's. NICs and the site's hooks are left out (the lab host has no InfiniBand; ``lab`` kwargs
+    decide accounting and hooks as for ``lab_inventory``)."""
+    gname, _gpus, _gtype, kind = preset_shape(preset)
+    base = lab_inventory(nodes, nodes_per_leaf=nodes_per_leaf, topology=kind, **lab)
+    group = dict(next(g for g in preset["node_groups"] if g["name"] == gname))
+    group.pop("nics", None)
+    group["hosts"] = base["node_groups"][0]["hosts"]
+    base["cluster"] = preset.get("cluster", base["cluster"])
+    base["node_groups"] = [group]
+    parts = [dict(p, groups=[gname]) for p in preset.get("partitions") or [] if gname in (p.get("groups") or [gname])]
+    if parts:
+        base["partitions"] = parts
+    if kind == "block":
+        names = [b["name"] for b in preset["topology"]["blocks"]]
+        for i, b in enumerate(base["topology"]["blocks"]):
+            if i < len(names):
+                b["name"] = names[i]
+    return base

@@ -83,6 +83,24 @@ class LabSpec:
     # with accounting: the inventory's tenants section (None: lab_tenants(), two teams over the lab's GPUs), applied
     # with `slurmkit accounts apply` once the lab is up
     tenants: dict | None = None
+    # a site inventory (examples/gb200-nvl72.yaml) the lab is shaped after, scaled to `nodes` and `nodes_per_leaf`
+    # (lab/inventory.py lab_from_preset); its GPU count, GPU type and topology kind replace the three fields above
+    preset: str | None = None
+
+    def apply_preset(self) -> None:
+        """Take the preset's GPU count, GPU type and topology kind (``lab up`` does, before its checks)."""
+        if self.preset:
+            from slurmkit.lab.inventory import preset_shape
+            from slurmkit.model.load import load_cluster
+
+            if self.cgroups or self.power:
+                # both reshape the lab's nodes (the host's core count; a second, power-managed group)
+                raise LabError("--preset takes the preset's node shape; not together with --cgroups or --power")
+            load_cluster(self.preset)  # a bad preset is refused with its key path before anything starts
+            try:
+                _g, self.gpus_per_node, self.gpu_type, self.topology = preset_shape(_read_yaml(self.preset), self.preset)
+            except ValueError as exc:
+                raise LabError(str(exc)) from exc
 
     @property
     def ctld_port(self) -> int:
@@ -114,6 +132,12 @@ class LabSpec:
             raise LabError(f"{name} is not a node this lab has room for ({self.all_node_names[0]}.."
                            f"{self.all_node_names[-1]}; `slurmkit lab up --spare N` makes room)")
         return int(name[4:])
+
+
+def _read_yaml(path: str) -> dict:
+    from slurmkit.model.yamlio import load as yload
+
+    return yload(Path(path).read_text())  # type: ignore[no-any-return]
 
 
 class Lab:
@@ -272,15 +296,23 @@ class Lab:
         from slurmkit.model import load_cluster_text
 
         s = self.spec
-        inv = lab_inventory(
-            s.nodes, s.gpus_per_node, s.gpu_type, s.nodes_per_leaf, accounting=s.accounting,
-            hooks_command=hooks_command, healthcheck_interval=s.healthcheck_interval, slurm_version=self.release,
-            topology=s.topology, submit_policy=s.submit_policy, cores=host_cores() if s.cgroups else None,
-            power_nodes=s.power,
-            power_command=self._hooks_command() if s.power and not hooks_command else None,
-            suspend_time=s.suspend_time,
-            tenants=s.tenants,
-        )
+        if s.preset:
+            from slurmkit.lab.inventory import lab_from_preset
+
+            inv = lab_from_preset(_read_yaml(s.preset), s.nodes, s.nodes_per_leaf, accounting=s.accounting,
+                                  hooks_command=hooks_command, healthcheck_interval=s.healthcheck_interval,
+                                  slurm_version=self.release, submit_policy=s.submit_policy,
+                                  tenants=s.tenants)
+        else:
+            inv = lab_inventory(
+                s.nodes, s.gpus_per_node, s.gpu_type, s.nodes_per_leaf, accounting=s.accounting,
+                hooks_command=hooks_command, healthcheck_interval=s.healthcheck_interval, slurm_version=self.release,
+                topology=s.topology, submit_policy=s.submit_policy, cores=host_cores() if s.cgroups else None,
+                power_nodes=s.power,
+                power_command=self._hooks_command() if s.power and not hooks_command else None,
+                suspend_time=s.suspend_time,
+                tenants=s.tenants,
+            )
         text = yaml.safe_dump(inv, sort_keys=False)
         cluster = load_cluster_text(text, source="lab inventory")
         d = self.dir
@@ -416,6 +448,7 @@ class Lab:
     def up(self, progress: Progress = lambda m: None, timeout: float = 60.0) -> float:
         """Start everything and wait until every node is exactly ``idle``. Returns seconds taken."""
         t0 = time.monotonic()
+        self.spec.apply_preset()
         self.preflight()
         s = self.spec
         nvml = self._nvml_state() if s.hooks else {}  # read before the lab dir is cleaned

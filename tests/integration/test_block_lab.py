@@ -103,3 +103,44 @@ def test_two_busy_nodes_in_different_blocks(blab: Lab, jobs: list[str], tmp_path
         assert doc["kind"] == "block" and (doc["free_nodes"], doc["free_leaves"]) == (6, 0), doc
         assert (doc["largest_job_one_leaf_nodes"], doc["largest_job_anywhere_nodes"]) == (3, 6)
         assert [(x["name"], x["free_nodes"]) for x in doc["per_leaf"]] == [("b1", 3), ("b2", 3)]
+
+
+@pytest.fixture(scope="module")
+def gblab(make_lab) -> Lab:  # type: ignore[no-untyped-def]
+    """The GB200 NVL72 preset (targets 24.11) scaled to the lab: 2 of its NVLink-domain blocks, 4 trays each."""
+    return make_lab(preset=str(ROOT / "examples" / "gb200-nvl72.yaml"), nodes=8, nodes_per_leaf=4)
+
+
+def test_gb200_preset_loads_and_the_report_counts_free_blocks(gblab: Lab):
+    # the preset's node group as it is: 2 x 72 cores, 4 GB200, its reserve, its partition
+    nodes = lab_run(gblab, ["sinfo", "-h", "-N", "-o", "%N|%t|%c|%G|%P"]).stdout.split()
+    assert [n.split("|")[0] for n in nodes] == [f"node{i}" for i in range(1, 9)], nodes
+    assert all(n.split("|")[1:] == ["idle", "144", "gpu:gb200:4(S:0-1)", "batch*"] for n in nodes), nodes
+    spec = lab_run(gblab, ["scontrol", "show", "node", "node1"]).stdout
+    assert "CoreSpecCount=2" in spec and "MemSpecLimit=24576" in spec, spec
+    # its blocks, by its names, cut to 4 trays; BlockSizes scaled with them
+    assert "BlockSizes=4,8" in (gblab.etc / "topology.conf").read_text()
+    shown = lab_run(gblab, ["scontrol", "show", "topology"]).stdout
+    assert re.search(r"^BlockName=nvl01 .*Nodes=node\[1-4\]", shown, re.M), shown
+    assert re.search(r"^BlockName=nvl02 .*Nodes=node\[5-8\]", shown, re.M), shown
+    b = CLIBackend(env=gblab.env)
+    jobs: list[str] = []
+    try:
+        _occupy(gblab, jobs, ["-N1", "-w", "node6", "--exclusive"])
+        _wait(lambda: _states(b)["node6"] == "allocated", 30, "node6 allocated")
+        # one block (nvl01) is wholly free, nvl02 has 3 free trays: from the inventory and from Slurm's records
+        for extra in ({"SLURMKIT_INVENTORY": str(gblab.etc / "slurmkit.yaml")}, {}):
+            rep = subprocess.run([sys.executable, "-m", "slurmkit", "report", "fragmentation", "--json", "-p", "batch"],
+                                 env=_env(gblab, **extra), capture_output=True, text=True, timeout=60, cwd=ROOT)
+            assert rep.returncode == 0, rep.stderr
+            doc = json.loads(rep.stdout)
+            assert (doc["kind"], doc["unit"], doc["leaves"], doc["free_leaves"]) == ("block", "block", 2, 1), doc
+            assert [(x["name"], x["free_nodes"], x["free_gpus"]) for x in doc["per_leaf"]] == [
+                ("nvl01", 4, 16), ("nvl02", 3, 12)], doc
+            assert (doc["largest_job_one_leaf_nodes"], doc["largest_job_anywhere_nodes"]) == (4, 7), doc
+        text = subprocess.run([sys.executable, "-m", "slurmkit", "report", "fragmentation", "-p", "batch"],
+                              env=_env(gblab), capture_output=True, text=True, timeout=60, cwd=ROOT).stdout
+        assert re.search(r"free whole blocks\s+1 / 2", text), text
+    finally:
+        lab_run(gblab, ["scancel", *jobs], check=False)
+        _wait(lambda: all(s == "idle" for s in _states(b).values()), 60, "every node idle again")

@@ -10,6 +10,8 @@ from slurmkit.errors import LabError
 from slurmkit.lab import image, view
 from slurmkit.release import DEBIAN_SUITES, release_key, release_of, scontrol_json
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_apt_mirror_from_deb822_and_one_line_sources(tmp_path: Path):
     (tmp_path / "sources.list.d").mkdir()
@@ -100,3 +102,37 @@ def test_wrappers_run_the_roots_program_and_keep_bash_functions(tmp_path: Path):
     daemon = (tmp_path / "bin" / "slurmd").read_text()
     assert f"chroot {tmp_path / 'view'} /bin/bash" in daemon and "exec /usr/sbin/slurmd" in daemon
     assert view.plugin_dir(root) == str(lib / "slurm-wlm")
+
+
+def test_lab_from_the_gb200_preset_keeps_its_shape_at_lab_scale() -> None:
+    """`lab up --preset examples/gb200-nvl72.yaml`: the preset's group, partition and blocks, cut to the lab."""
+    from slurmkit.generate import generate
+    from slurmkit.lab.inventory import lab_from_preset, preset_shape
+    from slurmkit.model import load_cluster_text
+    from slurmkit.model.yamlio import load
+
+    preset = load((ROOT / "examples" / "gb200-nvl72.yaml").read_text())
+    assert preset_shape(preset) == ("gb200", 4, "gb200", "block")
+    inv = lab_from_preset(preset, 8, 4, slurm_version="24.11")
+    g = inv["node_groups"][0]
+    assert g["hosts"] == "node[1-8]" and g["cpu"] == preset["node_groups"][0]["cpu"] and "nics" not in g
+    assert inv["cluster"] == "nvl72" and [p["name"] for p in inv["partitions"]] == ["batch"]
+    assert inv["topology"] == {"blocks": [{"name": "nvl01", "nodes": "node[1-4]"}, {"name": "nvl02", "nodes": "node[5-8]"}],
+                               "block_sizes": [4, 8]}
+    assert "hooks" not in inv
+    import yaml
+
+    topo = generate(load_cluster_text(yaml.safe_dump(inv), source="lab"))["topology.conf"]
+    assert "BlockName=nvl01 Nodes=node[1-4]" in topo and "BlockSizes=4,8" in topo
+
+
+def test_lab_from_a_preset_with_two_gpu_groups_is_refused() -> None:
+    from slurmkit.lab.inventory import preset_shape
+    from slurmkit.model.yamlio import load
+
+    preset = load((ROOT / "examples" / "mixed-pcie.yaml").read_text())
+    n = sum(1 for g in preset["node_groups"] if (g.get("gpus") or {}).get("count"))
+    if n == 1:
+        preset["node_groups"].append(dict(preset["node_groups"][0], name="second"))
+    with pytest.raises(ValueError, match=r"node_groups: a lab from a preset takes exactly one GPU node group"):
+        preset_shape(preset)
