@@ -27,6 +27,13 @@ from slurmkit.release import DEBIAN_SUITES, release_of
 DEFAULT_IMAGE_DIR = "/var/cache/slurmkit/roots"
 # what a lab needs inside the root; slurm-wlm-basic-plugins has job_submit/lua and the other optional plugins
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "slurm-wlm-basic-plugins")
+# what one root carries besides: the bookworm root also gives `lab up --accounting` MariaDB 10.11 where the host's
+# MariaDB does not work with slurmdbd (a Debian 13 host's 11.8; slurmkit/lab/lab.py mariadb_root)
+EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {"22.05": ("mariadb-server",)}
+
+
+def packages(release: str) -> tuple[str, ...]:
+    return PACKAGES + EXTRA_PACKAGES.get(release, ())
 Progress = Callable[[str], None]
 
 
@@ -124,10 +131,10 @@ def build(release: str, progress: Progress = lambda m: None, mirror: str | None 
         policy = tmp / "usr/sbin/policy-rc.d"
         policy.write_text("#!/bin/sh\nexit 101\n")
         policy.chmod(0o755)
-        progress(f"apt-get install {' '.join(PACKAGES)} (inside the {suite} root)")
+        progress(f"apt-get install {' '.join(packages(release))} (inside the {suite} root)")
         script = (
             "set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update -q; "
-            f"apt-get install -y -q --no-install-recommends {' '.join(PACKAGES)}; apt-get clean; "
+            f"apt-get install -y -q --no-install-recommends {' '.join(packages(release))}; apt-get clean; "
             "rm -rf /var/lib/apt/lists/*"
         )
         # /proc for the package scripts, mounted in a private mount namespace: it never appears on the host, so a

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -47,6 +48,37 @@ REQUIRED_BINARIES = ("slurmctld", "slurmd", "munged", "sinfo", "scontrol", "sbat
 ACCOUNTING_BINARIES = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacct")
 
 Progress = Callable[[str], None]
+
+# MariaDB for `--accounting`. slurmdbd checks at start that the server's CONCAT() works
+# (src/plugins/accounting_storage/mysql/accounting_storage_mysql.c _check_mysql_concat_is_sane(), 22.05-25.11:
+# `select @var := concat('');`, fatal on a null result). Measured: Debian 13's MariaDB 11.8 fails that query with
+# slurmdbd 24.11.5 ("mysql_query failed: 5027 Number of columns in result (=1) set exceeds maximum allowed number
+# of columns (=0)", then "fatal: _check_mysql_concat_is_sane: null result", also outside slurmkit), while Debian
+# 12's MariaDB 10.11 passes it with slurmdbd 22.05.8 (the host's) and 24.11.5 (the trixie root's, the second pass
+# of tests/run.sh). So the lab runs the host's MariaDB when it is a 10.x, and otherwise (11.x, or none installed)
+# MariaDB 10.11 from the bookworm root (the 22.05 root, which carries mariadb-server: image.EXTRA_PACKAGES),
+# chrooted, with whichever slurmdbd the lab's release has. Only 10.11 is known good, so 11.x below 11.8 takes
+# the root too.
+MARIADB_ROOT_RELEASE = "22.05"
+
+
+def mariadb_root(host_mariadbd_version: str | None) -> str | None:
+    """None: the host's MariaDB serves the lab's slurmdbd; else the Slurm release of the root whose MariaDB does
+    (``host_mariadbd_version`` is what ``mariadbd --version`` prints, None where there is none)."""
+    m = re.search(r"Ver (\d+)\.(\d+)\.\d+-MariaDB", host_mariadbd_version or "")
+    if m and int(m.group(1)) == 10:
+        return None
+    return MARIADB_ROOT_RELEASE
+
+
+def host_mariadbd_version() -> str | None:
+    exe = shutil.which("mariadbd") or ("/usr/sbin/mariadbd" if Path("/usr/sbin/mariadbd").exists() else None)
+    if exe is None:
+        return None
+    try:
+        return run([exe, "--version"], timeout=10).stdout.strip()
+    except SlurmCommandError:
+        return None
 
 
 @dataclass
@@ -251,6 +283,8 @@ class Lab:
         need = REQUIRED_BINARIES + (ACCOUNTING_BINARIES if self.spec.accounting else ())
         if self.foreign:  # Slurm and munge come from the root; the host needs only these
             need = ("unshare", "chroot", "mount") + (("mariadbd", "mariadb-install-db") if self.spec.accounting else ())
+        if self.spec.accounting and self.mariadb_root:  # MariaDB from a root (see mariadb_root), not the host's
+            need = tuple(b for b in need if b not in ("mariadbd", "mariadb-install-db")) + ("chroot",)
         missing = [b for b in need if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
         if missing:
             pkgs = APT_PACKAGES + (" " + APT_ACCOUNTING if self.spec.accounting else "")
@@ -484,7 +518,7 @@ class Lab:
             self._start_munged()
             if s.accounting:
                 progress("starting mariadb and slurmdbd")
-                self._start_accounting()
+                self._start_accounting(progress)
             progress("starting slurmctld")
             self._start_slurmctld()
             progress(f"starting {s.nodes} slurmd (one UTS+mount namespace each)")
@@ -578,16 +612,53 @@ class Lab:
         )
         _wait(lambda: self.munge_socket.exists(), 5, "munged socket")
 
-    def _start_accounting(self) -> None:
+    @property
+    def mariadb_root(self) -> str | None:
+        """The release whose root's MariaDB serves ``--accounting`` (None: the host's); see ``mariadb_root()``."""
+        if not hasattr(self, "_mariadb_root"):
+            self._mariadb_root = mariadb_root(host_mariadbd_version())
+        return self._mariadb_root
+
+    def _mariadb_argv(self, argv: list[str], progress: Progress = lambda m: None) -> list[str]:
+        """``argv`` (paths under the lab dir) as the host runs it, or chrooted into the MariaDB root: there the lab
+        dir is bind-mounted on the root's /mnt and a tmpfs covers its /tmp, in a private mount namespace, so the
+        cached root is never written; ``unshare`` and ``chroot`` exec, so the pid is mariadbd's own."""
+        if not self.mariadb_root:
+            return [_bin(argv[0]) if argv[0] == "mariadbd" else argv[0], *argv[1:]]
+        from slurmkit.lab import image
+
+        img = image.ensure(self.mariadb_root, progress)
+        if not (img.root / "usr/sbin/mariadbd").exists():
+            raise LabError(f"the Slurm {img.release} root {img.root} has no MariaDB (built before it carried one); "
+                           f"rebuild it: slurmkit lab image rm {img.release} && slurmkit lab image build {img.release}")
+        q = shlex.quote
+        where = {"mariadbd": "/usr/sbin/mariadbd", "mariadb-install-db": "/usr/bin/mariadb-install-db"}
+        # a minbase root has no /etc/hosts: mariadb-install-db refuses ("Neither host ... nor 'localhost' could be
+        # looked up") without --force ("run even if DNS does not work", its --help); the lab's slurmdbd comes over
+        # 127.0.0.1 and grants are skipped, so mariadbd needs no name either
+        dns = "--force" if argv[0] == "mariadb-install-db" else "--skip-name-resolve"
+        inner = [where.get(argv[0], argv[0]), *(a.replace(str(self.dir), "/mnt") for a in argv[1:]), dns]
+        script = "; ".join([
+            "set -e",
+            f"mount --bind {q(str(self.dir))} {q(str(img.root / 'mnt'))}",
+            f"mount -t tmpfs -o mode=1777,size=64m slurmkit-tmp {q(str(img.root / 'tmp'))}",
+            f"exec chroot {q(str(img.root))} {' '.join(q(a) for a in inner)}",
+        ])
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+
+    def _start_accounting(self, progress: Progress = lambda m: None) -> None:
         s = self.spec
         data = self.dir / "mysql"
-        run(["mariadb-install-db", f"--datadir={data}", "--user=root", "--auth-root-authentication-method=normal",
-             "--skip-test-db"], timeout=60)
+        if self.mariadb_root:
+            progress(f"MariaDB from the Slurm {self.mariadb_root} root (the host's does not serve slurmdbd)")
+        run(self._mariadb_argv(["mariadb-install-db", f"--datadir={data}", "--user=root",
+                                "--auth-root-authentication-method=normal", "--skip-test-db"], progress), timeout=60)
         log = open(self.dir / "log" / "mariadb.log", "ab")  # noqa: SIM115 - handed to the daemon
         proc = subprocess.Popen(
-            [_bin("mariadbd"), f"--datadir={data}", "--user=root", f"--port={s.db_port}", "--bind-address=127.0.0.1",
-             f"--socket={self.dir / 'run' / 'mysqld.sock'}", f"--pid-file={self.run_dir / 'mariadbd.pid.tmp'}",
-             "--skip-grant-tables", "--skip-networking=0", "--innodb-buffer-pool-size=32M"],
+            self._mariadb_argv(["mariadbd", f"--datadir={data}", "--user=root", f"--port={s.db_port}",
+                                "--bind-address=127.0.0.1", f"--socket={self.dir / 'run' / 'mysqld.sock'}",
+                                f"--pid-file={self.run_dir / 'mariadbd.pid.tmp'}", "--skip-grant-tables",
+                                "--skip-networking=0", "--innodb-buffer-pool-size=32M"], progress),
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )
         (self.run_dir / "mariadbd.pid").write_text(str(proc.pid))

@@ -136,3 +136,39 @@ def test_lab_from_a_preset_with_two_gpu_groups_is_refused() -> None:
         preset["node_groups"].append(dict(preset["node_groups"][0], name="second"))
     with pytest.raises(ValueError, match=r"node_groups: a lab from a preset takes exactly one GPU node group"):
         preset_shape(preset)
+
+
+@pytest.mark.parametrize(("printed", "root"), [
+    # Debian 12: measured good with slurmdbd 22.05.8 and 24.11.5 -> the host's
+    ("/usr/sbin/mariadbd  Ver 10.11.19-MariaDB-0+deb12u1 for debian-linux-gnu on x86_64 (Debian 12)", None),
+    # Debian 13: slurmdbd 24.11.5 dies in _check_mysql_concat_is_sane -> MariaDB 10.11 from the bookworm root
+    ("/usr/sbin/mariadbd  Ver 11.8.3-MariaDB-0+deb13u1 from Debian -- Please help get to 10k stars at "
+     "https://github.com/MariaDB/Server for debian-linux-gnu on x86_64 (Debian 13)", "22.05"),
+    ("mariadbd  Ver 11.4.5-MariaDB for Linux on x86_64 (MariaDB Server)", "22.05"),  # not known good
+    (None, "22.05"),  # no MariaDB on the host
+])
+def test_accounting_mariadb_comes_from_the_host_only_where_it_serves_slurmdbd(printed: str | None, root: str | None) -> None:
+    from slurmkit.lab.lab import mariadb_root
+
+    assert mariadb_root(printed) == root
+    if root:
+        assert DEBIAN_SUITES[root] == "bookworm" and "mariadb-server" in image.packages(root)
+
+
+def test_a_lab_with_mariadb_from_a_root_runs_it_chrooted_on_a_private_mount(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurmkit.lab import Lab, LabSpec
+
+    root = tmp_path / "roots" / "22.05"
+    (root / "usr/sbin").mkdir(parents=True)
+    (root / "usr/sbin/mariadbd").write_text("")
+    img = image.Image("22.05", "bookworm", "22.05.8", "2026-11-30T00:00:00Z", 1.0, str(root))
+    monkeypatch.setattr(image, "ensure", lambda rel, progress=None: img)
+    lab = Lab(LabSpec(dir=str(tmp_path / "lab"), accounting=True))
+    lab._mariadb_root = "22.05"
+    argv = lab._mariadb_argv(["mariadbd", f"--datadir={lab.dir}/mysql", f"--socket={lab.run_dir}/mysqld.sock"])
+    assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "sh"]
+    assert f"mount --bind {lab.dir} {root}/mnt" in argv[-1] and f"slurmkit-tmp {root}/tmp" in argv[-1]
+    assert argv[-1].endswith(f"exec chroot {root} /usr/sbin/mariadbd --datadir=/mnt/mysql --socket=/mnt/run/mysqld.sock "
+                                   "--skip-name-resolve")
+    lab._mariadb_root = None
+    assert lab._mariadb_argv(["mariadbd", "--x"])[1:] == ["--x"]
