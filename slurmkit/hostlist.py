@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError  # type: ignore[import-untyped]
 
-from slurmkit.backend.records import expand_ints  # noqa: F401 - Slurm index lists, dependency-free
 from slurmkit.errors import UsageError
+from slurmkit.indexlist import expand_ints  # noqa: F401 - Slurm index lists, dependency-free
 
 
 def split_top(text: str) -> list[str]:

@@ -1,13 +1,27 @@
-"""Facts about Slurm releases that every layer may need (no imports from the rest of slurmkit).
+"""Facts about Slurm releases that every layer may need (no imports from the rest of slurmkit): the model, the
+generator, the backend, the lab and the edges all read them here, none has to climb to another layer for them.
 
-Today: how to spell a release, and where a lab gets a release the host does not have (the Debian suite that
-packages it). The config-level facts still live in ``generate/versions.py`` (owned by the generator); new facts
-that the backend and the lab need go here, so neither has to import the generator.
+How to spell a release; which releases slurmkit targets; what each release's config accepts and does
+(``features_for``; ``generate/versions.py`` is a view of it for the generator); where a lab gets a release the
+host does not have (the Debian suite that packages it); which slurmctld can judge which target (the real parse).
+
+Everything that differs between Slurm releases, in one place.
+
+Sources (SchedMD/slurm release branches, see shared/reference/config-anchors.md §5): topology/block came in
+23.11 with ``BlockLevels``, which 24.05 replaced by ``BlockSizes``; topology.yaml arrived in 25.05 (and makes
+topology.conf ignored); ``AutoDetect=nvidia`` in 24.11; CgroupAutomount/Kmem* were removed in 23.11 and
+CgroupReleaseAgentDir is fatal since 22.05; select/cons_res was removed in 23.11; ``scontrol reconfigure``
+restarts the daemons (keeping the old config on failure) from 23.11; nodes can be added with a reconfigure
+from 24.11.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+# what slurmkit renders configs for (inventory `slurm_version`, `--slurm-version`)
+SUPPORTED_SLURM_VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
 
 # Debian suites that ship a Slurm release as `slurmctld`/`slurmd`/`slurm-client`/`slurmdbd` packages:
 # bookworm (Debian 12) ships 22.05.8, trixie (Debian 13) ships 24.11.5 (packages.debian.org, source `slurm-wlm`).
@@ -54,3 +68,80 @@ def judges(judge: str, target: str) -> bool:
     """A slurmctld of release ``judge`` can real-parse a config for ``target``: not newer than itself (it would
     reject keys and plugins it does not know) and not older than its floor (``judge_floor``)."""
     return release_key(judge_floor(judge)) <= release_key(target) <= release_key(judge)
+
+
+@dataclass(frozen=True)
+class SlurmFeatures:
+    version: str
+    block_topology: bool  # topology/block (23.11+)
+    block_sizes: bool  # BlockSizes= (24.05+); 23.11 spells the same idea BlockLevels=
+    topology_yaml: bool  # topology.yaml (25.05+)
+    cgroup_v2: bool  # hosts are usually pure cgroup v2 (23.02+); informational: cgroup.conf gets autodetect
+    json_filters: bool  # squeue/sinfo --json honour -j/-t/-n (not in 22.05)
+    scontrol_json: bool  # scontrol --json (23.02+)
+    autodetect_nvidia: bool  # gres.conf AutoDetect=nvidia (24.11+)
+    reconfigure_restarts: bool  # `scontrol reconfigure` restarts daemons, keeps old config on failure (23.11+)
+    add_nodes_by_reconfigure: bool  # new NodeName lines + reconfigure is enough (24.11+)
+    removed_cgroup_keys: frozenset[str]
+    removed_slurm_values: frozenset[tuple[str, str]]  # (key, value) pairs the release no longer accepts
+    # slurm.conf keys read from several lines (S_P_ARRAY in read_config.c's slurm_conf_options): SlurmctldHost
+    # always; Prolog, Epilog, PrologSlurmctld, EpilogSlurmctld from slurm-24-05-0-1
+    repeatable_keys: frozenset[str] = frozenset({"SlurmctldHost"})
+    # topology/block base-block rule (src/plugins/topology/block): 23.11 topology_block.c: every block must have
+    # exactly the first block's node count ("children count no equal bblock_node_cnt"); 24.05-24.11
+    # block_record.c: at least the base size, BlockSizes[0] or else the first block's count ("children count lower
+    # than bblock_node_cnt"); 25.05 block_record.c dropped the check (smaller blocks load).
+    block_size_rule: str = "none"  # "equal" | "at_least_base" | "none"
+    # switch/nvidia_imex (IMEX channels for multi-node NVLink, GB200): src/plugins/switch/nvidia_imex is in
+    # slurm-24-05-0-1 (slurm.conf(5) documents SwitchType=switch/nvidia_imex from 24.05.1)
+    switch_nvidia_imex: bool = False
+    # slurmctld read_config.c _build_all_partitionline_info(): "No PartitionName information available!" is
+    # fatal through slurm-23-02-5-1 (removed in slurm-23-02-6-1); the release key cannot tell 23.02.5 from
+    # 23.02.6, so a config without partitions is allowed from 23.11
+    no_partitions_ok: bool = True
+    # topology/tree switch_record.c _parse_switches() (slurm-24-11-0-1 on; not in 24.05.8): "SwitchName (%s) must be
+    # shorter than %d chars" (HOST_NAME_MAX, 64 on Linux) fails the topology.conf parse, which is fatal
+    # ("something wrong with opening/reading"); topology.conf(5)/topology.yaml(5) 24.11+: "cannot be longer than
+    # 64 characters". 0 = no limit.
+    max_switch_name: int = 0
+
+
+def version_key(v: str) -> tuple[int, int]:
+    a, b = v.split(".")[:2]
+    return int(a), int(b)
+
+
+_key = version_key  # kept for callers of the original private name
+
+
+def features_for(version: str) -> SlurmFeatures:
+    v = version_key(version)
+    name = f"{v[0]:02d}.{v[1]:02d}"
+    # releases newer than the table (a running 26.05 cluster) get every feature we know of; older ones fail
+    if v < version_key(SUPPORTED_SLURM_VERSIONS[0]):
+        raise ValueError(f"unsupported Slurm version {version}; supported: {', '.join(SUPPORTED_SLURM_VERSIONS)}")
+    removed = {"CgroupReleaseAgentDir"}
+    removed_values: set[tuple[str, str]] = set()
+    if v >= (23, 11):
+        removed |= {"CgroupAutomount", "ConstrainKmemSpace", "MaxKmemPercent", "MinKmemSpace", "AllowedKmemSpace"}
+        removed_values.add(("SelectType", "select/cons_res"))
+    return SlurmFeatures(
+        version=name,
+        block_topology=v >= (23, 11),
+        block_sizes=v >= (24, 5),
+        topology_yaml=v >= (25, 5),
+        cgroup_v2=v >= (23, 2),
+        json_filters=v >= (23, 2),
+        scontrol_json=v >= (23, 2),
+        autodetect_nvidia=v >= (24, 11),
+        reconfigure_restarts=v >= (23, 11),
+        add_nodes_by_reconfigure=v >= (24, 11),
+        removed_cgroup_keys=frozenset(removed),
+        removed_slurm_values=frozenset(removed_values),
+        repeatable_keys=frozenset({"SlurmctldHost"} | (
+            {"Prolog", "Epilog", "PrologSlurmctld", "EpilogSlurmctld"} if v >= (24, 5) else set())),
+        block_size_rule="equal" if v < (24, 5) else "at_least_base" if v < (25, 5) else "none",
+        switch_nvidia_imex=v >= (24, 5),
+        no_partitions_ok=v >= (23, 11),
+        max_switch_name=64 if v >= (24, 11) else 0,
+    )

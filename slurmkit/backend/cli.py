@@ -39,7 +39,7 @@ class CLIBackend:
         return self._version
 
     def features(self):  # type: ignore[no-untyped-def]
-        from slurmkit.generate.versions import features_for
+        from slurmkit.release import features_for
 
         return features_for(self.version())
 

@@ -80,24 +80,3 @@ def split_state(state: str) -> tuple[str, frozenset[str]]:
         if flag:
             flags.add(flag)
     return base.lower(), frozenset(flags)
-
-
-def expand_ints(spec: str) -> list[int]:
-    """``0-3,8,10-11`` -> ``[0, 1, 2, 3, 8, 10, 11]`` (Slurm's core and GPU index lists). Raises ValueError.
-
-    Hand-written: NodeSet folds names, not bare integer ranges, and the prolog must not import ClusterShell.
-    """
-    out: list[int] = []
-    for part in str(spec).split(","):
-        part = part.strip()
-        if not part:
-            raise ValueError(spec)
-        if "-" in part:
-            a, b = part.split("-", 1)
-            lo, hi = int(a), int(b)
-            if hi < lo:
-                raise ValueError(spec)
-            out.extend(range(lo, hi + 1))
-        else:
-            out.append(int(part))
-    return out

@@ -6,8 +6,11 @@ List argv only, never a shell; a timeout on every call; failures become SlurmCom
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from slurmkit.errors import SlurmCommandError, SlurmTimeout
@@ -66,3 +69,51 @@ def run(
     if check and proc.returncode != 0:
         raise SlurmCommandError(argv, proc.returncode, proc.stderr or proc.stdout)
     return result
+
+
+def stream(argv: Sequence[str], timeout: float, on_line: Callable[[str], float | None]) -> tuple[int | None, bool]:
+    """Run ``argv`` (stdout and stderr together) and hand each line to ``on_line`` as it comes, for a child that
+    may never exit on its own (``slurmctld -D``): ``on_line`` may return a new deadline, in seconds from now.
+    At EOF or the deadline the child's process group is stopped (TERM, then KILL after 5 s) and always reaped.
+    -> (its return code, whether the deadline ended it). List argv, no shell."""
+    if isinstance(argv, str):
+        raise TypeError("stream() takes a list argv, not a string")
+    proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    timed_out = False
+    try:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        pending = b""
+        eof = False
+        while not eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            # raw fd reads: a buffered readline would hide already-read lines from select()
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            eof = not chunk
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            if eof and pending:
+                lines.append(pending)
+            for raw in lines:
+                later = on_line(raw.decode(errors="replace").rstrip())
+                if later is not None:
+                    deadline = time.monotonic() + later
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+    return proc.returncode, timed_out

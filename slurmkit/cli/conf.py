@@ -48,8 +48,8 @@ def _report(rep: object, quiet: bool = False) -> None:
 
 
 def _validated(files: dict[str, str], ver: str, real: bool, cluster: object = None) -> object:
+    from slurmkit.backend.realparse import validate
     from slurmkit.errors import ConfigValidationError
-    from slurmkit.generate.validate import validate
 
     rep = validate({k: v for k, v in files.items() if k != "slurmkit.yaml"}, ver, real=real)
     if cluster is not None:
@@ -116,9 +116,9 @@ def generate(inventory: str, out: str | None, conf_dir: str | None, version: str
 @_no_real
 def validate(path: str, version: str | None, templates: str | None, overrides: str | None, no_real_parse: bool) -> int:
     """Check a config DIR (or the files an INVENTORY renders): cross-file checks + a real slurmctld parse."""
+    from slurmkit.backend.realparse import validate as run_validate
     from slurmkit.generate.confparse import header_version
     from slurmkit.generate.rollout import read_dir
-    from slurmkit.generate.validate import validate as run_validate
 
     cluster: object = None
     if Path(path).is_dir():

@@ -44,7 +44,7 @@ def job_gpus(raw: str | None, where: str | None = None) -> list[int] | None:
     """
     if raw is None or not raw.strip():
         return None
-    from slurmkit.backend.records import expand_ints
+    from slurmkit.indexlist import expand_ints
 
     try:
         return expand_ints(raw)

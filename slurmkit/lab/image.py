@@ -17,14 +17,16 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from slurmkit.backend.roots import DEFAULT_IMAGE_DIR, Image, find, host_release, image_dir, list_images
 from slurmkit.backend.run import run
-from slurmkit.errors import LabError, SlurmCommandError
+from slurmkit.errors import LabError
 from slurmkit.release import DEBIAN_SUITES, release_of
 
-DEFAULT_IMAGE_DIR = "/var/cache/slurmkit/roots"
+__all__ = ["DEFAULT_IMAGE_DIR", "Image", "build", "ensure", "find", "host_release", "image_dir", "list_images", "remove"]
+
 # what a lab needs inside the root; slurm-wlm-basic-plugins has job_submit/lua and the other optional plugins
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "slurm-wlm-basic-plugins")
 # what one root carries besides: the bookworm root also gives `lab up --accounting` MariaDB 10.11 where the host's
@@ -34,53 +36,9 @@ EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {"22.05": ("mariadb-server",)}
 
 def packages(release: str) -> tuple[str, ...]:
     return PACKAGES + EXTRA_PACKAGES.get(release, ())
+
+
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Image:
-    release: str  # "24.11"
-    suite: str  # "trixie"
-    slurm_version: str  # what `slurmctld -V` says inside, "24.11.5"
-    built: str  # UTC time of the build
-    build_seconds: float
-    path: str
-
-    @property
-    def root(self) -> Path:
-        return Path(self.path)
-
-
-def image_dir() -> Path:
-    return Path(os.environ.get("SLURMKIT_IMAGE_DIR", DEFAULT_IMAGE_DIR))
-
-
-def host_release() -> str | None:
-    """The Slurm release installed on this host (``slurmctld -V``), or None when there is none."""
-    exe = shutil.which("slurmctld") or ("/usr/sbin/slurmctld" if Path("/usr/sbin/slurmctld").exists() else None)
-    if exe is None:
-        return None
-    try:
-        return release_of(run([exe, "-V"], timeout=10).stdout)
-    except (SlurmCommandError, ValueError):
-        return None
-
-
-def find(release: str) -> Image | None:
-    meta = image_dir() / release / "image.json"
-    if not meta.exists():
-        return None
-    try:
-        return Image(**json.loads(meta.read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def list_images() -> list[Image]:
-    d = image_dir()
-    if not d.is_dir():
-        return []
-    return [img for p in sorted(d.iterdir()) if (img := find(p.name)) is not None]
 
 
 def remove(release: str) -> bool:

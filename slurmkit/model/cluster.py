@@ -7,12 +7,11 @@ from typing import Any
 
 from slurmkit import hostlist
 from slurmkit.model.tenants import Tenants
-
-SUPPORTED_SLURM_VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
+from slurmkit.release import SUPPORTED_SLURM_VERSIONS  # noqa: F401 - re-exported by slurmkit.model
 
 # slurm.conf keys Slurm reads from several lines, in order: the S_P_ARRAY entries of slurm_conf_options in
 # src/common/read_config.c. SlurmctldHost in every release (the first line is the primary); Prolog, Epilog,
-# PrologSlurmctld, EpilogSlurmctld from 24.05 (which release takes which: generate/versions.py).
+# PrologSlurmctld, EpilogSlurmctld from 24.05 (which release takes which: slurmkit/release.py).
 REPEATABLE_SLURM_KEYS = frozenset({"SlurmctldHost", "Prolog", "Epilog", "PrologSlurmctld", "EpilogSlurmctld"})
 
 

@@ -119,8 +119,8 @@ def test_ha_preset_real_parse_on_the_labs_release(lab) -> None:  # type: ignore[
     pass of tests/run.sh: real_parse picks it by the target release, and says so).
     24.11 opens its RPC ports before it asks the backup to relinquish control: with the backup on loopback
     the copy asked itself and waited CONTROL_TIMEOUT (30 s), past the parse deadline (validate.BACKUP_NET)."""
+    from slurmkit.backend import realparse as v
     from slurmkit.generate import generate
-    from slurmkit.generate import validate as v
     from slurmkit.model.load import load_cluster
 
     files = generate(load_cluster(ROOT / "examples" / "dgx-h100-superpod-su.yaml"), version=lab.release)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from slurmkit.backend.realparse import controller_host, real_parse, rewrite_for_copy, validate
 from slurmkit.generate import confparse as cp
 from slurmkit.generate import generate
-from slurmkit.generate.validate import controller_host, real_parse, rewrite_for_copy, static_check, validate
+from slurmkit.generate.validate import static_check
 from slurmkit.model.load import load_cluster
 from slurmkit.release import judges, slurmctld_reads_gres_conf
 from tests.conftest import needs, release_under_test

@@ -129,7 +129,7 @@ def test_ports_are_tcp_ports(key: str, path: str) -> None:
 def test_real_parse_ignores_slurmctlds_clock_latency_warning() -> None:
     """controller.c main() logs 'error: High latency for 1000 calls to gettimeofday()' on a busy host whatever
     the config says; the preset real-parse tests failed on it under load. A real config error still counts."""
-    from slurmkit.generate.validate import _run_until_primary
+    from slurmkit.backend.realparse import _run_until_primary
 
     def run(lines: list[str]) -> object:
         script = "; ".join(f"echo {line!r}" for line in lines) + "; sleep 30"

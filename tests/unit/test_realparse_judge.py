@@ -1,4 +1,4 @@
-"""Which slurmctld judges a config (generate/validate.py find_judge): the host's for its own release, a cached
+"""Which slurmctld judges a config (backend/realparse.py find_judge): the host's for its own release, a cached
 root's for the releases it can judge (release.judges), and a skip that names what is here otherwise. No Slurm
 runs here: the host's slurmctld and the cached roots are stand-ins; test_conf_realparse.py runs the real ones."""
 
@@ -8,28 +8,28 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit.generate import validate as v
-from slurmkit.lab import image
+from slurmkit.backend import realparse as v
+from slurmkit.backend import roots
 from slurmkit.release import judge_floor, judges, slurmctld_reads_gres_conf
 
 
-def _roots(tmp_path: Path, *releases: str) -> list[image.Image]:
+def _roots(tmp_path: Path, *releases: str) -> list[roots.Image]:
     out = []
     for rel, ver in (r.split("=") for r in releases):
         root = tmp_path / rel
         (root / "usr/sbin").mkdir(parents=True)
         (root / "usr/sbin/slurmctld").write_text("")
-        out.append(image.Image(rel, "trixie", ver, "2026-11-30T00:00:00Z", 1.0, str(root)))
+        out.append(roots.Image(rel, "trixie", ver, "2026-11-30T00:00:00Z", 1.0, str(root)))
     return out
 
 
 @pytest.fixture
 def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
-    def setup(host_version: str | None, *roots: str) -> None:
+    def setup(host_version: str | None, *releases: str) -> None:
         monkeypatch.setattr(v, "_installed_version",
                             lambda: ("/usr/sbin/slurmctld", host_version) if host_version else (None, "slurmctld is not installed"))
-        imgs = _roots(tmp_path, *roots)
-        monkeypatch.setattr(image, "list_images", lambda: imgs)
+        imgs = _roots(tmp_path, *releases)
+        monkeypatch.setattr(roots, "list_images", lambda: imgs)
 
     return setup
 

@@ -1,0 +1,527 @@
+"""The real parse: a running slurmctld of the target release judges a config (I/O; an edge that runs Slurm).
+
+``real_parse`` runs ``slurmctld -D -c -i -f COPY`` on a temporary copy that keeps the controller and node lines as
+written, under the first controller's hostname in private UTS + mount + network namespaces, until it logs "Running
+as primary controller" plus a short settle time, then stops it; any ``error:``/``fatal:`` line other than known
+host noise fails, because bad GRES and topology lines are not fatal to slurmctld (slurm-lab.md §8). The slurmctld
+is the target release's (``find_judge``): the host's when it can judge the target, else one from a cached root
+(``slurmkit lab image``: 24.11 for targets 23.11-24.11), chrooted into that root; where it no longer reads gres.conf
+(23.11+) ``slurmd -G`` of the same release judges that file. The message names the binaries that judged.
+
+``validate`` is the whole check: ``generate.validate.static_check`` (pure), then this parse when it passes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmkit import hostlist
+from slurmkit.backend import roots
+from slurmkit.backend.run import run, stream
+from slurmkit.generate import confparse as cp
+from slurmkit.generate.validate import Report, _fold, static_check
+from slurmkit.release import DEBIAN_SUITES, judge_floor, judges, release_of, slurmctld_reads_gres_conf
+
+# --------------------------------------------------------------------------------------------------------------
+# the real parse
+#
+# The copy keeps every line that decides what the site loads (SlurmctldHost/ControlMachine, SlurmctldPort,
+# NodeName with its NodeAddr/NodeHostname, partitions) exactly as written. Only what points at the real cluster's
+# services, keys and disks is replaced (auth, credentials, accounting storage, state and pid paths). The check
+# then runs inside private namespaces (unshare(1), util-linux):
+# - UTS: the hostname is the first controller's name, so slurmctld finds itself as the primary the way it does
+#   on the site (22.05 controller.c: a host that matches no SlurmctldHost is fatal "not a valid controller");
+# - mount: a private /etc/hosts bind-mounted over the real one resolves every controller and node name (and
+#   name-valued NodeAddr/NodeHostname/SlurmctldAddr) to 127.0.0.1, backup controllers to BACKUP_NET; slurmctld resolves every node's address at
+#   start (read_config.c _validate_slurmd_addr) and would otherwise mark unresolvable nodes FUTURE with an error;
+# - network: only loopback, so the copy can neither reach the site's daemons (it pings nodes 3 s after
+#   start and asks backup controllers to relinquish control) nor clash with a port used on this host.
+
+
+# Lines every slurmctld on a dev box prints whatever the config: not findings about the config.
+NOISE = (
+    re.compile(r"mpi/pmix"),
+    re.compile(r"MPI: Cannot create context for mpi/pmix"),
+    re.compile(r"Couldn't load specified plugin name for mpi/pmix"),
+    re.compile(r"Job accounting information gathered, but not stored"),
+    re.compile(r"Even though we are collecting accounting information"),
+    # a fresh StateSaveLocation (the copy always has one) has no state files yet
+    re.compile(r"Could not open \w+ state file .*No such file"),
+    re.compile(r"NOTE: Trying backup state save file"),
+    # a busy or virtualised host: slurmctld times 1000 gettimeofday() calls at start and logs an error above
+    # 200 us (controller.c main(), 22.05-25.11); it says nothing about the config
+    # and made the preset real-parse tests fail on a loaded build host
+    re.compile(r"High latency for 1000 calls to gettimeofday\(\)"),
+)
+# Where the site's AccountingStorageType is slurmdbd, the copy runs with accounting_storage/none: these lines
+# only say that a setting needs SlurmDBD (priority/multifactor: "PriorityWeightAge can only be used with
+# SlurmDBD, ignoring", 22.05-25.05 priority_multifactor.c init) and are expected, not findings. Without slurmdbd
+# on the site they are real findings: Slurm ignores the setting there too.
+# Likewise a partition's AllowQos/DenyQos: QOS are slurmdbd records, so the copy has none and logs "We have no QOS on
+# the system Ignoring invalid Allow/DenyQOS value(s)" (22.05 and 24.11 src/slurmctld/read_config.c); `conf validate` checks those
+# names against the inventory's tenants.qos instead (generate/tenantcheck.py).
+NEEDS_DBD = re.compile(r"can only be used with SlurmDBD|We have no QOS on the system")
+# Lines the copy itself causes: expected, not findings. With HA controllers the primary asks each backup to give
+# up control (22.05-25.05 controller.c _shutdown_bu_thread); in the copy no backup runs, and its address fails
+# at once (see BACKUP_NET).
+COPY_CAUSED = (re.compile(r"_shutdown_bu_thread"),)
+# Where the copy's /etc/hosts puts the backup controllers: TEST-NET-1 (RFC 5737, never routed). The private
+# network namespace has only loopback, so connect() to it fails at once with "Network is unreachable"
+# (the script checks that no route exists before starting slurmctld) and no packet can leave the namespace.
+# Loopback would not do: 24.11 slurmctld opens its RPC ports before it asks the backups to relinquish control
+# (slurm-24-11-5-1 src/slurmctld/controller.c main(): _open_ports() before the primary/backup loop that calls
+# _shutdown_backup_controller()), so a backup named 127.0.0.1 is the copy itself, which accepts the connection
+# and never answers while it starts; _shutdown_bu_thread then waits CONTROL_TIMEOUT (30 s, slurmctld.h) and the
+# parse ran past its 15 s deadline. 22.05 opens its ports later (in _slurmctld_rpc_mgr), so there loopback was
+# refused at once.
+BACKUP_NET = "192.0.2."
+PRIMARY = "Running as primary controller"
+SETTLE = 1.5  # seconds to keep reading after PRIMARY: plugins (priority, sched) log their errors right after it
+
+# Keys removed from the copy: they point at services, keys or files of the real cluster.
+_DROP = {
+    k.lower()
+    for k in (
+        "AuthInfo AuthAltTypes AuthAltParameters SlurmdUser AccountingStorageHost AccountingStoragePort "
+        "AccountingStoragePass AccountingStorageUser AccountingStorageTRES AccountingStorageEnforce "
+        "AccountingStorageBackupHost AccountingStorageExternalHost JobCompType JobCompLoc JobCompHost JobCompPort "
+        "JobCompUser JobCompPass JobCredentialPrivateKey JobCredentialPublicCertificate SlurmctldLogFile "
+        "SlurmSchedLogFile"
+    ).split()
+}
+_SCRIPTS = {
+    k.lower()
+    for k in "Prolog Epilog HealthCheckProgram PrologSlurmctld EpilogSlurmctld ResvProlog ResvEpilog TaskProlog TaskEpilog SrunProlog SrunEpilog RebootProgram".split()
+}
+_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+
+
+def installed_slurmctld() -> tuple[str | None, str]:
+    """(path, release like '22.05') of the slurmctld on PATH (sbin included), or (None, reason)."""
+    path, version = _installed_version()
+    if path is None:
+        return None, version
+    return path, release_of(version)
+
+
+def _installed_version() -> tuple[str | None, str]:
+    """(path, version like '22.05.8') of the host's slurmctld, or (None, reason)."""
+    path = shutil.which("slurmctld") or shutil.which("slurmctld", path="/usr/sbin:/usr/local/sbin:/sbin")
+    if not path:
+        return None, "slurmctld is not installed"
+    res = run([path, "-V"], timeout=10, check=False)
+    m = re.search(r"\d+\.\d+\.\d+", res.stdout + res.stderr)
+    if not m:
+        return None, f"cannot read the version of {path}: {(res.stdout + res.stderr).strip()[:80]}"
+    return path, m.group(0)
+
+
+@dataclass(frozen=True)
+class Judge:
+    """The Slurm that real-parses a config: the host's own, or a cached root's (``slurmkit lab image``), which
+    runs ``chroot``ed into that root inside the private namespaces (its libraries and plugins, not the host's)."""
+
+    release: str  # "24.11"
+    version: str  # "24.11.5"
+    root: str | None = None  # the root filesystem it runs in; None: the host's own
+    host_path: str = ""  # the host's slurmctld (root is None)
+
+    def path(self, program: str = "slurmctld") -> str:
+        """Where ``program`` is as seen from the host."""
+        if self.root is None:
+            return str(Path(self.host_path).with_name(program)) if program != "slurmctld" else self.host_path
+        return f"{self.root}/usr/sbin/{program}"
+
+    def describe(self, program: str = "slurmctld") -> str:
+        return f"{program} {self.version} ({self.path(program)})"
+
+
+def find_judge(target: str | None) -> tuple[Judge | None, str]:
+    """The slurmctld that judges a config for ``target``: the host's when it can (``release.judges``), else a
+    cached root's; (None, why not) when neither can."""
+    cands: list[Judge] = []
+    why: list[str] = []
+    path, version = _installed_version()
+    if path is not None:
+        cands.append(Judge(release_of(version), version, None, path))
+    else:
+        why.append(version)
+    for img in roots.list_images():
+        if (img.root / "usr/sbin/slurmctld").exists() and all(c.release != img.release for c in cands):
+            cands.append(Judge(img.release, img.slurm_version, str(img.root)))
+    if not cands:
+        return None, why[0] if why else "slurmctld is not installed"
+    if not target:
+        return cands[0], ""
+    for c in cands:
+        if judges(c.release, target):
+            return c, ""
+    have = "; ".join(
+        f"{'installed' if c.root is None else 'root'} slurmctld is {c.release} ({c.path()}, judges "
+        + (f"{judge_floor(c.release)}-{c.release}" if judge_floor(c.release) != c.release else c.release) + ")"
+        for c in cands)
+    hint = f"; `slurmkit lab image build {target}` adds one" if target in DEBIAN_SUITES and all(
+        c.release != target for c in cands) else ""
+    return None, (f"config targets Slurm {target}, no slurmctld here can judge it: {have} (a newer config has keys "
+                  f"and plugins an older slurmctld rejects, an older one what a newer slurmctld refuses){hint}")
+
+
+def _namespaces() -> tuple[list[str] | None, str, str]:
+    """(the ``unshare`` argv prefix for private UTS + mount + network namespaces, the ``ip`` binary, why not).
+    Root gets them directly; anyone else through a user namespace (``--map-root-user``) where the kernel allows."""
+    path = shutil.which("unshare") or shutil.which("unshare", path="/usr/bin:/bin")
+    ip = shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin:/usr/bin:/bin")
+    if not path or not ip:
+        return None, "", f"{'unshare (util-linux)' if not path else 'ip (iproute2)'} is not installed"
+    argv = [path, *([] if os.geteuid() == 0 else ["--map-root-user"]), "--uts", "--mount", "--net",
+            "--propagation", "private"]
+    res = run([*argv, "true"], timeout=10, check=False)
+    if res.rc != 0:
+        return None, "", f"cannot create private namespaces: {(res.stderr or res.stdout).strip()[:120]}"
+    return argv, ip, ""
+
+
+def controller_host(name: str) -> tuple[str, str]:
+    """``head01(10.0.0.1)`` -> ("head01", "10.0.0.1"); ``head01`` -> ("head01", "")."""
+    m = re.fullmatch(r"([^()]*)(?:\(([^()]*)\))?", name.strip())
+    return (m.group(1), m.group(2) or "") if m else (name, "")
+
+
+@dataclass
+class Copy:
+    """The slurm.conf a private copy starts with, the hostname it runs under, and the names it must resolve."""
+
+    text: str
+    primary: str
+    names: list[str]
+    notes: list[str]
+    dbd: bool  # the site's AccountingStorageType is slurmdbd
+    backups: list[str] = field(default_factory=list)  # controller names after the primary
+
+    def hosts(self) -> str:
+        """The copy's /etc/hosts: every name on loopback, backup controllers on unreachable addresses."""
+        backups = {n: f"{BACKUP_NET}{i + 1}" for i, n in enumerate(dict.fromkeys(self.backups))}
+        return "127.0.0.1 localhost\n" + "".join(f"{backups.get(n, '127.0.0.1')} {n}\n" for n in self.names)
+
+
+def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, root: str = "/") -> Copy:
+    """The copy of ``slurm.conf`` a parse in private namespaces starts with (see the section comment). ``inside``
+    is where ``tmp`` is as the judge sees it (``/tmp`` of a root it is chrooted into), ``root`` where the judge's
+    ``/`` is on the host (a site script absent there is dropped)."""
+    notes: list[str] = []
+    at = inside or tmp
+    paths = {
+        "statesavelocation": at / "state",
+        "slurmdspooldir": at / "spool",
+        "slurmctldpidfile": at / "slurmctld.pid",
+        "slurmdpidfile": at / "slurmd.pid",
+        "slurmdlogfile": at / "slurmd.log",
+    }
+    fixed = {
+        "authtype": "auth/none",
+        "credtype": "cred/none",
+        "slurmuser": "root",  # uid 0 inside the namespaces (root, or this user mapped to root)
+        "accountingstoragetype": "accounting_storage/none",
+        **{k: str(v) for k, v in paths.items()},
+    }
+    out: list[str] = []
+    done: set[str] = set()
+    names: dict[str, None] = {}  # ordered set
+    controllers: list[str] = []
+    control_machine = ""
+    backup_controller: list[str] = []
+    dbd = False
+
+    def add_names(spec: str, where: str) -> None:
+        for item in (x for x in hostlist.split_top(spec) if x):
+            for h in hostlist.expand(item, where):
+                if h and not _IPV4.match(h) and ":" not in h:
+                    names.setdefault(h)
+
+    for raw in slurm_conf.splitlines():
+        recs = cp.parse_records(raw)
+        if not recs:
+            out.append(raw)
+            continue
+        rec = recs[0]
+        if rec.kind == "nodename":
+            if rec.head.upper() != "DEFAULT":
+                d = rec.as_dict()
+                add_names(rec.head, "slurm.conf NodeName")
+                for k in ("nodeaddr", "nodehostname"):
+                    if d.get(k):
+                        add_names(d[k], f"slurm.conf NodeName={rec.head} {k}")
+            out.append(raw)
+            continue
+        if rec.kind in ("partitionname", "nodeset", "downnodes"):
+            out.append(raw)
+            continue
+        if rec.kind == "include":
+            notes.append(f"dropped 'Include {rec.head}' (not followed by the check)")
+            continue
+        keep = []
+        for k, v in rec.pairs:
+            lk = k.lower()
+            if lk == "slurmctldhost":
+                host, addr = controller_host(v)
+                controllers.append(host)
+                names.setdefault(host)
+                if addr:
+                    add_names(addr, "slurm.conf SlurmctldHost")
+            elif lk in ("controlmachine", "backupcontroller", "controladdr", "backupaddr", "slurmctldaddr"):
+                if lk == "controlmachine":
+                    control_machine = v
+                if lk == "backupcontroller":
+                    backup_controller.append(v)
+                add_names(v, f"slurm.conf {k}")
+            if lk == "accountingstoragetype":
+                dbd = v.lower().endswith("/slurmdbd")
+            if lk in _DROP:
+                continue
+            if lk in fixed:
+                if lk not in done:
+                    keep.append((k, fixed[lk]))
+                    done.add(lk)
+                continue
+            if lk == "plugindir" and root != "/":
+                # a judge chrooted into its root sees the root's plugins at their own path: a lab of that release
+                # names them from the host (ROOT/usr/lib/...); a site dir the root lacks would only fail to load
+                mine = [d[len(root.rstrip("/")):] if d.startswith(root.rstrip("/") + "/") else d for d in v.split(":")]
+                kept = [d for d in mine if d and os.path.isdir(os.path.join(root, d.lstrip("/")))]
+                if kept != v.split(":"):
+                    notes.append(f"PluginDir={v} read as {':'.join(kept) or 'the default'} inside {root}")
+                if not kept:
+                    continue
+                v = ":".join(kept)
+            if lk in _SCRIPTS and not os.access(os.path.join(root, v.lstrip("/")), os.X_OK):
+                notes.append(f"dropped {k}={v} (not present {'on this host' if root == '/' else 'in ' + root})")
+                continue
+            keep.append((k, v))
+        if keep:
+            out.append(" ".join(f"{k}={v}" for k, v in keep))
+    for lk, v in fixed.items():
+        if lk not in done:
+            out.append(f"{lk}={v}")
+    (tmp / "state").mkdir(exist_ok=True)
+    (tmp / "spool").mkdir(exist_ok=True)
+    if not controllers:  # ControlMachine=a,b / BackupController=c (the pre-SlurmctldHost spelling)
+        controllers = [c for c in control_machine.split(",") if c] + backup_controller
+    primary = controllers[0] if controllers else ""
+    return Copy("\n".join(out) + "\n", primary, list(names), notes, dbd, controllers[1:])
+
+
+@dataclass
+class RealParse:
+    ok: bool | None  # None = skipped
+    message: str
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    expected: list[str] = field(default_factory=list)  # error lines the copy causes, not the config
+    judge: str = ""  # which binary judged: "slurmctld 24.11.5 (/var/cache/slurmkit/roots/24.11/usr/sbin/slurmctld)"
+
+
+def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 30.0,
+               settle: float = SETTLE) -> RealParse:
+    """Start a real slurmctld of the target release (``find_judge``) on a copy of the files, under the first
+    controller's name in private namespaces, and collect its error lines until ``settle`` seconds after it runs
+    as the primary controller. Where that release's slurmctld does not read gres.conf (23.11+), ``slurmd -G``
+    of the same release judges it (``_gres_by_slurmd``)."""
+    target = version or cp.header_version(files.get("slurm.conf", ""))
+    judge, why = find_judge(target)
+    if judge is None:
+        return RealParse(None, f"real parse skipped: {why}")
+    ns, ip, why = _namespaces()
+    if ns is None:
+        return RealParse(None, f"real parse skipped: {why}")
+    inside = Path("/tmp") if judge.root else None
+    with tempfile.TemporaryDirectory(prefix="slurmkit-validate-") as td:
+        tmp = Path(td)
+        etc = tmp / "etc"
+        etc.mkdir()
+        for name, body in files.items():
+            (etc / name).write_text(body)
+        try:
+            copy = rewrite_for_copy(files["slurm.conf"], tmp, inside, judge.root or "/")
+        except Exception as exc:  # a hostlist the copy cannot expand: slurmctld would refuse it too
+            return RealParse(False, f"slurm.conf: {exc}", [str(exc)], judge=judge.describe())
+        if not copy.primary:
+            return RealParse(False, "slurm.conf names no controller (SlurmctldHost)", ["SlurmctldHost is missing"],
+                             judge=judge.describe())
+        (etc / "slurm.conf").write_text(copy.text)
+        (tmp / "hosts").mkdir()
+        (tmp / "hosts" / "hosts").write_text(copy.hosts())
+        conf = str((inside or tmp) / "etc" / "slurm.conf")
+        script = _script(judge, tmp, ip, copy.primary, [judge.path("slurmctld") if judge.root is None else
+                                                        "/usr/sbin/slurmctld", "-D", "-c", "-i", "-f", conf])
+        res = _run_until_primary([*ns, "sh", "-c", script], timeout, settle)
+        gres_note = ""
+        if "gres.conf" in files and not slurmctld_reads_gres_conf(judge.release):
+            gres_errors, gres_note = _gres_by_slurmd(judge, files, tmp, ns, ip)
+            gres_errors = [e for e in gres_errors if e not in res.errors]  # slurm.conf's own, already reported
+            if gres_errors:
+                res.errors += gres_errors
+                if res.ok is not False:
+                    res.message = f"slurmd -G logged {len(gres_errors)} gres.conf error line(s): {gres_errors[0]}"
+                res.ok = False
+    res.judge = judge.describe()
+    if copy.dbd:
+        res.expected += [e for e in res.errors if NEEDS_DBD.search(e)]
+        res.errors = [e for e in res.errors if not NEEDS_DBD.search(e)]
+        if res.ok is False and not res.errors and res.message.startswith("slurmctld logged"):
+            res.ok = True
+            res.message = f"slurmctld accepted the config (primary after {res.seconds * 1000:.0f} ms, no error lines)"
+    res.message += f" as {copy.primary}"
+    if res.expected:
+        res.message += f"; expected in the copy (no slurmdbd, no backup controller): {'; '.join(res.expected)}"
+    res.message += "".join(f"; {n}" for n in copy.notes)
+    res.message += f"; judged by {res.judge}" + (f" and {gres_note}" if gres_note else "")
+    return res
+
+
+def _script(judge: Judge, tmp: Path, ip: str, hostname: str, argv: list[str], devices: list[str] | None = None) -> str:
+    """The fixed script that runs ``argv`` in the private namespaces; every value goes through shlex.quote.
+    The host's judge sees the copy where it is and gets the private /etc/hosts bound over the host's; a root's
+    judge is chrooted into the root after the copy is bound on its /tmp and the hosts file laid over its /etc
+    (an overlay: a minbase root has no /etc/hosts to bind over). ``devices``: stand-in files for gres.conf's
+    File= paths, on a private /dev of the root (``_gres_by_slurmd``)."""
+    q = shlex.quote
+    steps = [
+        "set -e",
+        f"hostname {q(hostname)}",
+        # getaddrinfo(AI_ADDRCONFIG), which Slurm uses, finds no IPv4 name while 127.0.0.1 is the only
+        # address (glibc check_pf ignores it): a second loopback address makes the names resolve
+        f"{q(ip)} link set lo up",
+        f"{q(ip)} addr add 127.0.0.2/8 dev lo",
+        # the backup controllers' addresses must be unreachable here, never sent to (see BACKUP_NET)
+        f"if {q(ip)} route get {BACKUP_NET}1 >/dev/null 2>&1; then "
+        f"echo 'fatal: the private network namespace has a route to {BACKUP_NET}1'; exit 1; fi",
+    ]
+    hosts = tmp / "hosts"
+    r = judge.root or ""
+    if judge.root is None:
+        steps.append(f"mount --bind {q(str(hosts / 'hosts'))} /etc/hosts")
+    else:
+        steps += [
+            f"mount --bind {q(str(tmp))} {q(r + '/tmp')}",
+            f"mount -t overlay slurmkit-parse -o {q(f'lowerdir={hosts}:{r}/etc')} {q(r + '/etc')}",
+        ]
+    if devices:
+        # a private /dev (this mount namespace only) with the stand-ins and /dev/null, kept aside first
+        null = tmp / "devnull"
+        steps += [f"touch {q(str(null))}", f"mount --bind /dev/null {q(str(null))}",
+                  f"mount -t tmpfs -o mode=755,size=1m slurmkit-dev {q(r + '/dev')}",
+                  f"touch {q(r + '/dev/null')}", f"mount --bind {q(str(null))} {q(r + '/dev/null')}"]
+        for d in devices:
+            steps += [f"mkdir -p {q(os.path.dirname(r + d))}", f"touch {q(r + d)}"]
+    run = " ".join(q(a) for a in argv)
+    steps.append(f"exec {run}" if judge.root is None else f"exec chroot {q(r)} {run}")
+    return "; ".join(steps)
+
+
+# What `slurmd -G` logs on a machine that is not the node: about the node's hardware, not about gres.conf
+# (slurm-24-11-5-1 src/interfaces/gres.c _parse_gres_config(): Cores= go through xcpuinfo_abs_to_mac(), which
+# needs the node's CPU topology, "Invalid GRES data for %s, %s=%s" on failure; _set_gres_device_desc(): a File= that
+# is not a character device; the stand-in device files are plain files). gres.conf's own mistakes (an unknown
+# key: parse_config.c "Parsing error at unrecognized key", a bad value, File= and MultipleFiles= together) remain.
+GRES_NODE_NOISE = (
+    re.compile(r"xcpuinfo_abs_to_mac"),
+    re.compile(r"Invalid GRES data for \S+, (Cores|CPUs)=\S+$"),
+    re.compile(r"is not a valid character or block device"),
+    re.compile(r"hwloc"),
+)
+# One slurmd -G per distinct node line at most this many: each takes a few hundred ms.
+GRES_NODES_MAX = 8
+
+
+def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[str], ip: str) -> tuple[list[str], str]:
+    """gres.conf as ``slurmd -G -f COPY -N NODE`` of the judge's release reads it, for the first node of each
+    NodeName line (an unknown key fails the whole file; File=/Cores= are checked for that node's lines).
+    Its cgroup.conf is the site's with ``CgroupPlugin=disabled`` (cgroup.conf(5) 24.05+: "completely disable any
+    interaction with the cgroups"): slurmd -G initialises the cgroup plugin first (slurmd.c _slurmd_init()), and
+    the host's cgroups are none of its business. Every File= path gets a stand-in file on a private /dev
+    (gres.c _my_stat() waits 20 s for a missing one, then fatal). -> (error lines, what judged)."""
+    etc = tmp / "etc"  # slurmctld's copy, which has stopped: the same paths, so the same lines read the same
+    cgroup = [ln for ln in files.get("cgroup.conf", "").splitlines() if not re.match(r"\s*cgroupplugin\s*=", ln, re.I)]
+    (etc / "cgroup.conf").write_text("\n".join([*cgroup, "CgroupPlugin=disabled"]) + "\n")
+    devices: list[str] = []
+    for rec in cp.parse_records(files["gres.conf"], "gres.conf"):
+        for k, v in rec.pairs:
+            if k.lower() in ("file", "files", "multiplefiles"):
+                devices += [f for f in cp.expand_files(v) if f not in devices]
+    outside = [d for d in devices if not d.startswith("/dev/") or ".." in d]
+    if outside:
+        return [], f"gres.conf not judged by slurmd -G (File= outside /dev: {outside[0]})"
+    nodes = [hostlist.expand(rec.head, rec.where)[0] for rec in cp.parse_slurm_conf(files["slurm.conf"]).nodes
+             if rec.head.upper() != "DEFAULT"][:GRES_NODES_MAX]
+    errors: list[str] = []
+    for node in nodes:
+        conf = str((Path("/tmp") if judge.root else tmp) / "etc" / "slurm.conf")
+        exe = "/usr/sbin/slurmd" if judge.root else judge.path("slurmd")
+        script = _script(judge, tmp, ip, node, [exe, "-G", "-f", conf, "-N", node], devices)
+        res = run([*ns, "sh", "-c", script], timeout=30, check=False)
+        for line in (res.stdout + res.stderr).splitlines():
+            line = line.strip()
+            if re.search(r"\b(error|fatal):", line) and not any(n.search(line) for n in GRES_NODE_NOISE):
+                line = line.removeprefix("slurmd: ")
+                if line not in errors:
+                    errors.append(line)
+        if res.rc != 0 and not errors:
+            errors.append(f"slurmd -G -N {node} exited (rc={res.rc}): {(res.stderr or res.stdout).strip()[-200:]}")
+    return errors, f"gres.conf by {judge.describe('slurmd')} -G for {_fold(nodes) if nodes else 'no node'}"
+
+
+def _run_until_primary(argv: list[str], timeout: float, settle: float = SETTLE) -> RealParse:
+    """slurmctld -D never exits on success: its output is streamed (``backend.run.stream``) until "Running as
+    primary controller", then for ``settle`` seconds more (the priority plugin logs its errors right after that
+    line), or until it exits, or the deadline."""
+    t0 = time.monotonic()
+    errors: list[str] = []
+    expected: list[str] = []
+    tail: list[str] = []
+    t_primary = 0.0
+
+    def on_line(line: str) -> float | None:
+        nonlocal tail, t_primary
+        tail = (tail + [line])[-5:]
+        if re.search(r"\b(error|fatal):", line) and not any(n.search(line) for n in NOISE):
+            if any(n.search(line) for n in COPY_CAUSED):
+                expected.append(line.removeprefix("slurmctld: "))
+            else:
+                errors.append(line.removeprefix("slurmctld: "))
+        if PRIMARY in line and not t_primary:
+            t_primary = time.monotonic() - t0
+            return settle
+        return None
+
+    rc, timed_out = stream(argv, timeout, on_line)
+    reached = bool(t_primary)
+    secs = t_primary or time.monotonic() - t0
+    if not reached:
+        why = f"did not get there in {timeout:g}s" if timed_out else f"exited (rc={rc})"
+        last = errors[-1] if errors else (tail[-1] if tail else "no output")
+        return RealParse(False, f"slurmctld {why} before running as primary controller: {last}", errors or [last], secs,
+                         expected)
+    if errors:
+        return RealParse(False, f"slurmctld logged {len(errors)} error line(s): {errors[0]}", errors, secs, expected)
+    return RealParse(True, f"slurmctld accepted the config (primary after {secs * 1000:.0f} ms, no error lines)", [], secs,
+                     expected)
+
+
+def validate(files: Mapping[str, str], version: str | None = None, real: bool = True) -> Report:
+    """Static checks, then (when they pass and ``real``) the real slurmctld parse."""
+    rep = static_check(files, version)
+    if real and not rep.errors:
+        rp = real_parse(files, version)
+        rep.real, rep.real_ok = rp.message, rp.ok
+        rep.errors += [f"slurmctld: {e}" for e in rp.errors]
+    elif real:
+        rep.real = "real parse not run: static checks failed"
+    return rep
