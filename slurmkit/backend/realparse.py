@@ -301,8 +301,8 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                 if not kept:
                     continue
                 v = ":".join(kept)
-            if lk in _SCRIPTS and not os.access(os.path.join(root, v.lstrip("/")), os.X_OK):
-                notes.append(f"dropped {k}={v} (not present {'on this host' if root == '/' else 'in ' + root})")
+            if lk in _SCRIPTS and not (os.access(v, os.X_OK) or os.access(os.path.join(root, v.lstrip("/")), os.X_OK)):
+                notes.append(f"dropped {k}={v} (not present on this host)")
                 continue
             keep.append((k, v))
         if keep:
@@ -341,7 +341,7 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
     ns, ip, why = _namespaces()
     if ns is None:
         return RealParse(None, f"real parse skipped: {why}")
-    inside = Path("/tmp") if judge.root else None
+    inside = None  # a root's judge sees the host's /tmp through its view (_script)
     with tempfile.TemporaryDirectory(prefix="slurmkit-validate-") as td:
         tmp = Path(td)
         etc = tmp / "etc"
@@ -389,8 +389,8 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
 def _script(judge: Judge, tmp: Path, ip: str, hostname: str, argv: list[str], devices: list[str] | None = None) -> str:
     """The fixed script that runs ``argv`` in the private namespaces; every value goes through shlex.quote.
     The host's judge sees the copy where it is and gets the private /etc/hosts bound over the host's; a root's
-    judge is chrooted into the root after the copy is bound on its /tmp and the hosts file laid over its /etc
-    (an overlay: a minbase root has no /etc/hosts to bind over). ``devices``: stand-in files for gres.conf's
+    judge is chrooted into a view of the host with the root's /usr and /etc over it, and the same hosts file.
+    ``devices``: stand-in files for gres.conf's
     File= paths, on a private /dev of the root (``_gres_by_slurmd``)."""
     q = shlex.quote
     steps = [
@@ -404,15 +404,31 @@ def _script(judge: Judge, tmp: Path, ip: str, hostname: str, argv: list[str], de
         f"if {q(ip)} route get {BACKUP_NET}1 >/dev/null 2>&1; then "
         f"echo 'fatal: the private network namespace has a route to {BACKUP_NET}1'; exit 1; fi",
     ]
-    hosts = tmp / "hosts"
-    r = judge.root or ""
-    if judge.root is None:
-        steps.append(f"mount --bind {q(str(hosts / 'hosts'))} /etc/hosts")
-    else:
-        steps += [
-            f"mount --bind {q(str(tmp))} {q(r + '/tmp')}",
-            f"mount -t overlay slurmkit-parse -o {q(f'lowerdir={hosts}:{r}/etc')} {q(r + '/etc')}",
-        ]
+    hosts = tmp / "hosts" / "hosts"
+    r = ""
+    if judge.root is not None:
+        # a view of the host with the root's /usr and /etc laid over the host's (as the lab's view, lab/view.py,
+        # but mounted in this private namespace only, gone with it): the root's Slurm with its own libraries and
+        # plugins, and every host path the config names (the copy in /tmp, site scripts, power programs, which
+        # slurmctld checks: power_save.c _valid_prog() "not found") where the host has it
+        r = str(tmp / "view")
+        steps += [f"mkdir -p {q(r)}", f"mount -t tmpfs -o mode=755,size=16m slurmkit-parse {q(r)}"]
+        root = Path(judge.root)
+        try:
+            roots.hide_host_plugins(root)  # the host's older plugins must not show through the overlay
+        except OSError:
+            pass  # not root: a lab (which needs root) marked them already, or the host has no Slurm plugins
+        for entry in sorted(os.listdir("/")):
+            mine, host, dest = root / entry, Path("/", entry), f"{r}/{entry}"
+            if entry in ("usr", "etc") and mine.is_dir() and host.is_dir():
+                steps += [f"mkdir {q(dest)}", f"mount -t overlay slurmkit-parse -o {q(f'lowerdir={mine}:{host}')} {q(dest)}"]
+            elif mine.is_symlink():  # bin -> usr/bin, lib -> usr/lib, ... (merged /usr)
+                steps.append(f"ln -s {q(os.readlink(mine))} {q(dest)}")
+            elif host.is_dir() and not host.is_symlink():
+                steps += [f"mkdir {q(dest)}", f"mount --rbind {q(str(host))} {q(dest)}"]
+            elif host.is_symlink():
+                steps.append(f"ln -s {q(os.readlink(host))} {q(dest)}")
+    steps.append(f"mount --bind {q(str(hosts))} {q(r + '/etc/hosts')}")
     if devices:
         # a private /dev (this mount namespace only) with the stand-ins and /dev/null, kept aside first
         null = tmp / "devnull"
@@ -422,7 +438,7 @@ def _script(judge: Judge, tmp: Path, ip: str, hostname: str, argv: list[str], de
         for d in devices:
             steps += [f"mkdir -p {q(os.path.dirname(r + d))}", f"touch {q(r + d)}"]
     run = " ".join(q(a) for a in argv)
-    steps.append(f"exec {run}" if judge.root is None else f"exec chroot {q(r)} {run}")
+    steps.append(f"exec {run}" if judge.root is None else f"exec /usr/sbin/chroot {q(r)} {run}")
     return "; ".join(steps)
 
 
@@ -463,7 +479,7 @@ def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[
              if rec.head.upper() != "DEFAULT"][:GRES_NODES_MAX]
     errors: list[str] = []
     for node in nodes:
-        conf = str((Path("/tmp") if judge.root else tmp) / "etc" / "slurm.conf")
+        conf = str(tmp / "etc" / "slurm.conf")
         exe = "/usr/sbin/slurmd" if judge.root else judge.path("slurmd")
         script = _script(judge, tmp, ip, node, [exe, "-G", "-f", conf, "-N", node], devices)
         res = run([*ns, "sh", "-c", script], timeout=30, check=False)

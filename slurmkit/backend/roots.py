@@ -62,3 +62,13 @@ def list_images() -> list[Image]:
     if not d.is_dir():
         return []
     return [img for p in sorted(d.iterdir()) if (img := find(p.name)) is not None]
+
+
+def hide_host_plugins(root: Path) -> None:
+    """Mark the root's Slurm plugin dirs opaque for overlayfs, so the view shows only the root's plugins: Slurm
+    loads every ``select_*.so`` it finds, and the host's 22.05 ``select_cons_res.so`` beside 24.11's makes every
+    client print "Incompatible Slurm plugin". An opaque directory in a lower layer hides the layers below it
+    (Documentation/filesystems/overlayfs.rst, "whiteouts and opaque directories")."""
+    for d in root.glob("usr/lib/*/slurm*"):
+        if d.is_dir() and not d.is_symlink():
+            os.setxattr(d, "trusted.overlay.opaque", b"y")

@@ -121,10 +121,10 @@ def apply_edit(site: Site, backend: CLIBackend, edit: Edit, path: ChangePath, *,
                real_parse: bool = True, timeout: float = 120.0, progress: Progress = lambda m: None) -> Result:
     """Write the edited inventory's files and bring the cluster onto them by ``path``; on failure write the
     previous files back and bring the cluster back onto those."""
+    from slurmkit.backend.realparse import validate
     from slurmkit.errors import ConfigValidationError
     from slurmkit.generate import EXECUTABLE_FILES
     from slurmkit.generate.rollout import read_dir, recover, write_files
-    from slurmkit.generate.validate import validate
 
     t0 = time.monotonic()
     recover(site.conf_dir)

@@ -26,6 +26,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from slurmkit.backend.roots import hide_host_plugins
 from slurmkit.errors import LabError
 from slurmkit.lab.image import Image, mounts_below
 
@@ -54,16 +55,6 @@ def _glibc(prefix: str) -> tuple[int, ...]:
             if m:
                 return int(m.group(1)), int(m.group(2))
     return ()
-
-
-def hide_host_plugins(root: Path) -> None:
-    """Mark the root's Slurm plugin dirs opaque for overlayfs, so the view shows only the root's plugins: Slurm
-    loads every ``select_*.so`` it finds, and the host's 22.05 ``select_cons_res.so`` beside 24.11's makes every
-    client print "Incompatible Slurm plugin". An opaque directory in a lower layer hides the layers below it
-    (Documentation/filesystems/overlayfs.rst, "whiteouts and opaque directories")."""
-    for d in root.glob("usr/lib/*/slurm*"):
-        if d.is_dir() and not d.is_symlink():
-            os.setxattr(d, "trusted.overlay.opaque", b"y")
 
 
 def mount_view(image: Image, lab_dir: Path) -> Path:
