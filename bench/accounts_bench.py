@@ -111,7 +111,7 @@ def main() -> int:
               f"{sys.version.split()[0]}")
         print("| run | sacctmgr calls | seconds |")
         print("|---|---:|---:|")
-        print(f"| slurmkit accounts apply, from empty | {calls} (+4 reads) | {t_apply:.1f} |")
+        print(f"| slurmkit accounts apply, from empty | {calls} (+6 reads) | {t_apply:.1f} |")
         print(f"| slurmkit accounts apply, no change | 0 (+3 reads) | {t_again:.1f} |")
         print(f"| slurmkit accounts apply --prune to empty | - | {t_prune:.1f} |")
         print(f"| naive script, one call per entity{note} | {naive_calls} | {naive:.1f} |")
