@@ -436,13 +436,19 @@ def tenant_settings(cluster: Cluster) -> list[tuple[str, str]]:
          # slurm.conf(5) PriorityDecayHalfLife: "half of the original value cleared at age" (7-0 = a week of history),
          # PriorityMaxAge: age at which the age factor reaches 1.0 (22.05 and 24.11)
          ("PriorityDecayHalfLife", t.decay_half_life), ("PriorityMaxAge", "7-0")]
-    if t.preempts:
-        # slurm.conf(5) PreemptType=preempt/qos: "Job preemption rules are specified by Quality Of Service (QOS)"; with
-        # PreemptMode=REQUEUE the preempted batch job is requeued (and restarts later); PreemptExemptTime: "minimum run
-        # time for all jobs before they can be considered for preemption ... only honored for PreemptMode=REQUEUE and
-        # PreemptMode=CANCEL" (22.05 and 24.11)
+    # Preemption with tenants, made explicit: a QOS preempt list, or policy.preemption: qos, renders preempt/qos (the
+    # latter with no list anywhere too: what the inventory asks for is written, and `conf validate` warns that nothing
+    # can be preempted, generate/tenantcheck.py); policy.preemption: partition renders preempt/partition_prio (the
+    # loader refuses it beside preempt lists); neither: no Preempt* line, i.e. Slurm's default PreemptType=preempt/none.
+    # slurm.conf(5) PreemptType=preempt/qos: "Job preemption rules are specified by Quality Of Service (QOS)"; with
+    # PreemptMode=REQUEUE the preempted batch job is requeued (and restarts later); PreemptExemptTime: "minimum run
+    # time for all jobs before they can be considered for preemption ... only honored for PreemptMode=REQUEUE and
+    # PreemptMode=CANCEL" (22.05 and 24.11)
+    if t.preempts or cluster.policy.preemption == "qos":
         s += [("PreemptType", "preempt/qos"), ("PreemptMode", "REQUEUE"),
               ("PreemptExemptTime", t.preempt_exempt_time)]
+    elif cluster.policy.preemption == "partition":
+        s += [("PreemptType", "preempt/partition_prio"), ("PreemptMode", "REQUEUE")]
     return s
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from slurmkit.generate import confparse as cp
 from slurmkit.model.cluster import Cluster
+from slurmkit.model.tenants import Tenants
 
 
 def cross_check(cluster: Cluster, slurm_conf: str) -> tuple[list[str], list[str]]:
@@ -24,8 +25,10 @@ def cross_check(cluster: Cluster, slurm_conf: str) -> tuple[list[str], list[str]
     if ptype == "preempt/qos" and not preempts:
         # slurm.conf(5) PreemptType=preempt/qos (22.05 and 24.11): preemption follows each QOS's Preempt list; with no
         # list anywhere nothing is ever preempted
-        warnings.append("slurm.conf: PreemptType=preempt/qos but no QOS in tenants.qos preempts another "
-                        "(set 'preempt: [...]' on a QOS, or drop preemption)")
+        src = ("slurm_conf.PreemptType" if any(k.lower() == "preempttype" for k, _v in cluster.slurm_conf)
+               else "policy.preemption: qos" if cluster.policy.preemption == "qos" else "slurm.conf")
+        warnings.append(f"slurm.conf: PreemptType=preempt/qos (from {src}) but no QOS in tenants.qos preempts another: "
+                        "nothing will ever be preempted (set 'preempt: [...]' on a QOS, or drop preemption)")
     for rec in conf.partitions:
         name = rec.head
         for key in ("QOS", "AllowQos", "DenyQos"):
@@ -34,6 +37,7 @@ def cross_check(cluster: Cluster, slurm_conf: str) -> tuple[list[str], list[str]
                 if q not in qos_names:
                     errors.append(f"slurm.conf:{rec.lineno}: partition {name} {key}={v}: QOS {q!r} is not in "
                                   "tenants.qos (slurmdbd will not have it)")
+    _unusable_qos(t, conf, errors, warnings)
     storage = conf.value("AccountingStorageType", "accounting_storage/none")
     if storage != "accounting_storage/slurmdbd":
         errors.append(f"slurm.conf: AccountingStorageType={storage}: tenants need slurmdbd")
@@ -58,6 +62,59 @@ def cross_check(cluster: Cluster, slurm_conf: str) -> tuple[list[str], list[str]
         elif conf.value("PriorityWeightQOS", "0") in ("0", ""):
             warnings.append("slurm.conf: QOS priorities differ but PriorityWeightQOS is 0 (they would not order jobs)")
     return errors, warnings
+
+
+def _unusable_qos(t: Tenants, conf: cp.SlurmConf, errors: list[str], warnings: list[str]) -> None:
+    """A QOS no job can run in. slurmctld lets a job's QOS use a partition when the partition's AllowQos lists it, or
+    when it has no AllowQos (default ALL) and its DenyQos does not list it ("If AllowQos is used then DenyQos will
+    not be enforced"; src/slurmctld/partition_mgr.c part_policy_valid_qos: otherwise "Job's QOS not permitted to use
+    this partition", reason WAIT_QOS, at submit and again at scheduling, node_scheduler.c; 22.05 and 24.11). A QOS
+    that is a partition's QOS= is a partition's limits, not something a job asks for: not judged here.
+    - allowed in no partition and some account's default QOS: an error (that tenant's jobs without --qos never run);
+    - allowed in no partition otherwise, or granted to no account while every account's QOS list is managed
+      (AccountingStorageEnforce=qos refuses a QOS outside the job's association; the accounts judged are those
+      with users): a warning naming it."""
+    if not conf.partitions:
+        return
+    part_qos = set()
+    allowed: dict[str, list[str]] = {q.name: [] for q in t.qos}
+    for rec in conf.partitions:
+        pairs = {k.lower(): v for k, v in rec.pairs}
+        if pairs.get("qos"):
+            part_qos.add(pairs["qos"])
+        allow = [x for x in pairs.get("allowqos", "").split(",") if x]
+        deny = [x for x in pairs.get("denyqos", "").split(",") if x]
+        for name in allowed:
+            ok = name in allow if allow and "ALL" not in [x.upper() for x in allow] else name not in deny
+            if ok:
+                allowed[name].append(rec.head)
+    defaults: dict[str, list[str]] = {}
+    granted: set[str] = set()
+    # jobs run on user associations, and slurmkit keeps users in leaf accounts: those accounts' QOS lists are what
+    # jobs may ask for
+    used = sorted({acc for u in t.users for acc in u.accounts})
+    managed = bool(used)
+    for name in used:
+        qos, dq = t.account_qos(name)
+        if not qos:
+            managed = False  # an account without a QOS list keeps what slurmdbd gives it: cannot tell
+        granted.update(qos)
+        if dq:
+            defaults.setdefault(dq, []).append(name)
+    for q in t.qos:
+        if q.name in part_qos:
+            continue
+        if not allowed[q.name]:
+            if q.name in defaults:
+                errors.append(f"slurm.conf: QOS {q.name!r} is the default QOS of account(s) "
+                              f"{', '.join(sorted(set(defaults[q.name])))} but no partition allows it (AllowQos/"
+                              "DenyQos): their jobs without --qos would never run")
+            else:
+                warnings.append(f"slurm.conf: QOS {q.name!r} is allowed in no partition (AllowQos/DenyQos): no job "
+                                "can run in it (add it to a partition's allow_qos, or remove it)")
+        elif managed and q.name not in granted:
+            warnings.append(f"tenants.qos: QOS {q.name!r} is in no account's qos list: no association may use it "
+                            "(AccountingStorageEnforce=qos), so no job can run in it")
 
 
 def _want() -> str:

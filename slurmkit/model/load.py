@@ -757,6 +757,13 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             # slurm.conf takes one PreemptType: preempt/partition_prio ignores the QOS preempt lists
             raise ctx.err("policy.preemption", "tenants.qos preempt lists need preempt/qos; set preemption: qos "
                                                "(or remove the preempt lists)")
+        said_none = isinstance(top.get("policy"), dict) and top["policy"].get("preemption") == "none"
+        if tenants.preempts and said_none:
+            # an explicit 'none' and a preempt list contradict each other; slurmkit would otherwise render
+            # preempt/qos from the lists (generate/slurmconf.py tenant_settings) against what the policy says
+            first = next(i for i, q in enumerate(tenants.qos) if q.preempt)
+            raise ctx.err("policy.preemption", f"none, but tenants.qos[{first}] ({tenants.qos[first].name}) has a "
+                                               "preempt list: set preemption: qos, or remove the preempt lists")
     return Cluster(
         name=_cluster_name(ctx, top["cluster"]),
         slurm_version=version,

@@ -93,6 +93,34 @@ def _gpus(ctx: _Ctx, v: Any, path: str, types: dict[str, int], total_gpus: int) 
     return GpuQuota(n)
 
 
+def _within_ancestors(ctx: _Ctx, quota: GpuQuota, parent: str, accounts: list[Account], path: str,
+                      keyed: bool) -> None:
+    """Refuse a GPU quota above an ancestor account's. GrpTRES holds "in aggregate for this association and all
+    associations which are children of this association" (sacctmgr(1), 22.05 and 24.11), and slurmctld checks the
+    Grp limits of every association on a job's path up to root (src/slurmctld/acct_policy.c
+    acct_policy_job_runnable_post_select, 22.05 and 24.11): the ancestor's limit caps the child, so a larger child
+    quota is a number the cluster never grants. A typed request counts against gres/gpu and gres/gpu:<type> both, so
+    a child's per-type quota is capped by the ancestor's total too. (Children whose quotas *sum* above the parent's
+    is the usual oversubscription and stays allowed.)"""
+    by_name = {a.name: a for a in accounts}
+    mine = {"total": quota.total} if quota.total is not None else {}
+    mine.update(dict(quota.by_type))
+    for key, n in mine.items():
+        a = by_name.get(parent)
+        while a is not None:
+            anc = dict(a.gpus.by_type)
+            caps = [(c, f"{c} GPUs") for c in ([anc[key]] if key != "total" and key in anc else [])]
+            if a.gpus.total is not None:
+                caps.append((a.gpus.total, f"{a.gpus.total} GPUs in all"))
+            for cap, what in caps:
+                if n > cap:
+                    sub = _join(path, key) if keyed else path
+                    unit = "GPUs" if key == "total" else f"{key} GPUs"
+                    raise ctx.err(sub, f"{n} {unit} is more than ancestor account {a.name!r} allows ({what}, "
+                                       "GrpTRES): the parent's limit caps every job below it")
+            a = by_name.get(a.parent)
+
+
 def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: tuple[Partition, ...],
                  has_accounting: bool) -> Tenants:
     path = "tenants"
@@ -193,6 +221,7 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
             elif aq:
                 dq = aq[0]
             quota = _gpus(ctx, m.get("gpus"), _join(ap, "gpus"), types, total_gpus)
+            _within_ancestors(ctx, quota, parent, accounts, _join(ap, "gpus"), isinstance(m.get("gpus"), dict))
             accounts.append(Account(
                 name=name, parent=parent,
                 fairshare=_int(ctx, m.get("fairshare", 1), _join(ap, "fairshare"), 1),

@@ -144,6 +144,35 @@ def test_tenants_need_accounting_and_partition_qos_must_exist():
     refused(inv(policy={"preemption": "partition"}), "policy.preemption", "need preempt/qos")
 
 
+def tree(org_gpus: object, team_a_gpus: object, mid: bool = False) -> dict:
+    team_a = {"name": "team-a", "gpus": team_a_gpus, "qos": ["normal"], "users": ["alice"]}
+    if team_a_gpus is None:
+        del team_a["gpus"]
+    leafs = [{"name": "mid", "children": [team_a]}] if mid else [team_a]
+    org = {"name": "research", "gpus": org_gpus, "children": [*leafs, {"name": "team-b", "gpus": 8}]}
+    return tenants_with(accounts=[org])
+
+
+@pytest.mark.parametrize(("tenants", "path", "words"), [
+    (tree(8, 16), "tenants.accounts[0].children[0].gpus", "16 GPUs is more than ancestor account 'research' "
+                                                           "allows (8 GPUs in all, GrpTRES)"),
+    (tree(4, 6, mid=True), "tenants.accounts[0].children[0].children[0].gpus", "ancestor account 'research'"),
+    (tree({"total": 16, "h100": 4}, {"total": 8, "h100": 6}), "tenants.accounts[0].children[0].gpus.h100",
+     "6 h100 GPUs is more than ancestor account 'research' allows (4 GPUs"),
+    (tree(8, {"total": 8, "h100": 12}), "tenants.accounts[0].children[0].gpus.h100", "(8 GPUs in all"),
+])
+def test_a_child_quota_above_an_ancestors_is_refused(tenants, path, words):
+    """sacctmgr takes it, but slurmctld checks GrpTRES at every association up to root: the parent's caps it."""
+    refused(inv(tenants), path, words)
+
+
+def test_child_quotas_may_oversubscribe_their_parent_together():
+    t = load_cluster_dict(inv(tree(16, 16))).tenants  # 16 + 8 > 16: each may use the parent's 16, not together
+    assert t.account("team-a").gpus.total == 16 and t.account("research").gpus.total == 16
+    t = load_cluster_dict(inv(tree(None, 16, mid=True))).tenants  # no ancestor quota: nothing to exceed
+    assert t.account("team-a").gpus.total == 16
+
+
 def test_cli_inventory_error_exit_2_one_line(tmp_path):
     p = tmp_path / "inv.yaml"
     p.write_text(yaml.safe_dump(inv(tenants_with(accounts=[{"name": "t", "gpus": 99}]))))
@@ -311,6 +340,76 @@ def test_validate_cross_checks_tenants_against_slurm_conf():
     c2 = load_cluster_dict(inv(tenants_with(qos=[{"name": "normal"}], accounts=[])))
     _e, warns = cross_check(c2, generate(c2)["slurm.conf"] + "PreemptType=preempt/qos\n")
     assert any("no QOS in tenants.qos preempts another" in w for w in warns)
+
+
+def test_validate_names_a_qos_no_partition_allows():
+    # scavenger: team-b's second QOS, allowed nowhere -> a warning naming it
+    c = load_cluster_dict(inv(tenants_with(partitions={"gpu": {"allow_qos": ["normal", "high"]}})))
+    errors, warns = cross_check(c, generate(c)["slurm.conf"])
+    assert errors == []
+    assert warns == ["slurm.conf: QOS 'scavenger' is allowed in no partition (AllowQos/DenyQos): no job can run in it "
+                     "(add it to a partition's allow_qos, or remove it)"]
+    # the same QOS as team-b's default: its jobs without --qos never run -> an error naming the account
+    t = tenants_with(partitions={"gpu": {"allow_qos": ["normal", "high"]}})
+    t["accounts"][0]["children"][1]["default_qos"] = "scavenger"
+    c = load_cluster_dict(inv(t))
+    errors, _w = cross_check(c, generate(c)["slurm.conf"])
+    assert errors == ["slurm.conf: QOS 'scavenger' is the default QOS of account(s) team-b but no partition allows "
+                      "it (AllowQos/DenyQos): their jobs without --qos would never run"]
+    # an edited slurm.conf: DenyQos counts where AllowQos is absent (partition_mgr.c part_policy_valid_qos)
+    c = load_cluster_dict(inv())
+    conf = generate(c)["slurm.conf"].replace("State=UP", "DenyQos=high State=UP")
+    assert "DenyQos=high" in conf
+    _e, warns = cross_check(c, conf)
+    assert any("QOS 'high' is allowed in no partition" in w for w in warns)
+    # a partition's own QOS= is limits, not a QOS jobs ask for: not flagged
+    d = inv(tenants_with(partitions={"gpu": {"allow_qos": ["normal", "high"]}}))
+    d["partitions"][0]["qos"] = "scavenger"
+    c = load_cluster_dict(d)
+    assert cross_check(c, generate(c)["slurm.conf"]) == ([], [])
+
+
+def test_validate_names_a_qos_no_account_grants():
+    t = tenants_with(qos=[*ISSUE["qos"], {"name": "gold", "priority": 5000}])
+    c = load_cluster_dict(inv(t))
+    _e, warns = cross_check(c, generate(c)["slurm.conf"])
+    assert warns == ["tenants.qos: QOS 'gold' is in no account's qos list: no association may use it "
+                     "(AccountingStorageEnforce=qos), so no job can run in it"]
+    # an account with users but no QOS list keeps what slurmdbd gives it: no judgement
+    t["accounts"][0]["children"].append({"name": "team-c", "users": ["dave"]})
+    c = load_cluster_dict(inv(t))
+    assert cross_check(c, generate(c)["slurm.conf"])[1] == []
+
+
+def test_preemption_with_tenants_is_explicit():
+    no_lists = tenants_with(qos=[{"name": "normal"}], accounts=[])
+    # policy.preemption: qos with no preempt list: written as asked, and validate says nothing will be preempted
+    c = load_cluster_dict(inv(no_lists, policy={"preemption": "qos"}))
+    conf = generate(c)["slurm.conf"]
+    assert "PreemptType=preempt/qos" in conf.splitlines() and "PreemptMode=REQUEUE" in conf.splitlines()
+    assert cross_check(c, conf) == ([], ["slurm.conf: PreemptType=preempt/qos (from policy.preemption: qos) but no "
+                                         "QOS in tenants.qos preempts another: nothing will ever be preempted (set "
+                                         "'preempt: [...]' on a QOS, or drop preemption)"])
+    # set through slurm_conf: the warning names that key
+    c = load_cluster_dict(inv(no_lists, slurm_conf={"PreemptType": "preempt/qos", "PreemptMode": "REQUEUE"}))
+    _e, warns = cross_check(c, generate(c)["slurm.conf"])
+    assert any("(from slurm_conf.PreemptType)" in w for w in warns)
+    # policy.preemption: partition is not dropped because tenants exist
+    c = load_cluster_dict(inv(no_lists, policy={"preemption": "partition"}))
+    assert "PreemptType=preempt/partition_prio" in generate(c)["slurm.conf"].splitlines()
+    # preempt lists without policy: preempt/qos; an explicit 'none' beside them is a contradiction
+    assert "PreemptType=preempt/qos" in conf_lines(inv())
+    refused(inv(policy={"preemption": "none"}), "policy.preemption", "tenants.qos[0] (high) has a preempt list")
+
+
+def test_conf_validate_preempt_list_with_preempt_none_is_an_error(tmp_path):
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(inv(slurm_conf={"PreemptType": "preempt/none"})))
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "validate", str(p), "--no-real-parse"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert ("error: slurm.conf: PreemptType=preempt/none: the preempt lists in tenants.qos need preempt/qos"
+            in r.stderr), r.stderr
 
 
 def test_conf_validate_dir_reads_the_inventory_copy(tmp_path):
