@@ -1,6 +1,7 @@
 """`slurmkit accounts plan|apply|drift INVENTORY`: the inventory's ``tenants:`` (QOS, accounts, users, limits) against
 the slurmdbd of the cluster ``$SLURM_CONF`` points at. Exit codes: 0 ok / no drift, 1 drift found or a sacctmgr
-step failed (what was applied is listed), 2 bad input or no accounting."""
+step failed (what was applied is listed), 2 bad input or no accounting, 3 (drift) sacctmgr could not read the live
+records, so whether there is drift is unknown (a monitor must not read that as "drift found")."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ import os
 
 import click
 
+from slurmkit.errors import SlurmkitError
+
 _inventory = click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
 _prune = click.option("--prune", is_flag=True,
                       help="Also delete QOS, accounts and user associations the inventory does not name "
                            "(never root, root's user or the 'normal' QOS).")
+
+
+class BackendError(SlurmkitError):
+    """``drift`` could not read slurmdbd (sacctmgr failed or timed out): exit 3, distinct from 1 = drift found."""
+
+    exit_code = 3
 
 
 @click.group()
@@ -86,8 +95,6 @@ def apply(inventory: str, prune: bool) -> int:
     tenants = load_cluster(inventory).tenants
     left = [c for c in diff(read_state(target), desired(tenants), prune=prune) if c.action != "extra"]  # type: ignore[arg-type]
     if left:
-        from slurmkit.errors import SlurmkitError
-
         for c in left:
             click.echo(f"not converged: {c.describe()}", err=True)
         raise SlurmkitError(f"read back after apply: {len(left)} change(s) did not take; see above")
@@ -98,10 +105,18 @@ def apply(inventory: str, prune: bool) -> int:
 @accounts.command()
 @_inventory
 def drift(inventory: str) -> int:
-    """List every difference between slurmdbd and the inventory (manual sacctmgr edits); exit 1 if any."""
-    from slurmkit.accounts.plan import describe_drift
+    """List every difference between slurmdbd and the inventory (manual sacctmgr edits).
 
-    target, changes, _sts = _plan(inventory, False)
+    \b
+    Exit codes: 0 no drift, 1 drift found (listed), 2 bad inventory or no
+    slurmdbd, 3 sacctmgr failed (drift unknown; one line on stderr)."""
+    from slurmkit.accounts.plan import describe_drift
+    from slurmkit.errors import SlurmCommandError
+
+    try:
+        target, changes, _sts = _plan(inventory, False)
+    except SlurmCommandError as exc:
+        raise BackendError(f"cannot read slurmdbd's records, drift unknown: {exc.one_line()}") from exc
     for c in changes:
         click.echo(describe_drift(c))
     if changes:

@@ -466,3 +466,28 @@ def test_preflight_qos_quota_reason():
     r = check("u", "c", None, "high", 4, assocs, {"high": QosUse("high", 6, 4)}, {"t": (("high",), "high")})
     assert r.warnings == ["QOS high allows 6 GPUs; running jobs hold 4; this job asks 4: it will pend with QOSGrpGRES "
                           "until 2 are free"]
+
+
+@pytest.mark.parametrize("fails", [True, False])
+def test_drift_exit_code_tells_drift_from_a_sacctmgr_failure(tmp_path, fails):
+    """Exit 1 means drift found; a sacctmgr that fails (slurmdbd down) is exit 3 and one line, never read as drift.
+    The stand-in sacctmgr answers an empty slurmdbd (so the inventory's records are all missing: drift) or fails;
+    the real sacctmgr's drift: tests/integration/test_tenants_lab.py::test_drift_lists_manual_sacctmgr_edits."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=c\nAccountingStorageType=accounting_storage/slurmdbd\n")
+    fake = tmp_path / "bin" / "sacctmgr"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'sacctmgr: error: Problem talking to the database: Connection refused' >&2\n"
+                    "exit 1\n" if fails else "#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(inv()))
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "accounts", "drift", str(p)], capture_output=True,
+                       text=True, env={"SLURM_CONF": str(conf), "PATH": f"{fake.parent}:/usr/bin:/bin"})
+    if fails:
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert r.stderr.count("\n") == 1 and "drift unknown" in r.stderr and "Connection refused" in r.stderr
+        assert r.stdout == ""
+    else:
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "missing account team-a" in r.stdout and "difference(s)" in r.stdout
