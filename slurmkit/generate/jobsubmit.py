@@ -55,12 +55,18 @@ def partition_facts(cluster: Cluster) -> list[dict[str, object]]:
         cpg, mpg = per_gpu_defaults(groups)
         hosts = {h for g in groups for h in g.hostnames}
         leaf = _leaf_nodes(cluster, hosts) if pol.one_leaf_if_fits else 0
+        # auto (0) on a partition with a shape that has fewer usable CPUs than GPUs: per_gpu_defaults gives 0, the
+        # script sets no CPU default there (1 per GPU would make a whole-node GPU job unschedulable) and says why
+        auto_none = [what for what, setting, share in (("cpus_per_gpu", pol.cpus_per_gpu, cpg),
+                                                        ("mem_per_gpu", pol.mem_per_gpu, mpg))
+                     if setting == 0 and gpu_groups and share == 0]
         out.append({
             "name": p.name,
             "kind": kind,
             "cpus_per_gpu": (pol.cpus_per_gpu or cpg) if pol.cpus_per_gpu is not None else 0,
             "mem_per_gpu": (pol.mem_per_gpu or mpg) if pol.mem_per_gpu is not None else 0,
             "leaf_nodes": leaf if leaf > 1 else 0,
+            "auto_none": auto_none,
         })
     return out
 

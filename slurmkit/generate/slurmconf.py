@@ -506,7 +506,11 @@ def per_gpu_defaults(groups: Iterable[NodeGroup]) -> tuple[int, int]:
     """(DefCpuPerGPU, DefMemPerGPU) for a partition over ``groups``: each shape's share of its usable CPUs and
     memory per GPU (``NodeGroup.cpus_per_gpu``/``mem_per_gpu_mb``, the rule gpusub requests by), the smallest
     over the shapes, so a default-sized job fits on any node of the partition. A MIG group divides by its Slurm
-    GPU devices (every MIG slice is one ``gpu``). (0, 0) when no group has GPUs."""
+    GPU devices (every MIG slice is one ``gpu``). (0, 0) when no group has GPUs.
+
+    A shape with fewer usable CPUs than GPUs has no whole per-GPU share (0): then no CPU default at all (0), never
+    1, since N GPUs x 1 CPU is more CPUs than such a node has and a whole-node GPU job (``--gres=gpu:N``) would
+    never fit it (select/cons_tres counts cpus_per_gres x GPUs against the node's CPUs). The same for memory."""
     cpus, mems = [], []
     for g in groups:
         if not g.gpus:
@@ -520,7 +524,7 @@ def per_gpu_defaults(groups: Iterable[NodeGroup]) -> tuple[int, int]:
             mems.append(g.usable_memory_mb // devices)
     if not cpus:
         return 0, 0
-    return max(1, min(cpus)), max(1, min(mems))
+    return min(cpus), min(mems)
 
 
 def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) -> tuple[list[str], list[str]]:

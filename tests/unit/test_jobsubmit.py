@@ -280,3 +280,33 @@ def test_conf_generate_writes_the_script_beside_slurm_conf_and_exits_2_on_bad_po
 def test_examples_policy_loads():
     inv = yaml.safe_load((ROOT / "examples" / "mixed-pcie.yaml").read_text())
     assert load_cluster_dict(inv).submit_policy is not None
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_auto_sets_no_cpu_default_where_a_node_has_fewer_cpus_than_gpus(version: str):
+    """A 4-core node with 8 GPUs has no whole per-GPU CPU share: auto used to write 1 CPU per GPU (DefCpuPerGPU=1
+    and cpus_per_tres gpu:1), so `--gres=gpu:8` asked 8 CPUs of a 4-CPU node and could never run. Now neither the
+    partition line nor the script sets a CPU default there (and the script says why); memory still has its share."""
+    inv = copy.deepcopy(INV)
+    inv["node_groups"].append({"name": "thin", "hosts": "thin[1-2]", "cpu": {"sockets": 1, "cores_per_socket": 4},
+                               "memory_mb": 128000, "gpus": {"type": "h100", "count": 8, "files": "/dev/nvidia[0-7]"}})
+    inv["partitions"] += [{"name": "thin", "groups": ["thin"]}, {"name": "both", "groups": ["g", "thin"]}]
+    inv["topology"]["switches"][0]["nodes"] += ",thin1"
+    inv["topology"]["switches"][1]["nodes"] += ",thin2"
+    c = load_cluster_dict(inv)
+    files = generate(c, version=version)
+    parts = {ln.split()[0]: ln.split() for ln in files["slurm.conf"].splitlines() if ln.startswith("PartitionName=")}
+    for name in ("thin", "both"):
+        assert not [kv for kv in parts[f"PartitionName={name}"] if kv.startswith("DefCpuPerGPU=")], parts
+        assert [kv for kv in parts[f"PartitionName={name}"] if kv.startswith("DefMemPerGPU=")]
+    assert "DefCpuPerGPU=4" in parts["PartitionName=gpu"]
+    text = files["job_submit.lua"]
+    assert re.search(r"-- thin: cpus_per_gpu auto sets no default here: a node has fewer usable CPUs than GPUs", text)
+    assert "-- gpu: cpus_per_gpu" not in text
+    p = Plugin(text)
+    pre = tres_gpu_prefix(version)
+    for part in ("thin", "both", "gpu,thin"):
+        rc, desc = p.run(tres_per_node=f"{pre}:8", time_limit=60, partition=part)
+        assert rc == 0 and "cpus_per_tres" not in desc and desc["mem_per_tres"].startswith(f"{pre}:"), desc
+    rc, desc = p.run(tres_per_node=f"{pre}:4", time_limit=60, partition="gpu")
+    assert desc["cpus_per_tres"] == f"{pre}:4"
