@@ -99,15 +99,21 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   end
 
   -- the smallest default over the partitions the job may land in, so it fits any of them
+  -- (a partition marked no_default has a node with fewer CPUs than GPUs: a job that may land there gets none)
   local cpg, mpg, leaf = 0, 0, 0
+  local no_cpg, no_mpg = false, false
   for _, p in ipairs(parts) do
     local f = p.facts
+    if f.no_default and f.cpus_per_gpu == 0 then no_cpg = true end
+    if f.no_default and f.mem_per_gpu == 0 then no_mpg = true end
     if f.cpus_per_gpu > 0 and (cpg == 0 or f.cpus_per_gpu < cpg) then cpg = f.cpus_per_gpu end
     if f.mem_per_gpu > 0 and (mpg == 0 or f.mem_per_gpu < mpg) then mpg = f.mem_per_gpu end
     if f.leaf_nodes > 0 and (leaf == 0 or f.leaf_nodes < leaf) then leaf = f.leaf_nodes end
   end
 
   -- cpus_per_tres and cpus_per_task exclude each other (sbatch: --cpus-per-gpu vs --cpus-per-task)
+  if no_cpg then cpg = 0 end
+  if no_mpg then mpg = 0 end
   if cpg > 0 and job_desc.cpus_per_tres == nil and unset(job_desc.cpus_per_task, slurm.NO_VAL16) then
     job_desc.cpus_per_tres = TRES_GPU .. ":" .. cpg
   end
