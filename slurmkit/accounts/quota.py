@@ -4,7 +4,14 @@ Inputs are what slurmctld enforces right now: ``scontrol -o show assoc_mgr flags
 QOS's GrpTRES as ``limit(in use)``, ``N`` for no limit; the same numbers the scheduler compares, 22.05 and 24.11) and
 the user's associations from ``sacctmgr -P -n show assoc where users=U`` (their QOS lists and default QOS).
 A job pends with ``AssocGrpGRES`` when an association on its path (the user's, its account, each parent) would go
-over its GrpTRES gres/gpu, with ``QOSGrpGRES`` for its QOS's (squeue(1) JOB REASON CODES, 22.05 and 24.11).
+over its GrpTRES gres/gpu, with ``QOSGrpGRES`` for its QOS's (squeue(1) JOB REASON CODES, 22.05 and 24.11), and
+with ``QOSMaxGRESPerUser`` when the user's running jobs in its QOS would go over the QOS's MaxTRESPerUser gres/gpu
+(src/common/slurm_protocol_defs.c job_state_reason_string WAIT_QOS_MAX_GRES_PER_USER, 22.05 and 24.11). That limit
+counts per user per QOS, whatever the account: slurmctld keeps it in the QOS's ``usage->user_limit_list`` keyed by
+uid (src/slurmctld/acct_policy.c acct_policy_get_qos_used_limits, 22.05 and 24.11). Its value comes from
+``sacctmgr show qos format=Name,MaxTRESPerUser`` (parse_qos_per_user); the user's use from the ``User Limits=``
+entries of the QOS line in ``scontrol -o show assoc_mgr`` (src/scontrol/info_assoc_mgr.c _print_used_user_limit:
+``UID={... MaxTRESPU=...}`` in 22.05, ``NAME(UID)={...}`` in 24.11; no entry until the user's first job there).
 """
 
 from __future__ import annotations
@@ -28,9 +35,16 @@ class QosUse:
     name: str
     gpu_limit: int | None
     gpu_used: int
+    user_gpus: tuple[tuple[int, int], ...] = ()  # (uid, GPUs its running jobs in this QOS hold), from User Limits=
+
+    def used_by(self, uid: int | None) -> int:
+        return next((n for u, n in self.user_gpus if u == uid), 0)
 
 
 _TRES_GPU = re.compile(r"(?:^|,)gres/gpu=([^,()]+)\((\d+)\)")
+# one user's entry after "User Limits=": 22.05 " 0={...}", 24.11 " root(0)={...}"
+_USER_LIMIT = re.compile(r" (?:\S+\()?(\d+)\)?=\{([^}]*)\}")
+_MAXTRESPU = re.compile(r"(?:^| )MaxTRESPU=(\S*)")
 
 
 def _gpu(value: str) -> tuple[int | None, int]:
@@ -65,8 +79,26 @@ def parse_assoc_mgr(text: str) -> tuple[list[Assoc], dict[str, QosUse]]:
             f = _fields(line)
             name = re.sub(r"\(\d+\)$", "", f["QOS"])
             lim, used = _gpu(f.get("GrpTRES", ""))
-            qos[name] = QosUse(name, lim, used)
+            per_user = []
+            _before, sep, users = line.partition(" User Limits=")
+            for m in _USER_LIMIT.finditer(" " + users if sep else ""):
+                tres = _MAXTRESPU.search(m.group(2))
+                per_user.append((int(m.group(1)), _gpu(tres.group(1))[1] if tres else 0))
+            qos[name] = QosUse(name, lim, used, tuple(per_user))
     return assocs, qos
+
+
+def parse_qos_per_user(text: str) -> dict[str, int]:
+    """``sacctmgr -P -n show qos format=Name,MaxTRESPerUser`` -> QOS -> its MaxTRESPerUser gres/gpu (QOS without one
+    are left out)."""
+    out = {}
+    for line in text.splitlines():
+        f = line.split("|")
+        if len(f) >= 2 and f[0]:
+            m = re.search(r"(?:^|,)gres/gpu=(\d+)(?:,|$)", f[1])
+            if m:
+                out[f[0]] = int(m.group(1))
+    return out
 
 
 def parse_user_qos(text: str) -> dict[str, tuple[tuple[str, ...], str]]:
@@ -91,7 +123,10 @@ class TenantCheck:
 
 def check(user: str, cluster: str, want_account: str | None, want_qos: str | None, gpus: int, assocs: list[Assoc],
           qos_use: dict[str, QosUse], user_qos: dict[str, tuple[tuple[str, ...], str]],
-          enforce_limits: bool = True) -> TenantCheck:
+          enforce_limits: bool = True, uid: int | None = None,
+          qos_per_user: dict[str, int] | None = None) -> TenantCheck:
+    """``qos_per_user`` (QOS -> MaxTRESPerUser gres/gpu) and ``uid`` (whose use in the QOS counts) add the per-user
+    QOS limit to the limits checked."""
     r = TenantCheck()
     mine = [a for a in assocs if a.user == user]
     if not mine:
@@ -140,14 +175,20 @@ def check(user: str, cluster: str, want_account: str | None, want_qos: str | Non
     q = qos_use.get(r.qos or "")
     if q is not None:
         limits.append((f"QOS {q.name}", q.gpu_limit, q.gpu_used, "QOSGrpGRES"))
+    pu = (qos_per_user or {}).get(r.qos or "")
+    if pu is not None:
+        used_pu = q.used_by(uid) if q is not None else 0
+        limits.append((f"QOS {r.qos} per user", pu, used_pu, "QOSMaxGRESPerUser"))
     for what, limit, used, reason in limits:
         if limit is None:
             continue
-        r.explain.append(f"limit: {what} allows {limit} GPUs (GrpTRES gres/gpu={limit}); running jobs hold {used}")
+        setting = "MaxTRESPerUser" if reason == "QOSMaxGRESPerUser" else "GrpTRES"
+        holds = "your running jobs in it hold" if reason == "QOSMaxGRESPerUser" else "running jobs hold"
+        r.explain.append(f"limit: {what} allows {limit} GPUs ({setting} gres/gpu={limit}); {holds} {used}")
         if gpus > limit:
             r.errors.append(f"{what} allows {limit} GPUs; this job asks {gpus}: it would never start "
                             f"(pending with {reason} forever)")
         elif used + gpus > limit:
-            r.warnings.append(f"{what} allows {limit} GPUs; running jobs hold {used}; this job asks {gpus}: it will "
+            r.warnings.append(f"{what} allows {limit} GPUs; {holds} {used}; this job asks {gpus}: it will "
                               f"pend with {reason} until {used + gpus - limit} are free")
     return r

@@ -1,6 +1,6 @@
 """gpusub's tenant preflight, the I/O half: is accounting enforced on the cluster ``$SLURM_CONF`` names, and what
-do slurmctld (``scontrol show assoc_mgr``) and slurmdbd (``sacctmgr show assoc``) say about the user. The two
-queries run in threads beside the rest of the preflight; ``accounts/quota.py`` judges."""
+do slurmctld (``scontrol show assoc_mgr``) and slurmdbd (``sacctmgr show assoc``, ``sacctmgr show qos`` for the
+QOS MaxTRESPerUser) say about the user. The three queries run in threads beside the rest of the preflight; ``accounts/quota.py`` judges."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from slurmkit.accounts.quota import TenantCheck, check, parse_assoc_mgr, parse_user_qos
+from slurmkit.accounts.quota import TenantCheck, check, parse_assoc_mgr, parse_qos_per_user, parse_user_qos
 from slurmkit.backend.run import run
 from slurmkit.errors import SlurmkitError
 
@@ -22,6 +22,7 @@ class TenantQuery:
 
     def __init__(self, env: Mapping[str, str], user: str, cluster: str, enforce: set[str]):
         self.user, self.cluster, self.enforce = user, cluster, enforce
+        self.uid = os.getuid()
         self._out: dict[str, str] = {}
         self._err: list[str] = []
         self._threads = [
@@ -31,6 +32,8 @@ class TenantQuery:
                                                              f"users={user}", f"cluster={cluster}",
                                                              "format=Account,Partition,QOS,DefaultQOS"], env),
                              daemon=True),
+            threading.Thread(target=self._q, args=("qos", ["sacctmgr", "-P", "-n", "show", "qos",
+                                                           "format=Name,MaxTRESPerUser"], env), daemon=True),
         ]
         for t in self._threads:
             t.start()
@@ -49,7 +52,7 @@ class TenantQuery:
         assocs, qos_use = parse_assoc_mgr(self._out["mgr"])
         limits = bool(self.enforce & {"limits", "safe", "all"})
         return check(self.user, self.cluster, account, qos, gpus, assocs, qos_use, parse_user_qos(self._out["assoc"]),
-                     enforce_limits=limits)
+                     enforce_limits=limits, uid=self.uid, qos_per_user=parse_qos_per_user(self._out["qos"]))
 
 
 def start(env: Mapping[str, str] | None = None) -> TenantQuery | None:

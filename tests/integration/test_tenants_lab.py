@@ -147,6 +147,27 @@ def test_gpusub_says_which_quota_will_hold_the_job_and_slurm_agrees(tlab, tmp_pa
                   "--account", "team-a"], check=False)
     assert r.returncode == 2 and "would never start" in r.stderr, r.stderr
     sh(tlab, ["scancel", holder, jid])
+    for j in (holder, jid):
+        wait_for(lambda j=j: job(tlab, j)["JobState"] == "CANCELLED", 60, "the cancel")
+    # QOS high gets MaxTRESPerUser=gres/gpu=2 by hand (reset below): root's own 1-GPU job in high holds 1 of it, so
+    # gpusub --qos high asking 2 says QOSMaxGRESPerUser (team-a's quota has room: 1 + 2 of 4), and slurmctld agrees
+    sh(tlab, ["sacctmgr", "-i", "modify", "qos", "where", "name=high", "set", "MaxTRESPerUser=gres/gpu=2"])
+    mine = ""
+    try:
+        mine = sh(tlab, ["sbatch", "--parsable", *RUN, "-A", "team-a", "--qos=high", "-n1", "--gres=gpu:1", "--wrap",
+                         "sleep 600"]).stdout.strip()
+        wait_for(lambda: job(tlab, mine)["JobState"] == "RUNNING", 60, "root's 1-GPU job in QOS high to run")
+        r = sh(tlab, [*gpusub[:-2], "--run-dir", str(tmp_path / "run3"), "--account", "team-a", "--qos", "high",
+                      "--explain"], check=False)
+        assert r.returncode == 0, r.stderr
+        assert ("warning: QOS high per user allows 2 GPUs; your running jobs in it hold 1; this job asks 2: it will "
+                "pend with QOSMaxGRESPerUser until 1 are free") in r.stderr, r.stderr
+        jid = next(ln.split()[-1] for ln in r.stdout.splitlines() if ln.startswith("submitted job"))
+        wait_for(lambda: job(tlab, jid)["Reason"] == "QOSMaxGRESPerUser", 60, "slurmctld's reason",
+                 lambda: job(tlab, jid))
+    finally:
+        sh(tlab, ["scancel", "-u", "root"], check=False)
+        sh(tlab, ["sacctmgr", "-i", "modify", "qos", "where", "name=high", "set", "MaxTRESPerUser=gres/gpu=-1"])
 
 
 def test_drift_lists_manual_sacctmgr_edits(tlab):

@@ -468,6 +468,38 @@ def test_preflight_qos_quota_reason():
                           "until 2 are free"]
 
 
+@pytest.mark.parametrize("release", sorted(RECORDED))
+def test_preflight_predicts_qos_max_gres_per_user(release):
+    """A QOS MaxTRESPerUser gres/gpu counts the user's jobs in that QOS, across accounts (QOSMaxGRESPerUser). The
+    recorded User Limits entry of QOS normal (22.05 "1={...}", 24.11 "daemon(1)={...}") says uid 1 holds 3 GPUs; as
+    uid 1 with MaxTRESPerUser=gres/gpu=4 on normal, 2 more wait, 5 never start; another uid holds none there.
+    slurmctld's own verdict: tests/integration/test_tenants_lab.py::test_gpusub_says_which_quota_will_hold_the_job_and_slurm_agrees."""
+    from slurmkit.accounts.quota import check, parse_assoc_mgr, parse_qos_per_user, parse_user_qos
+
+    d = RECORDED[release]
+    assocs, qos = parse_assoc_mgr((d / "assoc_mgr.txt").read_text())
+    user_qos = parse_user_qos((d / "user_assoc_root.txt").read_text())
+    assert qos["normal"].used_by(1) == 3 and qos["normal"].used_by(0) == 0 and qos["scavenger"].user_gpus == ()
+    per_user = parse_qos_per_user("high|\nnormal|cpu=8,gres/gpu=4\nscavenger|gres/gpu:h100=2\n")
+    assert per_user == {"normal": 4}
+    free = [a for a in assocs if a.account != "team-a"]  # no association quota in the way: only the QOS's
+    r = check("root", "lab", "root", "normal", 2, free, qos, {"root": (("normal",), "normal")}, uid=1,
+              qos_per_user=per_user)
+    assert r.warnings == ["QOS normal per user allows 4 GPUs; your running jobs in it hold 3; this job asks 2: it will "
+                          "pend with QOSMaxGRESPerUser until 1 are free"], (r.warnings, r.errors)
+    assert "limit: QOS normal per user allows 4 GPUs (MaxTRESPerUser gres/gpu=4); your running jobs in it hold 3" \
+        in r.explain
+    never = check("root", "lab", "root", "normal", 5, free, qos, {"root": (("normal",), "normal")}, uid=1,
+                  qos_per_user=per_user)
+    assert never.errors == ["QOS normal per user allows 4 GPUs; this job asks 5: it would never start (pending with "
+                            "QOSMaxGRESPerUser forever)"]
+    other = check("root", "lab", "root", "normal", 4, free, qos, {"root": (("normal",), "normal")}, uid=0,
+                  qos_per_user=per_user)
+    assert not other.warnings and not other.errors
+    # without the per-user limits (the old call) nothing is said about it
+    assert not check("root", "lab", "team-a", None, 1, assocs, qos, user_qos).warnings
+
+
 @pytest.mark.parametrize("fails", [True, False])
 def test_drift_exit_code_tells_drift_from_a_sacctmgr_failure(tmp_path, fails):
     """Exit 1 means drift found; a sacctmgr that fails (slurmdbd down) is exit 3 and one line, never read as drift.
