@@ -219,9 +219,12 @@ class Change:
     kind: str
     key: str
     fields: tuple[tuple[str, str, str], ...] = ()
+    blocked: str = ""  # a delete that active jobs hold back (``mark_blocked``): why; apply skips it
 
     def describe(self) -> str:
         what = {"qos": "QOS", "account": "account", "user": "user", "default": "default account of"}[self.kind]
+        if self.blocked:
+            return f"delete {what} {self.key}: {self.blocked}"
         if self.action == "modify":
             diffs = "; ".join(f"{f} {shown(f, old)} -> {shown(f, new)}" for f, old, new in self.fields)
             return f"modify {what} {self.key}: {diffs}"
@@ -296,6 +299,82 @@ def _depth(s: State, name: str) -> int:
     return n
 
 
+# --- deletes that active jobs hold back ---------------------------------------------------------------------------
+
+# `squeue -h --all -o JOBS_FORMAT`: every job slurmctld still holds, one line each (a pending array is one line)
+JOBS_FORMAT = "%i|%a|%u|%T"
+# squeue(1) JOB STATE CODES of a job that has ended or is ending: no longer in the way of a delete
+_ENDED = frozenset({"COMPLETING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                    "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    account: str
+    user: str
+    state: str
+
+
+def parse_jobs(text: str) -> list[Job]:
+    """``squeue -h --all -o JOBS_FORMAT`` -> the jobs not yet ended."""
+    out = []
+    for line in text.splitlines():
+        f = line.strip().split("|")
+        if len(f) >= 4 and f[0] and f[3].upper() not in _ENDED:
+            out.append(Job(f[0], f[1].lower(), f[2], f[3].upper()))
+    return out
+
+
+def _subtree(s: State, name: str) -> set[str]:
+    """``name`` and every live account below it."""
+    out = {name}
+    grew = True
+    while grew:
+        below = {a for a, rec in s.accounts.items() if rec.get("Parent") in out} - out
+        out |= below
+        grew = bool(below)
+    return out
+
+
+def mark_blocked(changes: list[Change], live: State, jobs: list[Job]) -> list[Change]:
+    """Mark each delete of a user association or an account that a job not yet ended still uses.
+
+    slurmdbd refuses to remove an association with jobs active on it: sacctmgr prints " Error with request: Job(s)
+    active, cancel job(s) before remove" and the job ids, and exits 1 (src/common/slurm_errno.c
+    ESLURM_JOBS_RUNNING_ON_ASSOC; the check is accounting_storage/mysql's _check_jobs_before_remove[_assoc]: the
+    job table's rows with time_end=0 and state < JOB_COMPLETE, i.e. pending, running, suspended; an account's whole
+    subtree is checked; 22.05 and 24.11 alike). The refusal rolls back the whole call, so one blocked user in
+    ``delete user where name=a,b`` would keep b too: blocked deletes are taken out of the steps.
+    slurmkit holds back at least what slurmdbd refuses: slurmdbd judges by the jobs in its job table, and the 22.05 lab
+    let ``delete user`` through under a held pending job (``sbatch -H``: slurmctld had not sent it to slurmdbd yet; 24.11
+    refused the same delete), which leaves a job whose association is gone. So every job squeue lists counts, for the
+    user association it runs in and for every account being deleted whose subtree holds it. QOS deletes are not marked:
+    slurmdbd does not refuse them (remove_common only checks the job table to choose soft delete)."""
+    out = []
+    for c in changes:
+        if c.action != "delete" or c.kind not in ("user", "account"):
+            out.append(c)
+            continue
+        if c.kind == "user":
+            user, acc = c.key.split("@", 1)
+            hit = [j for j in jobs if j.user == user and j.account == acc]
+        else:
+            tree = _subtree(live, c.key)
+            hit = [j for j in jobs if j.account in tree]
+        if hit:
+            ids = ", ".join(j.id for j in hit[:10]) + (", ..." if len(hit) > 10 else "")
+            c = Change(c.action, c.kind, c.key, c.fields,
+                       blocked=f"blocked: {len(hit)} running/pending job(s) ({ids})")
+        out.append(c)
+    return out
+
+
+def needs_jobs(changes: list[Change]) -> bool:
+    """Whether ``mark_blocked`` has anything to judge (so that a plan without deletes never calls squeue)."""
+    return any(c.action == "delete" and c.kind in ("user", "account") for c in changes)
+
+
 # --- sacctmgr steps ----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -337,7 +416,7 @@ def steps(changes: list[Change], cluster: str) -> list[Step]:
 
     phase = None
     for c in changes:
-        if c.action == "extra":
+        if c.action == "extra" or c.blocked:
             continue
         if c.action == "add" and c.kind == "user":
             user, acc = c.key.split("@", 1)

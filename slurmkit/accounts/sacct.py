@@ -11,7 +11,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmkit.accounts.plan import ASSOC_FORMAT, QOS_FORMAT, USER_FORMAT, State, Step, parse_state
+from slurmkit.accounts.plan import (
+    ASSOC_FORMAT,
+    JOBS_FORMAT,
+    QOS_FORMAT,
+    USER_FORMAT,
+    Job,
+    State,
+    Step,
+    parse_jobs,
+    parse_state,
+)
 from slurmkit.backend.run import run
 from slurmkit.errors import SlurmCommandError, SlurmkitError, UsageError
 
@@ -25,6 +35,7 @@ class Target:
     cluster: str
     env: Mapping[str, str] = field(default_factory=dict)
     sacctmgr: str = "sacctmgr"
+    squeue: str = "squeue"
 
 
 def target_from_conf(slurm_conf: str | None, env: Mapping[str, str] | None = None) -> Target:
@@ -55,6 +66,17 @@ def read_state(t: Target) -> State:
     a = _sacctmgr(t, ["-P", "-n", "show", "assoc", "where", f"cluster={t.cluster}", f"format={ASSOC_FORMAT}"])
     u = _sacctmgr(t, ["-P", "-n", "show", "user", f"format={USER_FORMAT}"])
     return parse_state(q, a, u)
+
+
+def read_jobs(t: Target) -> list[Job]:
+    """Every job slurmctld holds that has not ended (one ``squeue`` call; as root or SlurmUser it sees every user's)."""
+    return parse_jobs(run([t.squeue, "-h", "--all", "-o", JOBS_FORMAT], timeout=TIMEOUT, env=t.env).stdout)
+
+
+class HeldBack(SlurmkitError):
+    """Deletes that active jobs hold back (everything else was applied and verified)."""
+
+    exit_code = 1
 
 
 class ApplyError(SlurmkitError):

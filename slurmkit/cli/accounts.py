@@ -1,7 +1,8 @@
 """`slurmkit accounts plan|apply|drift INVENTORY`: the inventory's ``tenants:`` (QOS, accounts, users, limits) against
 the slurmdbd of the cluster ``$SLURM_CONF`` points at. Exit codes: 0 ok / no drift, 1 drift found or a sacctmgr
-step failed (what was applied is listed), 2 bad input or no accounting, 3 (drift) sacctmgr could not read the live
-records, so whether there is drift is unknown (a monitor must not read that as "drift found")."""
+step failed (what was applied is listed) or a --prune delete was held back by active jobs (the rest applied), 2 bad
+input or no accounting, 3 (drift) sacctmgr could not read the live records, so whether there is drift is unknown (a
+monitor must not read that as "drift found")."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from slurmkit.errors import SlurmkitError
 _inventory = click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
 _prune = click.option("--prune", is_flag=True,
                       help="Also delete QOS, accounts and user associations the inventory does not name "
-                           "(never root, root's user or the 'normal' QOS).")
+                           "(never root, root's user or the 'normal' QOS); a delete that running or pending jobs "
+                           "use is marked blocked (one squeue call) and skipped by apply (exit 1).")
 
 
 class BackendError(SlurmkitError):
@@ -45,18 +47,24 @@ def _load(inventory: str) -> tuple[object, object, object]:
 
 
 def _plan(inventory: str, prune: bool) -> tuple[object, list, list]:
-    from slurmkit.accounts.plan import desired, diff, steps
+    from slurmkit.accounts.plan import desired, diff, mark_blocked, needs_jobs, steps
+    from slurmkit.accounts.sacct import read_jobs
 
     tenants, target, live = _load(inventory)
     changes = diff(live, desired(tenants), prune=prune)  # type: ignore[arg-type]
+    if needs_jobs(changes):
+        # a delete under active jobs: slurmdbd refuses it (or, for a held job, orphans the job); one squeue call
+        changes = mark_blocked(changes, live, read_jobs(target))  # type: ignore[arg-type]
     return target, changes, steps(changes, target.cluster)  # type: ignore[attr-defined]
 
 
 def _print(changes: list, cluster: str) -> None:
-    todo = [c for c in changes if c.action != "extra"]
+    todo = [c for c in changes if c.action != "extra" and not c.blocked]
+    held = [c for c in changes if c.blocked]
     for c in changes:
         click.echo(c.describe())
-    click.echo(f"cluster {cluster}: {len(todo)} change(s)" if todo else f"cluster {cluster}: no change")
+    line = f"cluster {cluster}: {len(todo)} change(s)" if todo else f"cluster {cluster}: no change"
+    click.echo(line + (f", {len(held)} delete(s) blocked by active jobs (apply skips them)" if held else ""))
 
 
 @accounts.command()
@@ -81,8 +89,9 @@ def apply(inventory: str, prune: bool) -> int:
 
     target, changes, sts = _plan(inventory, prune)
     _print(changes, target.cluster)  # type: ignore[attr-defined]
+    held = [c for c in changes if c.blocked]
     if not sts:
-        return 0
+        return _held_back(held)
     try:
         apply_steps(target, sts, lambda st: click.echo("applied: sacctmgr -i " + " ".join(st.args)))  # type: ignore[arg-type]
     except ApplyError as exc:
@@ -93,13 +102,30 @@ def apply(inventory: str, prune: bool) -> int:
     from slurmkit.model.load import load_cluster
 
     tenants = load_cluster(inventory).tenants
-    left = [c for c in diff(read_state(target), desired(tenants), prune=prune) if c.action != "extra"]  # type: ignore[arg-type]
+    skipped = {(c.kind, c.key) for c in held}
+    left = [c for c in diff(read_state(target), desired(tenants), prune=prune)  # type: ignore[arg-type]
+            if c.action != "extra" and (c.kind, c.key) not in skipped]
     if left:
         for c in left:
             click.echo(f"not converged: {c.describe()}", err=True)
         raise SlurmkitError(f"read back after apply: {len(left)} change(s) did not take; see above")
-    click.echo(f"verified: slurmdbd of cluster {target.cluster} matches the inventory")  # type: ignore[attr-defined]
-    return 0
+    click.echo(f"verified: slurmdbd of cluster {target.cluster} matches the inventory"  # type: ignore[attr-defined]
+               + (" but for the deletes held back below" if held else ""))
+    return _held_back(held)
+
+
+def _held_back(held: list) -> int:
+    """Deletes that active jobs block are skipped, everything else applied: a new tenant is not kept waiting for an
+    old one's jobs. Each is listed and the exit is 1, so that a script sees the cluster is not yet what the
+    inventory says; re-run once the jobs end (or are cancelled): it converges."""
+    if not held:
+        return 0
+    from slurmkit.accounts.sacct import HeldBack
+
+    for c in held:
+        click.echo(f"held back: {c.describe()}", err=True)
+    raise HeldBack(f"{len(held)} delete(s) held back by active jobs (slurmdbd refuses them: \"Job(s) active, cancel "
+                   "job(s) before remove\"); re-run `slurmkit accounts apply --prune` once those jobs end")
 
 
 @accounts.command()

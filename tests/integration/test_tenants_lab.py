@@ -62,6 +62,12 @@ def job(lab: Lab, jid: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
 
 
+def sacct_state(lab: Lab, jid: str) -> str:
+    """The job's state in slurmdbd's job table ('' until slurmctld has sent it there)."""
+    r = sh(lab, ["sacct", "-n", "-X", "-P", "-j", jid, "-o", "State"], check=False)
+    return (r.stdout.split() or [""])[0]
+
+
 def wait_for(pred, timeout: float, what: str, show=lambda: ""):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -95,6 +101,25 @@ def test_apply_half_way_failure_reports_then_rerun_converges(tlab, tmp_path):
     r = accounts(tlab, "apply", str(small_p))
     assert r.returncode == 0, r.stderr
     assert "extra account team-b" in r.stdout and "extra user nobody@team-b" in r.stdout and "applied:" not in r.stdout
+    # --prune under an active job of team-b: slurmdbd itself refuses the delete (what the plan foresees) ...
+    busy = submit(tlab, "nobody", "-w", "node1", "-n1")
+    wait_for(lambda: sacct_state(tlab, busy) in ("PENDING", "RUNNING"), 60, "slurmdbd to record team-b's job")
+    r = sh(tlab, ["sacctmgr", "-i", "delete", "user", "where", "name=nobody", "account=team-b", "cluster=lab"],
+           check=False)
+    assert r.returncode == 1 and "Job(s) active, cancel job(s) before remove" in r.stderr, r.stdout + r.stderr
+    assert f"JobID = {busy} " in r.stderr
+    blocked = f"blocked: 1 running/pending job(s) ({busy})"
+    r = accounts(tlab, "plan", "--prune", str(small_p))
+    assert r.returncode == 0, r.stderr
+    assert f"delete user nobody@team-b: {blocked}" in r.stdout and f"delete account team-b: {blocked}" in r.stdout
+    assert "sacctmgr -i delete" not in r.stdout
+    # ... so apply holds both back (exit 1, nothing deleted), and deletes them once the job has ended
+    r = accounts(tlab, "apply", "--prune", str(small_p))
+    assert r.returncode == 1 and f"held back: delete account team-b: {blocked}" in r.stderr, r.stdout + r.stderr
+    assert "nobody" in sh(tlab, ["sacctmgr", "-P", "-n", "show", "assoc", "where", "cluster=lab",
+                                 "account=team-b", "format=User"]).stdout.split()
+    sh(tlab, ["scancel", busy])
+    wait_for(lambda: sacct_state(tlab, busy).startswith("CANCELLED"), 60, "slurmdbd to record the cancel")
     r = accounts(tlab, "apply", "--prune", str(small_p))
     assert r.returncode == 0, r.stderr
     assert "delete user nobody@team-b" in r.stdout and "delete account team-b" in r.stdout

@@ -19,6 +19,8 @@ from slurmkit.accounts.plan import (
     describe_drift,
     desired,
     diff,
+    mark_blocked,
+    parse_jobs,
     parse_state,
     steps,
     time_seconds,
@@ -253,6 +255,144 @@ def test_a_new_users_default_account_is_added_first_and_an_old_users_is_modified
         {"name": "x", "users": ["w"]}, {"name": "y", "users": [{"name": "w", "default": True}]}]))).tenants
     (d,) = [c for c in diff(live, desired(t2)) if c.kind == "default"]
     assert d == Change("modify", "default", "w", (("DefaultAccount", "x", "y"),))
+
+
+# --- 2a. --prune deletes that active jobs hold back (squeue recorded with the clean state, record.sh) ---------------
+
+def with_jobs(release: str) -> tuple[State, list]:
+    return recorded(release, "clean"), parse_jobs((RECORDED[release] / "squeue_jobs.txt").read_text())
+
+
+def without(raw: dict, team_b: bool = False, bin_user: bool = False, everything: bool = False) -> object:
+    t = copy.deepcopy(raw["tenants"])
+    kids = t["accounts"][0]["children"]
+    if team_b:
+        kids[:] = [a for a in kids if a["name"] != "team-b"]
+    if bin_user:
+        kids[0]["users"] = [u for u in kids[0]["users"] if u != "bin"]
+    if everything:
+        t["accounts"] = []
+    return load_cluster_dict({**raw, "tenants": t}).tenants
+
+
+@pytest.mark.parametrize("release", sorted(RECORDED))
+def test_prune_marks_each_delete_active_jobs_block(release):
+    live, jobs = with_jobs(release)
+    assert sorted((j.user, j.account) for j in jobs) == [("bin", "team-a"), ("daemon", "team-a"),
+                                                         ("nobody", "team-b"), ("nobody", "team-b")]
+    raw = yaml.safe_load(INVENTORY.read_text())
+    changes = mark_blocked(diff(live, desired(without(raw, team_b=True, bin_user=True)), prune=True), live, jobs)
+    ids = {j.user: [x.id for x in jobs if x.user == j.user] for j in jobs}
+    lines = [c.describe() for c in changes]
+    assert lines == [f"delete user bin@team-a: blocked: 1 running/pending job(s) ({ids['bin'][0]})",
+                     f"delete user nobody@team-b: blocked: 2 running/pending job(s) ({', '.join(ids['nobody'])})",
+                     f"delete account team-b: blocked: 2 running/pending job(s) ({', '.join(ids['nobody'])})"]
+    # nothing blocked reaches sacctmgr: slurmdbd would refuse ("Job(s) active, cancel job(s) before remove")
+    assert steps(changes, "lab") == []
+    # the jobs gone: the same deletes are plain, and run
+    free = mark_blocked(diff(live, desired(without(raw, team_b=True, bin_user=True)), prune=True), live, [])
+    assert [c.describe() for c in free] == ["delete user bin@team-a", "delete user nobody@team-b",
+                                            "delete account team-b"]
+    assert [st.args[:2] for st in steps(free, "lab")] == [("delete", "user"), ("delete", "user"), ("delete", "account")]
+
+
+@pytest.mark.parametrize("release", sorted(RECORDED))
+def test_a_blocked_user_does_not_hold_back_the_others_in_its_call_and_ancestors_are_blocked(release):
+    live, jobs = with_jobs(release)
+    raw = yaml.safe_load(INVENTORY.read_text())
+    daemon_gone = [j for j in jobs if j.user != "daemon"]
+    changes = mark_blocked(diff(live, desired(without(raw, everything=True)), prune=True), live, daemon_gone)
+    blocked = {c.key for c in changes if c.blocked}
+    # research holds team-a and team-b's jobs in its subtree; daemon@team-a has none, so its delete runs alone
+    assert blocked == {"bin@team-a", "nobody@team-b", "team-a", "team-b", "research"}
+    assert [st.args for st in steps(changes, "lab")] == [
+        ("delete", "user", "where", "name=daemon", "account=team-a", "cluster=lab")]
+
+
+def test_parse_jobs_keeps_only_jobs_not_ended():
+    out = "7|Team-A|u|COMPLETING\n8|team-a|u|SUSPENDED\n9|team-a|u|CANCELLED\n10|team-a|u|REQUEUED\n"
+    assert [(j.id, j.account) for j in parse_jobs(out)] == [("8", "team-a"), ("10", "team-a")]
+
+
+def fake_slurm(tmp_path: Path, release: str, after_assoc: str | None = None) -> dict:
+    """sacctmgr and squeue stand-ins that serve the recorded clean state and jobs (``after_assoc``: what show assoc
+    says once a ``sacctmgr -i`` ran), logging every call; the same commands against slurmdbd: test_tenants_lab.py."""
+    d = RECORDED[release]
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "calls"
+    after = tmp_path / "after_assoc.txt"
+    after.write_text(after_assoc if after_assoc is not None else (d / "clean_assoc.txt").read_text())
+    (bin_ / "sacctmgr").write_text(
+        f'#!/bin/sh\necho "sacctmgr $*" >> {log}\n'
+        f'case "$*" in -i*) touch {tmp_path}/applied;; '
+        f'*"show qos"*) cat {d}/clean_qos.txt;; *"show user"*) cat {d}/clean_user.txt;; '
+        f'*"show assoc"*) if [ -e {tmp_path}/applied ]; then cat {after}; else cat {d}/clean_assoc.txt; fi;; esac\n')
+    (bin_ / "squeue").write_text(f'#!/bin/sh\necho "squeue $*" >> {log}\ncat {d}/squeue_jobs.txt\n')
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=lab\nAccountingStorageType=accounting_storage/slurmdbd\n")
+    return {"SLURM_CONF": str(conf), "PATH": f"{bin_}:/usr/bin:/bin"}
+
+
+def accounts_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "accounts", *args], capture_output=True, text=True,
+                          env=env)
+
+
+@pytest.mark.parametrize("release", sorted(RECORDED))
+def test_cli_plan_prune_reads_jobs_once_and_apply_skips_blocked_deletes(tmp_path, release):
+    raw = yaml.safe_load(INVENTORY.read_text())
+    raw["cluster"] = "lab"
+    t = raw["tenants"]
+    t["accounts"][0]["children"] = [a for a in t["accounts"][0]["children"] if a["name"] != "team-b"]
+    t["accounts"][0]["children"][0]["users"] = ["bin"]  # daemon@team-a goes too; daemon's job keeps it
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    env = fake_slurm(tmp_path, release)
+    r = accounts_cli(env, "plan", str(p))
+    assert r.returncode == 0 and "squeue" not in (tmp_path / "calls").read_text()  # no delete, no squeue call
+    r = accounts_cli(env, "plan", "--prune", str(p))
+    assert r.returncode == 0, r.stderr
+    assert "delete user daemon@team-a: blocked: 1 running/pending job(s)" in r.stdout
+    assert "delete account team-b: blocked: 2 running/pending job(s)" in r.stdout
+    assert "cluster lab: no change, 3 delete(s) blocked by active jobs (apply skips them)" in r.stdout
+    assert "sacctmgr -i" not in r.stdout
+    assert [ln for ln in (tmp_path / "calls").read_text().splitlines() if ln.startswith("squeue")] == [
+        "squeue -h --all -o %i|%a|%u|%T"]
+    r = accounts_cli(env, "apply", "--prune", str(p))
+    assert r.returncode == 1
+    assert "held back: delete user nobody@team-b: blocked: 2 running/pending job(s)" in r.stderr
+    assert "3 delete(s) held back by active jobs" in r.stderr and "Job(s) active, cancel job(s) before remove" in r.stderr
+    assert "sacctmgr -i" not in (tmp_path / "calls").read_text()
+
+
+@pytest.mark.parametrize("release", sorted(RECORDED))
+def test_cli_apply_prune_runs_the_free_deletes_verifies_then_exits_1_for_the_held(tmp_path, release):
+    raw = yaml.safe_load(INVENTORY.read_text())
+    raw["cluster"] = "lab"
+    t = raw["tenants"]
+    t["accounts"][0]["children"] = [a for a in t["accounts"][0]["children"] if a["name"] != "team-b"]
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    # bin leaves team-a and has no job (left out of squeue's output): that delete runs; nobody's jobs hold team-b
+    clean = (RECORDED[release] / "clean_assoc.txt").read_text()
+    env = fake_slurm(tmp_path, release)
+    t["accounts"][0]["children"][0]["users"] = ["daemon"]
+    p.write_text(yaml.safe_dump(raw))
+    jobs = (RECORDED[release] / "squeue_jobs.txt").read_text()
+    (tmp_path / "bin" / "squeue").write_text(
+        "#!/bin/sh\ncat <<'EOF'\n" + "".join(ln + "\n" for ln in jobs.splitlines() if "|bin|" not in ln) + "EOF\n")
+    (tmp_path / "after_assoc.txt").write_text("".join(ln + "\n" for ln in clean.splitlines()
+                                                      if not ln.startswith("team-a|bin|")))
+    r = accounts_cli(env, "apply", "--prune", str(p))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "applied: sacctmgr -i delete user where name=bin account=team-a cluster=lab" in r.stdout
+    assert "verified: slurmdbd of cluster lab matches the inventory but for the deletes held back below" in r.stdout
+    assert "held back: delete user nobody@team-b: blocked" in r.stderr
+    assert "held back: delete account team-b: blocked" in r.stderr
+    assert r.stderr.splitlines()[-1].startswith("slurmkit: error: 2 delete(s) held back by active jobs")
 
 
 # --- 2b. the I/O around it --------------------------------------------------------------------------------------

@@ -28,4 +28,13 @@ sacctmgr -i add user root account=team-a cluster=lab >/dev/null
 sleep 3
 scontrol -o show assoc_mgr flags=assoc,qos >"$out/assoc_mgr.txt"
 sacctmgr -P -n show assoc where users=root cluster=lab format=Account,Partition,QOS,DefaultQOS >"$out/user_assoc_root.txt"
+# accounts plan --prune's blocked deletes (squeue_jobs.txt): nobody's job behind daemon's on node1, nobody's held array,
+# bin's job on node2 (which of them runs and which pends may differ per release; each has one line)
+(cd /tmp && runuser -u nobody -- sbatch -w node1 -n8 --mem=1000 -o /dev/null --wrap 'sleep 100' >/dev/null
+ runuser -u nobody -- sbatch -a 1-3 -H -o /dev/null --wrap 'sleep 100' >/dev/null
+ runuser -u bin -- sbatch -w node2 -n1 -o /dev/null --wrap 'sleep 100' >/dev/null)
+sleep 3
+fmt_j=$(python3 -c 'from slurmkit.accounts.plan import JOBS_FORMAT; print(JOBS_FORMAT)')
+squeue -h --all -o "$fmt_j" >"$out/squeue_jobs.txt"
+scancel -u nobody; scancel -u bin
 scancel -u daemon
