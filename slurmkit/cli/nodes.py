@@ -73,6 +73,10 @@ def add(hosts: str, group: str, like: str | None, switch: str | None, timeout: f
 
     names = hostlist.expand(hosts, "HOSTS")
     site, backend, release = _target()
+    from slurmkit.lab.elastic import LabSite
+
+    if isinstance(site, LabSite):
+        site.check_add(release)  # what the lab cannot bring in, refused before anything changes
     site.ctld_restart = tuple(shlex.split(ctld_restart))
     e = edit.add_hosts(change.load_inventory(site.conf_dir), names, group, like=like, switch=switch)
     p = path.choose(release, adding=True)

@@ -78,11 +78,13 @@ def lab_roots(lab_dir: Path) -> dict[str, Path]:
 
 
 def create(lab_dir: Path, nodes: list[str]) -> dict[str, dict[str, Path]]:
-    """Make the lab's group and one child per node in every controller; record the roots in DIR/cgroups.json.
+    """Make the lab's group (unless DIR/cgroups.json records it) and one child per node in every controller; record
+    the roots in DIR/cgroups.json.
     Returns node -> controller -> the node's group (where its slurmd is put before ``unshare --cgroup``)."""
     if problems():
         raise LabError("--cgroups: " + "; ".join(problems()))
-    roots = lab_roots(lab_dir)
+    # the lab's roots once made: a node added later (`nodes add`, from another process in another cgroup) joins them
+    roots = recorded(lab_dir) or lab_roots(lab_dir)
     (Path(lab_dir) / STATE_FILE).write_text(json.dumps({c: str(p) for c, p in roots.items()}, indent=1))
     out: dict[str, dict[str, Path]] = {n: {} for n in nodes}
     try:

@@ -32,7 +32,7 @@ import yaml
 from slurmkit import hostlist
 from slurmkit.backend.parse import SINFO_NODE_FORMAT, parse_sinfo_nodes
 from slurmkit.backend.run import run
-from slurmkit.errors import LabError, SlurmCommandError
+from slurmkit.errors import LabError, SlurmCommandError, UsageError
 from slurmkit.lab.inventory import lab_inventory
 from slurmkit.release import release_key
 
@@ -278,6 +278,12 @@ class Lab:
     # --- up ------------------------------------------------------------------------------------------------
     def preflight(self) -> None:
         """Refuse clearly, changing nothing."""
+        if self.spec.topology == "block" and self.spec.spare:
+            # room that `nodes add` would then refuse (elastic/edit.py add_hosts: no block topologies): on 24.11 a
+            # reconfigure that adds blocks makes every slurmd re-read topology.conf and die ("children count lower
+            # than bblock_node_cnt", issue 14, measured), so the lab offers none
+            raise UsageError("--spare: `slurmkit nodes add` does not grow a block topology (a reconfigure that adds "
+                             "blocks stops every slurmd reading topology.conf); use --topology tree, or no --spare")
         if os.geteuid() != 0:
             raise LabError("the lab needs root (slurmd runs jobs as their users, unshare needs CAP_SYS_ADMIN); run as root")
         need = REQUIRED_BINARIES + (ACCOUNTING_BINARIES if self.spec.accounting else ())
@@ -740,6 +746,14 @@ class Lab:
     def _start_slurmds(self, names: list[str] | None = None, boot: bool = False) -> None:
         procs = []
         q = shlex.quote
+        if self.spec.cgroups:
+            # nodes that joined after `up` (`nodes add`), or a Lab loaded from DIR/lab.json (the power provider), have
+            # no tree here yet: each gets its own under the lab's group, as `up` gave the first ones
+            from slurmkit.lab import cgroups
+
+            todo = [n for n in (names if names is not None else self.spec.node_names) if n not in self._node_cgroups]
+            if todo:
+                self._node_cgroups.update(cgroups.create(self.dir, todo))
         node_cg = self._node_cgroups
         b = " -b" if boot else ""
         # configless_slurm.shtml: "The slurmd --conf-server $host[:$port] option" comes first in the order of

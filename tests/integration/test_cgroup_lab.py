@@ -7,7 +7,10 @@ Runs on 22.05 and, in tests/run.sh's second pass, on 24.11.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,10 +19,11 @@ import pytest
 from slurmkit.backend.cli import CLIBackend
 from slurmkit.lab import Lab, LabSpec
 from slurmkit.lab import cgroups as cg
-from tests.conftest import _base, _root_dir, lab_release, lab_run, start_lab
+from tests.conftest import _base, _root_dir, lab_release, lab_run, release_under_test, start_lab
 from tests.integration.test_placement_lab import _states, _wait
 
 pytestmark = pytest.mark.lab
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -163,14 +167,28 @@ def test_one_gpu_cannot_open_the_other_and_binding_follows_gres_cores(clab: Lab,
 
 
 def test_lab_down_leaves_no_cgroup_behind(tmp_path: Path):
-    """A lab of its own, with a job that forks a process into the background, taken down: every group the lab made
-    under the host's controllers is gone (Slurm's slurm_<node> trees included)."""
+    """A lab of its own, with a node that joins by `slurmkit nodes add` (it gets its own tree under the lab's group,
+    like the first) and a job that forks a process into the background, taken down: every group the lab made under
+    the host's controllers is gone (Slurm's slurm_<node> trees included)."""
     spec = LabSpec(dir=f"{_root_dir()}-cgdown", port_base=_base() + 150, slurm=lab_release(), cgroups=True,
-                   nodes=1, gpus_per_node=1, nodes_per_leaf=1)
+                   nodes=1, gpus_per_node=1, nodes_per_leaf=1, spare=1)
     lab_ = start_lab(spec)
     try:
         roots = cg.recorded(lab_.dir)
         assert set(roots) == set(cg.CONTROLLERS) and all(r.is_dir() for r in roots.values())
+        # from another process (another cgroup than `up`'s): the new node joins the recorded roots
+        add = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "nodes", "add", "node2", "--group", "extra"],
+                             capture_output=True, text=True, cwd=ROOT, env={**os.environ, **lab_.env}, timeout=600)
+        if release_under_test() >= "24.11":  # refused up front there (lab/elastic.py LabSite.check_add)
+            assert add.returncode == 2 and "not on a --cgroups lab on Slurm 24.11" in add.stderr, add.stderr
+            assert "slurmd-node2" not in lab_.running_pids()
+        else:
+            assert add.returncode == 0, add.stdout + add.stderr
+            assert cg.recorded(lab_.dir) == roots
+            pid = lab_.running_pids()["slurmd-node2"]
+            for c in cg.CONTROLLERS:  # in node2's own tree (Slurm may have moved it into a group of its own there)
+                assert any(str(pid) in f.read_text().split() for f in (roots[c] / "node2").rglob("cgroup.procs")), c
+            assert _states(CLIBackend(env=lab_.env)) == {"node1": "idle", "node2": "idle"}
         tmp_path.chmod(0o755)
         out = tmp_path / "bg.out"
         lab_run(lab_, ["sbatch", "-o", str(out), "--mem=50M", "--wrap", "(setsid sleep 600 &); echo forked; sleep 600"])
