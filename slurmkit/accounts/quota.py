@@ -8,7 +8,7 @@ over its GrpTRES gres/gpu, with ``QOSGrpGRES`` for its QOS's (squeue(1) JOB REAS
 with ``QOSMaxGRESPerUser`` when the user's running jobs in its QOS would go over the QOS's MaxTRESPerUser gres/gpu
 (src/common/slurm_protocol_defs.c job_state_reason_string WAIT_QOS_MAX_GRES_PER_USER, 22.05 and 24.11). That limit
 counts per user per QOS, whatever the account: slurmctld keeps it in the QOS's ``usage->user_limit_list`` keyed by
-uid (src/slurmctld/acct_policy.c acct_policy_get_qos_used_limits, 22.05 and 24.11). Its value comes from
+uid (src/slurmctld/acct_policy.c acct_policy_get_user_used_limits, 22.05 and 24.11). Its value comes from
 ``sacctmgr show qos format=Name,MaxTRESPerUser`` (parse_qos_per_user); the user's use from the ``User Limits=``
 entries of the QOS line in ``scontrol -o show assoc_mgr`` (src/scontrol/info_assoc_mgr.c _print_used_user_limit:
 ``UID={... MaxTRESPU=...}`` in 22.05, ``NAME(UID)={...}`` in 24.11; no entry until the user's first job there).

@@ -12,6 +12,14 @@ TRES strings: 22.05's clients write ``gres:gpu:N`` (src/common/slurm_opt.c, slur
 form and reads both. Unset numbers are ``NO_VAL``/``NO_VAL16`` (src/api/init_msg.c slurm_init_job_desc_msg, both
 releases), exported to Lua as ``slurm.NO_VAL``/``slurm.NO_VAL16`` (src/lua/slurm_lua.c, both releases).
 
+With per-type GPU quotas in ``tenants:`` the script adds the GPU type to an untyped GPU request (the one type of
+the job's partitions; several: refused, asking for one): Slurm charges an untyped request to gres/gpu only, so a
+``gres/gpu:<type>`` limit would not hold it (doc/html/resource_limits.shtml "Specific limits over GRES", 22.05 and
+24.11, which suggests this plugin). The type goes in the ``tres_per_*`` string as ``gres:gpu:<type>:N`` (22.05) /
+``gres/gpu:<type>:N`` (24.11), the form _get_next_gres parses (src/common/gres.c at slurm-22-05-8-1,
+src/interfaces/gres.c at slurm-24-11-5-1); an untyped ``cpus_per_tres``/``mem_per_tres`` beside it is merged into
+the typed record by slurmctld (_merge_generic_data, same files).
+
 A tenant's default QOS is not here: the association's DefaultQOS (``accounts apply``) is applied by slurmctld
 itself when a job names no QOS, with or without this plugin.
 """
@@ -43,7 +51,7 @@ def _leaf_nodes(cluster: Cluster, hosts: set[str]) -> int:
 def partition_facts(cluster: Cluster) -> list[dict[str, object]]:
     """Per partition: GPU or CPU-only, the per-GPU CPU and memory defaults (the smallest share over its node
     shapes, as DefCpuPerGPU/DefMemPerGPU: ``slurmconf.per_gpu_defaults``) and its largest one-leaf node count."""
-    from slurmkit.generate.slurmconf import per_gpu_defaults
+    from slurmkit.generate.slurmconf import _gpu_types, per_gpu_defaults
 
     pol = cluster.submit_policy
     assert pol is not None
@@ -67,6 +75,8 @@ def partition_facts(cluster: Cluster) -> list[dict[str, object]]:
             "mem_per_gpu": (pol.mem_per_gpu or mpg) if pol.mem_per_gpu is not None else 0,
             "leaf_nodes": leaf if leaf > 1 else 0,
             "auto_none": auto_none,
+            # the gres types slurmd reports there (gres.conf Type=, a MIG profile per slice), sorted
+            "gpu_types": sorted({t for g in gpu_groups for t, _n in _gpu_types(g)}),
         })
     return out
 
@@ -91,4 +101,5 @@ def job_submit_lua(cluster: Cluster, version: str | None = None) -> str:
         partitions=partition_facts(cluster),
         default_partition=default.name if default else "",
         tres_gpu=tres_gpu_prefix(ver),
+        typed_quotas=bool(cluster.tenants and cluster.tenants.typed_quotas),
     )

@@ -54,6 +54,18 @@ def cross_check(cluster: Cluster, slurm_conf: str) -> tuple[list[str], list[str]
         errors.append(f"slurm.conf: PreemptType={ptype}: the preempt lists in tenants.qos need preempt/qos")
     if preempts and conf.value("PreemptMode", "OFF").upper() in ("OFF", ""):
         errors.append("slurm.conf: PreemptMode=OFF: tenants.qos preempt lists would never act (want REQUEUE)")
+    multi = [u for u in t.users if len(u.accounts) > 1]
+    ul = t.user_limits
+    if multi and (not ul.gpus.empty or ul.max_jobs is not None):
+        # user_limits go on every user association (GrpTRES/MaxJobs of the (user, account) association, sacctmgr(1),
+        # 22.05 and 24.11); slurmctld counts an association's jobs only (acct_policy.c _acct_policy_validate walks
+        # the job's association and its parents), so a user in two accounts may hold the limit in each. The only
+        # per-user limit across accounts is a QOS's MaxTRESPerUser (tenants.qos[].gpus_per_user), counted per user
+        # per QOS (acct_policy.c acct_policy_get_user_used_limits: the QOS's user_limit_list keyed by uid)
+        names = ", ".join(f"{u.name} ({', '.join(u.accounts)})" for u in multi[:5])
+        more = f" and {len(multi) - 5} more" if len(multi) > 5 else ""
+        warnings.append(f"tenants.user_limits apply per user association: {names}{more} can hold them once in each "
+                        "account (a per-user GPU cap across accounts is a QOS's gpus_per_user)")
     prios = {q.priority for q in t.qos}
     if len(prios) > 1:
         if conf.value("PriorityType", "priority/basic") != "priority/multifactor":

@@ -752,7 +752,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     if top.get("tenants") is not None:
         from slurmkit.model.load_tenants import load_tenants
 
-        tenants = load_tenants(ctx, top["tenants"], groups, parts, accounting is not None)
+        tenants = load_tenants(ctx, top["tenants"], groups, parts, accounting is not None, submit is not None)
         if tenants.preempts and policy.preemption == "partition":
             # slurm.conf takes one PreemptType: preempt/partition_prio ignores the QOS preempt lists
             raise ctx.err("policy.preemption", "tenants.qos preempt lists need preempt/qos; set preemption: qos "

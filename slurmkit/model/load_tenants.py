@@ -62,9 +62,20 @@ def _time(ctx: _Ctx, v: Any, path: str) -> str | None:
     return text
 
 
-def _gpus(ctx: _Ctx, v: Any, path: str, types: dict[str, int], total_gpus: int) -> GpuQuota:
+def _gpus(ctx: _Ctx, v: Any, path: str, types: dict[str, int], total_gpus: int,
+          has_submit_policy: bool = False) -> GpuQuota:
     """``N`` or ``{total: N, <gpu type>: M, ...}`` -> GrpTRES gres/gpu[=N],gres/gpu:<type>=M; never more than the
-    cluster has (a quota above it limits nothing and hides a typo)."""
+    cluster has (a quota above it limits nothing and hides a typo).
+
+    Typed quotas and untyped requests: slurmctld charges a job's GPUs to gres/gpu always and to gres/gpu:<type> only
+    when the request names the type (src/slurmctld/gres_ctld.c _set_type_tres_cnt at slurm-22-05-8-1,
+    src/stepmgr/gres_stepmgr.c _set_type_tres_cnt at slurm-24-11-5-1: the typeless TRES is the sum of the typed
+    ones; a typed one is set only from a typed job record), so ``--gres=gpu:3`` is not held by ``gres/gpu:h100=2``
+    (doc/html/resource_limits.shtml "Specific limits over GRES", both releases: "the type's limit will not be
+    enforced"). Hence: when the typed counts cover every GPU type of the cluster, the total is rendered too (their
+    sum, or the given total if smaller), which holds an untyped request wherever there is one type; where an untyped
+    request could still take more of a type than its count (several types), the generated job_submit.lua adds the
+    type to untyped requests (``submit_policy:``), and without it the quota is refused."""
     if v is None:
         return GpuQuota()
     if isinstance(v, dict):
@@ -86,7 +97,17 @@ def _gpus(ctx: _Ctx, v: Any, path: str, types: dict[str, int], total_gpus: int) 
             by_type.append((str(k), cnt))
         if total is None and not by_type:
             raise ctx.err(path, "expected a GPU count or {total: N, <gpu type>: N}")
-        return GpuQuota(total, tuple(by_type))
+        if by_type and {t for t, _n in by_type} == set(types):
+            covered = sum(n for _t, n in by_type)
+            total = covered if total is None else min(total, covered)
+        q = GpuQuota(total, tuple(by_type))
+        if q.untyped_escapes and not has_submit_policy:
+            t, n = next((t, n) for t, n in by_type if total is None or total > n)
+            raise ctx.err(_join(path, t), f"{n} {t} GPUs is not enforced on an untyped request (--gres=gpu:N counts "
+                                          "only against gres/gpu); add 'submit_policy: {}' (its job_submit.lua adds "
+                                          "the type), give every GPU type a count, or a total no larger than "
+                                          f"{n}")
+        return q
     n = _int(ctx, v, path)
     if n > total_gpus:
         raise ctx.err(path, f"{n} GPUs is more than the cluster's {total_gpus} (node_groups)")
@@ -103,8 +124,10 @@ def _within_ancestors(ctx: _Ctx, quota: GpuQuota, parent: str, accounts: list[Ac
     a child's per-type quota is capped by the ancestor's total too. (Children whose quotas *sum* above the parent's
     is the usual oversubscription and stays allowed.)"""
     by_name = {a.name: a for a in accounts}
-    mine = {"total": quota.total} if quota.total is not None else {}
-    mine.update(dict(quota.by_type))
+    # the typed counts first: a total may be derived from them (_gpus), the key the inventory wrote is the one to name
+    mine: dict[str, int] = dict(quota.by_type)
+    if quota.total is not None:
+        mine["total"] = quota.total
     for key, n in mine.items():
         a = by_name.get(parent)
         while a is not None:
@@ -122,7 +145,7 @@ def _within_ancestors(ctx: _Ctx, quota: GpuQuota, parent: str, accounts: list[Ac
 
 
 def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: tuple[Partition, ...],
-                 has_accounting: bool) -> Tenants:
+                 has_accounting: bool, has_submit_policy: bool = False) -> Tenants:
     path = "tenants"
     top = _mapping(ctx, raw, path, {"qos", "accounts", "user_limits", "partitions", "preempt_exempt_time",
                                     "decay_half_life"})
@@ -182,8 +205,8 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
             preempt_mode=mode,
             preempt_exempt_time=_time(ctx, m.get("preempt_exempt_time"), _join(qp, "preempt_exempt_time")),
             max_wall=_time(ctx, m.get("max_wall"), _join(qp, "max_wall")),
-            gpus=_gpus(ctx, m.get("gpus"), _join(qp, "gpus"), types, total_gpus),
-            gpus_per_user=_gpus(ctx, m.get("gpus_per_user"), _join(qp, "gpus_per_user"), types, total_gpus),
+            gpus=_gpus(ctx, m.get("gpus"), _join(qp, "gpus"), types, total_gpus, has_submit_policy),
+            gpus_per_user=_gpus(ctx, m.get("gpus_per_user"), _join(qp, "gpus_per_user"), types, total_gpus, has_submit_policy),
             max_jobs_per_user=(_int(ctx, m["max_jobs_per_user"], _join(qp, "max_jobs_per_user"))
                                if m.get("max_jobs_per_user") is not None else None),
             usage_factor=float(uf),
@@ -220,7 +243,7 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
                     raise ctx.err(_join(ap, "default_qos"), f"{dq!r} is not in this account's qos list {aq}")
             elif aq:
                 dq = aq[0]
-            quota = _gpus(ctx, m.get("gpus"), _join(ap, "gpus"), types, total_gpus)
+            quota = _gpus(ctx, m.get("gpus"), _join(ap, "gpus"), types, total_gpus, has_submit_policy)
             _within_ancestors(ctx, quota, parent, accounts, _join(ap, "gpus"), isinstance(m.get("gpus"), dict))
             accounts.append(Account(
                 name=name, parent=parent,
@@ -265,7 +288,7 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
         lp = _join(path, "user_limits")
         lm = _mapping(ctx, top["user_limits"], lp, {"gpus", "max_jobs"})
         ul = UserLimits(
-            gpus=_gpus(ctx, lm.get("gpus"), _join(lp, "gpus"), types, total_gpus),
+            gpus=_gpus(ctx, lm.get("gpus"), _join(lp, "gpus"), types, total_gpus, has_submit_policy),
             max_jobs=_int(ctx, lm["max_jobs"], _join(lp, "max_jobs")) if lm.get("max_jobs") is not None else None,
         )
 

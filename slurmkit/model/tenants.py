@@ -38,6 +38,17 @@ class GpuQuota:
             out[f"gres/gpu:{t}"] = str(n)
         return out
 
+    @property
+    def untyped_escapes(self) -> bool:
+        """True when an untyped request (``--gres=gpu:N``) could take more of a type than its typed count allows:
+        Slurm charges such a request to gres/gpu only, never to gres/gpu:<type> (resource_limits.shtml "Specific
+        limits over GRES", 22.05 and 24.11), so only a total no larger than the typed count holds it."""
+        return any(self.total is None or self.total > n for _t, n in self.by_type)
+
+    @property
+    def typed(self) -> bool:
+        return bool(self.by_type)
+
     def describe(self) -> str:
         parts = [f"{self.total} GPUs"] if self.total is not None else []
         parts += [f"{n} {t}" for t, n in self.by_type]
@@ -80,7 +91,9 @@ class User:
 
 @dataclass(frozen=True)
 class UserLimits:
-    """Applied to every user association (one per user and account): GrpTRES gres/gpu and MaxJobs."""
+    """Applied to every user association (one per user and account): GrpTRES gres/gpu and MaxJobs. Per association,
+    not per user: slurmctld counts each association's jobs apart, so a user in two accounts may hold the limit in
+    each (``conf validate`` warns, naming them); Slurm's per-user limit across accounts is a QOS's MaxTRESPerUser."""
 
     gpus: GpuQuota = GpuQuota()
     max_jobs: int | None = None
@@ -101,6 +114,16 @@ class Tenants:
     partitions: tuple[PartitionQOS, ...] = ()
     preempt_exempt_time: str = "00:05:00"  # slurm.conf PreemptExemptTime: a job runs this long before preemption
     decay_half_life: str = "7-0"  # slurm.conf PriorityDecayHalfLife: how long past usage counts in fair-share
+
+    def quotas(self) -> list[GpuQuota]:
+        """Every GPU quota the tenants set (QOS GrpTRES and MaxTRESPerUser, accounts, user associations)."""
+        return ([q.gpus for q in self.qos] + [q.gpus_per_user for q in self.qos] + [a.gpus for a in self.accounts]
+                + [self.user_limits.gpus])
+
+    @property
+    def typed_quotas(self) -> bool:
+        """Some quota is per GPU type: the generated job_submit.lua then adds the type to untyped GPU requests."""
+        return any(q.typed for q in self.quotas())
 
     def qos_named(self, name: str) -> QOS | None:
         return next((q for q in self.qos if q.name == name), None)

@@ -84,6 +84,46 @@ def test_defaults_filled_in_show_in_scontrol(plab: Lab, jobs: list[str]):
     assert _field(shown, "CpusPerTres") == "" and not _field(shown, "MemPerTres").startswith(pre), shown
 
 
+def test_typed_quotas_get_the_type_and_slurmctld_runs_it(plab: Lab, jobs: list[str]):
+    """With per-type tenant quotas the script names the GPU type of an untyped request (Slurm charges an untyped one
+    to gres/gpu only). slurmctld takes the rewritten tres_per_node (gres:gpu:h100:1 in 22.05's spelling, gres/gpu:...
+    in 24.11's), merges the untyped CpusPerTres the script adds into it, and runs the job. This lab has no slurmdbd:
+    the script is generated from its inventory plus tenants and swapped in (the plugin reloads a script whose mtime
+    moved, src/lua/slurm_lua.c slurm_lua_loadscript, 22.05 and 24.11), then put back."""
+    import os
+
+    import yaml
+
+    from slurmkit.generate.jobsubmit import job_submit_lua
+    from slurmkit.model.load import load_cluster_dict
+
+    inv = yaml.safe_load((plab.etc / "slurmkit.yaml").read_text())
+    inv["accounting"] = {"host": "localhost"}
+    inv["tenants"] = {"qos": [{"name": "normal"}], "accounts": [{"name": "t", "gpus": {"h100": 2}, "users": ["u"]}]}
+    script = plab.etc / "job_submit.lua"
+    original = script.read_text()
+    typed = job_submit_lua(load_cluster_dict(inv), plab.release)
+    assert "local TYPED_QUOTAS = true" in typed and "TYPED_QUOTAS = false" in original
+    stamp = script.stat().st_mtime
+    try:
+        script.write_text(typed)
+        os.utime(script, (stamp + 5, stamp + 5))
+        pre = tres_gpu_prefix(plab.release)
+        job = _sbatch(plab, jobs, "--gres=gpu:1", "-t", "5", "--wrap", "true")
+        shown = _show(plab, job)
+        assert _field(shown, "TresPerNode") == f"{pre}:h100:1", shown
+        assert _field(shown, "CpusPerTres") == f"{pre}:4", shown
+        shown = _wait(lambda: _show_if(plab, job, lambda s: _field(s, "JobState") == "COMPLETED"), 90,
+                      "the typed job to run")
+        assert _field(shown, "ExitCode") == "0:0", shown
+    finally:
+        script.write_text(original)
+        os.utime(script, (stamp + 10, stamp + 10))
+    # the site's own script is back: an untyped request stays untyped
+    job = _sbatch(plab, jobs, "--gres=gpu:1", "-t", "5", "--wrap", "true")
+    assert _field(_show(plab, job), "TresPerNode") == f"{pre}:1"
+
+
 def test_cpu_jobs_still_run_where_the_lab_allows_them(plab: Lab):
     r = lab_run(plab, ["srun", "-N1", "-t", "1", "hostname"], timeout=60)
     assert r.stdout.strip() in plab.spec.node_names

@@ -207,6 +207,31 @@ def test_drift_lists_manual_sacctmgr_edits(tlab):
     assert accounts(tlab, "drift", str(inventory(tlab))).returncode == 0
 
 
+def test_a_typed_quota_holds_an_untyped_request(tlab, tmp_path):
+    """team-b's quota as `gpus: {h100: 2}`: slurmkit renders gres/gpu=2 beside gres/gpu:h100=2 (the lab has only
+    H100s), so `--gres=gpu:3`, which Slurm charges to gres/gpu alone, pends with AssocGrpGRES; with the typed limit
+    alone (before) it ran. The lab's own quota is applied back at the end."""
+    d = yaml.safe_load(inventory(tlab).read_text())
+    team_b = next(a for a in d["tenants"]["accounts"][0]["children"] if a["name"] == "team-b")
+    team_b["gpus"] = {"h100": 2}
+    p = tmp_path / "typed.yaml"
+    p.write_text(yaml.safe_dump(d))
+    r = accounts(tlab, "apply", str(p))
+    assert r.returncode == 0 and "verified:" in r.stdout, r.stdout + r.stderr
+    grp = sh(tlab, ["sacctmgr", "-P", "-n", "show", "assoc", "where", "cluster=lab", "account=team-b", "user=",
+                    "format=GrpTRES"]).stdout.strip()
+    assert sorted(grp.split(",")) == ["gres/gpu:h100=2", "gres/gpu=2"], grp
+    try:
+        over = submit(tlab, "nobody", "-w", "node1", "-n1", "--gres=gpu:3")
+        wait_for(lambda: job(tlab, over)["Reason"] == "AssocGrpGRES", 60, "AssocGrpGRES", lambda: job(tlab, over))
+        assert job(tlab, over)["JobState"] == "PENDING"
+    finally:
+        sh(tlab, ["scancel", "-u", "nobody"], check=False)
+        r = accounts(tlab, "apply", str(inventory(tlab)))
+        assert r.returncode == 0 and "verified:" in r.stdout, r.stdout + r.stderr
+    wait_for(lambda: job(tlab, over)["JobState"] == "CANCELLED", 60, "cancel")
+
+
 def test_tenant_over_gpu_quota_pends_until_quota_frees(tlab):
     """team-a may hold 4 GPUs (GrpTRES gres/gpu=4): bin's 2 wait for daemon's 4 with AssocGrpGRES, not Resources
     (node1 has 4 GPUs but node2's are free too)."""

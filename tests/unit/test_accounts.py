@@ -663,3 +663,72 @@ def test_drift_exit_code_tells_drift_from_a_sacctmgr_failure(tmp_path, fails):
     else:
         assert r.returncode == 1, r.stdout + r.stderr
         assert "missing account team-a" in r.stdout and "difference(s)" in r.stdout
+
+
+# --- 7. typed GPU quotas and untyped requests -----------------------------------------------------------------------
+
+def two_types(tenants: dict, policy: bool = False) -> dict:
+    """BASE plus a group of 4 L40S nodes (2 GPUs each) in their own partition: h100 and l40s."""
+    d = inv(tenants)
+    d["node_groups"].append({"name": "l", "hosts": "l[1-4]", "cpu": {"sockets": 2, "cores_per_socket": 8},
+                             "memory_mb": 64000, "gpus": {"type": "l40s", "count": 2, "files": "/dev/nvidia[0-1]"}})
+    d["partitions"] += [{"name": "l40s", "groups": ["l"]}, {"name": "any", "groups": ["a", "l"]}]
+    if policy:
+        d["submit_policy"] = {"require_time_for_gpus": False}
+    return d
+
+
+def test_a_typed_quota_covering_every_type_also_renders_the_total():
+    """`gpus: {h100: 2}` on an all-H100 cluster was GrpTRES=gres/gpu:h100=2 alone, which `--gres=gpu:3` escapes
+    (Slurm charges it to gres/gpu only): now gres/gpu=2 holds it. A given total above the typed sum is lowered to it."""
+    t = load_cluster_dict(inv(tenants_with(accounts=[{"name": "t", "gpus": {"h100": 2}, "users": ["u"]}],
+                                           user_limits={"gpus": {"total": 6, "h100": 4}}))).tenants
+    assert t.account("t").gpus.tres() == {"gres/gpu": "2", "gres/gpu:h100": "2"}
+    assert t.user_limits.gpus.tres() == {"gres/gpu": "4", "gres/gpu:h100": "4"}
+    assert desired(t).accounts["t"]["GrpTRES"] == "gres/gpu=2,gres/gpu:h100=2"
+    assert not t.account("t").gpus.untyped_escapes
+
+
+@pytest.mark.parametrize("gpus", [{"h100": 2}, {"h100": 2, "l40s": 4}, {"total": 5, "h100": 2, "l40s": 4}])
+def test_a_typed_quota_an_untyped_request_escapes_needs_the_submit_plugin(gpus):
+    """Two GPU types: a total (when every type has a count) cannot hold one type to its count, so an untyped
+    request could take more H100s than the quota says. Refused (exit 2, the key, how to fix) without submit_policy;
+    with it the generated job_submit.lua adds the type (test_jobsubmit.py::test_typed_quotas_add_the_gpu_type)."""
+    d = two_types(tenants_with(accounts=[{"name": "t", "gpus": gpus, "users": ["u"]}], user_limits={}))
+    msg = refused(d, "tenants.accounts[0].gpus.h100", "not enforced on an untyped request")
+    assert "submit_policy" in msg
+    t = load_cluster_dict(two_types(d["tenants"], policy=True)).tenants
+    q = t.account("t").gpus
+    assert q.untyped_escapes and t.typed_quotas
+    assert q.total == (min(gpus.get("total", 6), 6) if "l40s" in gpus else None)
+
+
+def test_typed_quota_refusal_is_one_line_exit_2_from_the_cli(tmp_path):
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(two_types(tenants_with(accounts=[{"name": "t", "gpus": {"h100": 2}, "users": ["u"]}],
+                                                       user_limits={}))))
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "validate", str(p)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "tenants.accounts[0].gpus.h100" in r.stderr, r.stderr
+
+
+def test_validate_warns_user_limits_are_per_association_naming_users_in_two_accounts(tmp_path):
+    """user_limits.gpus is GrpTRES on each (user, account) association and slurmctld counts each association's jobs
+    apart, so bob in team-a and team-b may hold it twice: `conf validate` says so and names him (exit 0: Slurm has
+    no per-user limit across accounts except a QOS's MaxTRESPerUser, which the warning points to)."""
+    t = tenants_with()
+    t["accounts"][0]["children"][1]["users"] = ["carol", "bob"]
+    c = load_cluster_dict(inv(t))
+    _e, warns = cross_check(c, generate(c)["slurm.conf"])
+    assert warns == ["tenants.user_limits apply per user association: bob (team-a, team-b) can hold them once in each "
+                     "account (a per-user GPU cap across accounts is a QOS's gpus_per_user)"]
+    assert cross_check(load_cluster_dict(inv()), generate(load_cluster_dict(inv()))["slurm.conf"]) == ([], [])
+    no_limits = copy.deepcopy(t)
+    del no_limits["user_limits"]
+    c2 = load_cluster_dict(inv(no_limits))
+    assert cross_check(c2, generate(c2)["slurm.conf"]) == ([], [])
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(inv(t)))
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "validate", str(p)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "warning: tenants.user_limits apply per user association: bob" in r.stderr, r.stderr

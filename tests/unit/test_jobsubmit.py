@@ -310,3 +310,42 @@ def test_auto_sets_no_cpu_default_where_a_node_has_fewer_cpus_than_gpus(version:
         assert rc == 0 and "cpus_per_tres" not in desc and desc["mem_per_tres"].startswith(f"{pre}:"), desc
     rc, desc = p.run(tres_per_node=f"{pre}:4", time_limit=60, partition="gpu")
     assert desc["cpus_per_tres"] == f"{pre}:4"
+
+
+def typed_cluster(typed: bool = True):  # type: ignore[no-untyped-def]
+    """INV with a second GPU type (l40s) in its own partition and in "any", accounting and a per-type quota."""
+    inv = copy.deepcopy(INV)
+    inv["node_groups"].append({"name": "l", "hosts": "l[1-2]", "cpu": {"sockets": 2, "cores_per_socket": 8},
+                               "memory_mb": 64000, "gpus": {"type": "l40s", "count": 2, "files": "/dev/nvidia[0-1]"}})
+    inv["partitions"] += [{"name": "l40s", "groups": ["l"]}, {"name": "any", "groups": ["g", "l"]}]
+    inv["topology"]["switches"][0]["nodes"] += ",l1"
+    inv["topology"]["switches"][1]["nodes"] += ",l2"
+    inv["accounting"] = {"host": "head"}
+    inv["tenants"] = {"qos": [{"name": "normal"}],
+                      "accounts": [{"name": "t", "gpus": {"h100": 8} if typed else 8, "users": ["u"]}]}
+    return load_cluster_dict(inv)
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_typed_quotas_add_the_gpu_type(version: str):
+    """A per-type quota (gres/gpu:h100=8) does not hold an untyped request (Slurm charges it to gres/gpu only), so
+    the script names the type where the job's partitions have one, keeps a typed request, and refuses an untyped
+    one where they have several. Without typed quotas nothing changes. slurmctld running a rewritten job:
+    tests/integration/test_submit_policy_lab.py::test_typed_quotas_get_the_type_and_slurmctld_runs_it."""
+    pre = tres_gpu_prefix(version)
+    p = Plugin(job_submit_lua(typed_cluster(), version))
+    for asked, want in ((f"{pre}:3", f"{pre}:h100:3"), (f"{pre}", f"{pre}:h100:1"), ("gres/gpu=2", "gres/gpu:h100:2"),
+                        (f"gres:shard:1,{pre}:2", f"gres:shard:1,{pre}:h100:2"), (f"{pre}:h100:2", f"{pre}:h100:2")):
+        rc, desc = p.run(tres_per_node=asked, time_limit=60, partition="gpu")
+        assert rc == 0 and desc["tres_per_node"] == want, (asked, desc)
+    rc, desc = p.run(tres_per_job=f"{pre}:4", tres_per_task=f"{pre}:1", time_limit=60, partition="l40s")
+    assert (desc["tres_per_job"], desc["tres_per_task"]) == (f"{pre}:l40s:4", f"{pre}:l40s:1")
+    for part in ("any", "gpu,l40s"):
+        rc, desc = p.run(tres_per_node=f"{pre}:2", time_limit=60, partition=part)
+        assert rc == SLURM["ESLURM_ACCESS_DENIED"] and desc["tres_per_node"] == f"{pre}:2"
+        assert "typed_gpu_quotas" in p.messages[-1] and "--gres=gpu:h100:N" in p.messages[-1]
+    rc, desc = p.run(tres_per_node=f"{pre}:l40s:2", time_limit=60, partition="any")
+    assert rc == 0 and desc["tres_per_node"] == f"{pre}:l40s:2"
+    plain = Plugin(job_submit_lua(typed_cluster(typed=False), version))
+    rc, desc = plain.run(tres_per_node=f"{pre}:2", time_limit=60, partition="any")
+    assert rc == 0 and desc["tres_per_node"] == f"{pre}:2"

@@ -17,12 +17,17 @@ local TRES_GPU = "gres:gpu"
 
 local DEFAULT_PARTITION = "a100"
 
+-- tenants have per-type GPU quotas (gres/gpu:<type>): Slurm charges an untyped request (--gres=gpu:N) to gres/gpu
+-- only (resource_limits.shtml "Specific limits over GRES"), so an untyped GPU request gets the type of its
+-- partitions, or is refused where they have several
+local TYPED_QUOTAS = false
+
 -- kind: gpu | cpu | mixed; cpus_per_gpu / mem_per_gpu (MB): defaults for GPU jobs that ask none (0: none);
--- leaf_nodes: the most nodes of the partition under one leaf switch (0: no one-leaf rule)
+-- leaf_nodes: the most nodes of the partition under one leaf switch (0: no one-leaf rule); gpu_types: its GPU types
 local PARTITIONS = {
-  ["a100"] = {kind = "gpu", cpus_per_gpu = 30, mem_per_gpu = 126877, leaf_nodes = 8},
-  ["interactive"] = {kind = "gpu", cpus_per_gpu = 14, mem_per_gpu = 63438, leaf_nodes = 12},
-  ["legacy"] = {kind = "gpu", cpus_per_gpu = 20, mem_per_gpu = 95321, leaf_nodes = 16},
+  ["a100"] = {kind = "gpu", cpus_per_gpu = 30, mem_per_gpu = 126877, leaf_nodes = 8, gpu_types = {"a100"}},
+  ["interactive"] = {kind = "gpu", cpus_per_gpu = 14, mem_per_gpu = 63438, leaf_nodes = 12, gpu_types = {"a100_1g.10gb", "a100_2g.20gb", "a100_3g.40gb", "l40s"}},
+  ["legacy"] = {kind = "gpu", cpus_per_gpu = 20, mem_per_gpu = 95321, leaf_nodes = 16, gpu_types = {"v100"}},
 }
 
 local function unset(v, no_val)
@@ -50,6 +55,39 @@ local function asks_gpu(tres)
   end
   return false
 end
+
+-- the GPU items of a TRES list that name no type: "gres:gpu:3", "gres/gpu=2", "gres:gpu" (1)
+local function untyped_gpu(tres)
+  for _, item in ipairs(split(tres)) do
+    local name = string.gsub(item, "^gres[:/]", "")
+    if name == "gpu" or string.find(name, "^gpu[:=]%d+$") then
+      return true
+    end
+  end
+  return false
+end
+
+-- the same list with gtype in each untyped GPU item, in the form the item had ("gres:gpu:3" -> "gres:gpu:h100:3")
+local function add_gpu_type(tres, gtype)
+  local out = {}
+  for _, item in ipairs(split(tres)) do
+    local prefix, name = string.match(item, "^(gres[:/])(.*)$")
+    if prefix == nil then
+      prefix, name = "", item
+    end
+    local count = string.match(name, "^gpu[:=](%d+)$")
+    if name == "gpu" then
+      count = "1"
+    end
+    if count ~= nil then
+      item = prefix .. "gpu:" .. gtype .. ":" .. count
+    end
+    out[#out + 1] = item
+  end
+  return table.concat(out, ",")
+end
+
+local GPU_FIELDS = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
 
 local function gpu_job(job_desc)
   return asks_gpu(job_desc.tres_per_node) or asks_gpu(job_desc.tres_per_job)
@@ -90,6 +128,36 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   end
   if not gpus then
     return slurm.SUCCESS
+  end
+
+  if TYPED_QUOTAS then
+    local untyped = false
+    for _, f in ipairs(GPU_FIELDS) do
+      if untyped_gpu(job_desc[f]) then untyped = true end
+    end
+    local types, seen = {}, {}
+    for _, p in ipairs(parts) do
+      for _, t in ipairs(p.facts.gpu_types) do
+        if not seen[t] then
+          seen[t] = true
+          types[#types + 1] = t
+        end
+      end
+    end
+    if untyped and #types > 1 then
+      table.sort(types)
+      refuse("typed_gpu_quotas", "the GPU quotas here are per type and this job's partitions have "
+             .. table.concat(types, ", ") .. "; name the type (e.g. --gres=gpu:" .. types[1] .. ":N or --gpus="
+             .. types[1] .. ":N)")
+      return slurm.ESLURM_ACCESS_DENIED
+    end
+    if untyped and #types == 1 then
+      for _, f in ipairs(GPU_FIELDS) do
+        if untyped_gpu(job_desc[f]) then
+          job_desc[f] = add_gpu_type(job_desc[f], types[1])
+        end
+      end
+    end
   end
 
   if POLICY.require_time_for_gpus and unset(job_desc.time_limit, slurm.NO_VAL) then
