@@ -104,9 +104,9 @@ def _gpus(ctx: _Ctx, v: Any, path: str, types: dict[str, int], total_gpus: int,
         if q.untyped_escapes and not has_submit_policy:
             t, n = next((t, n) for t, n in by_type if total is None or total > n)
             raise ctx.err(_join(path, t), f"{n} {t} GPUs is not enforced on an untyped request (--gres=gpu:N counts "
-                                          "only against gres/gpu); add 'submit_policy: {}' (its job_submit.lua adds "
-                                          "the type), give every GPU type a count, or a total no larger than "
-                                          f"{n}")
+                                          "only against gres/gpu, and the cluster has several GPU types); add a "
+                                          "'submit_policy:' section (its job_submit.lua adds the type to untyped GPU "
+                                          f"requests) or a total no larger than {n}")
         return q
     n = _int(ctx, v, path)
     if n > total_gpus:
