@@ -8,12 +8,14 @@ program answers at once and acts in a detached child, every node in parallel, ea
 A node that cannot be powered on is set DOWN with a ``slurmkit: resume failed: ...`` reason: slurm.conf(5)
 ResumeProgram (22.05, 24.11): "If ResumeProgram is unable to restore a node to service ... it should set the node
 state to DOWN, which will result in a requeue of any job associated with the node". A node that cannot be powered
-off is set DOWN too ("slurmkit: suspend failed: ..."), so nobody counts on it being off or usable.
+off is set DOWN too ("slurmkit: suspend failed: ..."), so nobody counts on it being off or usable. When Slurm's
+ResumeTimeout replaces that reason with its own (22.05), resume-fail re-states the cause from the log.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -52,6 +54,62 @@ def _reason(text: str) -> str:
     return " ".join(text.split())[:200]
 
 
+# What Slurm writes when ResumeTimeout passes (power_save.c, 22.05 and 24.11: set_node_down_ptr(node_ptr,
+# "ResumeTimeout reached")). 22.05 frees the node's reason first (power_save.c of slurm-22-05-8-1, "xfree(
+# node_ptr->reason); set_node_down_ptr(...)"), so slurmkit's "resume failed: <why>" is gone; 24.11 appends it to
+# ours (node_mgr.c of slurm-24-11-5-1 set_node_reason: reason + " : " + message). Both set it before running
+# ResumeFailProgram in the same pass (_do_failed_nodes after the node loop), so resume-fail can re-state the cause.
+RESUME_TIMEOUT_REASON = "ResumeTimeout reached"
+_RESULT = re.compile(r"^\S+ resume (?P<node>\S+) provider=\S+: (?:ok in |FAILED in [0-9.]+s: (?P<why>.*); setting the "
+                     r"node DOWN$)")
+
+
+def last_resume_failure(lines: list[str], node: str) -> str | None:
+    """Why the last power-on of ``node`` failed, from power.log's lines (None: the last one worked, or none)."""
+    why: str | None = None
+    for line in lines:
+        m = _RESULT.match(line)
+        if m and m.group("node") == node:
+            why = m.group("why")
+    return why
+
+
+def restated_reason(current: str, why: str | None) -> str | None:
+    """The reason resume-fail sets, or None to leave ``current`` (without scontrol's [user@time] stamp) alone:
+    only Slurm's bare ResumeTimeout reason is replaced (24.11 kept ours; a reason someone else set is theirs)."""
+    if why is None or current != RESUME_TIMEOUT_REASON:
+        return None
+    return _reason(f"slurmkit: resume failed: {why} (then {RESUME_TIMEOUT_REASON})")
+
+
+def read_log(path: str, limit: int = 1 << 20) -> list[str]:
+    """The last ``limit`` bytes of the power log, as lines (empty when it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def node_reason(node: str, env: dict[str, str] | None = None) -> str:
+    from slurmkit.backend.records import parse_oneline, strip_reason_stamp
+    from slurmkit.backend.run import run
+
+    out = run(["scontrol", "-o", "show", "node", node], timeout=30, env=env).stdout
+    return strip_reason_stamp(parse_oneline(out.splitlines()[0] if out.strip() else "").get("Reason", ""))
+
+
+def set_reason(node: str, reason: str, env: dict[str, str] | None = None) -> None:
+    from slurmkit.backend.run import run
+
+    # a reason alone, the state kept (scontrol update_node.c asks for a reason only with DOWN/DRAIN; node_mgr.c
+    # update_node, 22.05 and 24.11, replaces the reason whenever one is given)
+    run(["scontrol", "update", f"nodename={node}", f"reason={reason}"], timeout=30, env=env)
+
+
 def mark_down(node: str, reason: str, env: dict[str, str] | None = None) -> None:
     from slurmkit.backend.run import run
 
@@ -59,8 +117,12 @@ def mark_down(node: str, reason: str, env: dict[str, str] | None = None) -> None
 
 
 def act(cluster: Cluster, conf_dir: Path, action: str, nodes: list[str], log: Log,
-        mark: Callable[[str, str], None] = mark_down) -> int:
-    """Do ``action`` for every node (in parallel threads); returns how many failed."""
+        mark: Callable[[str, str], None] = mark_down, history: Callable[[], list[str]] = list,
+        reason_of: Callable[[str], str] = node_reason,
+        restate: Callable[[str, str], None] = set_reason) -> int:
+    """Do ``action`` for every node (in parallel threads); returns how many failed. For resume-fail, a node whose
+    last power-on failed (``history``: power.log's lines) and whose reason Slurm replaced with its bare
+    ResumeTimeout one gets slurmkit's cause back, so `sinfo -R` says why."""
     from slurmkit.power.providers import PowerError, provider_for
 
     owner = {h: g for g in cluster.node_groups for h in g.hostnames}
@@ -98,6 +160,16 @@ def act(cluster: Cluster, conf_dir: Path, action: str, nodes: list[str], log: Lo
 
     if action == "resume-fail":
         log(f"resume-fail {hostlist.fold(nodes)}: Slurm set them DOWN after ResumeTimeout; powering them off")
+        lines = history()
+        for node in nodes:
+            try:
+                why = last_resume_failure(lines, node)
+                new = restated_reason(reason_of(node), why) if why is not None else None
+                if new:
+                    restate(node, new)
+                    log(f"resume-fail {node}: reason re-stated: {new}")
+            except Exception as exc:  # noqa: BLE001 - the power-off still goes on; the log keeps the cause
+                log(f"resume-fail {node}: could not re-state the reason: {exc}")
     threads = [threading.Thread(target=one, args=(n,)) for n in nodes]
     for t in threads:
         t.start()
@@ -128,7 +200,8 @@ def main(action: str, hosts: str, inventory: str, foreground: bool = False) -> i
     from slurmkit.model.load import load_cluster
 
     os.environ.setdefault("PATH", DEFAULT_PATH)
-    log = file_log(os.environ.get("SLURMKIT_POWER_LOG") or DEFAULT_LOG)
+    log_path = os.environ.get("SLURMKIT_POWER_LOG") or DEFAULT_LOG
+    log = file_log(log_path)
     try:
         nodes = hostlist.expand(hosts, "HOSTS")
         cluster = load_cluster(inventory)
@@ -140,7 +213,7 @@ def main(action: str, hosts: str, inventory: str, foreground: bool = False) -> i
     if not foreground and not detach():
         return 0
     try:
-        failed = act(cluster, Path(inventory).resolve().parent, action, nodes, log)
+        failed = act(cluster, Path(inventory).resolve().parent, action, nodes, log, history=lambda: read_log(log_path))
     except BaseException as exc:  # noqa: BLE001 - the detached child has nobody else to tell
         log(f"{action} {hostlist.fold(nodes)}: crashed: {type(exc).__name__}: {exc}")
         failed = len(nodes)

@@ -116,6 +116,11 @@ def test_a_failed_resume_leaves_the_node_down_with_the_reason_and_the_job_queued
                  "Slurm's ResumeTimeout to power node4 down")
         wait_for(lambda: any(" resume-fail node4 provider=lab: ok" in ln for ln in log_lines(plab)), 60,
                  "the resume-fail program's line")
+        # Slurm's ResumeTimeout reason replaced slurmkit's on 22.05 (24.11 appends to it): resume-fail re-states the
+        # cause from power.log, so on both releases `sinfo -R` still says why
+        cause = "slurmkit: resume failed: lab: power-on fault injected"
+        wait_for(lambda: backend.node("node4").reason.startswith(cause), 60, "node4's reason to say why, again")
+        assert "ResumeTimeout reached" in backend.node("node4").reason
     finally:
         fault.unlink()
     # the fault gone, the admin resumes the node: it is powered on for the job, which runs

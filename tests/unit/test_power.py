@@ -138,3 +138,42 @@ def test_entry_point_with_a_bad_inventory_is_one_line_exit_2(tmp_path: Path) -> 
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and "node_groups" in res.stderr
     assert "resume node1: cannot start:" in log.read_text()
+
+
+def test_resume_fail_restates_the_cause_that_slurm_replaced_at_resume_timeout(tmp_path: Path) -> None:
+    # 22.05 replaces slurmkit's DOWN reason with its bare "ResumeTimeout reached" before it runs ResumeFailProgram;
+    # resume-fail finds the cause in power.log (the lines file_log really writes) and sets it again
+    record = tmp_path / "calls"
+    cmd = _script(tmp_path, f'echo "$1 $2" >> {record}\n[ "$1 $2" = "on node4" ] && {{ echo "BMC unreachable" >&2; exit 3; }}\nexit 0\n')
+    inv = _inv()
+    inv["node_groups"][1]["power"] = {"provider": "command", "command": cmd}
+    cluster = load_cluster_dict(inv)
+    path = str(tmp_path / "power.log")
+    log = program.file_log(path)
+    assert program.act(cluster, tmp_path, "resume", ["node3", "node4"], log, mark=lambda n, r: None) == 1
+    reasons = {"node3": "ResumeTimeout reached", "node4": "ResumeTimeout reached"}
+    restated: list[tuple[str, str]] = []
+    assert program.act(cluster, tmp_path, "resume-fail", ["node3", "node4"], log,
+                       history=lambda: program.read_log(path), reason_of=reasons.__getitem__,
+                       restate=lambda n, r: restated.append((n, r))) == 0
+    why = f"{cmd} on node4 exited 3: BMC unreachable"
+    assert restated == [("node4", f"slurmkit: resume failed: {why} (then ResumeTimeout reached)")]  # node3 came up
+    assert any(ln.endswith(f"resume-fail node4: reason re-stated: {restated[0][1]}") for ln in program.read_log(path))
+    assert "off node4" in record.read_text()
+
+
+@pytest.mark.parametrize("current", [
+    "slurmkit: resume failed: lab: power-on fault injected : ResumeTimeout reached",  # 24.11 kept ours
+    "admin: PSU swap",  # someone else's
+])
+def test_resume_fail_leaves_other_reasons_alone(current: str) -> None:
+    assert program.restated_reason(current, "BMC unreachable") is None
+    assert program.restated_reason("ResumeTimeout reached", None) is None
+
+
+def test_only_the_last_power_on_counts() -> None:
+    lines = ["2026-01-01T00:00:00Z resume node4 provider=lab: FAILED in 0.1s: lab: fault; x; setting the node DOWN",
+             "2026-01-01T00:01:00Z resume node40 provider=lab: ok in 0.3s"]
+    assert program.last_resume_failure(lines, "node4") == "lab: fault; x"
+    assert program.last_resume_failure([*lines, "2026-01-01T00:02:00Z resume node4 provider=lab: ok in 0.2s"],
+                                       "node4") is None
