@@ -132,7 +132,7 @@ def _within_ancestors(ctx: _Ctx, quota: GpuQuota, parent: str, accounts: list[Ac
         a = by_name.get(parent)
         while a is not None:
             anc = dict(a.gpus.by_type)
-            caps = [(c, f"{c} GPUs") for c in ([anc[key]] if key != "total" and key in anc else [])]
+            caps = [(c, f"{c} {key} GPUs") for c in ([anc[key]] if key != "total" and key in anc else [])]
             if a.gpus.total is not None:
                 caps.append((a.gpus.total, f"{a.gpus.total} GPUs in all"))
             for cap, what in caps:

@@ -160,7 +160,7 @@ def tree(org_gpus: object, team_a_gpus: object, mid: bool = False) -> dict:
                                                            "allows (8 GPUs in all, GrpTRES)"),
     (tree(4, 6, mid=True), "tenants.accounts[0].children[0].children[0].gpus", "ancestor account 'research'"),
     (tree({"total": 16, "h100": 4}, {"total": 8, "h100": 6}), "tenants.accounts[0].children[0].gpus.h100",
-     "6 h100 GPUs is more than ancestor account 'research' allows (4 GPUs"),
+     "6 h100 GPUs is more than ancestor account 'research' allows (4 h100 GPUs, GrpTRES)"),
     (tree(8, {"total": 8, "h100": 12}), "tenants.accounts[0].children[0].gpus.h100", "(8 GPUs in all"),
 ])
 def test_a_child_quota_above_an_ancestors_is_refused(tenants, path, words):
