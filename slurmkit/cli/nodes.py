@@ -1,7 +1,8 @@
 """`slurmkit nodes add|remove`: nodes join or leave the running cluster that $SLURM_CONF points at.
 
-Exit codes: 0 done, 1 the cluster did not take the change (rolled back, the message says so) or the new nodes did
-not come up in time, 2 bad input (nothing changed)."""
+Exit codes: 0 done; 1 the change did not happen: the cluster did not take it, or the new nodes did not come into
+service in time (both rolled back, the message says so), or another `nodes` command held the lock past
+--lock-wait (nothing changed); 2 bad input, or jobs that the removal would fail (nothing changed)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ _common = [
     click.option("--no-real-parse", is_flag=True, help="Static checks only; skip the slurmctld parse of the new files."),
     click.option("--ctld-restart", default="systemctl restart slurmctld", show_default=True,
                  help="How this site restarts slurmctld, where the release needs it (a lab restarts its own)."),
+    click.option("--lock-wait", default=60.0, show_default=True, type=click.FloatRange(0),
+                 help="Seconds to wait while another `nodes add|remove` changes this cluster (0: refuse at once)."),
 ]
 
 
@@ -51,6 +54,14 @@ def _say(msg: str) -> None:
     click.echo(f"nodes: {msg}", err=True)
 
 
+def _command() -> str:
+    """This command line, for the lock file (a second command names the holder with it)."""
+    import shlex
+    import sys
+
+    return " ".join(["slurmkit", *(shlex.quote(a) for a in sys.argv[1:])])
+
+
 @click.group()
 def nodes() -> None:
     """Nodes join or leave the running cluster ($SLURM_CONF's), inventory and files along with it."""
@@ -60,12 +71,16 @@ def nodes() -> None:
 @click.argument("hosts")
 @click.option("--group", required=True, help="Node group to add them to (a new one is shaped like --like).")
 @click.option("--like", default=None, help="For a new group: the group it copies (default: the only one).")
-@click.option("--switch", default=None, help="Leaf switch for them (default: a new leaf under the top switch).")
+@click.option("--switch", default=None,
+              help="Existing leaf switch for them (default: a new leaf under the top switch).")
+@click.option("--new-switch", is_flag=True, help="--switch names a new leaf, to make under the top switch.")
 @_opts
-def add(hosts: str, group: str, like: str | None, switch: str | None, timeout: float, dry_run: bool,
-        no_real_parse: bool, ctld_restart: str) -> None:
+def add(hosts: str, group: str, like: str | None, switch: str | None, new_switch: bool, timeout: float,
+        dry_run: bool, no_real_parse: bool, ctld_restart: str, lock_wait: float) -> None:
     """Add HOSTS (a hostlist, e.g. node[5-8]) to the cluster: the inventory copy beside slurm.conf grows, the files
-    are regenerated, and the cluster takes them by the least disruptive path its release allows (said first)."""
+    are regenerated, and the cluster takes them by the least disruptive path its release allows (said first).
+    The new nodes stay drained until every one's slurmd has registered (the lab starts it; a site starts it
+    itself, told when); if one has not within --timeout, everything is rolled back (exit 1)."""
     import shlex
 
     from slurmkit import hostlist
@@ -78,53 +93,96 @@ def add(hosts: str, group: str, like: str | None, switch: str | None, timeout: f
     if isinstance(site, LabSite):
         site.check_add(release)  # what the lab cannot bring in, refused before anything changes
     site.ctld_restart = tuple(shlex.split(ctld_restart))
-    e = edit.add_hosts(change.load_inventory(site.conf_dir), names, group, like=like, switch=switch)
-    p = path.choose(release, adding=True)
-    _say(e.summary)
-    _say(p.statement("add"))
     if dry_run:
+        e = edit.add_hosts(change.load_inventory(site.conf_dir), names, group, like=like, switch=switch,
+                           new_switch=new_switch)
+        p = path.choose(release, adding=True)
+        _say(e.summary)
+        _say(p.statement("add"))
         for i, step in enumerate(p.steps, 1):
             click.echo(f"  {i}. {step}")
-        click.echo(f"  {len(p.steps) + 1}. start slurmd on {hostlist.fold(names)}; wait until idle")
+        n = len(p.steps)
+        click.echo(f"  {n + 1}. drain {hostlist.fold(names)} ({change.JOIN_REASON!r}); start their slurmd (the lab) "
+                   "or the site starts it")
+        click.echo(f"  {n + 2}. wait up to {timeout:g}s for every one to register, then resume them; "
+                   "else roll everything back")
         return
-    res = change.apply_edit(site, backend, e, p, version=release, real_parse=not no_real_parse, timeout=timeout,
-                            progress=_say)
-    site.start_nodes(names, _say)
-    change.wait_idle(backend, names, timeout)
+    with change.locked(site.conf_dir, _command(), lock_wait, _say):  # from reading the inventory to the end
+        e = edit.add_hosts(change.load_inventory(site.conf_dir), names, group, like=like, switch=switch,
+                           new_switch=new_switch)
+        p = path.choose(release, adding=True)
+        _say(e.summary)
+        _say(p.statement("add"))
+        res = change.add_nodes(site, backend, e, p, names, version=release, real_parse=not no_real_parse,
+                               timeout=timeout, progress=_say)
     click.echo(f"added {hostlist.fold(names)} to group {group} by {p.kind} in {res.seconds:.1f}s; idle")
 
 
 @nodes.command()
 @click.argument("hosts")
 @click.option("--requeue", is_flag=True, help="Requeue the jobs running on HOSTS instead of waiting for them to end.")
+@click.option("--cancel-stranded", is_flag=True,
+              help="Cancel the queued jobs Slurm would fail once HOSTS are gone (pinned to them with -w, or in a "
+                   "partition that goes); without it such jobs make the command refuse.")
 @_opts
-def remove(hosts: str, requeue: bool, timeout: float, dry_run: bool, no_real_parse: bool, ctld_restart: str) -> None:
+def remove(hosts: str, requeue: bool, cancel_stranded: bool, timeout: float, dry_run: bool, no_real_parse: bool,
+           ctld_restart: str, lock_wait: float) -> None:
     """Remove HOSTS: drain them, wait for their jobs (or requeue them), then shrink the inventory, regenerate and
-    bring the cluster onto the new files; their slurmd is stopped (the lab) or is the site's to stop."""
+    bring the cluster onto the new files; their slurmd is stopped (the lab) or is the site's to stop. Queued jobs
+    that need HOSTS (sbatch -w) or a partition that goes would end NODE_FAIL: refused (exit 2, naming them)
+    unless --cancel-stranded."""
     import shlex
 
     from slurmkit import hostlist
     from slurmkit.elastic import change, edit, path
+    from slurmkit.errors import UsageError
 
     names = hostlist.expand(hosts, "HOSTS")
     site, backend, release = _target()
     site.ctld_restart = tuple(shlex.split(ctld_restart))
-    e = edit.remove_hosts(change.load_inventory(site.conf_dir), names)
-    p = path.choose(release, adding=False)
-    _say(e.summary)
-    _say(p.statement("remove"))
+
+    def stranded(e: edit.Edit) -> dict[str, str]:
+        return change.stranded_jobs(backend.jobs(), names, e.dropped_partitions, requeue)
+
+    def refuse(jobs: dict[str, str]) -> UsageError:
+        listed = "; ".join(f"job {j}: {why}" for j, why in sorted(jobs.items()))
+        return UsageError(f"HOSTS: Slurm would fail queued job(s) once {hostlist.fold(names)} are gone ({listed}); "
+                          "--cancel-stranded cancels them, or change them first (scontrol update jobid=... "
+                          "ReqNodeList=/Partition=); nothing changed")
+
     if dry_run:
-        click.echo(f"  0. drain {hostlist.fold(names)}; " + ("requeue their jobs" if requeue else "wait for their jobs"))
+        e = edit.remove_hosts(change.load_inventory(site.conf_dir), names)
+        p = path.choose(release, adding=False)
+        _say(e.summary)
+        _say(p.statement("remove"))
+        jobs = stranded(e)
+        click.echo(f"  0. drain {hostlist.fold(names)}; " + ("requeue their jobs" if requeue else "wait for their jobs")
+                   + (f"; cancel job(s) {', '.join(sorted(jobs))} (they need what goes)" if jobs else ""))
         for i, step in enumerate(p.steps, 1):
             click.echo(f"  {i}. {step}")
         return
-    drained = change.drain_and_wait(backend, names, requeue=requeue, timeout=timeout, progress=_say)
-    try:
-        res = change.apply_edit(site, backend, e, p, version=release, real_parse=not no_real_parse,
-                                timeout=timeout, progress=_say)
-    except BaseException:
-        if drained:  # nothing else changed: give the nodes back
-            backend.resume(hostlist.fold(drained))
-        raise
-    site.stop_nodes(names, _say)
+    with change.locked(site.conf_dir, _command(), lock_wait, _say):  # from reading the inventory to the end
+        e = edit.remove_hosts(change.load_inventory(site.conf_dir), names)
+        p = path.choose(release, adding=False)
+        _say(e.summary)
+        _say(p.statement("remove"))
+        jobs = stranded(e)
+        if jobs and not cancel_stranded:
+            raise refuse(jobs)
+        drained = change.drain_and_wait(backend, names, requeue=requeue, timeout=timeout, progress=_say)
+        try:
+            jobs = stranded(e)  # again: a job may have been queued (or requeued) since
+            if jobs and not cancel_stranded:
+                raise refuse(jobs)
+            if jobs:
+                change.cancel_jobs(backend, jobs)
+                _say(f"cancelled job(s) {', '.join(sorted(jobs))}: " + "; ".join(
+                    f"{j} {why}" for j, why in sorted(jobs.items())))
+            res = change.apply_edit(site, backend, e, p, version=release, real_parse=not no_real_parse,
+                                    timeout=timeout, progress=_say)
+        except BaseException:
+            if drained:  # the cluster did not change: give the nodes back
+                backend.resume(hostlist.fold(drained))
+            raise
+        site.stop_nodes(names, _say)
     click.echo(f"removed {hostlist.fold(names)} by {p.kind} in {res.seconds:.1f}s")

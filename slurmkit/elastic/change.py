@@ -3,16 +3,22 @@
 The I/O next to ``edit`` and ``path``. The cluster is the one ``$SLURM_CONF`` points at (the edge says which); the
 inventory is the copy ``slurmkit.yaml`` beside it, and it is written in the same all-or-nothing set as the Slurm
 files (``rollout.write_files``). When the cluster does not take the change (slurmctld does not come back, the
-reconfigure fails), the previous set is written back and the cluster brought back onto it: both as they were.
+reconfigure fails), or nodes that join do not come into service (their slurmd does not start or register in
+time), the previous set is written back and the cluster brought back onto it: both as they were.
+
+One change at a time: ``locked`` holds an exclusive flock on ``.slurmkit-nodes.lock`` beside the inventory from
+reading the inventory to the end, so two commands never edit the same inventory copy and lose one's change.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -25,7 +31,9 @@ from slurmkit.generate.slurmconf import Overrides
 
 Progress = Callable[[str], None]
 INVENTORY_NAME = "slurmkit.yaml"
+LOCK_NAME = ".slurmkit-nodes.lock"
 DRAIN_REASON = "slurmkit: leaving the cluster (nodes remove)"
+JOIN_REASON = "slurmkit: joining the cluster (nodes add)"
 
 
 class ElasticError(SlurmkitError):
@@ -54,7 +62,13 @@ class Site:
         run(list(self.ctld_restart), timeout=120)
 
     def start_nodes(self, names: list[str], progress: Progress) -> None:
-        progress(f"start slurmd on {hostlist.fold(names)} (they register with the new config)")
+        """slurmkit cannot start slurmd on a site's hosts: say so, and what the command waits for."""
+        conf = self.conf_dir / "slurm.conf"
+        configless = conf.is_file() and "enable_configless" in conf.read_text(errors="replace")
+        how = ("they fetch the new files from slurmctld when slurmd --conf-server starts" if configless
+               else f"each needs the new files from {self.conf_dir} first")
+        progress(f"start slurmd on {hostlist.fold(names)} now, e.g. `systemctl start slurmd` there ({how}); they "
+                 f"stay drained ({JOIN_REASON!r}) until every one has registered")
 
     def stop_nodes(self, names: list[str], progress: Progress) -> None:
         progress(f"stop slurmd on {hostlist.fold(names)}: the cluster no longer has them")
@@ -66,6 +80,59 @@ class Result:
     summary: str
     backup: Path | None
     seconds: float
+    previous: Mapping[str, str] = field(default_factory=dict, repr=False)  # the set it replaced, to put back
+    written: tuple[str, ...] = ()  # the names it wrote
+
+
+def _holder(lock: Path) -> str:
+    try:
+        text = lock.read_text(errors="replace").strip()
+    except OSError:
+        text = ""
+    return text or "another slurmkit nodes command (it has not written its pid yet)"
+
+
+@contextmanager
+def locked(conf_dir: Path, command: str, wait: float, progress: Progress = lambda m: None) -> Iterator[None]:
+    """One `nodes add|remove` at a time on this config dir: an exclusive flock(2) on ``LOCK_NAME`` beside the
+    inventory, held until the block ends. A second command waits up to ``wait`` seconds, then refuses naming the
+    holder (its pid and command line, which the holder writes into the file). The holder removes the file
+    before it lets go, so none is left behind; a waiter that got the lock on a file removed meanwhile opens the
+    new one again. A holder that dies leaves at most a stale file: the kernel has dropped its lock."""
+    import fcntl
+
+    lock = conf_dir / LOCK_NAME
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            who = _holder(lock)
+            if time.monotonic() >= deadline:
+                raise ElasticError(f"{lock}: held by {who}; gave up after {wait:g}s (--lock-wait); "
+                                   "nothing changed") from None
+            if not said:
+                progress(f"waiting up to {wait:g}s for {who} to finish ({lock})")
+                said = True
+            time.sleep(0.2)
+            continue
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed that file as it let go: lock the one there now
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} ({command})\n".encode(), 0)
+        yield
+    finally:
+        lock.unlink(missing_ok=True)  # still held: nobody can have locked the file at this path
+        os.close(fd)  # closing drops the lock
 
 
 def _render(site: Site, data: dict[str, Any], version: str | None) -> tuple[dict[str, str], str, set[str]]:
@@ -135,20 +202,75 @@ def apply_edit(site: Site, backend: CLIBackend, edit: Edit, path: ChangePath, *,
     old = read_dir(site.conf_dir, list(files))
     backup = write_files(files, site.conf_dir, executable=EXECUTABLE_FILES)
     progress(f"wrote {len(files)} files to {site.conf_dir}" + (f" (previous ones in {backup})" if backup else ""))
+    res = Result(path, edit.summary, backup, 0.0, old, tuple(files))
     try:
         _bring(site, backend, path, timeout)
-    except (SlurmkitError, OSError) as exc:
-        first = exc.one_line() if isinstance(exc, SlurmkitError) else str(exc)
+    except (SlurmkitError, OSError, KeyboardInterrupt) as exc:
+        first = _line(exc)
         progress(f"the cluster did not take the change ({first}); putting the previous files back")
-        write_files(old, site.conf_dir, executable=EXECUTABLE_FILES, remove=[n for n in files if n not in old])
+        roll_back(site, backend, res, timeout, first)
+    return Result(path, edit.summary, backup, time.monotonic() - t0, old, tuple(files))
+
+
+def _line(exc: BaseException) -> str:
+    if isinstance(exc, SlurmkitError):
+        return exc.one_line()
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def roll_back(site: Site, backend: CLIBackend, res: Result, timeout: float, what: str) -> NoReturn:
+    """Write back the set ``res`` replaced and bring the cluster onto it by the same path; always raises an
+    ElasticError that starts with ``what`` (the failure) and says where files and cluster are now."""
+    from slurmkit.generate import EXECUTABLE_FILES
+    from slurmkit.generate.rollout import write_files
+
+    write_files(res.previous, site.conf_dir, executable=EXECUTABLE_FILES,
+                remove=[n for n in res.written if n not in res.previous])
+    try:
+        _bring(site, backend, res.path, timeout)
+    except (SlurmkitError, OSError) as exc2:
+        raise ElasticError(f"{what}; the previous files are back in {site.conf_dir} but the cluster did not "
+                           f"take them either ({_line(exc2)}): check slurmctld") from None
+    raise ElasticError(f"{what}; rolled back: the files, the inventory and the cluster are as they were")
+
+
+def add_nodes(site: Site, backend: CLIBackend, edit: Edit, path: ChangePath, names: list[str], *,
+              version: str | None = None, real_parse: bool = True, timeout: float = 120.0,
+              progress: Progress = lambda m: None) -> Result:
+    """``names`` join the cluster, all or nothing. The files and the cluster change (``apply_edit``); the new
+    nodes are drained at once (``JOIN_REASON``: no job starts on them before all are in service, so a roll back
+    can never take a node from under a job); their slurmd is started (the lab) or the site is told to start it;
+    once every one has registered (responding, idle) they are resumed. If a slurmd does not start, a node has not
+    registered within ``timeout``, or the command is interrupted, the slurmd it started are stopped and the
+    previous files brought back like a refused change: the inventory, the files and the cluster as they were."""
+    res = apply_edit(site, backend, edit, path, version=version, real_parse=real_parse, timeout=timeout,
+                     progress=progress)
+    t0 = time.monotonic() - res.seconds
+    started = False
+    try:
+        backend.drain(hostlist.fold(names), JOIN_REASON)
+        started = True
+        site.start_nodes(names, progress)
+        progress(f"waiting up to {timeout:g}s (--timeout) for {hostlist.fold(names)} to register; if they do not, "
+                 "everything is rolled back")
+        wait_registered(backend, names, timeout)
+        backend.resume(hostlist.fold(names))
+    except (SlurmkitError, OSError, KeyboardInterrupt) as exc:
+        first = _line(exc)
         try:
-            _bring(site, backend, path, timeout)
-        except (SlurmkitError, OSError) as exc2:
-            again = exc2.one_line() if isinstance(exc2, SlurmkitError) else str(exc2)
-            raise ElasticError(f"{first}; the previous files are back in {site.conf_dir} but the cluster did not "
-                               f"take them either ({again}): check slurmctld") from exc
-        raise ElasticError(f"{first}; rolled back: the files, the inventory and the cluster are as they were") from exc
-    return Result(path, edit.summary, backup, time.monotonic() - t0)
+            busy = jobs_on(backend, names)
+        except SlurmkitError:
+            busy = {}  # drained since the change landed: nothing can have started there
+        if busy:  # cannot happen while they are drained; never take a node from under a job
+            raise ElasticError(f"{first}; not rolled back: job(s) {', '.join(sorted(busy))} run on "
+                               f"{hostlist.fold(names)} (the files and the cluster have them)") from exc
+        progress(f"{hostlist.fold(names)} did not come into service ({first}); rolling back")
+        if started:
+            site.stop_nodes(names, progress)
+        roll_back(site, backend, res, timeout, first)
+    return Result(res.path, res.summary, res.backup, time.monotonic() - t0, res.previous, res.written)
 
 
 def jobs_on(backend: CLIBackend, hosts: list[str]) -> dict[str, tuple[str, ...]]:
@@ -187,19 +309,56 @@ def drain_and_wait(backend: CLIBackend, hosts: list[str], *, requeue: bool, time
     return ours
 
 
-def wait_idle(backend: CLIBackend, hosts: list[str], timeout: float) -> Mapping[str, str]:
-    """Wait until every host is idle (or mixed/allocated: a job may take it at once); returns the last states."""
+def wait_registered(backend: CLIBackend, hosts: list[str], timeout: float) -> Mapping[str, str]:
+    """Wait until every host's slurmd has registered: responding and idle (drained or not: ``add_nodes`` keeps
+    them drained until all are there); returns the last states. Times out naming the hosts still missing."""
     states: dict[str, str] = {}
+    missing: list[str] = list(hosts)
 
     def ready() -> bool:
-        states.clear()
         nodes = backend.nodes(hosts)
+        states.clear()
         states.update({n.name: "+".join([n.state, *sorted(n.flags)]) for n in nodes})
-        ok = {n.name for n in nodes if n.responding and not n.drained and n.state in ("idle", "mixed", "allocated")}
-        return all(h in ok for h in hosts)
+        ok = {n.name for n in nodes if n.responding and n.state in ("idle", "mixed", "allocated")}
+        missing[:] = [h for h in hosts if h not in ok]
+        return not missing
 
     try:
-        _wait(ready, timeout, f"{hostlist.fold(hosts)} to be idle")
+        _wait(ready, timeout, f"{hostlist.fold(hosts)} to register")
     except ElasticError as exc:
-        raise ElasticError(f"{exc} (last states: {states or 'none reported'})") from None
+        last = ", ".join(f"{h} {states.get(h, 'not reported')}" for h in missing)
+        raise ElasticError(f"{exc}: no slurmd registered for {hostlist.fold(missing)} ({last})") from None
     return states
+
+
+def stranded_jobs(jobs: Iterable[Any], hosts: list[str], dropped_partitions: Iterable[str],
+                  requeue: bool) -> dict[str, str]:
+    """Jobs that Slurm would fail when ``hosts`` leave: job id -> why (pure). Those still queued when the change
+    lands (pending ones, and running ones on ``hosts`` when they are requeued; a running job that is waited for
+    is over by then) fail if their required node list (sbatch -w, ReqNodeList) names a host that goes, or their
+    partition goes with its last node group: slurmctld re-checks every job against the new config and sets
+    such a job NODE_FAIL (src/slurmctld/read_config.c of slurm-22-05-8-1 and slurm-24-11-5-1,
+    _sync_detail_bitmaps: "Invalid req_nodes (%s) for %pJ", and _sync_jobs_to_conf: a job whose partition is
+    gone fails; a pending failed job becomes JOB_NODE_FAIL). An ExcNodeList naming a host that goes is harmless
+    (22.05 reads it best-effort, 24.11: "Ignore any errors if the exc_nodes list contains invalid entries")."""
+    gone = set(hosts)
+    parts = set(dropped_partitions)
+    out: dict[str, str] = {}
+    for j in jobs:
+        if j.finished:
+            continue
+        if j.state != "PENDING" and not (requeue and gone & set(j.nodes)):
+            continue
+        req = j.raw.get("ReqNodeList", "")
+        pinned = sorted(gone & set(hostlist.expand(req))) if req and req != "(null)" else []
+        queued = "pending" if j.state == "PENDING" else "requeued by --requeue"
+        if pinned:
+            out[j.job_id] = f"{queued}, requires {hostlist.fold(pinned)} (-w, ReqNodeList={req})"
+        elif j.partition in parts:
+            out[j.job_id] = f"{queued}, in partition {j.partition}, which goes with its last node group"
+    return out
+
+
+def cancel_jobs(backend: CLIBackend, job_ids: Iterable[str]) -> None:
+    for jid in sorted(job_ids):
+        backend.cancel(jid)

@@ -21,6 +21,7 @@ _LEAF_RE = re.compile(r"^(.*?)(\d+)$")
 class Edit:
     data: dict[str, Any]  # the new inventory mapping
     summary: str  # one line: what changed in the inventory
+    dropped_partitions: tuple[str, ...] = ()  # partitions that go with their last node group
 
 
 def _groups(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -40,11 +41,13 @@ def _owner(data: dict[str, Any]) -> dict[str, str]:
 
 
 def add_hosts(data: dict[str, Any], hosts: list[str], group: str, like: str | None = None,
-              switch: str | None = None) -> Edit:
+              switch: str | None = None, new_switch: bool = False) -> Edit:
     """``hosts`` join ``group``: an existing group grows; a new group is a copy of ``like`` (default: the only
     group) under the new name and joins every partition ``like`` is in. With leaf switches, the hosts go to
-    ``switch`` (a leaf, made under the top switch when new; default: a new leaf named after the last one,
-    ``leafN`` -> ``leafN+1``, else ``<group>-leaf``). Block topologies are refused (see ``nodes add --help``)."""
+    ``switch``, an existing leaf; a ``switch`` the inventory does not have is refused (a typo would otherwise
+    wire the nodes to a switch that does not exist) unless ``new_switch`` says to make it, under the top switch.
+    Default: a new leaf named after the last one, ``leafN`` -> ``leafN+1``, else ``<group>-leaf``. Block
+    topologies are refused (see ``nodes add --help``)."""
     if not hosts:
         raise UsageError("HOSTS: no hosts to add")
     new = copy.deepcopy(data)
@@ -82,14 +85,29 @@ def add_hosts(data: dict[str, Any], hosts: list[str], group: str, like: str | No
                          "that adds blocks makes every 24.11 slurmd re-read topology.conf and can stop it); edit the "
                          "inventory and use `slurmkit conf apply`")
     if isinstance(topo, dict) and topo.get("switches"):
-        what += "; " + _place_in_leaf(topo["switches"], hosts, switch, group)
+        what += "; " + _place_in_leaf(topo["switches"], hosts, switch, group, new_switch)
     elif switch is not None:
         raise UsageError("--switch: the inventory has no switch topology")
+    elif new_switch:
+        raise UsageError("--new-switch: the inventory has no switch topology")
     return Edit(new, what)
 
 
-def _place_in_leaf(switches: list[dict[str, Any]], hosts: list[str], switch: str | None, group: str) -> str:
+def _place_in_leaf(switches: list[dict[str, Any]], hosts: list[str], switch: str | None, group: str,
+                   new_switch: bool) -> str:
+    import difflib
+
     by_name = {str(s.get("name")): s for s in switches}
+    if new_switch and switch is None:
+        raise UsageError("--new-switch: name the new leaf with --switch")
+    if new_switch and switch in by_name:
+        raise UsageError(f"--new-switch: switch {switch!r} exists already (drop --new-switch to add to it)")
+    if switch is not None and switch not in by_name and not new_switch:
+        leaves = [str(s.get("name")) for s in switches if s.get("nodes")]
+        close = difflib.get_close_matches(switch, list(by_name), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"--switch: no switch {switch!r} in topology.switches (leaf switches: "
+                         f"{', '.join(leaves) or 'none'}){hint} (--new-switch makes a new leaf of that name)")
     if switch is not None and switch in by_name:
         s = by_name[switch]
         if not s.get("nodes"):
@@ -179,9 +197,13 @@ def remove_hosts(data: dict[str, Any], hosts: list[str]) -> Edit:
                         sw.remove(s)
                         dropped_switches.append(str(s["name"]))
                         changed = True
+    dropped_parts = [str(p.get("name")) for p in data.get("partitions") or []
+                     if isinstance(p, dict) and p.get("name") not in {x.get("name") for x in parts if isinstance(x, dict)}]
     what = f"{hostlist.fold(hosts)} leave the inventory"
+    if dropped_parts:
+        what += f"; partition(s) {', '.join(dropped_parts)} removed"
     if dropped_groups:
         what += f"; node group(s) {', '.join(dropped_groups)} removed"
     if dropped_switches:
         what += f"; switch(es) {', '.join(dropped_switches)} removed"
-    return Edit(new, what)
+    return Edit(new, what, tuple(dropped_parts))

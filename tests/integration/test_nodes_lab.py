@@ -1,14 +1,16 @@
 """`slurmkit nodes add|remove` on a real lab that has room for more nodes (`lab up --nodes 4 --spare 4`).
 
 One lab for the module, taken down at its end; the tests run in order on it: a change the cluster refuses is
-rolled back (files, inventory, cluster as they were), node[5-8] join while a 4-node job runs, node[7-8] leave
-(one job waited for, one requeued) while it still runs. 22.05 takes the change by a controller restart with its
+rolled back (files, inventory, cluster as they were), and so is one whose new slurmd never registers; node[5-8]
+join while a 4-node job runs; node7 and node8 leave by two concurrent commands (the second waits for the
+first's lock; one job waited for); node6 leaves with its job requeued, after a refusal naming a job pinned there. 22.05 takes the change by a controller restart with its
 state kept, 24.11 by `scontrol reconfigure` (slurmkit/elastic/path.py); the job must survive either way.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -92,6 +94,10 @@ def _files(d: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
 
 
+def _slurmds(lab: Lab) -> list[str]:
+    return sorted(k for k in lab.running_pids() if k.startswith("slurmd-"))
+
+
 class _ReconfigureFailsOnce(CLIBackend):
     """The real backend, except that the first `scontrol reconfigure` fails as a controller would that refuses it."""
 
@@ -121,6 +127,33 @@ def test_a_refused_change_leaves_files_inventory_and_cluster_as_they_were(elab: 
     assert job(backend, long_job).state == "RUNNING"
 
 
+def test_a_new_node_whose_slurmd_never_registers_rolls_everything_back(elab: Lab, backend: CLIBackend,
+                                                                      long_job: str) -> None:
+    """node5's slurmd port is taken, so its slurmd exits at start ("Unable to bind listen port", 22.05 and 24.11
+    slurmd.c _create_msg_socket) and node5 never registers: after --timeout the command stops the slurmd it
+    started (node6's) and puts files, inventory and cluster back."""
+    before = _files(elab.etc)
+    busy = socket.socket()
+    busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past a TIME_WAIT; slurmd still cannot bind it
+    try:
+        busy.bind(("0.0.0.0", elab.spec.slurmd_port(5)))
+        busy.listen()
+        res = sk(elab, "nodes", "add", "node[5-6]", "--group", "h100", "--timeout", "20")
+    finally:
+        busy.close()
+    assert res.returncode == 1, res.stdout + res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("slurmkit: error: timed out after 20s waiting for node[5-6] to register: no slurmd "
+                           "registered for node5 (node5 "), res.stderr
+    assert last.endswith("rolled back: the files, the inventory and the cluster are as they were"), res.stderr
+    assert "wrote " in res.stderr and "lab: stopping slurmd of node5, node6" in res.stderr
+    assert _files(elab.etc) == before  # slurm.conf, topology.conf, slurmkit.yaml, lab-overrides.yaml: byte for byte
+    nodes = sh(elab, elab.exe("scontrol"), "-o", "show", "nodes")
+    assert sorted(line.split()[0] for line in nodes.splitlines()) == [f"NodeName=node{i}" for i in range(1, 5)]
+    assert _slurmds(elab) == [f"slurmd-node{i}" for i in range(1, 5)]
+    assert job(backend, long_job).state == "RUNNING"
+
+
 def test_add_four_nodes_while_a_4_node_job_runs(elab: Lab, backend: CLIBackend, long_job: str) -> None:
     res = sk(elab, "nodes", "add", "node[5-8]", "--group", "h100b")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -146,21 +179,47 @@ def test_add_four_nodes_while_a_4_node_job_runs(elab: Lab, backend: CLIBackend, 
     assert job(backend, long_job).state == "RUNNING"
 
 
-def test_remove_two_nodes_waits_for_their_job(elab: Lab, backend: CLIBackend, long_job: str) -> None:
-    short = submit(elab, "-N1", "-w", "node7", "--wrap", "sleep 5")
-    wait_for(lambda: job(backend, short).state in ("RUNNING", "COMPLETED"), 60, f"job {short} to run")
-    res = sk(elab, "nodes", "remove", "node[7-8]")
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "drained node[7-8]" in res.stderr
-    assert "removed node[7-8]" in res.stdout
+def test_two_concurrent_removes_take_turns_and_both_land(elab: Lab, backend: CLIBackend, long_job: str) -> None:
+    """`nodes remove node7` (waiting for a job on node7) holds the lock; `nodes remove node8` started meanwhile
+    waits for it, then reads the inventory the first one wrote: both changes land (without the lock the second
+    wrote node7 back)."""
+    go = elab.dir / "log" / "remove-go"
+    go.unlink(missing_ok=True)
+    short = submit(elab, "-N1", "-w", "node7", "--wrap", f"while [ ! -e {go} ]; do sleep 0.2; done")
+    wait_for(lambda: job(backend, short).state == "RUNNING", 60, f"job {short} to run")
+    env = {**os.environ, **elab.env}
+    argv = [sys.executable, "-m", "slurmkit.cli.main", "nodes", "remove"]
+    logs = [elab.dir / "log" / f"remove-{n}.err" for n in ("node7", "node8")]
+    with logs[0].open("w") as e1, logs[1].open("w") as e2:
+        first = subprocess.Popen([*argv, "node7"], stdout=subprocess.PIPE, stderr=e1, text=True, cwd=ROOT, env=env)
+        try:
+            wait_for(lambda: f"waiting for job(s) {short}" in logs[0].read_text(), 120, "the first to wait for its job")
+            second = subprocess.Popen([*argv, "node8", "--lock-wait", "300"], stdout=subprocess.PIPE, stderr=e2,
+                                      text=True, cwd=ROOT, env=env)
+            try:
+                want = f"waiting up to 300s for pid {first.pid} (slurmkit nodes remove node7)"
+                wait_for(lambda: want in logs[1].read_text(), 120, "the second to wait for the lock")
+                assert first.poll() is None and second.poll() is None
+                go.touch()
+                out1, _ = first.communicate(timeout=300)
+                out2, _ = second.communicate(timeout=300)
+            finally:
+                second.kill()
+        finally:
+            first.kill()
+    err1, err2 = logs[0].read_text(), logs[1].read_text()
+    assert first.returncode == 0 and "removed node7" in out1, err1
+    assert second.returncode == 0 and "removed node8" in out2, err2
+    assert "drained node7" in err1 and "drained node8" in err2
     assert job(backend, short).state == "COMPLETED"  # waited for, not killed
     assert sorted(n.name for n in backend.nodes()) == [f"node{i}" for i in range(1, 7)]
     j = job(backend, long_job)
     assert j.state == "RUNNING" and sorted(j.nodes) == ["node1", "node2", "node3", "node4"]
-    assert "slurmd-node7" not in elab.running_pids() and "slurmd-node8" not in elab.running_pids()
+    assert _slurmds(elab) == [f"slurmd-node{i}" for i in range(1, 7)]
     inv = yaml.safe_load((elab.etc / "slurmkit.yaml").read_text())
     assert [g["hosts"] for g in inv["node_groups"]] == ["node[1-4]", "node[5-6]"]
     assert "SwitchName=leaf2 Nodes=node[5-6]" in (elab.etc / "topology.conf").read_text()
+    assert not (elab.etc / change.LOCK_NAME).exists()
 
 
 def test_remove_with_requeue_moves_the_job(elab: Lab, backend: CLIBackend, long_job: str) -> None:
@@ -168,9 +227,20 @@ def test_remove_with_requeue_moves_the_job(elab: Lab, backend: CLIBackend, long_
     moved = submit(elab, "-N1", "--exclusive", "-x", "node[1-5]", "--requeue", "--wrap", "sleep 3000")
     wait_for(lambda: job(backend, moved).state == "RUNNING", 60, f"job {moved} to run")
     assert job(backend, moved).nodes == ("node6",)
+    # a job pinned to node6 (-w) would end NODE_FAIL once node6 is gone: refused, naming it, nothing changed
+    pinned = submit(elab, "-N1", "-w", "node6", "--wrap", "true")
+    wait_for(lambda: job(backend, pinned).state == "PENDING", 60, f"job {pinned} to be queued")
     res = sk(elab, "nodes", "remove", "node6", "--requeue")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith(
+        f"slurmkit: error: HOSTS: Slurm would fail queued job(s) once node6 are gone (job {pinned}: pending, "
+        "requires node6 (-w, ReqNodeList=node6))"), res.stderr
+    assert job(backend, moved).state == "RUNNING" and not backend.node("node6").drained
+    assert sorted(n.name for n in backend.nodes()) == [f"node{i}" for i in range(1, 7)]
+    res = sk(elab, "nodes", "remove", "node6", "--requeue", "--cancel-stranded")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"requeued job(s) {moved}" in res.stderr
+    assert f"requeued job(s) {moved}" in res.stderr and f"cancelled job(s) {pinned}" in res.stderr
+    assert job(backend, pinned).state == "CANCELLED"
     assert sorted(n.name for n in backend.nodes()) == [f"node{i}" for i in range(1, 6)]
     m = job(backend, moved)
     assert m.state == "PENDING" and m.restarts >= 1, m

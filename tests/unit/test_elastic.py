@@ -4,6 +4,7 @@ and bad input refused with exit 2 before anything changes."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import subprocess
 import sys
@@ -136,3 +137,128 @@ def test_cli_bad_input_exits_2_and_changes_nothing(tmp_path: Path) -> None:
         assert msg in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
     assert copy.deepcopy(inv) == yaml.safe_load((tmp_path / "slurmkit.yaml").read_text())
+
+
+@pytest.mark.parametrize(("kw", "msg"), [
+    ({"switch": "lef2"}, "--switch: no switch 'lef2' in topology.switches (leaf switches: leaf1); "
+                         "did you mean 'leaf1'? (--new-switch makes a new leaf of that name)"),
+    ({"switch": "rack7"}, "--switch: no switch 'rack7' in topology.switches (leaf switches: leaf1) (--new-switch"),
+    ({"new_switch": True}, "--new-switch: name the new leaf with --switch"),
+    ({"switch": "leaf1", "new_switch": True}, "--new-switch: switch 'leaf1' exists already"),
+])
+def test_add_refuses_an_unknown_switch_unless_new_switch(kw: dict, msg: str) -> None:
+    # a typo in --switch used to wire the nodes to a new leaf of that name, silently
+    with pytest.raises(UsageError) as err:
+        edit.add_hosts(_inv(), ["node5"], "h100", **kw)
+    assert msg in str(err.value)
+
+
+def test_add_with_new_switch_makes_that_leaf() -> None:
+    e = edit.add_hosts(_inv(), ["node5", "node6"], "h100", switch="rack7", new_switch=True)
+    assert {"name": "rack7", "nodes": "node[5-6]"} in e.data["topology"]["switches"]
+    assert {"name": "spine", "switches": "leaf1,rack7"} in e.data["topology"]["switches"]
+    load_cluster_dict(e.data)
+
+
+def _recorded_jobs(release: str) -> list:
+    from slurmkit.backend.parse import parse_scontrol_jobs
+
+    d = ROOT / "tests" / "data" / "slurm" / release
+    return parse_scontrol_jobs((d / "scontrol_show_job.txt").read_text())
+
+
+def test_stranded_jobs_pinned_to_removed_hosts() -> None:
+    """Recorded `scontrol -o show job` (24.11, tests/data/slurm/record.py; the 22.05 one has no -w): job 1 runs on
+    node[5-6] pinned there (-w), job 2 on node1 (-w node1). The lab test judges it on both releases."""
+    from slurmkit.elastic.change import stranded_jobs
+
+    jobs = _recorded_jobs("24.11")
+    assert [(j.job_id, j.state, j.raw["ReqNodeList"]) for j in jobs][:2] == [
+        ("1", "RUNNING", "node[5-6]"), ("2", "RUNNING", "node1")]
+    # waited for: a running job ends before the change lands
+    assert stranded_jobs(jobs, ["node5"], (), requeue=False) == {}
+    # requeued, it would be pending with ReqNodeList=node[5-6] when node5 is gone: Slurm fails it
+    assert stranded_jobs(jobs, ["node5"], (), requeue=True) == {
+        "1": "requeued by --requeue, requires node5 (-w, ReqNodeList=node[5-6])"}
+    assert stranded_jobs(jobs, ["node7"], (), requeue=True) == {}  # neither is on node7 nor needs it
+    # the same job queued (pending) is stranded with or without --requeue; so is one whose partition goes
+    pending = [dataclasses.replace(j, state="PENDING", nodes=()) for j in jobs[:2]]
+    assert stranded_jobs(pending, ["node6", "node8"], (), requeue=False) == {
+        "1": "pending, requires node6 (-w, ReqNodeList=node[5-6])"}
+    assert stranded_jobs(pending, ["node8"], ("gpu",), requeue=False) == {
+        "1": "pending, in partition gpu, which goes with its last node group",
+        "2": "pending, in partition gpu, which goes with its last node group"}
+
+
+def test_remove_reports_the_partitions_that_go() -> None:
+    inv = edit.add_hosts(_inv(), ["node5", "node6"], "b").data
+    inv["partitions"].append({"name": "bonly", "groups": ["b"]})
+    assert edit.remove_hosts(inv, ["node5", "node6"]).dropped_partitions == ("bonly",)
+    assert edit.remove_hosts(inv, ["node6"]).dropped_partitions == ()
+
+
+_HOLDER = """
+import sys
+from pathlib import Path
+from slurmkit.elastic import change
+with change.locked(Path(sys.argv[1]), "slurmkit nodes add node5 --group h100", 0):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_second_nodes_command_refuses_naming_the_lock_holder(tmp_path: Path) -> None:
+    """Two real processes: one holds the lock (as a running `nodes add` does from reading the inventory to its
+    end); `nodes remove --lock-wait 0` refuses with one line naming its pid and command, changing nothing, and
+    with a wait it says whom it waits for and goes on once the lock is free."""
+    (tmp_path / "slurmkit.yaml").write_text(yaml.safe_dump(_inv(), sort_keys=False))
+    (tmp_path / "slurm.conf").write_text("ClusterName=lab\n")
+    env = {**os.environ, "SLURM_CONF": str(tmp_path / "slurm.conf")}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+        assert before[".slurmkit-nodes.lock"] == f"pid {holder.pid} (slurmkit nodes add node5 --group h100)\n".encode()
+        argv = [sys.executable, "-m", "slurmkit.cli.main", "nodes", "remove", "node3"]
+        res = subprocess.run([*argv, "--lock-wait", "0"], capture_output=True, text=True, env=env, cwd=ROOT,
+                             timeout=60)
+        assert res.returncode == 1, res.stderr
+        assert res.stderr.strip().splitlines() == [
+            f"slurmkit: error: {tmp_path}/.slurmkit-nodes.lock: held by pid {holder.pid} (slurmkit nodes add node5 "
+            "--group h100); gave up after 0s (--lock-wait); nothing changed"]
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+        waiter = subprocess.Popen([*argv, "--lock-wait", "120"], stderr=subprocess.PIPE, text=True, env=env,
+                                  cwd=ROOT)
+        assert waiter.stderr is not None
+        line = waiter.stderr.readline()  # said before it waits
+        assert line.startswith(f"nodes: waiting up to 120s for pid {holder.pid} (slurmkit nodes add"), line
+        assert waiter.poll() is None
+        holder.stdin.close()  # type: ignore[union-attr]
+        assert holder.wait(timeout=60) == 0
+        rest = waiter.stderr.read()
+        waiter.wait(timeout=120)
+        # it got the lock: it read the inventory then (and, with no slurmctld here, stopped at the drain)
+        assert "nodes: node3 leave the inventory" in rest, rest
+        assert "gave up" not in rest
+        assert not (tmp_path / ".slurmkit-nodes.lock").exists()  # released and removed
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_site_is_told_to_start_slurmd_and_what_the_command_waits_for(tmp_path: Path) -> None:
+    from slurmkit.elastic.change import Site
+
+    said: list[str] = []
+    (tmp_path / "slurm.conf").write_text("ClusterName=c\n")
+    Site(tmp_path).start_nodes(["node5", "node6"], said.append)
+    (tmp_path / "slurm.conf").write_text("ClusterName=c\nSlurmctldParameters=enable_configless\n")
+    Site(tmp_path).start_nodes(["node5"], said.append)
+    assert said == [
+        f"start slurmd on node[5-6] now, e.g. `systemctl start slurmd` there (each needs the new files from "
+        f"{tmp_path} first); they stay drained ('slurmkit: joining the cluster (nodes add)') until every one has "
+        "registered",
+        "start slurmd on node5 now, e.g. `systemctl start slurmd` there (they fetch the new files from slurmctld "
+        "when slurmd --conf-server starts); they stay drained ('slurmkit: joining the cluster (nodes add)') until "
+        "every one has registered"]
