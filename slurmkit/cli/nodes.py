@@ -135,7 +135,7 @@ def remove(hosts: str, requeue: bool, cancel_stranded: bool, timeout: float, dry
 
     from slurmkit import hostlist
     from slurmkit.elastic import change, edit, path
-    from slurmkit.errors import UsageError
+    from slurmkit.errors import SlurmkitError, UsageError
 
     names = hostlist.expand(hosts, "HOSTS")
     site, backend, release = _target()
@@ -146,7 +146,7 @@ def remove(hosts: str, requeue: bool, cancel_stranded: bool, timeout: float, dry
 
     def refuse(jobs: dict[str, str]) -> UsageError:
         listed = "; ".join(f"job {j}: {why}" for j, why in sorted(jobs.items()))
-        return UsageError(f"HOSTS: Slurm would fail queued job(s) once {hostlist.fold(names)} are gone ({listed}); "
+        return UsageError(f"HOSTS: queued job(s) that Slurm would fail without {hostlist.fold(names)} ({listed}); "
                           "--cancel-stranded cancels them, or change them first (scontrol update jobid=... "
                           "ReqNodeList=/Partition=); nothing changed")
 
@@ -155,7 +155,10 @@ def remove(hosts: str, requeue: bool, cancel_stranded: bool, timeout: float, dry
         p = path.choose(release, adding=False)
         _say(e.summary)
         _say(p.statement("remove"))
-        jobs = stranded(e)
+        try:
+            jobs = stranded(e)
+        except SlurmkitError:  # a dry run needs no controller; the real run asks again
+            jobs = {}
         click.echo(f"  0. drain {hostlist.fold(names)}; " + ("requeue their jobs" if requeue else "wait for their jobs")
                    + (f"; cancel job(s) {', '.join(sorted(jobs))} (they need what goes)" if jobs else ""))
         for i, step in enumerate(p.steps, 1):

@@ -233,7 +233,7 @@ def test_remove_with_requeue_moves_the_job(elab: Lab, backend: CLIBackend, long_
     res = sk(elab, "nodes", "remove", "node6", "--requeue")
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith(
-        f"slurmkit: error: HOSTS: Slurm would fail queued job(s) once node6 are gone (job {pinned}: pending, "
+        f"slurmkit: error: HOSTS: queued job(s) that Slurm would fail without node6 (job {pinned}: pending, "
         "requires node6 (-w, ReqNodeList=node6))"), res.stderr
     assert job(backend, moved).state == "RUNNING" and not backend.node("node6").drained
     assert sorted(n.name for n in backend.nodes()) == [f"node{i}" for i in range(1, 7)]

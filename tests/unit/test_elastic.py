@@ -238,7 +238,7 @@ def test_a_second_nodes_command_refuses_naming_the_lock_holder(tmp_path: Path) -
         assert holder.wait(timeout=60) == 0
         rest = waiter.stderr.read()
         waiter.wait(timeout=120)
-        # it got the lock: it read the inventory then (and, with no slurmctld here, stopped at the drain)
+        # it got the lock: it read the inventory then (and, with no slurmctld here, stopped at its first query)
         assert "nodes: node3 leave the inventory" in rest, rest
         assert "gave up" not in rest
         assert not (tmp_path / ".slurmkit-nodes.lock").exists()  # released and removed
