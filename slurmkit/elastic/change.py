@@ -257,6 +257,9 @@ def add_nodes(site: Site, backend: CLIBackend, edit: Edit, path: ChangePath, nam
                  "everything is rolled back")
         wait_registered(backend, names, timeout)
         backend.resume(hostlist.fold(names))
+        # a resume can mark the node not responding until slurmctld's next ping answers (seen on 22.05 after the
+        # controller restart): in service means responding, not drained, idle (or already running a job)
+        wait_registered(backend, names, timeout, in_service=True)
     except (SlurmkitError, OSError, KeyboardInterrupt) as exc:
         first = _line(exc)
         try:
@@ -309,9 +312,10 @@ def drain_and_wait(backend: CLIBackend, hosts: list[str], *, requeue: bool, time
     return ours
 
 
-def wait_registered(backend: CLIBackend, hosts: list[str], timeout: float) -> Mapping[str, str]:
+def wait_registered(backend: CLIBackend, hosts: list[str], timeout: float, in_service: bool = False) -> Mapping[str, str]:
     """Wait until every host's slurmd has registered: responding and idle (drained or not: ``add_nodes`` keeps
-    them drained until all are there); returns the last states. Times out naming the hosts still missing."""
+    them drained until all are there; with ``in_service``, not drained); returns the last states. Times out
+    naming the hosts still missing."""
     states: dict[str, str] = {}
     missing: list[str] = list(hosts)
 
@@ -319,12 +323,13 @@ def wait_registered(backend: CLIBackend, hosts: list[str], timeout: float) -> Ma
         nodes = backend.nodes(hosts)
         states.clear()
         states.update({n.name: "+".join([n.state, *sorted(n.flags)]) for n in nodes})
-        ok = {n.name for n in nodes if n.responding and n.state in ("idle", "mixed", "allocated")}
+        ok = {n.name for n in nodes if n.responding and n.state in ("idle", "mixed", "allocated")
+              and not (in_service and n.drained)}
         missing[:] = [h for h in hosts if h not in ok]
         return not missing
 
     try:
-        _wait(ready, timeout, f"{hostlist.fold(hosts)} to register")
+        _wait(ready, timeout, f"{hostlist.fold(hosts)} to " + ("be in service" if in_service else "register"))
     except ElasticError as exc:
         last = ", ".join(f"{h} {states.get(h, 'not reported')}" for h in missing)
         raise ElasticError(f"{exc}: no slurmd registered for {hostlist.fold(missing)} ({last})") from None
