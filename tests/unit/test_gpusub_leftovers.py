@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -51,7 +53,8 @@ def _run_batch(tmp_path: Path, job, extra_env: dict[str, str] | None = None,  # 
     penv = {"PATH": f"{bin_}:{Path(sys.executable).parent}:/usr/bin:/bin", "SLURM_JOB_ID": "77",
            "SLURM_JOB_NODELIST": "node1", "SLURMD_NODENAME": "node1", "SLURM_NODEID": "0",
            "SCONTROL_LOG": str(tmp_path / "scontrol.log"), "HOME": str(tmp_path), **(extra_env or {})}
-    proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], env=penv, cwd=tmp_path)
+    # Own session, so a test can kill the whole job (the task outlives a batch shell killed by a signal).
+    proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], env=penv, cwd=tmp_path, start_new_session=True)
     if ready is not None:
         end = time.monotonic() + 60
         while not ready.exists() and time.monotonic() < end and proc.poll() is None:
@@ -204,7 +207,11 @@ def test_sigterm_to_a_pinned_job_clears_the_pin_only_when_slurm_requeued_it(tmp_
     assert job.topology.pinned
     extra = {"READY": str(tmp_path / "ready"), **({"PENDING": "1"} if pending else {})}
     proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGTERM)
-    assert proc.wait(timeout=30) == -signal.SIGTERM  # still dies of the SIGTERM, as without the trap
+    try:
+        assert proc.wait(timeout=30) == -signal.SIGTERM  # still dies of the SIGTERM, as without the trap
+    finally:  # the task (hold.sh under the stub srun) outlives the batch shell: it must not outlive the test
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     assert "scontrol update JobId=77 ReqNodeList=" in (tmp_path / "scontrol.log").read_text()
     log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
     assert ("cleared the node pin" in log) == pending
