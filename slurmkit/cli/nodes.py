@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 _common = [
     click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(1),
-                 help="Seconds to wait for slurmctld, for jobs to leave, for new nodes to be idle."),
+                 help="Seconds to wait for slurmctld, and (add) for the new nodes to register or (remove) for their jobs to leave."),
     click.option("--dry-run", is_flag=True, help="Say what would change and how; change nothing."),
     click.option("--no-real-parse", is_flag=True, help="Static checks only; skip the slurmctld parse of the new files."),
     click.option("--ctld-restart", default="systemctl restart slurmctld", show_default=True,

@@ -134,7 +134,7 @@ def _within_ancestors(ctx: _Ctx, quota: GpuQuota, parent: str, accounts: list[Ac
             anc = dict(a.gpus.by_type)
             caps = [(c, f"{c} {key} GPUs") for c in ([anc[key]] if key != "total" and key in anc else [])]
             if a.gpus.total is not None:
-                caps.append((a.gpus.total, f"{a.gpus.total} GPUs in all"))
+                caps.append((a.gpus.total, f"{a.gpus.total} GPU{'' if a.gpus.total == 1 else 's'} in all"))
             for cap, what in caps:
                 if n > cap:
                     sub = _join(path, key) if keyed else path
