@@ -17,6 +17,9 @@ class SubmitRequest:
     script: str
     argv: tuple[str, ...] = ()
     workdir: str | None = None
+    # SBATCH_* variables removed from sbatch's environment: sbatch(1) lets them override the script's #SBATCH lines,
+    # so gpusub reads the ones it knows into its own options (the script then carries them) and drops them here
+    env_unset: tuple[str, ...] = ()
 
     def command(self) -> list[str]:
         return ["sbatch", "--parsable", *self.argv]

@@ -80,13 +80,31 @@ class CLIBackend:
         out = self._run(["scontrol", "-o", "show", "partition"]).stdout
         return [r for r in parse.parse_scontrol_records(out) if "PartitionName" in r]
 
+    def pending(self) -> list[parse.PendingJob]:
+        """Every pending job, with its pin (ReqNodeList) and reason: what placement must not take from it."""
+        out = self._run(["squeue", "-h", "-t", "PD", "-o", parse.PENDING_FORMAT]).stdout
+        return parse.parse_pending(out)
+
+    def reservations(self) -> list[parse.Reservation]:
+        res = self._run(["scontrol", "-o", "show", "reservation"], check=False)
+        if res.rc != 0:
+            if "No reservations" in res.stdout + res.stderr:
+                return []
+            raise SlurmCommandError(res.argv, res.rc, res.stderr)
+        return parse.parse_reservations(res.stdout)
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        """``scontrol update JobId=J Key=value ...`` (scontrol(1): ReqNodeList= clears a pending job's pin)."""
+        self._run(["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())])
+
     # --- jobs ------------------------------------------------------------------------------------------------
     def submit(self, request: SubmitRequest) -> str:
-        res = self._run(request.command(), input=request.script, cwd=request.workdir)
+        res = self._run(request.command(), input=request.script, cwd=request.workdir, unset=request.env_unset)
         return parse.parse_sbatch_parsable(res.stdout)
 
     def test_only(self, request: SubmitRequest) -> str | None:
-        res = self._run(["sbatch", "--test-only", *request.argv], input=request.script, cwd=request.workdir, check=False)
+        res = self._run(["sbatch", "--test-only", *request.argv], input=request.script, cwd=request.workdir, check=False,
+                        unset=request.env_unset)
         if res.rc != 0:
             raise SlurmCommandError(res.argv, res.rc, res.stderr)
         return parse.parse_sbatch_test_only(res.stderr)

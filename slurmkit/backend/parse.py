@@ -440,3 +440,89 @@ def parse_version(text: str) -> str:
     if not m:
         raise ParseError(f"cannot read a Slurm version from {text.strip()!r}")
     return m.group(1)
+
+
+# --- the queue and reservations, as placement needs them ----------------------------------------------------------
+
+# squeue -t PD: job id, node count, partition(s), ReqNodeList (%n), ExcNodeList (%x), reservation, reason last (a
+# pending reason can read "ReqNodeNotAvail, UnavailableNodes:node[1-2]": commas and colons, no '|'). The same
+# format letters in squeue(1) of slurm-22-05-8-1 and slurm-24-11-5-1.
+PENDING_FORMAT = "%i|%D|%P|%n|%x|%v|%r"
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    job_id: str  # "12" or a pending array's "12_[1-3]"
+    nodes: int
+    partitions: tuple[str, ...]
+    req_nodes: tuple[str, ...]  # the job's --nodelist (ReqNodeList), expanded; () when Slurm chooses
+    exc_nodes: tuple[str, ...]
+    reservation: str
+    reason: str
+
+    @property
+    def number(self) -> int:
+        """The job id's number (an array's base id), for ordering by submission."""
+        head = self.job_id.split("_", 1)[0].split("+", 1)[0]
+        return int(head) if head.isdigit() else 0
+
+
+def _hosts(v: str) -> tuple[str, ...]:
+    return tuple(hostlist.expand(v)) if v and v not in ("(null)", "N/A") else ()
+
+
+def parse_pending(text: str) -> list[PendingJob]:
+    """``squeue -h -t PD -o PENDING_FORMAT``."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f = line.split("|", 6)
+        if len(f) < 7:
+            raise ParseError(f"unexpected squeue line: {line!r}")
+        jid, n, parts, req, exc, resv, reason = f
+        out.append(PendingJob(
+            job_id=jid.strip(), nodes=_int(n), partitions=tuple(p for p in parts.split(",") if p),
+            req_nodes=_hosts(req), exc_nodes=_hosts(exc), reservation="" if resv in ("(null)", "") else resv,
+            reason=reason.strip(),
+        ))
+    return out
+
+
+@dataclass(frozen=True)
+class Reservation:
+    name: str
+    start: float  # epoch seconds (slurmctld's local time, as scontrol prints it)
+    end: float
+    nodes: tuple[str, ...]
+    flags: frozenset[str]
+    users: tuple[str, ...]
+    accounts: tuple[str, ...]
+    partition: str
+    active: bool
+
+
+def _epoch(v: str) -> float:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(v).timestamp()
+    except ValueError:
+        return float("inf") if v.lower() in ("unknown", "unlimited", "infinite") else 0.0
+
+
+def parse_reservations(text: str) -> list[Reservation]:
+    """``scontrol -o show reservation`` (text in 22.05 and 24.11; "No reservations in the system" when none)."""
+    out = []
+    for r in parse_scontrol_records(text):
+        if "ReservationName" not in r:
+            continue
+        out.append(Reservation(
+            name=r["ReservationName"], start=_epoch(r.get("StartTime", "")), end=_epoch(r.get("EndTime", "")),
+            nodes=_hosts(r.get("Nodes", "")), flags=frozenset(f for f in r.get("Flags", "").split(",") if f),
+            users=tuple(u for u in _csv(r.get("Users")) if u != "(null)"),
+            accounts=tuple(a for a in _csv(r.get("Accounts")) if a != "(null)"),
+            partition="" if r.get("PartitionName") in (None, "(null)") else r["PartitionName"],
+            active=r.get("State", "").upper() == "ACTIVE",
+        ))
+    return out

@@ -77,6 +77,15 @@ class PyslurmBackend:
     def test_only(self, request: SubmitRequest) -> str | None:
         return self.cli.test_only(request)
 
+    def pending(self):  # type: ignore[no-untyped-def]
+        return self.cli.pending()
+
+    def reservations(self):  # type: ignore[no-untyped-def]
+        return self.cli.reservations()
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        self.cli.update_job(job_id, **fields)
+
     def drain(self, nodes: str, reason: str) -> None:
         self.cli.drain(nodes, reason)
 

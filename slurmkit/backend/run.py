@@ -34,10 +34,11 @@ def run(
     input: str | None = None,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    unset: Sequence[str] = (),
 ) -> Result:
     """Run ``argv`` and return its output.
 
-    ``env`` entries are added to (not substituted for) the current environment.
+    ``env`` entries are added to (not substituted for) the current environment; ``unset`` names are removed.
     Raises SlurmTimeout after ``timeout`` seconds and SlurmCommandError on a non-zero exit when ``check``.
     A missing executable is a SlurmCommandError with rc 127.
     """
@@ -45,9 +46,11 @@ def run(
         raise TypeError("run() takes a list argv, not a string")
     argv = [str(a) for a in argv]
     full_env = None
-    if env:
+    if env or unset:
         full_env = dict(os.environ)
-        full_env.update(env)
+        full_env.update(env or {})
+        for k in unset:
+            full_env.pop(k, None)
     try:
         proc = subprocess.run(
             argv,

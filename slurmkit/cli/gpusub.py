@@ -84,6 +84,18 @@ def _fail(exc: Exception) -> None:
 @click.option("--dependency", default=None, help="sbatch --dependency.")
 @click.option("--array", default=None, help="sbatch --array.")
 @click.option("--exclusive", is_flag=True, help="Whole nodes.")
+@click.option("-x", "--exclude", default=None, metavar="HOSTLIST", help="sbatch --exclude: never these nodes.")
+@click.option("-w", "--nodelist", default=None, metavar="HOSTLIST",
+              help="sbatch --nodelist: exactly these nodes (placement then pins nothing of its own).")
+@click.option("-C", "--constraint", default=None, help="sbatch --constraint (node features, e.g. h100&nvlink).")
+@click.option("--reservation", default=None, help="sbatch --reservation [SBATCH_RESERVATION].")
+@click.option("--begin", default=None, help="sbatch --begin (e.g. now+1hour, 2026-12-24T08:00).")
+@click.option("--hold", is_flag=True, help="sbatch --hold: submit held (release with scontrol release).")
+@click.option("--mail-type", default=None, help="sbatch --mail-type (e.g. END,FAIL).")
+@click.option("--mail-user", default=None, help="sbatch --mail-user.")
+@click.option("--comment", default=None, help="sbatch --comment (free text).")
+@click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="--OPT[=VALUE]",
+              help="Any other sbatch option, passed through (repeatable; options gpusub sets itself are refused).")
 @click.option("--signal-grace", type=int, default=120, show_default=True,
               help="Seconds between SIGUSR2 and the time limit (0: no signal).")
 @click.option("--max-restarts", type=int, default=3, show_default=True, help="Requeues after a preemption signal.")
@@ -94,13 +106,17 @@ def _fail(exc: Exception) -> None:
 @click.option("--run-dir", default=None, help="Run dir for this job [<run root>/<name>-<time>-<hex>].")
 @click.option("--force", is_flag=True, help="Submit despite preflight errors (layout, memory, --test-only).")
 @click.option("--query/--no-query", default=None,
-              help="--dry-run: ask Slurm for partition facts [only without an inventory].")
+              help="--dry-run: plan on Slurm's live node states, queue and reservations, as the submission does "
+                   "[--query when Slurm answers]; --no-query plans offline on an idle cluster.")
 def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_node: int | None,
                partition: str | None, time_: str | None, account: str | None, qos: str | None, name: str | None,
                launcher: str, tp: int, pp: int, cp: int, ep: int, env_pairs: tuple[str, ...],
                container_image: str | None, container_mounts: str | None, python: str | None,
                cpus_per_gpu: int | None, mem_per_gpu: str | None, dependency: str | None,
-               array: str | None, exclusive: bool, signal_grace: int, max_restarts: int, topology: str,
+               array: str | None, exclusive: bool, exclude: str | None, nodelist: str | None,
+               constraint: str | None, reservation: str | None, begin: str | None, hold: bool,
+               mail_type: str | None, mail_user: str | None, comment: str | None, sbatch_args: tuple[str, ...],
+               signal_grace: int, max_restarts: int, topology: str,
                explain: bool, dry_run: bool, follow_: bool, run_dir: str | None, force: bool,
                query: bool | None) -> None:
     """Build, check and submit SCRIPT as a multi-node PyTorch DDP / Megatron-LM job.
@@ -108,6 +124,8 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
     Arguments after `--` go to SCRIPT unchanged, byte for byte.
     """
     try:
+        from dataclasses import replace
+
         from slurmkit.errors import UsageError
         from slurmkit.jobs.render import explain as explain_lines
         from slurmkit.jobs.spec import JobSpec, parse_env_pair, parse_mem_mb
@@ -126,14 +144,25 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
             python=os.path.abspath(python) if python and "/" in python else python,
             cpus_per_gpu=cpus_per_gpu,
             mem_per_gpu_mb=parse_mem_mb("--mem-per-gpu", mem_per_gpu) if mem_per_gpu is not None else None,
+            exclude=exclude, nodelist=nodelist, constraint=constraint, reservation=reservation, begin=begin,
+            hold=hold, mail_type=mail_type, mail_user=mail_user, comment=comment, sbatch_args=sbatch_args,
         )
         if dry_run:
-            from slurmkit.jobs.facts import inventory_path
+            from slurmkit.errors import SlurmCommandError
 
-            ask = query if query is not None else inventory_path() is None
-            backend = _backend() if ask else None
-            # the same checks and exit codes as a submit; only sbatch --test-only needs the controller
-            prepared = prepare(spec, backend, force=force, test_only=False)
+            # the dry run is the submission: it plans on the same live states (node states, queue, reservations)
+            # unless --no-query; when Slurm does not answer it plans offline and says so. The same checks and
+            # exit codes as a submit; only sbatch --test-only is left out.
+            backend = _backend() if query is not False else None
+            try:
+                prepared = prepare(spec, backend, force=force, test_only=False)
+            except SlurmCommandError as exc:
+                if query:
+                    raise
+                prepared = prepare(spec, None, force=force, test_only=False)
+                prepared = replace(prepared, warnings=(
+                    *prepared.warnings, f"Slurm did not answer ({exc.one_line()}): planned without live node states; "
+                    "the submission plans on live states and may pin nodes"))
         else:
             backend = _backend()
             prepared = prepare(spec, backend, force=force)
@@ -162,8 +191,11 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
         result = submit_prepared(prepared, backend, ["gpusub", *sys.argv[1:]])
         click.echo(f"submitted job {result.job_id}")
         click.echo(job.plan_line())
+        if result.unpinned:
+            click.echo(f"gpusub: {result.unpinned}", err=True)
         if prepared.start_estimate:
-            click.echo(f"estimated start: {prepared.start_estimate} (sbatch --test-only)")
+            how = "" if "reservation" in prepared.start_estimate else " (sbatch --test-only)"
+            click.echo(f"estimated start: {prepared.start_estimate}{how}")
         click.echo(f"run dir: {result.run_dir}")
         click.echo(f"log: {result.log_path}")
         if follow_:

@@ -174,7 +174,83 @@ def _cache_facts(path: str, partition: str | None, stamp: tuple[object, ...], fa
 
 def live_partition(backend: Backend, partition: str | None) -> dict[str, str]:
     """The ``scontrol -o show partition`` record of ``partition`` (or the default one); UsageError if missing."""
-    parts = backend.partitions()
+    return pick_partition(backend.partitions(), partition)
+
+
+def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | None) -> ClusterFacts:
+    """Merge the live partition (MaxTime, node list), the node states, the pending queue and the reservations
+    (what placement decides on: jobs/liveplace.py) and, without an inventory, node GPUs and topology."""
+    import time
+    from dataclasses import replace
+
+    # the partition records, one `scontrol show node`, the pending queue, the reservations and, without an
+    # inventory, the topology: independent queries, asked side by side
+    calls: list[Callable[[], Any]] = [backend.partitions, backend.nodes, _optional(backend, "pending"),
+                                      _optional(backend, "reservations")]
+    if base is None or not base.node_gpus:
+        calls.append(backend.topology)
+    now = time.time()
+    results = concurrently(*calls)
+    parts, all_nodes, pending, resvs = results[0], results[1], results[2], results[3]
+    rec = pick_partition(parts, partition or (base.partition if base else None))
+    pname = rec["PartitionName"]
+    members = set(_expand(rec.get("Nodes", ""))) if rec.get("Nodes") not in (None, "", "(null)") else set()
+    max_time = rec.get("MaxTime") or None
+    default_time = rec.get("DefaultTime") if rec.get("DefaultTime") not in (None, "", "NONE", "(null)") else None
+    nodes = [n for n in all_nodes if not members or n.name in members]
+    live = tuple((n.name, n.state, n.flags, n.free_gpus, n.total_gpus) for n in nodes)
+    # each pending job with the nodes it may take: its pin, else every node of its partitions
+    part_nodes = {p.get("PartitionName", ""): p.get("Nodes", "") for p in parts}
+    everyone = frozenset(n.name for n in all_nodes)
+    queue = []
+    for j in pending:
+        if j.req_nodes:
+            may = frozenset(j.req_nodes)
+        else:
+            may = frozenset(h for p in j.partitions for h in _expand_or_empty(part_nodes.get(p, ""))) or everyone
+        queue.append((j, may - frozenset(j.exc_nodes)))
+    extra = dict(pending=tuple(queue), reservations=tuple(resvs), default_time=default_time, live_at=now,
+                 node_features=tuple((n.name, n.features) for n in nodes))
+    if base is not None and base.node_gpus:
+        node_gpus = tuple((n, g) for n, g in base.node_gpus if not members or n in members)
+        shapes = tuple(x for x in base.node_shapes if not members or x[0] in members)
+        return replace(base, partition=pname, max_time=max_time, node_gpus=node_gpus or base.node_gpus,
+                       node_shapes=shapes or base.node_shapes, live_nodes=live, **extra)  # type: ignore[arg-type]
+    node_gpus = tuple((n.name, n.total_gpus) for n in nodes)
+    cpg, mpg = per_gpu_from_records(nodes)
+    gtypes = Counter(_gres_type(n.gres) for n in nodes if _gres_type(n.gres))
+    return ClusterFacts(
+        partition=pname,
+        gpus_per_node=_mode([g for _, g in node_gpus if g]) if node_gpus else None,
+        gpu_type=gtypes.most_common(1)[0][0] if gtypes else None,
+        gpu_memory_mb=0,
+        node_gpus=node_gpus,
+        node_shapes=tuple(node_shape(n) for n in nodes),
+        max_time=max_time,
+        topo_records=tuple(results[4]),
+        live_nodes=live,
+        cpus_per_gpu=cpg,
+        mem_per_gpu_mb=mpg,
+        resources_source="node records" if cpg or mpg else "",
+        source="slurm",
+        notes=("no site inventory: GPU memory unknown, NCCL interface left to NCCL",),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _optional(backend: Backend, name: str) -> Callable[[], Any]:
+    """A query only the CLI/pyslurm backends have (a test double may lack it): none asked, nothing known."""
+    fn = getattr(backend, name, None)
+    return fn if fn is not None else (lambda: [])
+
+
+def _expand_or_empty(hosts: str) -> list[str]:
+    return _expand(hosts) if hosts and hosts != "(null)" else []
+
+
+def pick_partition(parts: list[dict[str, str]], partition: str | None) -> dict[str, str]:
+    """The record of ``partition`` (or the default one) among ``scontrol -o show partition``'s; UsageError if
+    missing."""
     if partition:
         for p in parts:
             if p.get("PartitionName") == partition:
@@ -187,48 +263,6 @@ def live_partition(backend: Backend, partition: str | None) -> dict[str, str]:
     if parts:
         return parts[0]
     raise UsageError("the cluster has no partitions")
-
-
-def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | None) -> ClusterFacts:
-    """Merge the live partition (MaxTime, node list) and, without an inventory, node GPUs and topology."""
-    from dataclasses import replace
-
-    # the partition record, one `scontrol show node` (live states for the placement engine; without an inventory
-    # also GPUs per node) and, without an inventory, the topology: independent queries, asked side by side
-    calls: list[Callable[[], Any]] = [lambda: live_partition(backend, partition or (base.partition if base else None)), backend.nodes]
-    if base is None or not base.node_gpus:
-        calls.append(backend.topology)
-    results = concurrently(*calls)
-    rec, all_nodes = results[0], results[1]
-    pname = rec["PartitionName"]
-    members = set(_expand(rec.get("Nodes", ""))) if rec.get("Nodes") not in (None, "", "(null)") else set()
-    max_time = rec.get("MaxTime") or None
-    nodes = [n for n in all_nodes if not members or n.name in members]
-    live = tuple((n.name, n.state, n.flags, n.free_gpus, n.total_gpus) for n in nodes)
-    if base is not None and base.node_gpus:
-        node_gpus = tuple((n, g) for n, g in base.node_gpus if not members or n in members)
-        shapes = tuple(x for x in base.node_shapes if not members or x[0] in members)
-        return replace(base, partition=pname, max_time=max_time, node_gpus=node_gpus or base.node_gpus,
-                       node_shapes=shapes or base.node_shapes, live_nodes=live)
-    node_gpus = tuple((n.name, n.total_gpus) for n in nodes)
-    cpg, mpg = per_gpu_from_records(nodes)
-    gtypes = Counter(_gres_type(n.gres) for n in nodes if _gres_type(n.gres))
-    return ClusterFacts(
-        partition=pname,
-        gpus_per_node=_mode([g for _, g in node_gpus if g]) if node_gpus else None,
-        gpu_type=gtypes.most_common(1)[0][0] if gtypes else None,
-        gpu_memory_mb=0,
-        node_gpus=node_gpus,
-        node_shapes=tuple(node_shape(n) for n in nodes),
-        max_time=max_time,
-        topo_records=tuple(results[2]),
-        live_nodes=live,
-        cpus_per_gpu=cpg,
-        mem_per_gpu_mb=mpg,
-        resources_source="node records" if cpg or mpg else "",
-        source="slurm",
-        notes=("no site inventory: GPU memory unknown, NCCL interface left to NCCL",),
-    )
 
 
 def concurrently(*calls: Callable[[], Any]) -> list[Any]:

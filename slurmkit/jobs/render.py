@@ -171,6 +171,16 @@ def directives(spec: JobSpec, facts: ClusterFacts, run_dir: str, gpus: int, topo
         out.append(f"--array={spec.array}")
     if spec.exclusive:
         out.append("--exclusive")
+    for flag, value in (("--exclude", spec.exclude), ("--nodelist", spec.nodelist), ("--constraint", spec.constraint),
+                        ("--reservation", spec.reservation), ("--begin", spec.begin), ("--mail-type", spec.mail_type),
+                        ("--mail-user", spec.mail_user)):
+        if value:
+            out.append(f"{flag}={value}")
+    if spec.hold:
+        out.append("--hold")
+    if spec.comment:
+        out.append(f'--comment="{spec.comment}"')  # sbatch reads a double-quoted #SBATCH argument as one
+    out += spec.sbatch_args
     out += topo.directives
     if spec.signal_grace:
         out.append(f"--signal=B:USR2@{spec.signal_grace}")  # B: only the batch shell; it forwards to the step

@@ -6,13 +6,14 @@ Both are plain frozen dataclasses so that rendering and planning stay pure funct
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from slurmkit.errors import UsageError
 
 if TYPE_CHECKING:
-    from slurmkit.backend.parse import SwitchRecord
+    from slurmkit.backend.parse import PendingJob, Reservation, SwitchRecord
     from slurmkit.model.cluster import Topology
     from slurmkit.placement.topology import PlacementTopology
 
@@ -23,6 +24,33 @@ TOPOLOGY_MODES = ("auto", "off", "strict")
 # trusting its quoting we accept only characters that need none and refuse the rest with a clear message.
 _SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./%-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# a --constraint expression also uses & | [ ] * ( ) (sbatch(1) --constraint, 22.05 and 24.11): no shell meaning on
+# an #SBATCH line, which sbatch reads itself
+_CONSTRAINT_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./%&|\[\]*()-]+$")
+# --comment is free text: sbatch reads a double-quoted #SBATCH argument as one (src/sbatch/opt.c, 22.05 and 24.11;
+# the lab test submits one with blanks); a quote, a backslash or a line break is refused
+_COMMENT_SAFE = re.compile(r'^[^"\\\n\r\x00]+$')
+_HOSTLIST_SAFE = re.compile(r"^[A-Za-z0-9_.,\[\]-]+$")
+_PASS_OPT = re.compile(r"^--([a-z][a-z0-9-]*)(?:=(.*))?$")
+# sbatch options gpusub sets or models itself: a pass-through of one would contradict the script (or placement)
+OWN_OPTIONS = {
+    "nodes": "--nodes", "ntasks": "--nodes/--launcher", "ntasks-per-node": "--launcher", "gres": "--gpus-per-node",
+    "gpus": "--gpus-per-node", "gpus-per-node": "--gpus-per-node", "gpus-per-task": "--launcher srun",
+    "cpus-per-task": "--cpus-per-gpu", "cpus-per-gpu": "--cpus-per-gpu", "mem": "--mem-per-gpu",
+    "mem-per-cpu": "--mem-per-gpu", "mem-per-gpu": "--mem-per-gpu", "partition": "--partition", "time": "--time",
+    "account": "--account", "qos": "--qos", "job-name": "--name", "dependency": "--dependency", "array": "--array",
+    "exclusive": "--exclusive", "signal": "--signal-grace", "requeue": "(always set)", "no-requeue": "--max-restarts 0",
+    "open-mode": "(always append)", "output": "--run-dir", "error": "--run-dir", "switches": "--topology",
+    "nodelist": "--nodelist", "exclude": "--exclude", "constraint": "--constraint", "reservation": "--reservation",
+    "begin": "--begin", "hold": "--hold", "mail-type": "--mail-type", "mail-user": "--mail-user",
+    "comment": "--comment", "wrap": "SCRIPT", "chdir": "(the submit directory)", "parsable": "(always set)",
+    "test-only": "--dry-run", "wait": "--follow", "contiguous": "--topology", "segment": "--topology",
+}
+# pass-through options that cannot change which nodes can run the job: placement may still pin nodes beside them
+PLACEMENT_NEUTRAL = frozenset({
+    "nice", "priority", "wckey", "profile", "acctg-freq", "kill-on-invalid-dep", "deadline", "export",
+    "get-user-env", "propagate", "uid", "gid", "licenses", "mcs-label", "spread-job",
+})
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
@@ -33,6 +61,20 @@ def sbatch_value(option: str, value: str) -> str:
             f"{option}: {value!r} may contain only letters, digits and _@+=:,./%- (it goes on an #SBATCH line)"
         )
     return value
+
+
+def check_pass_through(arg: str) -> str:
+    """``--sbatch-arg`` values: ``--name`` or ``--name=value`` with an #SBATCH-safe value, and not an option gpusub
+    sets or models itself (that one has its own flag, which placement and preflight read)."""
+    m = _PASS_OPT.match(arg)
+    if not m:
+        raise UsageError(f"--sbatch-arg: {arg!r} is not a long sbatch option (--name or --name=value)")
+    name, value = m.group(1), m.group(2)
+    if name in OWN_OPTIONS:
+        raise UsageError(f"--sbatch-arg {arg}: gpusub sets --{name} itself; use {OWN_OPTIONS[name]}")
+    if value is not None:
+        sbatch_value(f"--sbatch-arg --{name}", value)
+    return arg
 
 
 def parse_env_pair(pair: str) -> tuple[str, str]:
@@ -182,6 +224,17 @@ class JobSpec:
     python: str | None = None
     cpus_per_gpu: int | None = None  # None: the node's usable CPUs / GPUs (inventory, else node records)
     mem_per_gpu_mb: int | None = None  # None: the node's usable memory / GPUs
+    # sbatch's node selection, honoured by placement as Slurm would (jobs/liveplace.py)
+    exclude: str | None = None  # --exclude hostlist
+    nodelist: str | None = None  # -w/--nodelist: the user's own choice (never replaced by a placement pin)
+    constraint: str | None = None
+    reservation: str | None = None
+    begin: str | None = None
+    hold: bool = False
+    mail_type: str | None = None
+    mail_user: str | None = None
+    comment: str | None = None
+    sbatch_args: tuple[str, ...] = ()  # pass-through ("--nice=10"), checked by check_pass_through
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
@@ -215,10 +268,28 @@ class JobSpec:
         checked: tuple[tuple[str, str | None], ...] = (
             ("--partition", self.partition), ("--account", self.account), ("--qos", self.qos),
             ("--name", self.name), ("--dependency", self.dependency), ("--array", self.array), ("--time", self.time),
+            ("--reservation", self.reservation),
+            ("--begin", self.begin), ("--mail-type", self.mail_type), ("--mail-user", self.mail_user),
         )
         for flag, value in checked:
             if value is not None:
                 sbatch_value(flag, value)
+        for flag, hosts in (("--exclude", self.exclude), ("--nodelist", self.nodelist)):
+            if hosts is not None and not _HOSTLIST_SAFE.match(hosts):
+                raise UsageError(f"{flag}: {hosts!r} is not a Slurm hostlist (e.g. node[1-4],gpu07)")
+        if self.constraint is not None and not _CONSTRAINT_SAFE.match(self.constraint):
+            raise UsageError(f"--constraint: {self.constraint!r} may contain only feature names and &|[]*() "
+                             "(it goes on an #SBATCH line)")
+        if self.comment is not None and not _COMMENT_SAFE.match(self.comment):
+            raise UsageError(f"--comment: {self.comment!r} may not be empty or contain a double quote, a backslash "
+                             "or a line break (it goes on an #SBATCH line)")
+        for a in self.sbatch_args:
+            check_pass_through(a)
+
+    @property
+    def pass_through_neutral(self) -> bool:
+        """Every pass-through option leaves node selection alone (placement may pin beside them)."""
+        return all(_PASS_OPT.match(a).group(1) in PLACEMENT_NEUTRAL for a in self.sbatch_args)  # type: ignore[union-attr]
 
     @property
     def job_name(self) -> str:
@@ -254,8 +325,16 @@ class ClusterFacts:
     # a cache hit then imports neither the model nor re-expands its hostlists)
     topo_placement: PlacementTopology | None = None
     topo_records: tuple[SwitchRecord, ...] = ()  # `scontrol show topology` (without an inventory)
-    # live (name, state, flags, free GPUs, total GPUs) from one `scontrol show node`; () in a dry run
+    # live (name, state, flags, free GPUs, total GPUs) from one `scontrol show node`; () when Slurm was not asked
     live_nodes: tuple[tuple[str, str, frozenset[str], int, int], ...] = ()
+    # what else placement must respect, asked beside the node states (jobs/liveplace.py): the pending queue (each
+    # job with the nodes it may take: its pin, else its partitions' nodes), reservations, node features, the
+    # partition's DefaultTime, and when all this was read (epoch seconds)
+    pending: tuple[tuple[PendingJob, frozenset[str]], ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    node_features: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    default_time: str | None = None
+    live_at: float = 0.0
     # each GPU's share of a node's usable CPUs / memory (after the reserve); 0 = unknown. The smallest over the
     # partition's GPU node groups, so the request fits every node the job may get.
     cpus_per_gpu: int = 0
@@ -272,3 +351,66 @@ class ClusterFacts:
     source: str = "flags"  # "inventory:<path>" or "slurm" or "flags"
     inventory_sha256: str = ""
     notes: tuple[str, ...] = field(default=())
+
+
+# --- SBATCH_* input environment -------------------------------------------------------------------------------------
+# sbatch(1) (INPUT ENVIRONMENT VARIABLES, slurm-22-05-8-1 and slurm-24-11-5-1): these variables override the
+# script's #SBATCH lines, so left alone they would change what gpusub planned (another partition or time limit than
+# preflight checked, no requeue, a signal the batch shell does not expect). gpusub reads the ones it models into its
+# own options (a flag given on the command line wins, as with sbatch), writes them into the script, and removes every
+# one of them from sbatch's environment; the ones that contradict what gpusub sets are removed with a warning.
+SBATCH_ENV_FIELDS = {
+    "SBATCH_ACCOUNT": "account", "SBATCH_QOS": "qos", "SBATCH_PARTITION": "partition", "SBATCH_TIMELIMIT": "time",
+    "SBATCH_RESERVATION": "reservation", "SBATCH_CONSTRAINT": "constraint", "SBATCH_EXCLUSIVE": "exclusive",
+    "SBATCH_JOB_NAME": "name", "SBATCH_ARRAY_INX": "array", "SBATCH_CPUS_PER_GPU": "cpus_per_gpu",
+    "SBATCH_MEM_PER_GPU": "mem_per_gpu_mb", "SBATCH_GPUS_PER_NODE": "gpus_per_node",
+}
+SBATCH_ENV_CONFLICTS = {
+    "SBATCH_GRES": "--gpus-per-node", "SBATCH_GPUS": "--gpus-per-node", "SBATCH_GPUS_PER_TASK": "--launcher srun",
+    "SBATCH_MEM_PER_CPU": "--mem-per-gpu", "SBATCH_MEM_PER_NODE": "--mem-per-gpu",
+    "SBATCH_TRES_PER_TASK": "--cpus-per-gpu", "SBATCH_NO_REQUEUE": "--max-restarts 0", "SBATCH_REQUEUE": "",
+    "SBATCH_OPEN_MODE": "", "SBATCH_OUTPUT": "--run-dir", "SBATCH_ERROR": "--run-dir", "SBATCH_SIGNAL": "--signal-grace",
+    "SBATCH_REQ_SWITCH": "--topology", "SBATCH_WAIT4SWITCH": "--topology", "SBATCH_WAIT": "--follow",
+}
+
+
+def apply_sbatch_env(spec: JobSpec, environ: Mapping[str, str]) -> tuple[JobSpec, tuple[str, ...], list[str]]:
+    """-> (spec with the SBATCH_* values it had no flag for, names to remove from sbatch's environment, warnings).
+    SBATCH_CLUSTERS is refused: the job would go to a cluster gpusub did not plan for."""
+    from dataclasses import replace
+
+    if environ.get("SBATCH_CLUSTERS"):
+        raise UsageError(f"SBATCH_CLUSTERS={environ['SBATCH_CLUSTERS']}: gpusub plans for the local cluster only; "
+                         "unset it (or run gpusub where that cluster's SLURM_CONF is)")
+    changes: dict[str, object] = {}
+    unset: list[str] = []
+    warnings: list[str] = []
+    for var, name in SBATCH_ENV_FIELDS.items():
+        raw = environ.get(var)
+        if raw is None:
+            continue
+        unset.append(var)
+        if getattr(spec, name) not in (None, False):
+            continue  # the flag wins (sbatch(1): command line options override environment variables)
+        value: object = raw
+        if name == "exclusive":
+            value = True
+        elif name in ("cpus_per_gpu", "gpus_per_node"):
+            if not raw.strip().isdigit():
+                raise UsageError(f"{var}={raw!r}: gpusub reads it as a count; give a whole number or unset it")
+            value = int(raw)
+        elif name == "mem_per_gpu_mb":
+            value = parse_mem_mb(var, raw)
+        changes[name] = value
+    for var, flag in SBATCH_ENV_CONFLICTS.items():
+        if var in environ:
+            unset.append(var)
+            if flag:
+                warnings.append(f"{var}={environ[var]} ignored: gpusub sets that itself (use {flag})")
+    if changes:
+        try:
+            spec = replace(spec, **changes)  # type: ignore[arg-type]  # __post_init__ checks the values as flags
+        except UsageError as exc:
+            used = ", ".join(f"{v}={environ[v]}" for v, n in SBATCH_ENV_FIELDS.items() if n in changes)
+            raise UsageError(f"from the environment ({used}): {exc}") from exc
+    return spec, tuple(unset), warnings

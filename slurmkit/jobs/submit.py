@@ -19,7 +19,7 @@ from slurmkit.errors import SlurmkitError, UsageError
 from slurmkit.jobs import facts as factsmod
 from slurmkit.jobs.render import RenderedJob, render, shape_errors
 from slurmkit.jobs.rundir import default_run_root, new_run_dir, record_job_id, write_run_dir
-from slurmkit.jobs.spec import ClusterFacts, JobSpec
+from slurmkit.jobs.spec import ClusterFacts, JobSpec, apply_sbatch_env
 
 if TYPE_CHECKING:
     from slurmkit.backend.base import Backend
@@ -43,6 +43,7 @@ class SubmitResult:
     job_id: str
     run_dir: str
     prepared: Prepared
+    unpinned: str | None = None  # check_pin cleared the pin: what it said
 
     def __iter__(self) -> Iterator[str]:  # ``job_id, run_dir = submit_job(...)``
         return iter((self.job_id, self.run_dir))
@@ -98,13 +99,16 @@ def prepare(
         from slurmkit.jobs.tenant import start as start_tenant
 
         tenant_q = start_tenant(environ)
+    spec, env_unset, env_warnings = apply_sbatch_env(spec, env)
     spec, torch_version, interp_errors = _pin_interpreter(spec)
     f = facts if facts is not None else gather_facts(spec, backend, env)
     if torch_version and not f.torch_version:
         f = replace(f, torch_version=torch_version)
     run_dir = spec.run_dir or new_run_dir(default_run_root(f.run_root, env, cwd), spec.job_name)
     job = render(spec, f, os.path.abspath(run_dir), workdir=cwd)
-    warnings: list[str] = []
+    if env_unset:
+        job = replace(job, request=replace(job.request, env_unset=env_unset))
+    warnings: list[str] = list(env_warnings)
     errors = interp_errors + [x.message for x in job.findings if x.level == "error"]
     warnings += [x.message for x in job.findings if x.level == "warning"]
     if f.node_gpus:
@@ -124,7 +128,13 @@ def prepare(
         raise PreflightError(f"preflight: {errors[0]}{more}")
     warnings += [f"forced past: {e}" for e in errors]
     estimate = None
-    if backend is not None and test_only:
+    later = _reservation_later(spec, f)
+    if later is not None and backend is not None and test_only:
+        # sbatch --test-only asks for a start now, and job_test_resv() answers ESLURM_INVALID_TIME_VALUE ("Invalid
+        # time specified") for a reservation that has not started (src/slurmctld/reservation.c of slurm-22-05-8-1
+        # and slurm-24-11-5-1; measured on labs of both), while plain sbatch queues the job: no test-only then
+        estimate = later
+    elif backend is not None and test_only:
         try:
             estimate = backend.test_only(job.request)
         except SlurmkitError as exc:
@@ -135,6 +145,18 @@ def prepare(
         git_thread.join()
     return Prepared(job=job, warnings=tuple(warnings), start_estimate=estimate,
                     git=git if git_thread is not None else None, tenant=tenant)
+
+
+def _reservation_later(spec: JobSpec, f: ClusterFacts) -> str | None:
+    """The start of the job's own reservation when it lies ahead (the job cannot start before it), else None."""
+    if not spec.reservation or not f.live_at:
+        return None
+    r = next((r for r in f.reservations if r.name == spec.reservation), None)
+    if r is None or r.start <= f.live_at:
+        return None
+    from datetime import datetime
+
+    return f"{datetime.fromtimestamp(r.start):%Y-%m-%dT%H:%M:%S} (when reservation {r.name} starts)"
 
 
 def _pin_interpreter(spec: JobSpec) -> tuple[JobSpec, str | None, list[str]]:
@@ -180,7 +202,64 @@ def submit_prepared(prepared: Prepared, backend: Backend, gpusub_argv: list[str]
     write_run_dir(prepared.job, gpusub_argv or [], git=prepared.git)
     job_id = backend.submit(prepared.job.request)
     record_job_id(prepared.job.run_dir, job_id, env)
-    return SubmitResult(job_id=job_id, run_dir=prepared.job.run_dir, prepared=prepared)
+    unpinned = check_pin(prepared.job, job_id, backend) if prepared.job.topology.pinned else None
+    return SubmitResult(job_id=job_id, run_dir=prepared.job.run_dir, prepared=prepared, unpinned=unpinned)
+
+
+def check_pin(job: RenderedJob, job_id: str, backend: Backend) -> str | None:
+    """A pinned job, once queued: are its nodes still its own? Two gpusub runs that read the queue at the same
+    moment can pin the same idle nodes; the one submitted first keeps them, the later one (this job, if a job
+    submitted before it is pinned to or already runs on one of its nodes) clears its pin and asks for the same
+    number of leaf switches instead (scontrol(1) 22.05 and 24.11: ReqNodeList= with a blank value clears it;
+    Switches=count@wait), so it never waits for nodes another job holds while others are idle.
+
+    -> what was done (a line for the user), or None when the pin stands (or the job already runs). One squeue and
+    one scontrol call, only for pinned jobs; a failure to check leaves the pin (the job is queued either way)."""
+    from slurmkit.jobs.facts import concurrently
+    from slurmkit.jobs.liveplace import live_view
+    from slurmkit.placement.state import engine_state
+
+    pending_fn = getattr(backend, "pending", None)
+    update = getattr(backend, "update_job", None)
+    if pending_fn is None or update is None:
+        return None
+    pin = next(d.split("=", 1)[1] for d in job.topology.directives if d.startswith("--nodelist="))
+    from slurmkit import hostlist
+
+    pinned = hostlist.expand(pin)
+    try:
+        queue, records = concurrently(pending_fn, lambda: backend.nodes(pinned))
+    except SlurmkitError:
+        return None
+    own = next((j for j in queue if j.job_id == job_id), None)
+    if own is None:
+        return None  # no longer pending: it started on its nodes (or ended): nothing to fix
+    facts = replace(job.facts, pending=tuple((j, frozenset(j.req_nodes)) for j in queue if j.req_nodes),
+                    live_nodes=tuple((n.name, n.state, n.flags, n.free_gpus, n.total_gpus) for n in records))
+    view = live_view(job.spec, facts, own_job=job_id)
+    taken = []
+    for n in records:
+        state = engine_state(n.state, n.flags)
+        busy = (state not in ("idle", "mixed") or (state == "mixed" and job.spec.exclusive)
+                or n.free_gpus < job.gpus_per_node)
+        if n.name in view.promised or busy:
+            taken.append(f"{n.name} ({'pinned by job ' + view.promised[n.name] if n.name in view.promised else 'busy'})")
+    if not taken:
+        return None
+    from slurmkit.jobs.topology import SWITCH_WAIT, _topology
+
+    fields = {"ReqNodeList": ""}
+    topo = _topology(job.facts)
+    if topo is not None and topo.kind == "tree":
+        leaves = len({topo.node_leaf[n] for n in pinned if n in topo.node_leaf})
+        fields["Switches"] = f"{leaves}@{SWITCH_WAIT}"
+    try:
+        update(job_id, **fields)
+    except SlurmkitError as exc:
+        return f"the pinned nodes were taken meanwhile ({', '.join(taken)}) and clearing the pin failed: " \
+               f"{exc.one_line()}"
+    how = f"--switches={fields['Switches']}" if "Switches" in fields else "no pin"
+    return f"the pinned nodes were taken meanwhile ({', '.join(taken)}): pin cleared, Slurm places the job ({how})"
 
 
 def submit_job(spec: JobSpec, backend: Backend, *, environ: Mapping[str, str] | None = None,

@@ -98,14 +98,44 @@ def script(tmp_path: Path) -> Path:
 
 def test_dry_run_prints_script_and_argv_and_submits_nothing(env: dict[str, str], script: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpusub, "_backend", lambda: pytest.fail("a dry run with an inventory queries nothing"))
-    res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "-N", "4", "--dry-run", "--explain", "--", "--lr", "3e-4"])
+    monkeypatch.setattr(gpusub, "_backend", lambda: pytest.fail("a dry run with --no-query queries nothing"))
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "-N", "4", "--dry-run", "--no-query", "--explain",
+                                                 "--", "--lr", "3e-4"])
     assert res.exit_code == 0, res.output
     assert res.output.startswith("#!/bin/bash\n")
     assert "# sbatch argv: sbatch --parsable" in res.output
     assert "--rdzv-id=\"$SLURM_JOB_ID\"" in res.output and "--switches=1@05:00" in res.output
+    assert "no live node states: planned on an idle cluster; nothing pinned" in res.output
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" in res.output.split("# environment", 1)[1]
     assert not Path(env["GPUSUB_RUN_ROOT"]).exists()
+
+
+def _directives(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#SBATCH") and "--output=" not in line]
+
+
+def test_dry_run_is_the_submission(env: dict[str, str], script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 item 8: the default dry run plans on the same live states as the submission, so it shows the pin
+    (--nodelist) the submission gets, not an offline --switches."""
+    fake = FakeBackend()
+    monkeypatch.setattr(gpusub, "_backend", lambda: fake)
+    dry = CliRunner().invoke(gpusub.submit_cmd, [str(script), "-N", "2", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert not fake.submitted and not fake.tested
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "-N", "2"])
+    assert res.exit_code == 0, res.output
+    assert "#SBATCH --nodelist=node[1-2]" in _directives(dry.output)
+    assert _directives(dry.output) == _directives(fake.submitted[0].script)
+
+
+def test_dry_run_without_a_controller_plans_offline_and_says_so(env: dict[str, str], script: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpusub, "_backend", lambda: FakeBackend(down=True))
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "-N", "2", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "# warning: Slurm did not answer" in res.output and "--switches=1@05:00" in res.output
+    res = CliRunner().invoke(gpusub.submit_cmd, [str(script), "-N", "2", "--dry-run", "--query"])
+    assert res.exit_code != 0 and "gpusub: error:" in res.output
 
 
 def test_submit_prints_job_plan_log_and_writes_run_dir(env: dict[str, str], script: Path,

@@ -50,7 +50,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 def test_gpusub_finds_the_inventory_beside_slurm_conf(site: Path, tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text("print(1)\n")
-    argv = [sys.executable, "-m", "slurmkit.cli.gpusub", "--dry-run", "-N2", "--run-dir", str(tmp_path / "run"), str(script)]
+    argv = [sys.executable, "-m", "slurmkit.cli.gpusub", "--dry-run", "--no-query", "-N2", "--run-dir", str(tmp_path / "run"), str(script)]
     state = {"SLURMKIT_STATE_DIR": str(tmp_path / "state")}
     beside = subprocess.run(argv, env=_clean_env(SLURM_CONF=str(site / "slurm.conf"), **state), capture_output=True,
                             text=True, timeout=60, cwd=tmp_path)
