@@ -104,6 +104,10 @@ class SlurmFeatures:
     # ("something wrong with opening/reading"); topology.conf(5)/topology.yaml(5) 24.11+: "cannot be longer than
     # 64 characters". 0 = no limit.
     max_switch_name: int = 0
+    # job_submit/lua's job_modify() passes slurm.user_msg text back to the client (err_msg) from slurm-23-02-0-1;
+    # at slurm-22-05-8-1 it discards it ("Use of log.user() in job_modify is not supported"), and the client sees
+    # only the return code's text (src/plugins/job_submit/lua/job_submit_lua.c, job_modify)
+    lua_modify_user_msg: bool = True
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -144,4 +148,5 @@ def features_for(version: str) -> SlurmFeatures:
         switch_nvidia_imex=v >= (24, 5),
         no_partitions_ok=v >= (23, 11),
         max_switch_name=64 if v >= (24, 11) else 0,
+        lua_modify_user_msg=v >= (23, 2),
     )

@@ -12,6 +12,12 @@ TRES strings: 22.05's clients write ``gres:gpu:N`` (src/common/slurm_opt.c, slur
 form and reads both. Unset numbers are ``NO_VAL``/``NO_VAL16`` (src/api/init_msg.c slurm_init_job_desc_msg, both
 releases), exported to Lua as ``slurm.NO_VAL``/``slurm.NO_VAL16`` (src/lua/slurm_lua.c, both releases).
 
+The time rule refuses a GPU job whose time limit is none (0 or ``INFINITE``: ``-t 0`` and ``--time=UNLIMITED``) and
+accepts one without ``--time`` (``NO_VAL``) where every partition it may land in has a finite DefaultTime, read from
+the plugin's ``part_list`` (``default_time``, _part_rec_field in job_submit_lua.c at both tags). ``slurm_job_modify``
+applies the same rules to the job as it will be after an update: job_desc holds only the updated fields, job_rec
+the job's current ones (src/lua/slurm_lua.c slurm_lua_job_record_field, both tags); the template cites the lines.
+
 With per-type GPU quotas in ``tenants:`` the script adds the GPU type to an untyped GPU request (the one type of
 the job's partitions; several: refused, asking for one): Slurm charges an untyped request to gres/gpu only, so a
 ``gres/gpu:<type>`` limit would not hold it (doc/html/resource_limits.shtml "Specific limits over GRES", 22.05 and
@@ -102,4 +108,5 @@ def job_submit_lua(cluster: Cluster, version: str | None = None) -> str:
         default_partition=default.name if default else "",
         tres_gpu=tres_gpu_prefix(ver),
         typed_quotas=bool(cluster.tenants and cluster.tenants.typed_quotas),
+        modify_user_msg=features_for(ver).lua_modify_user_msg,
     )

@@ -122,6 +122,10 @@ def lab_inventory(
             base["hosts"] = f"node[1-{first - 1}]" if first > 2 else "node1"
             inv["node_groups"].append(burst)
             inv["partitions"][0]["groups"].append(burst["name"])
+    if submit_policy:
+        # the same nodes with a DefaultTime: where every partition of a GPU job has one, the job needs no --time
+        inv["partitions"].append({"name": "gpu-short", "groups": list(inv["partitions"][0]["groups"]),
+                                  "max_time": "1-00:00:00", "default_time": "00:30:00"})
     if accounting:
         inv["accounting"] = {"host": "localhost"}
         inv["tenants"] = tenants if tenants is not None else lab_tenants(nodes * gpus_per_node)

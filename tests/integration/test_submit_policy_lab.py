@@ -150,3 +150,80 @@ def test_a_two_node_gpu_job_waits_for_one_leaf(plab: Lab, jobs: list[str]):
                   "the job to start in one leaf")
     assert _field(shown, "NodeList") == "node[1-2]", shown
     assert _states(b)  # the lab still answers
+
+
+@pytest.mark.parametrize("limit", ["0", "UNLIMITED", "INFINITE"])
+def test_a_gpu_job_asking_no_time_limit_is_refused(plab: Lab, limit: str):
+    """sbatch(1): a time limit of zero means none; the client sends it as INFINITE, like UNLIMITED/INFINITE
+    (slurm_opt.c arg_set_time_limit, parse_time.c time_str2mins). Before: accepted, pending on PartitionTimeLimit."""
+    r = lab_run(plab, ["sbatch", "--gres=gpu:1", f"--time={limit}", "-o", "/dev/null", "--wrap", "true"], check=False)
+    assert r.returncode != 0, r.stdout
+    assert "sbatch: error: slurmkit submit_policy require_time_for_gpus: GPU jobs need a finite time limit" \
+        in r.stderr, r.stderr
+    assert "Requested time limit is invalid" in r.stderr, r.stderr
+    # the DefaultTime of gpu-short does not stand in for a limit the job asked
+    r = lab_run(plab, ["sbatch", "-p", "gpu-short", "--gres=gpu:1", f"-t{limit}", "-o", "/dev/null", "--wrap", "true"],
+                check=False)
+    assert r.returncode != 0 and "finite time limit" in r.stderr, r.stderr
+
+
+def test_a_partition_default_time_stands_in_for_time(plab: Lab, jobs: list[str]):
+    """gpu-short has DefaultTime=00:30:00: a GPU job there without --time runs with that limit; a job that may also
+    land in gpu (no DefaultTime) still needs --time."""
+    assert _field(lab_run(plab, ["scontrol", "-o", "show", "partition", "gpu-short"]).stdout, "DefaultTime") == \
+        "00:30:00"
+    job = _sbatch(plab, jobs, "-p", "gpu-short", "--gres=gpu:1", "--wrap", "true")
+    shown = _show(plab, job)
+    assert _field(shown, "TimeLimit") == "00:30:00", shown
+    assert _field(shown, "CpusPerTres") == f"{tres_gpu_prefix(plab.release)}:4", shown
+    r = lab_run(plab, ["sbatch", "-p", "gpu-short,gpu", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true"],
+                check=False)
+    assert r.returncode != 0 and "require_time_for_gpus" in r.stderr and "DefaultTime" in r.stderr, r.stderr
+
+
+def _update(lab: Lab, job: str, *kv: str):  # type: ignore[no-untyped-def]
+    return lab_run(lab, ["scontrol", "update", f"jobid={job}", *kv], check=False)
+
+
+def test_update_adding_gpus_to_a_job_without_time_limit_is_refused(plab: Lab, jobs: list[str]):
+    """scontrol update calls slurm_job_modify (job_mgr.c _update_job). A held CPU job submitted without --time to gpu
+    (no DefaultTime: its record keeps time_limit NO_VAL) may not become a GPU job; with a TimeLimit in the same
+    update it may, and gets the per-GPU defaults. 22.05 drops the plugin's message on modify (the client sees the
+    return code's text), 24.11 passes it on."""
+    pre = tres_gpu_prefix(plab.release)
+    job = _sbatch(plab, jobs, "-H", "--wrap", "true")
+    assert _field(_show(plab, job), "TresPerNode") == ""
+    r = _update(plab, job, "Gres=gpu:2")
+    assert r.returncode != 0
+    assert "Time limit specification required" in r.stderr, r.stderr
+    if plab.release != "22.05":
+        assert "slurmkit submit_policy require_time_for_gpus" in r.stderr and "TimeLimit=" in r.stderr, r.stderr
+    else:  # the admin finds it in slurmctld's log (slurm.log_info)
+        log = (plab.dir / "log" / "slurmctld.log").read_text()
+        assert "lua: slurmkit submit_policy require_time_for_gpus" in log and "add TimeLimit= to the update" in log
+    assert _field(_show(plab, job), "TresPerNode") == ""  # unchanged
+    r = _update(plab, job, "Gres=gpu:2", "TimeLimit=10")
+    assert r.returncode == 0, r.stderr
+    shown = _show(plab, job)
+    assert _field(shown, "TresPerNode") == f"{pre}:2" and _field(shown, "TimeLimit") == "00:10:00", shown
+    assert _field(shown, "CpusPerTres") == f"{pre}:4", shown
+    assert _field(shown, "MemPerTres") == f"{pre}:15500", shown
+    # the GPU job may not drop its time limit afterwards
+    r = _update(plab, job, "TimeLimit=UNLIMITED")
+    assert r.returncode != 0 and "Requested time limit is invalid" in r.stderr, r.stderr
+    assert _field(_show(plab, job), "TimeLimit") == "00:10:00"
+    # and what the update made runs
+    lab_run(plab, ["scontrol", "release", job])
+    shown = _wait(lambda: _show_if(plab, job, lambda s: _field(s, "JobState") == "COMPLETED"), 90,
+                  "the updated GPU job to run")
+    assert _field(shown, "ExitCode") == "0:0", shown
+
+
+def test_updating_a_cpu_jobs_other_fields_still_works(plab: Lab, jobs: list[str]):
+    job = _sbatch(plab, jobs, "-H", "--wrap", "true")
+    r = _update(plab, job, "Comment=still-fine", "Name=renamed")
+    assert r.returncode == 0, r.stderr
+    shown = _show(plab, job)
+    assert _field(shown, "Comment") == "still-fine" and _field(shown, "JobName") == "renamed", shown
+    r = _update(plab, job, "TimeLimit=UNLIMITED")  # a CPU job's limit is not the policy's business
+    assert r.returncode == 0, r.stderr

@@ -26,11 +26,13 @@ from tests.unit.test_conf_cli import sk, write_inv
 ROOT = Path(__file__).resolve().parents[2]
 LUAC = shutil.which("luac5.1")
 
-# slurm.NO_VAL / NO_VAL16 (slurm/slurm.h, 22.05 and 24.11) and the error codes the script returns
+# slurm.NO_VAL / NO_VAL16 / INFINITE (slurm/slurm.h) and the error codes the script returns (slurm/slurm_errno.h),
+# 22.05 and 24.11
 NO_VAL = 0xFFFFFFFE
 NO_VAL16 = 0xFFFE
-SLURM = {"SUCCESS": 0, "ERROR": -1, "FAILURE": -1, "NO_VAL": NO_VAL, "NO_VAL16": NO_VAL16,
-         "ESLURM_ACCESS_DENIED": 2002, "ESLURM_MISSING_TIME_LIMIT": 2051}
+INFINITE = 0xFFFFFFFF
+SLURM = {"SUCCESS": 0, "ERROR": -1, "FAILURE": -1, "NO_VAL": NO_VAL, "NO_VAL16": NO_VAL16, "INFINITE": INFINITE,
+         "ESLURM_ACCESS_DENIED": 2002, "ESLURM_INVALID_TIME_LIMIT": 2051, "ESLURM_MISSING_TIME_LIMIT": 8000}
 
 # the job_desc fields _set_job_req_field writes (src/plugins/job_submit/lua/job_submit_lua.c), per release tag
 WRITABLE = {
@@ -77,18 +79,43 @@ class Plugin:
         self.lua = LuaRuntime(unpack_returned_tuples=True)
         self.messages: list[str] = []
         slurm = self.lua.table_from(SLURM)
+        self.logged: list[str] = []
         slurm["user_msg"] = self.messages.append
+        slurm["log_info"] = lambda fmt, *args: self.logged.append(fmt % args)
         self.lua.globals()["slurm"] = slurm
         assert self.lua.execute(text) == 0  # the script's last statement: return slurm.SUCCESS
         self.submit = self.lua.globals()["slurm_job_submit"]
-        assert self.lua.globals()["slurm_job_modify"] is not None  # the plugin refuses a script without it
+        self.modify_fn = self.lua.globals()["slurm_job_modify"]
+        assert self.modify_fn is not None  # the plugin refuses a script without it
 
-    def run(self, **fields: object) -> tuple[int, dict[str, object]]:
+    def parts(self, default_time: dict[str, int] | None = None):  # type: ignore[no-untyped-def]
+        """part_list as the plugin pushes it: name -> record with default_time (NO_VAL when unset)."""
+        names = ("gpu", "cpu", "all")
+        dt = default_time or {}
+        return self.lua.table_from({n: self.lua.table_from({"name": n, "default_time": dt.get(n, NO_VAL)})
+                                    for n in names})
+
+    def run(self, default_time: dict[str, int] | None = None, **fields: object) -> tuple[int, dict[str, object]]:
         base: dict[str, object] = {"time_limit": NO_VAL, "min_nodes": NO_VAL, "req_switch": NO_VAL,
                                    "wait4switch": NO_VAL, "cpus_per_task": NO_VAL16}
         base.update(fields)
         desc = self.lua.table_from({k: v for k, v in base.items() if v is not None})
-        rc = self.submit(desc, self.lua.table(), 1000)
+        rc = self.submit(desc, self.parts(default_time), 1000)
+        return int(rc), dict(desc.items())
+
+    def modify(self, rec: dict[str, object], **fields: object) -> tuple[int, dict[str, object]]:
+        """slurm_job_modify with a job_desc holding only `fields` (the rest unset, as scontrol sends it) and a
+        job_rec of `rec` over a pending job's record defaults (slurm_lua_job_record_field)."""
+        base: dict[str, object] = {"time_limit": NO_VAL, "min_nodes": NO_VAL, "req_switch": NO_VAL,
+                                   "wait4switch": NO_VAL, "cpus_per_task": NO_VAL16}
+        base.update(fields)
+        desc = self.lua.table_from({k: v for k, v in base.items() if v is not None})
+        record: dict[str, object] = {"time_limit": NO_VAL, "partition": "gpu", "pn_min_cpus": 1, "min_nodes": 1,
+                                     "min_mem_per_node": 0,
+                                     "req_switch": 0}
+        record.update(rec)
+        rc = self.modify_fn(desc, self.lua.table_from({k: v for k, v in record.items() if v is not None}),
+                            self.parts(), 1000)
         return int(rc), dict(desc.items())
 
 
@@ -196,7 +223,9 @@ def test_no_time_rule_when_off():
 @pytest.mark.parametrize("version", sorted(WRITABLE))
 def test_the_script_writes_only_fields_the_release_lets_it(version: str):
     text = job_submit_lua(cluster(), version)
-    written = set(re.findall(r"job_desc\.([a-z_0-9]+)\s*=[^=]", text))
+    # apply() writes through `out` (the job_desc on submit and on modify), never job_rec
+    written = set(re.findall(r"(?:job_desc|out)\.([a-z_0-9]+)\s*=[^=]", text))
+    assert not re.search(r"job_rec(\.\w+|\[\w+\])\s*=[^=]", text)
     assert written == {"cpus_per_tres", "mem_per_tres", "req_switch", "wait4switch"}
     assert written <= WRITABLE[version]
 
@@ -349,3 +378,88 @@ def test_typed_quotas_add_the_gpu_type(version: str):
     plain = Plugin(job_submit_lua(typed_cluster(typed=False), version))
     rc, desc = plain.run(tres_per_node=f"{pre}:2", time_limit=60, partition="any")
     assert rc == 0 and desc["tres_per_node"] == f"{pre}:2"
+
+
+@pytest.mark.parametrize("limit", [0, INFINITE], ids=["zero", "INFINITE"])
+def test_a_gpu_job_asking_no_time_limit_is_refused(plugin: Plugin, limit: int):
+    """-t 0 reaches slurmctld as INFINITE (slurm_opt.c arg_set_time_limit), -t UNLIMITED too (time_str2mins); an API
+    client can send 0. Either is no limit: the job would pend forever with PartitionTimeLimit (issue 24)."""
+    rc, _ = plugin.run(tres_per_node="gres:gpu:1", time_limit=limit)
+    assert rc == SLURM["ESLURM_INVALID_TIME_LIMIT"]
+    assert "require_time_for_gpus" in plugin.messages[-1] and "finite time limit" in plugin.messages[-1]
+    assert "UNLIMITED" in plugin.messages[-1] and "--time" in plugin.messages[-1]
+    rc, _ = plugin.run(tres_per_node="gres:gpu:1", time_limit=limit, default_time={"gpu": 30})
+    assert rc == SLURM["ESLURM_INVALID_TIME_LIMIT"]  # a DefaultTime does not replace a limit the job asked
+    assert plugin.run(partition="cpu", time_limit=limit)[0] == 0  # CPU jobs: no time rule
+
+
+def test_a_partition_default_time_stands_in_for_time(plugin: Plugin):
+    rc, desc = plugin.run(tres_per_node="gres:gpu:1", default_time={"gpu": 30})
+    assert rc == 0 and not plugin.messages and desc["time_limit"] == NO_VAL  # slurmctld applies the DefaultTime
+    assert desc["cpus_per_tres"].endswith(":4")  # the rest of the policy still applies
+    # every partition the job may land in needs one; DefaultTime=UNLIMITED (INFINITE) and 0 are none
+    assert plugin.run(tres_per_node="gres:gpu:1", partition="gpu,all", default_time={"gpu": 30})[0] == \
+        SLURM["ESLURM_MISSING_TIME_LIMIT"]
+    assert plugin.run(tres_per_node="gres:gpu:1", partition="gpu,all", default_time={"gpu": 30, "all": 60})[0] == 0
+    for none in (INFINITE, 0):
+        assert plugin.run(tres_per_node="gres:gpu:1", default_time={"gpu": none})[0] == \
+            SLURM["ESLURM_MISSING_TIME_LIMIT"]
+    assert "DefaultTime" in plugin.messages[-1]
+    # a partition the user cannot use is not in part_list: no default known
+    assert plugin.run(tres_per_node="gres:gpu:1", partition="hidden", default_time={"gpu": 30})[0] == \
+        SLURM["ESLURM_MISSING_TIME_LIMIT"]
+
+
+def test_modify_adding_gpus_to_a_job_without_time_limit_is_refused(plugin: Plugin):
+    """scontrol update jobid=J Gres=gpu:2: job_desc carries tres_per_node only, job_rec the job as it stands."""
+    ver = plugin.version  # type: ignore[attr-defined]
+    pre = tres_gpu_prefix(ver)
+    for limit in (NO_VAL, INFINITE):
+        rc, _ = plugin.modify({"time_limit": limit, "partition": "all"}, tres_per_node=f"{pre}:2")
+        assert rc in (SLURM["ESLURM_MISSING_TIME_LIMIT"], SLURM["ESLURM_INVALID_TIME_LIMIT"]), limit
+    told = plugin.messages if ver != "22.05" else plugin.logged  # 22.05 discards user_msg on modify
+    assert "require_time_for_gpus" in told[-1] and "TimeLimit=" in told[-1]
+    assert not (plugin.logged if ver != "22.05" else plugin.messages)
+    # the same update with a time limit passes and gets the per-GPU defaults in the release spelling
+    rc, desc = plugin.modify({"time_limit": NO_VAL, "partition": "all"}, tres_per_node=f"{pre}:2", time_limit=60)
+    assert rc == 0 and desc["cpus_per_tres"] == f"{pre}:4" and desc["mem_per_tres"] == f"{pre}:64000"
+    # setting TimeLimit=UNLIMITED (or 0) on a GPU job is refused too
+    rc, _ = plugin.modify({"time_limit": 60, "tres_per_node": f"{pre}:1", "cpus_per_tres": f"{pre}:4"},
+                          time_limit=INFINITE)
+    assert rc == SLURM["ESLURM_INVALID_TIME_LIMIT"]
+    assert plugin.modify({"time_limit": 60, "tres_per_node": f"{pre}:1"}, time_limit=0)[0] == \
+        SLURM["ESLURM_INVALID_TIME_LIMIT"]
+
+
+def test_modify_keeps_what_the_job_asked_and_leaves_unrelated_updates_alone(plugin: Plugin):
+    pre = tres_gpu_prefix(plugin.version)  # type: ignore[attr-defined]
+    gpu_job = {"time_limit": 60, "tres_per_node": f"{pre}:1", "cpus_per_tres": f"{pre}:4", "mem_per_tres": f"{pre}:9"}
+    rc, desc = plugin.modify(gpu_job, tres_per_node=f"{pre}:2")  # the record's own per-GPU values stay
+    assert rc == 0 and "cpus_per_tres" not in desc and "mem_per_tres" not in desc
+    # a job that asked CPUs (-c 2: pn_min_cpus 2) and memory keeps them: no per-GPU default beside them
+    rc, desc = plugin.modify({"time_limit": 60, "partition": "all", "pn_min_cpus": 2, "min_mem_per_cpu": 100},
+                             tres_per_node=f"{pre}:1")
+    assert rc == 0 and "cpus_per_tres" not in desc and "mem_per_tres" not in desc
+    # an update of another field is not judged: a CPU job with no limit, a GPU job from before the policy
+    assert plugin.modify({"time_limit": INFINITE, "partition": "all"}, name="renamed")[0] == 0
+    assert plugin.modify({"time_limit": INFINITE, "tres_per_node": f"{pre}:1"}, comment="x")[0] == 0
+    # a CPU job's time limit may be anything
+    assert plugin.modify({"time_limit": 60, "partition": "all"}, time_limit=INFINITE)[0] == 0
+
+
+def test_modify_keeps_the_partition_rules(plugin: Plugin):
+    pre = tres_gpu_prefix(plugin.version)  # type: ignore[attr-defined]
+    rc, _ = plugin.modify({"time_limit": 60, "partition": "cpu"}, tres_per_node=f"{pre}:1")
+    assert rc == SLURM["ESLURM_ACCESS_DENIED"]
+    rc, _ = plugin.modify({"time_limit": 60, "tres_per_node": f"{pre}:1"}, partition="cpu")
+    assert rc == SLURM["ESLURM_ACCESS_DENIED"]
+    # dropping the GPUs of a job in a GPU partition makes it a CPU job there
+    assert plugin.modify({"time_limit": 60, "tres_per_node": f"{pre}:1"}, tres_per_node="")[0] == \
+        SLURM["ESLURM_ACCESS_DENIED"]
+    assert plugin.modify({"time_limit": 60, "partition": "all", "tres_per_node": f"{pre}:1"}, tres_per_node="")[0] == 0
+
+
+def test_modify_adds_the_gpu_type_with_typed_quotas():
+    p = Plugin(job_submit_lua(typed_cluster(), "24.11"))
+    rc, desc = p.modify({"time_limit": 60, "partition": "gpu"}, tres_per_node="gres/gpu:2")
+    assert rc == 0 and desc["tres_per_node"] == "gres/gpu:h100:2"

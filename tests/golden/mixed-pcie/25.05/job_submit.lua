@@ -89,14 +89,14 @@ end
 
 local GPU_FIELDS = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
 
-local function gpu_job(job_desc)
-  return asks_gpu(job_desc.tres_per_node) or asks_gpu(job_desc.tres_per_job)
-      or asks_gpu(job_desc.tres_per_task) or asks_gpu(job_desc.tres_per_socket)
+local function gpu_job(job)
+  return asks_gpu(job.tres_per_node) or asks_gpu(job.tres_per_job)
+      or asks_gpu(job.tres_per_task) or asks_gpu(job.tres_per_socket)
 end
 
 -- the partitions the job may run in that this policy knows (an unknown name is slurmctld's to refuse)
-local function job_partitions(job_desc)
-  local names = split(job_desc.partition or DEFAULT_PARTITION)
+local function job_partitions(job)
+  local names = split(job.partition or DEFAULT_PARTITION)
   local out = {}
   for _, name in ipairs(names) do
     if PARTITIONS[name] then
@@ -106,24 +106,66 @@ local function job_partitions(job_desc)
   return out
 end
 
-local function refuse(policy, msg)
-  slurm.user_msg("slurmkit submit_policy " .. policy .. ": " .. msg)
+-- a time limit that is none: 0 (sbatch(1) "A time limit of zero requests that no time limit be imposed"; the
+-- clients turn -t 0 into INFINITE, slurm_opt.c arg_set_time_limit, but `scontrol update TimeLimit=0` sends 0,
+-- src/scontrol/update_job.c) or INFINITE (-t UNLIMITED / INFINITE / -1, src/common/parse_time.c time_str2mins);
+-- all at slurm-22-05-8-1 and slurm-24-11-5-1. slurm.INFINITE is exported by src/lua/slurm_lua.c in both.
+local function unlimited(t)
+  return t == 0 or t == slurm.INFINITE
 end
 
-function slurm_job_submit(job_desc, part_list, submit_uid)
-  local gpus = gpu_job(job_desc)
-  local parts = job_partitions(job_desc)
-
-  for _, p in ipairs(parts) do
-    if gpus and p.facts.kind == "cpu" and POLICY.gpu_jobs_in_cpu_partitions == "refuse" then
-      refuse("gpu_jobs_in_cpu_partitions", "partition " .. p.name .. " has no GPUs; submit GPU jobs to a GPU "
-             .. "partition (-p/--partition) or drop --gres/--gpus")
-      return slurm.ESLURM_ACCESS_DENIED
+-- true when every partition the job may land in has a finite DefaultTime, as slurmctld has it now (part_list's
+-- default_time: NO_VAL unset, INFINITE for UNLIMITED; job_submit_lua.c _part_rec_field, both releases). slurmctld
+-- gives such a job that DefaultTime (job_mgr.c _valid_job_part "job_desc->time_limit = part_ptr->default_time",
+-- slurm-22-05-8-1 l.7092-7094, slurm-24-11-5-1 l.6740-6742); without one the job keeps
+-- NO_VAL and runs to the partition's MaxTime, which is what this rule is about
+local function default_time_everywhere(job, part_list)
+  local names = split(job.partition or DEFAULT_PARTITION)
+  if #names == 0 or part_list == nil then
+    return false
+  end
+  for _, name in ipairs(names) do
+    local p = part_list[name]
+    local t = p and p.default_time
+    if t == nil or t == slurm.NO_VAL or unlimited(t) then
+      return false
     end
-    if not gpus and p.facts.kind == "gpu" and POLICY.cpu_jobs_in_gpu_partitions == "refuse" then
-      refuse("cpu_jobs_in_gpu_partitions", "partition " .. p.name .. " is for GPU jobs; ask for GPUs "
-             .. "(--gres=gpu:N or --gpus=N) or submit to a CPU partition (-p/--partition)")
-      return slurm.ESLURM_ACCESS_DENIED
+  end
+  return true
+end
+
+-- 22.05's job_modify discards slurm.user_msg (the client sees the return code's text only); the message still
+-- goes to slurmctld's log through slurm.log_info
+local MODIFY_USER_MSG = true
+
+local function refuse(policy, msg, modify)
+  local text = "slurmkit submit_policy " .. policy .. ": " .. msg
+  if modify and not MODIFY_USER_MSG then
+    slurm.log_info("%s", text)
+  else
+    slurm.user_msg(text)
+  end
+end
+
+-- The rules, on a view of the job (`job`: what it asks) and the job_desc it writes to (`out`). On submit both are
+-- job_desc. On modify `job` is the job after the update: each field from job_desc where the update sets it, else
+-- from job_rec; `changed` says what the update touches.
+local function apply(job, out, part_list, modify, changed)
+  local gpus = gpu_job(job)
+  local parts = job_partitions(job)
+
+  if not modify or changed.gpus or changed.partition then
+    for _, p in ipairs(parts) do
+      if gpus and p.facts.kind == "cpu" and POLICY.gpu_jobs_in_cpu_partitions == "refuse" then
+        refuse("gpu_jobs_in_cpu_partitions", "partition " .. p.name .. " has no GPUs; submit GPU jobs to a GPU "
+               .. "partition (-p/--partition) or drop --gres/--gpus", modify)
+        return slurm.ESLURM_ACCESS_DENIED
+      end
+      if not gpus and p.facts.kind == "gpu" and POLICY.cpu_jobs_in_gpu_partitions == "refuse" then
+        refuse("cpu_jobs_in_gpu_partitions", "partition " .. p.name .. " is for GPU jobs; ask for GPUs "
+               .. "(--gres=gpu:N or --gpus=N) or submit to a CPU partition (-p/--partition)", modify)
+        return slurm.ESLURM_ACCESS_DENIED
+      end
     end
   end
   if not gpus then
@@ -133,7 +175,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if TYPED_QUOTAS then
     local untyped = false
     for _, f in ipairs(GPU_FIELDS) do
-      if untyped_gpu(job_desc[f]) then untyped = true end
+      if untyped_gpu(out[f]) then untyped = true end
     end
     local types, seen = {}, {}
     for _, p in ipairs(parts) do
@@ -148,22 +190,39 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       table.sort(types)
       refuse("typed_gpu_quotas", "the GPU quotas here are per type and this job's partitions have "
              .. table.concat(types, ", ") .. "; name the type (e.g. --gres=gpu:" .. types[1] .. ":N or --gpus="
-             .. types[1] .. ":N)")
+             .. types[1] .. ":N)", modify)
       return slurm.ESLURM_ACCESS_DENIED
     end
     if untyped and #types == 1 then
       for _, f in ipairs(GPU_FIELDS) do
-        if untyped_gpu(job_desc[f]) then
-          job_desc[f] = add_gpu_type(job_desc[f], types[1])
+        if untyped_gpu(out[f]) then
+          out[f] = add_gpu_type(out[f], types[1])
         end
       end
     end
   end
 
-  if POLICY.require_time_for_gpus and unset(job_desc.time_limit, slurm.NO_VAL) then
-    refuse("require_time_for_gpus", "GPU jobs need a time limit so the scheduler can backfill around them; "
-           .. "add --time (e.g. --time=4:00:00, or -t 30 for 30 minutes)")
-    return slurm.ESLURM_MISSING_TIME_LIMIT
+  if POLICY.require_time_for_gpus and (not modify or changed.gpus or changed.time) then
+    local fix = modify and "add TimeLimit= to the update (e.g. TimeLimit=4:00:00)"
+                or "add --time (e.g. --time=4:00:00, or -t 30 for 30 minutes)"
+    if unlimited(job.time_limit) then
+      refuse("require_time_for_gpus", "GPU jobs need a finite time limit so the scheduler can backfill around "
+             .. "them; 0, UNLIMITED and INFINITE ask for none: " .. fix, modify)
+      return slurm.ESLURM_INVALID_TIME_LIMIT
+    end
+    -- submit: NO_VAL is "no --time"; the partitions' DefaultTime, where all have one, is the job's limit. modify:
+    -- job_rec.time_limit is NO_VAL only where the job was submitted without --time and got no DefaultTime
+    -- (job_mgr.c job_ptr->time_limit = job_desc->time_limit, slurm-22-05-8-1 l.8570, slurm-24-11-5-1 l.8479)
+    if unset(job.time_limit, slurm.NO_VAL) and (modify or not default_time_everywhere(job, part_list)) then
+      refuse("require_time_for_gpus", "GPU jobs need a time limit so the scheduler can backfill around them "
+             .. "(a partition's DefaultTime counts where every partition of the job has one); " .. fix, modify)
+      return slurm.ESLURM_MISSING_TIME_LIMIT
+    end
+  end
+
+  -- per-GPU defaults: on submit, and on a modify that sets the job's GPUs
+  if modify and not changed.gpus then
+    return slurm.SUCCESS
   end
 
   -- the smallest default over the partitions the job may land in, so it fits any of them
@@ -182,26 +241,86 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   -- cpus_per_tres and cpus_per_task exclude each other (sbatch: --cpus-per-gpu vs --cpus-per-task)
   if no_cpg then cpg = 0 end
   if no_mpg then mpg = 0 end
-  if cpg > 0 and job_desc.cpus_per_tres == nil and unset(job_desc.cpus_per_task, slurm.NO_VAL16) then
-    job_desc.cpus_per_tres = TRES_GPU .. ":" .. cpg
+  if cpg > 0 and job.cpus_per_tres == nil and not job.asked_cpus then
+    out.cpus_per_tres = TRES_GPU .. ":" .. cpg
   end
-  -- min_mem_per_node / min_mem_per_cpu read nil when the job asked no memory (job_submit_lua.c)
-  if mpg > 0 and job_desc.mem_per_tres == nil and job_desc.min_mem_per_node == nil
-      and job_desc.min_mem_per_cpu == nil then
-    job_desc.mem_per_tres = TRES_GPU .. ":" .. mpg
+  if mpg > 0 and job.mem_per_tres == nil and not job.asked_mem then
+    out.mem_per_tres = TRES_GPU .. ":" .. mpg
   end
 
-  -- a multi-node job that fits one leaf switch waits a bounded time for one (sbatch --switches=1@TIME)
-  if leaf > 0 and unset(job_desc.req_switch, slurm.NO_VAL) and not unset(job_desc.min_nodes, slurm.NO_VAL)
-      and job_desc.min_nodes > 1 and job_desc.min_nodes <= leaf then
-    job_desc.req_switch = 1
-    job_desc.wait4switch = POLICY.one_leaf_max_wait
+  -- a multi-node job that fits one leaf switch waits a bounded time for one (sbatch --switches=1@TIME); on submit
+  -- only: a placement preference, not a limit an update could get around
+  if not modify and leaf > 0 and unset(job.req_switch, slurm.NO_VAL) and not unset(job.min_nodes, slurm.NO_VAL)
+      and job.min_nodes > 1 and job.min_nodes <= leaf then
+    out.req_switch = 1
+    out.wait4switch = POLICY.one_leaf_max_wait
   end
   return slurm.SUCCESS
 end
 
+-- job_desc as the submit plugin sees it: unset numbers NO_VAL / NO_VAL16, unset strings nil; min_mem_per_node /
+-- min_mem_per_cpu read nil when the job asked no memory (job_submit_lua.c _get_job_req_field, both releases)
+local function submit_view(job_desc)
+  return {
+    tres_per_node = job_desc.tres_per_node, tres_per_job = job_desc.tres_per_job,
+    tres_per_task = job_desc.tres_per_task, tres_per_socket = job_desc.tres_per_socket,
+    partition = job_desc.partition, time_limit = job_desc.time_limit,
+    cpus_per_tres = job_desc.cpus_per_tres, mem_per_tres = job_desc.mem_per_tres,
+    asked_cpus = not unset(job_desc.cpus_per_task, slurm.NO_VAL16),
+    asked_mem = job_desc.min_mem_per_node ~= nil or job_desc.min_mem_per_cpu ~= nil,
+    min_nodes = job_desc.min_nodes, req_switch = job_desc.req_switch,
+  }
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  return apply(submit_view(job_desc), job_desc, part_list, false, nil)
+end
+
+local function empty(s)
+  return s == nil or s == ""
+end
+
+-- On `scontrol update` (and every other job update) slurmctld calls this before it changes anything
+-- (job_mgr.c _update_job: job_submit_plugin_modify, slurm-22-05-8-1 l.12352; job_submit_g_modify,
+-- slurm-24-11-5-1 l.12392). job_desc is a fresh request with only the updated fields set (scontrol's
+-- update_job.c starts from slurm_init_job_desc_msg: NO_VAL / nil elsewhere; Gres= and TresPerNode= arrive as
+-- tres_per_node); job_rec is the job as it stands (src/lua/slurm_lua.c slurm_lua_job_record_field: time_limit,
+-- tres_per_*, cpus_per_tres, mem_per_tres, partition, pn_min_cpus, min_mem_per_node/_cpu, in both releases; no
+-- cpus_per_task). A GPU change is only accepted while the job pends, and slurmctld then hands the cpus_per_tres /
+-- mem_per_tres written here to gres_job_state_validate with the new GRES (job_mgr.c _update_job "gres_update",
+-- slurm-22-05-8-1 l.12737, slurm-24-11-5-1 l.12851). An update that touches neither GPUs, partition nor time
+-- limit is not judged (a job from before the policy can still get a new name or comment).
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-  return slurm.SUCCESS
+  local changed = {gpus = false, partition = job_desc.partition ~= nil,
+                   time = not unset(job_desc.time_limit, slurm.NO_VAL)}
+  local job = {}
+  for _, f in ipairs(GPU_FIELDS) do
+    if job_desc[f] ~= nil then
+      changed.gpus = true
+      job[f] = job_desc[f]
+    else
+      job[f] = job_rec[f]
+    end
+  end
+  if not (changed.gpus or changed.partition or changed.time) then
+    return slurm.SUCCESS
+  end
+  job.partition = job_desc.partition or job_rec.partition
+  job.time_limit = changed.time and job_desc.time_limit or job_rec.time_limit
+  -- an empty string clears a field (scontrol update CpusPerTres=)
+  job.cpus_per_tres = job_desc.cpus_per_tres or job_rec.cpus_per_tres
+  if empty(job.cpus_per_tres) then job.cpus_per_tres = nil end
+  job.mem_per_tres = job_desc.mem_per_tres or job_rec.mem_per_tres
+  if empty(job.mem_per_tres) then job.mem_per_tres = nil end
+  -- the record has no cpus_per_task: more than one CPU per node (pn_min_cpus, -c / --mincpus) is CPUs the job
+  -- asked, and stays without a per-GPU default beside it
+  job.asked_cpus = not unset(job_desc.cpus_per_task, slurm.NO_VAL16)
+      or (job_rec.pn_min_cpus ~= nil and job_rec.pn_min_cpus ~= slurm.NO_VAL and job_rec.pn_min_cpus > 1)
+  -- a job that asked no memory has min_mem_per_node 0 in its record (the whole node's memory, as the lab shows
+  -- MinMemoryNode=0 on 22.05 and 24.11); --mem=0 reads the same and gets the per-GPU default too
+  job.asked_mem = job_desc.min_mem_per_node ~= nil or job_desc.min_mem_per_cpu ~= nil
+      or (job_rec.min_mem_per_node ~= nil and job_rec.min_mem_per_node ~= 0) or job_rec.min_mem_per_cpu ~= nil
+  return apply(job, job_desc, part_list, true, changed)
 end
 
 return slurm.SUCCESS
