@@ -1,5 +1,8 @@
 """gpusub's library: JobSpec -> ClusterFacts -> RenderedJob (pure) -> preflight -> submit / follow.
 
+The Python API for researchers is ``from slurmkit import launch; launch.submit(...)`` / ``launch.map_array(...)``
+(slurmkit/launch.py over slurmkit/jobs/api.py, docs/api.md): the same code path as the ``gpusub`` CLI.
+
 Imports are lazy (PEP 562) so that ``import slurmkit.jobs`` pulls in neither jinja2 nor the backend.
 """
 
