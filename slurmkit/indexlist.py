@@ -24,3 +24,17 @@ def expand_ints(spec: str) -> list[int]:
         else:
             out.append(int(part))
     return out
+
+
+def fold_ints(values: list[int]) -> str:
+    """``[0, 1, 2, 3, 8]`` -> ``0-3,8`` (the inverse of :func:`expand_ints`, sorted, duplicates dropped)."""
+    out: list[str] = []
+    vals = sorted(set(values))
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ",".join(out)

@@ -48,6 +48,8 @@ def from_cluster(cluster: Cluster, partition: str | None, source: str) -> Cluste
     cpg = min((g.cpus_per_gpu for g in gpu_groups), default=0)
     mpg = min((g.mem_per_gpu_mb for g in gpu_groups), default=0)
     shapes: list[tuple[str, int, int]] = []
+    maps = {gpu_os_cpus(g) for g in gpu_groups}
+    gpu_cpus = maps.pop() if len(maps) == 1 else ()
     for g in groups:
         for h in g.hostnames:
             node_gpus.append((h, g.gpu_count))
@@ -68,6 +70,7 @@ def from_cluster(cluster: Cluster, partition: str | None, source: str) -> Cluste
         cpus_per_gpu=cpg,
         mem_per_gpu_mb=mpg,
         resources_source="inventory" if cpg or mpg else "",
+        gpu_cpus=gpu_cpus,
         topo_model=cluster.topology,
         socket_ifname=site.socket_ifname,
         ib_hca_exclude=excludes,
@@ -76,6 +79,23 @@ def from_cluster(cluster: Cluster, partition: str | None, source: str) -> Cluste
         source=source,
         inventory_sha256=cluster.source_sha256,
     )
+
+
+def gpu_os_cpus(group) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+    """Each GPU's cores (gres.conf Cores=, Slurm's core indices: gres.conf(5) 22.05 and 24.11 "Cores ... Slurm's
+    abstract core index") as OS CPU ids: core c's hardware threads are c, c + cores, c + 2*cores ... (Linux's
+    enumeration on x86: the first thread of every core, then the second...). () when the inventory gives none."""
+    from slurmkit import indexlist
+
+    gp = group.gpus
+    if gp is None or not gp.cores or len(gp.cores) != gp.count:
+        return ()
+    ncores, tpc = group.cpu.cores, max(1, group.cpu.threads_per_core)
+    out = []
+    for spec in gp.cores:
+        cores = indexlist.expand_ints(spec)
+        out.append(indexlist.fold_ints([c + k * ncores for c in cores for k in range(tpc)]))
+    return tuple(out)
 
 
 def load_inventory_facts(partition: str | None, path: str | None = None) -> ClusterFacts | None:

@@ -235,6 +235,12 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
     elif any(v != 1 for v in (spec.tp, spec.pp, spec.cp, spec.ep)):
         raise UsageError("--tp/--pp/--cp/--ep need --launcher megatron")
     mounts = container_mounts(spec, run_dir) if spec.container_image else ""
+    # each rank on its GPU's cores (base.sh.j2 _gpusub_exec_bound): not inside a container image (it may lack
+    # bash's taskset), not without GPUs, not when asked not to
+    cpu_bind = bool(gpus) and spec.cpu_bind and not spec.container_image
+    prog = program(spec, args)
+    if cpu_bind and spec.launcher != "srun":  # torchrun --no-python runs the binding wrapper, which runs the program
+        prog = ([python, "-u"] if spec.is_python else []) + [spec.script, *args]
     ctx = {
         "header": header_line(facts.inventory_sha256),
         "directives": directives(spec, facts, run_dir, gpus, topo, res),
@@ -261,7 +267,9 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "store_in_batch": spec.nodes > 1 and not spec.container_image,  # env.py: PET_RDZV_CONF is_host=0
         "shutdown_timeout": spec.signal_grace if tf.shutdown_timeout_flag and spec.signal_grace else 0,
         "pinned": topo.pinned,
-        "program": program(spec, args),
+        "program": prog,
+        "cpu_bind": cpu_bind,
+        "gpu_cpus": ";".join(facts.gpu_cpus),
         **ctx_extra,
     }
     script = environment("job_templates").get_template(TEMPLATES[spec.launcher]).render(**ctx)
@@ -297,6 +305,23 @@ def program(spec: JobSpec, args: tuple[str, ...]) -> list[str]:
     return [*head, spec.script, *args]
 
 
+def cpu_binding_line(job: RenderedJob) -> str:
+    """--explain: how each rank is bound to CPUs."""
+    spec = job.spec
+    if not job.gpus_per_node:
+        return "cpu binding: none (no GPUs)"
+    if spec.container_image:
+        return "cpu binding: none inside a container image (Slurm's own task binding applies)"
+    if not spec.cpu_bind:
+        return "cpu binding: off (--no-cpu-bind)"
+    where = "taskset per rank (srun task)" if spec.launcher == "srun" else "taskset per torchrun worker"
+    fallback = (f"else the inventory's gres.conf Cores= ({'; '.join(f'gpu{i}: {c}' for i, c in enumerate(job.facts.gpu_cpus))})"
+                if job.facts.gpu_cpus else "no inventory mapping as a fallback (no gres.conf Cores= known): such "
+                "ranks stay unbound")
+    return (f"cpu binding: each rank on the cores of its GPU's NUMA node (the GPU's PCI device per the NVIDIA driver, "
+            f"{fallback}), within the CPUs Slurm gave the task; {where}; --no-cpu-bind to turn it off")
+
+
 def _comment(line: str) -> str:
     return " ".join(line.split())
 
@@ -320,6 +345,7 @@ def explain(job: RenderedJob) -> list[str]:
     if job.resources:
         out.append(f"resources: {job.resources.summary()}; sbatch --cpus-per-task/--mem, srun --cpus-per-task "
                    "(22.05+ srun does not inherit it); override with --cpus-per-gpu / --mem-per-gpu")
+    out.append(cpu_binding_line(job))
     for f in job.facts.notes:
         out.append(f"  note: {f}")
     return out

@@ -235,6 +235,7 @@ class JobSpec:
     mail_user: str | None = None
     comment: str | None = None
     sbatch_args: tuple[str, ...] = ()  # pass-through ("--nice=10"), checked by check_pass_through
+    cpu_bind: bool = True  # each rank on its GPU's NUMA cores (render.cpu_binding_line)
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
@@ -335,6 +336,10 @@ class ClusterFacts:
     node_features: tuple[tuple[str, tuple[str, ...]], ...] = ()
     default_time: str | None = None
     live_at: float = 0.0
+    # per GPU (gres index = its line in gres.conf), the OS CPUs of its cores from the inventory's gres.conf Cores=,
+    # the same on every node of the partition; () when unknown or not uniform (then only a real GPU's NUMA node
+    # is used at run time)
+    gpu_cpus: tuple[str, ...] = ()
     # each GPU's share of a node's usable CPUs / memory (after the reserve); 0 = unknown. The smallest over the
     # partition's GPU node groups, so the request fits every node the job may get.
     cpus_per_gpu: int = 0

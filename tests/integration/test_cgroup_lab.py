@@ -200,3 +200,41 @@ def test_lab_down_leaves_no_cgroup_behind(tmp_path: Path):
     for r in roots.values():
         assert not r.exists(), f"{r} left behind"
     assert not (Path(spec.dir) / cg.STATE_FILE).exists()
+
+
+RANK_PROBE = """#!/bin/bash
+r="${LOCAL_RANK:-$SLURM_LOCALID}"
+echo "$SLURMD_NODENAME $r $(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)" \
+  >"$GPUSUB_RUN_DIR/rank.$SLURMD_NODENAME.$r"
+"""
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_each_rank_runs_on_its_gpus_cores(clab: Lab, tmp_path: Path, launcher: str):
+    """Issue 25 item 9: a 2-node x 2-GPU gpusub job on the cgroup lab (ConstrainCores: each task's cpuset is what
+    Slurm gave it): the rank of GPU i runs on the cores gres.conf binds GPU i to, read from each rank's own
+    Cpus_allowed_list, for one srun task per GPU and for torchrun's workers. Unbound (--no-cpu-bind) torchrun's
+    workers share their task's two CPUs (an srun task then has what Slurm's own task binding gave it)."""
+    tmp_path.chmod(0o755)
+    probe = tmp_path / "probe.sh"
+    probe.write_text(RANK_PROBE)
+    probe.chmod(0o755)
+    cores = _gres_cores(clab)
+    env = {**os.environ, **clab.env, "SLURMKIT_INVENTORY": str(clab.etc / "slurmkit.yaml"),
+           "SLURMKIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
+    for bind, run in (("--cpu-bind", tmp_path / "bound"), ("--no-cpu-bind", tmp_path / "free")):
+        r = subprocess.run([sys.executable, "-m", "slurmkit.cli.gpusub", str(probe), "-N", "2", "--gpus-per-node", "2",
+                            "--launcher", launcher, "--time", "5", "--run-dir", str(run), bind, "--explain"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "cpu binding: " + ("each rank on the cores" if bind == "--cpu-bind" else "off") in r.stdout
+        job = r.stdout.split("submitted job ", 1)[1].split()[0]
+        assert _until_state(clab, job, ("COMPLETED", "FAILED", "CANCELLED")) == "COMPLETED", \
+            "".join(p.read_text() for p in (run / "logs").iterdir())
+        got = {p.name.split(".", 1)[1]: p.read_text().split()[2] for p in run.glob("rank.*")}
+        assert sorted(got) == ["node1.0", "node1.1", "node2.0", "node2.1"], got
+        for key, cpus in got.items():
+            if bind == "--cpu-bind":
+                assert cpus == cores[int(key.split(".")[1])], (got, cores)
+            elif launcher == "torchrun":
+                assert cpus == "0-1", got

@@ -246,6 +246,7 @@ CASES = {
     "srun_2x8_container": JobSpec(script="/home/u/train.py", nodes=2, launcher="srun", exclusive=True,
                                   container_image="nvcr.io/nvidia/pytorch:25.01-py3",
                                   container_mounts="/lustre:/lustre", env=(("WANDB_MODE", "offline"),)),
+    "srun_2x8_bound": JobSpec(script="/home/u/train.py", nodes=2, launcher="srun", time="1:00:00"),
     "megatron_8x8_tp4_pp2": JobSpec(script="/opt/megatron/pretrain_gpt.py", args=GPT_7B + (
         "--use-distributed-optimizer", "--sequence-parallel"), nodes=8, launcher="megatron", tp=4, pp=2,
         array="0-3%1", dependency="afterany:100", signal_grace=300, max_restarts=5),
@@ -255,7 +256,9 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_golden_sbatch(case: str) -> None:
     job = render(CASES[case], facts(socket_ifname="ib0" if "megatron" in case else None,
-                                    ib_hca_exclude=("mlx5_4",) if "megatron" in case else ()), "/shared/runs/r1")
+                                    ib_hca_exclude=("mlx5_4",) if "megatron" in case else (),
+                                    gpu_cpus=("0-27,56-83",) * 4 + ("28-55,84-111",) * 4 if "bound" in case else ()),
+                 "/shared/runs/r1")
     path = GOLDEN / f"{case}.sbatch"
     text = job.request.script
     if REGEN or not path.exists():
