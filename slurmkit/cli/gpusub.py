@@ -173,11 +173,12 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
 
 
 def _follow_and_exit(job_id: str, backend, run_dir: str | None) -> None:  # type: ignore[no-untyped-def]
-    from slurmkit.jobs.monitor import follow
+    from slurmkit.jobs.monitor import exit_status, follow
 
     st = follow(job_id, backend, sys.stdout, run_dir=run_dir)
-    click.echo(f"gpusub: job {job_id} {st.state}" + (f" exit={st.exit_code}" if st.exit_code else ""), err=True)
-    sys.exit(0 if st.state == "COMPLETED" else 1)
+    click.echo(f"gpusub: job {job_id} {st.state}" + (f" exit={st.exit_code}" if st.exit_code else "")
+               + (f": {st.note}" if st.note else ""), err=True)
+    sys.exit(exit_status(st))
 
 
 @click.command("status", context_settings={"help_option_names": ["-h", "--help"]})
