@@ -104,6 +104,12 @@ class SlurmFeatures:
     # ("something wrong with opening/reading"); topology.conf(5)/topology.yaml(5) 24.11+: "cannot be longer than
     # 64 characters". 0 = no limit.
     max_switch_name: int = 0
+    # How slurmctld is told to send a job's --signal at preemption, also at the start of a QOS GraceTime (preempt.c
+    # _job_check_grace_internal: "send job warn signal", else SIGCONT + SIGTERM to every task): 22.05 reads
+    # SlurmctldParameters=preempt_send_user_signal (slurm.conf(5) of slurm-22-05-8-1); from 23.02 slurm.conf(5)
+    # documents PreemptParameters=send_user_signal (slurm-23-02-0-1 .. slurm-25-11-0-1; node_scheduler.c
+    # _preempt_jobs still also reads the old spelling)
+    preempt_user_signal: tuple[str, str] = ("PreemptParameters", "send_user_signal")
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -144,4 +150,6 @@ def features_for(version: str) -> SlurmFeatures:
         switch_nvidia_imex=v >= (24, 5),
         no_partitions_ok=v >= (23, 11),
         max_switch_name=64 if v >= (24, 11) else 0,
+        preempt_user_signal=(("PreemptParameters", "send_user_signal") if v >= (23, 2)
+                             else ("SlurmctldParameters", "preempt_send_user_signal")),
     )
