@@ -22,7 +22,11 @@ while not got: time.sleep(0.05)
 t=time.time(); time.sleep(40)
 print(json.dumps({"rank":r,"signals":len(got),"saved_s":round(time.time()-t)}),flush=True)
 EOF
-A='import signal, sys; signal.signal(signal.SIGUSR2, lambda *_: None); from torch.distributed.run import main; sys.argv[0] = "torchrun"; sys.exit(main())'
+A='import signal, sys
+keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal
+for s in keep: real(s, lambda *_: None)
+signal.signal = lambda s, h: signal.getsignal(s) if s in keep else real(s, h)
+from torch.distributed.run import main; sys.argv[0] = "torchrun"; sys.exit(main())'
 python3 -c 'import torch; print("torch", torch.__version__)'
 echo "torchrun knows: $(python3 -m torch.distributed.run --help | grep -o -E -- '--signals-to-handle|--shutdown-timeout' | sort -u | tr '\n' ' ')"
 go() {

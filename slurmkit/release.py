@@ -108,6 +108,12 @@ class SlurmFeatures:
     # at slurm-22-05-8-1 it discards it ("Use of log.user() in job_modify is not supported"), and the client sees
     # only the return code's text (src/plugins/job_submit/lua/job_submit_lua.c, job_modify)
     lua_modify_user_msg: bool = True
+    # How slurmctld is told to send a job's --signal at preemption, also at the start of a QOS GraceTime (preempt.c
+    # _job_check_grace_internal: "send job warn signal", else SIGCONT + SIGTERM to every task): 22.05 reads
+    # SlurmctldParameters=preempt_send_user_signal (slurm.conf(5) of slurm-22-05-8-1); from 23.02 slurm.conf(5)
+    # documents PreemptParameters=send_user_signal (slurm-23-02-0-1 .. slurm-25-11-0-1; node_scheduler.c
+    # _preempt_jobs still also reads the old spelling)
+    preempt_user_signal: tuple[str, str] = ("PreemptParameters", "send_user_signal")
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -149,4 +155,6 @@ def features_for(version: str) -> SlurmFeatures:
         no_partitions_ok=v >= (23, 11),
         max_switch_name=64 if v >= (24, 11) else 0,
         lua_modify_user_msg=v >= (23, 2),
+        preempt_user_signal=(("PreemptParameters", "send_user_signal") if v >= (23, 2)
+                             else ("SlurmctldParameters", "preempt_send_user_signal")),
     )

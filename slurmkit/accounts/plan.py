@@ -20,15 +20,18 @@ from slurmkit.model.tenants import GpuQuota, Tenants
 Record = dict[str, str]
 
 QOS_FIELDS = ("Priority", "Preempt", "PreemptMode", "PreemptExemptTime", "MaxWall", "GrpTRES", "MaxTRESPerUser",
-              "MaxJobsPerUser", "UsageFactor", "Flags")
+              "MaxJobsPerUser", "UsageFactor", "Flags", "GraceTime")
 # what a fresh `sacctmgr add qos NAME` holds (read back from the lab, 22.05 and 24.11)
 QOS_DEFAULTS: Record = {"Priority": "0", "Preempt": "", "PreemptMode": "cluster", "PreemptExemptTime": "",
                         "MaxWall": "", "GrpTRES": "", "MaxTRESPerUser": "", "MaxJobsPerUser": "",
-                        "UsageFactor": "1.000000", "Flags": ""}
+                        "UsageFactor": "1.000000", "Flags": "", "GraceTime": ""}
 ACCOUNT_FIELDS = ("Parent", "Fairshare", "GrpTRES", "GrpJobs", "QOS", "DefaultQOS")
 USER_FIELDS = ("Fairshare", "GrpTRES", "MaxJobs", "QOS", "DefaultQOS")
 TRES_FIELDS = frozenset({"GrpTRES", "MaxTRESPerUser"})
 TIME_FIELDS = frozenset({"PreemptExemptTime", "MaxWall"})
+# sacctmgr prints GraceTime as a time (00:01:30) but takes it as whole seconds (qos_functions.c get_uint, 22.05
+# and 24.11); 0 is "no grace"
+SECONDS_FIELDS = frozenset({"GraceTime"})
 # never deleted, never reported as extra: slurmdbd makes them for every cluster
 BUILTIN_QOS = frozenset({"normal"})
 BUILTIN_ACCOUNTS = frozenset({"root"})
@@ -96,7 +99,7 @@ def _float(v: str | float) -> str:
 def canonical(fname: str, value: str) -> str:
     if fname in TRES_FIELDS:
         return tres_text(tres_dict(value))
-    if fname in TIME_FIELDS:
+    if fname in TIME_FIELDS or fname in SECONDS_FIELDS:
         return time_seconds(value)
     if fname in ("Preempt", "QOS"):
         return _list(value)
@@ -119,6 +122,8 @@ def shown(fname: str, value: str) -> str:
     """A canonical value as a person reads it."""
     if not value:
         return "(none)"
+    if fname in SECONDS_FIELDS:
+        return f"{value}s"
     return time_text(value) if fname in TIME_FIELDS else value
 
 
@@ -147,7 +152,7 @@ def desired(t: Tenants) -> State:
             "PreemptExemptTime": time_seconds(q.preempt_exempt_time or ""), "MaxWall": time_seconds(q.max_wall or ""),
             "GrpTRES": _gpu_tres(q.gpus), "MaxTRESPerUser": _gpu_tres(q.gpus_per_user),
             "MaxJobsPerUser": _int(q.max_jobs_per_user), "UsageFactor": _float(q.usage_factor),
-            "Flags": _flags(q.flags),
+            "Flags": _flags(q.flags), "GraceTime": str(q.grace_time) if q.grace_time else "",
         }
     for a in t.accounts:
         rec = {"Parent": a.parent, "Fairshare": str(a.fairshare), "GrpTRES": _gpu_tres(a.gpus),
@@ -171,7 +176,7 @@ def desired(t: Tenants) -> State:
 # --- parsing the live state (sacctmgr -P -n show ...) ------------------------------------------------------------
 
 QOS_FORMAT = "Name,Priority,Preempt,PreemptMode,PreemptExemptTime,MaxWall,GrpTRES,MaxTRESPerUser,MaxJobsPerUser," \
-             "UsageFactor,Flags"
+             "UsageFactor,Flags,GraceTime"
 ASSOC_FORMAT = "Account,User,Partition,ParentName,Share,GrpTRES,GrpJobs,MaxJobs,QOS,DefaultQOS"
 USER_FORMAT = "User,DefaultAccount"
 
@@ -184,7 +189,9 @@ def parse_state(qos_out: str, assoc_out: str, user_out: str) -> State:
         f = line.split("|")
         if len(f) < 11 or not f[0]:
             continue
-        s.qos[f[0]] = {k: canonical(k, v) for k, v in zip(QOS_FIELDS, f[1:11], strict=True)}
+        # GraceTime came last into QOS_FORMAT: recordings made before it have one column less (no grace)
+        f += [""] * (1 + len(QOS_FIELDS) - len(f))
+        s.qos[f[0]] = {k: canonical(k, v) for k, v in zip(QOS_FIELDS, f[1:1 + len(QOS_FIELDS)], strict=True)}
     for line in assoc_out.splitlines():
         f = line.split("|")
         if len(f) < 10 or not f[0]:
@@ -394,6 +401,8 @@ def _set_arg(fname: str, live: str, want: str) -> str:
         return f"{key}={tres_text(items)}"
     if fname in TIME_FIELDS:
         return f"{key}={time_text(want)}"
+    if fname in SECONDS_FIELDS:
+        return f"{key}={want or '0'}"
     if fname in ("MaxJobsPerUser", "GrpJobs", "MaxJobs"):
         return f"{key}={want or '-1'}"
     if fname == "Flags":

@@ -19,10 +19,15 @@ SUBCOMMANDS = ("status", "logs", "cancel")
 CONTRACT = """\b
 Preemption / time-limit contract for the training script:
   * SIGUSR2 reaches every training process --signal-grace seconds before the
-    time limit (or on `scancel --signal=USR2 --batch JOB`), once per process,
-    and the file $GPUSUB_PREEMPT_FILE appears 2 s later. Save a checkpoint
-    (e.g. in $GPUSUB_CHECKPOINT_DIR) and exit.
-  * The batch shell then runs `scontrol requeue`, at most --max-restarts times.
+    time limit, on `scancel --signal=USR2 --batch JOB` and at a QOS
+    preemption, once per process, and the file $GPUSUB_PREEMPT_FILE appears
+    2 s later. Save a checkpoint (e.g. in $GPUSUB_CHECKPOINT_DIR) and exit.
+  * Handle SIGTERM the same way (scontrol requeue, preemption without user
+    signal, scancel, time limit): SIGKILL follows after Slurm's KillWait.
+  * The batch shell then runs `scontrol requeue`, at most --max-restarts times
+    (none when Slurm requeued or is ending the job); a run stopped unfinished
+    exits 75, so `afterok` dependents do not start; --follow exits with the
+    job's own exit code.
   * On restart $GPUSUB_RESTART_COUNT (= SLURM_RESTART_COUNT) > 0: resume.
 Logs: <run dir>/logs/<job>.r<restart>.log. Defaults come from the site inventory
 ($SLURMKIT_INVENTORY, else slurmkit.yaml beside $SLURM_CONF, else
@@ -208,11 +213,12 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
 
 
 def _follow_and_exit(job_id: str, backend, run_dir: str | None) -> None:  # type: ignore[no-untyped-def]
-    from slurmkit.jobs.monitor import follow
+    from slurmkit.jobs.monitor import exit_status, follow
 
     st = follow(job_id, backend, sys.stdout, run_dir=run_dir)
-    click.echo(f"gpusub: job {job_id} {st.state}" + (f" exit={st.exit_code}" if st.exit_code else ""), err=True)
-    sys.exit(0 if st.state == "COMPLETED" else 1)
+    click.echo(f"gpusub: job {job_id} {st.state}" + (f" exit={st.exit_code}" if st.exit_code else "")
+               + (f": {st.note}" if st.note else ""), err=True)
+    sys.exit(exit_status(st))
 
 
 @click.command("status", context_settings={"help_option_names": ["-h", "--help"]})

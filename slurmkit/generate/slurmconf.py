@@ -61,7 +61,7 @@ def check_overrides(cluster: Cluster, ov: Overrides, version: str) -> None:
 LIST_KEYS = frozenset({
     "SchedulerParameters", "SlurmctldParameters", "SlurmdParameters", "PrologFlags", "LaunchParameters",
     "CommunicationParameters", "DebugFlags", "PriorityFlags", "AccountingStorageTRES", "JobSubmitPlugins",
-    "AccountingStorageEnforce",
+    "AccountingStorageEnforce", "PreemptParameters",
 })
 
 REPEATABLE_KEYS = REPEATABLE_SLURM_KEYS  # several lines each, order kept (model/cluster.py)
@@ -358,6 +358,13 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
             s += [("PreemptType", "preempt/qos"), ("PreemptMode", "REQUEUE")]
         elif cluster.policy.preemption == "partition":
             s += [("PreemptType", "preempt/partition_prio"), ("PreemptMode", "REQUEUE")]
+    if any(k == "PreemptType" for k, _v in s):
+        # A preempted job gets its own --signal (gpusub: B:USR2, its checkpoint request) at preemption, and at the
+        # start of a QOS's grace_time (GraceTime) rather than a bare SIGTERM (slurm.conf(5) preempt_send_user_signal
+        # / PreemptParameters=send_user_signal: "In the case of a gracetime preemption the user signal will be sent
+        # if the user signal has been specified and not sent, otherwise a SIGTERM will be sent to the tasks"); the
+        # spelling is per release (release.py preempt_user_signal)
+        s.append(feats.preempt_user_signal)
     if cluster.submit_policy is not None:
         # slurm.conf(5) JobSubmitPlugins (22.05 and 24.11): "lua" runs job_submit.lua from the directory of
         # slurm.conf (job_submit_lua.c: get_extra_conf_path("job_submit.lua")); a comma list, merged item by item

@@ -18,7 +18,14 @@ from typing import IO, TYPE_CHECKING
 from slurmkit.backend.parse import JobInfo
 from slurmkit.backend.run import run
 from slurmkit.errors import SlurmkitError
-from slurmkit.jobs.rundir import array_task_logs, attempt_logs, last_exit, last_reason, lookup_run_dir
+from slurmkit.jobs.rundir import (
+    STOPPED_EXIT,
+    array_task_logs,
+    attempt_logs,
+    last_exit,
+    last_reason,
+    lookup_run_dir,
+)
 
 if TYPE_CHECKING:
     from slurmkit.backend.base import Backend
@@ -128,8 +135,11 @@ def statuses(job_ids: Sequence[str], backend: Backend, environ: Mapping[str, str
         rec = last_exit(rd, jid) if rd else None
         if rec is not None and rd:
             attempt, rc = rec
-            found[jid] = JobStatus(jid, "COMPLETED" if rc == 0 else "FAILED", "run dir", "", "", str(rc), attempt, rd,
-                                   note=last_reason(rd, jid) or "")
+            why = last_reason(rd, jid) or ""
+            # a clean step that stopped unfinished (--max-restarts reached): the batch shell exited STOPPED_EXIT
+            stopped = rc == 0 and "not requeued" in why and why.startswith("preempted")
+            found[jid] = JobStatus(jid, "FAILED" if rc or stopped else "COMPLETED", "run dir", "", "",
+                                   str(STOPPED_EXIT if stopped else rc), attempt, rd, note=why)
         else:
             found[jid] = JobStatus(jid, "UNKNOWN", "unknown", reason="not in slurmctld, no accounting record, no run dir")
     return [st if st is not None else found[jid] for jid, st in rows]
@@ -257,7 +267,26 @@ def follow(
         sleep(backoff())
     _drain(rd, _log_id(job_id, info), offsets, out)
     return statuses([job_id], backend, env)[0] if info is None else JobStatus(
-        job_id, info.state, "slurmctld", _fold(info.nodes), info.reason, info.exit_code, info.restarts, rd)
+        job_id, info.state, "slurmctld", _fold(info.nodes), info.reason, info.exit_code, info.restarts, rd,
+        note=last_reason(rd, job_id) or "")
+
+
+def exit_status(st: JobStatus) -> int:
+    """The exit code `gpusub --follow` ends with: the job's own. COMPLETED is 0; otherwise the batch script's exit
+    code from ExitCode=<code>:<signal> (75 for a run stopped unfinished, STOPPED_EXIT), 128 + the signal that killed
+    it, and 1 when Slurm ended it without either (CANCELLED 0:0, a node failure)."""
+    if st.state == "COMPLETED":
+        return 0
+    code, _, sig = (st.exit_code or "").partition(":")
+    try:
+        c, s = int(code or 0), int(sig or 0)
+    except ValueError:
+        return 1
+    if c > 0:
+        return min(c, 255)
+    if s > 0:
+        return 128 + s
+    return 1
 
 
 def _drain(run_dir: str, log_id: str, offsets: dict[Path, int], out: IO[str]) -> None:

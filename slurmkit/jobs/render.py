@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from slurmkit.backend.base import SubmitRequest
 from slurmkit.errors import UsageError
 from slurmkit.jobs.env import EnvPlan, plan_env
+from slurmkit.jobs.rundir import STOPPED_EXIT
 from slurmkit.jobs.spec import ClusterFacts, JobSpec, parse_time_minutes, sbatch_value
 from slurmkit.jobs.topology import TopologyPlan, plan_topology
 from slurmkit.jobs.torchcompat import AGENT, STORE, TorchFeatures, features_for
@@ -248,6 +249,7 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "run_dir": run_dir,
         "signal_grace": spec.signal_grace,
         "max_restarts": spec.max_restarts,
+        "stopped_exit": STOPPED_EXIT,
         "env_batch": envp.batch(),
         "env_task": envp.task(),
         "hca_static": ",".join(facts.ib_hca_exclude),

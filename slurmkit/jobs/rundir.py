@@ -8,7 +8,7 @@ Layout (``<run_root>/<name>-<YYYYmmdd-HHMMSS>-<hex>/``)::
     logs/<job>.r<N>.log       one log per attempt (N = SLURM_RESTART_COUNT), written by the batch shell
     logs/slurm-<job>.out      Slurm's own messages for the batch step
     attempts/<job>.r<N>.nodes / .exit   node list and step exit code of each attempt
-    attempts/<job>.r<N>.reason          after a preemption signal: requeued, or why not
+    attempts/<job>.r<N>.reason          after a preemption signal or Slurm's requeue: requeued, or why not
     preempt/<job>.r<N>        appears when the preemption signal arrived (the checkpoint contract)
     checkpoints/              $GPUSUB_CHECKPOINT_DIR
     nccl_trace/               flight-recorder dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE)
@@ -29,6 +29,12 @@ from slurmkit.errors import UsageError
 
 if TYPE_CHECKING:
     from slurmkit.jobs.render import RenderedJob
+
+
+# The batch shell's exit code when a run stopped unfinished after a clean checkpoint (--max-restarts reached, or
+# scontrol requeue failed): EX_TEMPFAIL (sysexits.h, "temporary failure ... the user is invited to retry"), so the job
+# ends FAILED and `afterok` dependents do not start on an unfinished model. A failing step keeps its own code.
+STOPPED_EXIT = 75
 
 
 def default_run_root(site_root: str | None, environ: Mapping[str, str], cwd: str) -> str:

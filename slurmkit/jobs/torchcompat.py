@@ -24,13 +24,21 @@ from dataclasses import dataclass
 MIN_SUPPORTED = (2, 2)
 _V = re.compile(r"^(\d+)\.(\d+)")
 
-# The torchrun agent, started by the pinned interpreter. SIGUSR2 is for the training processes only: Slurm's step
-# daemon already delivers it to every process of the step (proctrack signals the whole container), so an agent
-# that handled it would deliver it a second time and then shut the workers down after its own timeout (torch's
-# ``_shutdown`` after ``SignalException``), cutting a checkpoint that the user was promised --signal-grace for.
-# A Python-level no-op handler keeps the agent alive and silent; exec() resets a caught signal to its default, so
-# the workers start with SIGUSR2's default disposition and install their own handler.
-AGENT = ('import signal, sys; signal.signal(signal.SIGUSR2, lambda *_: None); '
+# The torchrun agent, started by the pinned interpreter. SIGUSR2 and SIGTERM are for the training processes only:
+# Slurm's step daemon already delivers SIGUSR2 to every process of the step (proctrack/linuxproc signals the whole
+# process tree; proctrack/cgroup only slurmstepd's children, i.e. this agent, and the workers then go by
+# $GPUSUB_PREEMPT_FILE), so an agent that handled it would deliver it a second time and then shut the workers down
+# after its own timeout (torch's ``_shutdown`` after ``SignalException``), cutting a checkpoint that the user was
+# promised --signal-grace for. SIGTERM (Slurm's requeue, preemption, scancel) is the last checkpoint window (the
+# batch shell asks the workers with SIGUSR2 and the file): an agent that took it would SIGTERM the workers and
+# SIGKILL them after 30 s (--shutdown-timeout), inside KillWait. torch's PContext.start() installs its own handlers
+# (TORCHELASTIC_SIGNALS_TO_HANDLE, default SIGTERM,SIGINT,SIGHUP,SIGQUIT; always SIGTERM before 2.10), after this
+# code runs, so ``signal.signal`` is wrapped to keep these two no-op. exec() resets a caught signal to its default,
+# so the workers start with the default dispositions and install their own handlers.
+AGENT = ('import signal, sys\n'
+         'keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal\n'
+         'for s in keep: real(s, lambda *_: None)\n'
+         'signal.signal = lambda s, h: signal.getsignal(s) if s in keep else real(s, h)\n'
          'from torch.distributed.run import main; sys.argv[0] = "torchrun"; sys.exit(main())')
 
 

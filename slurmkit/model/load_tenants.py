@@ -166,7 +166,8 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
     for i, q in enumerate(raw_qos):
         qp = _join(_join(path, "qos"), i)
         m = _mapping(ctx, q, qp, {"name", "priority", "preempt", "preempt_mode", "preempt_exempt_time", "max_wall",
-                                  "gpus", "gpus_per_user", "max_jobs_per_user", "usage_factor", "flags"}, {"name"})
+                                  "gpus", "gpus_per_user", "max_jobs_per_user", "usage_factor", "flags",
+                                  "grace_time"}, {"name"})
         name = _dbname(ctx, m["name"], _join(qp, "name"), "QOS")
         if name in names:
             raise ctx.err(_join(qp, "name"), f"duplicate QOS {name!r}")
@@ -194,6 +195,10 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
         uf = m.get("usage_factor", 1.0)
         if isinstance(uf, bool) or not isinstance(uf, (int, float)) or uf < 0:
             raise ctx.err(_join(qp, "usage_factor"), f"expected a number >= 0, got {uf!r}")
+        grace = m.get("grace_time", 0)
+        if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= 0xFFFFFFFE:
+            # sacctmgr reads GraceTime as an unsigned count of seconds (qos_functions.c get_uint, 22.05 and 24.11)
+            raise ctx.err(_join(qp, "grace_time"), f"expected whole seconds >= 0, got {grace!r}")
         mode = str(m.get("preempt_mode", "cluster")).lower()
         if mode not in QOS_PREEMPT_MODES:
             raise ctx.err(_join(qp, "preempt_mode"), f"expected one of {', '.join(QOS_PREEMPT_MODES)}, got "
@@ -211,6 +216,7 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
                                if m.get("max_jobs_per_user") is not None else None),
             usage_factor=float(uf),
             flags=tuple(flags),
+            grace_time=grace,
         ))
 
     accounts: list[Account] = []

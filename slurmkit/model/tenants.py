@@ -68,6 +68,7 @@ class QOS:
     max_jobs_per_user: int | None = None  # MaxJobsPerUser
     usage_factor: float = 1.0
     flags: tuple[str, ...] = ()
+    grace_time: int = 0  # seconds a preempted job of this QOS keeps running after its signal (sacctmgr GraceTime)
 
 
 @dataclass(frozen=True)

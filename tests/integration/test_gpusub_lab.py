@@ -194,7 +194,12 @@ def test_status_logs_cancel_cli(env: dict[str, str], backend: CLIBackend, tmp_pa
     cancel = _gpusub(env, "cancel", job_id)
     assert cancel.returncode == 0 and f"cancelled job {job_id}" in cancel.stdout
     out, err = follower.communicate(timeout=60)
-    assert follower.returncode == 1, err  # the job did not complete
+    # the job did not complete: the follower ends with the job's own code (ExitCode=0:15 -> 143), never 0
+    from slurmkit.jobs.monitor import JobStatus, exit_status
+
+    rec = backend.job(job_id)
+    assert follower.returncode == exit_status(JobStatus(job_id, rec.state, "slurmctld", exit_code=rec.exit_code)), err
+    assert follower.returncode != 0, err
     assert "sleeper on node" in out and f"job {job_id} CANCELLED" in err
     st2 = _gpusub(env, "status", job_id)
     assert f"{job_id} CANCELLED" in st2.stdout

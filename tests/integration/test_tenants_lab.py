@@ -10,6 +10,7 @@ the lab) without a test waiting for it on its own.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -281,3 +282,107 @@ def test_fair_share_after_team_a_used_the_cluster_team_b_starts_first(tlab):
     wait_for(lambda: job(tlab, b)["JobState"] == "RUNNING", 90, "team-b's job to start")
     assert job(tlab, a)["JobState"] == "PENDING"
     sh(tlab, ["scancel", a, b])
+
+
+# --- issue 24.1: QOS preemption keeps a gpusub job's work -------------------------------------------------------------
+
+# A trainer whose checkpoint takes SAVE_S (> 30 s) on the first attempt; it notes which signal asked for it and when.
+SLOW_CKPT = """\
+import json, os, signal, sys, time
+run = os.environ["GPUSUB_RUN_DIR"]
+ck = os.path.join(os.environ["GPUSUB_CHECKPOINT_DIR"], "state.json")
+step = json.load(open(ck))["step"] if os.path.exists(ck) else 0
+start = step
+restart = int(os.environ["GPUSUB_RESTART_COUNT"])
+got = []
+for s in (signal.SIGUSR2, signal.SIGTERM):
+    signal.signal(s, lambda n, f: got.append((signal.Signals(n).name, time.time())))
+open(os.path.join(run, f"running.r{restart}"), "w").close()
+while True:
+    if got or os.path.exists(os.environ["GPUSUB_PREEMPT_FILE"]):
+        t0 = time.time()
+        time.sleep(float(sys.argv[1]) if restart == 0 else 0.5)  # a slow checkpoint
+        with open(ck + ".tmp", "w") as f:
+            json.dump({"step": step}, f)
+        os.replace(ck + ".tmp", ck)
+        with open(os.path.join(run, f"sig.r{restart}.json"), "w") as f:
+            json.dump({"signals": [n for n, _t in got], "asked": got[0][1] if got else t0, "saved": time.time(),
+                       "step": step}, f)
+        sys.exit(0)
+    if restart > 0 and step >= start + 5:
+        with open(os.path.join(run, "result.json"), "w") as f:
+            json.dump({"resumed_from": start, "restart": restart, "final": step}, f)
+        break
+    step += 1
+    time.sleep(0.1)
+"""
+
+
+def test_qos_preemption_with_grace_time_checkpoints_requeues_and_resumes(tlab, tmp_path):
+    """scavenger gets grace_time 120 (sacctmgr GraceTime); the lab's slurm.conf sends a preempted job its own signal
+    (22.05 SlurmctldParameters=preempt_send_user_signal, 24.11 PreemptParameters=send_user_signal). A gpusub job in
+    scavenger holds node1's 4 GPUs; a high job asks for them: the gpusub job gets SIGUSR2 (its --signal=B:USR2) at
+    once, saves for 35 s inside the grace, its batch shell requeues it, and the next attempt resumes from the save."""
+    conf = (Path(tlab.dir) / "etc" / "slurm.conf").read_text()
+    assert ("PreemptParameters=send_user_signal" in conf if tlab.release >= "23.02"
+            else "preempt_send_user_signal" in conf), conf
+    d = yaml.safe_load(inventory(tlab).read_text())
+    for q in d["tenants"]["qos"]:
+        if q["name"] == "scavenger":
+            q["grace_time"] = 120
+    team_b = next(a for a in d["tenants"]["accounts"][0]["children"] if a["name"] == "team-b")
+    team_b["users"] = [*team_b["users"], "root"]
+    p = tmp_path / "grace.yaml"
+    p.write_text(yaml.safe_dump(d))
+    r = accounts(tlab, "apply", str(p))
+    assert r.returncode == 0 and "GraceTime=120" in r.stdout, r.stdout + r.stderr
+    assert sh(tlab, ["sacctmgr", "-P", "-n", "show", "qos", "where", "name=scavenger",
+                     "format=GraceTime"]).stdout.strip() == "00:02:00"
+    script = tmp_path / "train.py"
+    script.write_text(SLOW_CKPT)
+    run_dir = tmp_path / "run"
+    high = ""
+    jid = ""
+    try:
+        r = sh(tlab, [sys.executable, "-m", "slurmkit.cli.gpusub", str(script), "--nodes", "1", "--gpus-per-node", "4",
+                      "--launcher", "srun", "--account", "team-b", "--qos", "scavenger", "--time", "10:00",
+                      "--max-restarts", "2", "--run-dir", str(run_dir), "--", "35"], check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+        jid = next(ln.split()[-1] for ln in r.stdout.splitlines() if ln.startswith("submitted job"))
+        wait_for(lambda: (run_dir / "running.r0").exists(), 90, "the first attempt", lambda: job(tlab, jid))
+        assert job(tlab, jid)["NodeList"] == "node1"
+        t_preempt = time.time()
+        high = submit(tlab, "daemon", "-w", "node1", "-n1", "--gres=gpu:4", "--qos=high", script="sleep 3")
+        wait_for(lambda: (run_dir / "sig.r0.json").exists(), 150, "the checkpoint inside the grace",
+                 lambda: (job(tlab, jid), job(tlab, high)))
+        wait_for(lambda: job(tlab, jid)["Restarts"] == "1", 60, "the requeue", lambda: job(tlab, jid))
+        wait_for(lambda: job(tlab, jid)["JobState"] == "COMPLETED", 240, "the resumed attempt to finish",
+                 lambda: (job(tlab, jid), job(tlab, high)))
+    finally:
+        for j in (jid, high):
+            if j and job(tlab, j)["JobState"] in ("PENDING", "RUNNING"):
+                sh(tlab, ["scancel", j], check=False)
+        for j in (jid, high):
+            if j:
+                wait_for(lambda j=j: sacct_state(tlab, j) not in ("", "PENDING", "RUNNING", "REQUEUED"), 60,
+                         "slurmdbd to record the job's end")
+        # the lab's own tenants back (root out of team-b, scavenger without a grace); the job's end is recorded first
+        # (slurmdbd refuses to delete an association with active jobs)
+        accounts(tlab, "apply", "--prune", str(inventory(tlab)))
+    sig = json.loads((run_dir / "sig.r0.json").read_text())
+    r0 = (run_dir / "logs" / f"{jid}.r0.log").read_text()
+    grace_used = sig["saved"] - sig["asked"]
+    print(f"\n[{tlab.release}] preemption signal(s) {sig['signals']} {sig['asked'] - t_preempt:.1f} s after the high "
+          f"job's submit; checkpoint saved {grace_used:.1f} s later at step {sig['step']}")
+    assert sig["signals"][:1] == ["SIGUSR2"], (sig, r0[-2000:])  # its own --signal, not a bare SIGTERM
+    # 22.05 ends a job that exits inside its grace like any other: the batch shell requeues it; 24.05+ requeues it
+    # itself when the batch script ends (proc_req.c GRACE_PREEMPT), and a second requeue of ours made it run twice
+    requeue = ("Slurm requeues the job as this script ends" if tlab.release >= "24.05"
+               else "requeueing (restart 1 of at most 2)")
+    assert "SIGUSR2 received" in r0 and requeue in r0, r0[-2000:]
+    assert grace_used >= 35  # longer than 30 s, inside GraceTime
+    result = json.loads((run_dir / "result.json").read_text())
+    print(f"[{tlab.release}] resumed at step {result['resumed_from']} (saved {sig['step']}), finished at "
+          f"{result['final']}; high job {job(tlab, high)['JobState']}")
+    assert result == {"resumed_from": sig["step"], "restart": 1, "final": sig["step"] + 5}
+    assert job(tlab, high)["JobState"] == "COMPLETED"

@@ -732,3 +732,44 @@ def test_validate_warns_user_limits_are_per_association_naming_users_in_two_acco
     r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "validate", str(p)], capture_output=True,
                        text=True)
     assert r.returncode == 0 and "warning: tenants.user_limits apply per user association: bob" in r.stderr, r.stderr
+
+
+# --- issue 24.1: a QOS grace_time, and the preempted job's own signal at preemption ----------------------------------
+
+def _scavenger(**kw: object) -> dict:
+    q = copy.deepcopy(ISSUE["qos"])
+    q[2].update(kw)
+    return tenants_with(qos=q)
+
+
+def test_qos_grace_time_is_seconds_and_reaches_sacctmgr_and_reads_back():
+    from slurmkit.accounts.plan import desired, diff, parse_state, steps
+
+    t = load_cluster_dict(inv(_scavenger(grace_time=90))).tenants
+    assert next(q for q in t.qos if q.name == "scavenger").grace_time == 90
+    want = desired(t)
+    assert want.qos["scavenger"]["GraceTime"] == "90" and want.qos["high"]["GraceTime"] == ""
+    # sacctmgr prints it as a time; a QOS without one prints 00:00:00
+    live = parse_state("high|1000|scavenger|cluster||||||1.000000||00:00:00\n"
+                       "normal|100||cluster||||||1.000000||00:00:00\n"
+                       "scavenger|0||requeue||||||0.100000||00:00:00\n", "", "")
+    changes = [c for c in diff(live, want) if c.kind == "qos"]
+    assert [c.describe() for c in changes] == ["modify QOS scavenger: GraceTime (none) -> 90s"]
+    (step,) = steps(changes, "c")
+    assert "GraceTime=90" in step.args  # whole seconds: sacctmgr's get_uint
+    live.qos["scavenger"] = parse_state("scavenger|0||requeue||||||0.100000||00:01:30\n", "", "").qos["scavenger"]
+    assert not [c for c in diff(live, want) if c.kind == "qos"]
+    for bad in (-1, "90s", 1.5, True):
+        refused(inv(_scavenger(grace_time=bad)), "tenants.qos[2].grace_time", "whole seconds")
+
+
+@pytest.mark.parametrize("version,line", [("22.05", "SlurmctldParameters=preempt_send_user_signal"),
+                                          ("23.02", "PreemptParameters=send_user_signal"),
+                                          ("24.11", "PreemptParameters=send_user_signal")])
+def test_preemption_sends_the_jobs_own_signal_spelled_per_release(version, line):
+    assert line in conf_lines(inv(), version)
+    no_pre = conf_lines(inv(tenants_with(qos=[{"name": "normal"}], accounts=[])), version)
+    assert not [ln for ln in no_pre if "send_user_signal" in ln]
+    # a site's own SlurmctldParameters items are merged with it, not replaced
+    mixed = conf_lines(inv(slurm_conf={"SlurmctldParameters": "enable_configless"}), "22.05")
+    assert "SlurmctldParameters=preempt_send_user_signal,enable_configless" in mixed

@@ -35,7 +35,10 @@ STUB_SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$SCONTROL_LOG"
 case "$*" in
   *"show node"*) echo "NodeName=node1 NodeAddr=127.0.0.1" ;;
-  *"update"*) [ -n "${PENDING:-}" ] || { echo "Job is no longer pending execution" >&2; exit 1; } ;;
+  *"show job"*) if [ -n "${PENDING:-}" ]; then echo "JobId=77 JobState=PENDING Restarts=1"
+                else echo "JobId=77 JobState=${JOBSTATE:-COMPLETING} Restarts=0"; fi ;;
+  *"update"*) echo "SLURM_JOBID=${SLURM_JOBID:-unset}" >> "$SCONTROL_LOG"
+              [ -n "${PENDING:-}" ] || { echo "Job is no longer pending execution" >&2; exit 1; } ;;
 esac
 exit 0
 """
@@ -199,25 +202,55 @@ while :; do sleep 0.1; done
 
 @pytest.mark.parametrize("pending", [True, False])
 def test_sigterm_to_a_pinned_job_clears_the_pin_only_when_slurm_requeued_it(tmp_path: Path, pending: bool) -> None:
+    """SIGTERM: Slurm requeued the job (Restarts grew: scontrol requeue, preemption) or is ending it (scancel, time
+    limit: COMPLETING). The step is asked to checkpoint (SIGUSR2), the shell waits for it and then clears the pin only
+    in the first case, without SLURM_JOBID (no resize lookup of a pending job); never its own requeue."""
     hold = tmp_path / "hold.sh"
-    hold.write_text(HOLD)
+    hold.write_text(HOLD.replace("touch", "trap 'echo task: checkpoint; exit 0' USR2; touch"))
     hold.chmod(0o755)
     job = render(JobSpec(script=str(hold), nodes=2, gpus_per_node=1, launcher="srun"),
                  facts(live_nodes=live(set())), str(tmp_path / "run"))
     assert job.topology.pinned
-    extra = {"READY": str(tmp_path / "ready"), **({"PENDING": "1"} if pending else {})}
+    extra = {"READY": str(tmp_path / "ready"), "SLURM_JOBID": "77", **({"PENDING": "1"} if pending else {})}
     proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGTERM)
     try:
-        assert proc.wait(timeout=30) == -signal.SIGTERM  # still dies of the SIGTERM, as without the trap
+        assert proc.wait(timeout=30) == 0  # the step checkpointed and exited 0
     finally:  # the task (hold.sh under the stub srun) outlives the batch shell: it must not outlive the test
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    assert "scontrol update JobId=77 ReqNodeList=" in (tmp_path / "scontrol.log").read_text()
+    calls = (tmp_path / "scontrol.log").read_text()
     log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
-    assert ("cleared the node pin" in log) == pending
+    reason = (tmp_path / "run" / "attempts" / "77.r0.reason").read_text()
+    assert "task: checkpoint" in log and "SIGTERM received" in log
+    assert "scontrol requeue" not in calls
+    if pending:
+        assert "scontrol update JobId=77 ReqNodeList=" in calls and "SLURM_JOBID=unset" in calls
+        assert "cleared the node pin" in log and reason.startswith("requeued by Slurm (SIGTERM)")
+    else:  # a normal end or a cancel: no update slurmctld would refuse ("Invalid node name specified")
+        assert "update" not in calls
+        assert "not requeued" in reason and "COMPLETING" in reason
     free = render(JobSpec(script=str(hold), nodes=2, gpus_per_node=1, launcher="srun", array="0-1"),
                   facts(live_nodes=live(set())), "/r").request.script
     assert "_gpusub_unpin" not in free
+
+
+def test_sigterm_while_the_job_still_runs_is_a_grace_notice_and_the_shell_requeues(tmp_path: Path) -> None:
+    """SIGTERM with the job still RUNNING: a QOS GraceTime notice without send_user_signal (preempt.c
+    _job_check_grace_internal sends SIGCONT+SIGTERM and only requeues at the grace's end; 22.05 does not requeue a
+    job that ends inside it). The checkpoint is taken and the shell requeues the job itself."""
+    hold = tmp_path / "hold.sh"
+    hold.write_text(HOLD.replace("touch", "trap 'echo task: checkpoint; exit 0' USR2; touch"))
+    hold.chmod(0o755)
+    job = render(JobSpec(script=str(hold), nodes=1, gpus_per_node=1, launcher="srun"), facts(), str(tmp_path / "run"))
+    extra = {"READY": str(tmp_path / "ready"), "JOBSTATE": "RUNNING"}
+    proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGTERM)
+    try:
+        assert proc.wait(timeout=30) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "scontrol requeue 77" in (tmp_path / "scontrol.log").read_text()
+    assert "preempted (SIGTERM): step exit 0, requeued" in (tmp_path / "run" / "attempts" / "77.r0.reason").read_text()
 
 
 # --- 6: the hot path: a cached ClusterFacts, one git call --------------------------------------------------------

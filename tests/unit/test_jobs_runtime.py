@@ -322,7 +322,8 @@ def test_a_pinned_job_clears_its_pin_when_it_requeues() -> None:
     pinned = render(JobSpec(script="/t.py", nodes=2), facts(live_nodes=live(set())), "/r").request.script
     assert "#SBATCH --nodelist=" in pinned
     after = pinned[pinned.index('if scontrol requeue "$_gpusub_id"; then'):]
-    assert after.index('scontrol update JobId="$_gpusub_id" ReqNodeList=') < after.index("exit 0")
+    assert after.index("_gpusub_unpin") < after.index("exit 0")
+    assert 'env -u SLURM_JOBID scontrol update JobId="$_gpusub_id" ReqNodeList=' in pinned
     free = render(JobSpec(script="/t.py", nodes=2, array="0-1"), facts(live_nodes=live(set())), "/r").request.script
     assert "ReqNodeList=" not in free
 
@@ -529,7 +530,8 @@ def test_status_says_why_a_preempted_job_ended(env: dict[str, str], tmp_path: Pa
     idx.mkdir(parents=True)
     (idx / "77").write_text(str(rd))
     row = statuses(["77"], ArrayBackend(), env)[0]
-    assert row.state == "COMPLETED" and row.restarts == 3
+    # stopped unfinished: the batch shell exited 75 (the job FAILED, so `afterok` dependents do not start)
+    assert row.state == "FAILED" and row.exit_code == "75" and row.restarts == 3
     assert "note='preempted (SIGUSR2): step exit 0, not requeued: --max-restarts 3 reached'" in row.line()
 
 
@@ -604,7 +606,10 @@ exec "$@"
 """
 STUB_SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$SCONTROL_LOG"
-case "$*" in *"show node"*) echo "NodeName=node1 NodeAddr=10.0.0.1" ;; esac
+case "$*" in
+  *"show node"*) echo "NodeName=node1 NodeAddr=10.0.0.1" ;;
+  *"show job"*) echo "JobId=$SLURM_JOB_ID JobState=${JOBSTATE:-RUNNING} Restarts=${RESTARTS:-${SLURM_RESTART_COUNT:-0}}" ;;
+esac
 exit 0
 """
 
@@ -635,21 +640,23 @@ def test_checkpoint_then_requeue_or_a_clean_stop_with_the_reason(tmp_path: Path,
     while not (tmp_path / "ready").exists() and time.monotonic() < end:
         time.sleep(0.05)
     proc.send_signal(signal.SIGUSR2)  # what --signal=B:USR2@GRACE does
-    assert proc.wait(timeout=20) == 0
+    # a run stopped unfinished ends non-zero (EX_TEMPFAIL): `afterok` dependents must not start on it
+    assert proc.wait(timeout=20) == (0 if requeued else 75)
     log = (run_dir / "logs" / f"55.r{restart}.log").read_text()
     reason = (run_dir / "attempts" / f"55.r{restart}.reason").read_text()
     calls = (tmp_path / "scontrol.log").read_text()
     assert "worker: checkpointed" in log and "Traceback" not in log
     assert (run_dir / "preempt" / f"55.r{restart}").exists()  # the file, after the signal
     forward = job.request.script[job.request.script.index("_gpusub_forward() {"):]
-    assert forward.index('kill -s "$1" "$_gpusub_step"') < forward.index('( sleep 2; : >>"$GPUSUB_PREEMPT_FILE" ) &')
+    assert forward.index('kill -s USR2 "$_gpusub_step"') < forward.index('( sleep 2; : >>"$GPUSUB_PREEMPT_FILE" ) &')
     if requeued:
         assert "requeueing (restart 1 of at most 2)" in log and "requeued" in reason
         # the pin chosen at submit is cleared once the job is pending again
         assert calls.index("scontrol requeue 55") < calls.index("scontrol update JobId=55 ReqNodeList=")
     else:
         assert "stopped after a checkpoint, not requeued: --max-restarts 2 reached" in log
-        assert "not requeued: --max-restarts 2 reached" in reason and "requeue" not in calls
+        assert "not requeued: --max-restarts 2 reached" in reason and "scontrol requeue" not in calls
+        assert "update" not in calls  # the pin stays: the job is not pending, slurmctld would refuse it
 
 
 def test_logs_of_an_array_job_id_print_every_tasks_logs(tmp_path: Path) -> None:
@@ -667,3 +674,23 @@ def test_logs_of_an_array_job_id_print_every_tasks_logs(tmp_path: Path) -> None:
     assert out.getvalue().split() == ["7_2.r0.log", "7_2.r1.log", "7_10.r0.log"]
     one = io.StringIO()
     assert print_logs("7_2", str(tmp_path), one) == 2 and one.getvalue().split() == ["7_2.r0.log", "7_2.r1.log"]
+
+
+def test_agent_keeps_sigterm_and_sigusr2_no_op_when_torch_installs_its_handlers() -> None:
+    """torch's PContext.start() calls signal.signal(SIGTERM, _terminate_process_handler) after the agent code ran:
+    the agent must stay out of SIGTERM (it would SIGKILL the checkpointing workers 30 s later) and SIGUSR2."""
+    code = AGENT.replace("from torch.distributed.run import main; ", "").replace(
+        "sys.exit(main())", "signal.signal(signal.SIGTERM, print); signal.signal(signal.SIGUSR2, print); "
+        "signal.signal(signal.SIGINT, print); "
+        "print(signal.getsignal(signal.SIGTERM) is not print, signal.getsignal(signal.SIGUSR2) is not print, "
+        "signal.getsignal(signal.SIGINT) is print)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True", "True"]
+
+
+@pytest.mark.parametrize("state,code,rc", [("COMPLETED", "0:0", 0), ("FAILED", "75:0", 75), ("FAILED", "2:0", 2),
+                                           ("CANCELLED", "0:15", 143), ("CANCELLED", "0:0", 1), ("TIMEOUT", "", 1)])
+def test_follow_exits_with_the_jobs_own_exit_code(state: str, code: str, rc: int) -> None:
+    from slurmkit.jobs.monitor import JobStatus, exit_status
+
+    assert exit_status(JobStatus("1", state, "slurmctld", exit_code=code)) == rc
