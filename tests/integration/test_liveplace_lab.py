@@ -48,6 +48,9 @@ def hold(tmp_path: Path) -> str:
 def cleanup(lab: Lab, env: dict[str, str]) -> Iterator[list[str]]:
     """Jobs and reservations to remove at the end; then every node idle again for the next test."""
     made: list[str] = []
+    b = CLIBackend(env=lab.env)
+    # other tests' jobs may still be completing: placement is judged on an idle lab
+    _wait(lambda: all(n.state == "idle" and not n.flags for n in b.nodes()), 90, "every lab node idle first")
     yield made
     Path(env["GATE"]).touch()
     jobs = [x for x in made if x.isdigit()]
@@ -55,7 +58,6 @@ def cleanup(lab: Lab, env: dict[str, str]) -> Iterator[list[str]]:
         lab_run(lab, ["scancel", *jobs], check=False)
     for r in (x for x in made if not x.isdigit()):
         lab_run(lab, ["scontrol", "delete", f"reservation={r}"], check=False)
-    b = CLIBackend(env=lab.env)
     _wait(lambda: all(n.state == "idle" for n in b.nodes()), 60, "every lab node idle again")
 
 
