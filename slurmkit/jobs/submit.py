@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from slurmkit.errors import SlurmkitError, UsageError
 from slurmkit.jobs import facts as factsmod
 from slurmkit.jobs.render import RenderedJob, render, shape_errors
-from slurmkit.jobs.rundir import default_run_root, new_run_dir, record_job_id, write_run_dir
+from slurmkit.jobs.rundir import cluster_key, default_run_root, new_run_dir, record_job_id, write_run_dir
 from slurmkit.jobs.spec import ClusterFacts, JobSpec
 
 if TYPE_CHECKING:
@@ -179,7 +179,8 @@ def submit_prepared(prepared: Prepared, backend: Backend, gpusub_argv: list[str]
     env = os.environ if environ is None else environ
     write_run_dir(prepared.job, gpusub_argv or [], git=prepared.git)
     job_id = backend.submit(prepared.job.request)
-    record_job_id(prepared.job.run_dir, job_id, env)
+    # the cluster the backend submitted to (a lab's backend carries its SLURM_CONF): the index key
+    record_job_id(prepared.job.run_dir, job_id, env, cluster_key({**env, **(getattr(backend, "env", None) or {})}))
     return SubmitResult(job_id=job_id, run_dir=prepared.job.run_dir, prepared=prepared)
 
 

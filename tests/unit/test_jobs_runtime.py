@@ -23,7 +23,7 @@ from slurmkit.jobs.submit import PreflightError, prepare
 from slurmkit.jobs.topology import plan_topology
 from slurmkit.jobs.torchcompat import AGENT, features_for
 from slurmkit.model.load import load_cluster
-from tests.unit.test_gpusub_cli import FakeBackend
+from tests.unit.test_gpusub_cli import CLUSTER_KEY, FakeBackend, unit_slurm_conf
 from tests.unit.test_jobs_render import facts, live
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,7 +182,8 @@ def test_agent_code_is_valid_python_with_a_no_op_usr2_handler() -> None:
 @pytest.fixture()
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     e = {"SLURMKIT_INVENTORY": str(LAB_INV), "SLURMKIT_STATE_DIR": str(tmp_path / "state"),
-         "GPUSUB_RUN_ROOT": str(tmp_path / "runs"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+         "GPUSUB_RUN_ROOT": str(tmp_path / "runs"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+         "SLURM_CONF": unit_slurm_conf(tmp_path)}
     for k, v in e.items():
         monkeypatch.setenv(k, v)
     return e
@@ -525,7 +526,7 @@ def test_status_says_why_a_preempted_job_ended(env: dict[str, str], tmp_path: Pa
     (rd / "attempts" / "77.r3.exit").write_text("0\n")
     (rd / "attempts" / "77.r3.reason").write_text(
         "preempted (SIGUSR2): step exit 0, not requeued: --max-restarts 3 reached\n")
-    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / CLUSTER_KEY
     idx.mkdir(parents=True)
     (idx / "77").write_text(str(rd))
     row = statuses(["77"], ArrayBackend(), env)[0]
@@ -553,7 +554,7 @@ def test_logs_follow_of_a_job_slurmctld_forgot_uses_the_run_dir(env: dict[str, s
     (rd / "logs").mkdir()
     (rd / "attempts" / "88.r0.exit").write_text("0\n")
     (rd / "logs" / "88.r0.log").write_text("hello from 88\n")
-    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / CLUSTER_KEY
     idx.mkdir(parents=True)
     (idx / "88").write_text(str(rd))
     res = CliRunner().invoke(gpusub.logs_cmd, ["-f", "88"])
