@@ -466,15 +466,75 @@ def test_activation_estimate_follows_ffn_swiglu_interleaving_and_micro_batches()
     assert glu is not None and megatron.layer_activation_coefficient(glu) == 30
 
     def act(extra: tuple[str, ...], pp: int = 4) -> float:
-        mm = megatron.model_args(BASE + extra)
+        mm = megatron.model_args(BASE + extra + ("--pipeline-model-parallel-size", str(pp)))  # as render passes them
         assert mm is not None
         return megatron.estimate_memory(mm, world=64, tp=2, pp=pp, cp=1, ep=1, gpu_memory_mb=0).activations_gib
 
     plain = act(())
-    inter = act(("--virtual-pipeline-model-parallel-size", "2"))
+    inter = act(("--num-virtual-stages-per-pipeline-rank", "2"))
     assert inter == pytest.approx(plain * (1 + 3 / 8))  # Megatron: 1 + (p-1)/(p*v)
+    assert act(("--num-layers-per-virtual-pipeline-stage", "4")) == pytest.approx(inter)  # 32 / PP 4 / 4 = 2 chunks
     few = act(("--global-batch-size", "16"))  # DP = 8, micro 1: 2 micro-batches < PP = 4 in flight
     assert few == pytest.approx(plain * 2 / 4)
+
+
+def _estimate(args: tuple[str, ...], pp: int = 4):  # type: ignore[no-untyped-def]
+    from slurmkit.jobs import megatron
+
+    found, est = megatron.check_layout(nodes=8, gpus_per_node=8, tp=2, pp=pp, cp=1, ep=1, args=args,
+                                       gpu_memory_mb=81559)
+    return [f.message for f in found if f.level == "error"], est
+
+
+@pytest.mark.parametrize(("extra", "pp", "chunks"), [
+    (("--num-layers-per-virtual-pipeline-stage", "2"), 4, 4),   # 32 layers / PP 4 = 8 per stage, 2 per chunk
+    (("--num-layers-per-virtual-pipeline-stage=4",), 4, 2),
+    (("--num-virtual-stages-per-pipeline-rank", "4"), 4, 4),
+    (("--num-layers-per-virtual-pipeline-stage", "8"), 4, None),  # one chunk per rank: no interleaving
+    (("--num-layers-per-virtual-pipeline-stage", "3", "--account-for-embedding-in-pipeline-split",
+      "--account-for-loss-in-pipeline-split"), 2, 3),  # (32 + 2) / PP 2 = 17 per stage: see below
+])
+def test_interleaved_schedule_is_in_the_estimate(extra: tuple[str, ...], pp: int, chunks: int | None) -> None:
+    """issue 25 item 11: --num-layers-per-virtual-pipeline-stage made the interleaving disappear from the estimate
+    without a word; Megatron-LM's arguments.py derives V from it, theoretical_memory_usage.py scales by it."""
+    if chunks == 3:  # 34 layers per 2 stages = 17: 3 does not divide it, Megatron asserts
+        errs, est = _estimate(BASE + extra, pp)
+        assert est is None and any("does not divide the 17 layers per pipeline stage" in e for e in errs), errs
+        return
+    errs, est = _estimate(BASE + extra, pp)
+    assert errs == [] and est is not None
+    plain = _estimate(BASE, pp)[1]
+    assert plain is not None
+    if chunks is None:
+        assert est.activations_gib == pytest.approx(plain.activations_gib)
+        assert not any("interleaved" in n for n in est.notes)
+    else:
+        assert est.activations_gib == pytest.approx(plain.activations_gib * (1 + (pp - 1) / (pp * chunks)))
+        assert f"interleaved schedule ({chunks} chunks per stage)" in "\n".join(est.lines())
+
+
+@pytest.mark.parametrize(("extra", "pp", "want"), [
+    (("--num-layers-per-virtual-pipeline-stage", "3"), 4, "does not divide the 8 layers per pipeline stage"),
+    (("--num-layers-per-virtual-pipeline-stage", "2"), 1, "needs PP > 1, got PP=1"),
+    (("--num-virtual-stages-per-pipeline-rank", "2", "--no-overlap-p2p-communication"), 2,
+     "needs PP > 2 with --no-overlap-p2p-communication, got PP=2"),
+    (("--num-layers-per-virtual-pipeline-stage", "2", "--num-virtual-stages-per-pipeline-rank", "4"), 4,
+     "takes at most one of"),
+    (("--num-layers-per-virtual-pipeline-stage", "2", "--decoder-first-pipeline-num-layers", "6"), 4,
+     "--num-virtual-stages-per-pipeline-rank with uneven pipeline stages"),
+    (("--virtual-pipeline-model-parallel-size", "2"), 4, "is not a Megatron-LM argument"),
+])
+def test_interleaving_megatron_would_refuse_is_an_error_not_a_silent_estimate(extra: tuple[str, ...], pp: int,
+                                                                              want: str) -> None:
+    errs, est = _estimate(BASE + extra, pp)
+    assert est is None and any(want in e for e in errs), errs
+
+
+def test_interleaving_by_layout_is_named_in_the_estimate() -> None:
+    errs, est = _estimate(BASE + ("--pipeline-model-parallel-layout", "Et*8|t*8|t*8|t*8L"), 4)
+    assert errs == [] and est is not None
+    assert any("--pipeline-model-parallel-layout: the interleaved schedule's extra activations" in line
+               for line in est.lines())
 
 
 # --- items 9, 11, 13: why a job ended, arrays, cancel and logs of jobs slurmctld does not know ----------------------
