@@ -26,7 +26,12 @@ if TYPE_CHECKING:
 
 
 class PreflightError(UsageError):
-    """The job would not run as asked (or would fail right away): refused before it waits in the queue."""
+    """The job would not run as asked (or would fail right away): refused before it waits in the queue.
+    ``errors``: every error found, one line each (the edge prints them all, not the first one alone)."""
+
+    def __init__(self, message: str, errors: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.errors = errors or (self.one_line(),)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,9 @@ class Prepared:
     start_estimate: str | None = None
     git: dict[str, object] | None = None  # the script's git state, found while the preflight ran
     tenant: tuple[str, ...] = ()  # --explain: the account and QOS the job gets and why, the GPU limits on its path
+    # the tenant check's warnings (the job waits for a GPU quota, or the limits could not be read): sbatch --test-only
+    # ignores association and QOS limits, so its estimate does not hold then
+    quota_waits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,14 +122,17 @@ def prepare(
                           f"the job asks for {spec.nodes}")
     errors += shape_errors(job)
     tenant: tuple[str, ...] = ()
+    quota_waits: tuple[str, ...] = ()
     if tenant_q is not None:
         tc = tenant_q.result(spec.account, spec.qos, spec.nodes * job.gpus_per_node)
         errors += tc.errors
         warnings += tc.warnings
         tenant = tuple(tc.explain)
+        quota_waits = tuple(tc.warnings)
     if errors and not force:
-        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise PreflightError(f"preflight: {errors[0]}{more}")
+        # every error, one line each: the first alone hid the real cause behind "(+1 more)" (issue 24)
+        lines = tuple(f"preflight: {' '.join(e.split())}" for e in errors)
+        raise PreflightError("\n".join(lines), lines)
     warnings += [f"forced past: {e}" for e in errors]
     estimate = None
     if backend is not None and test_only:
@@ -134,7 +145,7 @@ def prepare(
     if git_thread is not None:
         git_thread.join()
     return Prepared(job=job, warnings=tuple(warnings), start_estimate=estimate,
-                    git=git if git_thread is not None else None, tenant=tenant)
+                    git=git if git_thread is not None else None, tenant=tenant, quota_waits=quota_waits)
 
 
 def _pin_interpreter(spec: JobSpec) -> tuple[JobSpec, str | None, list[str]]:
