@@ -125,8 +125,9 @@ class _Index:
         if not self.key:
             return "cluster unknown (no ClusterName from $SLURM_CONF or scontrol show config), so no run dir"
         why = f"no run dir recorded for {job_id} on cluster {self.key}"
-        old = index_dir(self.env) / job_id.split("_", 1)[0]
-        if old.is_file():  # written before the per-cluster keys: may be any cluster's job with this id
+        base = job_id.split("_", 1)[0]
+        old = index_dir(self.env) / base
+        if base.isdigit() and old.is_file():  # written before the per-cluster keys: may be any cluster's job with this id
             why += f" ({old} is from an older gpusub, its cluster unknown: not used)"
         return why
 

@@ -149,3 +149,12 @@ def test_cluster_identity_from_scontrol_show_config(recording: str, port: str) -
     text = (Path(__file__).resolve().parents[1] / "data" / "slurm" / recording).read_text()
     assert show_config_identity(text) == ("lab", "vm(127.0.0.1)", port)
     assert _key(*show_config_identity(text)) == f"lab@vm:{port}"
+
+
+@pytest.mark.usefixtures("no_sacct")
+def test_a_job_id_is_never_a_path_into_the_index(env: dict[str, str], tmp_path: Path) -> None:
+    secret = Path(env["SLURMKIT_STATE_DIR"]) / "secret"
+    (secret.parent / "jobs").mkdir(parents=True)  # so that jobs/../secret resolves
+    secret.write_text(f"{tmp_path}\n")
+    res = CliRunner().invoke(gpusub.status_cmd, ["../secret"])
+    assert res.exit_code == 1 and res.output.startswith("../secret UNKNOWN") and "older gpusub" not in res.output
