@@ -1,7 +1,7 @@
 """A tiny but real torch.distributed job: every rank all-reduces a tensor over gloo and reports what it saw.
 
 Used by the demo (`bash examples/demo.sh`) and the lab's end-to-end test. On a GPU cluster the same
-rendezvous runs NCCL; the lab has no GPUs, so this uses gloo on the CPU.
+rendezvous runs NCCL; the lab has no GPUs, so this uses gloo on the CPU. It needs torch alone (no numpy).
 """
 
 from __future__ import annotations
@@ -10,6 +10,20 @@ import json
 import os
 import socket
 import sys
+
+HOST_BYTES = 256  # a hostname is at most 253 bytes (RFC 1035 names; Linux HOST_NAME_MAX is 64)
+
+
+def gather_hostnames(dist, torch, world: int) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every rank's hostname, as fixed-size byte tensors: ``dist.all_gather_object`` would need numpy (torch
+    unpickles the gathered objects through ``Tensor.numpy()``: "Numpy is not available" without it), and the
+    README installs torch alone."""
+    name = socket.gethostname().encode()[:HOST_BYTES]
+    mine = torch.zeros(HOST_BYTES, dtype=torch.uint8)
+    mine[: len(name)] = torch.tensor(list(name), dtype=torch.uint8)
+    every = [torch.zeros(HOST_BYTES, dtype=torch.uint8) for _ in range(world)]
+    dist.all_gather(every, mine)
+    return [bytes(t.tolist()).rstrip(b"\0").decode(errors="replace") for t in every]
 
 
 def main() -> int:
@@ -20,8 +34,7 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    hosts: list[str | None] = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname())
+    hosts = gather_hostnames(dist, torch, world)
     expected = world * (world + 1) / 2
     record = {
         "rank": rank,

@@ -52,7 +52,8 @@ def _fail(exc: Exception) -> None:
     from slurmkit.errors import SlurmkitError
 
     if isinstance(exc, SlurmkitError):
-        click.echo(f"gpusub: error: {exc.one_line()}", err=True)
+        for line in getattr(exc, "errors", None) or (exc.one_line(),):  # a preflight: every error, a line each
+            click.echo(f"gpusub: error: {line}", err=True)
         sys.exit(exc.exit_code)
     raise exc
 
@@ -201,7 +202,12 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
         click.echo(job.plan_line())
         if result.unpinned:
             click.echo(f"gpusub: {result.unpinned}", err=True)
-        if prepared.start_estimate:
+        if prepared.start_estimate and prepared.quota_waits:
+            # job_start_data (src/slurmctld/job_scheduler.c, 22.05 and 24.11) tests the nodes only
+            # (select_g_job_test, SELECT_MODE_WILL_RUN), never acct_policy: its time ignores the quota it waits for
+            click.echo("estimated start: left out: sbatch --test-only ignores association and QOS limits "
+                       "(see the warning above)")
+        elif prepared.start_estimate:
             how = "" if "reservation" in prepared.start_estimate else " (sbatch --test-only)"
             click.echo(f"estimated start: {prepared.start_estimate}{how}")
         click.echo(f"run dir: {result.run_dir}")

@@ -129,7 +129,8 @@ def status(directory: str, as_json: bool) -> None:
 @_dir
 def env(directory: str) -> None:
     """Print the exports a shell using the lab needs (use with eval): SLURM_CONF, SLURMKIT_LAB_DIR, with --hooks
-    SLURMKIT_FAKE_NVML, for another release PATH. gpusub and `slurmkit report` find the inventory beside SLURM_CONF."""
+    SLURMKIT_FAKE_NVML, for another release PATH; PATH also loses any other lab's Slurm wrappers (a lab env run
+    before in the same shell). gpusub and `slurmkit report` find the inventory beside SLURM_CONF."""
     import shlex
 
     lab_ = Lab.load(directory)
@@ -137,8 +138,11 @@ def env(directory: str) -> None:
         raise click.ClickException(f"no lab config in {lab_.dir}; run `slurmkit lab up` first")
     for k, v in lab_.user_env.items():
         click.echo(f"export {k}={shlex.quote(v)}")
-    if lab_.foreign:  # the wrappers that run the lab's release of sinfo, sbatch, ... first on PATH
-        click.echo(f"export PATH={shlex.quote(str(lab_.bin_dir))}:\"$PATH\"")
+    # the wrappers that run a foreign release's sinfo, sbatch, ... first on PATH, and no other lab's (a lab env
+    # run before in this shell): the PATH this command sees is the shell's, so it is printed whole
+    path = lab_.env.get("PATH")
+    if path is not None:
+        click.echo(f"export PATH={shlex.quote(path)}")
 
 
 @lab.command()

@@ -12,7 +12,7 @@ It is an estimate (no allocator fragmentation, no CUDA context, no framework buf
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurmkit.errors import UsageError
 
@@ -130,20 +130,80 @@ def model_args(args: tuple[str, ...]) -> ModelArgs | None:
         vocab_assumed=vocab_assumed,
         unfused_attention=arg_value(args, "--attention-backend") in ("unfused", "local"),
         global_batch_size=_int_arg(args, "--global-batch-size"),
-        virtual_pp=_virtual_pp(args, layers),
+        virtual_pp=virtual_pp(args, layers).chunks,
         group_query_attention="--group-query-attention" in args,
     )
 
 
-def _virtual_pp(args: tuple[str, ...], layers: int) -> int | None:
-    v = _int_arg(args, "--virtual-pipeline-model-parallel-size")
-    if v:
-        return v
-    per = _int_arg(args, "--num-layers-per-virtual-pipeline-stage")
-    pp = _int_arg(args, "--pipeline-model-parallel-size") or 1
-    if per and pp > 1 and layers % (per * pp) == 0:
-        return layers // (per * pp)
-    return None
+# Megatron-LM's own derivation of the interleaved schedule's model chunks per pipeline rank
+# (megatron/training/arguments.py, validate_args; NVIDIA/Megatron-LM d98e8a64dd):
+#   * at most one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank,
+#     --pipeline-model-parallel-layout;
+#   * --num-layers-per-virtual-pipeline-stage N: "number of layers per pipeline stage must be divisible number of
+#     layers per virtual pipeline stage"; V = (num_layers / PP) / N, where num_layers counts one more layer each for
+#     --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split, and the flag may not be
+#     combined with --decoder-first/last-pipeline-num-layers;
+#   * --num-virtual-stages-per-pipeline-rank V: V itself;  V == 1 is no interleaving;
+#   * with interleaving, PP > 1 (PP > 2 with --no-overlap-p2p-communication).
+# --virtual-pipeline-model-parallel-size is no Megatron-LM argument since dcef906978 (2021, "Change argument to
+# control the number of model chunks in a stage"); its parser (allow_abbrev=False) refuses it.
+VIRTUAL_FLAGS = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+                 "--pipeline-model-parallel-layout")
+
+
+@dataclass(frozen=True)
+class VirtualPP:
+    chunks: int | None  # model chunks per pipeline rank (None: no interleaving, or unknown)
+    errors: tuple[str, ...] = ()  # Megatron's own startup assertions that would fail
+    note: str = ""  # why the interleaving is not in the estimate, when it is asked for but not derived
+
+
+def virtual_pp(args: tuple[str, ...], layers: int | None, pp: int | None = None) -> VirtualPP:
+    """The interleaved schedule's chunks per pipeline rank as Megatron-LM derives them (see VIRTUAL_FLAGS); ``pp``
+    defaults to --pipeline-model-parallel-size in ``args``."""
+    pp = pp or _int_arg(args, "--pipeline-model-parallel-size") or 1
+    given = [f for f in VIRTUAL_FLAGS if arg_value(args, f) is not None]
+    if "--virtual-pipeline-model-parallel-size" in args or any(
+            a.startswith("--virtual-pipeline-model-parallel-size=") for a in args):
+        return VirtualPP(None, ("--virtual-pipeline-model-parallel-size is not a Megatron-LM argument (arguments.py "
+                                "refuses it): give --num-layers-per-virtual-pipeline-stage or "
+                                "--num-virtual-stages-per-pipeline-rank",))
+    if len(given) > 1:
+        return VirtualPP(None, (f"{' and '.join(given)}: Megatron-LM takes at most one of {', '.join(VIRTUAL_FLAGS)}",))
+    if not given:
+        return VirtualPP(None)
+    if given[0] == "--pipeline-model-parallel-layout":
+        return VirtualPP(None, note="--pipeline-model-parallel-layout: the interleaved schedule's extra activations "
+                                    "(x 1 + (PP-1)/(PP*V)) are not in this estimate")
+    if given[0] == "--num-virtual-stages-per-pipeline-rank":
+        v = _int_arg(args, given[0])
+    else:
+        per = _int_arg(args, given[0])
+        uneven = [f for f in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
+                  if arg_value(args, f) is not None]
+        if uneven:
+            return VirtualPP(None, (f"--num-layers-per-virtual-pipeline-stage with {uneven[0]}: Megatron-LM asks for "
+                                    "--num-virtual-stages-per-pipeline-rank with uneven pipeline stages",))
+        if layers is None:
+            return VirtualPP(None, note="--num-layers-per-virtual-pipeline-stage without --num-layers: the "
+                                        "interleaved schedule's extra activations are not in this estimate")
+        n = layers + ("--account-for-embedding-in-pipeline-split" in args) + ("--account-for-loss-in-pipeline-split"
+                                                                              in args)
+        if n % pp:
+            return VirtualPP(None)  # Megatron's "divisible by pipeline model parallel size": check_layout says it
+        if not per or (n // pp) % per:
+            return VirtualPP(None, (f"--num-layers-per-virtual-pipeline-stage {per} does not divide the {n // pp} "
+                                    f"layers per pipeline stage ({n} / PP={pp})",))
+        v = n // pp // per
+    if not v or v < 1:
+        return VirtualPP(None, (f"{given[0]} {v}: must be a positive integer",))
+    if v == 1:
+        return VirtualPP(None)
+    need = 2 if "--no-overlap-p2p-communication" in args else 1
+    if pp <= need:
+        return VirtualPP(None, (f"interleaved schedule ({v} chunks per pipeline rank) needs PP > {need}"
+                                + (" with --no-overlap-p2p-communication" if need == 2 else "") + f", got PP={pp}",))
+    return VirtualPP(v)
 
 
 def layer_activation_coefficient(m: ModelArgs) -> float:
@@ -245,8 +305,9 @@ def estimate_memory(
     per_layer_full = sbh * 2 / sp
     in_flight = pp  # 1F1B: the first stage holds PP micro-batches in flight
     logits = 4 * s * b * m.vocab_size / tp / cp if pp == 1 else 0
-    # Megatron's theoretical_memory_usage.py: the interleaved schedule keeps 1 + (p-1)/(p*v) times more in flight;
-    # without it, fewer micro-batches than stages keep fewer in flight
+    # Megatron-LM's megatron/training/theoretical_memory_usage.py compute_activation_memory (d98e8a64dd): the
+    # interleaved schedule keeps 1 + (p-1)/(p*v) times more in flight ("Multiply by interleaved PP memory factor",
+    # v as arguments.py derives it: virtual_pp); without it, fewer micro-batches than stages keep fewer in flight
     factor = 1.0
     notes = []
     micro = m.global_batch_size // (b * dp) if m.global_batch_size else None
@@ -329,6 +390,8 @@ def check_layout(
                                       f"--micro-batch-size x DP = {mbs} x {dp}"))
     if experts and experts % ep:
         found.append(Finding("error", f"--num-experts {experts} is not divisible by EP={ep}"))
+    vpp = virtual_pp(args, layers, pp)
+    found += [Finding("error", e) for e in vpp.errors]
     m = model_args(args)
     if m is None:
         found.append(Finding("info", "no memory estimate: --num-layers/--hidden-size/--num-attention-heads/"
@@ -336,7 +399,10 @@ def check_layout(
         return found, None
     if any(f.level == "error" for f in found):
         return found, None
-    est = estimate_memory(m, world=world, tp=tp, pp=pp, cp=cp, ep=ep, gpu_memory_mb=gpu_memory_mb)
+    est = estimate_memory(replace(m, virtual_pp=vpp.chunks), world=world, tp=tp, pp=pp, cp=cp, ep=ep,
+                          gpu_memory_mb=gpu_memory_mb)
+    if vpp.note:
+        est = replace(est, notes=(vpp.note, *est.notes))
     if est.gpu_gib:
         if est.static_gib > est.gpu_gib:
             found.append(Finding("error", f"weights+gradients+optimizer need {est.static_gib:.1f} GiB per GPU, the "

@@ -22,6 +22,8 @@ from slurmkit.jobs.rundir import (
     STOPPED_EXIT,
     array_task_logs,
     attempt_logs,
+    cluster_key,
+    index_dir,
     last_exit,
     last_reason,
     lookup_run_dir,
@@ -100,10 +102,42 @@ def _task_order(key: str) -> tuple[int, str]:
     return (int(head) if head.isdigit() else 1 << 30, key)
 
 
+class _Index:
+    """The run-dir index of the cluster ``backend`` talks to (``cluster_key`` over its environment: a lab's
+    backend carries the lab's SLURM_CONF), the key read once and only when a lookup needs it."""
+
+    def __init__(self, env: Mapping[str, str], backend: Backend | None):
+        self.env = env
+        self.slurm_env = {**env, **(getattr(backend, "env", None) or {})}
+        self._key: str | None = None
+        self._known = False
+
+    @property
+    def key(self) -> str | None:
+        if not self._known:
+            self._key, self._known = cluster_key(self.slurm_env), True
+        return self._key
+
+    def run_dir(self, job_id: str) -> str | None:
+        return lookup_run_dir(job_id, self.env, self.key or "")
+
+    def missing(self, job_id: str) -> str:
+        """Why the index has no run dir for ``job_id``."""
+        if not self.key:
+            return "cluster unknown (no ClusterName from $SLURM_CONF or scontrol show config), so no run dir"
+        why = f"no run dir recorded for {job_id} on cluster {self.key}"
+        base = job_id.split("_", 1)[0]
+        old = index_dir(self.env) / base
+        if base.isdigit() and old.is_file():  # written before the per-cluster keys: may be any cluster's job with this id
+            why += f" ({old} is from an older gpusub, its cluster unknown: not used)"
+        return why
+
+
 def statuses(job_ids: Sequence[str], backend: Backend, environ: Mapping[str, str] | None = None) -> list[JobStatus]:
     """One line per job; an array id gives one line per task (``A_T``, pending tasks as ``A_[T-U]``), and an
     array task is asked for as ``A_T`` (slurmctld knows it under its own job id, with ArrayJobId/ArrayTaskId)."""
     env = os.environ if environ is None else environ
+    index = _Index(env, backend)
     every = backend.jobs()
     by_id = {j.job_id: j for j in every}
     tasks: dict[str, list[tuple[str, JobInfo]]] = {}
@@ -116,22 +150,22 @@ def statuses(job_ids: Sequence[str], backend: Backend, environ: Mapping[str, str
         base, _, task = jid.partition("_")
         if task:
             hit = next((j for t, j in tasks.get(base, []) if t == task), None)
-            rows.append((jid, _live(jid, hit, env) if hit else None))
+            rows.append((jid, _live(jid, hit, index) if hit else None))
         elif jid in tasks:  # the whole array: one line per task
             for t, j in sorted(tasks[jid], key=lambda tj: _task_order(tj[0])):
-                rows.append((f"{jid}_{t}", _live(f"{jid}_{t}", j, env)))
+                rows.append((f"{jid}_{t}", _live(f"{jid}_{t}", j, index)))
         else:
             hit = by_id.get(jid)
-            rows.append((jid, _live(jid, hit, env) if hit else None))
+            rows.append((jid, _live(jid, hit, index) if hit else None))
     missing = [jid for jid, st in rows if st is None]
     found: dict[str, JobStatus] = {}
     if missing:
         for jid, st in _sacct(missing, backend).items():
-            found[jid] = JobStatus(jid, st[0], "sacct", st[2], "", st[1], 0, lookup_run_dir(jid, env))
+            found[jid] = JobStatus(jid, st[0], "sacct", st[2], "", st[1], 0, index.run_dir(jid))
     for jid in missing:
         if jid in found:
             continue
-        rd = lookup_run_dir(jid, env)
+        rd = index.run_dir(jid)
         rec = last_exit(rd, jid) if rd else None
         if rec is not None and rd:
             attempt, rc = rec
@@ -141,14 +175,15 @@ def statuses(job_ids: Sequence[str], backend: Backend, environ: Mapping[str, str
             found[jid] = JobStatus(jid, "FAILED" if rc or stopped else "COMPLETED", "run dir", "", "",
                                    str(STOPPED_EXIT if stopped else rc), attempt, rd, note=why)
         else:
-            found[jid] = JobStatus(jid, "UNKNOWN", "unknown", reason="not in slurmctld, no accounting record, no run dir")
+            found[jid] = JobStatus(jid, "UNKNOWN", "unknown",
+                                   reason=f"not in slurmctld, no accounting record, {index.missing(jid)}")
     return [st if st is not None else found[jid] for jid, st in rows]
 
 
-def _live(jid: str, j: JobInfo, env: Mapping[str, str]) -> JobStatus:
-    # slurmctld's own record first: the per-user index is keyed by job id alone, and ids repeat across clusters that
-    # share a home directory (or a re-created cluster), so an index entry may name another cluster's job
-    rd = _run_dir_from_stdout(j) or lookup_run_dir(jid, env)
+def _live(jid: str, j: JobInfo, index: _Index) -> JobStatus:
+    # slurmctld's own record first: the index is per cluster, but a cluster re-created under the same name and
+    # controller starts its ids again, so an index entry may still name an older job with this id
+    rd = _run_dir_from_stdout(j) or index.run_dir(jid)
     note = last_reason(rd, jid) if rd and j.finished else None
     return JobStatus(jid, j.state, "slurmctld", _fold(j.nodes), j.reason, j.exit_code, j.restarts, rd, note=note or "")
 
@@ -178,6 +213,7 @@ def _run_dir_from_stdout(j: JobInfo) -> str | None:
 
 def find_run_dir(job_id: str, backend: Backend | None, environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
+    index = _Index(env, backend)
     if backend is not None:  # slurmctld's record first (see _live), the index for a job it forgot
         try:
             jobs = backend.jobs([job_id])
@@ -187,10 +223,11 @@ def find_run_dir(job_id: str, backend: Backend | None, environ: Mapping[str, str
             rd = _run_dir_from_stdout(j)
             if rd:
                 return rd
-    rd = lookup_run_dir(job_id, env)
+    rd = index.run_dir(job_id)
     if rd:
         return rd
-    raise JobUnknown(f"job {job_id}: no run dir known (not submitted by gpusub from this account, or forgotten)")
+    raise JobUnknown(f"job {job_id}: not known to slurmctld, and {index.missing(job_id)} (not submitted by gpusub "
+                     "from this account, or forgotten)")
 
 
 def _log_id(job_id: str, j: JobInfo | None) -> str:
@@ -230,6 +267,7 @@ def follow(
     retried ``max_poll_failures`` times before the error is raised.
     """
     env = os.environ if environ is None else environ
+    index = _Index(env, backend)
     rd = run_dir  # else from the first poll's record (find_run_dir's order, without a second scontrol call)
     offsets: dict[Path, int] = {}
     backoff = Backoff(cap=cap)
@@ -249,10 +287,10 @@ def follow(
         info = found[0] if found else None
         seen = seen or info is not None
         if rd is None:
-            rd = (_run_dir_from_stdout(info) if info is not None else None) or lookup_run_dir(job_id, env)
+            rd = (_run_dir_from_stdout(info) if info is not None else None) or index.run_dir(job_id)
             if rd is None:
-                raise JobUnknown(f"job {job_id}: no run dir known (not submitted by gpusub from this account, or "
-                                 "forgotten)")
+                raise JobUnknown(f"job {job_id}: not known to slurmctld, and {index.missing(job_id)} (not submitted "
+                                 "by gpusub from this account, or forgotten)")
         _drain(rd, _log_id(job_id, info), offsets, out)
         if info is None:
             if not seen:

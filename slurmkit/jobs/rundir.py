@@ -114,12 +114,19 @@ def write_run_dir(job: RenderedJob, gpusub_argv: list[str], git: dict[str, objec
     _atomic(root / "submit.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
-def record_job_id(run_dir: str, job_id: str, environ: Mapping[str, str]) -> None:
+def record_job_id(run_dir: str, job_id: str, environ: Mapping[str, str], cluster: str | None = None) -> None:
+    """The job id into ``submit.json``, and ``<index>/<cluster>/<job id>`` -> run dir (``cluster``: see
+    ``cluster_key``; computed from ``environ`` when not given; no index entry when it cannot be known)."""
     path = Path(run_dir) / "submit.json"
     data = json.loads(path.read_text())
     data["job_id"] = job_id
+    key = cluster if cluster is not None else cluster_key(environ)
+    if key:
+        data["cluster"] = key
     _atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-    idx = index_dir(environ)
+    if not key:
+        return  # ids repeat across clusters: an entry under no cluster could answer for another cluster's job
+    idx = index_dir(environ) / key
     try:
         idx.mkdir(parents=True, exist_ok=True)
         _atomic(idx / job_id, run_dir + "\n")
@@ -128,16 +135,79 @@ def record_job_id(run_dir: str, job_id: str, environ: Mapping[str, str]) -> None
 
 
 def index_dir(environ: Mapping[str, str]) -> Path:
+    """``<state>/jobs``: one directory per cluster (``cluster_key``), one file per job id in it. Files directly in
+    it are from gpusub before the per-cluster keys (issue 25): their cluster is unknown, so they are never read."""
     if environ.get("SLURMKIT_STATE_DIR"):
         return Path(environ["SLURMKIT_STATE_DIR"]) / "jobs"
     base = environ.get("XDG_STATE_HOME") or os.path.join(environ.get("HOME", "/tmp"), ".local", "state")
     return Path(base) / "slurmkit" / "jobs"
 
 
-def lookup_run_dir(job_id: str, environ: Mapping[str, str]) -> str | None:
+# slurm.conf(5) SlurmctldPort default, and read_config.c's SLURMCTLD_PORT (22.05 and 24.11)
+_DEFAULT_CTLD_PORT = "6817"
+
+
+def cluster_key(environ: Mapping[str, str]) -> str | None:
+    """Which cluster a job id belongs to: ``<ClusterName>@<primary SlurmctldHost>:<SlurmctldPort>``.
+
+    Job ids are only unique within one slurmctld: clusters sharing a home directory repeat them, and so do two
+    labs on one host, which are all called ``lab`` (hence the controller in the key, not the name alone).
+    Read from ``$SLURM_CONF`` (else /etc/slurm/slurm.conf), as the Slurm commands read it; where that file is not
+    here (configless), from ``scontrol show config``. None when neither answers."""
+    path = Path(environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        text = None
+    if text is not None:
+        from slurmkit.generate.confparse import parse_slurm_conf
+
+        conf = parse_slurm_conf(text, str(path))
+        host = conf.controllers[0] if conf.controllers else conf.value("ControlMachine")
+        return _key(conf.value("ClusterName"), host, conf.value("SlurmctldPort"))
+    from slurmkit.backend.run import run
+
+    try:
+        res = run(["scontrol", "show", "config"], timeout=10, check=False, env=environ)
+    except Exception:  # noqa: BLE001 - no Slurm here at all: no cluster to key by
+        return None
+    if res.rc != 0:
+        return None
+    return _key(*show_config_identity(res.stdout))
+
+
+def show_config_identity(text: str) -> tuple[str, str, str]:
+    """(ClusterName, SlurmctldHost[0], SlurmctldPort) from ``scontrol show config`` (``Key = value`` lines,
+    src/api/config_info.c in 22.05 and 24.11)."""
+    vals: dict[str, str] = {}
+    for line in text.splitlines():
+        k, sep, v = line.partition("=")
+        if sep:
+            vals.setdefault(k.strip(), v.strip())
+    return vals.get("ClusterName", ""), vals.get("SlurmctldHost[0]", ""), vals.get("SlurmctldPort", "")
+
+
+def _key(name: str, host: str, port: str) -> str | None:
+    # read_config.c lower-cases ClusterName (22.05 and 24.11); "host(addr)": the name is the host's identity
+    name = name.strip().lower()
+    if not name:
+        return None
+    host = host.split("(", 1)[0].strip()
+    key = f"{name}@{host}:{port.strip() or _DEFAULT_CTLD_PORT}" if host else name
+    return re.sub(r"[^A-Za-z0-9_.:@+-]", "_", key)
+
+
+def lookup_run_dir(job_id: str, environ: Mapping[str, str], cluster: str | None = None) -> str | None:
+    """The run dir gpusub recorded for ``job_id`` on this cluster (``cluster``, else ``cluster_key(environ)``);
+    None for a job of another cluster, one submitted elsewhere, or when the cluster cannot be known."""
+    if not re.fullmatch(r"[0-9]+(_[0-9]+)?", job_id):
+        return None  # not a job id (and never a path into the index)
+    key = cluster if cluster is not None else cluster_key(environ)
+    if not key:
+        return None
     base = job_id.split("_", 1)[0] if "_" in job_id else job_id
-    for key in (job_id, base):
-        p = index_dir(environ) / key
+    for k in (job_id, base):
+        p = index_dir(environ) / key / k
         if p.is_file():
             return p.read_text().strip() or None
     return None

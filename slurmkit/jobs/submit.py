@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from slurmkit.errors import SlurmkitError, UsageError
 from slurmkit.jobs import facts as factsmod
 from slurmkit.jobs.render import RenderedJob, render, shape_errors
-from slurmkit.jobs.rundir import default_run_root, new_run_dir, record_job_id, write_run_dir
+from slurmkit.jobs.rundir import cluster_key, default_run_root, new_run_dir, record_job_id, write_run_dir
 from slurmkit.jobs.spec import ClusterFacts, JobSpec, apply_sbatch_env
 
 if TYPE_CHECKING:
@@ -26,7 +26,12 @@ if TYPE_CHECKING:
 
 
 class PreflightError(UsageError):
-    """The job would not run as asked (or would fail right away): refused before it waits in the queue."""
+    """The job would not run as asked (or would fail right away): refused before it waits in the queue.
+    ``errors``: every error found, one line each (the edge prints them all, not the first one alone)."""
+
+    def __init__(self, message: str, errors: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.errors = errors or (self.one_line(),)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,9 @@ class Prepared:
     start_estimate: str | None = None
     git: dict[str, object] | None = None  # the script's git state, found while the preflight ran
     tenant: tuple[str, ...] = ()  # --explain: the account and QOS the job gets and why, the GPU limits on its path
+    # the tenant check's warnings (the job waits for a GPU quota, or the limits could not be read): sbatch --test-only
+    # ignores association and QOS limits, so its estimate does not hold then
+    quota_waits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,14 +126,17 @@ def prepare(
                           f"the job asks for {spec.nodes}")
     errors += shape_errors(job)
     tenant: tuple[str, ...] = ()
+    quota_waits: tuple[str, ...] = ()
     if tenant_q is not None:
         tc = tenant_q.result(spec.account, spec.qos, spec.nodes * job.gpus_per_node)
         errors += tc.errors
         warnings += tc.warnings
         tenant = tuple(tc.explain)
+        quota_waits = tuple(tc.warnings)
     if errors and not force:
-        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise PreflightError(f"preflight: {errors[0]}{more}")
+        # every error, one line each: the first alone hid the real cause behind "(+1 more)" (issue 24)
+        lines = tuple(f"preflight: {' '.join(e.split())}" for e in errors)
+        raise PreflightError("\n".join(lines), lines)
     warnings += [f"forced past: {e}" for e in errors]
     estimate = None
     later = _reservation_later(spec, f)
@@ -144,7 +155,7 @@ def prepare(
     if git_thread is not None:
         git_thread.join()
     return Prepared(job=job, warnings=tuple(warnings), start_estimate=estimate,
-                    git=git if git_thread is not None else None, tenant=tenant)
+                    git=git if git_thread is not None else None, tenant=tenant, quota_waits=quota_waits)
 
 
 def _reservation_later(spec: JobSpec, f: ClusterFacts) -> str | None:
@@ -201,7 +212,8 @@ def submit_prepared(prepared: Prepared, backend: Backend, gpusub_argv: list[str]
     env = os.environ if environ is None else environ
     write_run_dir(prepared.job, gpusub_argv or [], git=prepared.git)
     job_id = backend.submit(prepared.job.request)
-    record_job_id(prepared.job.run_dir, job_id, env)
+    # the cluster the backend submitted to (a lab's backend carries its SLURM_CONF): the index key
+    record_job_id(prepared.job.run_dir, job_id, env, cluster_key({**env, **(getattr(backend, "env", None) or {})}))
     unpinned = check_pin(prepared.job, job_id, backend) if prepared.job.topology.pinned else None
     return SubmitResult(job_id=job_id, run_dir=prepared.job.run_dir, prepared=prepared, unpinned=unpinned)
 

@@ -225,8 +225,13 @@ class Lab:
 
     @property
     def env(self) -> dict[str, str]:
+        from slurmkit.lab.view import is_lab_bin, lab_path
+
+        path = os.environ.get("PATH", os.defpath)
         if self.foreign:
-            return {"SLURM_CONF": str(self.conf), "PATH": f"{self.bin_dir}:{os.environ.get('PATH', os.defpath)}"}
+            return {"SLURM_CONF": str(self.conf), "PATH": lab_path(path, self.bin_dir)}
+        if any(is_lab_bin(e) for e in path.split(os.pathsep)):  # another lab's wrappers would answer first
+            return {"SLURM_CONF": str(self.conf), "PATH": lab_path(path, None)}
         return {"SLURM_CONF": str(self.conf)}
 
     @property

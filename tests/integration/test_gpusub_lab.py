@@ -175,6 +175,18 @@ def test_usr2_checkpoint_requeue_resume(env: dict[str, str], backend: CLIBackend
     assert backend.job(job_id).restarts == 1
 
 
+def _cluster_key(env: dict[str, str]) -> str:
+    """The index key of the lab as the running slurmctld names it (``scontrol show config``), not as gpusub reads it
+    from the lab's slurm.conf: the two must agree."""
+    from slurmkit.jobs.rundir import _key, show_config_identity
+
+    cfg = subprocess.run(["scontrol", "show", "config"], env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=30, check=True)
+    key = _key(*show_config_identity(cfg.stdout))
+    assert key and key.startswith("lab@"), cfg.stdout[:200]
+    return key
+
+
 def test_status_logs_cancel_cli(env: dict[str, str], backend: CLIBackend, tmp_path: Path) -> None:
     script = tmp_path / "sleeper.sh"
     script.write_text(SLEEPER)
@@ -187,6 +199,8 @@ def test_status_logs_cancel_cli(env: dict[str, str], backend: CLIBackend, tmp_pa
     st = _gpusub(env, "status", job_id)
     assert st.returncode == 0 and f"{job_id} RUNNING" in st.stdout and "[slurmctld]" in st.stdout, st.stdout
     run_dir = st.stdout.split("run_dir=", 1)[1].strip()
+    # the index entry is under the cluster the running slurmctld names (issue 25)
+    assert (Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / _cluster_key(env) / job_id).read_text().strip() == run_dir
     _wait_for(lambda: "sleeper on" in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text(), 30, "output")
     follower = subprocess.Popen([sys.executable, "-m", "slurmkit.cli.gpusub", "logs", "-f", job_id],
                                 env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -206,18 +220,31 @@ def test_status_logs_cancel_cli(env: dict[str, str], backend: CLIBackend, tmp_pa
 
 
 def test_status_of_forgotten_job_uses_run_dir_without_sacct(env: dict[str, str], tmp_path: Path) -> None:
-    """No accounting in this lab: a job slurmctld forgot is answered from the run dir record."""
-    state = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
-    rd = tmp_path / "old"
-    (rd / "attempts").mkdir(parents=True)
-    (rd / "attempts" / "999999.r2.exit").write_text("0\n")
-    state.mkdir(parents=True, exist_ok=True)
-    (state / "999999").write_text(f"{rd}\n")
-    st = _gpusub(env, "status", "999999", "999998")
+    """No accounting in this lab: a job slurmctld forgot is answered from the run dir record of THIS cluster's
+    index; the same id under another cluster (another lab is also called `lab`: another controller) or in an index
+    entry from before the per-cluster keys is UNKNOWN, never that other job's COMPLETED (issue 25)."""
+    jobs = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    entries = {jobs / _cluster_key(env) / "999999": tmp_path / "ours",
+               jobs / "lab@elsewhere:6817" / "999997": tmp_path / "other-lab",
+               jobs / "999996": tmp_path / "old-index"}
+    for entry, rd in entries.items():
+        (rd / "attempts").mkdir(parents=True)
+        (rd / "logs").mkdir()
+        (rd / "attempts" / f"{entry.name}.r2.exit").write_text("0\n")
+        (rd / "logs" / f"{entry.name}.r2.log").write_text(f"log of {rd.name}\n")
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        entry.write_text(f"{rd}\n")
+    st = _gpusub(env, "status", "999999", "999998", "999997", "999996")
     lines = st.stdout.splitlines()
     assert lines[0].startswith("999999 COMPLETED") and "[run dir]" in lines[0] and "restarts=2" in lines[0]
-    assert lines[1].startswith("999998 UNKNOWN")
+    assert [ln.split()[:2] for ln in lines[1:]] == [["999998", "UNKNOWN"], ["999997", "UNKNOWN"],
+                                                    ["999996", "UNKNOWN"]], st.stdout
+    assert "other-lab" not in st.stdout and "is from an older gpusub" in lines[3]
     assert st.returncode == 1
+    assert _gpusub(env, "logs", "999999").stdout == "log of ours\n"
+    other = _gpusub(env, "logs", "999997")
+    assert other.returncode == 1 and other.stdout == "" and other.stderr.count("\n") == 1, other.stderr
+    assert other.stderr.startswith("gpusub: error: job 999997: not known to slurmctld")
 
 
 def test_slurmctld_down_one_line_error_no_duplicate(lab, env: dict[str, str], backend: CLIBackend,  # type: ignore[no-untyped-def]

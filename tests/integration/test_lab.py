@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -92,7 +93,7 @@ def test_cli_lab_status_env_and_down_of_nothing(lab: Lab, tmp_path):
     assert st.returncode == 0 and "node8" in st.stdout and "slurmctld[" in st.stdout
     env = subprocess.run([sys.executable, "-m", "slurmkit", "lab", "env", "--dir", str(lab.dir)], capture_output=True, text=True)
     want = [f"export SLURM_CONF={lab.conf}", f"export SLURMKIT_LAB_DIR={lab.dir}"] + (
-        [f'export PATH={lab.bin_dir}:"$PATH"'] if lab.foreign else [])
+        [f"export PATH={shlex.quote(lab.env['PATH'])}"] if lab.foreign else [])
     assert env.stdout.splitlines() == want
     nothing = subprocess.run([sys.executable, "-m", "slurmkit", "lab", "down", "--dir", str(tmp_path / "none")], capture_output=True, text=True)
     assert nothing.returncode == 0 and "nothing running" in nothing.stdout

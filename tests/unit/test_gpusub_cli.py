@@ -80,10 +80,21 @@ class FakeBackend:
         self.cancelled = (job_id, signal, batch)
 
 
+# the cluster the unit tests' jobs belong to: the run-dir index is per cluster (issue 25)
+CLUSTER_KEY = "unit@ctl:6817"
+
+
+def unit_slurm_conf(tmp_path: Path, name: str = "Unit", host: str = "ctl(10.0.0.1)", port: str | None = None) -> str:
+    """A slurm.conf naming a cluster (what the index is keyed by); its path, for $SLURM_CONF."""
+    p = tmp_path / f"slurm-{name}-{port or 'default'}.conf"
+    p.write_text(f"ClusterName={name}\nSlurmctldHost={host}\n" + (f"SlurmctldPort={port}\n" if port else ""))
+    return str(p)
+
+
 @pytest.fixture()
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     e = {"SLURMKIT_INVENTORY": str(LAB_INV), "SLURMKIT_STATE_DIR": str(tmp_path / "state"),
-         "GPUSUB_RUN_ROOT": str(tmp_path / "runs")}
+         "GPUSUB_RUN_ROOT": str(tmp_path / "runs"), "SLURM_CONF": unit_slurm_conf(tmp_path)}
     for k, v in e.items():
         monkeypatch.setenv(k, v)
     return e
@@ -155,7 +166,8 @@ def test_submit_prints_job_plan_log_and_writes_run_dir(env: dict[str, str], scri
     assert meta["job_id"] == "42" and meta["sbatch_argv"] == ["sbatch", "--parsable"]
     assert (run_dir / "script.sh").read_text() == fake.submitted[0].script
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING=3" in (run_dir / "env.txt").read_text()
-    assert (Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / "42").read_text().strip() == str(run_dir)
+    assert (Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / CLUSTER_KEY / "42").read_text().strip() == str(run_dir)
+    assert meta["cluster"] == CLUSTER_KEY
     assert len(fake.submitted) == 1 and len(fake.tested) == 1
 
 
@@ -220,7 +232,7 @@ def test_statuses_one_call_for_many_jobs_and_run_dir_fallback(env: dict[str, str
     rd = tmp_path / "r"
     (rd / "attempts").mkdir(parents=True)
     (rd / "attempts" / "7.r0.exit").write_text("3\n")
-    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / CLUSTER_KEY
     idx.mkdir(parents=True)
     (idx / "7").write_text(str(rd))
     rows = statuses(["42", "7", "8"], fake, env)

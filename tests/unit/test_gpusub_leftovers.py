@@ -23,7 +23,7 @@ from slurmkit.jobs.render import explain, render
 from slurmkit.jobs.spec import JobSpec, earliest_signal_s
 from slurmkit.jobs.submit import PreflightError, prepare
 from slurmkit.model.load import load_cluster
-from tests.unit.test_gpusub_cli import FakeBackend
+from tests.unit.test_gpusub_cli import CLUSTER_KEY, FakeBackend
 from tests.unit.test_jobs_render import facts, live
 from tests.unit.test_jobs_runtime import LAB_INV, env, script  # noqa: F401 - fixtures
 
@@ -338,9 +338,9 @@ def test_a_live_jobs_run_dir_comes_from_slurmctld_not_a_stale_index(env: dict[st
         return [dc_replace(j, stdout=f"{ours}/logs/slurm-42.out") for j in real_jobs(job_ids)]
 
     monkeypatch.setattr(fake, "jobs", jobs)
-    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / CLUSTER_KEY
     idx.mkdir(parents=True)
-    (idx / "42").write_text(str(tmp_path / "another-clusters-job-42"))  # same id, other cluster, same home
+    (idx / "42").write_text(str(tmp_path / "another-clusters-job-42"))  # same id: a re-created cluster's older job
     assert statuses(["42"], fake, env)[0].run_dir == str(ours)
     assert find_run_dir("42", fake, env) == str(ours)
     assert find_run_dir("42", None, env) == str(tmp_path / "another-clusters-job-42")  # forgotten: the index

@@ -23,7 +23,7 @@ from slurmkit.jobs.submit import PreflightError, prepare
 from slurmkit.jobs.topology import plan_topology
 from slurmkit.jobs.torchcompat import AGENT, features_for
 from slurmkit.model.load import load_cluster
-from tests.unit.test_gpusub_cli import FakeBackend
+from tests.unit.test_gpusub_cli import CLUSTER_KEY, FakeBackend, unit_slurm_conf
 from tests.unit.test_jobs_render import facts, live
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,7 +182,8 @@ def test_agent_code_is_valid_python_with_a_no_op_usr2_handler() -> None:
 @pytest.fixture()
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     e = {"SLURMKIT_INVENTORY": str(LAB_INV), "SLURMKIT_STATE_DIR": str(tmp_path / "state"),
-         "GPUSUB_RUN_ROOT": str(tmp_path / "runs"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+         "GPUSUB_RUN_ROOT": str(tmp_path / "runs"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+         "SLURM_CONF": unit_slurm_conf(tmp_path)}
     for k, v in e.items():
         monkeypatch.setenv(k, v)
     return e
@@ -466,15 +467,75 @@ def test_activation_estimate_follows_ffn_swiglu_interleaving_and_micro_batches()
     assert glu is not None and megatron.layer_activation_coefficient(glu) == 30
 
     def act(extra: tuple[str, ...], pp: int = 4) -> float:
-        mm = megatron.model_args(BASE + extra)
+        mm = megatron.model_args(BASE + extra + ("--pipeline-model-parallel-size", str(pp)))  # as render passes them
         assert mm is not None
         return megatron.estimate_memory(mm, world=64, tp=2, pp=pp, cp=1, ep=1, gpu_memory_mb=0).activations_gib
 
     plain = act(())
-    inter = act(("--virtual-pipeline-model-parallel-size", "2"))
+    inter = act(("--num-virtual-stages-per-pipeline-rank", "2"))
     assert inter == pytest.approx(plain * (1 + 3 / 8))  # Megatron: 1 + (p-1)/(p*v)
+    assert act(("--num-layers-per-virtual-pipeline-stage", "4")) == pytest.approx(inter)  # 32 / PP 4 / 4 = 2 chunks
     few = act(("--global-batch-size", "16"))  # DP = 8, micro 1: 2 micro-batches < PP = 4 in flight
     assert few == pytest.approx(plain * 2 / 4)
+
+
+def _estimate(args: tuple[str, ...], pp: int = 4):  # type: ignore[no-untyped-def]
+    from slurmkit.jobs import megatron
+
+    found, est = megatron.check_layout(nodes=8, gpus_per_node=8, tp=2, pp=pp, cp=1, ep=1, args=args,
+                                       gpu_memory_mb=81559)
+    return [f.message for f in found if f.level == "error"], est
+
+
+@pytest.mark.parametrize(("extra", "pp", "chunks"), [
+    (("--num-layers-per-virtual-pipeline-stage", "2"), 4, 4),   # 32 layers / PP 4 = 8 per stage, 2 per chunk
+    (("--num-layers-per-virtual-pipeline-stage=4",), 4, 2),
+    (("--num-virtual-stages-per-pipeline-rank", "4"), 4, 4),
+    (("--num-layers-per-virtual-pipeline-stage", "8"), 4, None),  # one chunk per rank: no interleaving
+    (("--num-layers-per-virtual-pipeline-stage", "3", "--account-for-embedding-in-pipeline-split",
+      "--account-for-loss-in-pipeline-split"), 2, 3),  # (32 + 2) / PP 2 = 17 per stage: see below
+])
+def test_interleaved_schedule_is_in_the_estimate(extra: tuple[str, ...], pp: int, chunks: int | None) -> None:
+    """issue 25 item 11: --num-layers-per-virtual-pipeline-stage made the interleaving disappear from the estimate
+    without a word; Megatron-LM's arguments.py derives V from it, theoretical_memory_usage.py scales by it."""
+    if chunks == 3:  # 34 layers per 2 stages = 17: 3 does not divide it, Megatron asserts
+        errs, est = _estimate(BASE + extra, pp)
+        assert est is None and any("does not divide the 17 layers per pipeline stage" in e for e in errs), errs
+        return
+    errs, est = _estimate(BASE + extra, pp)
+    assert errs == [] and est is not None
+    plain = _estimate(BASE, pp)[1]
+    assert plain is not None
+    if chunks is None:
+        assert est.activations_gib == pytest.approx(plain.activations_gib)
+        assert not any("interleaved" in n for n in est.notes)
+    else:
+        assert est.activations_gib == pytest.approx(plain.activations_gib * (1 + (pp - 1) / (pp * chunks)))
+        assert f"interleaved schedule ({chunks} chunks per stage)" in "\n".join(est.lines())
+
+
+@pytest.mark.parametrize(("extra", "pp", "want"), [
+    (("--num-layers-per-virtual-pipeline-stage", "3"), 4, "does not divide the 8 layers per pipeline stage"),
+    (("--num-layers-per-virtual-pipeline-stage", "2"), 1, "needs PP > 1, got PP=1"),
+    (("--num-virtual-stages-per-pipeline-rank", "2", "--no-overlap-p2p-communication"), 2,
+     "needs PP > 2 with --no-overlap-p2p-communication, got PP=2"),
+    (("--num-layers-per-virtual-pipeline-stage", "2", "--num-virtual-stages-per-pipeline-rank", "4"), 4,
+     "takes at most one of"),
+    (("--num-layers-per-virtual-pipeline-stage", "2", "--decoder-first-pipeline-num-layers", "6"), 4,
+     "--num-virtual-stages-per-pipeline-rank with uneven pipeline stages"),
+    (("--virtual-pipeline-model-parallel-size", "2"), 4, "is not a Megatron-LM argument"),
+])
+def test_interleaving_megatron_would_refuse_is_an_error_not_a_silent_estimate(extra: tuple[str, ...], pp: int,
+                                                                              want: str) -> None:
+    errs, est = _estimate(BASE + extra, pp)
+    assert est is None and any(want in e for e in errs), errs
+
+
+def test_interleaving_by_layout_is_named_in_the_estimate() -> None:
+    errs, est = _estimate(BASE + ("--pipeline-model-parallel-layout", "Et*8|t*8|t*8|t*8L"), 4)
+    assert errs == [] and est is not None
+    assert any("--pipeline-model-parallel-layout: the interleaved schedule's extra activations" in line
+               for line in est.lines())
 
 
 # --- items 9, 11, 13: why a job ended, arrays, cancel and logs of jobs slurmctld does not know ----------------------
@@ -526,7 +587,7 @@ def test_status_says_why_a_preempted_job_ended(env: dict[str, str], tmp_path: Pa
     (rd / "attempts" / "77.r3.exit").write_text("0\n")
     (rd / "attempts" / "77.r3.reason").write_text(
         "preempted (SIGUSR2): step exit 0, not requeued: --max-restarts 3 reached\n")
-    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / CLUSTER_KEY
     idx.mkdir(parents=True)
     (idx / "77").write_text(str(rd))
     row = statuses(["77"], ArrayBackend(), env)[0]
@@ -555,7 +616,7 @@ def test_logs_follow_of_a_job_slurmctld_forgot_uses_the_run_dir(env: dict[str, s
     (rd / "logs").mkdir()
     (rd / "attempts" / "88.r0.exit").write_text("0\n")
     (rd / "logs" / "88.r0.log").write_text("hello from 88\n")
-    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs"
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / CLUSTER_KEY
     idx.mkdir(parents=True)
     (idx / "88").write_text(str(rd))
     res = CliRunner().invoke(gpusub.logs_cmd, ["-f", "88"])
