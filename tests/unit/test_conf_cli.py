@@ -212,7 +212,11 @@ def test_apply_killed_mid_swap_is_finished_by_the_next_apply(tmp_path: Path) -> 
     res = sk(*argv)
     assert res.returncode == 0, res.stderr
     assert "finished an interrupted write (the new files are in place)" in res.stdout
-    assert "nothing to do" in res.stdout  # rolled forward: the set is the new one, whole
+    # rolled forward: the set is the new one, whole; the cluster has not taken it, so the rollout is still pending
+    # (issue 20 item 3: a kill between write and reconfigure must not read as "in sync")
+    assert "resuming the pending rollout at step 1 of 4" in res.stdout, res.stdout
+    res = sk("conf", "diff", str(new), "--against", str(out))
+    assert "nothing to do" in res.stdout and "a rollout is pending" in res.stderr and "steps 2-4 of 4 remain" in res.stderr
     assert "h200" in (out / "gres.conf").read_text()
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp") or p.name == ".slurmkit-txn"]
 
