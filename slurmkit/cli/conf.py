@@ -75,7 +75,9 @@ def conf() -> None:
 @conf.command()
 @click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
 @click.option("-o", "--output", "out", type=click.Path(file_okay=False), help="Directory to write into.")
-@click.option("--conf-dir", default=None, help="Where the files will live on the cluster (hook paths); default: -o.")
+@click.option("--conf-dir", default=None,
+              help="Where the files will be installed on the cluster (the hook paths in slurm.conf point there); "
+                   "default: $SLURM_CONF's directory, else /etc/slurm.")
 @_version
 @_templates
 @_overrides
@@ -89,8 +91,12 @@ def generate(inventory: str, out: str | None, conf_dir: str | None, version: str
 
     if not out and not dry_run:
         raise click.UsageError("give -o DIR (or --dry-run)")
-    where = conf_dir or (str(Path(out).resolve()) if out else "/etc/slurm")
+    # the paths slurmd runs (Prolog, Epilog, HealthCheckProgram, power programs) are those of the directory the
+    # files are installed in, not of -o: a copy of out/ to /etc/slurm must not point every node at out/ (issue 20)
+    where = conf_dir or installed_dir()
     cluster, files, ver = _render(inventory, version, where, templates, overrides)
+    if any(n.startswith("slurmkit-") for n in files):
+        click.echo(f"note: hook paths assume the files are installed in {where} (--conf-dir to change)", err=True)
     _validated(files, ver, real=not no_real_parse, cluster=cluster)
     if dry_run:
         for name, body in files.items():
@@ -106,6 +112,14 @@ def generate(inventory: str, out: str | None, conf_dir: str | None, version: str
         click.echo(f"removed {Path(out) / name} (not in the new config)")
     if backup:
         click.echo(f"previous files saved in {backup}")
+
+
+def installed_dir() -> str:
+    """Where Slurm reads its files on this cluster: $SLURM_CONF's directory, else /etc/slurm."""
+    import os
+
+    conf = os.environ.get("SLURM_CONF")
+    return str(Path(conf).resolve().parent) if conf else "/etc/slurm"
 
 
 @conf.command()
