@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from slurmkit.errors import SlurmCommandError, SlurmTimeout
 
@@ -120,3 +121,15 @@ def stream(argv: Sequence[str], timeout: float, on_line: Callable[[str], float |
         if proc.stdout:
             proc.stdout.close()
     return proc.returncode, timed_out
+
+
+def log_tail(path: Path, n: int = 5) -> list[str]:
+    """The last ``n`` non-empty lines of a daemon log (read from its last 64 KiB); [] when there is none."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 65536))
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [ln.strip() for ln in text.splitlines() if ln.strip()][-n:]

@@ -75,7 +75,9 @@ def conf() -> None:
 @conf.command()
 @click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
 @click.option("-o", "--output", "out", type=click.Path(file_okay=False), help="Directory to write into.")
-@click.option("--conf-dir", default=None, help="Where the files will live on the cluster (hook paths); default: -o.")
+@click.option("--conf-dir", default=None,
+              help="Where the files will be installed on the cluster (the hook paths in slurm.conf point there); "
+                   "default: $SLURM_CONF's directory, else /etc/slurm.")
 @_version
 @_templates
 @_overrides
@@ -89,8 +91,12 @@ def generate(inventory: str, out: str | None, conf_dir: str | None, version: str
 
     if not out and not dry_run:
         raise click.UsageError("give -o DIR (or --dry-run)")
-    where = conf_dir or (str(Path(out).resolve()) if out else "/etc/slurm")
+    # the paths slurmd runs (Prolog, Epilog, HealthCheckProgram, power programs) are those of the directory the
+    # files are installed in, not of -o: a copy of out/ to /etc/slurm must not point every node at out/ (issue 20)
+    where = conf_dir or installed_dir()
     cluster, files, ver = _render(inventory, version, where, templates, overrides)
+    if any(n.startswith("slurmkit-") for n in files):
+        click.echo(f"note: hook paths assume the files are installed in {where} (--conf-dir to change)", err=True)
     _validated(files, ver, real=not no_real_parse, cluster=cluster)
     if dry_run:
         for name, body in files.items():
@@ -106,6 +112,14 @@ def generate(inventory: str, out: str | None, conf_dir: str | None, version: str
         click.echo(f"removed {Path(out) / name} (not in the new config)")
     if backup:
         click.echo(f"previous files saved in {backup}")
+
+
+def installed_dir() -> str:
+    """Where Slurm reads its files on this cluster: $SLURM_CONF's directory, else /etc/slurm."""
+    import os
+
+    conf = os.environ.get("SLURM_CONF")
+    return str(Path(conf).resolve().parent) if conf else "/etc/slurm"
 
 
 @conf.command()
@@ -173,16 +187,26 @@ def _warn_pending(directory: str) -> None:
                    "`slurmkit conf apply` finishes it before anything else", err=True)
 
 
-def _diff(inventory: str, directory: str, version: str | None, templates: str | None, overrides: str | None):  # type: ignore[no-untyped-def]
+def _diff(inventory: str, directory: str, version: str | None, templates: str | None, overrides: str | None,  # type: ignore[no-untyped-def]
+          against_base: bool = False):
+    """-> (cluster, files, version, changes, stale, pending journal). While a rollout is pending in DIR (files
+    written, steps not all done) the cluster may still run the files from before it: apply plans against those
+    (``against_base``); diff compares with the files in DIR and says what is pending."""
+    from slurmkit.elastic.execute import load_journal, remaining
     from slurmkit.generate.rollout import read_dir, semantic_diff
 
     _warn_pending(directory)
+    journal = load_journal(directory)
     cluster, files, ver = _render(inventory, version, str(Path(directory).resolve()), templates, overrides)
-    current = read_dir(directory)
+    current = dict(journal["base"]) if journal and against_base else read_dir(directory)
+    if journal:
+        click.echo(f"warning: a rollout is pending in {directory} ({remaining(journal)}): the cluster may still run "
+                   "the files from before it" + ("; the changes below are against those" if against_base else
+                                                 "; `slurmkit conf apply --execute` finishes it"), err=True)
     stale = _stale(directory, files)
     for name in [n for n in current if n not in files and n not in stale]:
         current.pop(name)  # not ours: apply leaves it, so the diff must not report it forever
-    return cluster, files, ver, semantic_diff(current, files, ver), stale
+    return cluster, files, ver, semantic_diff(current, files, ver), stale, journal
 
 
 def _print_plan(changes: list, ver: str) -> None:  # type: ignore[type-arg]
@@ -204,25 +228,46 @@ def _print_plan(changes: list, ver: str) -> None:  # type: ignore[type-arg]
 @_overrides
 def diff(inventory: str, against: str, version: str | None, templates: str | None, overrides: str | None) -> None:
     """What changes if INVENTORY is applied to DIR, what each change needs, and in what order."""
-    _c, _files, ver, changes, _stale_names = _diff(inventory, against, version, templates, overrides)
+    _c, _files, ver, changes, _stale_names, _j = _diff(inventory, against, version, templates, overrides)
     _print_plan(changes, ver)
 
 
 @conf.command()
 @click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
 @click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="Config directory to update.")
-@click.option("--reconfigure", is_flag=True, help="Run `scontrol reconfigure` after writing.")
+@click.option("--reconfigure", is_flag=True,
+              help="Run `scontrol reconfigure` after writing (refused when the plan needs restarts: use --execute).")
+@click.option("--execute", is_flag=True,
+              help="Carry out the plan's steps one at a time, each checked: drain and wait, stop/start slurmctld "
+                   "(state kept), restart slurmd (the inventory's rollout.restart_slurmd), reconfigure, verify, "
+                   "resume. A run that stops is finished by the next --execute.")
 @click.option("--allow-disruptive", is_flag=True,
-              help="Write even when the plan needs restarts or drained nodes (do those steps yourself).")
+              help="Go ahead when the plan needs restarts or drained nodes (without --execute: do those steps yourself).")
+@click.option("--timeout", type=float, default=300.0, show_default=True,
+              help="With --execute: seconds a step may wait (jobs to end on drained nodes, a daemon to answer).")
 @_version
 @_templates
 @_overrides
 @_no_real
-def apply(inventory: str, to: str, reconfigure: bool, allow_disruptive: bool, version: str | None,
-          templates: str | None, overrides: str | None, no_real_parse: bool) -> int:
-    """Validate, back up, write atomically, optionally reconfigure."""
+def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disruptive: bool, timeout: float,
+          version: str | None, templates: str | None, overrides: str | None, no_real_parse: bool) -> int:
+    """Validate, back up, write atomically; with --execute carry out the printed plan."""
+    from slurmkit.elastic.execute import clear_journal, files_hash, new_journal, save_journal, steps_of
     from slurmkit.generate import EXECUTABLE_FILES
-    from slurmkit.generate.rollout import PUSH, RECONFIGURE, WriteError, recover, worst, write_files
+    from slurmkit.generate.rollout import (
+        PUSH,
+        RECONFIGURE,
+        RESTART_CTLD,
+        RESTART_SLURMD,
+        START_CTLD,
+        STOP_CTLD,
+        WRITE,
+        WriteError,
+        plan_steps,
+        recover,
+        worst,
+        write_files,
+    )
 
     Path(to).mkdir(parents=True, exist_ok=True)
     try:
@@ -231,24 +276,102 @@ def apply(inventory: str, to: str, reconfigure: bool, allow_disruptive: bool, ve
         raise WriteError(Path(to), exc) from exc
     if done:
         click.echo(f"{to}: {done}")
-    cluster, files, ver, changes, stale = _diff(inventory, to, version, templates, overrides)
+    cluster, files, ver, changes, stale, journal = _diff(inventory, to, version, templates, overrides, against_base=True)
+    keep = cluster.rollout.keep_backups  # type: ignore[attr-defined]
+    base = dict(journal["base"]) if journal else _current(to)
+    if journal and journal["files"] == files_hash(files):
+        steps = steps_of(journal)  # the same change: carry on where the interrupted run stopped
+        run = journal
+    else:
+        steps = plan_steps(changes, ver)
+        if journal and not steps:  # back to the files the cluster ran before: redo the interrupted run's steps
+            steps = steps_of(journal)
+        run = new_journal(steps, files, base, ver, drained=journal["drained"] if journal else ())
     _print_plan(changes, ver)
-    if not changes:
+    if journal and run is journal:
+        click.echo(f"resuming the pending rollout at step {journal['done'] + 1} of {len(steps)}")
+    if not steps:
         return 0
     _validated(files, ver, real=not no_real_parse, cluster=cluster)
     level = worst(changes)
     if level not in (RECONFIGURE, PUSH) and not allow_disruptive:
-        click.echo(f"refusing to write: the plan needs '{level}' steps; follow them and rerun with --allow-disruptive",
-                   err=True)
+        click.echo(f"refusing to write: the plan needs '{level}' steps; " + (
+            "rerun with --allow-disruptive to carry them out" if execute else
+            "follow them and rerun with --allow-disruptive (or --execute --allow-disruptive)"), err=True)
         return 3
-    backup = write_files(files, to, executable=EXECUTABLE_FILES, remove=stale)
+    daemon_steps = [(i, s) for i, s in enumerate(steps, 1) if s.kind in (STOP_CTLD, START_CTLD, RESTART_CTLD, RESTART_SLURMD)]
+    if reconfigure and not execute and daemon_steps:
+        i, s = daemon_steps[0]
+        click.echo(f"refusing: --reconfigure cannot carry this plan (step {i}: {s.text.split(':')[0]}; a reconfigure "
+                   "where a restart is needed can kill slurmctld); use --execute, or write without --reconfigure and "
+                   "do the steps yourself", err=True)
+        return 3
+    if execute:
+        return _execute(cluster, files, to, stale, steps, run, timeout, keep)
+    written = next(i for i, s in enumerate(steps, 1) if s.kind == WRITE)
+    run["done"] = max(int(run["done"]), written - 1)  # the steps before the write were the admin's (refusal above)
+    save_journal(Path(to), run)  # before the write: a kill after it must not hide the steps that remain
+    try:
+        backup = write_files(files, to, executable=EXECUTABLE_FILES, remove=stale, keep=keep)
+    except WriteError:
+        if journal:
+            save_journal(Path(to), journal)  # no file changed: the pending rollout is what it was
+        else:
+            clear_journal(Path(to))
+        raise
     click.echo(f"wrote {len(files)} files to {to}" + (f"; removed {', '.join(stale)}" if stale else "")
                + (f"; previous files in {backup}" if backup else ""))
+    run["done"] = max(int(run["done"]), written)
+    save_journal(Path(to), run)
     if reconfigure:
-        from slurmkit.backend.cli import CLIBackend
+        from slurmkit.elastic.execute import Executor
 
-        CLIBackend().reconfigure()
+        backend, site = _target(to, cluster)
+        Executor(site, backend, Path(to), files, executable=EXECUTABLE_FILES, remove=stale, timeout=timeout,
+                 keep_backups=keep, progress=lambda m: click.echo(f"  {m}")).run(run)
         click.echo("scontrol reconfigure: done")
+        return 0
+    rest = steps[written:]
+    click.echo(f"the cluster runs the previous files until steps {written + 1}-{len(steps)} are done "
+               f"({'; '.join(s.text.split(':')[0] for s in rest)}); `slurmkit conf apply --execute` does them")
+    return 0
+
+
+def _current(directory: str) -> dict[str, str]:
+    from slurmkit.generate.rollout import read_dir
+
+    return read_dir(directory)
+
+
+def _target(to: str, cluster: object):  # type: ignore[no-untyped-def]
+    """(backend, site) for the cluster whose config dir is ``to``: the lab's own daemons when ``to`` is a lab's,
+    else the inventory's rollout commands."""
+    from slurmkit.backend.cli import CLIBackend
+    from slurmkit.elastic.change import Site
+    from slurmkit.lab.elastic import LabSite, lab_for_conf
+
+    conf = Path(to).resolve() / "slurm.conf"
+    lab = lab_for_conf(conf)
+    if lab is not None:
+        return CLIBackend(env=lab.env), LabSite(lab)
+    return CLIBackend(env={"SLURM_CONF": str(conf)}), Site(Path(to), rollout=cluster.rollout)  # type: ignore[attr-defined]
+
+
+def _execute(cluster: object, files: dict[str, str], to: str, stale: list[str], steps: list, run: dict,  # type: ignore[type-arg]
+             timeout: float, keep: int) -> int:
+    from slurmkit.elastic.execute import Executor
+    from slurmkit.generate import EXECUTABLE_FILES
+    from slurmkit.generate.rollout import RESTART_SLURMD
+
+    backend, site = _target(to, cluster)
+    for i, s in enumerate(steps, 1):
+        if s.kind == RESTART_SLURMD and i > run["done"] and not site.can_restart_slurmds():
+            raise click.UsageError(f"step {i} restarts slurmd on {'every node' if s.nodes == 'ALL' else s.nodes}: set "
+                                   "rollout.restart_slurmd in the inventory (e.g. 'pdsh -w {nodes} systemctl restart "
+                                   "slurmd'); nothing done")
+    Executor(site, backend, Path(to), files, executable=EXECUTABLE_FILES, remove=stale, timeout=timeout,
+             keep_backups=keep, progress=lambda m: click.echo(f"  {m}")).run(run)
+    click.echo(f"done: all {len(steps)} steps carried out")
     return 0
 
 

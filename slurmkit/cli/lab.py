@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import click
 
@@ -116,13 +117,20 @@ def status(directory: str, as_json: bool) -> None:
         return
     daemons = st["daemons"]
     assert isinstance(daemons, dict)
-    click.echo(f"lab: up in {st['dir']}  (Slurm {st['slurm']}, SLURM_CONF={st['slurm_conf']})")
+    problems = st["problems"]
+    assert isinstance(problems, list)
+    state = "DEGRADED" if problems else "up"
+    click.echo(f"lab: {state} in {st['dir']}  (Slurm {st['slurm']}, SLURM_CONF={st['slurm_conf']})")
+    for p in problems:
+        click.echo(f"problem: {p}")
     click.echo("daemons: " + ", ".join(f"{k}[{v}]" for k, v in daemons.items()))
     click.echo(f"{'NODE':<10} {'STATE':<22} {'GRES':<22} REASON")
     nodes = st["nodes"]
     assert isinstance(nodes, list)
     for n in nodes:
         click.echo(f"{n['name']:<10} {n['state']:<22} {n['gres']:<22} {n['reason']}")
+    if problems:
+        sys.exit(1)
 
 
 @lab.command()

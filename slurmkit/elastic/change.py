@@ -45,10 +45,47 @@ class Site:
     ``systemctl restart slurmctld``); slurmd on the nodes is the site's to start (its own image, its own unit)."""
 
     def __init__(self, conf_dir: Path, overrides: Overrides | None = None,
-                 ctld_restart: tuple[str, ...] = ("systemctl", "restart", "slurmctld")) -> None:
+                 ctld_restart: tuple[str, ...] = ("systemctl", "restart", "slurmctld"),
+                 rollout: Any = None) -> None:
         self.conf_dir = conf_dir
         self._overrides = overrides
         self.ctld_restart = ctld_restart
+        from slurmkit.model.cluster import Rollout
+
+        self.rollout: Rollout = rollout or Rollout()  # the inventory's `rollout:` commands (conf apply --execute)
+
+    # --- what `conf apply --execute` drives (slurmkit/elastic/execute.py) ----------------------------------
+    def stop_slurmctld(self) -> None:
+        from slurmkit.backend.run import run
+
+        run(list(self.rollout.stop_slurmctld), timeout=120)
+
+    def start_slurmctld(self) -> None:
+        from slurmkit.backend.run import run
+
+        run(list(self.rollout.start_slurmctld), timeout=120)
+
+    def can_restart_slurmds(self) -> bool:
+        return bool(self.rollout.restart_slurmd)
+
+    def restart_slurmds(self, names: list[str]) -> None:
+        from slurmkit.backend.run import run
+
+        nodes = hostlist.fold(names)
+        run([w.replace("{nodes}", nodes) for w in self.rollout.restart_slurmd], timeout=600)
+
+    def ctld_log_tail(self, n: int = 5) -> tuple[str, list[str]]:
+        """(slurmctld's log file, its last ``n`` lines) from SlurmctldLogFile of the slurm.conf in the config dir
+        (apply runs on the controller); ("", []) where the file is not readable here."""
+        from slurmkit.backend.run import log_tail
+        from slurmkit.generate import confparse as cp
+
+        try:
+            conf = cp.parse_slurm_conf((self.conf_dir / "slurm.conf").read_text())
+        except OSError:
+            return "", []
+        path = conf.value("slurmctldlogfile")
+        return (path, log_tail(Path(path), n)) if path else ("", [])
 
     def overrides(self, cluster: Any) -> Overrides | None:
         return self._overrides
@@ -284,7 +321,7 @@ def jobs_on(backend: CLIBackend, hosts: list[str]) -> dict[str, tuple[str, ...]]
 
 
 def drain_and_wait(backend: CLIBackend, hosts: list[str], *, requeue: bool, timeout: float,
-                   progress: Progress = lambda m: None) -> list[str]:
+                   progress: Progress = lambda m: None, reason: str = DRAIN_REASON) -> list[str]:
     """Drain ``hosts`` (a foreign drain reason is kept, not overwritten), requeue their jobs when asked, and wait
     until none runs there. Returns the hosts this call drained (to resume them if the removal does not go on)."""
     ours = []
@@ -293,8 +330,8 @@ def drain_and_wait(backend: CLIBackend, hosts: list[str], *, requeue: bool, time
             continue  # conservative drains: never overwrite a foreign reason
         ours.append(n.name)
     if ours:
-        backend.drain(hostlist.fold(ours), DRAIN_REASON)
-        progress(f"drained {hostlist.fold(ours)} ({DRAIN_REASON!r})")
+        backend.drain(hostlist.fold(ours), reason)
+        progress(f"drained {hostlist.fold(ours)} ({reason!r})")
     busy = jobs_on(backend, hosts)
     if busy and requeue:
         # scontrol(1) requeue: "Requeue a running, suspended or finished Slurm batch job into pending state"; the

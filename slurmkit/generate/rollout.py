@@ -99,12 +99,15 @@ def _copy_durable(src: Path, dst: Path) -> None:
 
 
 def _backup_dir(d: Path) -> Path:
-    bdir = d / BACKUP_DIR / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    n = 1
-    while bdir.exists():
-        bdir = bdir.with_name(f"{bdir.name.split('.')[0]}.{n}")
-        n += 1
-    return bdir
+    """DIR/.slurmkit-backup/<UTC time>[.n]: n above every one of that second (pruning may have removed lower
+    ones: a name used again would sort as the oldest)."""
+    stem = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    root = d / BACKUP_DIR
+    taken = [p.name.partition(".")[2] for p in root.glob(stem + "*")] if root.is_dir() else []
+    if not taken:
+        return root / stem
+    n = max(int(x) if x.isdigit() else 0 for x in taken) + 1
+    return root / f"{stem}.{n}"
 
 
 def pending(directory: str | Path) -> str | None:
@@ -193,10 +196,11 @@ def _finish(d: Path, txn: Path, journal: dict) -> Path | None:
 
 
 def write_files(files: Mapping[str, str], directory: str | Path, executable: Iterable[str] = (),
-                backup: bool = True, remove: Iterable[str] = ()) -> Path | None:
+                backup: bool = True, remove: Iterable[str] = (), keep: int | None = None) -> Path | None:
     """Write ``files`` into ``directory`` and delete ``remove`` there, all or nothing (see the section comment).
     Replaced and removed files are kept in ``DIR/.slurmkit-backup/<UTC time>/``; returns that dir (None if
-    nothing was replaced). An interrupted earlier write is finished first."""
+    nothing was replaced). An interrupted earlier write is finished first. ``keep``: how many backup
+    directories to keep (the oldest beyond that are deleted; the inventory's rollout.keep_backups, default 20)."""
     d = Path(directory)
     for name in [*files, *remove]:
         if "/" in name or name.startswith(".") or name in ("", ".."):
@@ -204,7 +208,10 @@ def write_files(files: Mapping[str, str], directory: str | Path, executable: Ite
     try:
         d.mkdir(parents=True, exist_ok=True)
         with _locked(d):
-            return _write_locked(files, d, set(executable), backup, list(remove))
+            bdir = _write_locked(files, d, set(executable), backup, list(remove))
+            if bdir is not None:
+                prune_backups(d, KEEP_BACKUPS if keep is None else keep)
+            return bdir
     except OSError as exc:
         raise WriteError(d, exc) from exc
 
@@ -250,6 +257,26 @@ def _write_locked(files: Mapping[str, str], d: Path, execs: set[str], backup: bo
         shutil.rmtree(txn)
         raise
     return _finish(d, txn, journal)
+
+
+KEEP_BACKUPS = 20
+
+
+def prune_backups(directory: Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` backup directories (names sort by time: %Y%m%dT%H%M%SZ[.n])."""
+
+    def key(p: Path) -> tuple[str, int]:
+        stem, _, n = p.name.partition(".")
+        return stem, int(n) if n.isdigit() else 0
+
+    root = directory / BACKUP_DIR
+    if not root.is_dir():
+        return []
+    dirs = sorted((p for p in root.iterdir() if p.is_dir()), key=key)
+    gone = dirs[:max(0, len(dirs) - max(1, keep))]
+    for p in gone:
+        shutil.rmtree(p)
+    return gone
 
 
 def _mode_ok(path: Path, executable: bool) -> bool:
@@ -622,42 +649,79 @@ def _count_lines(text: str) -> str:
     return f"{len([ln for ln in text.splitlines() if ln.strip() and not ln.startswith('#')])} lines" if text else ""
 
 
-def plan(changes: list[Change], version: str = "22.05") -> list[str]:
-    """The ordered rollout: drain -> push files -> restart or reconfigure -> verify -> resume."""
+# The rollout steps, as data: ``plan`` prints them and `conf apply --execute` (slurmkit/elastic/execute.py) carries
+# out exactly these, one at a time. kinds: drain, stop-ctld, write, restart-slurmd, start-ctld, restart-ctld,
+# reconfigure, verify, resume. ``nodes``: a hostlist, "ALL" (every node of the new config) or "".
+DRAIN_STEP, STOP_CTLD, WRITE, RESTART_SLURMD, START_CTLD, RESTART_CTLD, RECONF, VERIFY, RESUME = (
+    "drain", "stop-ctld", "write", "restart-slurmd", "start-ctld", "restart-ctld", "reconfigure", "verify", "resume")
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    text: str
+    nodes: str = ""
+
+
+def _union(specs: Iterable[str]) -> str:
+    """Hostlists as one set ("inf[01-04]", "inf[01-04],gpu1" -> "gpu1,inf[01-04]"); "ALL" wins."""
+    specs = [s for s in specs if s]
+    if "ALL" in specs:
+        return "ALL"
+    hosts: dict[str, None] = {}
+    for s in specs:
+        hosts.update(dict.fromkeys(hostlist.expand(s)))
+    return hostlist.fold(hosts)
+
+
+def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
+    """The ordered rollout: drain -> push files -> restart or reconfigure -> verify -> resume. A change that needs
+    a restart is never carried by a reconfigure (issue 20: a 22.05 reconfigure that changes the node count kills
+    slurmctld, read_config.c "MaxNodeCount has changed ... slurmctld must be restarted")."""
     if not changes:
-        return ["nothing to do: the running files already match the inventory"]
+        return []
     feats = features_for(version)
-    steps: list[str] = []
-    drain = sorted({c.nodes for c in changes if c.action == DRAIN and c.nodes})
+    steps: list[Step] = []
+    drain = _union(c.nodes for c in changes if c.action == DRAIN and c.nodes)
     if drain:
-        targets = "ALL nodes" if "ALL" in drain else ",".join(drain)
-        steps.append(f"drain {targets}: scontrol update NodeName=<nodes> State=DRAIN Reason='slurmkit: config change'; wait until no jobs run there")
-    write = "back up and write the new files on the controller and every node (or configless: the controller only)"
+        targets = "ALL nodes" if drain == "ALL" else drain
+        steps.append(Step(DRAIN_STEP, f"drain {targets}: scontrol update NodeName=<nodes> State=DRAIN Reason='slurmkit: "
+                                      "config change'; wait until no jobs run there", drain))
+    write = Step(WRITE, "back up and write the new files on the controller and every node (or configless: the controller only)")
     restart = [c for c in changes if c.action in (RESTART, DRAIN) and c.scope != "reconfigure"]
     if any(c.scope == "stop-all" for c in changes):
         # the FAQ's order for node list changes before 24.11 (RULES_22_05 "node+" / "node-")
-        steps += ["stop slurmctld (node list changes before 24.11: faq.shtml #add_nodes / #rem_nodes)", write,
-                  "restart slurmd on every node", "start slurmctld"]
+        steps += [Step(STOP_CTLD, "stop slurmctld (node list changes before 24.11: faq.shtml #add_nodes / #rem_nodes)"),
+                  write, Step(RESTART_SLURMD, "restart slurmd on every node", "ALL"), Step(START_CTLD, "start slurmctld")]
     elif restart:
         steps.append(write)
         ctld = any(c.scope != "slurmd" for c in restart)
-        hosts = sorted({c.nodes for c in restart if c.scope != "slurmctld" and c.nodes and c.nodes != "ALL"})
+        hosts = _union(c.nodes for c in restart if c.scope != "slurmctld" and c.nodes and c.nodes != "ALL")
         every = any(c.scope != "slurmctld" and (not c.nodes or c.nodes == "ALL") for c in restart)
-        on = "every node" if every or not hosts else ",".join(hosts)
+        on = "every node" if every or not hosts else hosts
+        target = "ALL" if every or not hosts else hosts
         if ctld and (every or hosts):
-            steps.append(f"restart slurmctld, then slurmd on {on}")
+            steps += [Step(RESTART_CTLD, "restart slurmctld"),
+                      Step(RESTART_SLURMD, f"restart slurmd on {on}", target)]
         elif ctld:
-            steps.append("restart slurmctld")
+            steps.append(Step(RESTART_CTLD, "restart slurmctld"))
         else:
-            steps.append(f"restart slurmd on {on}")
+            steps.append(Step(RESTART_SLURMD, f"restart slurmd on {on}", target))
     else:
         steps.append(write)
-        steps.append("scontrol reconfigure" + (" (23.11+: restarts the daemons, keeps the old config if the new one fails)" if feats.reconfigure_restarts else ""))
-    steps.append("verify: slurmkit conf drift INVENTORY; sinfo -R shows no new slurmkit/INVAL reasons")
-    kept = [c.nodes for c in changes if c.action == DRAIN and c.nodes and not (c.subject == "NodeName" and not c.new)]
+        steps.append(Step(RECONF, "scontrol reconfigure" + (" (23.11+: restarts the daemons, keeps the old config if the new one fails)" if feats.reconfigure_restarts else "")))
+    steps.append(Step(VERIFY, "verify: slurmkit conf drift INVENTORY; sinfo -R shows no new slurmkit/INVAL reasons"))
+    kept = _union(c.nodes for c in changes if c.action == DRAIN and c.nodes and not (c.subject == "NodeName" and not c.new))
     if kept:  # removed nodes are gone: nothing to resume there
-        steps.append("resume what was drained: scontrol update NodeName=<nodes> State=RESUME")
-    return [f"{i}. {s}" for i, s in enumerate(steps, 1)]
+        steps.append(Step(RESUME, "resume what was drained: scontrol update NodeName=<nodes> State=RESUME", kept))
+    return steps
+
+
+def plan(changes: list[Change], version: str = "22.05") -> list[str]:
+    """``plan_steps`` as numbered lines."""
+    if not changes:
+        return ["nothing to do: the running files already match the inventory"]
+    return [f"{i}. {s.text}" for i, s in enumerate(plan_steps(changes, version), 1)]
 
 
 def worst(changes: list[Change]) -> str:

@@ -76,6 +76,21 @@ class LabSite(Site):
     def restart_slurmctld(self, backend: CLIBackend) -> None:
         self.lab.restart_slurmctld()
 
+    def stop_slurmctld(self) -> None:
+        self.lab.stop_slurmctld()
+
+    def start_slurmctld(self) -> None:
+        self.lab.start_slurmctld()
+
+    def can_restart_slurmds(self) -> bool:
+        return True
+
+    def restart_slurmds(self, names: list[str]) -> None:
+        self.lab.restart_slurmds(names)
+
+    def ctld_log_tail(self, n: int = 5) -> tuple[str, list[str]]:
+        return str(self.lab.dir / "log" / "slurmctld.log"), self.lab.ctld_log_tail(n)
+
     def start_nodes(self, names: list[str], progress: Progress) -> None:
         progress(f"lab: starting slurmd for {', '.join(names)}")
         self.lab.start_slurmds(names)

@@ -31,7 +31,7 @@ import yaml
 
 from slurmkit import hostlist
 from slurmkit.backend.parse import SINFO_NODE_FORMAT, parse_sinfo_nodes
-from slurmkit.backend.run import run
+from slurmkit.backend.run import log_tail, run
 from slurmkit.errors import LabError, SlurmCommandError, UsageError
 from slurmkit.lab.inventory import lab_inventory
 from slurmkit.release import release_key
@@ -724,17 +724,38 @@ class Lab:
         for n in names:
             (self.run_dir / f"slurmd-{n}.pid").unlink(missing_ok=True)
 
-    def restart_slurmctld(self, timeout: float = 60.0) -> None:
-        """Stop slurmctld (SIGTERM: it saves its state first) and start it again on the files in DIR/etc with the
-        saved state (jobs, node states) recovered: running jobs keep running on their slurmd."""
+    def stop_slurmctld(self, timeout: float = 60.0) -> None:
+        """Stop slurmctld with SIGTERM: it saves its state first (jobs and node states survive the next start)."""
         pid = self.running_pids().get("slurmctld")
         if pid:
             _kill(pid, signal.SIGTERM)
             _wait(lambda: not _alive(pid), timeout, "slurmctld to stop", self.dir / "log" / "slurmctld.log")
         (self.run_dir / "slurmctld.pid").unlink(missing_ok=True)
+
+    def start_slurmctld(self, timeout: float = 60.0) -> None:
+        """Start slurmctld on the files in DIR/etc with the saved state recovered (running jobs keep running on
+        their slurmd); nothing happens when it already runs."""
+        if "slurmctld" in self.running_pids():
+            return
         # the port may linger a moment after the process is gone
         _wait(lambda: _port_free(self.spec.ctld_port), timeout, f"port {self.spec.ctld_port} to be free")
         self._start_slurmctld()
+
+    def restart_slurmctld(self, timeout: float = 60.0) -> None:
+        """Stop slurmctld (SIGTERM: it saves its state first) and start it again on the files in DIR/etc with the
+        saved state (jobs, node states) recovered: running jobs keep running on their slurmd."""
+        self.stop_slurmctld(timeout)
+        self.start_slurmctld(timeout)
+
+    def restart_slurmds(self, names: list[str], timeout: float = 10.0) -> None:
+        """Restart these nodes' slurmd on the files in DIR/etc (a node not running is started); their job steps
+        (slurmstepd) go on and the new slurmd finds them again."""
+        self.stop_slurmds(names, timeout)
+        self.start_slurmds(names)
+
+    def ctld_log_tail(self, n: int = 5) -> list[str]:
+        """The last ``n`` lines of slurmctld's log, errors and fatals first in mind: what a dead controller said."""
+        return log_tail(self.dir / "log" / "slurmctld.log", n)
 
     def _configless_steps(self, root: str) -> list[str]:
         """A configless slurmd has no AuthInfo before it has the files, so it asks munge on the default socket
@@ -849,6 +870,14 @@ class Lab:
     def status(self) -> dict[str, object]:
         pids = self.running_pids()
         nodes: list[dict[str, str]] = []
+        problems: list[str] = []
+        if pids and "slurmctld" not in pids:
+            # the daemons of the lab run but slurmctld does not (a fatal on reconfigure, a kill): say so, with what
+            # it wrote last, instead of "up"
+            tail = self.ctld_log_tail()
+            problems.append("slurmctld is not running" + (f"; its log ends: {' | '.join(tail)}" if tail else ""))
+        elif "slurmctld" in pids and not self._ping():
+            problems.append(f"slurmctld[{pids['slurmctld']}] does not answer `scontrol ping`")
         if "slurmctld" in pids:
             try:
                 out = run([self.exe("sinfo"), "-N", "-h", "-o", SINFO_NODE_FORMAT], timeout=10, env=self.env).stdout
@@ -860,7 +889,7 @@ class Lab:
             except SlurmCommandError as exc:
                 nodes = [{"name": "?", "state": f"sinfo failed: {exc.one_line()}", "gres": "", "reason": ""}]
         return {"dir": str(self.dir), "up": bool(pids), "daemons": pids, "nodes": nodes, "slurm_conf": str(self.conf),
-                "slurm": self.spec.slurm or self.host_release}
+                "slurm": self.spec.slurm or self.host_release, "problems": problems}
 
     # --- down ----------------------------------------------------------------------------------------------
     def down(self, progress: Progress = lambda m: None) -> list[str]:

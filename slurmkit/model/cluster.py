@@ -203,6 +203,19 @@ class Accounting:
 
 
 @dataclass(frozen=True)
+class Rollout:
+    """``rollout:``: how `slurmkit conf apply --execute` drives this site's daemons, each an argv run on the host
+    where apply runs (the controller). ``restart_slurmd`` gets ``{nodes}`` replaced by the hostlist of the nodes
+    to restart (e.g. ``pdsh -w {nodes} systemctl restart slurmd``); empty: apply refuses a plan that restarts
+    slurmd. ``keep_backups``: how many ``.slurmkit-backup/`` directories a write keeps (oldest pruned)."""
+
+    stop_slurmctld: tuple[str, ...] = ("systemctl", "stop", "slurmctld")
+    start_slurmctld: tuple[str, ...] = ("systemctl", "start", "slurmctld")
+    restart_slurmd: tuple[str, ...] = ()
+    keep_backups: int = 20
+
+
+@dataclass(frozen=True)
 class Policy:
     fairshare: bool = False
     preemption: str = "none"  # none | qos | partition
@@ -266,6 +279,7 @@ class Cluster:
     cgroup_conf: tuple[tuple[str, str], ...] = ()
     source_sha256: str = ""  # sha256 of the inventory text this came from
     tenants: Tenants | None = None  # accounts, users, QOS (slurmdbd records; `slurmkit accounts`)
+    rollout: Rollout = Rollout()
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:

@@ -38,6 +38,7 @@ from slurmkit.model.cluster import (
     Policy,
     Power,
     Reserve,
+    Rollout,
     Site,
     SubmitPolicy,
     Switch,
@@ -645,7 +646,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     top = _mapping(
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
-         "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants"},
+         "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants", "rollout"},
         {"cluster", "node_groups"},
     )
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
@@ -764,6 +765,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             first = next(i for i, q in enumerate(tenants.qos) if q.preempt)
             raise ctx.err("policy.preemption", f"none, but tenants.qos[{first}] ({tenants.qos[first].name}) has a "
                                                "preempt list: set preemption: qos, or remove the preempt lists")
+    rollout = _rollout(ctx, top["rollout"]) if top.get("rollout") is not None else Rollout()
     return Cluster(
         name=_cluster_name(ctx, top["cluster"]),
         slurm_version=version,
@@ -780,6 +782,34 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         cgroup_conf=_kv_map(ctx, top.get("cgroup_conf"), "cgroup_conf"),
         source_sha256=sha256,
         tenants=tenants,
+        rollout=rollout,
+    )
+
+
+def _argv(ctx: _Ctx, value: Any, path: str) -> tuple[str, ...]:
+    """A command line as words (split like a shell, never run through one)."""
+    text = _str(ctx, value, path)
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise ctx.err(path, f"{text!r}: {exc}") from None
+    if not words:
+        raise ctx.err(path, "an empty command")
+    return words
+
+
+def _rollout(ctx: _Ctx, raw: Any) -> Rollout:
+    m = _mapping(ctx, raw, "rollout", {"stop_slurmctld", "start_slurmctld", "restart_slurmd", "keep_backups"})
+    d = Rollout()
+    restart = _argv(ctx, m["restart_slurmd"], "rollout.restart_slurmd") if m.get("restart_slurmd") else ()
+    if restart and not any("{nodes}" in w for w in restart):
+        raise ctx.err("rollout.restart_slurmd", "needs {nodes} where the hostlist of the nodes to restart goes "
+                                                "(e.g. 'pdsh -w {nodes} systemctl restart slurmd')")
+    return Rollout(
+        stop_slurmctld=_argv(ctx, m["stop_slurmctld"], "rollout.stop_slurmctld") if m.get("stop_slurmctld") else d.stop_slurmctld,
+        start_slurmctld=_argv(ctx, m["start_slurmctld"], "rollout.start_slurmctld") if m.get("start_slurmctld") else d.start_slurmctld,
+        restart_slurmd=restart,
+        keep_backups=_int(ctx, m.get("keep_backups", d.keep_backups), "rollout.keep_backups", 1),
     )
 
 

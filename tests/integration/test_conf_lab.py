@@ -48,8 +48,11 @@ def lab_inv(lab, tmp_path: Path) -> Iterator[tuple[dict, Path, Path]]:  # type: 
     try:
         yield yaml.safe_load(text), overlay, original
     finally:
-        sk(lab, "conf", "apply", str(original), "--to", str(lab.etc), "--overrides", str(overlay), "--reconfigure",
-           "--allow-disruptive")
+        if "slurmctld" not in lab.running_pids():
+            lab.start_slurmctld()
+        res = sk(lab, "conf", "apply", str(original), "--to", str(lab.etc), "--overrides", str(overlay), "--execute",
+                 "--allow-disruptive", "--timeout", "60")
+        assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_apply_weight_and_partition_take_effect_after_reconfigure(lab, lab_inv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -128,3 +131,75 @@ def test_ha_preset_real_parse_on_the_labs_release(lab) -> None:  # type: ignore[
     assert rp.ok is True, rp
     assert rp.judge.startswith(f"slurmctld {lab.release}."), rp
     assert any("_shutdown_bu_thread" in e and "head02" in e and "Network is unreachable" in e for e in rp.expected), rp
+
+
+def _job(lab, *args: str) -> str:  # type: ignore[no-untyped-def]
+    out = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", *args], capture_output=True, text=True,
+                         env={**os.environ, **lab.env}, timeout=30, check=True)
+    return out.stdout.strip().split(";")[0]
+
+
+def _state(lab, job: str) -> str:  # type: ignore[no-untyped-def]
+    rec = scontrol(lab, "-o", "show", "job", job)
+    return re.search(r"JobState=(\S+)", rec).group(1)  # type: ignore[union-attr]
+
+
+def test_execute_carries_a_restart_plan_through_with_a_job_running(lab, lab_inv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 item 1: SlurmdPort needs every daemon restarted on both releases (slurm.conf(5) 22.05 "A restart
+    of slurmctld is required"; 23.11+ "Changes to TCP listening settings will require a daemon restart"); the lab's
+    nodes listen on their own Port= so the value itself changes nothing. --execute restarts slurmctld (state kept)
+    and every slurmd, never reconfigures, and the running job goes on."""
+    inv, overlay, _orig = lab_inv
+    new = copy.deepcopy(inv)
+    new.setdefault("slurm_conf", {})["SlurmdPort"] = 6999
+    p = tmp_path / "new.yaml"
+    p.write_text(yaml.safe_dump(new, sort_keys=False))
+    job = _job(lab, "-N1", "-w", "node1", "--wrap", "sleep 300")
+    try:
+        deadline = time.monotonic() + 30
+        while _state(lab, job) != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _state(lab, job) == "RUNNING"
+        ctld = lab.running_pids()["slurmctld"]
+        res = sk(lab, "conf", "apply", str(p), "--to", str(lab.etc), "--overrides", str(overlay), "--reconfigure",
+                 "--allow-disruptive")
+        assert res.returncode == 3 and "refusing: --reconfigure cannot carry this plan (step 2: restart slurmctld" in res.stderr
+        res = sk(lab, "conf", "apply", str(p), "--to", str(lab.etc), "--overrides", str(overlay), "--execute",
+                 "--allow-disruptive", "--timeout", "60")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "[restart] slurm.conf: SlurmdPort" in res.stdout
+        assert "2/4: restart slurmctld" in res.stdout and "3/4: restart slurmd on every node" in res.stdout
+        assert "done: all 4 steps carried out" in res.stdout
+        assert lab.running_pids()["slurmctld"] != ctld  # restarted, not reconfigured
+        assert "SlurmdPort              = 6999" in scontrol(lab, "show", "config")
+        assert _state(lab, job) == "RUNNING"  # survived both restarts
+        assert not (lab.etc / ".slurmkit-rollout").exists()
+    finally:
+        subprocess.run(["scancel", job], env={**os.environ, **lab.env}, timeout=30, check=False)
+
+
+def test_a_dead_controller_is_named_by_status_and_by_execute(lab, lab_inv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 item 1: `lab status` said "lab: up" with slurmctld gone, and apply said only "Zero Bytes were
+    transmitted or received"."""
+    import signal
+
+    inv, overlay, _orig = lab_inv
+    new = copy.deepcopy(inv)
+    new["node_groups"][0]["weight"] = 42
+    p = tmp_path / "new.yaml"
+    p.write_text(yaml.safe_dump(new, sort_keys=False))
+    os.kill(lab.running_pids()["slurmctld"], signal.SIGKILL)
+    time.sleep(0.5)
+    try:
+        res = sk(lab, "lab", "status", "--dir", str(lab.dir))
+        assert res.returncode == 1 and "lab: DEGRADED" in res.stdout, res.stdout + res.stderr
+        assert "problem: slurmctld is not running; its log ends: " in res.stdout
+        res = sk(lab, "conf", "apply", str(p), "--to", str(lab.etc), "--overrides", str(overlay), "--execute",
+                 "--no-real-parse", "--timeout", "10")
+        assert res.returncode == 4, res.stdout + res.stderr
+        err = res.stderr.strip().splitlines()[-1]
+        assert "slurmctld is not answering before step 1 of 3 (back up and write the new files on the controller and every node (or configless" in err
+        assert f"its log ({lab.dir / 'log' / 'slurmctld.log'}) ends: " in err
+        assert "Weight=42" not in (lab.etc / "slurm.conf").read_text()  # nothing written
+    finally:
+        lab.start_slurmctld()

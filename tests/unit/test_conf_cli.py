@@ -87,8 +87,30 @@ def test_generate_writes_validated_files_and_inventory_copy(tmp_path: Path) -> N
     assert names == ["cgroup.conf", "gres.conf", "slurm.conf", "slurmkit-epilog", "slurmkit-health", "slurmkit-prolog",
                      "slurmkit.yaml", "topology.conf"]
     assert (out / "slurmkit.yaml").read_text() == p.read_text()
-    assert f"--inventory {out.resolve()}/slurmkit.yaml" in (out / "slurmkit-prolog").read_text()
     assert sk("conf", "validate", str(out), "--no-real-parse").returncode == 0
+
+
+def test_generate_hook_paths_are_those_of_the_install_dir_not_of_o(tmp_path: Path) -> None:
+    """Issue 20 item 7: `-o out/` wrote out/'s absolute path into Prolog/Epilog/HealthCheckProgram; copied to
+    /etc/slurm, every node ran a prolog path that does not exist."""
+    import os
+
+    p = write_inv(tmp_path, mutate("hooks", {"prolog": True, "epilog": True, "healthcheck_interval": 60}))
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "generate", str(p), "-o", str(out),
+                          "--no-real-parse"], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    conf = (out / "slurm.conf").read_text()
+    assert "Prolog=/etc/slurm/slurmkit-prolog" in conf and "HealthCheckProgram=/etc/slurm/slurmkit-health" in conf
+    assert str(out) not in conf and "--inventory /etc/slurm/slurmkit.yaml" in (out / "slurmkit-prolog").read_text()
+    assert "note: hook paths assume the files are installed in /etc/slurm (--conf-dir to change)" in res.stderr
+    env["SLURM_CONF"] = "/opt/slurm/etc/slurm.conf"
+    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "generate", str(p), "-o", str(out),
+                          "--no-real-parse"], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert "Epilog=/opt/slurm/etc/slurmkit-epilog" in (out / "slurm.conf").read_text()
+    res = sk("conf", "generate", str(p), "-o", str(out), "--no-real-parse", "--conf-dir", "/srv/slurm")
+    assert "Prolog=/srv/slurm/slurmkit-prolog" in (out / "slurm.conf").read_text()
 
 
 def test_dry_run_writes_nothing(tmp_path: Path) -> None:
@@ -212,7 +234,11 @@ def test_apply_killed_mid_swap_is_finished_by_the_next_apply(tmp_path: Path) -> 
     res = sk(*argv)
     assert res.returncode == 0, res.stderr
     assert "finished an interrupted write (the new files are in place)" in res.stdout
-    assert "nothing to do" in res.stdout  # rolled forward: the set is the new one, whole
+    # rolled forward: the set is the new one, whole; the cluster has not taken it, so the rollout is still pending
+    # (issue 20 item 3: a kill between write and reconfigure must not read as "in sync")
+    assert "resuming the pending rollout at step 1 of 4" in res.stdout, res.stdout
+    res = sk("conf", "diff", str(new), "--against", str(out))
+    assert "nothing to do" in res.stdout and "a rollout is pending" in res.stderr and "steps 2-4 of 4 remain" in res.stderr
     assert "h200" in (out / "gres.conf").read_text()
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp") or p.name == ".slurmkit-txn"]
 
