@@ -212,10 +212,13 @@ class Copy:
         return "127.0.0.1 localhost\n" + "".join(f"{backups.get(n, '127.0.0.1')} {n}\n" for n in self.names)
 
 
-def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, root: str = "/") -> Copy:
+def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, root: str = "/",
+                     files: Mapping[str, str] | None = None) -> Copy:
     """The copy of ``slurm.conf`` a parse in private namespaces starts with (see the section comment). ``inside``
     is where ``tmp`` is as the judge sees it (``/tmp`` of a root it is chrooted into), ``root`` where the judge's
-    ``/`` is on the host (a site script absent there is dropped)."""
+    ``/`` is on the host (a site script absent there is dropped). ``Include`` files (from ``files``, as
+    confparse.expand_includes resolves them) are written inline, so the copy reads no path of this host; every
+    line is written back as Slurm reads it (Record.render keeps quoted values quoted)."""
     notes: list[str] = []
     at = inside or tmp
     paths = {
@@ -246,12 +249,8 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                 if h and not _IPV4.match(h) and ":" not in h:
                     names.setdefault(h)
 
-    for raw in slurm_conf.splitlines():
-        recs = cp.parse_records(raw)
-        if not recs:
-            out.append(raw)
-            continue
-        rec = recs[0]
+    for rec in cp.expand_includes(slurm_conf, "slurm.conf", files, []):
+        raw = rec.render()
         if rec.kind == "nodename":
             if rec.head.upper() != "DEFAULT":
                 d = rec.as_dict()
@@ -263,9 +262,6 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
             continue
         if rec.kind in ("partitionname", "nodeset", "downnodes"):
             out.append(raw)
-            continue
-        if rec.kind == "include":
-            notes.append(f"dropped 'Include {rec.head}' (not followed by the check)")
             continue
         keep = []
         for k, v in rec.pairs:
@@ -306,7 +302,7 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                 continue
             keep.append((k, v))
         if keep:
-            out.append(" ".join(f"{k}={v}" for k, v in keep))
+            out.append(rec.render(keep))
     for lk, v in fixed.items():
         if lk not in done:
             out.append(f"{lk}={v}")
@@ -347,9 +343,10 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
         etc = tmp / "etc"
         etc.mkdir()
         for name, body in files.items():
-            (etc / name).write_text(body)
+            if "/" not in name:  # included files are inlined by rewrite_for_copy; never write outside the copy
+                (etc / name).write_text(body)
         try:
-            copy = rewrite_for_copy(files["slurm.conf"], tmp, inside, judge.root or "/")
+            copy = rewrite_for_copy(files["slurm.conf"], tmp, inside, judge.root or "/", files)
         except Exception as exc:  # a hostlist the copy cannot expand: slurmctld would refuse it too
             return RealParse(False, f"slurm.conf: {exc}", [str(exc)], judge=judge.describe())
         if not copy.primary:
