@@ -69,6 +69,13 @@ NOISE = (
 # the system Ignoring invalid Allow/DenyQOS value(s)" (22.05 and 24.11 src/slurmctld/read_config.c); `conf validate` checks those
 # names against the inventory's tenants.qos instead (generate/tenantcheck.py).
 NEEDS_DBD = re.compile(r"can only be used with SlurmDBD|We have no QOS on the system")
+# Lines that judge the machine the check runs on, not the config (issue 19): the site's host has them, this one
+# may not. They become "not checkable here" notes, never an invalid verdict.
+# - MailProg: slurmctld checks the program exists and is executable here (22.05 src/slurmctld/controller.c:378,
+#   24.11 :724 "Configured MailProg is invalid"; the default is /bin/mail)
+# - groups in AllowGroups resolve through this host's NSS (22.05 src/slurmctld/groups.c:240, 24.11 :223
+#   "%s: Could not find configured group %s")
+HOST_FACTS = (re.compile(r"Configured MailProg is invalid"), re.compile(r"Could not find configured group"))
 # Lines the copy itself causes: expected, not findings. With HA controllers the primary asks each backup to give
 # up control (22.05-25.05 controller.c _shutdown_bu_thread); in the copy no backup runs, and its address fails
 # at once (see BACKUP_NET).
@@ -322,6 +329,7 @@ class RealParse:
     seconds: float = 0.0
     expected: list[str] = field(default_factory=list)  # error lines the copy causes, not the config
     judge: str = ""  # which binary judged: "slurmctld 24.11.5 (/var/cache/slurmkit/roots/24.11/usr/sbin/slurmctld)"
+    host_facts: list[str] = field(default_factory=list)  # error lines about this host, not the config (HOST_FACTS)
 
 
 def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 30.0,
@@ -375,6 +383,13 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
         if res.ok is False and not res.errors and res.message.startswith("slurmctld logged"):
             res.ok = True
             res.message = f"slurmctld accepted the config (primary after {res.seconds * 1000:.0f} ms, no error lines)"
+    host = [e for e in res.errors if any(p.search(e) for p in HOST_FACTS)]
+    if host:
+        res.host_facts += host
+        res.errors = [e for e in res.errors if e not in host]
+        if res.ok is False and not res.errors and res.message.startswith("slurmctld logged"):
+            res.ok = True
+            res.message = f"slurmctld accepted the config (primary after {res.seconds * 1000:.0f} ms)"
     res.message += f" as {copy.primary}"
     if res.expected:
         res.message += f"; expected in the copy (no slurmdbd, no backup controller): {'; '.join(res.expected)}"
@@ -535,6 +550,7 @@ def validate(files: Mapping[str, str], version: str | None = None, real: bool = 
         rp = real_parse(files, version)
         rep.real, rep.real_ok = rp.message, rp.ok
         rep.errors += [f"slurmctld: {e}" for e in rp.errors]
+        rep.warnings += [f"not checkable here (a fact of this host, not of the config): slurmctld: {e}" for e in rp.host_facts]
     elif real:
         rep.real = "real parse not run: static checks failed"
     return rep

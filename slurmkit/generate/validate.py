@@ -31,6 +31,34 @@ CGROUP_KEYS = frozenset(
         "CgroupSlice EnableExtraControllers"
     ).split()
 )
+# cgroup.conf's option table per release (the options[] of cgroup.c's conf parse: src/common/cgroup.c at
+# slurm-22-05-8-1, src/interfaces/cgroup.c at slurm-23-11-10-1, slurm-24-11-5-1, slurm-25-05-0-1). From 23.11
+# CgroupAutomount is read by _defunct_option(), which logs an error line and ignores it; the Kmem keys are gone
+# (unrecognized key: fatal).
+_CGROUP_2205 = (
+    "CgroupAutomount CgroupMountpoint CgroupReleaseAgentDir ConstrainCores ConstrainRAMSpace AllowedRAMSpace "
+    "MaxRAMPercent MinRAMSpace ConstrainSwapSpace ConstrainKmemSpace AllowedKmemSpace MaxKmemPercent MinKmemSpace "
+    "AllowedSwapSpace MaxSwapPercent MemoryLimitEnforcement MemoryLimitThreshold ConstrainDevices AllowedDevicesFile "
+    "MemorySwappiness CgroupPlugin IgnoreSystemd IgnoreSystemdOnFailure").split()
+_CGROUP_DELTAS: dict[str, tuple[list[str], list[str]]] = {
+    "23.11": (["EnableControllers", "SignalChildrenProcesses"],
+              ["ConstrainKmemSpace", "AllowedKmemSpace", "MaxKmemPercent", "MinKmemSpace"]),
+    "24.11": (["SystemdTimeout"], []),  # not in slurm-23-11-10-1's table (24.05 not re-read: 24.11 is the floor)
+    "25.05": (["EnableExtraControllers"], []),
+}
+
+
+def cgroup_keys(version: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(lower-case cgroup.conf keys ``version`` reads, those it reads as defunct)."""
+    keys = {k.lower() for k in _CGROUP_2205}
+    for v, (added, removed) in _CGROUP_DELTAS.items():
+        if version_key(v) <= version_key(version):
+            keys |= {k.lower() for k in added}
+            keys -= {k.lower() for k in removed}
+    defunct = frozenset({"cgroupautomount"}) if version_key(version) >= (23, 11) else frozenset()
+    return frozenset(keys), defunct
+
+
 _MEM_SELECT = re.compile(r"CR_(Core|CPU|Socket|Board)?_?Memory", re.I)
 
 
@@ -189,11 +217,24 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
             err(f"cgroup.conf: ConstrainRAMSpace=yes needs SelectTypeParameters=CR_*_Memory (have {select_params or 'none'})")
         if any(sh["mem_spec"] for sh in shapes):
             err(f"slurm.conf: MemSpecLimit needs SelectTypeParameters=CR_*_Memory (have {select_params or 'none'})")
+    table = cgroup_keys(feats.version) if feats else None
     for key, (k, _v, rec) in cgroup.items():
-        if feats and k in feats.removed_cgroup_keys:
-            err(f"{rec.where}: {k} was removed before Slurm {feats.version}; slurmd refuses to start")
-        elif key not in CGROUP_KEYS:
-            err(f"{rec.where}: unknown cgroup.conf key {k}; slurmd refuses to start")
+        if table is None:
+            if key not in CGROUP_KEYS:
+                err(f"{rec.where}: unknown cgroup.conf key {k}; slurmd refuses to start")
+            continue
+        keys, defunct = table
+        if key == "cgroupreleaseagentdir":
+            # 22.05 src/common/cgroup.c, 24.11 src/interfaces/cgroup.c: fatal("Support for CgroupReleaseAgentDir
+            # option has been removed.")
+            err(f"{rec.where}: CgroupReleaseAgentDir: Support for CgroupReleaseAgentDir option has been removed (fatal to slurmd)")
+        elif key in defunct:
+            rep.warnings.append(f"{rec.where}: {k} is defunct in Slurm {feats.version}: slurmd logs 'The option \"{k}\" is "  # type: ignore[union-attr]
+                                "defunct' and ignores it (remove it)")
+        elif key not in keys:
+            removed = " (removed in 23.11)" if key in CGROUP_KEYS else ""
+            err(f"{rec.where}: Slurm {feats.version} has no cgroup.conf key {k}{removed}; slurmd refuses to start "  # type: ignore[union-attr]
+                "(unrecognized key: fatal)")
     constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
 
     _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files)
