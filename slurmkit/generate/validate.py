@@ -148,14 +148,35 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
         known = slurm_conf_keys(feats.version)
         # only a line's first key is looked up in slurm_conf_options[] (parse_config.c _parse_next_key); the rest of
         # a line is its handler's (NodeName, PartitionName ...) or a parse error (expand_includes)
+        from slurmkit.generate.slurmkeys import defunct_keys, fatal_when_set, key_history, obsolete_note
+
+        defunct = defunct_keys(feats.version)
         for rec in conf.records:
-            for k, _v in rec.pairs[:1]:
-                if k.lower() not in known:
-                    err(f"{rec.where}: Slurm {feats.version} has no slurm.conf key {k} (unrecognized key: fatal)")
+            for k, v in rec.pairs[:1]:
+                if k.lower() in defunct:
+                    rep.warnings.append(f"{rec.where}: {k} is defunct in Slurm {feats.version}: slurmctld logs 'The option "
+                                        f"\"{k}\" is defunct' and ignores it (read_config.c _defunct_option)")
+                elif k.lower() not in known:
+                    why = key_history(k, feats.version)
+                    err(f"{rec.where}: Slurm {feats.version} has no slurm.conf key {k}{f' ({why})' if why else ''} "
+                        "(unrecognized key: fatal)")
+                elif (fatal := fatal_when_set(k, v, feats.version)) is not None:
+                    err(f"{rec.where}: {k}: {fatal}")
+                elif (note := obsolete_note(k, v)) is not None:
+                    rep.warnings.append(f"{rec.where}: {note}")
     if feats:
+        from slurmkit.generate.slurmplugins import check as check_plugins
+
+        removed_values = {(k.lower(), v.lower()) for k, v in feats.removed_slurm_values}
         for k, v in feats.removed_slurm_values:
             if conf.value(k).lower() == v.lower():
-                err(f"slurm.conf:{conf.settings[k.lower()][2].lineno}: {k}={v} is not available in Slurm {feats.version}")
+                err(f"{conf.settings[k.lower()][2].where}: {k}={v} is not available in Slurm {feats.version}")
+        # plugin names against what the release ships: a typo in a plugin only slurmd or srun loads passes
+        # slurmctld's parse and fails every job step (issue 19)
+        for key, (k, v, rec) in conf.settings.items():
+            if (key, v.lower()) not in removed_values:
+                for problem in check_plugins(k, v, feats.version):
+                    err(f"{rec.where}: {problem}")
 
     # nodes: shapes, geometry, duplicates
     shape_of: dict[str, int] = {}
@@ -217,6 +238,12 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
             err(f"cgroup.conf: ConstrainRAMSpace=yes needs SelectTypeParameters=CR_*_Memory (have {select_params or 'none'})")
         if any(sh["mem_spec"] for sh in shapes):
             err(f"slurm.conf: MemSpecLimit needs SelectTypeParameters=CR_*_Memory (have {select_params or 'none'})")
+    if feats and "cgroupplugin" in cgroup:
+        from slurmkit.generate.slurmplugins import check as check_plugins
+
+        k, v, rec = cgroup["cgroupplugin"]
+        for problem in check_plugins(k, v, feats.version):
+            err(f"{rec.where}: {problem}")
     table = cgroup_keys(feats.version) if feats else None
     for key, (k, _v, rec) in cgroup.items():
         if table is None:
