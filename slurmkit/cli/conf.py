@@ -137,8 +137,12 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
     cluster: object = None
     if Path(path).is_dir():
         _warn_pending(path)  # the findings below may only be the half-swapped set
-        files = read_dir(path)
-        inv = files.pop("slurmkit.yaml", None)
+        from slurmkit.adopt.read import read_site
+
+        files, notes, _d = read_site(path)  # slurm.conf's Include files too, resolved as Slurm resolves them
+        for note in notes:
+            click.echo(f"note: {note}", err=True)
+        inv = read_dir(path, ["slurmkit.yaml"]).get("slurmkit.yaml")
         if "slurm.conf" not in files:
             raise click.UsageError(f"{path} has no slurm.conf")
         ver = version or header_version(files["slurm.conf"])

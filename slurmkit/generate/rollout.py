@@ -475,7 +475,18 @@ def rule(version: str, key: str) -> Rule:
     return table["*"]
 
 
-_GEOMETRY = ("cpus", "sockets", "corespersocket", "threadspercore", "boards", "socketsperboard", "realmemory")
+_GEOMETRY = ("cpus", "sockets", "corespersocket", "threadspercore", "boards", "socketsperboard", "realmemory", "procs")
+# the pre-SlurmctldHost spelling; parse_slurm_conf reads them into ``controllers`` when SlurmctldHost is absent
+# (read_config.c _validate_and_set_defaults, 22.05-25.11)
+_OLD_CONTROLLER_KEYS = frozenset({"slurmctldhost", "controlmachine", "backupcontroller", "controladdr", "backupaddr"})
+
+
+def _geometry(d: Mapping[str, str]) -> object:
+    """The node's geometry as slurmctld computes it (confparse.node_geometry); the raw text where it is no number."""
+    try:
+        return cp.node_geometry(d)
+    except ValueError:
+        return tuple(sorted((k, v) for k, v in d.items() if k in _GEOMETRY))
 _SLURMD_LOCAL = ("memspeclimit", "corespeccount", "cpuspeclist", "nodeaddr", "port", "nodehostname")
 
 
@@ -531,6 +542,8 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
     nc = cp.parse_slurm_conf(new.get("slurm.conf", ""))
 
     for key in sorted(set(oc.settings) | set(nc.settings)):
+        if key in _OLD_CONTROLLER_KEYS and key not in ("slurmctldhost",):
+            continue  # ControlMachine/BackupController are the controllers (compared as SlurmctldHost below)
         a = oc.value(key) if key != "slurmctldhost" else ",".join(oc.controllers)
         b = nc.value(key) if key != "slurmctldhost" else ",".join(nc.controllers)
         if a == b:
@@ -555,9 +568,12 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         if h not in on:
             continue
         na, nb = on[h], nn[h]
+        same_geometry = _geometry(na) == _geometry(nb)
         for k in sorted(set(na) | set(nb)):
             if na.get(k, "") == nb.get(k, ""):
                 continue
+            if k in _GEOMETRY and same_geometry:
+                continue  # Boards x SocketsPerBoard = Sockets, implied CPUs, Procs=: what slurmctld makes is equal
             if k in _GEOMETRY:
                 act, why = DRAIN, rule(ver, "node~").doc
             elif k == "gres":

@@ -89,3 +89,74 @@ def spelled(key: str) -> str:
 def all_spellings(version: str) -> list[str]:
     keys = slurm_conf_keys(version)
     return sorted(v for k, v in _spellings().items() if k in keys)
+
+
+# Keys read by read_config.c's _defunct_option() per release: slurmctld logs 'The option "X" is defunct' (an error
+# line) and ignores the value; nothing is refused. The `{"Key", S_P_..., _defunct_option}` entries of
+# slurm_conf_options[] at each tag above.
+_DEFUNCT: dict[str, tuple[str, ...]] = {
+    "22.05": ("SchedulerAuth",),
+    "23.02": ("SchedulerAuth",),
+    "23.11": ("ExtSensorsType", "ExtSensorsFreq", "JobCredentialPrivateKey", "JobCredentialPublicCertificate",
+              "SchedulerAuth"),
+    "24.05": ("CoreSpecPlugin", "ExtSensorsType", "ExtSensorsFreq", "JobCredentialPrivateKey",
+              "JobCredentialPublicCertificate", "PowerParameters", "PowerPlugin"),
+    "24.11": ("CoreSpecPlugin", "ExtSensorsFreq", "ExtSensorsType", "JobCredentialPrivateKey",
+              "JobCredentialPublicCertificate", "PowerParameters", "PowerPlugin"),
+    "25.05": ("CoreSpecPlugin", "ExtSensorsFreq", "ExtSensorsType", "GetEnvTimeout", "JobCredentialPrivateKey",
+              "JobCredentialPublicCertificate", "PowerParameters", "PowerPlugin"),
+    "25.11": ("AccountingStorageUser", "CoreSpecPlugin", "ExtSensorsFreq", "ExtSensorsType", "GetEnvTimeout",
+              "JobCredentialPrivateKey", "JobCredentialPublicCertificate", "PowerParameters", "PowerPlugin"),
+}
+
+
+def _release(version: str) -> str:
+    """The newest table release not newer than ``version``."""
+    best = "22.05"
+    for v in _DEFUNCT:
+        if tuple(map(int, v.split("."))) <= tuple(map(int, version.split(".")[:2])):
+            best = v
+    return best
+
+
+def defunct_keys(version: str) -> frozenset[str]:
+    return frozenset(k.lower() for k in _DEFUNCT[_release(version)])
+
+
+def fatal_when_set(key: str, value: str, version: str) -> str | None:
+    """Keys still in the table that read_config.c _validate_and_set_defaults refuses when set (22.05, 24.11):
+    -> the fatal message, or None. FastSchedule=1 is only an error line (see ``obsolete_note``)."""
+    k = key.lower()
+    if k == "accountingstorageloc" and "accountingstorageloc" in slurm_conf_keys(version):
+        return "The AccountingStorageLoc option has been removed. It is safe to remove from your configuration. (fatal)"
+    if k == "fastschedule" and value.strip() != "1":
+        return "The FastSchedule option has been removed" + (
+            ". The FastSchedule=2 functionality is available through the SlurmdParameters=config_overrides option."
+            if value.strip() == "2" else ". Please update your configuration.") + " (fatal)"
+    return None
+
+
+def obsolete_note(key: str, value: str) -> str | None:
+    if key.lower() == "fastschedule" and value.strip() == "1":
+        return "Ignoring obsolete FastSchedule=1 option. Please remove from your configuration. (an error line; ignored)"
+    return None
+
+
+def key_history(key: str, version: str) -> str:
+    """Why ``key`` is not a slurm.conf key of ``version``: removed in / added in which release, or did-you-mean."""
+    import difflib
+
+    k = key.lower()
+    releases = ["22.05", *_DELTAS]
+    present = [v for v in releases if k in slurm_conf_keys(v)]
+    mine = tuple(map(int, version.split(".")[:2]))
+    if present:
+        older = [v for v in present if tuple(map(int, v.split("."))) < mine]
+        newer = [v for v in present if tuple(map(int, v.split("."))) > mine]
+        if older and not newer:
+            gone = next(v for v in releases if tuple(map(int, v.split("."))) > tuple(map(int, older[-1].split("."))))
+            return f"removed in Slurm {gone}"
+        if newer:
+            return f"added in Slurm {newer[0]}"
+    close = difflib.get_close_matches(k, sorted(slurm_conf_keys(version)), n=1, cutoff=0.75)
+    return f"did you mean {spelled(close[0])}?" if close else ""

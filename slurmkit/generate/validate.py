@@ -18,7 +18,7 @@ import yaml
 
 from slurmkit import hostlist
 from slurmkit.generate import confparse as cp
-from slurmkit.generate.versions import SlurmFeatures, features_for
+from slurmkit.generate.versions import SlurmFeatures, features_for, version_key
 
 # Keys any cgroup.conf of 22.05-25.11 may carry; anything else is fatal to slurmd ("Could not ... parse").
 CGROUP_KEYS = frozenset(
@@ -31,7 +31,54 @@ CGROUP_KEYS = frozenset(
         "CgroupSlice EnableExtraControllers"
     ).split()
 )
+# cgroup.conf's option table per release (the options[] of cgroup.c's conf parse: src/common/cgroup.c at
+# slurm-22-05-8-1, src/interfaces/cgroup.c at slurm-23-11-10-1, slurm-24-11-5-1, slurm-25-05-0-1). From 23.11
+# CgroupAutomount is read by _defunct_option(), which logs an error line and ignores it; the Kmem keys are gone
+# (unrecognized key: fatal).
+_CGROUP_2205 = (
+    "CgroupAutomount CgroupMountpoint CgroupReleaseAgentDir ConstrainCores ConstrainRAMSpace AllowedRAMSpace "
+    "MaxRAMPercent MinRAMSpace ConstrainSwapSpace ConstrainKmemSpace AllowedKmemSpace MaxKmemPercent MinKmemSpace "
+    "AllowedSwapSpace MaxSwapPercent MemoryLimitEnforcement MemoryLimitThreshold ConstrainDevices AllowedDevicesFile "
+    "MemorySwappiness CgroupPlugin IgnoreSystemd IgnoreSystemdOnFailure").split()
+_CGROUP_DELTAS: dict[str, tuple[list[str], list[str]]] = {
+    "23.11": (["EnableControllers", "SignalChildrenProcesses"],
+              ["ConstrainKmemSpace", "AllowedKmemSpace", "MaxKmemPercent", "MinKmemSpace"]),
+    "24.11": (["SystemdTimeout"], []),  # not in slurm-23-11-10-1's table (24.05 not re-read: 24.11 is the floor)
+    "25.05": (["EnableExtraControllers"], []),
+}
+
+
+def cgroup_keys(version: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(lower-case cgroup.conf keys ``version`` reads, those it reads as defunct)."""
+    keys = {k.lower() for k in _CGROUP_2205}
+    for v, (added, removed) in _CGROUP_DELTAS.items():
+        if version_key(v) <= version_key(version):
+            keys |= {k.lower() for k in added}
+            keys -= {k.lower() for k in removed}
+    defunct = frozenset({"cgroupautomount"}) if version_key(version) >= (23, 11) else frozenset()
+    return frozenset(keys), defunct
+
+
 _MEM_SELECT = re.compile(r"CR_(Core|CPU|Socket|Board)?_?Memory", re.I)
+
+
+def default_select_type(version: str | None) -> str:
+    """src/common/read_config.h DEFAULT_SELECT_TYPE: select/linear through slurm-23-02-7-1, select/cons_tres from
+    slurm-23-11-0-1 (non-Cray builds); unknown release: the newer default."""
+    return "select/linear" if version and version_key(version) < (23, 11) else "select/cons_tres"
+
+
+def memory_consumable(conf: cp.SlurmConf, version: str | None) -> bool:
+    """Memory is a consumable resource: SelectTypeParameters names CR_*_Memory, or it is unset and the select
+    plugin defaults to CR_Core_Memory: 22.05 src/plugins/select/cons_common/cons_common.c select_p_node_init()
+    ("SelectTypeParameters not specified, using default value: CR_Core_Memory", cons_res and cons_tres);
+    24.11 read_config.c _validate_and_set_defaults() (cons_tres: CR_CORE | CR_MEMORY) and slurm.conf(5)
+    "By default SelectType=select/cons_tres uses CR_Core_Memory". select/linear defaults to no memory tracking."""
+    params = conf.value("SelectTypeParameters")
+    if params:
+        return bool(_MEM_SELECT.search(params))
+    select = (conf.value("SelectType") or default_select_type(version)).lower()
+    return select.endswith(("/cons_tres", "/cons_res"))
 
 
 @dataclass
@@ -75,15 +122,22 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
     ver = version or cp.header_version(text)
     feats = features_for(ver) if ver else None
     try:
-        conf = cp.parse_slurm_conf(text)
+        conf = cp.parse_slurm_conf(text, files=files)
     except Exception as exc:  # a hostlist error inside the parse is still one finding, not a crash
         rep.errors.append(f"slurm.conf: cannot parse: {exc}")
         return rep
     hosts = _Hosts()
     err = rep.errors.append
+    rep.errors.extend(conf.problems)
+    rep.warnings.extend(conf.notes)
 
     if not conf.controllers:
-        err("slurm.conf: SlurmctldHost is missing")
+        # read_config.c _validate_and_set_defaults (22.05-25.11): neither SlurmctldHost nor ControlMachine is
+        # "No SlurmctldHost defined." (fatal)
+        err("slurm.conf: No SlurmctldHost defined (neither SlurmctldHost nor ControlMachine; fatal)")
+    elif not any(k in conf.settings for k in ("slurmctldhost",)) and "," in conf.value("ControlMachine") \
+            and not conf.value("ControlAddr"):
+        err("slurm.conf: ControlMachine has multiple host names, so ControlAddr must be specified (fatal)")
     for i, name in enumerate(conf.controllers):
         # read_config.c (22.05-25.11): "Duplicate SlurmctldHost records" is fatal to every daemon
         if name.split("(")[0] in [c.split("(")[0] for c in conf.controllers[:i]]:
@@ -92,15 +146,37 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
         from slurmkit.generate.slurmkeys import slurm_conf_keys
 
         known = slurm_conf_keys(feats.version)
-        for rec in cp.parse_records(text):
-            for k, _v in rec.pairs if rec.kind not in ("nodename", "partitionname", "nodeset", "downnodes",
-                                                       "frontendname") else rec.pairs[:1]:
-                if k.lower() not in known and k.lower() != "include":
-                    err(f"{rec.where}: Slurm {feats.version} has no slurm.conf key {k} (unrecognized key: fatal)")
+        # only a line's first key is looked up in slurm_conf_options[] (parse_config.c _parse_next_key); the rest of
+        # a line is its handler's (NodeName, PartitionName ...) or a parse error (expand_includes)
+        from slurmkit.generate.slurmkeys import defunct_keys, fatal_when_set, key_history, obsolete_note
+
+        defunct = defunct_keys(feats.version)
+        for rec in conf.records:
+            for k, v in rec.pairs[:1]:
+                if k.lower() in defunct:
+                    rep.warnings.append(f"{rec.where}: {k} is defunct in Slurm {feats.version}: slurmctld logs 'The option "
+                                        f"\"{k}\" is defunct' and ignores it (read_config.c _defunct_option)")
+                elif k.lower() not in known:
+                    why = key_history(k, feats.version)
+                    err(f"{rec.where}: Slurm {feats.version} has no slurm.conf key {k}{f' ({why})' if why else ''} "
+                        "(unrecognized key: fatal)")
+                elif (fatal := fatal_when_set(k, v, feats.version)) is not None:
+                    err(f"{rec.where}: {k}: {fatal}")
+                elif (note := obsolete_note(k, v)) is not None:
+                    rep.warnings.append(f"{rec.where}: {note}")
     if feats:
+        from slurmkit.generate.slurmplugins import check as check_plugins
+
+        removed_values = {(k.lower(), v.lower()) for k, v in feats.removed_slurm_values}
         for k, v in feats.removed_slurm_values:
             if conf.value(k).lower() == v.lower():
-                err(f"slurm.conf:{conf.settings[k.lower()][2].lineno}: {k}={v} is not available in Slurm {feats.version}")
+                err(f"{conf.settings[k.lower()][2].where}: {k}={v} is not available in Slurm {feats.version}")
+        # plugin names against what the release ships: a typo in a plugin only slurmd or srun loads passes
+        # slurmctld's parse and fails every job step (issue 19)
+        for key, (k, v, rec) in conf.settings.items():
+            if (key, v.lower()) not in removed_values:
+                for problem in check_plugins(k, v, feats.version):
+                    err(f"{rec.where}: {problem}")
 
     # nodes: shapes, geometry, duplicates
     shape_of: dict[str, int] = {}
@@ -113,24 +189,27 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
             continue
         d = rec.as_dict()
         try:
-            sockets = int(d.get("sockets", d.get("socketsperboard", "1")))
-            cps = int(d.get("corespersocket", "1"))
-            tpc = int(d.get("threadspercore", "1"))
-            real = int(d.get("realmemory", "1"))
+            geo = cp.node_geometry(d)
+            given = d.get("cpus", d.get("procs"))
+            given_cpus = int(given) if given else None
+            real = geo.real_memory
             spec_mem = int(d.get("memspeclimit", "0"))
             spec_cores = int(d.get("corespeccount", "0"))
             gres = cp.parse_gres(d.get("gres", ""))
         except ValueError as exc:
             err(f"{rec.where}: NodeName={rec.head}: bad number or Gres: {exc}")
             continue
-        cores = sockets * cps
-        if "cpus" in d and d["cpus"].isdigit() and int(d["cpus"]) not in (cores, cores * tpc):
-            err(f"{rec.where}: NodeName={rec.head}: CPUs={d['cpus']} matches neither cores ({cores}) nor threads ({cores * tpc})")
+        cores = geo.cores
+        # read_config.c _parse_nodename (22.05, 24.11): "CPUs=%d match no Sockets, Sockets*CoresPerSocket or
+        # Sockets*CoresPerSocket*ThreadsPerCore. Resetting CPUs."
+        if given_cpus is not None and given_cpus not in (geo.sockets, cores, cores * geo.threads_per_core):
+            err(f"{rec.where}: NodeName={rec.head}: CPUs={given_cpus} matches none of sockets ({geo.sockets}), cores "
+                f"({cores}), threads ({cores * geo.threads_per_core}); slurmctld resets it")
         if spec_mem and spec_mem >= real:
             err(f"{rec.where}: NodeName={rec.head}: MemSpecLimit={spec_mem} leaves no memory of RealMemory={real}")
         if spec_cores and spec_cores >= cores:
             err(f"{rec.where}: NodeName={rec.head}: CoreSpecCount={spec_cores} leaves no cores of {cores}")
-        shapes.append({"cores": cores, "gres": gres, "rec": rec, "mem_spec": spec_mem})
+        shapes.append({"cores": cores, "cpus": geo.cpus, "gres": gres, "rec": rec, "mem_spec": spec_mem})
         dup = [h for h in names if h in shape_of]
         if dup:
             err(f"{rec.where}: nodes {_fold(dup)} are already defined on an earlier NodeName line")
@@ -153,27 +232,46 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
 
     # memory constraints need memory to be a consumable resource
     select_params = conf.value("SelectTypeParameters")
-    cgroup = cp.parse_settings(files.get("cgroup.conf", ""), "cgroup.conf")
-    if not _MEM_SELECT.search(select_params):
+    cgroup = cp.parse_settings(files.get("cgroup.conf", ""), "cgroup.conf", files, rep.errors)
+    if not memory_consumable(conf, feats.version if feats else None):
         if cgroup.get("constrainramspace", ("", "no", None))[1].lower() == "yes":
             err(f"cgroup.conf: ConstrainRAMSpace=yes needs SelectTypeParameters=CR_*_Memory (have {select_params or 'none'})")
         if any(sh["mem_spec"] for sh in shapes):
             err(f"slurm.conf: MemSpecLimit needs SelectTypeParameters=CR_*_Memory (have {select_params or 'none'})")
+    if feats and "cgroupplugin" in cgroup:
+        from slurmkit.generate.slurmplugins import check as check_plugins
+
+        k, v, rec = cgroup["cgroupplugin"]
+        for problem in check_plugins(k, v, feats.version):
+            err(f"{rec.where}: {problem}")
+    table = cgroup_keys(feats.version) if feats else None
     for key, (k, _v, rec) in cgroup.items():
-        if feats and k in feats.removed_cgroup_keys:
-            err(f"{rec.where}: {k} was removed before Slurm {feats.version}; slurmd refuses to start")
-        elif key not in CGROUP_KEYS:
-            err(f"{rec.where}: unknown cgroup.conf key {k}; slurmd refuses to start")
+        if table is None:
+            if key not in CGROUP_KEYS:
+                err(f"{rec.where}: unknown cgroup.conf key {k}; slurmd refuses to start")
+            continue
+        keys, defunct = table
+        if key == "cgroupreleaseagentdir":
+            # 22.05 src/common/cgroup.c, 24.11 src/interfaces/cgroup.c: fatal("Support for CgroupReleaseAgentDir
+            # option has been removed.")
+            err(f"{rec.where}: CgroupReleaseAgentDir: Support for CgroupReleaseAgentDir option has been removed (fatal to slurmd)")
+        elif key in defunct:
+            rep.warnings.append(f"{rec.where}: {k} is defunct in Slurm {feats.version}: slurmd logs 'The option \"{k}\" is "  # type: ignore[union-attr]
+                                "defunct' and ignores it (remove it)")
+        elif key not in keys:
+            removed = " (removed in 23.11)" if key in CGROUP_KEYS else ""
+            err(f"{rec.where}: Slurm {feats.version} has no cgroup.conf key {k}{removed}; slurmd refuses to start "  # type: ignore[union-attr]
+                "(unrecognized key: fatal)")
     constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
 
-    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep)
+    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files)
     _check_topology(files, conf, shape_of, feats, hosts, rep)  # type: ignore[arg-type]
     _check_partitions(conf, shape_of, hosts, rep, feats)
     return rep
 
 
 def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, int], constrain_devices: bool,
-                     hosts: _Hosts, rep: Report) -> None:
+                     hosts: _Hosts, rep: Report, files: Mapping[str, str] | None = None) -> None:
     err = rep.errors.append
     wants_gres = any(sh["gres"] for sh in shapes)
     if text is None:
@@ -184,7 +282,7 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
     actual: dict[str, dict[tuple[str, str], int]] = {}
     auto_nodes: set[str] = set()
     all_nodes = list(shape_of)
-    for rec in cp.parse_records(text, "gres.conf"):
+    for rec in cp.expand_includes(text, "gres.conf", files, rep.errors, line_keys=cp.GRES_LINE_KEYS):
         d = {k.lower(): v for k, v in rec.pairs}
         if rec.kind == "autodetect" and len(rec.pairs) == 1:
             global_auto = rec.head.lower()

@@ -181,3 +181,19 @@ def test_priority_errors_after_primary_are_findings_without_slurmdbd(lab_files: 
 def test_controller_host_splits_the_address() -> None:
     assert controller_host("head01(10.0.0.1)") == ("head01", "10.0.0.1")
     assert controller_host("head01") == ("head01", "")
+
+
+def test_quoted_values_and_includes_reach_the_real_parse(lab_files: dict[str, str], release: str) -> None:
+    """A quoted value with spaces and nodes from an Include file: the copy keeps the quotes and inlines the
+    included lines (issue 19); before, the quotes were dropped (slurmctld then failed on "--pty") and the Include
+    was dropped (every partition named unknown nodes)."""
+    files = dict(lab_files)
+    lines = files["slurm.conf"].splitlines()
+    node_lines = [ln for ln in lines if ln.startswith("NodeName=")]
+    files["slurm.conf"] = "\n".join(ln for ln in lines if not ln.startswith("NodeName=")) + (
+        '\nInteractiveStepOptions="--interactive --preserve-env --pty $SHELL"\ninclude nodes.conf\n')
+    files["nodes.conf"] = "\n".join(node_lines) + "\n"
+    rep = validate(files, release)
+    assert rep.errors == [] and rep.real_ok is True, (rep.real, rep.errors)
+    judged_by_msg = f"judged by slurmctld {release}."
+    assert judged_by_msg in rep.real

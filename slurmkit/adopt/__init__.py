@@ -1,0 +1,1 @@
+"""Adopting a running cluster: read its config as Slurm does (``read``), infer an inventory (``infer``)."""
