@@ -97,6 +97,19 @@ class CLIBackend:
         """``scontrol update JobId=J Key=value ...`` (scontrol(1): ReqNodeList= clears a pending job's pin)."""
         self._run(["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())])
 
+    def create_reservation(self, **fields: str) -> None:
+        """``scontrol create reservation Key=value ...`` (scontrol(1) 22.05 and 24.11: ReservationName, StartTime,
+        Duration, Nodes, Users, Flags)."""
+        self._run(["scontrol", "create", "reservation", *(f"{k}={v}" for k, v in fields.items())])
+
+    def delete_reservation(self, name: str) -> None:
+        self._run(["scontrol", "delete", f"ReservationName={name}"])
+
+    def job_details(self) -> str:
+        """``scontrol -o -d show job``: every job with its per-node allocation (GRES=...(IDX:...))."""
+        out = self._run(["scontrol", "-o", "-d", "show", "job"]).stdout
+        return "" if "No jobs" in out else out
+
     # --- jobs ------------------------------------------------------------------------------------------------
     def submit(self, request: SubmitRequest) -> str:
         res = self._run(request.command(), input=request.script, cwd=request.workdir, unset=request.env_unset)

@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nodes": ("slurmkit.cli.nodes:nodes", "Add or remove nodes on the running cluster ($SLURM_CONF's)."),
     "power": ("slurmkit.cli.power:power", "Power nodes off/on through their provider (slurmctld's power saving)."),
     "report": ("slurmkit.cli.report:report", "Cluster reports (fragmentation)."),
+    "defrag": ("slurmkit.cli.defrag:defrag",
+               "Free a whole leaf for a job blocked by fragmentation by moving checkpointing jobs (plan/run)."),
     "acceptance": ("slurmkit.cli.acceptance:acceptance",
                    "Measure all-reduce bandwidth per node/pair/leaf as Slurm jobs; name the slow node."),
 }

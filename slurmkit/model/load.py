@@ -646,7 +646,8 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     top = _mapping(
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
-         "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants", "rollout"},
+         "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants", "rollout",
+         "defrag"},
         {"cluster", "node_groups"},
     )
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
@@ -750,6 +751,8 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     version = _version(ctx, top.get("slurm_version", "22.05"), "slurm_version")
     submit = _submit_policy(ctx, top["submit_policy"], parts, topo) if top.get("submit_policy") is not None else None
     tenants = None
+    if top.get("defrag") is not None:
+        _defrag(ctx, top["defrag"])
     if top.get("tenants") is not None:
         from slurmkit.model.load_tenants import load_tenants
 
@@ -884,6 +887,22 @@ def _kv_env(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, str], ...]:
             raise ctx.err(_join(path, k), 'expected a value (quote "" for an empty one)')
         out.append((k, "true" if v is True else "false" if v is False else str(v)))
     return tuple(out)
+
+
+_DEFRAG_KEYS = {"movable_qos", "movable_accounts", "restart_s"}
+
+
+def _defrag(ctx: _Ctx, raw: Any) -> None:
+    """``defrag:`` (read by ``slurmkit defrag``, slurmkit/defrag/gather.py policy_from): which jobs that are not
+    gpusub's may be moved, and the restart time a move costs. Checked here so a typo is a key-path error."""
+    m = _mapping(ctx, raw, "defrag", _DEFRAG_KEYS)
+    for key in ("movable_qos", "movable_accounts"):
+        v = m.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            raise ctx.err(f"defrag.{key}", "expected a list of names")
+    r = m.get("restart_s", 60)
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or r < 0:
+        raise ctx.err("defrag.restart_s", f"expected seconds >= 0, got {r!r}")
 
 
 def load_cluster_text(text: str, source: str | None = None) -> Cluster:

@@ -1,0 +1,154 @@
+"""``slurmkit defrag plan|run``: free a whole leaf for a job blocked by fragmentation by moving checkpointing jobs.
+
+The edge: gathers node states, topology, the running jobs (``scontrol -o -d show job``) and the blocked job's shape,
+hands them to ``slurmkit.defrag.plan`` (pure) and, for ``run``, to ``slurmkit.defrag.run`` (the backend sequence).
+Exit codes: 0 a plan (or done), 1 blocked with no plan / the run failed (rolled back), 2 bad input, 3 not blocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def defrag() -> None:
+    """Move the cheapest checkpointing jobs so that a job blocked by fragmentation gets one whole leaf."""
+
+
+def _shape(for_job: str | None, nodes: int | None, gpus_per_node: int | None):  # type: ignore[no-untyped-def]
+    from slurmkit.errors import UsageError
+
+    if (for_job is None) == (nodes is None):
+        raise UsageError("give --for JOBID (a pending job) or --nodes N (a hypothetical one), not both")
+    return for_job, nodes, gpus_per_node
+
+
+def _gather(for_job: str | None, nodes: int | None, gpus_per_node: int | None, inventory: str | None):  # type: ignore[no-untyped-def]
+    from slurmkit.backend.cli import CLIBackend
+    from slurmkit.cli.report import _topology
+    from slurmkit.defrag.gather import policy_from, running_jobs, target_of
+    from slurmkit.defrag.plan import Target
+    from slurmkit.placement.state import node_states, partition_nodes
+    from slurmkit.siteinv import find_inventory
+
+    backend = CLIBackend()
+    inventory = inventory or find_inventory(os.environ)
+    raw_inv = None
+    if inventory:
+        from slurmkit.model import load_cluster
+        from slurmkit.model.yamlio import load as load_yaml
+
+        load_cluster(inventory)  # the loader checks defrag: (key-path errors) with the rest
+        with open(inventory) as fh:
+            raw_inv = load_yaml(fh)
+    details = backend.job_details()
+    states = node_states(backend.nodes())
+    topo, source = _topology(backend, inventory, states.keys())
+    partition = None
+    if for_job is not None:
+        target, partition = target_of(details, for_job)
+    else:
+        total = max((s.total_gpus for s in states.values()), default=0)
+        target = Target(nodes or 1, gpus_per_node if gpus_per_node is not None else total,
+                        exclusive=gpus_per_node is None)
+    if partition:
+        topo = topo.restrict(partition_nodes(backend.partitions(), partition.split(",")[0]))
+    jobs = running_jobs(details, policy_from(raw_inv if isinstance(raw_inv, dict) else None))
+    return backend, topo, states, jobs, target, source, details
+
+
+def _plan_doc(verdict, target, source) -> dict:  # type: ignore[no-untyped-def]
+    p = verdict.plan
+    return {
+        "blocked": verdict.blocked, "reason": verdict.reason, "topology": source,
+        "target": {"nodes": target.nodes, "gpus_per_node": target.gpus_per_node, "exclusive": target.exclusive},
+        "plan": None if p is None else {
+            "leaf": p.leaf, "nodes": list(p.nodes), "cost_gpu_s": p.cost, "exact": p.exact,
+            "moves": [{"job": m.job_id, "cost_gpu_s": m.cost, "frees": list(m.frees), "goes_to": list(m.goes_to)}
+                      for m in p.moves]},
+        "notes": list(verdict.notes),
+    }
+
+
+def _print(verdict, target) -> None:  # type: ignore[no-untyped-def]
+    from slurmkit import hostlist
+
+    click.echo(f"target: {target.nodes} node(s) x {target.gpus_per_node} GPU(s)"
+               + (" (whole nodes)" if target.exclusive else "") + f": {verdict.reason}")
+    p = verdict.plan
+    if p is None:
+        return
+    click.echo(f"plan: {p.leaf} ({hostlist.fold(p.nodes)}) by moving {len(p.moves)} job(s), "
+               f"{p.cost:.0f} GPU-seconds lost" + ("" if p.exact else " (approximate)"))
+    for m in p.moves:
+        click.echo(f"  move job {m.job_id}: frees {hostlist.fold(m.frees)}, {m.cost:.0f} GPU-s, "
+                   f"restarts on {hostlist.fold(m.goes_to)}")
+    for n in verdict.notes:
+        click.echo(f"  note: {n}")
+
+
+_common = [
+    click.option("--for", "for_job", default=None, metavar="JOBID", help="A pending job."),
+    click.option("--nodes", type=click.IntRange(1), default=None, help="A hypothetical job of N nodes."),
+    click.option("--gpus-per-node", type=click.IntRange(0), default=None,
+                 help="With --nodes: GPUs per node [whole nodes]."),
+    click.option("--inventory", default=None, help="Site inventory (topology, defrag policy) [the site's]."),
+]
+
+
+def _opts(f):  # type: ignore[no-untyped-def]
+    for o in reversed(_common):
+        f = o(f)
+    return f
+
+
+@defrag.command("plan")
+@_opts
+@click.option("--json", "as_json", is_flag=True)
+def plan_cmd(for_job: str | None, nodes: int | None, gpus_per_node: int | None, inventory: str | None,
+             as_json: bool) -> None:
+    """Whether the job is blocked by fragmentation and the cheapest set of jobs to move."""
+    from slurmkit.defrag.plan import plan_defrag
+
+    _shape(for_job, nodes, gpus_per_node)
+    _backend, topo, states, jobs, target, source, _ = _gather(for_job, nodes, gpus_per_node, inventory)
+    verdict = plan_defrag(topo, states, jobs, target)
+    if as_json:
+        click.echo(json.dumps(_plan_doc(verdict, target, source), indent=1))
+    else:
+        _print(verdict, target)
+    sys.exit(0 if verdict.plan else (1 if verdict.blocked else 3))
+
+
+@defrag.command("run")
+@click.option("--for", "for_job", required=True, metavar="JOBID", help="The pending job to unblock.")
+@click.option("--inventory", default=None, help="Site inventory (topology, defrag policy) [the site's].")
+@click.option("--timeout", type=click.IntRange(1), default=300, show_default=True,
+              help="Seconds to wait for the job to start after the moves.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and the steps; change nothing.")
+def run_cmd(for_job: str, inventory: str | None, timeout: int, dry_run: bool) -> None:
+    """Carry the plan out: reserve the leaf's nodes for the job, move the planned jobs (checkpoint + requeue), wait
+    for the job to start there, release the reservation. A failure or Ctrl-C rolls back the reservation."""
+    from slurmkit.backend.parse import parse_scontrol_records
+    from slurmkit.defrag.gather import gpusub_run_dir
+    from slurmkit.defrag.plan import plan_defrag
+    from slurmkit.defrag.run import carry_out
+
+    backend, topo, states, jobs, target, _source, details = _gather(for_job, None, None, inventory)
+    verdict = plan_defrag(topo, states, jobs, target)
+    _print(verdict, target)
+    if verdict.plan is None:
+        sys.exit(1 if verdict.blocked else 3)
+    recs = {r["JobId"]: r for r in parse_scontrol_records(details) if "JobId" in r}
+    user = recs[for_job].get("UserId", "").split("(", 1)[0]
+    gpusub_jobs = {j for j in verdict.plan.job_ids if gpusub_run_dir(recs.get(j, {}).get("StdOut", ""))}
+    if dry_run:
+        click.echo("dry run: nothing changed")
+        return
+    nodes = carry_out(verdict.plan, for_job, user, gpusub_jobs, backend,
+                      log=lambda m: click.echo(f"defrag: {m}"), timeout=timeout)
+    click.echo(f"job {for_job} started on {nodes}")

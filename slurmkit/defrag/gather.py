@@ -1,0 +1,127 @@
+"""The running jobs and the blocked job as the defrag planner needs them, from ``scontrol -o -d show job`` (I/O at
+the edge of the pure plan).
+
+A job is movable when Slurm may requeue it (``Requeue=1``) and it keeps its work across a requeue: a gpusub job
+(its StdOut lies in a gpusub run dir, whose batch shell checkpoints on the preemption signal and resumes), or a job
+the site marks movable (the inventory's ``defrag.movable_qos`` / ``movable_accounts``). Its cost is what a move
+loses: its GPUs x (seconds since its last checkpoint -- the newest file under the run dir's checkpoints/, else
+since it started -- plus ``restart_s``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from slurmkit import hostlist
+from slurmkit.backend.parse import parse_scontrol_records
+from slurmkit.defrag.plan import RunningJob, Target
+from slurmkit.errors import UsageError
+
+# the per-node allocation detail of `scontrol -o -d show job` (22.05 and 24.11 alike, recorded from the labs):
+# "Nodes=node[3-4] CPU_IDs=0-2 Mem=11625 GRES=gpu:h100:3(IDX:0-2)", once per group of nodes
+_ALLOC = re.compile(r"\bNodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S*)")
+_GPU = re.compile(r"(?:^|,)gpu(?::[^:(,]+)?:(\d+)")
+RESTART_S = 60.0
+
+
+@dataclass(frozen=True)
+class Policy:
+    movable_qos: frozenset[str] = frozenset()
+    movable_accounts: frozenset[str] = frozenset()
+    restart_s: float = RESTART_S
+
+
+def _gpus(gres: str) -> int:
+    return sum(int(m.group(1)) for m in _GPU.finditer(gres.split("(", 1)[0] if "(IDX" in gres else gres))
+
+
+def _epoch(v: str) -> float | None:
+    try:
+        return datetime.fromisoformat(v).timestamp()
+    except ValueError:
+        return None
+
+
+def gpusub_run_dir(stdout: str) -> Path | None:
+    """The gpusub run dir of a job whose StdOut is <run dir>/logs/slurm-<id>.out (render.directives --output)."""
+    p = Path(stdout)
+    if p.parent.name == "logs" and (p.parent.parent / "submit.json").is_file():
+        return p.parent.parent
+    return None
+
+
+def last_checkpoint(run_dir: Path) -> float | None:
+    newest = None
+    for root, _dirs, files in os.walk(run_dir / "checkpoints"):
+        for f in files:
+            try:
+                t = os.stat(os.path.join(root, f)).st_mtime
+            except OSError:
+                continue
+            newest = t if newest is None or t > newest else newest
+    return newest
+
+
+def running_jobs(text: str, policy: Policy = Policy(), now: float | None = None) -> list[RunningJob]:
+    now = time.time() if now is None else now
+    out = []
+    for line in text.splitlines():
+        if "JobState=RUNNING" not in line:
+            continue
+        rec = parse_scontrol_records(line)[0]
+        gpus: dict[str, int] = {}
+        for m in _ALLOC.finditer(line):
+            for n in hostlist.expand(m.group(1)):
+                gpus[n] = gpus.get(n, 0) + _gpus(m.group(2))
+        if not gpus:
+            for n in hostlist.expand(rec.get("NodeList", "")) if rec.get("NodeList") not in (None, "(null)") else []:
+                gpus[n] = 0
+        run_dir = gpusub_run_dir(rec.get("StdOut", ""))
+        requeue = rec.get("Requeue") == "1"
+        site = rec.get("QOS") in policy.movable_qos or rec.get("Account") in policy.movable_accounts
+        why = ""
+        if not requeue:
+            why = "Requeue=0"
+        elif run_dir is None and not site:
+            why = "not a gpusub job and not marked movable (defrag.movable_qos/movable_accounts)"
+        started = _epoch(rec.get("StartTime", "")) or now
+        ckpt = last_checkpoint(run_dir) if run_dir is not None else None
+        since = max(0.0, now - (ckpt if ckpt is not None and ckpt >= started else started))
+        total = sum(gpus.values())
+        cost = max(1, total) * (since + policy.restart_s)
+        out.append(RunningJob(rec["JobId"], gpus, movable=not why, cost=round(cost, 1), why_not=why,
+                              checkpoint_age_s=round(now - ckpt, 1) if ckpt is not None else None))
+    return out
+
+
+def target_of(text: str, job_id: str) -> tuple[Target, str | None]:
+    """A pending job's shape: (Target, partition)."""
+    for rec in parse_scontrol_records(text):
+        if rec.get("JobId") != job_id:
+            continue
+        if rec.get("JobState") != "PENDING":
+            raise UsageError(f"--for {job_id}: the job is {rec.get('JobState')}, not pending")
+        per_node = _gpus(rec.get("TresPerNode", "").replace("gres/", "").replace("gres:", ""))
+        exclusive = rec.get("OverSubscribe") == "NO"
+        return Target(max(1, int(rec.get("NumNodes", "1").split("-")[0])), per_node, exclusive), rec.get("Partition")
+    raise UsageError(f"--for {job_id}: no such job in slurmctld")
+
+
+def policy_from(inventory: Mapping[str, object] | None) -> Policy:
+    d = (inventory or {}).get("defrag") if isinstance(inventory, Mapping) else None
+    if not isinstance(d, Mapping):
+        return Policy()
+
+    def names(key: str) -> frozenset[str]:
+        v = d.get(key, [])
+        if not isinstance(v, Iterable) or isinstance(v, str):
+            raise UsageError(f"defrag.{key}: expected a list of names")
+        return frozenset(str(x) for x in v)
+
+    return Policy(names("movable_qos"), names("movable_accounts"), float(d.get("restart_s", RESTART_S)))

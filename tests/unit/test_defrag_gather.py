@@ -1,0 +1,55 @@
+"""The defrag planner's inputs from real `scontrol -o -d show job` output (recorded on labs of both releases)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slurmkit.defrag.gather import Policy, gpusub_run_dir, running_jobs, target_of
+from slurmkit.errors import UsageError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+
+
+@pytest.mark.parametrize("rel", ["", "24.11"])
+def test_per_node_gpus_of_running_jobs(rel: str) -> None:
+    text = ((DATA / rel) if rel else DATA).joinpath("scontrol_show_job_detail.txt").read_text()
+    jobs = {j.job_id: j for j in running_jobs(text, now=2e9)}
+    two = next(j for j in jobs.values() if len(j.gpus) == 2)
+    assert set(two.gpus.values()) == {3}  # -N2 --gres=gpu:3: 3 GPUs on each node
+    assert not two.movable and "not a gpusub job" in two.why_not  # StdOut=/dev/null: no run dir
+    marked = running_jobs(text, Policy(movable_accounts=frozenset({"(null)"})), now=2e9)
+    assert all(j.movable for j in marked)
+
+
+def test_a_gpusub_job_is_movable_and_costs_its_gpus_times_the_checkpoint_age(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "checkpoints").mkdir()
+    (run / "submit.json").write_text(json.dumps({}))
+    ck = run / "checkpoints" / "state.json"
+    ck.write_text("{}")
+    import os
+
+    os.utime(ck, (1000.0, 1000.0))
+    line = (f"JobId=7 JobState=RUNNING Requeue=1 StartTime=1970-01-01T00:00:10 StdOut={run}/logs/slurm-7.out "
+            "NodeList=n1 JOB_GRES=gpu:h100:8   Nodes=n1 CPU_IDs=0-7 Mem=31000 GRES=gpu:h100:8(IDX:0-7) Features=(null)")
+    assert gpusub_run_dir(f"{run}/logs/slurm-7.out") == run
+    (j,) = running_jobs(line, Policy(restart_s=60), now=1100.0)
+    assert j.movable and j.gpus == {"n1": 8} and j.checkpoint_age_s == 100.0
+    assert j.cost == 8 * (100 + 60)
+    (j,) = running_jobs(line.replace("Requeue=1", "Requeue=0"), now=1100.0)
+    assert not j.movable and j.why_not == "Requeue=0"
+
+
+def test_target_of_a_pending_job() -> None:
+    text = ("JobId=9 JobState=PENDING NumNodes=2 Partition=gpu OverSubscribe=NO TresPerNode=gres/gpu:8\n"
+            "JobId=10 JobState=RUNNING NumNodes=1\n")
+    t, part = target_of(text, "9")
+    assert (t.nodes, t.gpus_per_node, t.exclusive, part) == (2, 8, True, "gpu")
+    with pytest.raises(UsageError, match="--for 10: the job is RUNNING, not pending"):
+        target_of(text, "10")
+    with pytest.raises(UsageError, match="--for 11: no such job"):
+        target_of(text, "11")
