@@ -7,10 +7,12 @@ Runs on 22.05 and, in tests/run.sh's second pass, on 24.11.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -238,3 +240,67 @@ def test_each_rank_runs_on_its_gpus_cores(clab: Lab, tmp_path: Path, launcher: s
                 assert cpus == cores[int(key.split(".")[1])], (got, cores)
             elif launcher == "torchrun":
                 assert cpus == "0-1", got
+
+
+TERM_CKPT = """\
+import json, os, signal, sys, time
+ck = os.path.join(os.environ["GPUSUB_CHECKPOINT_DIR"], "state.json")
+step = json.load(open(ck))["step"] if os.path.exists(ck) else 0
+restart = int(os.environ["GPUSUB_RESTART_COUNT"])
+print(f"start restart={restart} from step={step}", flush=True)
+stop = []
+for s in (signal.SIGUSR2, signal.SIGTERM):
+    signal.signal(s, lambda n, f: stop.append(signal.Signals(n).name))
+last = 0
+while True:
+    if stop or os.path.exists(os.environ["GPUSUB_PREEMPT_FILE"]):
+        json.dump({"step": step}, open(ck + ".tmp", "w"))
+        os.replace(ck + ".tmp", ck)
+        print(f"checkpointed at step {step} on {stop or ['file']}", flush=True)
+        sys.exit(0)
+    if step - last >= 50:  # a periodic checkpoint every 50 steps: the SIGTERM one must beat it
+        json.dump({"step": step}, open(ck + ".tmp", "w"))
+        os.replace(ck + ".tmp", ck)
+        last = step
+    if restart and step >= json.load(open(ck))["step"] + 5:
+        print(f"done at step {step}", flush=True)
+        sys.exit(0)
+    step += 1
+    time.sleep(0.05)
+"""
+
+
+def test_scontrol_requeue_gives_the_job_a_last_checkpoint(clab: Lab, tmp_path: Path):
+    """Issue 25 item 4, on the cgroup lab (proctrack/cgroup, as `conf generate` writes it): `scontrol requeue` of a
+    running gpusub job sends SIGTERM; within KillWait (the lab: 5 s) the training process saves, and the requeued
+    attempt resumes from that step, not from the last periodic checkpoint."""
+    tmp_path.chmod(0o755)
+    script = tmp_path / "term_ckpt.py"
+    script.write_text(TERM_CKPT)
+    run = tmp_path / "run"
+    env = {**os.environ, **clab.env, "SLURMKIT_INVENTORY": str(clab.etc / "slurmkit.yaml"),
+           "SLURMKIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.gpusub", str(script), "-N", "1", "--gpus-per-node", "1",
+                        "--launcher", "srun", "--time", "10", "--run-dir", str(run)],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = r.stdout.split("submitted job ", 1)[1].split()[0]
+    try:
+        log0 = run / "logs" / f"{job}.r0.log"
+        _until_file(log0, "start restart=0", timeout=60)
+        deadline = time.monotonic() + 60
+        while json.loads((run / "checkpoints" / "state.json").read_text()).get("step", 0) < 50 \
+                if (run / "checkpoints" / "state.json").exists() else True:
+            assert time.monotonic() < deadline, log0.read_text()
+            time.sleep(0.2)
+        time.sleep(1.5)  # ~30 steps past the periodic checkpoint at 50
+        lab_run(clab, ["scontrol", "requeue", job])
+        log1 = run / "logs" / f"{job}.r1.log"
+        _until_file(log1, "done at step", timeout=120)
+        r0, r1 = log0.read_text(), log1.read_text()
+        saved = int(r0.split("checkpointed at step ", 1)[1].split()[0])
+        assert saved > 60, r0  # the SIGTERM checkpoint, well past the periodic one at 50
+        assert f"start restart=1 from step={saved}" in r1, r1
+        assert "SIGTERM" in r0 or "file" in r0
+    finally:
+        lab_run(clab, ["scancel", job], check=False)
