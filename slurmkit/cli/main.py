@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nodes": ("slurmkit.cli.nodes:nodes", "Add or remove nodes on the running cluster ($SLURM_CONF's)."),
     "power": ("slurmkit.cli.power:power", "Power nodes off/on through their provider (slurmctld's power saving)."),
     "report": ("slurmkit.cli.report:report", "Cluster reports (fragmentation)."),
+    "monitor": ("slurmkit.cli.monitor:monitor", "Prometheus config, alert rules and Grafana dashboards (generate)."),
+    "exporter": ("slurmkit.cli.monitor:exporter", "Serve the cluster's view (GPUs, jobs, tenants) to Prometheus."),
     "acceptance": ("slurmkit.cli.acceptance:acceptance",
                    "Measure all-reduce bandwidth per node/pair/leaf as Slurm jobs; name the slow node."),
 }
