@@ -126,3 +126,10 @@ def test_promtool_lints_the_textfiles(tmp_path, inventory):  # noqa: F811
         _rep, text = run(tmp_path, inventory, hook, nvml=nvml, slurm=FakeSlurm(), job_gpus=[0])
         r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
         assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
+
+
+def test_textfile_dir_percent_n_is_the_node(tmp_path, inventory):  # noqa: F811
+    """The lab's hooks share one command line ($SLURMKIT_TEXTFILE_DIR=<lab>/textfile/%n): each node its own dir."""
+    run_hook(env(tmp_path, inventory, FakeSlurm(), "health", textfile_dir=str(tmp_path / "tf" / "%n")))
+    assert (tmp_path / "tf" / "node1" / "slurmkit_health_health.prom").exists()
+    assert not (tmp_path / "tf" / "%n").exists()
