@@ -33,6 +33,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 
 
+@pytest.fixture(autouse=True)
+def _no_host_textfile_dir(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A hook run in a test must never write the host's node_exporter directory (Debian's
+    prometheus-node-exporter, installed for the monitoring tests, creates /var/lib/prometheus/node-exporter, the
+    hooks' default): point the default at a path that does not exist, so metrics go where the test says."""
+    import slurmkit.health.policy as policy
+
+    monkeypatch.setattr(policy, "DEFAULT_TEXTFILE_DIR", str(tmp_path_factory.getbasetemp() / "no-node-exporter"))
+
+
 def needs(condition: bool, reason: str) -> pytest.MarkDecorator:
     """Skip where ``condition`` is false -- but never in CI (``CI`` set): tests/run.sh installs everything these
     tests need and CI runs as root, so a missing prerequisite there must fail loudly, not hide behind a skip."""

@@ -125,6 +125,8 @@ def fast_main(argv: list[str]) -> None:
 
 def run(hook: str, inventory: str | None, state_dir: str, policy_file: str | None, textfile_dir: str | None) -> None:
     node = node_name()
+    # $SLURMKIT_TEXTFILE_DIR (``%n``: the node's name): where the lab puts each virtual node's metrics
+    textfile_dir = textfile_dir or os.environ.get("SLURMKIT_TEXTFILE_DIR") or None
     fake = os.environ.get("SLURMKIT_FAKE_NVML") or None
     if inventory is None:
         try:

@@ -128,6 +128,8 @@ def run_hook(env: HookEnv) -> Report:
     report = Report(hook=env.hook, node=env.node, started=started, duration_s=0.0, results=out.results,
                     action=action, reason=reason, exit_code=0, job_id=env.job_id, notes=notes,
                     bookkeeping=bookkeeping, cleanup=cleanup_log)
+    report.nvml = {"init": out.nvml_devices, "data": out.gathered.data if out.gathered is not None else {}}
+    report.expected_gpus = expect.gpu_count
     init_s = out.nvml_devices.get("init_s") if isinstance(out.nvml_devices, dict) else None
     report.nvml_init_s = init_s if isinstance(init_s, (int, float)) else None
     if env.hook == "prolog":
@@ -157,6 +159,8 @@ def run_hook(env: HookEnv) -> Report:
         report.exit_code = 1 if action >= Action.DRAIN else 0
     report.duration_s = time.monotonic() - env.started_mono
     textfile_dir = env.textfile_dir or policy.textfile_dir or _default_textfile_dir()
+    if textfile_dir:  # %n: the node's name, as Slurm expands it in SlurmdLogFile/SlurmdSpoolDir (slurm.conf(5))
+        textfile_dir = textfile_dir.replace("%n", env.node)
     if env.write_outputs and not readonly:
         write_outputs(report, ndir, textfile_dir)
     elif env.write_outputs and env.textfile_dir:  # `check --textfile-dir`: the metrics only, nothing else
@@ -416,9 +420,17 @@ def write_outputs(report: Report, ndir: str | None, textfile_dir: str | None) ->
     if tdir is None:
         return
     prom = os.path.join(tdir, f"slurmkit_health_{report.hook}.prom")
+    xid_counts: dict[str, int] | None = None
+    if ndir is not None:
+        from slurmkit.monitor.textfile import counts_path, update_xid_counts, xid_labels_of_run
+
+        try:
+            xid_counts = update_xid_counts(counts_path(ndir), xid_labels_of_run(report))
+        except (OSError, state.LockTimeout) as exc:
+            report.bookkeeping.append(f"{counts_path(ndir)}: {exc}")
     try:
         os.makedirs(tdir, exist_ok=True)
-        state.atomic_write(prom, prometheus_text(report), durable=False)
+        state.atomic_write(prom, prometheus_text(report, xid_counts), durable=False)
     except OSError as exc:
         report.bookkeeping.append(state.write_error(prom, exc))
         _add_bookkeeping_result(report)

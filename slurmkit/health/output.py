@@ -8,10 +8,6 @@ from typing import Any
 
 from slurmkit.health.result import Action, CheckResult, Status
 
-# One series per state (the Prometheus enum pattern): an alert on state="fail" never fires on SKIP, which the old
-# single gauge (3 = skip, above 2 = fail) did for `>= 2`.
-STATES = (Status.OK, Status.WARN, Status.FAIL, Status.SKIP)
-
 
 @dataclass
 class Report:
@@ -30,6 +26,10 @@ class Report:
     nvml_init_s: float | None = None  # nvmlInit + device scan as measured in the worker (the init budget's data)
     # slurmkit's own state that could not be written (records, history, cursor, textfile): reported, never a verdict
     bookkeeping: list[str] = field(default_factory=list)
+    # what NVML answered ({"init": the device scan, "data": {probe: {gpu index: raw values}}}): the textfile's
+    # per-GPU series; not part of the JSON record (the checks' evidence is)
+    nvml: dict[str, Any] = field(default_factory=dict)
+    expected_gpus: int | None = None  # the inventory's GPU count for this node
 
     @property
     def status(self) -> Status:
@@ -55,48 +55,12 @@ class Report:
         }
 
 
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def prometheus_text(report: Report, xid_counts: dict[str, int] | None = None) -> str:
+    """The run's textfile; the metric table and the writer live in slurmkit.monitor (one table for the hooks, the
+    exporter, the alert rules and the dashboards)."""
+    from slurmkit.monitor.textfile import render
 
-
-def prometheus_text(report: Report) -> str:
-    """Metrics named ``slurmkit_health_*``; labels node, hook (and check). One file per hook so runs do not clobber."""
-    node, hook = _esc(report.node), _esc(report.hook)
-    base = f'node="{node}",hook="{hook}"'
-    lines = [
-        "# HELP slurmkit_health_check_status 1 for the state one check is in (ok, warn, fail, skip), 0 for the others.",
-        "# TYPE slurmkit_health_check_status gauge",
-    ]
-    lines += [f'slurmkit_health_check_status{{{base},check="{_esc(r.name)}",state="{s.label.lower()}"}} '
-              f'{1 if r.status == s else 0}' for r in report.results for s in STATES]
-    lines += [
-        "# HELP slurmkit_health_check_duration_seconds Wall time of one check's gather and evaluation.",
-        "# TYPE slurmkit_health_check_duration_seconds gauge",
-    ]
-    lines += [f'slurmkit_health_check_duration_seconds{{{base},check="{_esc(r.name)}"}} {r.duration_s:.6f}'
-              for r in report.results]
-    lines += [
-        "# HELP slurmkit_health_action What the run asked for: 0 none, 1 warn, 2 drain, 3 drain+reboot.",
-        "# TYPE slurmkit_health_action gauge",
-        f"slurmkit_health_action{{{base}}} {int(report.action)}",
-        "# HELP slurmkit_health_run_duration_seconds Wall time of the whole hook run.",
-        "# TYPE slurmkit_health_run_duration_seconds gauge",
-        f"slurmkit_health_run_duration_seconds{{{base}}} {report.duration_s:.6f}",
-        "# HELP slurmkit_health_last_run_timestamp_seconds When the hook last ran (epoch).",
-        "# TYPE slurmkit_health_last_run_timestamp_seconds gauge",
-        f"slurmkit_health_last_run_timestamp_seconds{{{base}}} {report.started:.3f}",
-        "# HELP slurmkit_health_nvml_init_seconds nvmlInit and the device scan, timed inside the NVML worker.",
-        "# TYPE slurmkit_health_nvml_init_seconds gauge",
-        *([f"slurmkit_health_nvml_init_seconds{{{base}}} {report.nvml_init_s:.6f}"]
-          if report.nvml_init_s is not None else []),
-        "# HELP slurmkit_health_bookkeeping_errors State slurmkit could not write this run (records, history, cursor).",
-        "# TYPE slurmkit_health_bookkeeping_errors gauge",
-        f"slurmkit_health_bookkeeping_errors{{{base}}} {len(report.bookkeeping)}",
-        "# HELP slurmkit_health_exit_code The hook's exit status.",
-        "# TYPE slurmkit_health_exit_code gauge",
-        f"slurmkit_health_exit_code{{{base}}} {report.exit_code}",
-    ]
-    return "\n".join(lines) + "\n"
+    return render(report, xid_counts, report.expected_gpus)
 
 
 def log_line(report: Report) -> str:

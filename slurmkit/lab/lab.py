@@ -582,6 +582,8 @@ class Lab:
         env = [
             f"SLURMKIT_FAKE_NVML={self.dir / 'fake-nvml'}",
             f"SLURMKIT_STATE_DIR={self.dir / 'hookstate'}",
+            # each virtual node's textfile in its own dir (never the host's node_exporter dir, one file per node)
+            f"SLURMKIT_TEXTFILE_DIR={self.dir / 'textfile' / '%n'}",
             f"SLURMKIT_POWER_LOG={self.dir / 'log' / 'power.log'}",
             f"PYTHONPATH={Path(__file__).resolve().parents[2]}",
         ]

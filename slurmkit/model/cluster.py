@@ -263,6 +263,20 @@ class Site:
 
 
 @dataclass(frozen=True)
+class Monitoring:
+    """``monitoring:``: what `slurmkit monitor generate` scrapes and the thresholds its alert rules use."""
+
+    node_exporter_port: int = 9100
+    dcgm_exporter: str = ""  # hostlist of nodes running NVIDIA's dcgm-exporter ("" none, "all" every node)
+    dcgm_exporter_port: int = 9400
+    exporter: tuple[str, ...] = ()  # host:port of each `slurmkit exporter` (the controller or a login node)
+    scrape_interval_s: int = 30
+    gpu_temp_max_c: int = 85
+    hook_slow_s: float = 10.0  # a health hook run longer than this is "slow"
+    quota_pending_for_s: int = 1800  # a tenant at quota with GPU jobs pending this long
+
+
+@dataclass(frozen=True)
 class Cluster:
     name: str
     slurm_version: str
@@ -278,6 +292,7 @@ class Cluster:
     slurm_conf: tuple[tuple[str, str], ...] = ()  # extra/override slurm.conf Key=Value, in order
     cgroup_conf: tuple[tuple[str, str], ...] = ()
     source_sha256: str = ""  # sha256 of the inventory text this came from
+    monitoring: Monitoring = Monitoring()
     tenants: Tenants | None = None  # accounts, users, QOS (slurmdbd records; `slurmkit accounts`)
     rollout: Rollout = Rollout()
 

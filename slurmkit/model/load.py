@@ -33,6 +33,7 @@ from slurmkit.model.cluster import (
     GPUs,
     Hooks,
     MigInstance,
+    Monitoring,
     NodeGroup,
     Partition,
     Policy,
@@ -647,7 +648,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
          "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants", "rollout",
-         "defrag"},
+         "defrag", "monitoring"},
         {"cluster", "node_groups"},
     )
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
@@ -769,6 +770,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             raise ctx.err("policy.preemption", f"none, but tenants.qos[{first}] ({tenants.qos[first].name}) has a "
                                                "preempt list: set preemption: qos, or remove the preempt lists")
     rollout = _rollout(ctx, top["rollout"]) if top.get("rollout") is not None else Rollout()
+    monitoring = _monitoring(ctx, top["monitoring"], groups) if top.get("monitoring") is not None else Monitoring()
     return Cluster(
         name=_cluster_name(ctx, top["cluster"]),
         slurm_version=version,
@@ -786,6 +788,38 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         source_sha256=sha256,
         tenants=tenants,
         rollout=rollout,
+        monitoring=monitoring,
+    )
+
+
+def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitoring:
+    mm = _mapping(ctx, value, "monitoring", {"node_exporter_port", "dcgm_exporter", "dcgm_exporter_port", "exporter",
+                                             "scrape_interval_s", "gpu_temp_max_c", "hook_slow_s",
+                                             "quota_pending_for_s"})
+    d = Monitoring()
+    dcgm = str(mm.get("dcgm_exporter") or "")
+    if dcgm and dcgm != "all":
+        from slurmkit.hostlist import expand
+
+        known = {h for g in groups.values() for h in g.hostnames}
+        try:
+            unknown = sorted(set(expand(dcgm)) - known)
+        except UsageError as exc:
+            raise ctx.err("monitoring.dcgm_exporter", str(exc)) from None
+        if unknown:
+            raise ctx.err("monitoring.dcgm_exporter", f"{unknown[0]!r} is in no node group")
+    exporters = tuple(_str(ctx, e, f"monitoring.exporter[{i}]", re.compile(r"[A-Za-z0-9_.\[\]:-]+:\d+"))
+                      for i, e in enumerate(_list(ctx, mm.get("exporter") or [], "monitoring.exporter")))
+    return Monitoring(
+        node_exporter_port=_port(ctx, mm.get("node_exporter_port", d.node_exporter_port), "monitoring.node_exporter_port"),
+        dcgm_exporter=dcgm,
+        dcgm_exporter_port=_port(ctx, mm.get("dcgm_exporter_port", d.dcgm_exporter_port), "monitoring.dcgm_exporter_port"),
+        exporter=exporters,
+        scrape_interval_s=_int(ctx, mm.get("scrape_interval_s", d.scrape_interval_s), "monitoring.scrape_interval_s", 1),
+        gpu_temp_max_c=_int(ctx, mm.get("gpu_temp_max_c", d.gpu_temp_max_c), "monitoring.gpu_temp_max_c", 1),
+        hook_slow_s=float(_int(ctx, mm.get("hook_slow_s", int(d.hook_slow_s)), "monitoring.hook_slow_s", 1)),
+        quota_pending_for_s=_int(ctx, mm.get("quota_pending_for_s", d.quota_pending_for_s),
+                                 "monitoring.quota_pending_for_s", 1),
     )
 
 

@@ -1,0 +1,246 @@
+"""`slurmkit exporter`: the cluster's view for Prometheus, from the controller or a login node.
+
+One scrape = one batch of Slurm queries (nodes, jobs, and sacct for GPU-hours where accounting runs), each with a
+timeout, cached for ``cache_s`` so several Prometheus servers (or a slow scrape retried) cost slurmctld one batch.
+``render(cluster, nodes, jobs, ...)`` is pure: it turns the parsed records into the exposition text, and is what
+bench/exporter_bench.py times on a recorded 4,096-node state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from slurmkit.backend.parse import JobInfo, NodeInfo, gres_gpu_count
+from slurmkit.model.cluster import Cluster
+from slurmkit.monitor.metrics import Exposition, M
+
+_DOWN_STATES = {"down", "future", "unknown"}
+_DOWN_FLAGS = {"NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "FAIL"}
+
+
+def job_gpus(job: JobInfo) -> int:
+    """GPUs a job asks for (pending) or holds (running): --gpus (TresPerJob), --gpus-per-node/--gres (TresPerNode
+    x NumNodes), --gpus-per-task (TresPerTask x NumTasks) -- the fields of `scontrol show job` (22.05 and 24.11)."""
+    raw = job.raw
+
+    def per(key: str) -> int:
+        v = raw.get(key, "")
+        return gres_gpu_count(",".join(x.replace("gres:", "", 1).replace("gres/", "", 1).replace("=", ":")
+                                       for x in v.split(",") if "gpu" in x)) if v and v != "(null)" else 0
+
+    if n := per("TresPerJob"):
+        return n
+    nodes = _num(raw.get("NumNodes", "1"))
+    if n := per("TresPerNode"):
+        return n * max(1, nodes)
+    if n := per("TresPerTask"):
+        return n * max(1, _num(raw.get("NumTasks", "1")))
+    return 0
+
+
+def _num(v: str | None) -> int:
+    head = (v or "").split("-")[0].split(":")[0]
+    return int(head) if head.isdigit() else 0
+
+
+def _user(raw: dict[str, str]) -> str:
+    return raw.get("UserId", "").split("(")[0]
+
+
+def _epoch(v: str) -> float | None:
+    try:
+        return datetime.strptime(v, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class Usage:
+    """GPU-hours per account over the window (sacct), or None where accounting does not run."""
+
+    gpu_hours: dict[str, float] = field(default_factory=dict)
+
+
+def render(cluster: Cluster, nodes: Iterable[NodeInfo], jobs: Iterable[JobInfo], now: float,
+           usage: Usage | None = None, query_s: float = 0.0, errors: dict[str, int] | None = None,
+           ok: bool = True) -> str:
+    ex = Exposition()
+    ex.add(M.up, {}, int(ok))
+    ex.add(M.scrape_s, {}, round(query_s, 6))
+    for cmd, count in sorted((errors or {}).items()):
+        ex.add(M.scrape_errors, {"command": cmd}, count)
+    group_of: dict[str, tuple[str, str]] = {}
+    for g in cluster.node_groups:
+        gtype = g.gpus.type if g.gpus else ""
+        for h in g.hostnames:
+            group_of[h] = (g.name, gtype)
+    gpus: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    node_states: dict[tuple[str, str], int] = defaultdict(int)
+    free: set[str] = set()
+    capacity = 0
+    for n in nodes:
+        total = gres_gpu_count(n.gres)
+        used = min(total, gres_gpu_count(n.gres_used))
+        capacity += total
+        group, gtype = group_of.get(n.name, ("", ""))
+        down = n.state in _DOWN_STATES or bool(n.flags & _DOWN_FLAGS)
+        drained = "DRAIN" in n.flags
+        for part in n.partitions or ("",):
+            node_states[(part, "down" if down else "drained" if drained else n.state)] += 1
+            if down:
+                gpus[(part, group, gtype, "down")] += total
+                continue
+            gpus[(part, group, gtype, "allocated")] += used
+            gpus[(part, group, gtype, "drained" if drained else "idle")] += total - used
+        if not down and not drained and n.state == "idle" and used == 0:
+            free.add(n.name)
+    for (part, group, gtype, state), v in sorted(gpus.items()):
+        ex.add(M.cluster_gpus, {"partition": part, "group": group, "gpu_type": gtype, "state": state}, v)
+    for (part, state), v in sorted(node_states.items()):
+        ex.add(M.cluster_nodes, {"partition": part, "state": state}, v)
+    ex.add(M.cluster_gpu_total, {}, capacity)
+
+    counts: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    gpu_counts: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    reasons: dict[tuple[str, str], int] = defaultdict(int)
+    oldest: dict[tuple[str, str], float] = {}
+    pending_largest = 0
+    for j in jobs:
+        state = {"RUNNING": "running", "PENDING": "pending"}.get(j.state, "")
+        if not state:
+            continue
+        raw = j.raw
+        acct, qos = raw.get("Account", "") or "", raw.get("QOS", "") or ""
+        key = (acct if acct != "(null)" else "", qos if qos != "(null)" else "", _user(raw), state)
+        ngpu = job_gpus(j)
+        counts[key] += 1
+        gpu_counts[key] += ngpu
+        if state == "pending" and ngpu:
+            r = (key[0], j.reason or "None")
+            reasons[r] += 1
+            sub = _epoch(raw.get("SubmitTime", ""))
+            if sub is not None:
+                oldest[r] = max(oldest.get(r, 0.0), now - sub)
+            pending_largest = max(pending_largest, _num(raw.get("NumNodes", "1")))
+    for k, v in sorted(counts.items()):
+        ex.add(M.jobs, dict(zip(("account", "qos", "user", "state"), k, strict=True)), v)
+    for k, v in sorted(gpu_counts.items()):
+        ex.add(M.job_gpus, dict(zip(("account", "qos", "user", "state"), k, strict=True)), v)
+    for (acct, reason), v in sorted(reasons.items()):
+        ex.add(M.pending_reason, {"account": acct, "reason": reason}, v)
+    for (acct, reason), age in sorted(oldest.items()):
+        ex.add(M.pending_oldest, {"account": acct, "reason": reason}, round(max(0.0, age), 1))
+
+    from slurmkit.hostlist import expand
+
+    best_leaf = 0
+    for sw in cluster.topology.switches:
+        if not sw.nodes:
+            continue
+        members = expand(sw.nodes)
+        n_free = sum(1 for m in members if m in free)
+        best_leaf = max(best_leaf, n_free)
+        ex.add(M.leaf_free_nodes, {"switch": sw.name}, n_free)
+        ex.add(M.leaf_nodes, {"switch": sw.name}, len(members))
+    ex.add(M.largest_leaf, {}, best_leaf if cluster.topology.switches else len(free))
+    ex.add(M.largest_any, {}, len(free))
+    ex.add(M.pending_largest, {}, pending_largest)
+    if cluster.tenants is not None:
+        for a in cluster.tenants.accounts:
+            if a.gpus.total is not None:
+                ex.add(M.account_quota, {"account": a.name}, a.gpus.total)
+    if usage is not None:
+        for acct, hours in sorted(usage.gpu_hours.items()):
+            ex.add(M.account_gpu_hours, {"account": acct}, round(hours, 3))
+    return ex.text()
+
+
+def parse_sacct_usage(text: str) -> Usage:
+    """``sacct -a -X -n -P --truncate -S now-1days -E now -o Account,ElapsedRaw,AllocTRES`` lines -> GPU-hours per
+    account (AllocTRES lists gres/gpu=N where AccountingStorageTRES records it, as slurmkit's generated config
+    does; --truncate clips each job to the window: sacct(1) 22.05 and 24.11)."""
+    u = Usage()
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 3 or not parts[1].isdigit():
+            continue
+        gpus = 0
+        for item in parts[2].split(","):
+            k, _, v = item.partition("=")
+            if k == "gres/gpu" and v.isdigit():
+                gpus = int(v)
+        if gpus:
+            u.gpu_hours[parts[0]] = u.gpu_hours.get(parts[0], 0.0) + gpus * int(parts[1]) / 3600.0
+    return u
+
+
+class Scraper:
+    """The batch behind one scrape, cached ``cache_s``; concurrent scrapes wait for the batch in flight."""
+
+    def __init__(self, cluster: Cluster, backend: Any, cache_s: float = 15.0,
+                 sacct: Callable[[], str] | None = None, clock: Callable[[], float] = time.time):
+        self.cluster, self.backend, self.cache_s, self.sacct, self.clock = cluster, backend, cache_s, sacct, clock
+        self._lock = threading.Lock()
+        self._text = ""
+        self._at = float("-inf")
+        self.errors: dict[str, int] = defaultdict(int)
+        self._usage: Usage | None = None
+        self._usage_at = float("-inf")
+
+    def text(self) -> str:
+        with self._lock:
+            now = self.clock()
+            if now - self._at < self.cache_s and self._text:
+                return self._text
+            t0 = time.monotonic()
+            ok = True
+            nodes: list[NodeInfo] = []
+            jobs: list[JobInfo] = []
+            for name, fn in (("nodes", self.backend.nodes), ("jobs", self.backend.jobs)):
+                try:
+                    if name == "nodes":
+                        nodes = fn()
+                    else:
+                        jobs = fn()
+                except Exception:  # noqa: BLE001 - a failed query is a series (exporter_up 0), never a crash
+                    ok = False
+                    self.errors[name] += 1
+            if self.sacct is not None and now - self._usage_at >= max(self.cache_s, 300.0):
+                try:  # the day's usage moves slowly: sacct at most every 5 minutes
+                    self._usage = parse_sacct_usage(self.sacct())
+                    self._usage_at = now
+                except Exception:  # noqa: BLE001
+                    ok = False
+                    self.errors["sacct"] += 1
+            self._text = render(self.cluster, nodes, jobs, now, self._usage, time.monotonic() - t0,
+                                dict(self.errors), ok)
+            self._at = now
+            return self._text
+
+
+def serve(scraper: Scraper, host: str, port: int) -> Any:
+    """An HTTP server answering /metrics (text format 0.0.4); returns the server (serve_forever is the caller's)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path.split("?")[0] not in ("/metrics", "/"):
+                self.send_error(404)
+                return
+            body = scraper.text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - scrapes are not worth a log line
+            return
+
+    return ThreadingHTTPServer((host, port), Handler)

@@ -1,0 +1,237 @@
+"""`slurmkit monitor generate`: prometheus.yml, alert rules and Grafana dashboards from the inventory. Pure: returns
+{file name: text}; the CLI writes them. Every metric a rule or panel names comes from the metric table
+(slurmkit/monitor/metrics.py) or is one of the few external metrics listed in EXTERNAL_METRICS."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from slurmkit.model.cluster import Cluster
+from slurmkit.monitor.metrics import M
+
+RULES_FILE = "slurmkit-alerts.yml"
+# Metrics of other exporters the rules use: Prometheus's own ``up``, node_exporter's infiniband collector
+# (collector/infiniband_linux.go, node_exporter 1.5: state_id 4 = ACTIVE, link_downed_total).
+EXTERNAL_METRICS = {"up", "node_infiniband_state_id", "node_infiniband_link_downed_total", "time"}
+JOB_NODE, JOB_DCGM, JOB_EXPORTER = "node", "dcgm-exporter", "slurmkit"
+# XIDs that mean the GPU needs a reset or the node a reboot (NVIDIA's XID catalogue, "Xid Errors" r570: 48 DBE,
+# 63/64 row remap, 74 NVLink, 79 fallen off the bus, 92 high SBE rate, 94/95 contained/uncontained ECC, 119/120
+# GSP, 140 unrecovered ECC): critical; any other code is a warning.
+CRITICAL_XIDS = "48|63|64|74|79|92|94|95|119|120|140"
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    severity: str  # critical | warning | info
+    summary: str
+    for_: str = "0m"
+
+
+def _n(metric: Any) -> str:
+    return str(metric.name)
+
+
+def alerts(cluster: Cluster) -> list[Alert]:
+    mon = cluster.monitoring
+    a = [
+        Alert("SlurmkitGpuXidCritical",
+              f'increase({_n(M.xid_errors)}{{xid=~"{CRITICAL_XIDS}"}}[15m]) > 0 or {_n(M.xid_sticky)} == 1',
+              "critical", "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }} (reset or reboot "
+              "needed)"),
+        Alert("SlurmkitGpuXid", f'increase({_n(M.xid_errors)}{{xid!~"{CRITICAL_XIDS}"}}[15m]) > 0', "warning",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }}"),
+        Alert("SlurmkitGpuEccUncorrectable",
+              f'max without (location) ({_n(M.ecc_errors)}{{type="uncorrected",counter="volatile"}}) > 0',
+              "critical", "GPU {{ $labels.gpu }} on {{ $labels.node }}: {{ $value }} uncorrectable ECC errors since "
+              "the driver loaded"),
+        Alert("SlurmkitGpuRowRemapFailure", f"{_n(M.remap_failure)} == 1", "critical",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }}: row remap failed (no spare rows: RMA)"),
+        Alert("SlurmkitGpuRowRemapPending", f"{_n(M.remap_pending)} == 1", "warning",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }}: row remap pending (reset the GPU when idle)", "1h"),
+        Alert("SlurmkitGpuNvlinkErrors", f"sum without (kind) (increase({_n(M.nvlink_errors)}[15m])) > 0",
+              "warning", "GPU {{ $labels.gpu }} on {{ $labels.node }}: NVLink error counters growing"),
+        Alert("SlurmkitGpuNvlinkDown", f'{_n(M.nvlink_links)}{{state="down"}} > 0', "critical",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }}: {{ $value }} NVLink link(s) down"),
+        Alert("SlurmkitGpuMissing",
+              f"{_n(M.gpus_present)} < on (node) group_left {_n(M.gpus_expected)} or {_n(M.gpu_lost)} == 1",
+              "critical", "{{ $labels.node }}: a GPU is missing or lost"),
+        Alert("SlurmkitGpuTooHot", f"{_n(M.temperature)} >= {mon.gpu_temp_max_c}", "warning",
+              f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}: {{{{ $value }}}}C (limit {mon.gpu_temp_max_c}C)",
+              "5m"),
+        Alert("SlurmkitGpuPcieDegraded",
+              f'{_n(M.pcie_width)}{{which="current"}} < ignoring (which) {_n(M.pcie_width)}{{which="max"}}',
+              "warning", "GPU {{ $labels.gpu }} on {{ $labels.node }}: PCIe link narrower than its maximum", "10m"),
+        Alert("SlurmkitIbPortDown", f'node_infiniband_state_id{{job="{JOB_NODE}"}} != 4', "critical",
+              "{{ $labels.instance }} {{ $labels.device }} port {{ $labels.port }} is not ACTIVE", "2m"),
+        Alert("SlurmkitIbPortFlapping", "increase(node_infiniband_link_downed_total[1h]) > 2", "warning",
+              "{{ $labels.instance }} {{ $labels.device }} port {{ $labels.port }}: link went down "
+              "{{ $value }} times in an hour"),
+        Alert("SlurmkitIbCheckFailing", f'{_n(M.check_status)}{{hook="health",check="ib",state="fail"}} == 1',
+              "warning", "{{ $labels.node }}: the health check's IB check fails (state, rate or MTU)"),
+        Alert("SlurmkitNodeDrainedByHealth", f"{_n(M.drained)} == 1", "warning",
+              "{{ $labels.node }} is drained by slurmkit's health checks"),
+        Alert("SlurmkitNodeDown", f'up{{job="{JOB_NODE}"}} == 0', "critical",
+              "{{ $labels.node }}: node_exporter does not answer", "2m"),
+        Alert("SlurmkitHealthHookSlow", f"{_n(M.run_duration)} > {mon.hook_slow_s:g}", "warning",
+              "{{ $labels.node }}: the {{ $labels.hook }} hook took {{ $value }}s"),
+        Alert("SlurmkitHealthHookFailing", f"{_n(M.bookkeeping)} > 0 or {_n(M.check_status)}"
+              '{hook="health",check="state",state!="ok"} == 1', "warning",
+              "{{ $labels.node }}: the {{ $labels.hook }} hook cannot write its state"),
+        Alert("SlurmkitTenantAtQuotaPending",
+              f'max by (account) ({_n(M.pending_oldest)}{{reason=~"(Assoc|QOS)Grp.*"}}) > {mon.quota_pending_for_s}',
+              "warning", "account {{ $labels.account }} is at its GPU quota with GPU jobs pending for "
+              "{{ $value | humanizeDuration }}"),
+        Alert("SlurmkitFragmentationBlocksJob",
+              f"{_n(M.pending_largest)} > {_n(M.largest_leaf)} and {_n(M.pending_largest)} <= {_n(M.largest_any)}",
+              "warning", "a {{ $value }}-node GPU job pends: enough nodes are free, but on no single leaf", "30m"),
+        Alert("SlurmkitExporterDown", f'up{{job="{JOB_EXPORTER}"}} == 0 or {_n(M.up)} == 0', "critical",
+              "slurmkit exporter {{ $labels.instance }} is down or its Slurm queries fail", "2m"),
+    ]
+    if cluster.hooks.healthcheck_interval:
+        stale = 3 * cluster.hooks.healthcheck_interval
+        a.append(Alert("SlurmkitHealthHookStale",
+                       f'time() - {_n(M.last_run)}{{hook="health"}} > {stale}', "warning",
+                       f"{{{{ $labels.node }}}}: no health check run for more than {stale}s "
+                       f"(HealthCheckInterval={cluster.hooks.healthcheck_interval})"))
+    return a
+
+
+def rules_yaml(cluster: Cluster) -> str:
+    rules = []
+    for al in alerts(cluster):
+        r: dict[str, Any] = {"alert": al.name, "expr": al.expr}
+        if al.for_ != "0m":
+            r["for"] = al.for_
+        r["labels"] = {"severity": al.severity}
+        r["annotations"] = {"summary": al.summary}
+        rules.append(r)
+    return _header(cluster) + yaml.safe_dump({"groups": [{"name": "slurmkit", "rules": rules}]}, sort_keys=False,
+                                             width=200)
+
+
+def _header(cluster: Cluster) -> str:
+    from slurmkit import __version__
+
+    return (f"# generated by slurmkit {__version__} from {cluster.source_sha256 or 'an inventory'}; do not edit\n")
+
+
+def prometheus_yaml(cluster: Cluster, rules_path: str = RULES_FILE,
+                    node_targets: dict[str, str] | None = None) -> str:
+    """``node_targets``: node -> host:port of its node_exporter (the lab's ports); default host:node_exporter_port."""
+    mon = cluster.monitoring
+    hosts = [h for g in cluster.node_groups for h in g.hostnames]
+    targets = node_targets or {h: f"{h}:{mon.node_exporter_port}" for h in hosts}
+    # one static group per node so every series carries node="<name>" (the label the hooks' textfiles use too)
+    scrape: list[dict[str, Any]] = [{
+        "job_name": JOB_NODE,
+        "static_configs": [{"targets": [targets[h]], "labels": {"node": h}} for h in hosts if h in targets],
+    }]
+    if mon.dcgm_exporter:
+        from slurmkit.hostlist import expand
+
+        dcgm = hosts if mon.dcgm_exporter == "all" else expand(mon.dcgm_exporter)
+        # NVIDIA dcgm-exporter's default listen address is :9400 (README "Quickstart"); its own labels say
+        # Hostname, ours node
+        scrape.append({"job_name": JOB_DCGM,
+                       "static_configs": [{"targets": [f"{h}:{mon.dcgm_exporter_port}"], "labels": {"node": h}}
+                                          for h in dcgm]})
+    if mon.exporter:
+        scrape.append({"job_name": JOB_EXPORTER, "honor_labels": True,
+                       "static_configs": [{"targets": list(mon.exporter)}]})
+    conf = {
+        "global": {"scrape_interval": f"{mon.scrape_interval_s}s", "evaluation_interval": f"{mon.scrape_interval_s}s",
+                   "external_labels": {"cluster": cluster.name}},
+        "rule_files": [rules_path],
+        "scrape_configs": scrape,
+    }
+    return _header(cluster) + yaml.safe_dump(conf, sort_keys=False, width=200)
+
+
+# --- dashboards -------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    expr: str
+    legend: str
+    unit: str = "short"
+    kind: str = "timeseries"  # timeseries | stat
+
+
+def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
+    """The dashboards' queries (kept as data so a test can run every one against a real Prometheus)."""
+    return {
+        "slurmkit-cluster": [
+            Panel("GPUs by state", f"sum by (state) ({_n(M.cluster_gpus)})", "{{state}}", kind="stat"),
+            Panel("GPUs by state per partition", f"sum by (partition, state) ({_n(M.cluster_gpus)})",
+                  "{{partition}} {{state}}"),
+            Panel("GPUs by state per GPU type", f"sum by (gpu_type, state) ({_n(M.cluster_gpus)})",
+                  "{{gpu_type}} {{state}}"),
+            Panel("Running GPUs per account", f'sum by (account) ({_n(M.job_gpus)}{{state="running"}})',
+                  "{{account}}"),
+            Panel("Pending GPU jobs by reason", f"sum by (reason) ({_n(M.pending_reason)})", "{{reason}}"),
+            Panel("Free whole nodes per leaf", f"{_n(M.leaf_free_nodes)}", "{{switch}}"),
+            Panel("Largest job that can start now (nodes)",
+                  f'label_replace({_n(M.largest_leaf)}, "where", "one leaf", "", "") or '
+                  f'label_replace({_n(M.largest_any)}, "where", "anywhere", "", "")', "{{where}}"),
+            Panel("Nodes drained by slurmkit", f"sum({_n(M.drained)})", "drained", kind="stat"),
+        ],
+        "slurmkit-node-health": [
+            Panel("GPU temperature", f"{_n(M.temperature)}", "{{node}} gpu{{gpu}}", "celsius"),
+            Panel("Uncorrectable ECC (volatile)",
+                  f'{_n(M.ecc_errors)}{{type="uncorrected",counter="volatile",location="all"}}',
+                  "{{node}} gpu{{gpu}}"),
+            Panel("Row remap pending / failed", f"{_n(M.remap_pending)} + 2 * {_n(M.remap_failure)}",
+                  "{{node}} gpu{{gpu}}"),
+            Panel("XIDs (last hour)", f"sum by (node, xid) (increase({_n(M.xid_errors)}[1h]))", "{{node}} xid{{xid}}"),
+            Panel("NVLink links down", f'{_n(M.nvlink_links)}{{state="down"}}', "{{node}} gpu{{gpu}}"),
+            Panel("PCIe width", f'{_n(M.pcie_width)}{{which="current"}}', "{{node}} gpu{{gpu}}"),
+            Panel("Power limit", f"{_n(M.power_limit)}", "{{node}} gpu{{gpu}}", "watt"),
+            Panel("Failing checks", f'sum by (node, check) ({_n(M.check_status)}{{state="fail"}})',
+                  "{{node}} {{check}}"),
+            Panel("Health hook run time", f"{_n(M.run_duration)}", "{{node}} {{hook}}", "s"),
+        ],
+        "slurmkit-tenants": [
+            Panel("GPUs in use per account", f'sum by (account) ({_n(M.job_gpus)}{{state="running"}})',
+                  "{{account}}"),
+            Panel("Use against quota", f'sum by (account) ({_n(M.job_gpus)}{{state="running"}}) / on (account) '
+                  f"{_n(M.account_quota)}", "{{account}}", "percentunit"),
+            Panel("Pending GPUs per account", f'sum by (account) ({_n(M.job_gpus)}{{state="pending"}})',
+                  "{{account}}"),
+            Panel("Jobs per account and state", f"sum by (account, state) ({_n(M.jobs)})", "{{account}} {{state}}"),
+        ],
+    }
+
+
+def dashboards(cluster: Cluster) -> dict[str, str]:
+    """Grafana dashboards built with Grafana Labs' grafana-foundation-sdk (optional dependency ``monitor``)."""
+    from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+    from grafana_foundation_sdk.builders.dashboard import Dashboard, DatasourceVariable
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import DataSourceRef
+
+    ds = DataSourceRef(type_val="prometheus", uid="${datasource}")
+    titles = {"slurmkit-cluster": "Cluster overview", "slurmkit-node-health": "Node health",
+              "slurmkit-tenants": "Tenants"}
+    out: dict[str, str] = {}
+    for uid, panels in dashboard_panels(cluster).items():
+        d = (Dashboard(f"{cluster.name}: {titles[uid]}").uid(uid).tags(["slurmkit"]).refresh("1m")
+             .time("now-6h", "now").with_variable(DatasourceVariable("datasource").type("prometheus")))
+        for p in panels:
+            builder: Any = stat.Panel() if p.kind == "stat" else timeseries.Panel()
+            q = prometheus.Dataquery().expr(p.expr).legend_format(p.legend).ref_id("A")
+            d = d.with_panel(builder.title(p.title).unit(p.unit).datasource(ds).with_target(q))
+        out[f"dashboard-{uid}.json"] = json.dumps(d.build(), cls=JSONEncoder, indent=1, sort_keys=True) + "\n"
+    return out
+
+
+def generate(cluster: Cluster, node_targets: dict[str, str] | None = None) -> dict[str, str]:
+    files = {"prometheus.yml": prometheus_yaml(cluster, RULES_FILE, node_targets), RULES_FILE: rules_yaml(cluster)}
+    files.update(dashboards(cluster))
+    return files

@@ -1,0 +1,107 @@
+"""`slurmkit monitor generate`: promtool accepts the config and the rules, every alert has a promtool unit test that
+fires it and one where it stays quiet, and every rule and panel names only metrics of the table."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from slurmkit.model.load import load_cluster_dict
+from slurmkit.monitor.generate import EXTERNAL_METRICS, alerts, dashboard_panels, generate
+from slurmkit.monitor.metrics import BY_NAME
+from tests.conftest import DATA, ROOT, needs
+
+TESTS = DATA / "monitor" / "alerts_test.yml"
+_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+                 "offset", "sum", "max", "min", "avg", "count", "increase", "rate", "label_replace", "humanizeDuration"}
+
+
+def cluster(**mon):
+    inv = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
+    inv.setdefault("hooks", {})["healthcheck_interval"] = 60
+    inv["monitoring"] = {"exporter": ["ctl:9799"], "dcgm_exporter": "node[1-2]", **mon}
+    return load_cluster_dict(inv)
+
+
+def metrics_named(expr: str) -> set[str]:
+    expr = re.sub(r'"[^"]*"', '""', expr)  # label values
+    expr = re.sub(r"\{[^}]*\}", "", expr)  # matchers
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # ranges
+    expr = re.sub(r"\((?:[a-z_, ]*)\)(?=\s*\()", "()", expr)  # by (a, b) label lists before an aggregation body
+    expr = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", "", expr)
+    names = set(re.findall(r"\b[a-zA-Z_:][a-zA-Z0-9_:]*\b", expr))
+    return {n for n in names if n not in _PROMQL_WORDS and not re.fullmatch(r"\d+[smh]?", n)}
+
+
+def test_rules_and_panels_name_only_table_metrics():
+    c = cluster()
+    exprs = [a.expr for a in alerts(c)] + [p.expr for ps in dashboard_panels(c).values() for p in ps]
+    for e in exprs:
+        unknown = metrics_named(e) - set(BY_NAME) - EXTERNAL_METRICS
+        assert not unknown, (e, unknown)
+
+
+def test_prometheus_yml_scrapes_every_node_dcgm_where_said_and_the_exporter():
+    conf = yaml.safe_load(generate(cluster())["prometheus.yml"])
+    jobs = {j["job_name"]: j for j in conf["scrape_configs"]}
+    nodes = [sc["labels"]["node"] for sc in jobs["node"]["static_configs"]]
+    assert nodes == [f"node{i}" for i in range(1, 9)]
+    assert [sc["targets"] for sc in jobs["dcgm-exporter"]["static_configs"]] == [["node1:9400"], ["node2:9400"]]
+    assert jobs["slurmkit"]["static_configs"] == [{"targets": ["ctl:9799"]}]
+    assert "dcgm-exporter" not in {j["job_name"] for j in yaml.safe_load(
+        generate(cluster(dcgm_exporter=""))["prometheus.yml"])["scrape_configs"]}
+
+
+def test_dashboards_are_grafana_json_with_every_panel_query():
+    files = generate(cluster())
+    c = cluster()
+    for uid, panels in dashboard_panels(c).items():
+        d = json.loads(files[f"dashboard-{uid}.json"])
+        assert d["uid"] == uid and [p["targets"][0]["expr"] for p in d["panels"]] == [p.expr for p in panels]
+        assert all(p["datasource"]["uid"] == "${datasource}" for p in d["panels"])
+
+
+def test_every_alert_has_a_firing_and_a_quiet_unit_test():
+    names = {a.name for a in alerts(cluster())}
+    fires: set[str] = set()
+    quiet: set[str] = set()
+    for t in yaml.safe_load(TESTS.read_text())["tests"]:
+        for case in t["alert_rule_test"]:
+            (fires if case.get("exp_alerts") else quiet).add(case["alertname"])
+    assert names - fires == set() and names - quiet == set()
+    assert fires <= names and quiet <= names  # no test of an alert that no longer exists
+
+
+def _write(tmp_path: Path) -> Path:
+    files = generate(cluster())
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@needs(shutil.which("promtool") is not None, "promtool (Debian package prometheus) not installed")
+def test_promtool_checks_config_and_rules(tmp_path):
+    d = _write(tmp_path)
+    for argv in (["promtool", "check", "config", "prometheus.yml"], ["promtool", "check", "rules",
+                                                                       "slurmkit-alerts.yml"]):
+        r = subprocess.run(argv, cwd=d, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+@needs(shutil.which("promtool") is not None, "promtool (Debian package prometheus) not installed")
+def test_promtool_unit_tests_of_every_alert(tmp_path):
+    d = _write(tmp_path)
+    rules = yaml.safe_load((d / "slurmkit-alerts.yml").read_text())
+    for g in rules["groups"]:
+        for r in g["rules"]:
+            r.pop("annotations", None)  # the cases check labels and timing; check rules parses the templates
+    (d / "slurmkit-alerts.yml").write_text(yaml.safe_dump(rules))
+    shutil.copy(TESTS, d / "alerts_test.yml")
+    r = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], cwd=d, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
