@@ -261,6 +261,53 @@ def test_high_qos_preempts_scavenger_which_requeues_and_completes(tlab):
     assert job(tlab, high)["JobState"] == "COMPLETED"
 
 
+def test_fair_share_across_depths_is_what_plan_says_and_sshare_reports(tlab, tmp_path):
+    """Issue 24 item 4: research (team-a 50, team-b 30, no fairshare of its own) beside a top-level team-c 20. The
+    plan prints each account's RawShares/NormShares as sshare will; slurmctld's sshare then reports exactly those,
+    and team-a/b/c hold 50/30/20 of the cluster but for root's own user association (1 of 101 at the top). Before,
+    research kept slurmdbd's raw share 1: 1 against team-c's 20."""
+    d = yaml.safe_load(inventory(tlab).read_text())
+    research = d["tenants"]["accounts"][0]
+    assert "fairshare" not in research
+    shares = {"team-a": 50, "team-b": 30}
+    for a in research["children"]:
+        a["fairshare"] = shares[a["name"]]
+    d["tenants"]["accounts"].append({"name": "team-c", "fairshare": 20})
+    p = tmp_path / "depths.yaml"
+    p.write_text(yaml.safe_dump(d))
+    r = accounts(tlab, "plan", str(p))
+    assert r.returncode == 0, r.stderr
+    planned = {}
+    for ln in r.stdout.splitlines():
+        if ln.strip().startswith("share "):
+            name = ln.split()[1].rstrip(":")
+            kv = dict(w.split("=") for w in ln.split() if w.startswith(("RawShares=", "NormShares=")))
+            planned[name] = (int(kv["RawShares"]), float(kv["NormShares"]))
+    assert set(planned) == {"research", "team-a", "team-b", "team-c"}, r.stdout
+    assert "share research: RawShares=80 NormShares=0.792079 (80 of 101 under root; no fairshare given: the sum of " \
+           "its children's; beside root's user association)" in r.stdout, r.stdout
+    try:
+        r = accounts(tlab, "apply", str(p))
+        assert r.returncode == 0 and "verified:" in r.stdout, r.stdout + r.stderr
+
+        def reported() -> dict[str, tuple[int, float]]:
+            out = sh(tlab, ["sshare", "-a", "-P", "-n", "-o", "Account,User,RawShares,NormShares"]).stdout
+            rows = [ln.split("|") for ln in out.splitlines()]
+            return {f[0].strip(): (int(f[2]), float(f[3])) for f in rows
+                    if len(f) >= 4 and not f[1] and f[0].strip() != "root" and f[2]}
+
+        # slurmctld takes association changes from slurmdbd at once (assoc_mgr update), sshare asks slurmctld
+        got = wait_for(lambda: (lambda g: g if all(g.get(a, (0, 0))[0] == planned[a][0] for a in planned) else None)(
+            reported()), 30, "sshare to show the applied raw shares", reported)
+        for a, (raw, norm) in planned.items():
+            assert got[a][0] == raw and abs(got[a][1] - norm) < 1e-6, (a, got[a], planned[a])
+        cluster = {a: got["research"][1] * got[a][1] for a in ("team-a", "team-b")} | {"team-c": got["team-c"][1]}
+        assert {a: round(v * 101) for a, v in cluster.items()} == {"team-a": 50, "team-b": 30, "team-c": 20}
+    finally:
+        r = accounts(tlab, "apply", "--prune", str(inventory(tlab)))
+        assert r.returncode == 0 and "verified:" in r.stdout, r.stdout + r.stderr
+
+
 def test_fair_share_after_team_a_used_the_cluster_team_b_starts_first(tlab):
     usage = tlab.usage_job
 
