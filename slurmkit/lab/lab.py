@@ -158,6 +158,25 @@ class LabSpec:
         """The nodes the lab has room for: those it starts with and the spare ones."""
         return [f"node{i}" for i in range(1, self.nodes + self.spare + 1)]
 
+    @property
+    def gpu_types(self) -> list[tuple[str, int]]:
+        """(GPU type, nodes) in node order: ``gpu_type`` is one type or ``TYPE:NODES,...`` (lab/inventory.py)."""
+        from slurmkit.lab.inventory import gpu_types
+
+        try:
+            return gpu_types(self.gpu_type, self.nodes)
+        except ValueError as exc:
+            raise LabError(str(exc)) from exc
+
+    def node_gpu_type(self, name: str) -> str:
+        """The GPU type of ``nodeI``; a spare node has the last type."""
+        i = self.node_index(name)
+        for t, n in self.gpu_types:
+            if i <= n:
+                return t
+            i -= n
+        return self.gpu_types[-1][0]
+
     def node_index(self, name: str) -> int:
         """nodeI -> I, for a node the lab has room for; LabError otherwise."""
         if name not in self.all_node_names:
@@ -311,6 +330,10 @@ class Lab:
             if self.spec.nodes % self.spec.nodes_per_leaf:
                 raise LabError(f"--topology block needs --nodes ({self.spec.nodes}) to be a multiple of --nodes-per-leaf "
                                f"({self.spec.nodes_per_leaf}): every block has the base size")
+        types = self.spec.gpu_types  # a bad --gpu-type is refused here
+        if len(types) > 1 and (self.spec.preset or self.spec.power or self.spec.fake_nvml_template):
+            raise LabError("--gpu-type with several types: not together with --preset, --power or --fake-nvml "
+                           "(each shapes the nodes after one GPU type)")
         if self.spec.hooks:
             self._nvml_state()  # a state that does not fit the lab is refused before anything starts
         if self.spec.cgroups:
@@ -586,17 +609,18 @@ class Lab:
         return self.dir / "fake-nvml" / f"{node}.json"
 
     def _nvml_state(self) -> dict:
-        """The state every node starts with: --fake-nvml's, checked against the lab's shape, or a healthy one."""
+        """The state every node starts with: --fake-nvml's, checked against the lab's shape, or a healthy one (per
+        GPU type: {type: state})."""
         from slurmkit.lab.nvmlstate import healthy_state, load_template
 
         s = self.spec
         if s.fake_nvml_template:
-            return load_template(s.fake_nvml_template, s.gpus_per_node, s.gpu_type)
-        return healthy_state(s.gpus_per_node, s.gpu_type)
+            return {t: load_template(s.fake_nvml_template, s.gpus_per_node, t) for t, _n in s.gpu_types}
+        return {t: healthy_state(s.gpus_per_node, t) for t, _n in s.gpu_types}
 
-    def _seed_fake_nvml(self, state: dict) -> None:
+    def _seed_fake_nvml(self, states: dict) -> None:
         for n in self.spec.all_node_names:
-            self.fake_nvml_file(n).write_text(json.dumps(state, indent=1))
+            self.fake_nvml_file(n).write_text(json.dumps(states[self.spec.node_gpu_type(n)], indent=1))
 
     def _make_devices(self) -> None:
         for i in range(self.spec.gpus_per_node):

@@ -91,7 +91,9 @@ def _gpus(ctx: _Ctx, v: Any, path: str, types: dict[str, int], total_gpus: int,
                 continue
             if k not in types:
                 known = ", ".join(sorted(types)) or "none"
-                raise ctx.err(kp, f"unknown GPU type {k!r} (node_groups have: {known}; or 'total')")
+                mig = [t for t in sorted(types) if t.startswith(f"{k}_")]
+                hint = (f"; its MIG devices count as their profiles' types, e.g. {mig[0]}" if mig else "")
+                raise ctx.err(kp, f"unknown GPU type {k!r} (node_groups have: {known}; or 'total'{hint})")
             cnt = _int(ctx, n, kp)
             if cnt > types[k]:
                 raise ctx.err(kp, f"{cnt} {k} GPUs is more than the cluster's {types[k]}")
@@ -173,10 +175,15 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
         # information ... stored in a database"); without slurmdbd nothing can hold them
         raise ctx.err(path, "tenants need accounting (slurmdbd holds accounts, users and QOS): add "
                             "'accounting: {host: ...}'")
+    # GPU types as Slurm counts them: a MIG device is a gres/gpu of its profile's Type (gres.conf Type=h100_3g.40gb,
+    # model GPUs.gres_types), and a partitioned GPU is no gres/gpu:h100 at all; so a typed quota on a MIG group names
+    # the profile, and the cluster's gres/gpu total counts MIG devices (gres.conf(5) MultipleFiles, 22.05 and 24.11:
+    # a MIG device's files are "managed as a single generic resource", one gres/gpu each)
     types: dict[str, int] = {}
     for g in groups.values():
         if g.gpus:
-            types[g.gpus.type] = types.get(g.gpus.type, 0) + g.gpus.count * len(g.hostnames)
+            for t, n in g.gpus.gres_types():
+                types[t] = types.get(t, 0) + n * len(g.hostnames)
     total_gpus = sum(types.values())
 
     qos: list[QOS] = []

@@ -328,3 +328,56 @@ def test_fair_share_after_team_a_used_the_cluster_team_b_starts_first(tlab):
     wait_for(lambda: job(tlab, b)["JobState"] == "RUNNING", 90, "team-b's job to start")
     assert job(tlab, a)["JobState"] == "PENDING"
     sh(tlab, ["scancel", a, b])
+
+
+@pytest.fixture(scope="module")
+def typed_lab(make_lab):
+    """Issue 24 item 6: node1 with 2 A100s, node2 with 2 H100s (`--gpu-type a100:1,h100:1`), partitions gpu (both),
+    a100, h100; the submit policy's job_submit.lua; team-b's quota per type: 1 A100 and 1 H100."""
+    from slurmkit.lab.inventory import lab_tenants
+
+    tenants = lab_tenants(4)
+    team_b = next(a for a in tenants["accounts"][0]["children"] if a["name"] == "team-b")
+    team_b["gpus"] = {"a100": 1, "h100": 1}
+    return make_lab(nodes=2, gpus_per_node=2, gpu_type="a100:1,h100:1", nodes_per_leaf=2, accounting=True,
+                    submit_policy=True, tenants=tenants)
+
+
+def test_two_gpu_types_typed_quotas_against_slurmctld(typed_lab):
+    lab = typed_lab
+    gres = sh(lab, ["sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %G"]).stdout.split("\n")
+    assert [ln.split()[:2] for ln in gres if ln] == [["node1", "gpu:a100:2(S:0-1)"], ["node2", "gpu:h100:2(S:0-1)"]]
+    grp = sh(lab, ["sacctmgr", "-P", "-n", "show", "assoc", "where", "cluster=lab", "account=team-b", "user=",
+                   "format=GrpTRES"]).stdout.strip()
+    assert sorted(grp.split(",")) == ["gres/gpu:a100=1", "gres/gpu:h100=1", "gres/gpu=2"], grp
+    t = ["-t", "10"]
+    try:
+        # a typed request over the type's quota pends with AssocGrpGRES
+        over = submit(lab, "nobody", "-p", "a100", "--gres=gpu:a100:2", *t)
+        # an untyped one in a one-type partition gets the type (job_submit.lua), and the typed limit holds it
+        for args in (["-p", "h100", "--gres=gpu:2"], ["-p", "h100", "--gpus=2"]):
+            j = submit(lab, "nobody", *args, *t)
+            rec = job(lab, j)
+            assert "gpu:h100:2" in rec.get("TresPerNode", "") + rec.get("TresPerJob", ""), rec
+            wait_for(lambda j=j: job(lab, j)["Reason"] == "AssocGrpGRES", 60, "AssocGrpGRES", lambda j=j: job(lab, j))
+        wait_for(lambda: job(lab, over)["Reason"] == "AssocGrpGRES", 60, "AssocGrpGRES", lambda: job(lab, over))
+        # within the quota: runs
+        ok = submit(lab, "nobody", "-p", "a100", "--gres=gpu:1", *t)
+        wait_for(lambda: job(lab, ok)["JobState"] == "RUNNING", 60, "the 1-A100 job to run", lambda: job(lab, ok))
+        # untyped where the partition has both types: refused at submit, naming them
+        r = sh(lab, ["runuser", "-u", "nobody", "--", "sbatch", *RUN, "-p", "gpu", "--gres=gpu:2", *t, "--wrap",
+                     "true"], check=False)
+        assert r.returncode == 1 and "typed_gpu_quotas" in r.stderr and "a100, h100" in r.stderr, r.stderr
+        # a mixed request: Slurm refuses it at submit (both releases) ...
+        r = sh(lab, ["runuser", "-u", "nobody", "--", "sbatch", *RUN, "-p", "h100", "--gres=gpu:2,gpu:h100:1", *t,
+                     "--wrap", "true"], check=False)
+        assert r.returncode == 1 and "with and without type identification" in r.stderr, r.stderr
+        # ... but a job update reaches job_submit.lua, which refuses it too (before, it typed the untyped item:
+        # gpu:h100:2,gpu:h100:1, which slurmctld then counted as one GPU)
+        held = submit(lab, "nobody", "-H", "-p", "h100", "--gres=gpu:h100:1", *t)
+        pre = "gres:gpu" if lab.release < "23" else "gres/gpu"
+        r = sh(lab, ["scontrol", "update", f"jobid={held}", f"TresPerNode={pre}:2,{pre}:h100:1"], check=False)
+        assert r.returncode != 0, r.stdout + r.stderr
+        assert job(lab, held)["TresPerNode"] == f"{pre}:h100:1"
+    finally:
+        sh(lab, ["scancel", "-u", "nobody"], check=False)

@@ -779,3 +779,24 @@ def test_validate_warns_user_limits_are_per_association_naming_users_in_two_acco
     r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "validate", str(p)], capture_output=True,
                        text=True)
     assert r.returncode == 0 and "warning: tenants.user_limits apply per user association: bob" in r.stderr, r.stderr
+
+
+def test_typed_quotas_on_mig_groups_count_mig_profiles():
+    """Issue 24 item 6: a MIG device is a gres/gpu of its profile's Type (gres.conf Type=h100_3g.40gb), a partitioned
+    GPU is no gres/gpu:h100: a typed quota names the profile, and the cluster's GPU count is its MIG devices."""
+    d = inv(tenants_with(accounts=[{"name": "t", "gpus": {"h100_1g.10gb": 10, "h100_3g.40gb": 2, "total": 12},
+                                    "users": ["u"]}], user_limits={}))
+    d["node_groups"][0]["gpus"]["mig"] = ["3g.40gb@1", "1g.10gb@9", "1g.10gb@10", "1g.10gb@11", "1g.10gb@12"]
+    d["submit_policy"] = {"require_time_for_gpus": True}
+    t = load_cluster_dict(d).tenants
+    assert t.account("t").gpus.tres() == {"gres/gpu": "12", "gres/gpu:h100_1g.10gb": "10",
+                                          "gres/gpu:h100_3g.40gb": "2"}
+    conf = generate(load_cluster_dict(d), version="24.11")["gres.conf"]
+    assert "Type=h100_1g.10gb" in conf and "Type=h100_3g.40gb" in conf  # the names the quota uses
+    # 3 nodes x 8 GPUs x 5 devices: 120 GPUs to Slurm, of which 24 are 3g.40gb
+    d["tenants"]["accounts"][0]["gpus"] = 100
+    assert load_cluster_dict(d).tenants.account("t").gpus.total == 100
+    d["tenants"]["accounts"][0]["gpus"] = {"h100_3g.40gb": 25}
+    refused(d, "tenants.accounts[0].gpus.h100_3g.40gb", "25 h100_3g.40gb GPUs is more than the cluster's 24")
+    d["tenants"]["accounts"][0]["gpus"] = {"h100": 1}
+    refused(d, "tenants.accounts[0].gpus.h100", "its MIG devices count as their profiles' types, e.g. h100_1g.10gb")
