@@ -97,10 +97,13 @@ def test_apply_half_way_failure_reports_then_rerun_converges(tlab, tmp_path):
                                                    if a["name"] != "team-b"]
     small_p = tmp_path / "small.yaml"
     small_p.write_text(yaml.safe_dump(small))
-    # without --prune nothing is deleted: team-b and nobody are only reported
+    # without --prune nothing is deleted: team-b and nobody are only reported; research, which gives no fairshare,
+    # holds its one child's 60 now
     r = accounts(tlab, "apply", str(small_p))
     assert r.returncode == 0, r.stderr
-    assert "extra account team-b" in r.stdout and "extra user nobody@team-b" in r.stdout and "applied:" not in r.stdout
+    assert "extra account team-b" in r.stdout and "extra user nobody@team-b" in r.stdout
+    assert [ln for ln in r.stdout.splitlines() if ln.startswith("applied:")] == [
+        "applied: sacctmgr -i modify account where name=research cluster=lab set Fairshare=60"], r.stdout
     # --prune under an active job of team-b: slurmdbd itself refuses the delete (what the plan foresees) ...
     busy = submit(tlab, "nobody", "-w", "node1", "-n1")
     wait_for(lambda: sacct_state(tlab, busy) in ("PENDING", "RUNNING"), 60, "slurmdbd to record team-b's job")
@@ -140,7 +143,9 @@ def test_apply_half_way_failure_reports_then_rerun_converges(tlab, tmp_path):
     assert r.returncode == 1
     assert "applied: sacctmgr -i add account team-b" in r.stdout
     assert "failed:  sacctmgr -i add user nobody Account=team-b" in r.stderr
-    assert "injected failure" in r.stderr and "1 step(s) applied, 1 not" in r.stderr
+    # research gets its two children's 100 back first (modify before add), then team-b lands, its user does not
+    assert "applied: sacctmgr -i modify account where name=research cluster=lab set Fairshare=100" in r.stdout
+    assert "injected failure" in r.stderr and "2 step(s) applied, 1 not" in r.stderr
     # a re-run converges: only what did not land is left
     r = accounts(tlab, "plan", str(full_p))
     assert "add user nobody@team-b" in r.stdout and "add account" not in r.stdout, r.stdout
