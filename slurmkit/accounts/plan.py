@@ -114,7 +114,9 @@ def canonical(fname: str, value: str) -> str:
     if fname in ("MaxJobsPerUser", "GrpJobs", "MaxJobs"):
         return _int(value)
     if fname == "Fairshare":
-        return _int(value) or "1"
+        # sacctmgr prints "parent" for Fairshare=parent (SLURMDB_FS_USE_PARENT, sacctmgr(1) 22.05 and 24.11)
+        v = (value or "").strip().lower()
+        return "parent" if v == "parent" else (_int(value) or "1")
     return (value or "").strip()
 
 
@@ -171,6 +173,89 @@ def desired(t: Tenants) -> State:
                 rec["DefaultQOS"] = dq or ""
             s.users[(u.name, acc)] = rec
     return s
+
+
+# --- fair share as sshare reports it ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Share:
+    """One account's fair share once the plan is applied: ``raw`` its Fairshare (sshare RawShares), ``norm`` that
+    over the raw shares of every association under the same parent (sshare NormShares), ``level`` that sum,
+    ``cluster`` the product of ``norm`` from root down to it (its part of the whole cluster)."""
+
+    account: str
+    parent: str
+    raw: int
+    level: int
+    norm: float
+    cluster: float
+    depth: int
+
+    def describe(self, note: str = "") -> str:
+        return (f"share {self.account}: RawShares={self.raw} NormShares={self.norm:.6f} ({self.raw} of {self.level} "
+                f"under {self.parent}{'; ' + note if note else ''}); {100 * self.cluster:.1f}% of the cluster")
+
+
+def after(live: State, want: State, prune: bool = False) -> State:
+    """The records once ``diff(live, want, prune)`` is applied: the inventory's, plus the live extras it keeps
+    (all of them without --prune; slurmdbd's own root account and root user always)."""
+    s = State(dict(want.qos), dict(want.accounts), dict(want.users), dict(want.defaults))
+    for name, rec in live.accounts.items():
+        if name not in s.accounts and (not prune or name in BUILTIN_ACCOUNTS):
+            s.accounts[name] = rec
+    for key, rec in live.users.items():
+        if key not in s.users and (not prune or (key[0] in BUILTIN_USERS and key[1] in BUILTIN_ACCOUNTS)):
+            s.users[key] = rec
+    return s
+
+
+def shares(s: State) -> list[Share]:
+    """Every account's share in ``s`` (parents before children), as sshare prints it with Fair Tree.
+
+    slurm.conf(5) PriorityFlags (22.05 and 24.11): Fair Tree is on unless NO_FAIR_TREE (src/common/read_config.c sets
+    PRIORITY_FLAGS_FAIR_TREE by default; slurmkit sets no PriorityFlags). sshare's NormShares is the association's
+    shares_norm (src/sshare/process.c PRINT_NORMS), which Fair Tree sets to shares_raw / level_shares
+    (src/common/assoc_mgr.c _normalize_assoc_shares_fair_tree), level_shares being the sum of the raw shares of
+    every child of the parent, accounts and user associations alike, a Fairshare=parent child counting with its
+    own children's (_get_children_level_shares, _set_children_level_shares); the same code at slurm-22-05-8-1 and
+    slurm-24-11-5-1. So root's user association (raw share 1, made by slurmdbd) is a sibling of the top-level
+    accounts."""
+    kids: dict[str, list[str]] = {}
+    for name, rec in s.accounts.items():
+        if name not in BUILTIN_ACCOUNTS:
+            kids.setdefault(rec.get("Parent") or "root", []).append(name)
+    users_of: dict[str, list[str]] = {}
+    for (_u, acc), rec in s.users.items():
+        users_of.setdefault(acc, []).append(rec.get("Fairshare", "1"))
+
+    def raw(name: str) -> str:
+        return s.accounts[name].get("Fairshare", "1")
+
+    def level(parent: str) -> int:
+        total = 0
+        for fs in [raw(a) for a in kids.get(parent, [])] + users_of.get(parent, []):
+            total += int(fs) if fs != "parent" else 0
+        for a in kids.get(parent, []):
+            if raw(a) == "parent":
+                total += level(a)
+        return total
+
+    out: list[Share] = []
+
+    def walk(parent: str, above: float, depth: int, fs_parent: Share | None) -> None:
+        lvl = level(parent)
+        for a in sorted(kids.get(parent, [])):
+            if raw(a) == "parent" and fs_parent is not None:  # shares_norm is the fs parent's
+                sh = Share(a, parent, fs_parent.raw, fs_parent.level, fs_parent.norm, above, depth)
+            else:
+                r = int(raw(a)) if raw(a) != "parent" else 0
+                norm = r / lvl if lvl else 0.0
+                sh = Share(a, parent, r, lvl, norm, above * norm, depth)
+            out.append(sh)
+            walk(a, sh.cluster, depth + 1, sh)
+
+    walk("root", 1.0, 0, None)
+    return out
 
 
 # --- parsing the live state (sacctmgr -P -n show ...) ------------------------------------------------------------

@@ -46,16 +46,41 @@ def _load(inventory: str) -> tuple[object, object, object]:
     return cluster.tenants, target, read_state(target)
 
 
-def _plan(inventory: str, prune: bool) -> tuple[object, list, list]:
+def _plan(inventory: str, prune: bool, shares: list | None = None) -> tuple[object, list, list]:
+    """-> (target, changes, steps); with ``shares`` (a list), it gets the share lines of the planned state."""
     from slurmkit.accounts.plan import desired, diff, mark_blocked, needs_jobs, steps
     from slurmkit.accounts.sacct import read_jobs
 
     tenants, target, live = _load(inventory)
-    changes = diff(live, desired(tenants), prune=prune)  # type: ignore[arg-type]
+    want = desired(tenants)  # type: ignore[arg-type]
+    changes = diff(live, want, prune=prune)  # type: ignore[arg-type]
     if needs_jobs(changes):
         # a delete under active jobs: slurmdbd refuses it (or, for a held job, orphans the job); one squeue call
         changes = mark_blocked(changes, live, read_jobs(target))  # type: ignore[arg-type]
+    if shares is not None:
+        shares += _share_lines(tenants, live, want, prune)
     return target, changes, steps(changes, target.cluster)  # type: ignore[attr-defined]
+
+
+def _share_lines(tenants: object, live: object, want: object, prune: bool) -> list[str]:
+    """Each account's fair share once applied, as `sshare -a` will print it (RawShares, NormShares), and its part of
+    the cluster; a parent's summed share and siblings that are not the inventory's are named."""
+    from slurmkit.accounts.plan import after, shares
+
+    state = after(live, want, prune)  # type: ignore[arg-type]
+    mine = {a.name: a for a in tenants.accounts}  # type: ignore[attr-defined]
+    out = []
+    for sh in shares(state):
+        notes = []
+        a = mine.get(sh.account)
+        if a is not None and a.fairshare_from_children:
+            notes.append("no fairshare given: the sum of its children's")
+        others = sorted({f"{u}'s user association" for (u, acc) in state.users if acc == sh.parent}
+                        | {x for x, rec in state.accounts.items() if rec.get("Parent") == sh.parent and x not in mine})
+        if others:
+            notes.append("beside " + ", ".join(others))
+        out.append("  " * sh.depth + sh.describe("; ".join(notes)))
+    return out
 
 
 def _print(changes: list, cluster: str) -> None:
@@ -71,11 +96,17 @@ def _print(changes: list, cluster: str) -> None:
 @_inventory
 @_prune
 def plan(inventory: str, prune: bool) -> int:
-    """Print the changes `apply` would make (nothing is changed)."""
-    target, changes, sts = _plan(inventory, prune)
+    """Print the changes `apply` would make (nothing is changed), then each account's fair share once applied."""
+    share_lines: list[str] = []
+    target, changes, sts = _plan(inventory, prune, share_lines)
     _print(changes, target.cluster)  # type: ignore[attr-defined]
     for st in sts:
         click.echo("  sacctmgr -i " + " ".join(st.args))
+    if share_lines:
+        click.echo("fair share once applied (as `sshare -a` prints it; NormShares = RawShares over the raw shares of "
+                   "everything under the same parent, Fair Tree):")
+        for ln in share_lines:
+            click.echo("  " + ln)
     return 0
 
 

@@ -236,6 +236,29 @@ def diff(inventory: str, against: str, version: str | None, templates: str | Non
     _print_plan(changes, ver)
 
 
+def _nodes_locked(fn):  # type: ignore[no-untyped-def]
+    """Hold the lock of `nodes add|remove` (elastic/change.py ``locked``: a flock beside the inventory copy in the
+    config dir) around ``fn``: `conf apply` writes the same files and inventory copy, so without it an apply and a
+    node change (or two admins' applies) could each write over the other's. Waits --lock-wait, then refuses (exit
+    1, naming the holder; nothing changed)."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*args, to: str, lock_wait: float, **kw):  # type: ignore[no-untyped-def]
+        import shlex
+
+        from slurmkit.elastic.change import locked
+
+        Path(to).mkdir(parents=True, exist_ok=True)
+        command = "slurmkit " + " ".join(shlex.quote(a) for a in sys.argv[1:])[:200]
+        with locked(Path(to), command, lock_wait, lambda m: click.echo(m, err=True)):
+            return fn(*args, to=to, **kw)
+
+    return click.option("--lock-wait", default=60.0, show_default=True, type=click.FloatRange(0),
+                        help="Seconds to wait while a `nodes add|remove` or another `conf apply` changes DIR "
+                             "(0: refuse at once).")(run)
+
+
 @conf.command()
 @click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
 @click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="Config directory to update.")
@@ -253,6 +276,7 @@ def diff(inventory: str, against: str, version: str | None, templates: str | Non
 @_templates
 @_overrides
 @_no_real
+@_nodes_locked
 def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disruptive: bool, timeout: float,
           version: str | None, templates: str | None, overrides: str | None, no_real_parse: bool) -> int:
     """Validate, back up, write atomically; with --execute carry out the printed plan."""

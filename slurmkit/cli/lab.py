@@ -24,11 +24,16 @@ def lab() -> None:
 
 @lab.command()
 @_dir
-@click.option("--nodes", default=8, show_default=True, type=click.IntRange(1, 64))
+@click.option("--nodes", default=None, type=click.IntRange(1, 64),
+              help="How many nodes  [default: 8, or the sum of --gpu-type's TYPE:NODES]")
 @click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 16))
-@click.option("--gpu-type", default="h100", show_default=True)
+@click.option("--gpu-type", default="h100", show_default=True,
+              help="TYPE for every node, or TYPE:NODES,... (a100:2,h100:2: node[1-2] a100, node[3-4] h100): one node "
+                   "group and one partition per type beside partition gpu (all), for typed quotas.")
 @click.option("--nodes-per-leaf", default=4, show_default=True, type=click.IntRange(1, 64))
-@click.option("--accounting", is_flag=True, help="Add MariaDB + slurmdbd so sacct works.")
+@click.option("--accounting", is_flag=True,
+              help="Add MariaDB + slurmdbd so sacct works; they listen on --port-base+1000 (slurmdbd) and +1001 "
+                   "(MariaDB), ports of their own that must be free too.")
 @click.option("--hooks", is_flag=True, help="Wire slurmkit's prolog/epilog/health hooks (fake NVML per node).")
 @click.option("--healthcheck-interval", default=0, type=click.IntRange(0), help="HealthCheckInterval with --hooks.")
 @click.option("--fake-nvml", "fake_nvml", type=click.Path(exists=True, dir_okay=False),
@@ -36,7 +41,9 @@ def lab() -> None:
                    "--gpus-per-node GPUs of --gpu-type [a healthy state synthesized for that shape].")
 @click.option("--port-base", default=lambda: int(os.environ.get("SLURMKIT_LAB_PORT_BASE", DEFAULT_PORT_BASE)),
               show_default=str(DEFAULT_PORT_BASE), type=click.IntRange(1024, 60000),
-              help="slurmctld port; slurmd of nodeI on base+I (env SLURMKIT_LAB_PORT_BASE).")
+              help="slurmctld port; slurmd of nodeI on base+I; with --accounting slurmdbd on base+1000 and MariaDB "
+                   "on base+1001 (env SLURMKIT_LAB_PORT_BASE). Ports inside the host's ephemeral range "
+                   "(net.ipv4.ip_local_port_range) are refused: any outgoing connection may hold them.")
 @click.option("--slurm", "slurm", type=click.Choice(sorted(DEBIAN_SUITES)), default=None,
               help="Slurm release to run (default: the host's own); another release runs from a cached root "
                    "filesystem, built on first use (see `slurmkit lab image`).")
@@ -67,11 +74,14 @@ def lab() -> None:
               help="Isolation in the kernel: proctrack/cgroup + task/cgroup (ConstrainCores, ConstrainRAMSpace, "
                    "ConstrainDevices) on cgroup v1, one cgroup tree per node; nodes get this host's core count.")
 @click.option("--slow-cpus", default=0.1, show_default=True, type=float, help="The quota of --slow-node, in CPUs.")
-def up(directory: str, nodes: int, gpus_per_node: int, gpu_type: str, nodes_per_leaf: int, accounting: bool,
+def up(directory: str, nodes: int | None, gpus_per_node: int, gpu_type: str, nodes_per_leaf: int, accounting: bool,
        hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int, slurm: str | None,
        topology: str, submit_policy: bool, cgroups: bool, spare: int, power: int, suspend_time: int,
        configless: bool, preset: str | None, slow_nodes: tuple[str, ...], slow_cpus: float) -> None:
     """Start the lab and wait until every node is idle."""
+    if nodes is None:
+        counts = [x.partition(":")[2] for x in gpu_type.split(",")]
+        nodes = sum(int(n) for n in counts) if all(n.isdigit() for n in counts) else 8
     spec = LabSpec(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                    nodes_per_leaf=nodes_per_leaf, accounting=accounting, port_base=port_base, hooks=hooks,
                    healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml, slurm=slurm,

@@ -181,11 +181,11 @@ def remove(hosts: str, requeue: bool, cancel_stranded: bool, timeout: float, dry
                 change.cancel_jobs(backend, jobs)
                 _say(f"cancelled job(s) {', '.join(sorted(jobs))}: " + "; ".join(
                     f"{j} {why}" for j, why in sorted(jobs.items())))
-            res = change.apply_edit(site, backend, e, p, version=release, real_parse=not no_real_parse,
-                                    timeout=timeout, progress=_say)
         except BaseException:
             if drained:  # the cluster did not change: give the nodes back
                 backend.resume(hostlist.fold(drained))
             raise
-        site.stop_nodes(names, _say)
+        # the change, then the slurmd stopped; a failure there rolls the change back and resumes the nodes
+        res = change.remove_nodes(site, backend, e, p, names, drained, version=release,
+                                  real_parse=not no_real_parse, timeout=timeout, progress=_say)
     click.echo(f"removed {hostlist.fold(names)} by {p.kind} in {res.seconds:.1f}s")

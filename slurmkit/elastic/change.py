@@ -7,7 +7,8 @@ reconfigure fails), or nodes that join do not come into service (their slurmd do
 time), the previous set is written back and the cluster brought back onto it: both as they were.
 
 One change at a time: ``locked`` holds an exclusive flock on ``.slurmkit-nodes.lock`` beside the inventory from
-reading the inventory to the end, so two commands never edit the same inventory copy and lose one's change.
+reading the inventory to the end, so two commands never edit the same inventory copy and lose one's change;
+`conf apply`, which writes the same set, takes it too (cli/conf.py).
 """
 
 from __future__ import annotations
@@ -311,6 +312,33 @@ def add_nodes(site: Site, backend: CLIBackend, edit: Edit, path: ChangePath, nam
             site.stop_nodes(names, progress)
         roll_back(site, backend, res, timeout, first)
     return Result(res.path, res.summary, res.backup, time.monotonic() - t0, res.previous, res.written)
+
+
+def remove_nodes(site: Site, backend: CLIBackend, edit: Edit, path: ChangePath, names: list[str],
+                 drained: list[str], *, version: str | None = None, real_parse: bool = True, timeout: float = 120.0,
+                 progress: Progress = lambda m: None) -> Result:
+    """``names`` (drained, their jobs gone: ``drain_and_wait``) leave: the files and the cluster change
+    (``apply_edit``), then their slurmd is stopped (the lab) or the site is told to. If stopping fails, the change
+    is rolled back like a refused one (the nodes' slurmd still runs, so the cluster keeps them): files, inventory
+    and cluster as they were. On any failure the nodes this command drained (``drained``) are resumed."""
+    try:
+        res = apply_edit(site, backend, edit, path, version=version, real_parse=real_parse, timeout=timeout,
+                         progress=progress)
+        try:
+            site.stop_nodes(names, progress)
+        except (SlurmkitError, OSError, KeyboardInterrupt) as exc:
+            first = f"stopping slurmd on {hostlist.fold(names)} failed ({_line(exc)})"
+            progress(f"{first}; putting the previous files back")
+            roll_back(site, backend, res, timeout, first)
+    except BaseException:
+        if drained:  # the cluster did not change (or was brought back): give the nodes back
+            try:
+                backend.resume(hostlist.fold(drained))
+            except SlurmkitError as exc:
+                progress(f"could not resume {hostlist.fold(drained)} ({_line(exc)}): `scontrol update "
+                         f"nodename={hostlist.fold(drained)} state=resume` once slurmctld answers")
+        raise
+    return res
 
 
 def jobs_on(backend: CLIBackend, hosts: list[str]) -> dict[str, tuple[str, ...]]:

@@ -114,7 +114,23 @@ def _place_in_leaf(switches: list[dict[str, Any]], hosts: list[str], switch: str
             raise UsageError(f"--switch: {switch!r} is an upper-level switch (it holds switches, not nodes)")
         s["nodes"] = hostlist.fold([*hostlist.expand(str(s["nodes"])), *hosts])
         return f"leaf switch {switch!r} grows to {s['nodes']}"
+    why = ""
     if switch is None:
+        home = _gap_leaves(switches, hosts)
+        if len(home) > 1:
+            said = "; ".join(f"{hostlist.fold(hs)}: {'a gap in ' + repr(leaf) if leaf else 'no gap'}"
+                             for leaf, hs in home.items())
+            raise UsageError(f"HOSTS: they belong to different leaves ({said}); add them one leaf at a time, or "
+                             "name the leaf with --switch")
+        leaf = next(iter(home))
+        if leaf is not None:
+            s = by_name[leaf]
+            s["nodes"] = hostlist.fold([*hostlist.expand(str(s["nodes"])), *hosts])
+            return (f"leaf switch {leaf!r} grows to {s['nodes']}: {hostlist.fold(hosts)} fill"
+                    f"{'s' if len(hosts) == 1 else ''} the gap in its node list, where a node leaves from")
+        why = (f"; no leaf's node list has a gap that {hostlist.fold(hosts)} fill"
+               f"{'s' if len(hosts) == 1 else ''}, so where a node was is not in the inventory (--switch LEAF "
+               "puts it in an existing leaf)")
         leaves = [str(s["name"]) for s in switches if s.get("nodes")]
         m = _LEAF_RE.match(leaves[-1]) if leaves else None
         switch = f"{m.group(1)}{int(m.group(2)) + 1}" if m else f"{group}-leaf"
@@ -129,14 +145,37 @@ def _place_in_leaf(switches: list[dict[str, Any]], hosts: list[str], switch: str
     if len(tops) == 1:
         top = tops[0]
         top["switches"] = hostlist.fold([*hostlist.expand(str(top["switches"])), switch])
-        return f"new leaf switch {switch!r} under {top['name']!r}"
+        return f"new leaf switch {switch!r} under {top['name']!r}{why}"
     if len(tops) == 0 and len(switches) == 2:
         # one leaf and no spine: a spine joins the old leaf and the new one, so every node stays reachable
         old = str(switches[0]["name"])
         spine = "spine" if "spine" not in by_name else f"{old}-spine"
         switches.append({"name": spine, "switches": hostlist.fold([old, switch])})
-        return f"new leaf switch {switch!r} and spine {spine!r} above {old!r} and it"
-    return f"new leaf switch {switch!r} (no single top switch to hang it under)"
+        return f"new leaf switch {switch!r} and spine {spine!r} above {old!r} and it{why}"
+    return f"new leaf switch {switch!r} (no single top switch to hang it under){why}"
+
+
+def _gap_leaves(switches: list[dict[str, Any]], hosts: list[str]) -> dict[str | None, list[str]]:
+    """Each host's leaf by the leaves' own node lists: the leaf whose names span it (same prefix, its number
+    between the leaf's first and last, e.g. node3 in node[1-2,4]), None where no leaf does (or several do).
+    `nodes remove` leaves exactly such a gap when it takes a node from the middle of a leaf; a node taken from
+    a leaf's end (or a leaf's last node) leaves no trace in the inventory."""
+    spans: list[tuple[str, str, int, int]] = []
+    for s in switches:
+        if not s.get("nodes"):
+            continue
+        by_prefix: dict[str, list[int]] = {}
+        for h in hostlist.expand(str(s["nodes"])):
+            m = _LEAF_RE.match(h)
+            if m:
+                by_prefix.setdefault(m.group(1), []).append(int(m.group(2)))
+        spans += [(str(s["name"]), pre, min(ns), max(ns)) for pre, ns in by_prefix.items()]
+    out: dict[str | None, list[str]] = {}
+    for h in hosts:
+        m = _LEAF_RE.match(h)
+        hits = {name for name, pre, lo, hi in spans if m and pre == m.group(1) and lo < int(m.group(2)) < hi}
+        out.setdefault(hits.pop() if len(hits) == 1 else None, []).append(h)
+    return out
 
 
 def remove_hosts(data: dict[str, Any], hosts: list[str]) -> Edit:
@@ -175,11 +214,18 @@ def remove_hosts(data: dict[str, Any], hosts: list[str]) -> Edit:
         raise UsageError("inventory: topology.blocks: nodes remove does not yet shrink a block topology; edit the "
                          "inventory and use `slurmkit conf apply`")
     dropped_switches: list[str] = []
+    kept_leaves: list[str] = []  # "node6 left leaf2": how to put it back (a node at a leaf's end leaves no gap)
     if isinstance(topo, dict) and topo.get("switches"):
         sw = topo["switches"]
         for s in list(sw):
             if s.get("nodes"):
-                left = [h for h in hostlist.expand(str(s["nodes"])) if h not in gone]
+                all_there = hostlist.expand(str(s["nodes"]))
+                left = [h for h in all_there if h not in gone]
+                if left and len(left) < len(all_there):
+                    went = [h for h in all_there if h in gone]
+                    kept_leaves.append(f"{hostlist.fold(went)} left leaf {s['name']!r} (`nodes add "
+                                       f"{hostlist.fold(went)} --group {owner[went[0]]} --switch {s['name']}` "
+                                       "puts it back)")
                 if left:
                     s["nodes"] = hostlist.fold(left)
                 else:
@@ -206,4 +252,6 @@ def remove_hosts(data: dict[str, Any], hosts: list[str]) -> Edit:
         what += f"; node group(s) {', '.join(dropped_groups)} removed"
     if dropped_switches:
         what += f"; switch(es) {', '.join(dropped_switches)} removed"
+    if kept_leaves:
+        what += "; " + "; ".join(kept_leaves)
     return Edit(new, what, tuple(dropped_parts))

@@ -18,7 +18,14 @@ from slurmkit import hostlist
 from slurmkit.errors import InventoryError, UsageError
 from slurmkit.generate.versions import SlurmFeatures, features_for
 from slurmkit.model import yamlio
-from slurmkit.model.cluster import REPEATABLE_SLURM_KEYS, Cluster, MigInstance, NodeGroup, cpus_per_device
+from slurmkit.model.cluster import (
+    REPEATABLE_SLURM_KEYS,
+    Cluster,
+    MigInstance,
+    NodeGroup,
+    cpus_per_device,
+    mig_gres_type,
+)
 from slurmkit.templates import environment, header_line
 
 
@@ -129,21 +136,11 @@ def _group_path(cluster: Cluster, g: NodeGroup) -> str:
 def _gpu_types(g: NodeGroup) -> list[tuple[str, int]]:
     """(Slurm GRES type, count) per node, in first-seen order: whole GPUs and MIG devices by profile."""
     assert g.gpus is not None
-    counts: dict[str, int] = {}
-    for i in range(g.gpus.count):
-        layout = g.gpus.mig_layout[i] if g.gpus.mig_layout else ()
-        if not layout:
-            counts[g.gpus.type] = counts.get(g.gpus.type, 0) + 1
-        for inst in layout:
-            t = mig_type(g.gpus.type, inst)
-            counts[t] = counts.get(t, 0) + 1
-    return list(counts.items())
+    return g.gpus.gres_types()
 
 
 def mig_type(gpu_type: str, inst: MigInstance) -> str:
-    """``h100`` + ``3g.40gb`` -> ``h100_3g.40gb``: a substring of NVML's ``nvidia_h100_80gb_hbm3_3g.40gb``-style
-    names, so the same Type works with AutoDetect=nvml acting as a sanity check."""
-    return f"{gpu_type}_{inst.profile}"
+    return mig_gres_type(gpu_type, inst)
 
 
 def _gres_types(cluster: Cluster) -> list[str]:

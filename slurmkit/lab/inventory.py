@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 
 def _span(lo: int, hi: int) -> str:
     return str(lo) if hi <= lo else f"{lo}-{hi}"
+
+
+def gpu_types(spec: str, nodes: int) -> list[tuple[str, int]]:
+    """``--gpu-type``: ``TYPE`` (every node) or ``TYPE:NODES,TYPE:NODES,...`` (that many nodes of each type, in
+    order: ``a100:2,h100:2`` is node[1-2] a100, node[3-4] h100, one node group per type) -> [(type, nodes)].
+    ValueError (naming the option) when the counts do not add up to ``nodes`` or a type repeats."""
+    items = [x.strip() for x in spec.split(",")]
+    if len(items) == 1 and ":" not in items[0]:
+        if not items[0]:
+            raise ValueError("--gpu-type: empty")
+        return [(items[0], nodes)]
+    out: list[tuple[str, int]] = []
+    for it in items:
+        t, sep, n = it.partition(":")
+        if not sep or not t or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--gpu-type: {it!r} is not TYPE:NODES (e.g. a100:2,h100:2)")
+        if any(t == x for x, _n in out):
+            raise ValueError(f"--gpu-type: type {t!r} given twice")
+        out.append((t, int(n)))
+    if sum(n for _t, n in out) != nodes:
+        raise ValueError(f"--gpu-type: {spec!r} names {sum(n for _t, n in out)} nodes, the lab has {nodes} (--nodes)")
+    return out
 
 
 def lab_inventory(
@@ -35,7 +58,11 @@ def lab_inventory(
     ``cores``: that many cores instead of 2 sockets x 4 (the cgroup mode: task/cgroup writes the job's cores into a
     real cpuset, so a node may not claim CPUs the host lacks), as two sockets when even; the first half of the GPUs
     are bound (gres.conf Cores=) to the first socket, the rest to the second.
-    ``submit_policy``: the generated job_submit.lua (time limit for GPU jobs, per-GPU defaults, one leaf)."""
+    ``submit_policy``: the generated job_submit.lua (time limit for GPU jobs, per-GPU defaults, one leaf).
+    ``gpu_type`` ``a100:2,h100:2`` (see ``gpu_types``): one node group per type, each also a partition of its own
+    beside ``gpu`` (all of them), so that typed quotas, untyped requests and mixed ones meet a real slurmctld."""
+    types = gpu_types(gpu_type, nodes)
+    gpu_type = types[0][0]
     half = max(1, gpus_per_node // 2)
     if cores:
         # gres.conf Cores= must cover whole sockets from 24.11 (src/interfaces/gres.c
@@ -82,6 +109,21 @@ def lab_inventory(
             "switches": leaves + ([{"name": "spine", "switches": f"leaf[1-{len(leaves)}]"}] if len(leaves) > 1 else [])
         },
     }
+    if len(types) > 1:
+        if power_nodes:
+            raise ValueError("--power takes a lab of one GPU type")
+        base = inv["node_groups"][0]
+        groups, first = [], 1
+        for t, n in types:
+            last = first + n - 1
+            g = copy.deepcopy(base)
+            g.update(name=t, hosts=f"node[{first}-{last}]" if last > first else f"node{first}", features=[t, "nvlink"])
+            g["gpus"]["type"] = t
+            groups.append(g)
+            first = last + 1
+        inv["node_groups"] = groups
+        inv["partitions"][0]["groups"] = [t for t, _n in types]
+        inv["partitions"] += [{"name": t, "groups": [t], "max_time": "1-00:00:00"} for t, _n in types]
     if len(leaves) == 1:
         inv["topology"]["switches"][0]["name"] = "leaf1"
     if topology == "block":

@@ -149,6 +149,16 @@ class LabSpec:
     def db_port(self) -> int:
         return self.port_base + 1001
 
+    def ports(self) -> dict[int, str]:
+        """Every TCP port the lab listens on -> what listens there (for messages)."""
+        out = {self.ctld_port: "slurmctld, --port-base"}
+        for i in range(1, self.nodes + self.spare + 1):
+            out[self.slurmd_port(i)] = f"slurmd of node{i}, --port-base+{i}"
+        if self.accounting:
+            out[self.dbd_port] = "slurmdbd, --port-base+1000 with --accounting"
+            out[self.db_port] = "MariaDB, --port-base+1001 with --accounting"
+        return out
+
     @property
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(1, self.nodes + 1)]
@@ -157,6 +167,25 @@ class LabSpec:
     def all_node_names(self) -> list[str]:
         """The nodes the lab has room for: those it starts with and the spare ones."""
         return [f"node{i}" for i in range(1, self.nodes + self.spare + 1)]
+
+    @property
+    def gpu_types(self) -> list[tuple[str, int]]:
+        """(GPU type, nodes) in node order: ``gpu_type`` is one type or ``TYPE:NODES,...`` (lab/inventory.py)."""
+        from slurmkit.lab.inventory import gpu_types
+
+        try:
+            return gpu_types(self.gpu_type, self.nodes)
+        except ValueError as exc:
+            raise LabError(str(exc)) from exc
+
+    def node_gpu_type(self, name: str) -> str:
+        """The GPU type of ``nodeI``; a spare node has the last type."""
+        i = self.node_index(name)
+        for t, n in self.gpu_types:
+            if i <= n:
+                return t
+            i -= n
+        return self.gpu_types[-1][0]
 
     def node_index(self, name: str) -> int:
         """nodeI -> I, for a node the lab has room for; LabError otherwise."""
@@ -281,7 +310,7 @@ class Lab:
         return bool(self.running_pids())
 
     # --- up ------------------------------------------------------------------------------------------------
-    def preflight(self) -> None:
+    def preflight(self, progress: Progress = lambda m: None) -> None:
         """Refuse clearly, changing nothing."""
         if self.spec.topology == "block" and self.spec.spare:
             # room that `nodes add` would then refuse (elastic/edit.py add_hosts: no block topologies): on 24.11 a
@@ -316,6 +345,10 @@ class Lab:
             if self.spec.nodes % self.spec.nodes_per_leaf:
                 raise LabError(f"--topology block needs --nodes ({self.spec.nodes}) to be a multiple of --nodes-per-leaf "
                                f"({self.spec.nodes_per_leaf}): every block has the base size")
+        types = self.spec.gpu_types  # a bad --gpu-type is refused here
+        if len(types) > 1 and (self.spec.preset or self.spec.power or self.spec.fake_nvml_template):
+            raise LabError("--gpu-type with several types: not together with --preset, --power or --fake-nvml "
+                           "(each shapes the nodes after one GPU type)")
         if self.spec.hooks:
             self._nvml_state()  # a state that does not fit the lab is refused before anything starts
         if self.spec.cgroups:
@@ -328,12 +361,7 @@ class Lab:
             raise LabError("--spare must be >= 0")
         if not 0 <= self.spec.power <= self.spec.nodes:
             raise LabError(f"--power must be 0..--nodes ({self.spec.nodes})")
-        ports = [self.spec.ctld_port] + [self.spec.slurmd_port(i) for i in range(1, self.spec.nodes + self.spec.spare + 1)]
-        if self.spec.accounting:
-            ports += [self.spec.dbd_port, self.spec.db_port]
-        busy = [p for p in ports if not _port_free(p)]
-        if busy:
-            raise LabError(f"ports in use: {', '.join(map(str, busy))}; stop what uses them or pass --port-base")
+        check_ports(self.spec.ports(), progress)
 
     def write_config(self, hooks_command: str | None = None) -> dict[str, str]:
         """Render the lab's inventory with slurmkit's generator plus single-host overrides; returns the files."""
@@ -494,7 +522,7 @@ class Lab:
         """Start everything and wait until every node is exactly ``idle``. Returns seconds taken."""
         t0 = time.monotonic()
         self.spec.apply_preset()
-        self.preflight()
+        self.preflight(progress)
         s = self.spec
         nvml = self._nvml_state() if s.hooks else {}  # read before the lab dir is cleaned
         if self.dir.exists():
@@ -593,17 +621,18 @@ class Lab:
         return self.dir / "fake-nvml" / f"{node}.json"
 
     def _nvml_state(self) -> dict:
-        """The state every node starts with: --fake-nvml's, checked against the lab's shape, or a healthy one."""
+        """The state every node starts with: --fake-nvml's, checked against the lab's shape, or a healthy one (per
+        GPU type: {type: state})."""
         from slurmkit.lab.nvmlstate import healthy_state, load_template
 
         s = self.spec
         if s.fake_nvml_template:
-            return load_template(s.fake_nvml_template, s.gpus_per_node, s.gpu_type)
-        return healthy_state(s.gpus_per_node, s.gpu_type)
+            return {t: load_template(s.fake_nvml_template, s.gpus_per_node, t) for t, _n in s.gpu_types}
+        return {t: healthy_state(s.gpus_per_node, t) for t, _n in s.gpu_types}
 
-    def _seed_fake_nvml(self, state: dict) -> None:
+    def _seed_fake_nvml(self, states: dict) -> None:
         for n in self.spec.all_node_names:
-            self.fake_nvml_file(n).write_text(json.dumps(state, indent=1))
+            self.fake_nvml_file(n).write_text(json.dumps(states[self.spec.node_gpu_type(n)], indent=1))
 
     def _make_devices(self) -> None:
         for i in range(self.spec.gpus_per_node):
@@ -1016,6 +1045,101 @@ def _pids_in_ns(namespaces: set[str | None]) -> list[int]:
         if d.isdigit() and _ns(int(d)) in namespaces:
             out.append(int(d))
     return out
+
+
+# /proc/net/tcp "st" column (include/net/tcp_states.h): 06 TCP_TIME_WAIT, 0A TCP_LISTEN
+_TIME_WAIT = "06"
+# Linux holds a TIME-WAIT socket for TCP_TIMEWAIT_LEN, 60 s (include/net/tcp.h)
+TIME_WAIT_S = 60.0
+
+
+def _tcp_sockets(port: int, proc: Path = Path("/proc/net")) -> list[tuple[str, str]]:
+    """(state, inode) of every TCP socket (IPv4 and IPv6) whose local port is ``port``, from /proc/net/tcp{,6}."""
+    out = []
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = (proc / name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            f = ln.split()
+            if len(f) > 9 and int(f[1].rsplit(":", 1)[1], 16) == port:
+                out.append((f[3], f[9]))
+    return out
+
+
+def _holders(inodes: set[str]) -> list[str]:
+    """``name (pid N)`` of the processes holding sockets ``inodes`` (their /proc/PID/fd links)."""
+    want = {f"socket:[{i}]" for i in inodes if i != "0"}
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or not want:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{d}/fd")
+            if any(os.readlink(f"/proc/{d}/fd/{fd}") in want for fd in fds):
+                out.append(f"{Path(f'/proc/{d}/comm').read_text().strip()} (pid {d})")
+        except OSError:
+            continue
+    return out
+
+
+def ephemeral_range(proc: Path = Path("/proc/sys/net/ipv4")) -> tuple[int, int, set[int]]:
+    """(first, last, reserved ports) of the host's ephemeral range: ip_local_port_range, ip_local_reserved_ports
+    (ip-sysctl.rst: the ports the kernel picks for an outgoing connection's local end; reserved ones it never picks)."""
+    try:
+        lo, hi = (int(x) for x in (proc / "ip_local_port_range").read_text().split()[:2])
+    except (OSError, ValueError):
+        return 0, -1, set()
+    reserved: set[int] = set()
+    try:
+        for part in (proc / "ip_local_reserved_ports").read_text().strip().split(","):
+            if part:
+                a, _sep, b = part.partition("-")
+                reserved.update(range(int(a), int(b or a) + 1))
+    except (OSError, ValueError):
+        pass
+    return lo, hi, reserved
+
+
+def check_ports(ports: dict[int, str], progress: Callable[[str], None] = lambda m: None,
+                time_wait: float = TIME_WAIT_S) -> None:
+    """Refuse a port inside the host's ephemeral range (any outgoing connection may hold it at any moment, and the
+    lab's daemon then fails to bind), and a port something holds, naming its role and holder. A port held only by
+    TIME-WAIT sockets is not in use: it is waited for (the kernel frees it within 60 s; until then a bind with
+    SO_REUSEADDR, as Slurm's daemons do, fails where the closed socket had not set it)."""
+    lo, hi, reserved = ephemeral_range()
+    eph = sorted(p for p in ports if lo <= p <= hi and p not in reserved)
+    if eph:
+        span = f"{eph[0]}-{eph[-1]}" if len(eph) > 1 else str(eph[0])
+        raise LabError(f"ports {span} ({ports[eph[0]]}) lie in this host's ephemeral range {lo}-{hi} "
+                       "(net.ipv4.ip_local_port_range), where any outgoing connection may take them; pass a "
+                       f"--port-base that keeps every lab port below {lo} (base+1001 with --accounting), or reserve "
+                       "them (net.ipv4.ip_local_reserved_ports)")
+    busy: dict[int, list[str]] = {}
+    waiting: list[int] = []
+    for p in sorted(ports):
+        if _port_free(p):
+            continue
+        socks = _tcp_sockets(p)
+        if socks and all(st == _TIME_WAIT for st, _i in socks):
+            waiting.append(p)
+        else:
+            busy[p] = _holders({i for st, i in socks if st != _TIME_WAIT})
+    if busy:
+        raise LabError("ports in use: " + "; ".join(
+            f"{p} ({ports[p]}){' by ' + ', '.join(h) if h else ''}" for p, h in busy.items())
+            + "; stop what uses them or pass another --port-base")
+    if waiting:
+        progress(f"port(s) {', '.join(map(str, waiting))} held only by TIME-WAIT sockets of closed connections; "
+                 f"waiting up to {time_wait:g}s for the kernel to free them")
+        deadline = time.monotonic() + time_wait
+        while not all(_port_free(p) for p in waiting):
+            if time.monotonic() > deadline:
+                left = [p for p in waiting if not _port_free(p)]
+                raise LabError(f"ports {', '.join(map(str, left))} still held after {time_wait:g}s of TIME-WAIT; "
+                               "pass another --port-base")
+            time.sleep(0.5)
 
 
 def _port_free(port: int) -> bool:

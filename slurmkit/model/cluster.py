@@ -70,6 +70,25 @@ class GPUs:
     def file_list(self) -> list[str]:
         return hostlist.expand(self.files)
 
+    def gres_types(self) -> list[tuple[str, int]]:
+        """(Slurm GRES type, count) per node, in first-seen order: whole GPUs by ``type``, MIG devices by profile
+        (``mig_gres_type``). What gres.conf's Type= says and so what a ``gres/gpu:<type>`` TRES counts."""
+        counts: dict[str, int] = {}
+        for i in range(self.count):
+            layout = self.mig_layout[i] if self.mig_layout else ()
+            if not layout:
+                counts[self.type] = counts.get(self.type, 0) + 1
+            for inst in layout:
+                t = mig_gres_type(self.type, inst)
+                counts[t] = counts.get(t, 0) + 1
+        return list(counts.items())
+
+
+def mig_gres_type(gpu_type: str, inst: MigInstance) -> str:
+    """``h100`` + ``3g.40gb`` -> ``h100_3g.40gb``: a substring of NVML's ``nvidia_h100_80gb_hbm3_3g.40gb``-style
+    names, so the same Type works with AutoDetect=nvml acting as a sanity check."""
+    return f"{gpu_type}_{inst.profile}"
+
 
 @dataclass(frozen=True)
 class NIC:

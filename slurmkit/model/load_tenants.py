@@ -20,6 +20,7 @@ tenants:
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from slurmkit.model.cluster import NodeGroup, Partition
@@ -90,7 +91,9 @@ def _gpus(ctx: _Ctx, v: Any, path: str, types: dict[str, int], total_gpus: int,
                 continue
             if k not in types:
                 known = ", ".join(sorted(types)) or "none"
-                raise ctx.err(kp, f"unknown GPU type {k!r} (node_groups have: {known}; or 'total')")
+                mig = [t for t in sorted(types) if t.startswith(f"{k}_")]
+                hint = (f"; its MIG devices count as their profiles' types, e.g. {mig[0]}" if mig else "")
+                raise ctx.err(kp, f"unknown GPU type {k!r} (node_groups have: {known}; or 'total'{hint})")
             cnt = _int(ctx, n, kp)
             if cnt > types[k]:
                 raise ctx.err(kp, f"{cnt} {k} GPUs is more than the cluster's {types[k]}")
@@ -144,6 +147,24 @@ def _within_ancestors(ctx: _Ctx, quota: GpuQuota, parent: str, accounts: list[Ac
             a = by_name.get(a.parent)
 
 
+def _parent_shares(accounts: list[Account], given: set[str]) -> list[Account]:
+    """A parent account the inventory gives no ``fairshare`` gets the sum of its children's (theirs resolved first).
+
+    Fair share is judged level by level: with Fair Tree (slurm.conf(5) PriorityFlags, the default unless
+    NO_FAIR_TREE; src/common/read_config.c sets PRIORITY_FLAGS_FAIR_TREE, slurm-22-05-8-1 and slurm-24-11-5-1) an
+    association's normalised share is its raw Fairshare over the sum of its siblings' (src/common/assoc_mgr.c
+    _normalize_assoc_shares_fair_tree and _get_children_level_shares, both releases), and a parent's part of the
+    cluster is what its children divide. slurmdbd's default raw share is 1, so a parent left at it would hold 1 share
+    against a top-level sibling's 20 (a 20:1 tree instead of the 50/30/20 its leaves say). Summed, leaf shares mean
+    shares of the whole cluster wherever the leaf sits; a parent given one keeps it (its children then divide it)."""
+    by_name = {a.name: a for a in accounts}
+    for a in reversed(accounts):  # children come after their parent: reversed, every child is resolved first
+        kids = [by_name[c.name] for c in accounts if c.parent == a.name]
+        if kids and a.name not in given:
+            by_name[a.name] = replace(a, fairshare=sum(k.fairshare for k in kids), fairshare_from_children=True)
+    return [by_name[a.name] for a in accounts]
+
+
 def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: tuple[Partition, ...],
                  has_accounting: bool, has_submit_policy: bool = False) -> Tenants:
     path = "tenants"
@@ -154,10 +175,15 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
         # information ... stored in a database"); without slurmdbd nothing can hold them
         raise ctx.err(path, "tenants need accounting (slurmdbd holds accounts, users and QOS): add "
                             "'accounting: {host: ...}'")
+    # GPU types as Slurm counts them: a MIG device is a gres/gpu of its profile's Type (gres.conf Type=h100_3g.40gb,
+    # model GPUs.gres_types), and a partitioned GPU is no gres/gpu:h100 at all; so a typed quota on a MIG group names
+    # the profile, and the cluster's gres/gpu total counts MIG devices (gres.conf(5) MultipleFiles, 22.05 and 24.11:
+    # a MIG device's files are "managed as a single generic resource", one gres/gpu each)
     types: dict[str, int] = {}
     for g in groups.values():
         if g.gpus:
-            types[g.gpus.type] = types.get(g.gpus.type, 0) + g.gpus.count * len(g.hostnames)
+            for t, n in g.gpus.gres_types():
+                types[t] = types.get(t, 0) + n * len(g.hostnames)
     total_gpus = sum(types.values())
 
     qos: list[QOS] = []
@@ -220,6 +246,7 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
         ))
 
     accounts: list[Account] = []
+    given: set[str] = set()  # accounts whose fairshare the inventory states
     memberships: dict[str, list[tuple[str, bool, str]]] = {}  # user -> [(account, default?, key path)]
 
     def walk(items: Any, p: str, parent: str) -> None:
@@ -251,6 +278,8 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
                 dq = aq[0]
             quota = _gpus(ctx, m.get("gpus"), _join(ap, "gpus"), types, total_gpus, has_submit_policy)
             _within_ancestors(ctx, quota, parent, accounts, _join(ap, "gpus"), isinstance(m.get("gpus"), dict))
+            if m.get("fairshare") is not None:
+                given.add(name)
             accounts.append(Account(
                 name=name, parent=parent,
                 fairshare=_int(ctx, m.get("fairshare", 1), _join(ap, "fairshare"), 1),
@@ -276,6 +305,7 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
                 walk(m["children"], _join(ap, "children"), name)
 
     walk(top.get("accounts") or [], _join(path, "accounts"), "root")
+    accounts = _parent_shares(accounts, given)
     parents = {a.parent for a in accounts}
     users = []
     for uname, mem in memberships.items():

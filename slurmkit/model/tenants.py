@@ -75,12 +75,16 @@ class QOS:
 class Account:
     name: str
     parent: str  # "root" for a top-level account (slurmdbd's root account)
+    # slurmdbd's raw Fairshare of the association: competes with its siblings (accounts and user associations under
+    # the same parent). A parent account without one in the inventory gets the sum of its children's, so that leaf
+    # shares read as shares of the cluster (50/30/20 across depths); ``fairshare_from_children`` says it was summed
     fairshare: int = 1
     gpus: GpuQuota = GpuQuota()  # GrpTRES on the account's association: the tenant's GPU quota
     max_jobs: int | None = None  # GrpJobs
     qos: tuple[str, ...] = ()  # empty: not managed (inherits what slurmdbd gives)
     default_qos: str | None = None
     description: str = ""
+    fairshare_from_children: bool = False
 
 
 @dataclass(frozen=True)

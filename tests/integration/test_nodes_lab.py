@@ -34,8 +34,10 @@ RESTART = release_under_test() < "24.11"  # 22.05 .. 24.05: controller restart; 
 
 @pytest.fixture(scope="module")
 def elab() -> Iterator[Lab]:
-    # its own ports, clear of the session lab (base) and of make_lab's (base + 200 * k, k < 10)
-    spec = LabSpec(dir=f"{_root_dir()}-nodes", port_base=_base() + 3000, nodes=4, spare=4, slurm=lab_release())
+    # its own ports, clear of the session lab (base..base+nodes, base+1000/1001) and of make_lab's (base + 200 * k,
+    # k < 10, and +1000/1001 from there), and below the host's ephemeral range where the base is (`lab up` refuses
+    # ports inside it)
+    spec = LabSpec(dir=f"{_root_dir()}-nodes", port_base=_base() + 180, nodes=4, spare=4, slurm=lab_release())
     the_lab = start_lab(spec)
     try:
         yield the_lab
@@ -249,3 +251,37 @@ def test_remove_with_requeue_moves_the_job(elab: Lab, backend: CLIBackend, long_
     assert job(backend, moved).nodes == ("node5",)
     j = job(backend, long_job)
     assert j.state == "RUNNING" and sorted(j.nodes) == ["node1", "node2", "node3", "node4"]
+
+
+class _StopFails(LabSite):
+    """The lab, except that stopping a slurmd fails (as a site's `systemctl stop slurmd` that times out would)."""
+
+    def stop_nodes(self, names: list[str], progress: change.Progress) -> None:
+        raise OSError("injected by the test: slurmd did not stop")
+
+
+def test_remove_whose_slurmd_does_not_stop_is_rolled_back(elab: Lab, backend: CLIBackend, long_job: str) -> None:
+    """Issue 24 item 8: the change landed, then stopping node5's slurmd failed: before, the command ended there
+    (node5 gone from the files and the cluster, its slurmd still running, drained); now the previous files are
+    brought back and node5 resumed: files, inventory and cluster as they were."""
+    lab = lab_for_conf(elab.conf)
+    assert lab is not None
+    for jid in change.jobs_on(backend, ["node5"]):  # the job the requeue test moved there
+        backend.cancel(jid)
+    wait_for(lambda: not change.jobs_on(backend, ["node5"]), 60, "node5's jobs to end")
+    before = _files(elab.etc)
+    nodes_before = sorted(n.name for n in backend.nodes())
+    assert "node5" in nodes_before
+    e = edit.remove_hosts(change.load_inventory(elab.etc), ["node5"])
+    p = path.choose(release_under_test(), adding=False)
+    drained = change.drain_and_wait(backend, ["node5"], requeue=False, timeout=60)
+    assert drained == ["node5"] and backend.node("node5").drained
+    with pytest.raises(change.ElasticError, match=r"^stopping slurmd on node5 failed \(injected by the test: slurmd "
+                                                  r"did not stop\); rolled back: the files, the inventory and the "
+                                                  r"cluster are as they were"):
+        change.remove_nodes(_StopFails(lab), backend, e, p, ["node5"], drained, version=release_under_test())
+    assert _files(elab.etc) == before
+    assert sorted(n.name for n in backend.nodes()) == nodes_before
+    change.wait_registered(backend, ["node5"], 60, in_service=True)  # resumed, responding
+    assert "slurmd-node5" in _slurmds(elab)
+    assert job(backend, long_job).state == "RUNNING"

@@ -98,10 +98,13 @@ def test_apply_half_way_failure_reports_then_rerun_converges(tlab, tmp_path):
                                                    if a["name"] != "team-b"]
     small_p = tmp_path / "small.yaml"
     small_p.write_text(yaml.safe_dump(small))
-    # without --prune nothing is deleted: team-b and nobody are only reported
+    # without --prune nothing is deleted: team-b and nobody are only reported; research, which gives no fairshare,
+    # holds its one child's 60 now
     r = accounts(tlab, "apply", str(small_p))
     assert r.returncode == 0, r.stderr
-    assert "extra account team-b" in r.stdout and "extra user nobody@team-b" in r.stdout and "applied:" not in r.stdout
+    assert "extra account team-b" in r.stdout and "extra user nobody@team-b" in r.stdout
+    assert [ln for ln in r.stdout.splitlines() if ln.startswith("applied:")] == [
+        "applied: sacctmgr -i modify account where name=research cluster=lab set Fairshare=60"], r.stdout
     # --prune under an active job of team-b: slurmdbd itself refuses the delete (what the plan foresees) ...
     busy = submit(tlab, "nobody", "-w", "node1", "-n1")
     wait_for(lambda: sacct_state(tlab, busy) in ("PENDING", "RUNNING"), 60, "slurmdbd to record team-b's job")
@@ -141,7 +144,9 @@ def test_apply_half_way_failure_reports_then_rerun_converges(tlab, tmp_path):
     assert r.returncode == 1
     assert "applied: sacctmgr -i add account team-b" in r.stdout
     assert "failed:  sacctmgr -i add user nobody Account=team-b" in r.stderr
-    assert "injected failure" in r.stderr and "1 step(s) applied, 1 not" in r.stderr
+    # research gets its two children's 100 back first (modify before add), then team-b lands, its user does not
+    assert "applied: sacctmgr -i modify account where name=research cluster=lab set Fairshare=100" in r.stdout
+    assert "injected failure" in r.stderr and "2 step(s) applied, 1 not" in r.stderr
     # a re-run converges: only what did not land is left
     r = accounts(tlab, "plan", str(full_p))
     assert "add user nobody@team-b" in r.stdout and "add account" not in r.stdout, r.stdout
@@ -260,6 +265,53 @@ def test_high_qos_preempts_scavenger_which_requeues_and_completes(tlab):
                     "the requeued scavenger job to complete")
     assert done["Restarts"] == "1"
     assert job(tlab, high)["JobState"] == "COMPLETED"
+
+
+def test_fair_share_across_depths_is_what_plan_says_and_sshare_reports(tlab, tmp_path):
+    """Issue 24 item 4: research (team-a 50, team-b 30, no fairshare of its own) beside a top-level team-c 20. The
+    plan prints each account's RawShares/NormShares as sshare will; slurmctld's sshare then reports exactly those,
+    and team-a/b/c hold 50/30/20 of the cluster but for root's own user association (1 of 101 at the top). Before,
+    research kept slurmdbd's raw share 1: 1 against team-c's 20."""
+    d = yaml.safe_load(inventory(tlab).read_text())
+    research = d["tenants"]["accounts"][0]
+    assert "fairshare" not in research
+    shares = {"team-a": 50, "team-b": 30}
+    for a in research["children"]:
+        a["fairshare"] = shares[a["name"]]
+    d["tenants"]["accounts"].append({"name": "team-c", "fairshare": 20})
+    p = tmp_path / "depths.yaml"
+    p.write_text(yaml.safe_dump(d))
+    r = accounts(tlab, "plan", str(p))
+    assert r.returncode == 0, r.stderr
+    planned = {}
+    for ln in r.stdout.splitlines():
+        if ln.strip().startswith("share "):
+            name = ln.split()[1].rstrip(":")
+            kv = dict(w.split("=") for w in ln.split() if w.startswith(("RawShares=", "NormShares=")))
+            planned[name] = (int(kv["RawShares"]), float(kv["NormShares"]))
+    assert set(planned) == {"research", "team-a", "team-b", "team-c"}, r.stdout
+    assert "share research: RawShares=80 NormShares=0.792079 (80 of 101 under root; no fairshare given: the sum of " \
+           "its children's; beside root's user association)" in r.stdout, r.stdout
+    try:
+        r = accounts(tlab, "apply", str(p))
+        assert r.returncode == 0 and "verified:" in r.stdout, r.stdout + r.stderr
+
+        def reported() -> dict[str, tuple[int, float]]:
+            out = sh(tlab, ["sshare", "-a", "-P", "-n", "-o", "Account,User,RawShares,NormShares"]).stdout
+            rows = [ln.split("|") for ln in out.splitlines()]
+            return {f[0].strip(): (int(f[2]), float(f[3])) for f in rows
+                    if len(f) >= 4 and not f[1] and f[0].strip() != "root" and f[2]}
+
+        # slurmctld takes association changes from slurmdbd at once (assoc_mgr update), sshare asks slurmctld
+        got = wait_for(lambda: (lambda g: g if all(g.get(a, (0, 0))[0] == planned[a][0] for a in planned) else None)(
+            reported()), 30, "sshare to show the applied raw shares", reported)
+        for a, (raw, norm) in planned.items():
+            assert got[a][0] == raw and abs(got[a][1] - norm) < 1e-6, (a, got[a], planned[a])
+        cluster = {a: got["research"][1] * got[a][1] for a in ("team-a", "team-b")} | {"team-c": got["team-c"][1]}
+        assert {a: round(v * 101) for a, v in cluster.items()} == {"team-a": 50, "team-b": 30, "team-c": 20}
+    finally:
+        r = accounts(tlab, "apply", "--prune", str(inventory(tlab)))
+        assert r.returncode == 0 and "verified:" in r.stdout, r.stdout + r.stderr
 
 
 def test_fair_share_after_team_a_used_the_cluster_team_b_starts_first(tlab):
@@ -386,3 +438,56 @@ def test_qos_preemption_with_grace_time_checkpoints_requeues_and_resumes(tlab, t
           f"{result['final']}; high job {job(tlab, high)['JobState']}")
     assert result == {"resumed_from": sig["step"], "restart": 1, "final": sig["step"] + 5}
     assert job(tlab, high)["JobState"] == "COMPLETED"
+
+
+@pytest.fixture(scope="module")
+def typed_lab(make_lab):
+    """Issue 24 item 6: node1 with 2 A100s, node2 with 2 H100s (`--gpu-type a100:1,h100:1`), partitions gpu (both),
+    a100, h100; the submit policy's job_submit.lua; team-b's quota per type: 1 A100 and 1 H100."""
+    from slurmkit.lab.inventory import lab_tenants
+
+    tenants = lab_tenants(4)
+    team_b = next(a for a in tenants["accounts"][0]["children"] if a["name"] == "team-b")
+    team_b["gpus"] = {"a100": 1, "h100": 1}
+    return make_lab(nodes=2, gpus_per_node=2, gpu_type="a100:1,h100:1", nodes_per_leaf=2, accounting=True,
+                    submit_policy=True, tenants=tenants)
+
+
+def test_two_gpu_types_typed_quotas_against_slurmctld(typed_lab):
+    lab = typed_lab
+    gres = sh(lab, ["sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %G"]).stdout.split("\n")
+    assert [ln.split()[:2] for ln in gres if ln] == [["node1", "gpu:a100:2(S:0-1)"], ["node2", "gpu:h100:2(S:0-1)"]]
+    grp = sh(lab, ["sacctmgr", "-P", "-n", "show", "assoc", "where", "cluster=lab", "account=team-b", "user=",
+                   "format=GrpTRES"]).stdout.strip()
+    assert sorted(grp.split(",")) == ["gres/gpu:a100=1", "gres/gpu:h100=1", "gres/gpu=2"], grp
+    t = ["-t", "10"]
+    try:
+        # a typed request over the type's quota pends with AssocGrpGRES
+        over = submit(lab, "nobody", "-p", "a100", "--gres=gpu:a100:2", *t)
+        # an untyped one in a one-type partition gets the type (job_submit.lua), and the typed limit holds it
+        for args in (["-p", "h100", "--gres=gpu:2"], ["-p", "h100", "--gpus=2"]):
+            j = submit(lab, "nobody", *args, *t)
+            rec = job(lab, j)
+            assert "gpu:h100:2" in rec.get("TresPerNode", "") + rec.get("TresPerJob", ""), rec
+            wait_for(lambda j=j: job(lab, j)["Reason"] == "AssocGrpGRES", 60, "AssocGrpGRES", lambda j=j: job(lab, j))
+        wait_for(lambda: job(lab, over)["Reason"] == "AssocGrpGRES", 60, "AssocGrpGRES", lambda: job(lab, over))
+        # within the quota: runs
+        ok = submit(lab, "nobody", "-p", "a100", "--gres=gpu:1", *t)
+        wait_for(lambda: job(lab, ok)["JobState"] == "RUNNING", 60, "the 1-A100 job to run", lambda: job(lab, ok))
+        # untyped where the partition has both types: refused at submit, naming them
+        r = sh(lab, ["runuser", "-u", "nobody", "--", "sbatch", *RUN, "-p", "gpu", "--gres=gpu:2", *t, "--wrap",
+                     "true"], check=False)
+        assert r.returncode == 1 and "typed_gpu_quotas" in r.stderr and "a100, h100" in r.stderr, r.stderr
+        # a mixed request: Slurm refuses it at submit (both releases) ...
+        r = sh(lab, ["runuser", "-u", "nobody", "--", "sbatch", *RUN, "-p", "h100", "--gres=gpu:2,gpu:h100:1", *t,
+                     "--wrap", "true"], check=False)
+        assert r.returncode == 1 and "with and without type identification" in r.stderr, r.stderr
+        # ... but a job update reaches job_submit.lua, which refuses it too (before, it typed the untyped item:
+        # gpu:h100:2,gpu:h100:1, which slurmctld then counted as one GPU)
+        held = submit(lab, "nobody", "-H", "-p", "h100", "--gres=gpu:h100:1", *t)
+        pre = "gres:gpu" if lab.release < "23" else "gres/gpu"
+        r = sh(lab, ["scontrol", "update", f"jobid={held}", f"TresPerNode={pre}:2,{pre}:h100:1"], check=False)
+        assert r.returncode != 0, r.stdout + r.stderr
+        assert job(lab, held)["TresPerNode"] == f"{pre}:h100:1"
+    finally:
+        sh(lab, ["scancel", "-u", "nobody"], check=False)

@@ -16,12 +16,14 @@ import yaml
 from slurmkit.accounts.plan import (
     Change,
     State,
+    after,
     describe_drift,
     desired,
     diff,
     mark_blocked,
     parse_jobs,
     parse_state,
+    shares,
     steps,
     time_seconds,
 )
@@ -103,6 +105,51 @@ def test_issue_example_loads_with_its_meaning():
     assert [(u.name, u.default_account) for u in t.users] == [("alice", "team-a"), ("bob", "team-a"),
                                                                ("carol", "team-b")]
     assert t.user_limits.gpus.total == 8 and t.preempts
+
+
+# issue 24 item 4: a top-level team beside a parent of two teams, shares meant as 50/30/20 of the cluster
+DEPTHS = [{"name": "research", "children": [{"name": "team-a", "fairshare": 50, "users": ["alice"]},
+                                            {"name": "team-b", "fairshare": 30, "users": ["bob"]}]},
+          {"name": "team-c", "fairshare": 20, "users": ["carol"]}]
+FRESH = parse_state("normal|0||cluster||||||1.000000|\n", "root||||1||||normal|\nroot|root|||1||||normal|\n",
+                    "root|root\n")
+
+
+def test_a_parent_without_fairshare_gets_its_childrens_sum():
+    t = load_cluster_dict(inv(tenants_with(accounts=DEPTHS, user_limits={}))).tenants
+    r = t.account("research")
+    assert (r.fairshare, r.fairshare_from_children) == (80, True)  # not slurmdbd's 1 (20:1 against team-c)
+    assert t.account("team-c").fairshare == 20 and not t.account("team-c").fairshare_from_children
+    nested = [{"name": "org", "children": [dict(DEPTHS[0], children=[*DEPTHS[0]["children"],
+                                                                     {"name": "lab", "children": [
+                                                                         {"name": "x", "fairshare": 5},
+                                                                         {"name": "y", "fairshare": 7}]}])]}]
+    t = load_cluster_dict(inv(tenants_with(accounts=nested, user_limits={}))).tenants
+    assert [(a.name, a.fairshare) for a in t.accounts if a.fairshare_from_children] == [("org", 92),
+                                                                                         ("research", 92), ("lab", 12)]
+    # a parent given a share keeps it; its children divide it
+    given = [dict(DEPTHS[0], fairshare=3), DEPTHS[1]]
+    t = load_cluster_dict(inv(tenants_with(accounts=given, user_limits={}))).tenants
+    assert (t.account("research").fairshare, t.account("research").fairshare_from_children) == (3, False)
+
+
+def test_shares_are_sshare_normshares_with_roots_user_beside_the_top_level():
+    t = load_cluster_dict(inv(tenants_with(accounts=DEPTHS, user_limits={}))).tenants
+    got = {s.account: s for s in shares(after(FRESH, desired(t)))}
+    assert list(got) == ["research", "team-a", "team-b", "team-c"]
+    # root's children: research 80, team-c 20 and root's own user association 1
+    assert (got["research"].raw, got["research"].level) == (80, 101)
+    assert got["research"].norm == pytest.approx(80 / 101) and got["team-c"].norm == pytest.approx(20 / 101)
+    assert got["team-a"].norm == pytest.approx(50 / 80) and got["team-a"].level == 80
+    assert [round(got[a].cluster * 101) for a in ("team-a", "team-b", "team-c")] == [50, 30, 20]
+    assert got["team-a"].describe() == ("share team-a: RawShares=50 NormShares=0.625000 (50 of 80 under research); "
+                                        "49.5% of the cluster")
+    # a live extra account is a sibling too (kept without --prune, gone with it)
+    live = parse_state("", "root||||1||||normal|\nroot|root|||1||||normal|\nold|||root|99||||normal|\n", "")
+    assert {s.account: s.level for s in shares(after(live, desired(t)))}["team-c"] == 200
+    assert {s.account: s.level for s in shares(after(live, desired(t), prune=True))}["team-c"] == 101
+    # Fairshare=parent (sacctmgr prints "parent") counts with its children's shares
+    assert parse_state("", "a|u|||parent||||n|\n", "").users[("u", "a")]["Fairshare"] == "parent"
 
 
 @pytest.mark.parametrize(("tenants", "path", "words"), [
@@ -773,3 +820,24 @@ def test_preemption_sends_the_jobs_own_signal_spelled_per_release(version, line)
     # a site's own SlurmctldParameters items are merged with it, not replaced
     mixed = conf_lines(inv(slurm_conf={"SlurmctldParameters": "enable_configless"}), "22.05")
     assert "SlurmctldParameters=preempt_send_user_signal,enable_configless" in mixed
+
+
+def test_typed_quotas_on_mig_groups_count_mig_profiles():
+    """Issue 24 item 6: a MIG device is a gres/gpu of its profile's Type (gres.conf Type=h100_3g.40gb), a partitioned
+    GPU is no gres/gpu:h100: a typed quota names the profile, and the cluster's GPU count is its MIG devices."""
+    d = inv(tenants_with(accounts=[{"name": "t", "gpus": {"h100_1g.10gb": 10, "h100_3g.40gb": 2, "total": 12},
+                                    "users": ["u"]}], user_limits={}))
+    d["node_groups"][0]["gpus"]["mig"] = ["3g.40gb@1", "1g.10gb@9", "1g.10gb@10", "1g.10gb@11", "1g.10gb@12"]
+    d["submit_policy"] = {"require_time_for_gpus": True}
+    t = load_cluster_dict(d).tenants
+    assert t.account("t").gpus.tres() == {"gres/gpu": "12", "gres/gpu:h100_1g.10gb": "10",
+                                          "gres/gpu:h100_3g.40gb": "2"}
+    conf = generate(load_cluster_dict(d), version="24.11")["gres.conf"]
+    assert "Type=h100_1g.10gb" in conf and "Type=h100_3g.40gb" in conf  # the names the quota uses
+    # 3 nodes x 8 GPUs x 5 devices: 120 GPUs to Slurm, of which 24 are 3g.40gb
+    d["tenants"]["accounts"][0]["gpus"] = 100
+    assert load_cluster_dict(d).tenants.account("t").gpus.total == 100
+    d["tenants"]["accounts"][0]["gpus"] = {"h100_3g.40gb": 25}
+    refused(d, "tenants.accounts[0].gpus.h100_3g.40gb", "25 h100_3g.40gb GPUs is more than the cluster's 24")
+    d["tenants"]["accounts"][0]["gpus"] = {"h100": 1}
+    refused(d, "tenants.accounts[0].gpus.h100", "its MIG devices count as their profiles' types, e.g. h100_1g.10gb")

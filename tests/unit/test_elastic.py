@@ -262,3 +262,52 @@ def test_a_site_is_told_to_start_slurmd_and_what_the_command_waits_for(tmp_path:
         "start slurmd on node5 now, e.g. `systemctl start slurmd` there (they fetch the new files from slurmctld "
         "when slurmd --conf-server starts); they stay drained ('slurmkit: joining the cluster (nodes add)') until "
         "every one has registered"]
+
+
+def test_conf_apply_takes_the_nodes_lock(tmp_path: Path) -> None:
+    """Issue 24 item 8: `conf apply` writes the files and the inventory copy that `nodes add|remove` edit; while one
+    of those holds the lock, apply waits --lock-wait and refuses naming it, nothing written (before, it wrote)."""
+    from slurmkit.elastic import change
+
+    def sk(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "slurmkit.cli.main", *args], capture_output=True, text=True,
+                              cwd=ROOT, timeout=120)
+
+    out = tmp_path / "etc"
+    assert sk("conf", "generate", str(ROOT / "examples" / "lab.yaml"), "-o", str(out), "--no-real-parse").returncode == 0
+    inv = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
+    inv["node_groups"][0]["weight"] = 50
+    p = tmp_path / "weight.yaml"
+    p.write_text(yaml.safe_dump(inv, sort_keys=False))
+    before = (out / "slurm.conf").read_text()
+    with change.locked(out, "slurmkit nodes add node9", 1):
+        res = sk("conf", "apply", str(p), "--to", str(out), "--no-real-parse", "--lock-wait", "0.5")
+        assert res.returncode == 1, res.stdout + res.stderr
+        last = res.stderr.strip().splitlines()[-1]
+        assert f"held by pid {os.getpid()} (slurmkit nodes add node9); gave up after 0.5s" in last, res.stderr
+        assert "nothing changed" in last and (out / "slurm.conf").read_text() == before
+    res = sk("conf", "apply", str(p), "--to", str(out), "--no-real-parse")
+    assert res.returncode == 0 and "Weight=50" in (out / "slurm.conf").read_text(), res.stderr
+    assert not (out / change.LOCK_NAME).exists()
+
+
+def test_a_node_readded_goes_back_to_its_leaf_or_says_why_not() -> None:
+    """Issue 24 item 8: node3 taken from leaf1 (node[1-4]) and added again went on a new one-node leaf3."""
+    inv = lab_inventory(8, 8, "h100", 4)
+    out = edit.remove_hosts(inv, ["node3"])
+    assert "node3 left leaf 'leaf1' (`nodes add node3 --group h100 --switch leaf1` puts it back)" in out.summary
+    back = edit.add_hosts(out.data, ["node3"], "h100")
+    assert back.data["topology"] == inv["topology"]  # leaf1 node[1-4] again, no leaf3
+    assert "leaf switch 'leaf1' grows to node[1-4]: node3 fills the gap in its node list" in back.summary
+    load_cluster_dict(back.data)
+    # a node from a leaf's end leaves no gap: a new leaf, and the summary says why (and how to choose)
+    out = edit.remove_hosts(inv, ["node8"])
+    back = edit.add_hosts(out.data, ["node8"], "h100")
+    assert {"name": "leaf3", "nodes": "node8"} in back.data["topology"]["switches"]
+    assert back.summary.endswith("no leaf's node list has a gap that node8 fills, so where a node was is not in the "
+                                 "inventory (--switch LEAF puts it in an existing leaf)")
+    assert edit.add_hosts(out.data, ["node8"], "h100", switch="leaf2").data["topology"] == inv["topology"]
+    # hosts of two leaves at once: refused, naming each
+    out = edit.remove_hosts(inv, ["node3", "node6"])
+    with pytest.raises(UsageError, match="node3: a gap in 'leaf1'; node6: a gap in 'leaf2'"):
+        edit.add_hosts(out.data, ["node3", "node6"], "h100")

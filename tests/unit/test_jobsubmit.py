@@ -463,3 +463,21 @@ def test_modify_adds_the_gpu_type_with_typed_quotas():
     p = Plugin(job_submit_lua(typed_cluster(), "24.11"))
     rc, desc = p.modify({"time_limit": 60, "partition": "gpu"}, tres_per_node="gres/gpu:2")
     assert rc == 0 and desc["tres_per_node"] == "gres/gpu:h100:2"
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_typed_quotas_refuse_a_gpu_list_with_and_without_a_type(version: str):
+    """Issue 24 item 6: `gpu:2,gpu:h100:1` in one list. sbatch/slurmctld refuse it at submit (with and without type
+    identification), but a job update took it and the typing made gpu:h100:2,gpu:h100:1, counted as 1 GPU (measured
+    on both releases; tests/integration/test_tenants_lab.py::test_two_gpu_types_typed_quotas_against_slurmctld)."""
+    pre = tres_gpu_prefix(version)
+    p = Plugin(job_submit_lua(typed_cluster(), version))
+    mixed = f"{pre}:2,{pre}:h100:1"
+    rc, desc = p.run(tres_per_node=mixed, time_limit=60, partition="gpu")
+    assert rc == SLURM["ESLURM_ACCESS_DENIED"] and desc["tres_per_node"] == mixed
+    assert "typed_gpu_quotas" in p.messages[-1] and "with and without a type" in p.messages[-1]
+    rc, desc = p.modify({"time_limit": 60, "partition": "gpu", "tres_per_node": f"{pre}:h100:1"}, tres_per_node=mixed)
+    assert rc == SLURM["ESLURM_ACCESS_DENIED"]
+    # two typed items, or a shard beside an untyped GPU, are not mixed
+    assert p.run(tres_per_node=f"{pre}:h100:1,{pre}:l40s:1", time_limit=60, partition="any")[0] == 0
+    assert p.run(tres_per_node=f"gres:shard:1,{pre}:2", time_limit=60, partition="gpu")[0] == 0

@@ -20,7 +20,7 @@ from tests.unit.test_monitor_textfile import find, samples
 def lab_cluster():
     from slurmkit.lab.inventory import lab_inventory
 
-    return load_cluster_dict(lab_inventory(8, 8, 4, accounting=True))
+    return load_cluster_dict(lab_inventory(8, 8, nodes_per_leaf=4, accounting=True))
 
 
 def node(name, state="idle", flags=(), used=0, part="gpu"):

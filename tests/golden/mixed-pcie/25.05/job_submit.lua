@@ -67,6 +67,18 @@ local function untyped_gpu(tres)
   return false
 end
 
+-- the GPU items of a TRES list that name a type: "gres:gpu:h100:1", "gres/gpu:h100=1"
+local function typed_gpu(tres)
+  for _, item in ipairs(split(tres)) do
+    local name = string.gsub(item, "^gres[:/]", "")
+    local gtype = string.match(name, "^gpu:([^:=]+)")
+    if gtype ~= nil and not string.find(gtype, "^%d+$") then
+      return true
+    end
+  end
+  return false
+end
+
 -- the same list with gtype in each untyped GPU item, in the form the item had ("gres:gpu:3" -> "gres:gpu:h100:3")
 local function add_gpu_type(tres, gtype)
   local out = {}
@@ -176,6 +188,16 @@ local function apply(job, out, part_list, modify, changed)
     local untyped = false
     for _, f in ipairs(GPU_FIELDS) do
       if untyped_gpu(out[f]) then untyped = true end
+      -- one list with an untyped and a typed GPU item (gpu:2,gpu:h100:1): slurmctld refuses it at submit
+      -- (ESLURM_INVALID_GRES_TYPE "with and without type identification": _merge_generic_data in
+      -- src/common/gres.c at slurm-22-05-8-1, src/interfaces/gres.c at slurm-24-11-5-1) but takes it in a job
+      -- update, where typing the untyped item made gpu:h100:2,gpu:h100:1, which slurmctld counts as 1 GPU
+      -- (measured on both releases)
+      if untyped_gpu(out[f]) and typed_gpu(out[f]) then
+        refuse("typed_gpu_quotas", "one GPU request with and without a type (" .. out[f] .. "); Slurm refuses "
+               .. "that at submit: name the type in every item (e.g. --gres=gpu:TYPE:N)", modify)
+        return slurm.ESLURM_ACCESS_DENIED
+      end
     end
     local types, seen = {}, {}
     for _, p in ipairs(parts) do

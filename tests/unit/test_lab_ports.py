@@ -1,0 +1,82 @@
+"""The lab's port check (issue 24 item 8): a port held only by TIME-WAIT sockets is waited for, not called "in use";
+a busy port is named with its role and holder; a port in the host's ephemeral range is refused. Real sockets on
+ports 31900-31999 (tests write only to their own ports)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+import slurmkit.lab.lab as labmod
+from slurmkit.errors import LabError
+from slurmkit.lab import LabSpec
+from slurmkit.lab.lab import check_ports, ephemeral_range
+
+
+def _time_wait(port: int) -> None:
+    """Leave a TIME-WAIT socket on ``port`` that a SO_REUSEADDR bind cannot pass: the closing side (which keeps
+    the TIME-WAIT) is a client bound to ``port`` without SO_REUSEADDR."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    cli = socket.socket()
+    cli.bind(("127.0.0.1", port))
+    cli.connect(srv.getsockname())
+    acc, _ = srv.accept()
+    cli.close()  # the side that closes first keeps the TIME-WAIT
+    time.sleep(0.1)
+    acc.close()
+    srv.close()
+
+
+def _free_port(lo: int = 31900, hi: int = 31999) -> int:
+    for p in range(lo, hi):
+        if labmod._port_free(p) and not labmod._tcp_sockets(p):
+            return p
+    pytest.skip("no free port in 31900-31999")
+
+
+def test_a_time_wait_port_is_waited_for_not_called_in_use():
+    port = _free_port()
+    _time_wait(port)
+    assert not labmod._port_free(port)  # what the old check judged by: "ports in use"
+    assert [st for st, _i in labmod._tcp_sockets(port)] == ["06"]
+    said: list[str] = []
+    with pytest.raises(LabError) as ei:
+        check_ports({port: "slurmctld, --port-base"}, said.append, time_wait=0.5)
+    assert "held only by TIME-WAIT sockets" in said[0] and str(port) in said[0]
+    assert "in use" not in str(ei.value) and "still held after 0.5s of TIME-WAIT" in str(ei.value)
+
+
+def test_a_busy_port_is_named_with_its_role_and_holder():
+    port = _free_port()
+    with socket.socket() as sk:
+        sk.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sk.bind(("127.0.0.1", port))
+        sk.listen()
+        spec = LabSpec(port_base=port - 1000, nodes=1, accounting=True)
+        with pytest.raises(LabError) as ei:
+            check_ports({port: spec.ports()[port]})
+    msg = str(ei.value)
+    assert msg.startswith(f"ports in use: {port} (slurmdbd, --port-base+1000 with --accounting) by ")
+    assert f"(pid {os.getpid()})" in msg and "\n" not in msg
+
+
+def test_ports_in_the_ephemeral_range_are_refused(monkeypatch, tmp_path):
+    (tmp_path / "ip_local_port_range").write_text("32768\t60999\n")
+    (tmp_path / "ip_local_reserved_ports").write_text("40000-40009,45000\n")
+    assert ephemeral_range(tmp_path) == (32768, 60999, {*range(40000, 40010), 45000})
+    monkeypatch.setattr(labmod, "ephemeral_range", lambda: ephemeral_range(tmp_path))
+    spec = LabSpec(port_base=33000, nodes=2)
+    with pytest.raises(LabError) as ei:
+        check_ports(spec.ports())
+    assert str(ei.value).startswith("ports 33000-33002 (slurmctld, --port-base) lie in this host's ephemeral range "
+                                    "32768-60999 (net.ipv4.ip_local_port_range)")
+    check_ports(LabSpec(port_base=40000, nodes=2).ports())  # reserved: the kernel never picks them
+    spec = LabSpec(port_base=31900, nodes=2, accounting=True)
+    with pytest.raises(LabError, match="ports 32900-32901 \\(slurmdbd, --port-base\\+1000 with --accounting\\)"):
+        check_ports(spec.ports())
