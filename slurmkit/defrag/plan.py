@@ -30,6 +30,9 @@ from slurmkit.placement.engine import NodeState
 from slurmkit.placement.topology import PlacementTopology
 
 MAX_COMPONENT_JOBS = 12  # 4,096 subsets per component: exact below, greedy above
+WIDE_KEEP = 64  # move sets kept per count of freed nodes when the cheapest have a job with nowhere to go
+
+Options = dict[int, list[tuple[float, int, frozenset[str]]]]  # freed nodes -> [(cost, moves, job ids)], cheapest first
 
 
 @dataclass(frozen=True)
@@ -130,9 +133,10 @@ def _components(nodes: Sequence[str], jobs_on: Mapping[str, list[RunningJob]]) -
 
 
 def _options(members: list[str], jobs: list[RunningJob], states: Mapping[str, NodeState], target: Target,
-             jobs_on: Mapping[str, list[RunningJob]]) -> tuple[dict[int, tuple[float, int, frozenset[str]]], bool]:
-    """Every way to free nodes of one component: {freed nodes: (cost, moved count, moved ids)}, the cheapest per
-    count; and whether it was exhaustive."""
+             jobs_on: Mapping[str, list[RunningJob]]) -> tuple[Options, Options, bool]:
+    """The ways to free nodes of one component: the cheapest way to free *at least* k nodes per k (a one-element
+    list each), every way tried per number of nodes it frees (cheapest first: the runners-up when a cheaper move set
+    has a job with nowhere to go), and whether it was exhaustive."""
     movable = [j for j in jobs if j.movable]
     exact = len(movable) <= MAX_COMPONENT_JOBS
 
@@ -147,12 +151,12 @@ def _options(members: list[str], jobs: list[RunningJob], states: Mapping[str, No
                 k += 1
         return k
 
-    best: dict[int, tuple[float, int, frozenset[str]]] = {}
+    every: Options = {}
 
     def offer(moved: frozenset[str], cost: float) -> None:
         k = freed(moved)
-        if k and (k not in best or (cost, len(moved)) < best[k][:2]):
-            best[k] = (cost, len(moved), moved)
+        if k or moved:  # a move that frees no node of the target can still make room for another's restart
+            every.setdefault(k, []).append((cost, len(moved), moved))
 
     offer(frozenset(), 0.0)
     if exact:
@@ -170,18 +174,19 @@ def _options(members: list[str], jobs: list[RunningJob], states: Mapping[str, No
             moved.add(pick.job_id)
             cost += pick.cost
             offer(frozenset(moved), cost)
+    for k in every:
+        every[k].sort(key=lambda t: (t[0], t[1], sorted(t[2])))
     # the cheapest way to free *at least* k nodes
-    out: dict[int, tuple[float, int, frozenset[str]]] = {}
+    out: Options = {}
     running: tuple[float, int, frozenset[str]] | None = None
-    for k in sorted(best, reverse=True):
-        if running is None or best[k][:2] < running[:2]:
-            running = best[k]
-        out[k] = running
-    return out, exact
+    for k in sorted((k for k in every if k), reverse=True):
+        if running is None or every[k][0][:2] < running[:2]:
+            running = every[k][0]
+        out[k] = [running]
+    return out, every, exact
 
 
-def _knapsack(options: list[dict[int, tuple[float, int, frozenset[str]]]], need: int, keep: int = 1
-              ) -> list[tuple[float, int, frozenset[str]]]:
+def _knapsack(options: list[Options], need: int, keep: int = 1) -> list[tuple[float, int, frozenset[str]]]:
     """The cheapest combinations (one option per component, "free nothing" always allowed) that free >= ``need``
     nodes, cheapest first. keep=1: the least (cost, moves), exact (a dynamic programme over freed-node counts with
     back-pointers); keep>1: up to ``keep`` per count, for when the cheapest has a moved job with nowhere to go."""
@@ -196,7 +201,8 @@ def _knapsack(options: list[dict[int, tuple[float, int, frozenset[str]]]], need:
                 c0, m0 = best[k]
                 if c0 == float("inf"):
                     continue
-                for freed, (c, m, _ids) in opts.items():
+                for freed, alts in opts.items():
+                    c, m, _ids = alts[0]
                     kk = min(need, k + freed)
                     cand = (c0 + c, m0 + m)
                     if cand < nxt[kk]:
@@ -212,36 +218,36 @@ def _knapsack(options: list[dict[int, tuple[float, int, frozenset[str]]]], need:
             st = back[ci][k]
             if st is not None:
                 k, freed = st
-                ids |= options[ci][freed][2]
+                ids |= options[ci][freed][0][2]
         return [(best[need][0], best[need][1], frozenset(ids))]
-    Entry = tuple[float, int, tuple[tuple[int, int], ...]]  # (cost, moves, ((component, freed), ...))
-    dp: dict[int, list[Entry]] = {0: [(0.0, 0, ())]}
-    for ci, opts in enumerate(options):
+    Entry = tuple[float, int, frozenset[str]]
+    dp: dict[int, list[Entry]] = {0: [(0.0, 0, frozenset())]}
+    for opts in options:
         wide: dict[int, list[Entry]] = {k: list(v) for k, v in dp.items()}
         for k, cands in dp.items():
-            for freed, (c, m, _ids) in opts.items():
+            for freed, alts in opts.items():
                 kk = min(need, k + freed)
                 bucket = wide.setdefault(kk, [])
-                for (c0, m0, path) in cands:
-                    bucket.append((c0 + c, m0 + m, (*path, (ci, freed))))
-        dp = {k: sorted(v, key=lambda t: (t[0], t[1]))[:keep] for k, v in wide.items()}
+                for (c, m, ids1) in alts:
+                    for (c0, m0, ids0) in cands:
+                        bucket.append((c0 + c, m0 + m, ids0 | ids1))
+        dp = {k: sorted(set(v), key=lambda t: (t[0], t[1], sorted(t[2])))[:keep] for k, v in wide.items()}
     out = []
     seen: set[frozenset[str]] = set()
-    for cost, moves, path in dp.get(need, []):
-        ids2 = frozenset().union(*(options[ci][f][2] for ci, f in path)) if path else frozenset()
+    for cost, moves, ids2 in dp.get(need, []):
         if ids2 not in seen:
             seen.add(ids2)
             out.append((cost, moves, ids2))
     return out
 
 
-def _lower_bound(options: list[dict[int, tuple[float, int, frozenset[str]]]], need: int) -> float:
+def _lower_bound(options: list[Options], need: int) -> float:
     """A bound no move set of the leaf can beat: each component's best cost per freed node, filled greedily (the
     relaxation where a component can be freed fractionally). Leaves whose bound is not below the best plan found
     are skipped without their exact programme."""
     items = []
     for opts in options:
-        ratio = min((c / f for f, (c, _m, _i) in opts.items() if f), default=None)
+        ratio = min((alts[0][0] / f for f, alts in opts.items() if f), default=None)
         if ratio is not None:
             items.append((ratio, max(opts)))
     items.sort()
@@ -324,23 +330,25 @@ def plan_defrag(topo: PlacementTopology, states: Mapping[str, NodeState], jobs: 
     for li, members in enumerate(topo.leaf_nodes):
         if len(members) < target.nodes:
             continue
-        opts = []
+        opts, alls = [], []
         for comp_nodes, comp_jobs in _components(list(members), jobs_on):
-            o, exact = _options(comp_nodes, comp_jobs, states, target, jobs_on)
+            o, every, exact = _options(comp_nodes, comp_jobs, states, target, jobs_on)
             inexact |= not exact
             if o:
                 opts.append(o)
+            if every:
+                alls.append(every)
         lb = _lower_bound(opts, target.nodes)
         if lb != float("inf"):
-            leaves.append((lb, li, members, opts))
+            leaves.append((lb, li, members, opts, alls))
     leaves.sort(key=lambda x: (x[0], x[1]))
-    for lb, li, members, opts in leaves:
+    for lb, li, members, opts, alls in leaves:
         if candidates and lb > candidates[0][0][0]:
             break  # every later leaf is bound to cost more than the plan found
         cands = _knapsack(opts, target.nodes)  # the cheapest move set of this leaf
         for widen in (False, True):
             if widen:  # the cheapest had a moved job with nowhere to go: the runners-up
-                cands = _knapsack(opts, target.nodes, keep=8)
+                cands = _knapsack(alls, target.nodes, keep=WIDE_KEEP)
             done = False
             for cost, _m, ids in cands:
                 if candidates and (cost, len(ids), li) >= candidates[0][0]:

@@ -58,18 +58,20 @@ def _brute(t: PlacementTopology, states: dict[str, NodeState], jobs: list[Runnin
     for j in jobs:
         for n in j.gpus:
             jobs_on.setdefault(n, []).append(j)
-    movable = [j for j in jobs if j.movable]
     best = None
-    for r in range(len(movable) + 1):
-        for combo in combinations(movable, r):
-            ids = frozenset(j.job_id for j in combo)
-            for members in t.leaf_nodes:
+    for members in t.leaf_nodes:
+        # the model: the jobs moved run on the target's leaf (never elsewhere, to make room for the moved ones)
+        movable = [j for j in jobs if j.movable and set(j.gpus) & set(members)]
+        for r in range(len(movable) + 1):
+            for combo in combinations(movable, r):
+                ids = frozenset(j.job_id for j in combo)
                 serving = [n for n in members if _serves(
                     states[n], sum(j.gpus.get(n, 0) for j in jobs_on.get(n, []) if j.job_id not in ids),
                     len([j for j in jobs_on.get(n, []) if j.job_id not in ids]), target)]
                 if len(serving) < target.nodes:
                     continue
-                serving.sort(key=lambda n: (not any(j.job_id in ids for j in jobs_on.get(n, [])), members.index(n)))
+                serving.sort(key=lambda n: (not any(j.job_id in ids for j in jobs_on.get(n, [])),
+                                            members.index(n)))
                 chosen = set(serving[:target.nodes])
                 if _destinations(combo, states, chosen, jobs_on, ids) is None:
                     continue
