@@ -203,7 +203,7 @@ def _execute(env: HookEnv, d: Decision, policy: Policy, deadline: float, log: di
     if d.verb == Verb.DRAIN_REBOOT:
         steps.append(("reboot", lambda t: slurmctl.request_reboot(env.node, d.reason, t, env.runner)))
     if d.verb == Verb.RESUME:
-        steps.append(("resume", lambda t: slurmctl.resume(env.node, t, env.runner)))
+        steps.append(("resume", lambda t: slurmctl.resume(env.node, t, env.runner, d.reason)))
     done: list[str] = []
     for name, fn in steps:
         t = _call_timeout(policy, deadline)

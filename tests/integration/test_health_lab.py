@@ -157,6 +157,39 @@ def test_admin_drain_is_never_resumed(hlab):
                        capture_output=True, timeout=30)
 
 
+def test_admin_resume_leaves_the_health_check_able_to_drain(hlab):
+    """Issue 23 item 1: an admin drains and resumes node3. 24.11 without accounting storage keeps the admin's reason
+    on the IDLE node (slurm-24-11-5-1 src/interfaces/accounting_storage.c clusteracct_storage_g_node_up returns on
+    PLUGIN_NOOP before freeing it; 22.05 frees it). Before: the health check deferred to that reason and never drained
+    the node with a real fault. Now it drains over the stale reason, and its own resume leaves no fault reason."""
+    node = "node3"
+    set_policy(hlab, {"resume_after_passes": 2})
+    # a resume makes slurmd register again (node_mgr.c _require_node_reg): start from a responding idle node
+    wait_for(lambda: (s := scontrol_node(hlab, node))["base"] == "idle" and "NOT_RESPONDING" not in s["flags"]
+             and "DRAIN" not in s["flags"], 60, f"{node} idle and responding", lambda: str(scontrol_node(hlab, node)))
+    lab_run(hlab, ["scontrol", "update", f"nodename={node}", "state=drain", "reason=admin: cable swap"])
+    lab_run(hlab, ["scontrol", "update", f"nodename={node}", "state=resume"])
+    st = scontrol_node(hlab, node)
+    assert "DRAIN" not in st["flags"], st
+    kept = st["reason"]  # 'admin: cable swap' on 24.11, '' on 22.05: what Slurm decides, recorded in the message
+    try:
+        set_fault(hlab, node, ecc=2)
+        st = wait_for(lambda: s if "DRAIN" in (s := scontrol_node(hlab, node))["flags"] else None, 6 * INTERVAL,
+                      f"the health check to drain {node} (reason left by the resume: {kept!r})",
+                      lambda: hook_records(hlab, node))
+        assert st["reason"] == "slurmkit: gpu1 ecc-unc=2", (kept, st)
+        set_fault(hlab, node, ecc=0)
+        wait_for(lambda: "DRAIN" not in scontrol_node(hlab, node)["flags"], 8 * INTERVAL,
+                 f"{node} to be resumed by the health check", lambda: hook_records(hlab, node))
+        st = scontrol_node(hlab, node)
+        assert not st["reason"].startswith("slurmkit:"), (kept, st)  # nothing for placement or sinfo -R to misread
+        assert st["reason"] in ("", "resumed by slurmkit after 2 passing health checks (was: gpu1 ecc-unc=2)"), st
+    finally:
+        set_fault(hlab, node, ecc=0)
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env={**os.environ, **hlab.env},
+                       capture_output=True, timeout=30)
+
+
 def as_user(lab, user: str, argv: list[str]) -> subprocess.CompletedProcess:
     """A Slurm command as another user (munge authenticates the uid): jobs of a non-root user, as in production."""
     return subprocess.run(["runuser", "-u", user, "--", *argv], env={**os.environ, **lab.env}, capture_output=True,

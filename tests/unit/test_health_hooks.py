@@ -31,8 +31,12 @@ NVML = ROOT / "tests" / "data" / "nvml"
 class FakeSlurm:
     """scontrol/squeue for one node, recording every call."""
 
-    def __init__(self, state: str = "IDLE", reason: str = "", jobs: list[str] | None = None, hang: bool = False):
+    def __init__(self, state: str = "IDLE", reason: str = "", jobs: list[str] | None = None, hang: bool = False,
+                 frees_reason: bool = True):
         self.state, self.reason, self.jobs, self.hang = state, reason, jobs or [], hang
+        # update_node sets a given reason, then NODE_RESUME frees it only for an IDLE node and only with accounting
+        # storage on 24.11 (node_mgr.c, accounting_storage.c at slurm-24-11-5-1); frees_reason=False: 24.11 without
+        self.frees_reason = frees_reason
         self.calls: list[list[str]] = []
 
     def __call__(self, argv, timeout=30.0, **kw):
@@ -55,7 +59,11 @@ class FakeSlurm:
                 if "DRAIN" not in self.state:
                     self.state += "+DRAIN"
             elif kv["state"] == "resume":
-                self.reason, self.state = "", self.state.replace("+DRAIN", "")
+                if kv.get("reason"):
+                    self.reason = kv["reason"]
+                if self.frees_reason and self.state == "IDLE+DRAIN":
+                    self.reason = ""
+                self.state = self.state.replace("+DRAIN", "")
             return Result(tuple(argv), 0, "", "")
         if argv[:2] == ["scontrol", "reboot"]:
             return Result(tuple(argv), 0, "", "")
@@ -119,6 +127,19 @@ def test_decide_fail():
     assert decide_fail(OURS, Action.DRAIN, "slurmkit: gpu1 ecc-unc=2").verb == Verb.UPDATE_REASON
     responding = NodeState("node1", "idle", frozenset({"NOT_RESPONDING"}), "")
     assert decide_fail(responding, Action.DRAIN, "slurmkit: x").verb == Verb.NONE
+
+
+def test_decide_fail_drains_over_a_stale_reason():
+    """Issue 23 item 1: a reason on a node that is neither draining nor drained outlived its drain (24.11 without
+    accounting storage keeps it on resume). Before: 'foreign reason kept', the node was never drained again."""
+    stale = NodeState("node1", "idle", frozenset(), "admin: cable swap")
+    d = decide_fail(stale, Action.DRAIN, "slurmkit: gpu1 ecc-unc=2")
+    assert d.verb == Verb.DRAIN and "stale" in d.why and "admin: cable swap" in d.why
+    assert decide_fail(NodeState("node1", "mixed", frozenset(), "Prolog error"), Action.DRAIN_REBOOT,
+                       "slurmkit: x").verb == Verb.DRAIN_REBOOT
+    assert decide_health(stale, Action.DRAIN, "slurmkit: x", 0, 3).verb == Verb.DRAIN
+    draining = NodeState("node1", "mixed", frozenset({"DRAIN"}), "admin: cable swap")
+    assert decide_fail(draining, Action.DRAIN, "slurmkit: x").verb == Verb.NONE  # a live foreign drain stays
 
 
 def test_decide_health_flap_damping_and_ownership():
@@ -241,6 +262,36 @@ def test_health_drains_then_resumes_only_after_n_passes(tmp_path, inventory):
     rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=str(tmp_path / "nvml")))
     assert rep.slurm["decision"] == "resume" and slurm.state == "IDLE" and slurm.reason == ""
     assert json.loads((tmp_path / "state" / "node1" / "health.json").read_text())["passes"] == 0
+
+
+def test_health_resume_leaves_no_fault_reason_and_drains_again(tmp_path, inventory):
+    """Issue 23 item 1 on a Slurm that keeps a resumed node's reason (24.11 without accounting storage): our resume
+    replaces the fault reason with a note, and the next fault drains the node again."""
+    slurm = FakeSlurm(frees_reason=False)
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
+    assert rep.exit_code == 1 and slurm.reason.startswith("slurmkit: gpu1 ecc-unc=2") and "DRAIN" in slurm.state
+
+    def healed(d):
+        d["boot_id"] = "after-reset"
+    healthy = str(fixture(tmp_path, "healthy-h100x8.json", healed))
+    for _ in range(2):
+        rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=healthy))
+    assert rep.slurm["decision"] == "resume" and slurm.state == "IDLE"
+    assert slurm.reason.startswith("resumed by slurmkit after 2 passing health checks (was: gpu1 ecc-unc=2")
+    assert not slurm.reason.startswith("slurmkit:")
+    # the fault comes back: the leftover note must not blind the health check
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
+    assert rep.slurm["decision"] == "drain" and "DRAIN" in slurm.state and slurm.reason.startswith("slurmkit: gpu1")
+    assert "stale reason" in rep.slurm["why"]
+
+
+def test_health_drains_over_an_admins_stale_reason(tmp_path, inventory):
+    """An admin drained and resumed the node on 24.11 without accounting storage: IDLE with their reason."""
+    slurm = FakeSlurm(state="IDLE", reason="admin: cable swap")
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
+    assert rep.exit_code == 1 and rep.slurm["decision"] == "drain"
+    assert "DRAIN" in slurm.state and slurm.reason.startswith("slurmkit: gpu1 ecc-unc=2")
+    assert rep.slurm["before"]["reason"] == "admin: cable swap"
 
 
 def test_health_never_resumes_an_admin_drain(tmp_path, inventory):
