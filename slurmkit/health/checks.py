@@ -500,19 +500,7 @@ def eval_gpu_procs(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     if ctx.hook not in ("prolog", "epilog"):
         return Verdict(Status.SKIP, "only judged at prolog/epilog/health")
     if ctx.hook == "epilog":
-        cleanup = ctx.extra.get("cleanup", {})
-        survivors = cleanup.get("survivors", [])
-        foreign = cleanup.get("foreign", [])
-        ev = {k: cleanup.get(k, []) for k in ("killed", "survivors", "foreign", "held")}
-        if survivors:
-            return Verdict(Status.FAIL, f"job processes survived SIGKILL: {survivors}",
-                           [f"gpu{s['gpu']} unkillable pid {s['pid']}" for s in survivors], ev)
-        if foreign:
-            return Verdict(Status.WARN, f"other users' processes on the job's GPUs: {foreign}",
-                           [f"gpu{f['gpu']} foreign pid {f['pid']}" for f in foreign], ev)
-        held = f"; left {len(ev['held'])} process(es) of running jobs alone" if ev["held"] else ""
-        return Verdict(Status.OK, (f"killed {len(ev['killed'])} leftover process(es)" if ev["killed"]
-                                   else "no leftover processes") + held, evidence=ev)
+        return _eval_epilog_procs(ctx)
     owners: dict[str, Any] = ctx.extra.get("owners", {})
     job_id = ctx.extra.get("job_id")
 
@@ -531,6 +519,40 @@ def eval_gpu_procs(data: dict[str, Any], ctx: EvalContext) -> Verdict:
         return Status.OK, None, detail
 
     return per_gpu(data, "compute_processes", judge, "gpu processes")
+
+
+# What the health check does next about a process the epilog left running (``_eval_leftovers``), said in the message.
+_NEXT = ("the health check drains the node ('busy pid') if it still holds the GPU once its job has ended, or once no "
+         "job runs here when /proc ties it to none")
+
+
+def _procs_text(entries: list[dict[str, Any]]) -> str:
+    return ", ".join(f"gpu{e['gpu']} pid {e['pid']} uid {e['uid']}" + (f" job {e['job']}" if e.get("job") else "")
+                     for e in entries)
+
+
+def _eval_epilog_procs(ctx: EvalContext) -> Verdict:
+    """The epilog's cleanup, judged: survivors of SIGKILL fail; what was left running is named for what it is (another
+    user's process, a root job's root process /proc does not tie to the job) with what happens next."""
+    cleanup = ctx.extra.get("cleanup", {})
+    job = ctx.extra.get("job_id") or "?"
+    ev = {k: cleanup.get(k, []) for k in ("killed", "survivors", "foreign", "held", "unproven")}
+    if ev["survivors"]:
+        return Verdict(Status.FAIL, f"job {job}'s processes survived SIGKILL: {_procs_text(ev['survivors'])}",
+                       [f"gpu{s['gpu']} unkillable pid {s['pid']}" for s in ev["survivors"]], ev)
+    left = []
+    if ev["foreign"]:
+        left.append(f"not job {job}'s, other users' processes left running: {_procs_text(ev['foreign'])}")
+    if ev["unproven"]:
+        left.append(f"job {job} ran as root; root processes that /proc does not tie to it (no job cgroup, no "
+                    f"SLURM_JOB_ID) left running: {_procs_text(ev['unproven'])}")
+    killed = f"killed {len(ev['killed'])} leftover process(es) of job {job}" if ev["killed"] else ""
+    if left:
+        return Verdict(Status.WARN, "; ".join(x for x in (killed, *left, _NEXT) if x),
+                       [f"gpu{e['gpu']} {'foreign' if e in ev['foreign'] else 'root'} pid {e['pid']}"
+                        for e in ev["foreign"] + ev["unproven"]], ev)
+    held = f"; left {len(ev['held'])} process(es) of running jobs alone" if ev["held"] else ""
+    return Verdict(Status.OK, (killed or "no leftover processes") + held, evidence=ev)
 
 
 def _eval_leftovers(data: dict[str, Any], ctx: EvalContext) -> Verdict:

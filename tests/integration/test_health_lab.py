@@ -251,6 +251,63 @@ def test_cpu_only_job_leaves_a_neighbour_gpu_job_alone(hlab):
         fx.write_text(original)
 
 
+def test_root_jobs_leftover_is_killed_by_its_epilog_not_left_for_a_drain(hlab):
+    """Issue 23 item 3: a job that runs as root (sbatch from root here) leaves a process on its GPU, one that escaped
+    the job's process tracking but carries the job's SLURM_JOB_ID. Before: the epilog called it "other users'
+    processes", left it running, and the health check drained the node 'busy pid'. Now the epilog kills it and the
+    node stays in service."""
+    node = "node2"
+    fx = hlab.fake_nvml_file(node)
+    original = fx.read_text()
+    work = Path(hlab.dir) / "rootwork"
+    work.mkdir(exist_ok=True)
+    ready = work / "ready"
+    ready.unlink(missing_ok=True)
+    jid = lab_run(hlab, ["sbatch", "--parsable", "-w", node, "-n1", "--mem=100M", "--gres=gpu:1", "-o",
+                         str(work / "r-%j.out"), "--wrap",
+                         f"echo ${{SLURM_JOB_GPUS:-0}} > {ready}; while [ -e {ready} ]; do sleep 0.2; done"]
+                  ).stdout.strip().split(";")[0]
+    leftover = None
+    # while NVML (the fake) still lists the process the epilog is about to kill, only the hooks judge it: a health run
+    # in that window would see a dead pid NVML still lists, which a real NVML never does
+    set_policy(hlab, {"gpu_procs": {"hooks": ["prolog", "epilog", "check"]}})
+    try:
+        wait_for(lambda: ready.exists() and ready.read_text().strip(), 60, f"job {jid} to start",
+                 lambda: f"{job_fields(hlab, jid)}\n{hook_records(hlab, node)}")
+        gpu = int(ready.read_text().split(",")[0])
+        assert job_fields(hlab, jid)["UserId"].startswith("root(")
+        leftover = subprocess.Popen(["sleep", "300"], env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": jid},
+                                    start_new_session=True)
+        state = json.loads(original)
+        state["devices"][gpu]["compute_processes"] = [{"pid": leftover.pid, "used_memory": 1 << 30}]
+        tmp = fx.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, fx)
+        ready.unlink()  # the job ends; its epilog finds the process on its GPU
+        last_epilog = Path(hlab.dir) / "hookstate" / node / "last-epilog.json"
+
+        def epilog_of_job():
+            r = json.loads(last_epilog.read_text()) if last_epilog.exists() else {}
+            return r if r.get("job_id") == jid else None
+        rec = wait_for(epilog_of_job, 60, f"job {jid}'s epilog record", lambda: hook_records(hlab, node))
+        procs = next(c for c in rec["checks"] if c["check"] == "gpu_procs")
+        assert leftover.wait(timeout=10) == -9, procs
+        assert procs["status"] == "OK" and procs["summary"] == f"killed 1 leftover process(es) of job {jid}", procs
+        assert "other users" not in json.dumps(rec)
+        fx.write_text(original)  # NVML no longer lists the killed process
+        set_policy(hlab, {})
+        time.sleep(2 * INTERVAL)
+        st = scontrol_node(hlab, node)
+        assert "DRAIN" not in st["flags"], (st, hook_records(hlab, node))
+    finally:
+        ready.unlink(missing_ok=True)
+        if leftover is not None and leftover.poll() is None:
+            leftover.kill()
+            leftover.wait()
+        fx.write_text(original)
+        set_policy(hlab, {})
+
+
 @pytest.mark.parametrize("how", ["read-only", "full"])
 def test_state_dir_read_only_or_full_keeps_the_node_in_service(hlab, how):
     """Issue 11 item 2: node4's state dir is a read-only (or full) tmpfs inside its slurmd's mount namespace, where

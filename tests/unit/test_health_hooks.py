@@ -378,6 +378,41 @@ def test_epilog_kills_the_job_users_leftover_gpu_process_and_cleans_shm(tmp_path
                 p.wait()
 
 
+@needs(os.geteuid() == 0, "a root job's processes: the test must run as root")
+def test_epilog_of_a_root_job_kills_its_own_leftover_and_names_what_it_leaves(tmp_path, inventory):
+    """Issue 23 item 3: a job that ran as root left a process on its GPU. Before: 'other users' processes on the job's
+    GPUs' (a WARN), the process left running, and the health check then drained 'busy pid'. Now the process /proc ties
+    to the job (SLURM_JOB_ID in its environment) is killed; a root process it cannot tie to the job is left running
+    and the message says whose it may be and what the health check will do."""
+    own = subprocess.Popen(["sleep", "60"], env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "88"})
+    daemon = subprocess.Popen(["sleep", "60"], env={"PATH": os.environ["PATH"]})
+    try:
+        def busy(d):
+            d["devices"][0]["compute_processes"] = [{"pid": own.pid, "used_memory": 1}]
+            d["devices"][1]["compute_processes"] = [{"pid": daemon.pid, "used_memory": 1}]
+        slurm = FakeSlurm()
+        e = env(tmp_path, inventory, slurm, "epilog", fake_nvml=str(fixture(tmp_path, "healthy-h100x8.json", busy)),
+                job_id="88", job_uid=0, job_user="root", job_gpus=[0, 1], shm_dir=str(tmp_path / "shm"))
+        e.paths = HostPaths(sys_root=e.paths.sys_root, proc_root="/proc", kmsg=e.paths.kmsg, dev_root=e.paths.dev_root)
+        rep = run_hook(e)
+        own.wait(timeout=5)
+        assert own.returncode == -9 and daemon.poll() is None
+        res = {r.name: r for r in rep.results}["gpu_procs"]
+        assert res.status == Status.WARN and rep.exit_code == 0
+        assert "other users" not in res.summary
+        assert res.summary.startswith("killed 1 leftover process(es) of job 88; job 88 ran as root; root processes "
+                                      "that /proc does not tie to it")
+        assert f"gpu1 pid {daemon.pid} uid 0" in res.summary and "the health check drains the node" in res.summary
+        assert res.findings == [f"gpu1 root pid {daemon.pid}"]
+        assert [k["pid"] for k in res.evidence["killed"]] == [own.pid]
+        assert [u["pid"] for u in res.evidence["unproven"]] == [daemon.pid]
+    finally:
+        for p in (own, daemon):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 @needs(os.geteuid() == 0, "chown needs root")
 def test_shm_is_kept_while_the_user_has_another_job_here(tmp_path, inventory):
     """Decided from local facts (issue 11 item 7): job 78 of the same user still runs here (its slurmstepd is alive
