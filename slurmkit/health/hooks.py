@@ -58,6 +58,9 @@ class HookEnv:
     # GPUs' hardware is checked; processes of other running jobs are still never judged or killed).
     job_gpus: list[int] | None = None
     textfile_dir: str | None = None
+    # node_exporter's textfile directory on this host, found by the edge (hookrun.host_textfile_dir) for a real node;
+    # used when neither textfile_dir nor the policy names one. None (tests, benches, a fake node): the state dir.
+    host_textfile_dir: str | None = None
     paths: HostPaths = field(default_factory=HostPaths)
     shm_dir: str = "/dev/shm"
     ppid: int | None = None
@@ -156,7 +159,7 @@ def run_hook(env: HookEnv) -> Report:
     elif env.hook == "check":  # an admin's look; exit 1 when something would drain the node
         report.exit_code = 1 if action >= Action.DRAIN else 0
     report.duration_s = time.monotonic() - env.started_mono
-    textfile_dir = env.textfile_dir or policy.textfile_dir or _default_textfile_dir()
+    textfile_dir = env.textfile_dir or policy.textfile_dir or env.host_textfile_dir
     if env.write_outputs and not readonly:
         write_outputs(report, ndir, textfile_dir)
     elif env.write_outputs and env.textfile_dir:  # `check --textfile-dir`: the metrics only, nothing else
@@ -164,14 +167,6 @@ def run_hook(env: HookEnv) -> Report:
     elif bookkeeping:
         _add_bookkeeping_result(report)
     return report
-
-
-def _default_textfile_dir() -> str | None:
-    """node_exporter's textfile directory when this node has one (Debian's prometheus-node-exporter default), else
-    None: the metrics file goes to the node's state dir."""
-    from slurmkit.health.policy import DEFAULT_TEXTFILE_DIR
-
-    return DEFAULT_TEXTFILE_DIR if os.path.isdir(DEFAULT_TEXTFILE_DIR) else None
 
 
 def _add_bookkeeping_result(report: Report) -> None:

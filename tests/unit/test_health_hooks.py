@@ -179,6 +179,42 @@ def test_drain_reason_is_prefixed_ordered_and_bounded():
 
 # --- prolog -------------------------------------------------------------------------------------------------
 
+def test_hooks_never_write_the_hosts_node_exporter_directory(tmp_path, inventory, monkeypatch):
+    """Issue 23 item 4: on a host with Debian's prometheus-node-exporter (/var/lib/prometheus/node-exporter exists) a
+    test's (or bench's) fake node wrote its metrics there. The library no longer looks for the host's directory; the
+    edge offers it only for a real node (no SLURMKIT_FAKE_NVML)."""
+    from slurmkit.cli import hookrun
+    from slurmkit.health import policy
+
+    hostdir = tmp_path / "var-lib-prometheus-node-exporter"
+    hostdir.mkdir()
+    monkeypatch.setattr(policy, "DEFAULT_TEXTFILE_DIR", str(hostdir))
+    rep = run_hook(env(tmp_path, inventory, FakeSlurm(state="ALLOCATED"), "prolog", job_id="42", job_gpus=[0]))
+    assert rep.exit_code == 0 and list(hostdir.iterdir()) == []
+    assert (tmp_path / "state" / "node1" / "slurmkit_health_prolog.prom").exists()
+    assert hookrun.host_textfile_dir(str(tmp_path / "nvml")) is None  # a fake node: never the host's
+    assert hookrun.host_textfile_dir(None) == str(hostdir)  # a real node with node_exporter: its directory
+
+
+def test_prolog_bench_writes_only_under_its_temporary_directory(tmp_path):
+    """Issue 23 item 4: bench/prolog_bench.py's hooks wrote metrics to the host's node_exporter directory (with
+    --real, over a real node's) and bytecode into the source tree."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prolog_bench", ROOT / "bench" / "prolog_bench.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    hooks = bench.hooks_section(tmp_path)
+    assert Path(hooks["checks"]["textfile_dir"]).is_relative_to(tmp_path)
+    env_ = bench.base_env(tmp_path, tmp_path / "bin", 8)
+    for key in ("SLURMKIT_STATE_DIR", "PYTHONPYCACHEPREFIX"):
+        assert Path(env_[key]).is_relative_to(tmp_path), key
+    from slurmkit.health.policy import parse_policy
+
+    assert parse_policy(hooks["checks"]).textfile_dir == hooks["checks"]["textfile_dir"]
+
+
 def test_prolog_healthy_exits_0_without_touching_slurm_and_writes_outputs(tmp_path, inventory):
     slurm = FakeSlurm(state="ALLOCATED")
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", job_id="42", job_gpus=[0, 1]))
