@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurmkit.health import gpuid
 from slurmkit.health.expect import Expectations
 from slurmkit.health.policy import CLOCK_REASON_BITS, CheckPolicy
 from slurmkit.health.result import Status
@@ -147,11 +148,17 @@ def eval_gpu_count(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     findings = [f"gpu{d['index']} {'lost' if d.get('lost') or d.get('error') == 'GpuIsLost' else d.get('error')}"
                 for d in lost]
     ev: dict[str, Any] = {"reported": init["count"], "usable": len(present), "expected": expected,
-                          "lost": [d["index"] for d in lost]}
+                          "lost": [gpuid.identity(d) for d in lost]}
     status = Status.FAIL if lost else Status.OK
     if expected is not None and len(present) < expected:
         status = Status.FAIL
-        findings.insert(0, f"gpu_count {len(present)}/{expected}")
+        # which board: the expected bus ids NVML no longer lists (inventory bus_ids, else the node's baseline)
+        base: list[dict[str, Any]] | None = ctx.extra.get("gpu_baseline")
+        gone = gpuid.missing(base, init) if base else []
+        ev["missing"] = gone
+        ev["expected_from"] = ctx.extra.get("gpu_baseline_source") if base else \
+            "nothing (no hooks.checks.gpu_count.bus_ids, no healthy run recorded yet)"
+        findings[:0] = [f"gpu_count {len(present)}/{expected}"] + [f"{gpuid.label(g)} missing" for g in gone]
     elif expected is not None and len(present) > expected:
         status = max(status, Status.WARN)
         findings.append(f"gpu_count {len(present)}>{expected}")

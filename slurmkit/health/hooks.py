@@ -133,6 +133,10 @@ def run_hook(env: HookEnv) -> Report:
                     bookkeeping=bookkeeping, cleanup=cleanup_log)
     init_s = out.nvml_devices.get("init_s") if isinstance(out.nvml_devices, dict) else None
     report.nvml_init_s = init_s if isinstance(init_s, (int, float)) else None
+    if isinstance(out.nvml_devices, dict) and not out.nvml_devices.get("error"):
+        from slurmkit.health.gpuid import table
+
+        report.gpus = table(out.nvml_devices)  # minor, bus id, UUID, serial: the part behind each label
     if env.hook == "prolog":
         report.exit_code = 1 if action >= Action.DRAIN else 0
         if action >= Action.DRAIN:

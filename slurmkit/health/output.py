@@ -30,6 +30,8 @@ class Report:
     nvml_init_s: float | None = None  # nvmlInit + device scan as measured in the worker (the init budget's data)
     # slurmkit's own state that could not be written (records, history, cursor, textfile): reported, never a verdict
     bookkeeping: list[str] = field(default_factory=list)
+    # every GPU NVML listed: index, label (nvidia<minor>@<bus>, what reasons say), minor, pci_bus_id, uuid, serial
+    gpus: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def status(self) -> Status:
@@ -51,6 +53,7 @@ class Report:
             "cleanup": self.cleanup,
             "nvml_init_s": self.nvml_init_s,
             "bookkeeping": self.bookkeeping,
+            "gpus": self.gpus,
             "checks": [r.to_json() for r in self.results],
         }
 

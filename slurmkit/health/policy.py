@@ -53,7 +53,9 @@ _D = CheckDefault
 # Registry order is also report order and reason order. Defaults: hardware faults drain; configuration drift warns.
 CHECK_DEFAULTS: dict[str, CheckDefault] = {
     "nvml": _D(Action.DRAIN, 3.0),
-    "gpu_count": _D(Action.DRAIN, 1.0, {"expected": None}),
+    # bus_ids: the expected GPUs' PCI bus ids in /dev/nvidiaN order, to name a missing one (default: the node's first
+    # healthy run, gpuid.py)
+    "gpu_count": _D(Action.DRAIN, 1.0, {"expected": None, "bus_ids": None}),
     "driver": _D(Action.WARN, 1.0, {"version": None}),
     # AzNHC azure_gpu_ecc.nhc (check_gpu_ecc 20000000 10000 in its H100 conf): SRAM uncorrectable > 0, SRAM correctable
     # > 10000 or any DRAM count > 20000000 fails; without the SRAM/DRAM split, volatile uncorrected > 0 fails
@@ -196,6 +198,12 @@ def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any
         return str(v).strip()
     if key == "codes":
         return _int_list(v, path, source)
+    if key == "bus_ids":
+        from slurmkit.health.gpuid import norm_bus
+
+        if not isinstance(v, (list, tuple)) or not all(isinstance(b, str) and norm_bus(b) for b in v):
+            raise _err(path, f"expected a list of PCI bus ids such as '0000:18:00.0', got {v!r}", source)
+        return tuple(v)
     if key == "reasons":
         if not isinstance(v, (list, tuple)):
             raise _err(path, f"expected a list of {', '.join(CLOCK_REASON_BITS)}", source)

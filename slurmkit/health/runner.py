@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurmkit.health import host, xid
+from slurmkit.health import gpuid, host, xid
 from slurmkit.health.checks import CHECKS, EvalContext, Verdict
 from slurmkit.health.expect import Expectations
 from slurmkit.health.nvmlworker import PROBES, GatherResult, Worker
@@ -194,6 +194,8 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
             extra["jobs_running"] = bool(host.running_jobs(spec.paths.proc_root))
     if between is not None:
         extra = {**(extra or {}), **between(gathered, (extra or {}).get("owners", {}))}
+    if "gpu_count" in enabled and init and not init.get("error"):
+        extra = {**(extra or {}), **_expected_gpus(spec)}
     results: list[CheckResult] = []
     for name, check in CHECKS.items():
         cp = enabled.get(name)
@@ -204,6 +206,15 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         t0 = time.monotonic()
         verdict, took = _evaluate(name, check.source, ctx, gathered, jobs, spec)
         results.append(_apply_policy(name, verdict, cp.action, took + (time.monotonic() - t0)))
+    if init and not init.get("error"):
+        names = gpuid.labels(init)  # gpu<NVML index> -> nvidia<minor>@<bus> in what the run reports (gpuid.py)
+        expected = (extra or {}).get("gpu_baseline")
+        for r in results:
+            r.summary = gpuid.relabel(r.summary, names, expected)
+            r.findings = [gpuid.relabel(f, names, expected) for f in r.findings]
+        err = _save_baseline(spec, init, results)
+        if err:
+            bookkeeping.append(err)
     xj = jobs.get("xid")
     if xj is not None and isinstance(xj.value, xid.XidScan) and xj.value.commit_error:
         bookkeeping.append(f"xid cursor not saved: {xj.value.commit_error}")
@@ -247,6 +258,39 @@ def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult |
         return Verdict(Status.WARN, f"gather failed: {type(job.error).__name__}: {job.error}",
                        [f"{name} error"]), job.elapsed
     return CHECKS[name].evaluate(job.value, ctx), job.elapsed
+
+
+def _expected_gpus(spec: RunSpec) -> dict[str, Any]:
+    """The GPUs this node should have, by bus id: the inventory's hooks.checks.gpu_count.bus_ids, else the baseline."""
+    bus_ids = spec.policy.check("gpu_count").get("bus_ids")
+    if bus_ids:
+        minors = spec.expect.minors
+        return {"gpu_baseline": [{"minor": minors[i] if i < len(minors) else i, "pci_bus_id": b}
+                                 for i, b in enumerate(bus_ids)],
+                "gpu_baseline_source": "hooks.checks.gpu_count.bus_ids"}
+    base = gpuid.load_baseline(spec.node_state_dir)
+    return {"gpu_baseline": base, "gpu_baseline_source": "the node's first healthy run (gpus.json)"} if base else {}
+
+
+def _save_baseline(spec: RunSpec, init: dict[str, Any], results: list[CheckResult]) -> str | None:
+    """Record the boards of a run that saw every expected GPU usable (the first, or new boards after a swap)."""
+    if not spec.commit_xid or not spec.node_state_dir or spec.job_gres_indices is not None:
+        return None  # read-only, stateless, or a job's scoped run (its lost GPUs outside the scope go unseen)
+    gc = next((r for r in results if r.name == "gpu_count"), None)
+    expected = gc.evidence.get("expected") if gc is not None else None
+    if gc is None or gc.status != Status.OK or not expected or gc.evidence.get("usable") != expected:
+        return None
+    now = gpuid.baseline_of(init)
+    if gpuid.load_baseline(spec.node_state_dir) == now:
+        return None
+    import json
+
+    path = gpuid.baseline_path(spec.node_state_dir)
+    try:
+        atomic_write(path, json.dumps({"gpus": now, "at": round(time.time(), 3), "hook": spec.hook}))
+    except OSError as exc:
+        return write_error(path, exc)
+    return None
 
 
 def _apply_policy(name: str, v: Verdict, action: Action, took: float) -> CheckResult:

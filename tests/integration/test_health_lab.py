@@ -123,7 +123,7 @@ def test_fault_requeues_the_job_drains_with_our_reason_and_health_resumes(hlab):
     assert done["NodeList"] != node
     assert Path(str(out).replace("%j", jid)).read_text().split()[0] == done["NodeList"]
     st = scontrol_node(hlab, node)
-    assert "DRAIN" in st["flags"] and st["reason"] == "slurmkit: gpu1 ecc-unc=2", st
+    assert "DRAIN" in st["flags"] and st["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2", st
 
     # Phase 2: the health check judges ECC too; with the fault still there it keeps node1 drained
     set_policy(hlab, {"resume_after_passes": 2})
@@ -139,7 +139,7 @@ def test_fault_requeues_the_job_drains_with_our_reason_and_health_resumes(hlab):
     assert rec["hook"] == "health"
     resumed = [json.loads(line) for line in (Path(hlab.dir) / "hookstate" / node / "history.jsonl").read_text()
                .splitlines() if '"resume"' in line]
-    assert resumed and resumed[-1]["slurm"]["before"]["reason"] == "slurmkit: gpu1 ecc-unc=2"
+    assert resumed and resumed[-1]["slurm"]["before"]["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2"
 
 
 def test_admin_drain_is_never_resumed(hlab):
@@ -177,13 +177,13 @@ def test_admin_resume_leaves_the_health_check_able_to_drain(hlab):
         st = wait_for(lambda: s if "DRAIN" in (s := scontrol_node(hlab, node))["flags"] else None, 6 * INTERVAL,
                       f"the health check to drain {node} (reason left by the resume: {kept!r})",
                       lambda: hook_records(hlab, node))
-        assert st["reason"] == "slurmkit: gpu1 ecc-unc=2", (kept, st)
+        assert st["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2", (kept, st)
         set_fault(hlab, node, ecc=0)
         wait_for(lambda: "DRAIN" not in scontrol_node(hlab, node)["flags"], 8 * INTERVAL,
                  f"{node} to be resumed by the health check", lambda: hook_records(hlab, node))
         st = scontrol_node(hlab, node)
         assert not st["reason"].startswith("slurmkit:"), (kept, st)  # nothing for placement or sinfo -R to misread
-        assert st["reason"] in ("", "resumed by slurmkit after 2 passing health checks (was: gpu1 ecc-unc=2)"), st
+        assert st["reason"] in ("", "resumed by slurmkit after 2 passing health checks (was: nvidia1@2a:00.0 ecc-unc=2)"), st
     finally:
         set_fault(hlab, node, ecc=0)
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env={**os.environ, **hlab.env},

@@ -236,7 +236,7 @@ def test_prolog_failure_sets_our_reason_then_exits_1(tmp_path, inventory):
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="ecc-uncorrected-gpu1.json", job_gpus=[0, 1]))
     assert rep.exit_code == 1
     assert slurm.verbs() == ["scontrol -o", "update state=drain"]
-    assert slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48; after a GPU reset: slurmkit check --clear-xid" == rep.reason
+    assert slurm.reason == "slurmkit: nvidia1@2a:00.0 ecc-unc=2; nvidia1@2a:00.0 xid48; after a GPU reset: slurmkit check --clear-xid" == rep.reason
     assert rep.slurm["done"] == "drain"
 
 
@@ -288,7 +288,7 @@ def test_health_drains_then_resumes_only_after_n_passes(tmp_path, inventory):
     slurm = FakeSlurm()
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
     assert rep.exit_code == 1
-    assert slurm.reason == "slurmkit: gpu2 remap-failed; gpu2 xid64; after a GPU reset: slurmkit check --clear-xid"
+    assert slurm.reason == "slurmkit: nvidia2@3a:00.0 remap-failed; nvidia2@3a:00.0 xid64; after a GPU reset: slurmkit check --clear-xid"
     # fault cleared (GPU reset + reboot: new boot id, clean log)
     def fixed(d):
         d["boot_id"] = "after-reset"
@@ -305,7 +305,7 @@ def test_health_resume_leaves_no_fault_reason_and_drains_again(tmp_path, invento
     replaces the fault reason with a note, and the next fault drains the node again."""
     slurm = FakeSlurm(frees_reason=False)
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
-    assert rep.exit_code == 1 and slurm.reason.startswith("slurmkit: gpu1 ecc-unc=2") and "DRAIN" in slurm.state
+    assert rep.exit_code == 1 and slurm.reason.startswith("slurmkit: nvidia1@2a:00.0 ecc-unc=2") and "DRAIN" in slurm.state
 
     def healed(d):
         d["boot_id"] = "after-reset"
@@ -313,11 +313,11 @@ def test_health_resume_leaves_no_fault_reason_and_drains_again(tmp_path, invento
     for _ in range(2):
         rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=healthy))
     assert rep.slurm["decision"] == "resume" and slurm.state == "IDLE"
-    assert slurm.reason.startswith("resumed by slurmkit after 2 passing health checks (was: gpu1 ecc-unc=2")
+    assert slurm.reason.startswith("resumed by slurmkit after 2 passing health checks (was: nvidia1@2a:00.0 ecc-unc=2")
     assert not slurm.reason.startswith("slurmkit:")
     # the fault comes back: the leftover note must not blind the health check
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
-    assert rep.slurm["decision"] == "drain" and "DRAIN" in slurm.state and slurm.reason.startswith("slurmkit: gpu1")
+    assert rep.slurm["decision"] == "drain" and "DRAIN" in slurm.state and slurm.reason.startswith("slurmkit: nvidia1@2a:00.0")
     assert "stale reason" in rep.slurm["why"]
 
 
@@ -326,8 +326,60 @@ def test_health_drains_over_an_admins_stale_reason(tmp_path, inventory):
     slurm = FakeSlurm(state="IDLE", reason="admin: cable swap")
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
     assert rep.exit_code == 1 and rep.slurm["decision"] == "drain"
-    assert "DRAIN" in slurm.state and slurm.reason.startswith("slurmkit: gpu1 ecc-unc=2")
+    assert "DRAIN" in slurm.state and slurm.reason.startswith("slurmkit: nvidia1@2a:00.0 ecc-unc=2")
     assert rep.slurm["before"]["reason"] == "admin: cable swap"
+
+
+def test_reasons_name_the_part_and_a_missing_gpu_is_found_by_bus_id(tmp_path, inventory):
+    """Issue 23 item 2. Before: 'gpu_count 7/8' with "lost": [] (which board?), and NVML indexes that shift once a
+    GPU is gone: the GPU at /dev/nvidia4 (NVML index 3 after nvidia3 fell off the bus) was reported as 'gpu3'."""
+    slurm = FakeSlurm()
+    rep = run_hook(env(tmp_path, inventory, slurm, "health"))  # the first healthy run records the boards
+    assert rep.exit_code == 0
+    base = json.loads((tmp_path / "state" / "node1" / "gpus.json").read_text())["gpus"]
+    assert base[3] == {"minor": 3, "pci_bus_id": "00000000:5D:00.0", "uuid": "GPU-5c1e7a3b-0d2f-4b7e-9a61-000000000003",
+                       "serial": "1652322000003"}
+
+    def hot(d):  # nvidia3 gone; the board at /dev/nvidia4 (now NVML index 3) runs hot
+        d["devices"][3]["temperature_c"] = 95
+    rep = run_hook(env(tmp_path, inventory, slurm, "health",
+                       fake_nvml=str(fixture(tmp_path / "b", "off-bus-gpu3.json", hot))))
+    res = {r.name: r for r in rep.results}
+    assert res["gpu_count"].findings == ["gpu_count 7/8", "nvidia3@5d:00.0 missing"]
+    assert res["gpu_count"].evidence["missing"] == [base[3]]
+    assert res["temperature"].findings == ["nvidia4@9a:00.0 temp 95C>=90C"]
+    assert res["xid"].findings == ["nvidia3@5d:00.0 xid79"]  # the XID of the board NVML no longer lists
+    assert slurm.reason.startswith("slurmkit: gpu_count 7/8; nvidia3@5d:00.0 missing;"), slurm.reason
+    rec = json.loads((tmp_path / "state" / "node1" / "last-health.json").read_text())
+    row = next(g for g in rec["gpus"] if g["minor"] == 4)
+    assert row == {"index": 3, "label": "nvidia4@9a:00.0", "minor": 4, "pci_bus_id": "00000000:9A:00.0",
+                   "uuid": "GPU-5c1e7a3b-0d2f-4b7e-9a61-000000000004", "serial": "1652322000004",
+                   "name": "NVIDIA H100 80GB HBM3"}
+    # the baseline is not rewritten by the failing run
+    assert json.loads((tmp_path / "state" / "node1" / "gpus.json").read_text())["gpus"] == base
+
+
+def test_missing_gpu_from_the_inventorys_bus_ids_and_a_jobs_view(tmp_path, inventory):
+    """Without a recorded healthy run the inventory's hooks.checks.gpu_count.bus_ids name the missing board; a job
+    given /dev/nvidia4 hears about nvidia4, not about NVML's shifted index 3."""
+    inv = yaml.safe_load(inventory.read_text())
+    buses = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9a:00.0", "0000:ab:00.0",
+             "0000:ba:00.0", "0000:db:00.0"]
+    inv["hooks"]["checks"]["gpu_count"] = {"bus_ids": buses}
+    inventory.write_text(yaml.safe_dump(inv))
+
+    def hot(d):
+        d["devices"][3]["temperature_c"] = 95
+    fake = str(fixture(tmp_path, "off-bus-gpu3.json", hot))
+    rep = run_hook(env(tmp_path, inventory, FakeSlurm(state="ALLOCATED"), "prolog", fake_nvml=fake, job_gpus=[4]))
+    res = {r.name: r for r in rep.results}
+    assert res["gpu_count"].findings == ["gpu_count 7/8", "nvidia3@5d:00.0 missing"]
+    assert res["gpu_count"].evidence["expected_from"] == "hooks.checks.gpu_count.bus_ids"
+    assert res["temperature"].findings == ["nvidia4@9a:00.0 temp 95C>=90C"]
+    inv["hooks"]["checks"]["gpu_count"] = {"bus_ids": ["18:00"]}
+    inventory.write_text(yaml.safe_dump(inv))
+    with pytest.raises(Exception, match=r"hooks.checks.gpu_count.bus_ids: expected a list of PCI bus ids"):
+        run_hook(env(tmp_path, inventory, FakeSlurm(), "check", fake_nvml=fake))
 
 
 def test_health_never_resumes_an_admin_drain(tmp_path, inventory):
@@ -438,8 +490,8 @@ def test_epilog_of_a_root_job_kills_its_own_leftover_and_names_what_it_leaves(tm
         assert "other users" not in res.summary
         assert res.summary.startswith("killed 1 leftover process(es) of job 88; job 88 ran as root; root processes "
                                       "that /proc does not tie to it")
-        assert f"gpu1 pid {daemon.pid} uid 0" in res.summary and "the health check drains the node" in res.summary
-        assert res.findings == [f"gpu1 root pid {daemon.pid}"]
+        assert f"nvidia1@2a:00.0 pid {daemon.pid} uid 0" in res.summary and "the health check drains the node" in res.summary
+        assert res.findings == [f"nvidia1@2a:00.0 root pid {daemon.pid}"]
         assert [k["pid"] for k in res.evidence["killed"]] == [own.pid]
         assert [u["pid"] for u in res.evidence["unproven"]] == [daemon.pid]
     finally:
@@ -481,7 +533,7 @@ def test_failing_epilog_calls_no_slurm_command(tmp_path, inventory):
     # Slurm's 'Epilog error' drain is then ours to keep current (the health check reads this record)
     slurm = FakeSlurm(state="IDLE+DRAIN", reason="Epilog error")
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
-    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: gpu2 remap-failed")
+    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: nvidia2@3a:00.0 remap-failed")
 
 
 @needs(os.geteuid() == 0, "chown needs root")
@@ -531,7 +583,7 @@ def test_cli_record_fixture_round_trips_through_the_fake(tmp_path, inventory):
         assert rec["devices"][3][key] == original["devices"][3][key], key
     r = CliRunner().invoke(check, ["--json", "--inventory", str(inventory), "--node", "node1"],
                            env={"SLURMKIT_FAKE_NVML": str(out)})
-    assert json.loads(r.output)["reason"] == "slurmkit: gpu1 ecc-unc=2"  # same verdict from the recording
+    assert json.loads(r.output)["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2"  # same verdict from the recording
 
 
 def test_cli_hook_prolog_reads_the_slurm_environment(tmp_path, inventory):
@@ -610,13 +662,13 @@ def test_health_keeps_a_busy_drain_while_the_ended_jobs_process_is_there(tmp_pat
     slurm = FakeSlurm(state="ALLOCATED")
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", fake_nvml=on_gpu0(4242), job_id="51", job_uid=1000,
                        job_gpus=[0]))
-    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu0 busy pid 4242"
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: nvidia0@18:00.0 busy pid 4242"
     slurm.state = "IDLE+DRAIN"
     for _ in range(3):
         rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=on_gpu0(4242)))
         gp = next(r for r in rep.results if r.name == "gpu_procs")
         assert gp.status == Status.FAIL and gp.evidence["gpus"]["0"]["leftovers"] == [{"pid": 4242, "job": "50"}]
-        assert rep.slurm["decision"] == "none" and slurm.reason == "slurmkit: gpu0 busy pid 4242"
+        assert rep.slurm["decision"] == "none" and slurm.reason == "slurmkit: nvidia0@18:00.0 busy pid 4242"
     # job 50's process is gone; job 60 runs here with a process on gpu0 and an unknown one beside it: not judged
     fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [60.batch]")
     fake_proc(proc, 700, uid=1000, job="60")
@@ -629,7 +681,7 @@ def test_health_keeps_a_busy_drain_while_the_ended_jobs_process_is_there(tmp_pat
     import shutil
     shutil.rmtree(proc / "900")
     rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=on_gpu0(701)))
-    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu0 busy pid 701"
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: nvidia0@18:00.0 busy pid 701"
 
 
 def busy_gpu0(pid: int):
@@ -650,7 +702,7 @@ def test_cpu_only_job_prolog_does_not_judge_a_neighbours_gpu(tmp_path, inventory
     assert res["gpu_procs"].status == Status.SKIP and res["gpu_procs"].summary == "no GPUs in scope"
     # the same process on a GPU the job *was* given is a leftover: busy
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", fake_nvml=str(fx), job_id="3", job_gpus=[0]))
-    assert rep.exit_code == 1 and rep.reason == "slurmkit: gpu0 busy pid 4242"
+    assert rep.exit_code == 1 and rep.reason == "slurmkit: nvidia0@18:00.0 busy pid 4242"
 
 
 def test_cli_prolog_without_slurm_job_gpus_has_an_empty_scope(tmp_path, inventory):
@@ -724,7 +776,7 @@ def test_epilog_never_kills_a_process_of_a_job_that_still_runs(tmp_path, invento
 
 def test_lost_gpu_outside_the_jobs_scope_stays_a_per_gpu_finding(tmp_path, inventory):
     """Issue 11 item 3: gpu5 lost makes its minor number an error value; a job on gpu0-1 must still get every NVML
-    check (no worker crash turning them into SKIP)."""
+    check (no worker crash turning them into SKIP). A GPU whose minor and bus id NVML cannot read keeps its index."""
     slurm = FakeSlurm(state="ALLOCATED")
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="xid79-gpu5.json", job_gpus=[0, 1]))
     res = {r.name: r for r in rep.results}
@@ -740,8 +792,8 @@ def test_lost_gpu_outside_the_jobs_scope_stays_a_per_gpu_finding(tmp_path, inven
                        fake_nvml=str(fixture(tmp_path / "b", "healthy-h100x8.json", odd_minor)), job_gpus=[2, 5]))
     res = {r.name: r for r in rep.results}
     assert res["temperature"].summary == "temperature: 2 GPU(s) ok", res["temperature"].summary
-    assert res["ecc"].status == Status.WARN and res["ecc"].findings == ["gpu2 ecc TypeError"]
-    assert res["remapped_rows"].status == Status.WARN and res["remapped_rows"].findings == ["gpu5 remapped rows IndexError"]
+    assert res["ecc"].status == Status.WARN and res["ecc"].findings == ["nvidia2@3a:00.0 ecc TypeError"]
+    assert res["remapped_rows"].status == Status.WARN and res["remapped_rows"].findings == ["gpu5@ab:00.0 remapped rows IndexError"]  # minor unreadable
     # and a value the evaluation cannot read is that GPU's finding too
     from slurmkit.health.checks import EvalContext, eval_remapped_rows
     from slurmkit.health.expect import Expectations
@@ -768,7 +820,7 @@ def test_state_dir_unusable_never_fails_the_job(tmp_path, inventory):
     assert "state: state not saved" in log_line(rep)
     # a real fault still drains (the verdict of the checks decides), even with nowhere to write
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="ecc-uncorrected-gpu1.json", job_gpus=[1]))
-    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48; after a GPU reset: slurmkit check --clear-xid"
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: nvidia1@2a:00.0 ecc-unc=2; nvidia1@2a:00.0 xid48; after a GPU reset: slurmkit check --clear-xid"
 
 
 def test_full_disk_during_outputs_never_fails_the_job(tmp_path, inventory, monkeypatch):
@@ -800,7 +852,7 @@ def test_full_disk_during_outputs_never_fails_the_job(tmp_path, inventory, monke
         assert rep.exit_code == (1 if hook == "health" else 0), hook  # health: the ECC fault, not the disk
         prom = (tdir / f"slurmkit_health_{hook}.prom").read_text()
         assert re.search(r'slurmkit_health_bookkeeping_errors\{node="node1",hook="' + hook + r'"\} [1-9]', prom), prom
-    assert slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48; after a GPU reset: slurmkit check --clear-xid"  # the health check still drained
+    assert slurm.reason == "slurmkit: nvidia1@2a:00.0 ecc-unc=2; nvidia1@2a:00.0 xid48; after a GPU reset: slurmkit check --clear-xid"  # the health check still drained
 
 
 def test_health_takes_back_slurms_prolog_error_drain_that_followed_our_failed_drain(tmp_path, inventory):
@@ -812,7 +864,7 @@ def test_health_takes_back_slurms_prolog_error_drain_that_followed_our_failed_dr
     assert rep.exit_code == 1 and "timed out" in rep.slurm["error"]
     slurm = FakeSlurm(state="IDLE+DRAIN", reason="Prolog error")  # what slurmctld did on our exit 1
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
-    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: gpu2 remap")
+    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: nvidia2@3a:00.0 remap")
     # the same situation with a healed GPU: count passes, then resume
     slurm = FakeSlurm(state="IDLE+DRAIN", reason="Prolog error")
     fx = str(fixture(tmp_path, "healthy-h100x8.json", lambda d: d.update(boot_id="after-reset")))
@@ -841,7 +893,7 @@ def test_claim_on_slurms_prolog_error_survives_another_jobs_passing_prolog(tmp_p
     assert rep.exit_code == 0
     slurm = FakeSlurm(state="MIXED+DRAIN", reason="Prolog error")
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
-    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: gpu2 remap"), rep.slurm
+    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: nvidia2@3a:00.0 remap"), rep.slurm
     claim = tmp_path / "state" / "node1" / "claim-prolog.json"
     # our reason is on the node now: the claim is not needed any more (past the grace) and goes
     rec = json.loads(claim.read_text())
