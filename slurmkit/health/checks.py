@@ -256,7 +256,12 @@ def eval_remapped_rows(data: dict[str, Any], ctx: EvalContext) -> Verdict:
             return Status.WARN, f"gpu{idx} remap-pending (reset when idle)", detail
         return Status.OK, None, detail
 
-    return per_gpu(data, "remapped_rows", judge, "remapped rows")
+    verdict = per_gpu(data, "remapped_rows", judge, "remapped rows")
+    pending = sorted((i for i, d in verdict.evidence.get("gpus", {}).items() if isinstance(d, dict) and d.get("pending")
+                      and not d.get("failure")), key=int)
+    if pending and verdict.status == Status.WARN and ctx.policy.get("drain_pending_when_idle"):
+        verdict.evidence["reset_pending"] = pending  # the health check drains the node for the reset once it is idle
+    return verdict
 
 
 def eval_retired_pages(data: dict[str, Any], ctx: EvalContext) -> Verdict:
@@ -403,18 +408,29 @@ def eval_nvlink_errors(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     if ctx.expect.nvlink is False:
         return Verdict(Status.SKIP, "no NVLink expected (inventory links: none)")
     max_delta = ctx.policy.get("max_delta") or 0
+    after = ctx.policy.get("escalate_after")
+    escalated: list[str] = []
 
     def judge(idx: str, v: Any) -> tuple[Status, str | None, Any]:
         delta = data[idx].get("nvlink_errors_delta")
-        detail = {"totals": v, "delta": delta, "elapsed_s": data[idx].get("elapsed_s")}
+        streak = data[idx].get("nvlink_streak", 0)
+        detail = {"totals": v, "delta": delta, "elapsed_s": data[idx].get("elapsed_s"), "streak": streak}
         if not isinstance(delta, dict):
             return Status.OK, None, {**detail, "baseline": "recorded"}
         grown = {k: d for k, d in sorted(delta.items()) if d > max_delta}
+        if after and isinstance(streak, int) and streak >= after:
+            escalated.append(idx)
+            return Status.FAIL, f"gpu{idx} nvlink errors above rate {streak} runs", detail
         if grown:
             return Status.FAIL, f"gpu{idx} nvlink " + ",".join(f"{k}+{d}" for k, d in grown.items()), detail
         return Status.OK, None, detail
 
-    return per_gpu(data, "nvlink_errors", judge, "nvlink errors")
+    verdict = per_gpu(data, "nvlink_errors", judge, "nvlink errors")
+    if escalated:
+        # the warning lasted escalate_after health intervals: the check's escalate_action (drain by default)
+        verdict.evidence["escalate_to"] = ctx.policy.get("escalate_action") or "drain"
+        verdict.evidence["escalated"] = escalated
+    return verdict
 
 
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}

@@ -158,8 +158,9 @@ def run_hook(env: HookEnv) -> Report:
         except OSError as exc:
             bookkeeping.append(state.write_error(claim_path(ndir, env.hook), exc))
     if env.hook == "health":
-        report.exit_code = 1 if action >= Action.DRAIN else 0
-        report.slurm = _health_slurm(env, policy, action, reason, ndir, hard_deadline, bookkeeping)
+        report.slurm = _health_slurm(env, policy, action, reason, ndir, hard_deadline, bookkeeping,
+                                     lambda node: _reset_when_idle(node, report))
+        report.exit_code = 1 if report.action >= Action.DRAIN else 0
     elif env.hook == "check":  # an admin's look; exit 1 when something would drain the node
         report.exit_code = 1 if action >= Action.DRAIN else 0
     report.duration_s = time.monotonic() - env.started_mono
@@ -324,8 +325,32 @@ def _save(path: str, data: dict[str, Any], bookkeeping: list[str]) -> None:
         bookkeeping.append(state.write_error(path, exc))
 
 
+# The way out of a "reset pending" drain, in the reason: the GPU reset nobody else performs (or a reboot).
+RESET_WAY_OUT = "way out: reset the idle GPU (nvidia-smi -r) or reboot"
+
+
+def _reset_when_idle(node: NodeState, report: Report) -> tuple[Action, str] | None:
+    """A pending row remap needs a GPU reset that nobody performs (NVIDIA A100 memory error management: the remap
+    takes effect at the next reset). While a job runs it is a WARN; once the node is idle the health check drains it
+    with 'reset pending' and the way out, and resumes it after N passes once the reset has cleared the flag. Never
+    while a job runs: only an IDLE node (no COMPLETING job) qualifies. Returns the new (action, reason) or None."""
+    r = next((r for r in report.results if r.name == "remapped_rows" and r.evidence.get("reset_pending")), None)
+    if r is None or report.action >= Action.DRAIN or node.base != "idle" or "COMPLETING" in node.flags:
+        return None
+    from slurmkit.health.gpuid import relabel
+
+    labels = {str(g["index"]): g["label"] for g in report.gpus if "index" in g and "label" in g}
+    r.findings = [relabel(f"gpu{i} reset pending (row remap)", labels) for i in r.evidence["reset_pending"]]
+    r.status, r.action = Status.FAIL, Action.DRAIN
+    r.summary = f"{'; '.join(r.findings)}: node idle, drained for the GPU reset"
+    report.action = worst_action(report.results)
+    report.reason = with_hint(drain_reason(report.results), RESET_WAY_OUT)
+    return report.action, report.reason
+
+
 def _health_slurm(env: HookEnv, policy: Policy, action: Action, reason: str, ndir: str | None,
-                  deadline: float, bookkeeping: list[str]) -> dict[str, Any]:
+                  deadline: float, bookkeeping: list[str],
+                  escalate: Callable[[NodeState], tuple[Action, str] | None] | None = None) -> dict[str, Any]:
     log: dict[str, Any] = {"wanted": action.label}
     # Without a usable state dir the health check still drains on failure; it cannot count passes (nor resume).
     path = os.path.join(ndir, "health.json") if ndir is not None else ""
@@ -349,6 +374,10 @@ def _health_slurm(env: HookEnv, policy: Policy, action: Action, reason: str, ndi
                 log["done"] = "nothing"
                 return log
             claimed = slurm_drain_was_ours(node, ndir)
+            got = escalate(node) if escalate is not None else None
+            if got is not None:
+                action, reason = got
+                log.update(wanted=action.label, escalated="row remap pending on an idle node: drain for the reset")
             d = decide_health(node, action, reason, int(st.get("passes", 0)), policy.resume_after_passes, claimed)
             log.update(decision=d.verb.value, why=d.why, passes=d.passes,
                        before={"state": node.base, "flags": sorted(node.flags), "reason": node.reason})

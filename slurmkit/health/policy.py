@@ -62,7 +62,8 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
     "ecc": _D(Action.DRAIN, 1.0, {"max_volatile_uncorrected": 0, "max_sram_correctable": 10000,
                                   "max_dram_errors": 20_000_000}),
     # AzNHC: uncorrectable remapped rows > 512 fails (NVIDIA A100 memory error management: 512 remaps per GPU)
-    "remapped_rows": _D(Action.DRAIN, 1.0, {"max_uncorrectable": 512}),
+    # pending: a WARN while a job runs; drain_pending_when_idle: the health check drains an idle node for the reset
+    "remapped_rows": _D(Action.DRAIN, 1.0, {"max_uncorrectable": 512, "drain_pending_when_idle": True}),
     "retired_pages": _D(Action.DRAIN, 1.0),
     "recovery_action": _D(Action.DRAIN, 1.0),
     "xid": _D(Action.DRAIN, 1.0, {"codes": DEFAULT_FAIL_XIDS}),
@@ -71,8 +72,12 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
     # expected: true makes persistence off a FAIL (drain); unset: a WARN (nvmlInit takes seconds without it)
     "persistence": _D(Action.DRAIN, 1.0, {"expected": None}),
     "nvlink": _D(Action.DRAIN, 1.0),
-    # deltas since the last run of the NVLink CRC/replay/recovery totals (DCGM's NVLink health watch)
-    "nvlink_errors": _D(Action.WARN, 1.0, {"max_delta": 0}),
+    # deltas since the last run of the NVLink CRC/replay/recovery totals (DCGM's NVLink health watch) warn; a GPU
+    # above the rate (CRC errors per second above DCGM's DCGM_LIMIT_MAX_LWLINK_CRC_ERROR, 100: "CRC errors only matter
+    # at rates of 100+ per second", DCGM dcgm_gpu_hardware_limits.h; or replay/recovery growth above max_delta) in
+    # escalate_after consecutive health runs is drained (escalate_action)
+    "nvlink_errors": _D(Action.WARN, 1.0, {"max_delta": 0, "max_crc_per_s": 100, "escalate_after": 3,
+                                           "escalate_action": "drain"}),
     # width below max fails; replays per minute above DCGM's DCGM_FR_PCI_REPLAY_RATE default (8) warn
     "pcie": _D(Action.DRAIN, 1.0, {"max_replays_per_min": 8}),
     "fabric": _D(Action.DRAIN, 1.0),
@@ -172,8 +177,18 @@ def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any
     if key in ("max_volatile_uncorrected", "max_sram_correctable", "max_dram_errors", "max_uncorrectable",
                "max_delta", "max_link_downed_delta", "max_symbol_error_delta"):
         return _number(v, path, source, minimum=0, integer=True)
-    if key == "max_replays_per_min":
+    if key in ("max_replays_per_min", "max_crc_per_s"):
         return _number(v, path, source, minimum=0)
+    if key == "escalate_after":
+        return _number(v, path, source, minimum=1, integer=True)
+    if key == "escalate_action":
+        if v not in ("warn", "drain", "drain+reboot"):
+            raise _err(path, f"expected one of warn, drain, drain+reboot, got {v!r}", source)
+        return v
+    if key == "drain_pending_when_idle":
+        if not isinstance(v, bool):
+            raise _err(path, f"expected true or false, got {v!r}", source)
+        return v
     if key == "min_limit_pct":
         n = _number(v, path, source, minimum=0, exclusive_min=True)
         if n > 100:

@@ -181,7 +181,8 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
 
         err = counters.apply(spec.node_state_dir, _boot_id(spec), time.time(), gathered.data if gathered else {},
                              init.get("devices", []) if not init.get("error") else [], ib_data,
-                             commit=spec.commit_xid, lock_timeout=max(0.05, min(0.5, spec.deadline - time.monotonic())))
+                             commit=spec.commit_xid, lock_timeout=max(0.05, min(0.5, spec.deadline - time.monotonic())),
+                             nvlink_limits=_nvlink_limits(spec))
         if err:
             bookkeeping.append(err)
     if gathered is not None and "gpu_procs" in gathered.data:
@@ -260,6 +261,15 @@ def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult |
     return CHECKS[name].evaluate(job.value, ctx), job.elapsed
 
 
+def _nvlink_limits(spec: RunSpec) -> tuple[int, float] | None:
+    """Health runs count the intervals a GPU's NVLink errors grow above the rate (policy nvlink_errors)."""
+    if spec.hook not in ("health", "check"):
+        return None
+    cp = spec.policy.check("nvlink_errors")
+    return int(cp.get("max_delta") or 0), float(cp.get("max_crc_per_s") if cp.get("max_crc_per_s") is not None
+                                                else 100)
+
+
 def _expected_gpus(spec: RunSpec) -> dict[str, Any]:
     """The GPUs this node should have, by bus id: the inventory's hooks.checks.gpu_count.bus_ids, else the baseline."""
     bus_ids = spec.policy.check("gpu_count").get("bus_ids")
@@ -297,6 +307,9 @@ def _apply_policy(name: str, v: Verdict, action: Action, took: float) -> CheckRe
     """FAIL takes the check's action; a FAIL whose action is ``warn`` is reported as WARN (noticed, not acted on)."""
     status, act = v.status, Action.NONE
     ev = dict(v.evidence)
+    esc = ev.get("escalate_to")
+    if status == Status.FAIL and isinstance(esc, str) and Action.parse(esc) > action:
+        action = Action.parse(esc)  # a WARN-level check whose finding lasted too long (nvlink_errors' streak)
     if status == Status.FAIL:
         if action == Action.WARN:
             status, act = Status.WARN, Action.WARN

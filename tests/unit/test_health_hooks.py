@@ -382,6 +382,64 @@ def test_missing_gpu_from_the_inventorys_bus_ids_and_a_jobs_view(tmp_path, inven
         run_hook(env(tmp_path, inventory, FakeSlurm(), "check", fake_nvml=fake))
 
 
+def test_row_remap_pending_drains_an_idle_node_for_the_reset_never_a_busy_one(tmp_path, inventory):
+    """Issue 23 item 6: a pending row remap needs a GPU reset nobody performed; the node kept taking jobs on a GPU
+    whose remap never took effect. While a job runs: a WARN. Idle: drained 'reset pending' with the way out; after
+    the reset (flag cleared) resumed after N passes."""
+    busy = FakeSlurm(state="MIXED")
+    rep = run_hook(env(tmp_path / "busy", inventory, busy, "health", nvml="remap-pending-gpu2.json"))
+    assert rep.exit_code == 0 and busy.verbs() == ["scontrol -o"] and rep.action == Action.WARN
+    slurm = FakeSlurm(state="IDLE")
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-pending-gpu2.json"))
+    assert rep.exit_code == 1 and rep.slurm["decision"] == "drain" and "escalated" in rep.slurm
+    assert slurm.reason == ("slurmkit: nvidia2@3a:00.0 reset pending (row remap); "
+                            "way out: reset the idle GPU (nvidia-smi -r) or reboot"), slurm.reason
+    res = {r.name: r for r in rep.results}["remapped_rows"]
+    assert res.status == Status.FAIL and res.action == Action.DRAIN
+    rec = json.loads((tmp_path / "state" / "node1" / "last-health.json").read_text())
+    assert rec["action"] == "drain" and rec["reason"] == slurm.reason
+    fake = str(fixture(tmp_path, "remap-pending-gpu2.json", lambda d: d["devices"][2].update(remapped_rows=[0, 1, 0, 0])))
+    for _ in range(2):  # the reset activated the remap: pending cleared
+        rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=fake))
+    assert rep.slurm["decision"] == "resume" and slurm.state == "IDLE"
+    inv = yaml.safe_load(inventory.read_text())
+    inv["hooks"]["checks"]["remapped_rows"] = {"drain_pending_when_idle": False}
+    inventory.write_text(yaml.safe_dump(inv))
+    rep = run_hook(env(tmp_path / "off", inventory, FakeSlurm(), "health", nvml="remap-pending-gpu2.json"))
+    assert rep.exit_code == 0 and rep.action == Action.WARN
+
+
+def test_nvlink_error_growth_escalates_from_warn_to_drain_after_n_intervals(tmp_path, inventory):
+    """Issue 23 item 6: NVLink replay/CRC growth above the rate was a WARN forever. Now escalate_after (3) health
+    runs in a row above it drain the node; a quiet interval ends the streak."""
+    slurm = FakeSlurm()
+    counts = {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0}
+
+    def run(replay: int):
+        counts["replay"] = replay
+        fake = str(fixture(tmp_path, "healthy-h100x8.json", lambda d: d["devices"][4].update(nvlink_errors=dict(counts))))
+        return run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=fake))
+
+    assert run(0).action == Action.NONE  # baseline
+    for n in (5, 10):
+        rep = run(n)
+        r = {x.name: x for x in rep.results}["nvlink_errors"]
+        assert rep.action == Action.WARN and r.findings == ["nvidia4@9a:00.0 nvlink replay+5"], r.findings
+    assert run(10).action == Action.NONE  # a quiet interval: the streak ends
+    for n in (15, 20):
+        assert run(n).action == Action.WARN
+    rep = run(25)
+    r = {x.name: x for x in rep.results}["nvlink_errors"]
+    assert rep.action == Action.DRAIN and r.findings == ["nvidia4@9a:00.0 nvlink errors above rate 3 runs"]
+    assert slurm.reason == "slurmkit: nvidia4@9a:00.0 nvlink errors above rate 3 runs" and "DRAIN" in slurm.state
+    # a prolog in between neither counts nor resets the health check's streak
+    counts["replay"] = 30
+    fake = str(fixture(tmp_path, "healthy-h100x8.json", lambda d: d["devices"][4].update(nvlink_errors=dict(counts))))
+    run_hook(env(tmp_path, inventory, FakeSlurm(state="ALLOCATED"), "prolog", fake_nvml=fake, job_gpus=[4]))
+    snap = json.loads((tmp_path / "state" / "node1" / "counters.json").read_text())
+    assert snap["gpu"]["GPU-5c1e7a3b-0d2f-4b7e-9a61-000000000004"]["nvlink_streak"] == 3
+
+
 def test_health_never_resumes_an_admin_drain(tmp_path, inventory):
     slurm = FakeSlurm(state="IDLE+DRAIN", reason="admin: burn-in")
     for _ in range(4):
