@@ -150,7 +150,15 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         "disk_space": lambda: host.gather_disk(tuple(pol.check("disk_space").get("paths") or ())),
         "slurmd_oom": lambda: host.gather_slurmd_oom(spec.paths, spec.node, spec.ppid),
         "xid": lambda: _xid_gather(spec, frozenset(pol.check("xid").get("codes") or ())),
+        "filesystems": lambda: host.gather_filesystems(spec.paths, tuple(pol.check("filesystems").get("required") or ()),
+                                                       max(0.05, pol.check("filesystems").timeout_s - 0.05)),
+        "edac": lambda: host.gather_edac(spec.paths),
+        "hardware": lambda: host.gather_hardware(spec.paths),
+        "topology": lambda: host.gather_pci_numa(spec.paths),
+        # one /proc pass for the daemons and D-state checks
+        "procs": lambda: host.scan_processes(spec.paths),
     }
+    shared = {"procs": ("daemons", "dstate")}
     started = time.monotonic()
     worker: Worker | None = None
     if need_nvml:
@@ -163,13 +171,14 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
     elif spec.worker is not None:
         spec.worker.abandon()
     for name, fn in host_fns.items():
-        if name in enabled:
+        if name in enabled or any(c in enabled for c in shared.get(name, ())):
             jobs[name] = _Job(name, fn)
             jobs[name].start()
     if worker is not None:
         gathered = worker.collect()
     for name, j in jobs.items():
-        j.join(max(0.0, min(spec.deadline, started + pol.check(name).timeout_s) - time.monotonic()))
+        limit = max(pol.check(c).timeout_s for c in shared[name]) if name in shared else pol.check(name).timeout_s
+        j.join(max(0.0, min(spec.deadline, started + limit) - time.monotonic()))
 
     init = (gathered.data.get("init") if gathered else None) or {}
     bookkeeping: list[str] = []
@@ -197,6 +206,8 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         extra = {**(extra or {}), **between(gathered, (extra or {}).get("owners", {}))}
     if "gpu_count" in enabled and init and not init.get("error"):
         extra = {**(extra or {}), **_expected_gpus(spec)}
+    if any(n in enabled for n in ("hardware", "daemons", "topology")):
+        extra = {**(extra or {}), **_node_facts(spec, gathered, jobs)}
     results: list[CheckResult] = []
     for name, check in CHECKS.items():
         cp = enabled.get(name)
@@ -246,7 +257,7 @@ def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult |
                    gathered.crashed or gathered.load_error or "NVML unavailable (see the nvml check)")
             return Verdict(Status.SKIP, f"not run: {why}"), 0.0
         return CHECKS[name].evaluate(gathered.data[probe], ctx), gathered.durations.get(probe, 0.0)
-    job = jobs[name]
+    job = jobs[source.split(":", 1)[1] if source.startswith("host:") else name]
     if job.is_alive():
         return Verdict(Status.FAIL, f"gather did not finish within {ctx.policy.timeout_s:g}s",
                        [f"{name} timeout"], {"timeout_s": ctx.policy.timeout_s}), ctx.policy.timeout_s
@@ -259,6 +270,34 @@ def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult |
         return Verdict(Status.WARN, f"gather failed: {type(job.error).__name__}: {job.error}",
                        [f"{name} error"]), job.elapsed
     return CHECKS[name].evaluate(job.value, ctx), job.elapsed
+
+
+def _node_facts(spec: RunSpec, gathered: GatherResult | None, jobs: dict[str, _Job]) -> dict[str, Any]:
+    """What the node checks need beyond their own gather: is this a simulated node (fake NVML: the host's CPUs,
+    memory and GPU daemons are not the node's), which GPU daemons this node needs, the topology baseline."""
+    out: dict[str, Any] = {"simulated": bool(spec.fake_nvml)}
+    if not spec.fake_nvml and gpus_expected(spec):
+        need = ["nvidia-persistenced"]
+        fabric = (gathered.data.get("fabric") if gathered else None) or {}
+        if any(isinstance(d.get("fabric"), dict) and d["fabric"].get("state") in (1, 2, 3) for d in fabric.values()):
+            need.append("nv-fabricmanager")  # NVML reports an NVSwitch fabric: the fabric manager trains it
+        out["gpu_daemons"] = need
+    tj = jobs.get("topology")
+    if tj is not None and spec.node_state_dir and isinstance(tj.value, dict) and not tj.is_alive():
+        path = os.path.join(spec.node_state_dir, "topology.json")
+        from slurmkit.health.state import read_json
+
+        base = read_json(path, {})
+        if base:
+            out["topology_baseline"] = base
+        elif spec.commit_xid and (tj.value.get("gpus") or tj.value.get("hcas")):
+            import json
+
+            try:  # the first run's placement is the baseline later runs are held to
+                atomic_write(path, json.dumps(tj.value))
+            except OSError:
+                pass
+    return out
 
 
 def _nvlink_limits(spec: RunSpec) -> tuple[int, float] | None:

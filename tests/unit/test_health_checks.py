@@ -23,11 +23,18 @@ H100 = Expectations(node="node1", gpu_count=8, gpu_type="h100", nvlink=True, mig
                     minors=tuple(range(8)))
 
 
+def munged(proc: Path, pid: int = 333) -> None:
+    """Slurm's auth daemon, which the daemons check requires on every node."""
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    (proc / str(pid) / "stat").write_text(f"{pid} (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+
+
 def host_tree(tmp: Path, *, ib: dict[str, tuple[str, str, str]] | None = None, governor: str | None = None) -> HostPaths:
     """A fake /sys and /proc: IB ports as {dev: (state, phys_state, rate)}."""
     sys_root, proc = tmp / "sys", tmp / "proc"
     proc.mkdir(parents=True, exist_ok=True)
     (proc / "meminfo").write_text("MemTotal:       32000000 kB\nMemFree: 1 kB\nMemAvailable:   30000000 kB\n")
+    munged(proc)
     for dev, (st, phys, rate) in (ib or {}).items():
         p = sys_root / "class" / "infiniband" / dev / "ports" / "1"
         p.mkdir(parents=True, exist_ok=True)
