@@ -511,3 +511,69 @@ def record_fixture(fake_nvml: str | None, node: str, timeout_s: float = 20.0) ->
         "kmsg": [],
         "devices": devices,
     }
+
+
+def run_active(env: HookEnv, budget_s: float = 120.0, level: int = 1, method: str = "auto",
+               peer_pct: float = 85.0) -> Report:
+    """`slurmkit check --active`: DCGM diag where dcgmi is installed (``method`` auto|dcgm), else the torch GEMM and
+    memory-bandwidth test per GPU (active.py). The record goes to ``last-active.json`` and the history, the metrics
+    to ``--textfile-dir``; exit 1 when a GPU fails."""
+    from slurmkit.health import active
+    from slurmkit.health.gpuid import labels, table
+    from slurmkit.health.nvmlworker import run_worker
+
+    started, t0 = time.time(), time.monotonic()
+    init = run_worker(env.fake_nvml, env.node, [], None, {"init": min(20.0, budget_s)},
+                      t0 + min(20.0, budget_s)).data.get("init") or {}
+    devices = [d for d in init.get("devices", []) if not d.get("lost") and not d.get("error")]
+    names = labels(init)
+    for d in devices:
+        d["label"] = names.get(str(d["index"]), f"gpu{d['index']}")
+    simulated = bool(env.fake_nvml)
+    if env.fake_nvml:  # the fixture's per-device slowdown (a slow board to find)
+        from slurmkit.health.fakenvml import load_state
+
+        fx = {int(d.get("index", i)): d for i, d in enumerate(load_state(env.fake_nvml, env.node).get("devices", []))}
+        for d in devices:
+            d["active_slowdown"] = fx.get(int(d["index"]), {}).get("active_slowdown")
+    results: list[CheckResult] = []
+    notes: list[str] = []
+    remaining = max(1.0, budget_s - (time.monotonic() - t0))
+    dcgmi = None if simulated else active.dcgmi_path()
+    if init.get("error") or not devices:
+        results.append(CheckResult("active", Status.FAIL if init.get("error") else Status.SKIP,
+                                   f"no GPU to test: {init.get('error') or 'NVML lists none'}",
+                                   ["nvml down"] if init.get("error") else [], action=Action.DRAIN
+                                   if init.get("error") else Action.NONE))
+    elif method in ("auto", "dcgm") and dcgmi:
+        notes.append(f"method: dcgmi diag -r {level} ({dcgmi})")
+        results.append(active.run_dcgm(dcgmi, level, remaining))
+    elif method == "dcgm":
+        results.append(CheckResult("dcgm_diag", Status.SKIP, "dcgmi not installed (or a simulated node)"))
+    else:
+        try:
+            import torch  # noqa: F401  (seconds to import: counted against the budget below)
+        except ImportError:
+            results.append(CheckResult("active", Status.SKIP, "neither dcgmi nor torch available: no active test"))
+        else:
+            notes.append("method: torch bf16 GEMM + device copy per GPU" + (" (on the CPU: simulated node)"
+                                                                            if simulated else ""))
+            t1 = time.monotonic()
+            measured = active.run_torch(devices, max(0.5, budget_s - (t1 - t0)), simulated)
+            judged = active.judge(measured, peer_pct, use_floor=not simulated)
+            for r in judged:
+                r.duration_s = time.monotonic() - t1
+            results += judged
+    action = worst_action(results)
+    report = Report(hook="active", node=env.node, started=started, duration_s=time.monotonic() - t0, results=results,
+                    action=action, reason=drain_reason(results) if action >= Action.DRAIN else "",
+                    exit_code=1 if action >= Action.DRAIN else 0, notes=notes)
+    report.gpus = table(init) if not init.get("error") else []
+    if env.write_outputs:
+        ndir = None
+        try:
+            ndir = state.node_dir(env.state_dir, env.node)
+        except OSError as exc:
+            report.bookkeeping.append(state.write_error(os.path.join(env.state_dir, env.node), exc))
+        write_outputs(report, ndir, env.textfile_dir)
+    return report
