@@ -39,12 +39,14 @@ missing() { $PY -c 'import importlib.util as u, sys
 mods = ["click", "yaml", "ClusterShell", "pynvml", "psutil", "jinja2", "torch"]
 sys.stdout.write(" ".join(m for m in mods if u.find_spec(m) is None))'; }
 MISSING=$(missing)
-if [ -n "$MISSING" ] && [ -d bench/wheels ]; then
-  log "missing python modules: $MISSING; installing from bench/wheels"
-  timeout 300 $PY -m pip install -q --no-index --find-links bench/wheels nvidia-ml-py click pyyaml ClusterShell \
-    psutil jinja2 $(case " $MISSING " in *" torch "*) echo torch;; esac) >>"$OUT/summary.txt" 2>&1 || true
-  MISSING=$(missing)
-fi
+for W in bench/wheels .whl; do  # carried wheels (.whl: git-ignored, as for bench/gpu_device_check.sh)
+  if [ -n "$MISSING" ] && ls "$W"/*.whl >/dev/null 2>&1; then
+    log "missing python modules: $MISSING; installing the wheels in $W into /tmp/site"
+    timeout 300 $PY -m pip install -q --no-index --no-deps --target /tmp/site "$W"/*.whl >>"$OUT/summary.txt" 2>&1 || true
+    export PYTHONPATH="$PYTHONPATH:/tmp/site"
+    MISSING=$(missing)
+  fi
+done
 [ -z "$MISSING" ] || log "still missing: $MISSING (torch missing: the torch stage reports SKIP)"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' \
   2>&1 | tee -a "$OUT/env.txt"
