@@ -13,6 +13,10 @@ The fake nvidia-smi is Python started with -S -E (no site packages) answering fr
 an interpreter start per call but no NVML init; a real nvidia-smi initialises NVML on every call and is slower
 (bench/gpu_device_check.sh measures both against a real GPU). scontrol is a stub on PATH so the failing case
 runs the real drain flow without a cluster. Nothing here asserts a time: it prints a table.
+
+Everything it writes stays under its own temporary directory (removed at the end): the hooks' state and metrics
+textfile (hooks.checks.textfile_dir, so `--real` on a GPU node never overwrites that node's node_exporter metrics
+with a fake drain) and the interpreters' bytecode (PYTHONPYCACHEPREFIX, not __pycache__ in the source tree).
 """
 
 from __future__ import annotations
@@ -130,6 +134,25 @@ def time_runs(argv: list[str], env: dict[str, str], runs: int, cap_s: float = 1e
     return times, codes, last
 
 
+def hooks_section(tmp: Path) -> dict:
+    """The bench inventory's hooks: this machine has no HCAs; everything else runs with the shipped defaults; the
+    metrics textfile goes under ``tmp``, never to the host's node_exporter directory."""
+    return {"prolog": True, "checks": {"ib": False, "textfile_dir": str(tmp / "metrics")}}
+
+
+def base_env(tmp: Path, bindir: Path, ngpu: int) -> dict[str, str]:
+    return {
+        "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": ",".join(map(str, range(ngpu))),
+        "EXPECTED_GPUS": str(ngpu),
+        "SLURMKIT_STATE_DIR": str(tmp / "state"),
+        # bytecode of the timed interpreters under tmp (kept across runs, as an installed package's is)
+        "PYTHONPYCACHEPREFIX": str(tmp / "pycache"),
+        # keep the caller's PYTHONPATH after ours: on the GPU machine the wheels it carries live there
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=50)
@@ -144,8 +167,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="slurmkit-prolog-bench-"))
     try:
         inv = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
-        # this machine has no HCAs; everything else runs with the shipped defaults
-        inv["hooks"] = {"prolog": True, "checks": {"ib": False}}
+        inv["hooks"] = hooks_section(tmp)
         ngpu, label = 8, "fake NVML 8x H100"
         if args.real:
             import pynvml
@@ -175,14 +197,7 @@ def main() -> None:
         (tmp / "prolog.sh").write_text(SHELL_PROLOG)
         for f in (bindir / "scontrol", tmp / "prolog.sh"):
             f.chmod(0o755)
-        base = {
-            "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": ",".join(map(str, range(ngpu))),
-            "EXPECTED_GPUS": str(ngpu),
-            "SLURMKIT_STATE_DIR": str(tmp / "state"),
-            # keep the caller's PYTHONPATH after ours: on the GPU machine the wheels it carries live there
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        }
+        base = base_env(tmp, bindir, ngpu)
         hook = [sys.executable, "-m", "slurmkit.cli.main", "hook", "prolog", "--inventory", str(tmp / "slurmkit.yaml")]
         rows = []
         healthy = str(FIXTURES / "healthy-h100x8.json")

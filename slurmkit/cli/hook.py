@@ -19,8 +19,8 @@ from slurmkit.cli.hookrun import run as _run
 from slurmkit.cli.hookrun import state_dir_default as _state_dir_default
 
 _HOOK_TEXTFILE_HELP = ("Write the Prometheus textfile here (node_exporter --collector.textfile.directory); default: "
-                       "hooks.checks.textfile_dir, else /var/lib/prometheus/node-exporter if it exists, else the "
-                       "node's state dir.")
+                       "hooks.checks.textfile_dir, else /var/lib/prometheus/node-exporter if it exists (never with "
+                       "SLURMKIT_FAKE_NVML), else the node's state dir.")
 _CHECK_TEXTFILE_HELP = ("Also write the Prometheus textfile here (node_exporter --collector.textfile.directory); "
                         "without this flag check writes no textfile (it is read-only).")
 
@@ -76,8 +76,19 @@ def health(inventory: str | None, state_dir: str, policy_file: str | None, textf
 @click.option("--record-fixture", type=click.Path(dir_okay=False),
               help="Write what NVML reports as a fake-NVML fixture JSON and exit.")
 @click.option("--clear-xid", is_flag=True, help="Forget sticky critical XIDs (after a GPU reset) and exit.")
+@click.option("--active", is_flag=True, help="The active stage instead (minutes; after maintenance, on suspicion): "
+              "dcgmi diag where installed, else a torch GEMM and memory-bandwidth test per GPU judged against the "
+              "model's floor and the node's other GPUs. Writes last-active.json; exit 1 if a GPU fails.")
+@click.option("--level", type=click.IntRange(1, 2), default=1, show_default=True, help="--active: dcgmi diag level.")
+@click.option("--method", type=click.Choice(["auto", "dcgm", "torch"]), default="auto", show_default=True,
+              help="--active: dcgmi when installed (auto), or force one.")
+@click.option("--budget", type=click.FloatRange(min=1.0), default=120.0, show_default=True,
+              help="--active: seconds for the whole stage.")
+@click.option("--peer-pct", type=click.FloatRange(1.0, 100.0), default=85.0, show_default=True,
+              help="--active: a GPU below this % of its peers' median fails.")
 def check(inventory: str | None, state_dir: str, policy_file: str | None, textfile_dir: str | None, as_json: bool,
-          node: str | None, gpus: str | None, record_fixture: str | None, clear_xid: bool) -> None:
+          node: str | None, gpus: str | None, record_fixture: str | None, clear_xid: bool, active: bool, level: int,
+          method: str, budget: float, peer_pct: float) -> None:
     """Run the node health checks now, read-only (no drains, no cursor moves). Exit 1 if a check would drain."""
     import json
 
@@ -107,7 +118,12 @@ def check(inventory: str | None, state_dir: str, policy_file: str | None, textfi
     env = HookEnv(hook="check", node=name, state_dir=state_dir, inventory=inventory, policy_file=policy_file,
                   fake_nvml=fake, job_gpus=_job_gpus(gpus, "--gpus"), textfile_dir=textfile_dir, ppid=os.getppid(),
                   started_mono=_budget_start())
-    report = run_hook(env)
+    if active:
+        from slurmkit.health.hooks import run_active
+
+        report = run_active(env, budget_s=budget, level=level, method=method, peer_pct=peer_pct)
+    else:
+        report = run_hook(env)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=1, sort_keys=True))
     else:

@@ -123,6 +123,17 @@ def fast_main(argv: list[str]) -> None:
         opts["textfile_dir"])
 
 
+def host_textfile_dir(fake_nvml: str | None) -> str | None:
+    """node_exporter's textfile directory when this is a real GPU node that has one (Debian's prometheus-node-exporter
+    default), else None (the metrics go to the node's state dir). Never for a fake-NVML node (the lab, tests, benches):
+    a fake node's metrics, a fake drain among them, must not overwrite the host's own."""
+    if fake_nvml:
+        return None
+    from slurmkit.health.policy import DEFAULT_TEXTFILE_DIR
+
+    return DEFAULT_TEXTFILE_DIR if os.path.isdir(DEFAULT_TEXTFILE_DIR) else None
+
+
 def run(hook: str, inventory: str | None, state_dir: str, policy_file: str | None, textfile_dir: str | None) -> None:
     node = node_name()
     # $SLURMKIT_TEXTFILE_DIR (``%n``: the node's name): where the lab puts each virtual node's metrics
@@ -148,7 +159,8 @@ def run(hook: str, inventory: str | None, state_dir: str, policy_file: str | Non
         hook=hook, node=node, state_dir=state_dir, inventory=inventory, policy_file=policy_file,
         fake_nvml=fake, job_id=os.environ.get("SLURM_JOB_ID"),
         job_uid=int(uid) if uid and uid.isdigit() else None, job_user=os.environ.get("SLURM_JOB_USER"),
-        job_gpus=gpus, textfile_dir=textfile_dir, ppid=os.getppid(), started_mono=budget_start(), worker=worker,
+        job_gpus=gpus, textfile_dir=textfile_dir, host_textfile_dir=host_textfile_dir(fake), ppid=os.getppid(),
+        started_mono=budget_start(), worker=worker,
     )
     try:
         report = run_hook(env)

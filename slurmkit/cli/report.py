@@ -109,3 +109,35 @@ def _topology(
     if blocks:
         return PlacementTopology.from_block_records(blocks, known_nodes=known), "slurm"
     return PlacementTopology.flat(known), "none (flat)"
+
+
+@report.command("firmware")
+@click.option("--state-dir", default=None, type=click.Path(file_okay=False),
+              help="The hooks' state dir holding <node>/last-health.json [$SLURMKIT_STATE_DIR or /var/lib/slurmkit].")
+@click.option("--inventory", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Take the expected versions from this inventory's hooks.checks.firmware [majority otherwise].")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+def firmware_cmd(state_dir: str | None, inventory: str | None, as_json: bool) -> None:
+    """Driver, VBIOS and InfoROM versions across the fleet's health records, and the odd nodes out (exit 1 if any).
+
+    Reads each node's latest health record (the firmware check's evidence); the expected set is the inventory's
+    hooks.checks.firmware, else the version most nodes run.
+    """
+    from slurmkit.cli.hookrun import state_dir_default
+    from slurmkit.errors import UsageError
+    from slurmkit.health.fleet import firmware_report, format_report, load_records
+
+    sdir = state_dir or state_dir_default()
+    records = load_records(sdir)
+    if not records:
+        raise UsageError(f"{sdir}: no health records (<node>/last-health.json) to report on")
+    expected = None
+    if inventory:
+        from slurmkit.health.policy import parse_policy
+        from slurmkit.model import load_cluster
+
+        fw = parse_policy(load_cluster(inventory).hooks.checks, source=inventory).check("firmware")
+        expected = {k: fw.get(k) for k in ("driver", "vbios", "inforom")}
+    rep = firmware_report(records, expected)
+    click.echo(json.dumps(rep, indent=1, sort_keys=True) if as_json else format_report(rep))
+    raise SystemExit(1 if rep["odd"] else 0)

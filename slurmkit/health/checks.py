@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurmkit.health import gpuid
 from slurmkit.health.expect import Expectations
 from slurmkit.health.policy import CLOCK_REASON_BITS, CheckPolicy
 from slurmkit.health.result import Status
@@ -147,11 +148,17 @@ def eval_gpu_count(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     findings = [f"gpu{d['index']} {'lost' if d.get('lost') or d.get('error') == 'GpuIsLost' else d.get('error')}"
                 for d in lost]
     ev: dict[str, Any] = {"reported": init["count"], "usable": len(present), "expected": expected,
-                          "lost": [d["index"] for d in lost]}
+                          "lost": [gpuid.identity(d) for d in lost]}
     status = Status.FAIL if lost else Status.OK
     if expected is not None and len(present) < expected:
         status = Status.FAIL
-        findings.insert(0, f"gpu_count {len(present)}/{expected}")
+        # which board: the expected bus ids NVML no longer lists (inventory bus_ids, else the node's baseline)
+        base: list[dict[str, Any]] | None = ctx.extra.get("gpu_baseline")
+        gone = gpuid.missing(base, init) if base else []
+        ev["missing"] = gone
+        ev["expected_from"] = ctx.extra.get("gpu_baseline_source") if base else \
+            "nothing (no hooks.checks.gpu_count.bus_ids, no healthy run recorded yet)"
+        findings[:0] = [f"gpu_count {len(present)}/{expected}"] + [f"{gpuid.label(g)} missing" for g in gone]
     elif expected is not None and len(present) > expected:
         status = max(status, Status.WARN)
         findings.append(f"gpu_count {len(present)}>{expected}")
@@ -249,7 +256,12 @@ def eval_remapped_rows(data: dict[str, Any], ctx: EvalContext) -> Verdict:
             return Status.WARN, f"gpu{idx} remap-pending (reset when idle)", detail
         return Status.OK, None, detail
 
-    return per_gpu(data, "remapped_rows", judge, "remapped rows")
+    verdict = per_gpu(data, "remapped_rows", judge, "remapped rows")
+    pending = sorted((i for i, d in verdict.evidence.get("gpus", {}).items() if isinstance(d, dict) and d.get("pending")
+                      and not d.get("failure")), key=int)
+    if pending and verdict.status == Status.WARN and ctx.policy.get("drain_pending_when_idle"):
+        verdict.evidence["reset_pending"] = pending  # the health check drains the node for the reset once it is idle
+    return verdict
 
 
 def eval_retired_pages(data: dict[str, Any], ctx: EvalContext) -> Verdict:
@@ -396,18 +408,29 @@ def eval_nvlink_errors(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     if ctx.expect.nvlink is False:
         return Verdict(Status.SKIP, "no NVLink expected (inventory links: none)")
     max_delta = ctx.policy.get("max_delta") or 0
+    after = ctx.policy.get("escalate_after")
+    escalated: list[str] = []
 
     def judge(idx: str, v: Any) -> tuple[Status, str | None, Any]:
         delta = data[idx].get("nvlink_errors_delta")
-        detail = {"totals": v, "delta": delta, "elapsed_s": data[idx].get("elapsed_s")}
+        streak = data[idx].get("nvlink_streak", 0)
+        detail = {"totals": v, "delta": delta, "elapsed_s": data[idx].get("elapsed_s"), "streak": streak}
         if not isinstance(delta, dict):
             return Status.OK, None, {**detail, "baseline": "recorded"}
         grown = {k: d for k, d in sorted(delta.items()) if d > max_delta}
+        if after and isinstance(streak, int) and streak >= after:
+            escalated.append(idx)
+            return Status.FAIL, f"gpu{idx} nvlink errors above rate {streak} runs", detail
         if grown:
             return Status.FAIL, f"gpu{idx} nvlink " + ",".join(f"{k}+{d}" for k, d in grown.items()), detail
         return Status.OK, None, detail
 
-    return per_gpu(data, "nvlink_errors", judge, "nvlink errors")
+    verdict = per_gpu(data, "nvlink_errors", judge, "nvlink errors")
+    if escalated:
+        # the warning lasted escalate_after health intervals: the check's escalate_action (drain by default)
+        verdict.evidence["escalate_to"] = ctx.policy.get("escalate_action") or "drain"
+        verdict.evidence["escalated"] = escalated
+    return verdict
 
 
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
@@ -500,19 +523,7 @@ def eval_gpu_procs(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     if ctx.hook not in ("prolog", "epilog"):
         return Verdict(Status.SKIP, "only judged at prolog/epilog/health")
     if ctx.hook == "epilog":
-        cleanup = ctx.extra.get("cleanup", {})
-        survivors = cleanup.get("survivors", [])
-        foreign = cleanup.get("foreign", [])
-        ev = {k: cleanup.get(k, []) for k in ("killed", "survivors", "foreign", "held")}
-        if survivors:
-            return Verdict(Status.FAIL, f"job processes survived SIGKILL: {survivors}",
-                           [f"gpu{s['gpu']} unkillable pid {s['pid']}" for s in survivors], ev)
-        if foreign:
-            return Verdict(Status.WARN, f"other users' processes on the job's GPUs: {foreign}",
-                           [f"gpu{f['gpu']} foreign pid {f['pid']}" for f in foreign], ev)
-        held = f"; left {len(ev['held'])} process(es) of running jobs alone" if ev["held"] else ""
-        return Verdict(Status.OK, (f"killed {len(ev['killed'])} leftover process(es)" if ev["killed"]
-                                   else "no leftover processes") + held, evidence=ev)
+        return _eval_epilog_procs(ctx)
     owners: dict[str, Any] = ctx.extra.get("owners", {})
     job_id = ctx.extra.get("job_id")
 
@@ -531,6 +542,40 @@ def eval_gpu_procs(data: dict[str, Any], ctx: EvalContext) -> Verdict:
         return Status.OK, None, detail
 
     return per_gpu(data, "compute_processes", judge, "gpu processes")
+
+
+# What the health check does next about a process the epilog left running (``_eval_leftovers``), said in the message.
+_NEXT = ("the health check drains the node ('busy pid') if it still holds the GPU once its job has ended, or once no "
+         "job runs here when /proc ties it to none")
+
+
+def _procs_text(entries: list[dict[str, Any]]) -> str:
+    return ", ".join(f"gpu{e['gpu']} pid {e['pid']} uid {e['uid']}" + (f" job {e['job']}" if e.get("job") else "")
+                     for e in entries)
+
+
+def _eval_epilog_procs(ctx: EvalContext) -> Verdict:
+    """The epilog's cleanup, judged: survivors of SIGKILL fail; what was left running is named for what it is (another
+    user's process, a root job's root process /proc does not tie to the job) with what happens next."""
+    cleanup = ctx.extra.get("cleanup", {})
+    job = ctx.extra.get("job_id") or "?"
+    ev = {k: cleanup.get(k, []) for k in ("killed", "survivors", "foreign", "held", "unproven")}
+    if ev["survivors"]:
+        return Verdict(Status.FAIL, f"job {job}'s processes survived SIGKILL: {_procs_text(ev['survivors'])}",
+                       [f"gpu{s['gpu']} unkillable pid {s['pid']}" for s in ev["survivors"]], ev)
+    left = []
+    if ev["foreign"]:
+        left.append(f"not job {job}'s, other users' processes left running: {_procs_text(ev['foreign'])}")
+    if ev["unproven"]:
+        left.append(f"job {job} ran as root; root processes that /proc does not tie to it (no job cgroup, no "
+                    f"SLURM_JOB_ID) left running: {_procs_text(ev['unproven'])}")
+    killed = f"killed {len(ev['killed'])} leftover process(es) of job {job}" if ev["killed"] else ""
+    if left:
+        return Verdict(Status.WARN, "; ".join(x for x in (killed, *left, _NEXT) if x),
+                       [f"gpu{e['gpu']} {'foreign' if e in ev['foreign'] else 'root'} pid {e['pid']}"
+                        for e in ev["foreign"] + ev["unproven"]], ev)
+    held = f"; left {len(ev['held'])} process(es) of running jobs alone" if ev["held"] else ""
+    return Verdict(Status.OK, (killed or "no leftover processes") + held, evidence=ev)
 
 
 def _eval_leftovers(data: dict[str, Any], ctx: EvalContext) -> Verdict:
@@ -719,6 +764,149 @@ def eval_slurmd_oom(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     return Verdict(Status.OK, f"slurmd oom_score_adj {adj}", evidence=data)
 
 
+# --- node checks NHC sites run (issue 23 item 5) ---------------------------------------------------------------
+
+def eval_filesystems(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    """Network filesystems and the required mount points: mounted, answering statvfs within the time budget."""
+    mounts: dict[str, Any] = data.get("mounts", {})
+    findings = []
+    for point, m in sorted(mounts.items()):
+        if m.get("mounted") is False:
+            findings.append(f"fs {point} not mounted")
+        elif m.get("hung"):
+            findings.append(f"fs {point} hung >{data.get('timeout_s', 0):g}s")
+        elif m.get("ok") is False:
+            # ESTALE: the server lost the export or was replaced under the mount (NHC's stale-handle case)
+            findings.append(f"fs {point} {'stale' if m.get('errno') == 116 else m.get('error', 'error')}")
+    if findings:
+        return Verdict(Status.FAIL, "; ".join(findings), findings, data)
+    if not mounts:
+        return Verdict(Status.OK, "no network filesystems mounted, none required", evidence=data)
+    return Verdict(Status.OK, f"{len(mounts)} filesystem(s) mounted and answering", evidence=data)
+
+
+def eval_edac(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    if data.get("absent"):
+        return Verdict(Status.SKIP, "no EDAC memory controllers (edac driver not loaded)")
+    max_ue, max_ce = ctx.policy.get("max_uncorrectable") or 0, ctx.policy.get("max_correctable")
+    st, findings = Status.OK, list[str]()
+    for mc, c in sorted(data.get("controllers", {}).items()):
+        ue, ce = c.get("ue"), c.get("ce")
+        if isinstance(ue, int) and ue > max_ue:
+            st, findings = Status.FAIL, findings + [f"mem {mc} ue={ue}"]
+        elif isinstance(ce, int) and max_ce is not None and ce > max_ce:
+            st, findings = max(st, Status.WARN), findings + [f"mem {mc} ce={ce}>{max_ce}"]
+    if findings:
+        return Verdict(st, "host memory errors: " + "; ".join(findings), findings, data)
+    return Verdict(Status.OK, f"{len(data.get('controllers', {}))} memory controller(s) without errors", evidence=data)
+
+
+# comm is the kernel's 15-character task name (TASK_COMM_LEN 16)
+def _comm15(name: str) -> str:
+    return name[:15]
+
+
+def eval_daemons(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    if data.get("error"):
+        return Verdict(Status.WARN, f"/proc unreadable: {data['error']}", ["daemons unreadable"])
+    want = list(ctx.policy.get("required") or ())
+    want += [d for d in ctx.extra.get("gpu_daemons", ()) if d not in want]
+    if ctx.policy.get("imex"):
+        want.append("nvidia-imex")
+    if ctx.policy.get("dcgm"):
+        want.append("nv-hostengine")
+    running = set(data.get("names", ()))
+    missing = [d for d in want if _comm15(d) not in running]
+    ev = {"required": want, "missing": missing}
+    if missing:
+        return Verdict(Status.FAIL, "not running: " + ", ".join(missing), [f"{d} down" for d in missing], ev)
+    return Verdict(Status.OK, "running: " + ", ".join(want) if want else "no daemons required", evidence=ev)
+
+
+def eval_dstate(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    if data.get("error"):
+        return Verdict(Status.SKIP, f"/proc unreadable: {data['error']}")
+    d = data.get("dstate", [])
+    limit = ctx.policy.get("max_count") or 0
+    ev = {"dstate": d[:20], "count": len(d)}
+    if len(d) > limit:
+        names = ", ".join(f"{p['comm']}({p['pid']})" for p in d[:5]) + (f" +{len(d) - 5}" if len(d) > 5 else "")
+        return Verdict(Status.FAIL, f"{len(d)} process(es) in D state: {names}", [f"{len(d)} procs in D state"], ev)
+    return Verdict(Status.OK, "no process stuck in D state" if not d else f"{len(d)} in D state (limit {limit})",
+                   evidence=ev)
+
+
+def eval_hardware(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    if ctx.extra.get("simulated"):
+        return Verdict(Status.SKIP, "simulated node (fake NVML): the host's CPUs and memory are not this node's")
+    cpus, total_kb = data.get("cpus"), data.get("total_kb")
+    want_cpus, want_mb = ctx.expect.cpus, ctx.expect.memory_mb
+    if want_cpus is None and want_mb is None:
+        return Verdict(Status.SKIP, "no inventory CPUs/memory for this node", evidence=data)
+    findings = []
+    if want_cpus is not None and isinstance(cpus, int) and cpus < want_cpus:
+        findings.append(f"cpus {cpus}/{want_cpus}")
+    fudge = float(ctx.policy.get("memory_fudge_pct") or 0.0)
+    if want_mb is not None and isinstance(total_kb, int) and total_kb // 1024 < want_mb * (1 - fudge / 100):
+        findings.append(f"memory {total_kb // 1024}<{want_mb}MB")
+    ev = {**data, "expected_cpus": want_cpus, "expected_memory_mb": want_mb}
+    if findings:
+        return Verdict(Status.FAIL, "below the inventory: " + "; ".join(findings), findings, ev)
+    return Verdict(Status.OK, f"{cpus} CPUs, {None if total_kb is None else total_kb // 1024} MB", evidence=ev)
+
+
+def eval_firmware(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    """Driver, VBIOS and InfoROM image versions against the expected set; without one, recorded for the fleet report."""
+    driver = ctx.init.get("driver_version") if ctx.init else None
+    want = {k: ctx.policy.get(k) for k in ("driver", "vbios", "inforom")}
+    findings: list[str] = []
+    gpus: dict[str, Any] = {}
+    if want["driver"] and isinstance(driver, str) and driver not in want["driver"]:
+        findings.append(f"driver {driver} not in {'/'.join(want['driver'])}")
+    for idx in sorted(data, key=int):
+        d = data[idx]
+        vb, ir = d.get("vbios_version"), d.get("inforom_image_version")
+        vb = vb if isinstance(vb, str) else None
+        ir = ir if isinstance(ir, str) else None
+        gpus[idx] = {"vbios": vb, "inforom": ir}
+        if want["vbios"] and vb and vb not in want["vbios"]:
+            findings.append(f"gpu{idx} vbios {vb}")
+        if want["inforom"] and ir and ir not in want["inforom"]:
+            findings.append(f"gpu{idx} inforom {ir}")
+    ev = {"driver": driver, "gpus": gpus, "expected": {k: list(v) for k, v in want.items() if v}}
+    if findings:
+        return Verdict(Status.FAIL, "not the fleet's versions: " + "; ".join(findings), findings, ev)
+    seen = sorted({g["vbios"] for g in gpus.values() if g["vbios"]})
+    summary = f"driver {driver}, vbios {'/'.join(seen) or 'unknown'}"
+    return Verdict(Status.OK, summary + ("" if any(want.values()) else " (no expected set: see slurmkit report firmware)"),
+                   evidence=ev)
+
+
+def eval_topology(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    """NUMA placement of GPUs and HCAs against hooks.checks.topology, else the node's first run (a GPU or HCA that
+    moved NUMA node after maintenance: a riser in the wrong slot, a BIOS change)."""
+    from slurmkit.health.gpuid import norm_bus, short_bus
+
+    base = ctx.extra.get("topology_baseline") or {}
+    want_g = {norm_bus(k): v for k, v in (ctx.policy.get("gpu_numa") or base.get("gpus") or {}).items()}
+    want_h = dict(ctx.policy.get("hca_numa") or base.get("hcas") or {})
+    findings = []
+    for bus, node in sorted(data.get("gpus", {}).items()):
+        w = want_g.get(norm_bus(bus))
+        if w is not None and node != w:
+            findings.append(f"gpu@{short_bus(bus)} numa {node}!={w}")
+    for name, node in sorted(data.get("hcas", {}).items()):
+        w = want_h.get(name)
+        if w is not None and node != w:
+            findings.append(f"{name} numa {node}!={w}")
+    ev = {**data, "expected_from": "hooks.checks.topology" if ctx.policy.get("gpu_numa") or ctx.policy.get("hca_numa")
+          else ("the node's first run (topology.json)" if base else "nothing yet (this run is recorded)")}
+    if findings:
+        return Verdict(Status.FAIL, "; ".join(findings), findings, ev)
+    return Verdict(Status.OK, f"{len(data.get('gpus', {}))} GPU(s), {len(data.get('hcas', {}))} HCA(s) placed as "
+                              "expected", evidence=ev)
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -751,4 +939,11 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("memory", "host", eval_memory),
     Check("disk_space", "host", eval_disk_space),
     Check("slurmd_oom", "host", eval_slurmd_oom),
+    Check("filesystems", "host", eval_filesystems),
+    Check("edac", "host", eval_edac),
+    Check("daemons", "host:procs", eval_daemons),
+    Check("hardware", "host", eval_hardware),
+    Check("dstate", "host:procs", eval_dstate),
+    Check("firmware", "nvml:firmware", eval_firmware),
+    Check("topology", "host", eval_topology),
 )}

@@ -1,7 +1,8 @@
 """Epilog cleanup: the job user's leftover GPU processes and /dev/shm files.
 
-Conservative by construction: only processes whose real uid is the job's uid (never root, never uid < 1000 unless
-the job ran as it) are killed, and only those NVML reports on the job's GPUs; /dev/shm entries are removed only
+Conservative by construction: only processes whose real uid is the job's uid are killed, and only those NVML reports
+on the job's GPUs; a root process only when /proc proves it the ending job's (its job cgroup or SLURM_JOB_ID, a root
+job's leftover), never an unproven one (a root daemon may hold a GPU); /dev/shm entries are removed only
 when they belong to the job's uid *and* no other job of that user is on the node (a bounded squeue answers that; if
 it cannot, nothing is removed).
 """
@@ -38,7 +39,8 @@ def _alive(proc_root: str, pid: int) -> bool:
 def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_root: str = "/proc",
                        wait_s: float = 1.0, owners: dict[str, Any] | None = None,
                        job_id: str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """SIGKILL the job user's compute processes on the job's GPUs; report killed / survivors / foreign / held.
+    """SIGKILL the job user's compute processes on the job's GPUs; report killed / survivors / foreign / held /
+    unproven (a root job's: root processes /proc does not tie to the ending job, left running).
 
     ``procs_by_gpu`` holds only the ending job's GPUs (an empty dict for a job without GPUs). ``owners`` (pid ->
     ``{"job", "running"}``, from ``host.gpu_process_owners``) protects other jobs: a process of another job that still
@@ -48,9 +50,11 @@ def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_r
     killed: list[dict[str, Any]] = []
     foreign: list[dict[str, Any]] = []
     held: list[dict[str, Any]] = []
+    unproven: list[dict[str, Any]] = []
     owners = owners or {}
     if job_uid is None:
-        return {"killed": [], "survivors": [], "foreign": [], "held": [], "skipped": [{"why": "job uid unknown"}]}
+        return {"killed": [], "survivors": [], "foreign": [], "held": [], "unproven": [],
+                "skipped": [{"why": "job uid unknown"}]}
 
     def other_running(pid: int) -> str | None:
         o = owners.get(str(pid)) or {}
@@ -73,8 +77,11 @@ def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_r
             if other_running(pid) or (holders and job != job_id):
                 held.append({**entry, "held_by": other_running(pid) or holders})
                 continue
-            if uid != job_uid or uid == 0:
+            if uid != job_uid:
                 foreign.append(entry)
+                continue
+            if uid == 0 and job != job_id:
+                unproven.append(entry)  # root's, and the job ran as root: not provably the job's
                 continue
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -88,7 +95,7 @@ def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_r
     while survivors and time.monotonic() < end:
         time.sleep(0.02)
         survivors = [k for k in survivors if _alive(proc_root, k["pid"])]
-    return {"killed": killed, "survivors": survivors, "foreign": foreign, "held": held}
+    return {"killed": killed, "survivors": survivors, "foreign": foreign, "held": held, "unproven": unproven}
 
 
 def clean_shm(uid: int, shm_dir: str = "/dev/shm") -> dict[str, Any]:

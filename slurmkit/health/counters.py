@@ -62,8 +62,18 @@ def _since(p: dict[str, Any], now: float) -> float | None:
     return round(now - at, 3) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
 
 
+def nvlink_above(delta: dict[str, int], elapsed_s: float | None, max_delta: int, max_crc_per_s: float) -> bool:
+    """One GPU's NVLink counters grew too fast since the last run: CRC (flit + data) errors per second above
+    ``max_crc_per_s``, or replay/recovery errors above ``max_delta``."""
+    crc = delta.get("crc_flit", 0) + delta.get("crc_data", 0)
+    if elapsed_s and elapsed_s > 0 and crc / elapsed_s > max_crc_per_s:
+        return True
+    return any(delta.get(k, 0) > max_delta for k in ("replay", "recovery"))
+
+
 def attach(data: dict[str, dict[str, Any]], devices: list[dict[str, Any]], ib: dict[str, Any] | None,
-           cur: dict[str, Any], prev: dict[str, Any], now: float) -> None:
+           cur: dict[str, Any], prev: dict[str, Any], now: float,
+           nvlink_limits: tuple[int, float] | None = None) -> None:
     """Put the deltas next to the values the checks read: ``nvlink_errors_delta``, ``pcie_replay_delta``,
     ``counters_delta`` (IB ports), each with the seconds they span (``elapsed_s``); absent = no baseline yet."""
     idx_of = {d.get("uuid"): str(d.get("index")) for d in devices if isinstance(d.get("uuid"), str)}
@@ -74,8 +84,14 @@ def attach(data: dict[str, dict[str, Any]], devices: list[dict[str, Any]], ib: d
             continue
         elapsed_s = _since(p, now)
         if "nvlink" in c and isinstance(p.get("nvlink"), dict) and idx in (data.get("nvlink_errors") or {}):
-            data["nvlink_errors"][idx]["nvlink_errors_delta"] = _deltas(c["nvlink"], p["nvlink"])
+            delta = _deltas(c["nvlink"], p["nvlink"])
+            data["nvlink_errors"][idx]["nvlink_errors_delta"] = delta
             data["nvlink_errors"][idx]["elapsed_s"] = elapsed_s
+            streak = p.get("nvlink_streak", 0) if isinstance(p.get("nvlink_streak"), int) else 0
+            if nvlink_limits is not None:  # a health run: one interval more above the rate, or the streak ends
+                streak = streak + 1 if nvlink_above(delta, elapsed_s, *nvlink_limits) else 0
+            c["nvlink_streak"] = streak  # a prolog's run keeps the health check's count
+            data["nvlink_errors"][idx]["nvlink_streak"] = streak
         if "pcie_replay" in c and idx in (data.get("pcie") or {}):
             d = _delta(c["pcie_replay"], p.get("pcie_replay"))
             if d is not None:
@@ -91,9 +107,12 @@ def attach(data: dict[str, dict[str, Any]], devices: list[dict[str, Any]], ib: d
 
 
 def apply(node_state_dir: str | None, boot_id: str, now: float, data: dict[str, dict[str, Any]],
-          devices: list[dict[str, Any]], ib: dict[str, Any] | None, commit: bool, lock_timeout: float) -> str | None:
+          devices: list[dict[str, Any]], ib: dict[str, Any] | None, commit: bool, lock_timeout: float,
+          nvlink_limits: tuple[int, float] | None = None) -> str | None:
     """Attach deltas since the saved snapshot and (``commit``) save this run's counters. Returns a bookkeeping
-    error (the snapshot could not be saved) or None. Without a state dir there is no baseline: nothing attached."""
+    error (the snapshot could not be saved) or None. Without a state dir there is no baseline: nothing attached.
+    ``nvlink_limits`` (max replay/recovery delta, max CRC errors per second), given by health runs only: count the
+    consecutive runs a GPU's NVLink counters grew above them (``nvlink_streak``, kept in the snapshot)."""
     cur = collect(data, devices, ib)
     if node_state_dir is None or not (cur["gpu"] or cur["ib"]):
         return None
@@ -106,13 +125,13 @@ def apply(node_state_dir: str | None, boot_id: str, now: float, data: dict[str, 
         # read sees a whole old or new one
         prev = st.read_json(path, {})
         if prev.get("boot_id") == boot_id:
-            attach(data, devices, ib, cur, prev, now)
+            attach(data, devices, ib, cur, prev, now, nvlink_limits)
         return None
     with st.locked_or_unwritable(path + ".lock", timeout=lock_timeout) as lock_error:
         prev = st.read_json(path, {})
         same_boot = prev.get("boot_id") == boot_id  # counters restart with the driver: no baseline across a reboot
         if same_boot:
-            attach(data, devices, ib, cur, prev, now)
+            attach(data, devices, ib, cur, prev, now, nvlink_limits)
         if lock_error:
             return f"counter snapshot not saved: {lock_error}"
         merged = {"boot_id": boot_id,

@@ -30,6 +30,8 @@ class Expectations:
     mig: tuple[bool, ...] | None = None  # per GPU (NVML index order): MIG enabled expected
     minors: tuple[int, ...] = ()  # Slurm gres index i -> /dev/nvidia<minor> (gres.conf File= order)
     nics: tuple[NicExpect, ...] = field(default_factory=tuple)
+    cpus: int | None = None  # the group's sockets x cores x threads (slurm.conf CPUs=)
+    memory_mb: int | None = None  # the group's memory_mb (RealMemory=)
     checks: dict[str, Any] = field(default_factory=dict)  # the raw hooks.checks policy mapping
     source: str = ""
 
@@ -42,6 +44,7 @@ class Expectations:
             node=d["node"], gpu_count=d["gpu_count"], gpu_type=d["gpu_type"], nvlink=d["nvlink"],
             mig=tuple(d["mig"]) if d["mig"] is not None else None, minors=tuple(d["minors"]),
             nics=tuple(NicExpect(**n) for n in d["nics"]), checks=dict(d["checks"]), source=d["source"],
+            cpus=d.get("cpus"), memory_mb=d.get("memory_mb"),
         )
 
     def job_minors(self, gres_indices: list[int]) -> frozenset[int]:
@@ -51,6 +54,8 @@ class Expectations:
         return frozenset(self.minors[i] if i < len(self.minors) else i for i in gres_indices)
 
 
+# Bumped when Expectations gains a field: an older cache is rebuilt from the inventory (2: cpus, memory_mb).
+_CACHE_VERSION = 2
 _MINOR_RE = re.compile(r"nvidia(\d+)$")
 
 
@@ -61,8 +66,9 @@ def expectations_from_cluster(cluster: Any, node: str) -> Expectations:
         return Expectations(node=node, checks=checks, source=f"{node} not in inventory")
     gpus = group.gpus
     nics = tuple(NicExpect(n.name, n.kind, n.rate_gbps) for n in group.nics if n.kind in ("ib", "roce"))
+    hw = {"cpus": group.cpu.cpus, "memory_mb": group.memory_mb}
     if gpus is None:
-        return Expectations(node=node, gpu_count=0, nics=nics, checks=checks, source=f"group {group.name}")
+        return Expectations(node=node, gpu_count=0, nics=nics, checks=checks, source=f"group {group.name}", **hw)
     minors = []
     for i, f in enumerate(gpus.file_list):
         m = _MINOR_RE.search(f)
@@ -79,7 +85,7 @@ def expectations_from_cluster(cluster: Any, node: str) -> Expectations:
     nvlink = True if links == "nvlink" or isinstance(links, tuple) else False if links == "none" else None
     return Expectations(
         node=node, gpu_count=gpus.count, gpu_type=gpus.type, nvlink=nvlink, mig=mig, minors=tuple(minors),
-        nics=nics, checks=checks, source=f"group {group.name}",
+        nics=nics, checks=checks, source=f"group {group.name}", **hw,
     )
 
 
@@ -100,7 +106,7 @@ def load_expectations(inventory: str | None, node: str, cache_dir: str | None,
         try:
             with open(cache) as f:
                 d = json.load(f)
-            if d.get("sha256") == sha and d.get("node") == node:
+            if d.get("sha256") == sha and d.get("node") == node and d.get("v") == _CACHE_VERSION:
                 return Expectations.from_json(d["expect"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -112,7 +118,7 @@ def load_expectations(inventory: str | None, node: str, cache_dir: str | None,
         from slurmkit.health.state import atomic_write
 
         try:
-            atomic_write(cache, json.dumps({"sha256": sha, "node": node, "expect": exp.to_json()}))
+            atomic_write(cache, json.dumps({"sha256": sha, "node": node, "v": _CACHE_VERSION, "expect": exp.to_json()}))
         except OSError:
             pass  # a read-only state dir costs speed, not correctness
     return exp

@@ -144,6 +144,12 @@ class FakeNVML:
             return h.index
         return int(self._value(h, "nvmlDeviceGetMinorNumber", "minor"))
 
+    def nvmlDeviceGetVbiosVersion(self, h: _Handle) -> str:
+        return self._value(h, "nvmlDeviceGetVbiosVersion", "vbios_version")
+
+    def nvmlDeviceGetInforomImageVersion(self, h: _Handle) -> str:
+        return self._value(h, "nvmlDeviceGetInforomImageVersion", "inforom_image_version")
+
     def nvmlDeviceGetPciInfo(self, h: _Handle) -> SimpleNamespace:
         return SimpleNamespace(busId=self._value(h, "nvmlDeviceGetPciInfo", "pci_bus_id"))
 

@@ -58,6 +58,9 @@ class HookEnv:
     # GPUs' hardware is checked; processes of other running jobs are still never judged or killed).
     job_gpus: list[int] | None = None
     textfile_dir: str | None = None
+    # node_exporter's textfile directory on this host, found by the edge (hookrun.host_textfile_dir) for a real node;
+    # used when neither textfile_dir nor the policy names one. None (tests, benches, a fake node): the state dir.
+    host_textfile_dir: str | None = None
     paths: HostPaths = field(default_factory=HostPaths)
     shm_dir: str = "/dev/shm"
     ppid: int | None = None
@@ -132,6 +135,10 @@ def run_hook(env: HookEnv) -> Report:
     report.expected_gpus = expect.gpu_count
     init_s = out.nvml_devices.get("init_s") if isinstance(out.nvml_devices, dict) else None
     report.nvml_init_s = init_s if isinstance(init_s, (int, float)) else None
+    if isinstance(out.nvml_devices, dict) and not out.nvml_devices.get("error"):
+        from slurmkit.health.gpuid import table
+
+        report.gpus = table(out.nvml_devices)  # minor, bus id, UUID, serial: the part behind each label
     if env.hook == "prolog":
         report.exit_code = 1 if action >= Action.DRAIN else 0
         if action >= Action.DRAIN:
@@ -153,12 +160,13 @@ def run_hook(env: HookEnv) -> Report:
         except OSError as exc:
             bookkeeping.append(state.write_error(claim_path(ndir, env.hook), exc))
     if env.hook == "health":
-        report.exit_code = 1 if action >= Action.DRAIN else 0
-        report.slurm = _health_slurm(env, policy, action, reason, ndir, hard_deadline, bookkeeping)
+        report.slurm = _health_slurm(env, policy, action, reason, ndir, hard_deadline, bookkeeping,
+                                     lambda node: _reset_when_idle(node, report))
+        report.exit_code = 1 if report.action >= Action.DRAIN else 0
     elif env.hook == "check":  # an admin's look; exit 1 when something would drain the node
         report.exit_code = 1 if action >= Action.DRAIN else 0
     report.duration_s = time.monotonic() - env.started_mono
-    textfile_dir = env.textfile_dir or policy.textfile_dir or _default_textfile_dir()
+    textfile_dir = env.textfile_dir or policy.textfile_dir or env.host_textfile_dir
     if textfile_dir:  # %n: the node's name, as Slurm expands it in SlurmdLogFile/SlurmdSpoolDir (slurm.conf(5))
         textfile_dir = textfile_dir.replace("%n", env.node)
     if env.write_outputs and not readonly:
@@ -168,14 +176,6 @@ def run_hook(env: HookEnv) -> Report:
     elif bookkeeping:
         _add_bookkeeping_result(report)
     return report
-
-
-def _default_textfile_dir() -> str | None:
-    """node_exporter's textfile directory when this node has one (Debian's prometheus-node-exporter default), else
-    None: the metrics file goes to the node's state dir."""
-    from slurmkit.health.policy import DEFAULT_TEXTFILE_DIR
-
-    return DEFAULT_TEXTFILE_DIR if os.path.isdir(DEFAULT_TEXTFILE_DIR) else None
 
 
 def _add_bookkeeping_result(report: Report) -> None:
@@ -207,7 +207,7 @@ def _execute(env: HookEnv, d: Decision, policy: Policy, deadline: float, log: di
     if d.verb == Verb.DRAIN_REBOOT:
         steps.append(("reboot", lambda t: slurmctl.request_reboot(env.node, d.reason, t, env.runner)))
     if d.verb == Verb.RESUME:
-        steps.append(("resume", lambda t: slurmctl.resume(env.node, t, env.runner)))
+        steps.append(("resume", lambda t: slurmctl.resume(env.node, t, env.runner, d.reason)))
     done: list[str] = []
     for name, fn in steps:
         t = _call_timeout(policy, deadline)
@@ -329,8 +329,32 @@ def _save(path: str, data: dict[str, Any], bookkeeping: list[str]) -> None:
         bookkeeping.append(state.write_error(path, exc))
 
 
+# The way out of a "reset pending" drain, in the reason: the GPU reset nobody else performs (or a reboot).
+RESET_WAY_OUT = "way out: reset the idle GPU (nvidia-smi -r) or reboot"
+
+
+def _reset_when_idle(node: NodeState, report: Report) -> tuple[Action, str] | None:
+    """A pending row remap needs a GPU reset that nobody performs (NVIDIA A100 memory error management: the remap
+    takes effect at the next reset). While a job runs it is a WARN; once the node is idle the health check drains it
+    with 'reset pending' and the way out, and resumes it after N passes once the reset has cleared the flag. Never
+    while a job runs: only an IDLE node (no COMPLETING job) qualifies. Returns the new (action, reason) or None."""
+    r = next((r for r in report.results if r.name == "remapped_rows" and r.evidence.get("reset_pending")), None)
+    if r is None or report.action >= Action.DRAIN or node.base != "idle" or "COMPLETING" in node.flags:
+        return None
+    from slurmkit.health.gpuid import relabel
+
+    labels = {str(g["index"]): g["label"] for g in report.gpus if "index" in g and "label" in g}
+    r.findings = [relabel(f"gpu{i} reset pending (row remap)", labels) for i in r.evidence["reset_pending"]]
+    r.status, r.action = Status.FAIL, Action.DRAIN
+    r.summary = f"{'; '.join(r.findings)}: node idle, drained for the GPU reset"
+    report.action = worst_action(report.results)
+    report.reason = with_hint(drain_reason(report.results), RESET_WAY_OUT)
+    return report.action, report.reason
+
+
 def _health_slurm(env: HookEnv, policy: Policy, action: Action, reason: str, ndir: str | None,
-                  deadline: float, bookkeeping: list[str]) -> dict[str, Any]:
+                  deadline: float, bookkeeping: list[str],
+                  escalate: Callable[[NodeState], tuple[Action, str] | None] | None = None) -> dict[str, Any]:
     log: dict[str, Any] = {"wanted": action.label}
     # Without a usable state dir the health check still drains on failure; it cannot count passes (nor resume).
     path = os.path.join(ndir, "health.json") if ndir is not None else ""
@@ -354,6 +378,10 @@ def _health_slurm(env: HookEnv, policy: Policy, action: Action, reason: str, ndi
                 log["done"] = "nothing"
                 return log
             claimed = slurm_drain_was_ours(node, ndir)
+            got = escalate(node) if escalate is not None else None
+            if got is not None:
+                action, reason = got
+                log.update(wanted=action.label, escalated="row remap pending on an idle node: drain for the reset")
             d = decide_health(node, action, reason, int(st.get("passes", 0)), policy.resume_after_passes, claimed)
             log.update(decision=d.verb.value, why=d.why, passes=d.passes,
                        before={"state": node.base, "flags": sorted(node.flags), "reason": node.reason})
@@ -495,3 +523,69 @@ def record_fixture(fake_nvml: str | None, node: str, timeout_s: float = 20.0) ->
         "kmsg": [],
         "devices": devices,
     }
+
+
+def run_active(env: HookEnv, budget_s: float = 120.0, level: int = 1, method: str = "auto",
+               peer_pct: float = 85.0) -> Report:
+    """`slurmkit check --active`: DCGM diag where dcgmi is installed (``method`` auto|dcgm), else the torch GEMM and
+    memory-bandwidth test per GPU (active.py). The record goes to ``last-active.json`` and the history, the metrics
+    to ``--textfile-dir``; exit 1 when a GPU fails."""
+    from slurmkit.health import active
+    from slurmkit.health.gpuid import labels, table
+    from slurmkit.health.nvmlworker import run_worker
+
+    started, t0 = time.time(), time.monotonic()
+    init = run_worker(env.fake_nvml, env.node, [], None, {"init": min(20.0, budget_s)},
+                      t0 + min(20.0, budget_s)).data.get("init") or {}
+    devices = [d for d in init.get("devices", []) if not d.get("lost") and not d.get("error")]
+    names = labels(init)
+    for d in devices:
+        d["label"] = names.get(str(d["index"]), f"gpu{d['index']}")
+    simulated = bool(env.fake_nvml)
+    if env.fake_nvml:  # the fixture's per-device slowdown (a slow board to find)
+        from slurmkit.health.fakenvml import load_state
+
+        fx = {int(d.get("index", i)): d for i, d in enumerate(load_state(env.fake_nvml, env.node).get("devices", []))}
+        for d in devices:
+            d["active_slowdown"] = fx.get(int(d["index"]), {}).get("active_slowdown")
+    results: list[CheckResult] = []
+    notes: list[str] = []
+    remaining = max(1.0, budget_s - (time.monotonic() - t0))
+    dcgmi = None if simulated else active.dcgmi_path()
+    if init.get("error") or not devices:
+        results.append(CheckResult("active", Status.FAIL if init.get("error") else Status.SKIP,
+                                   f"no GPU to test: {init.get('error') or 'NVML lists none'}",
+                                   ["nvml down"] if init.get("error") else [], action=Action.DRAIN
+                                   if init.get("error") else Action.NONE))
+    elif method in ("auto", "dcgm") and dcgmi:
+        notes.append(f"method: dcgmi diag -r {level} ({dcgmi})")
+        results.append(active.run_dcgm(dcgmi, level, remaining))
+    elif method == "dcgm":
+        results.append(CheckResult("dcgm_diag", Status.SKIP, "dcgmi not installed (or a simulated node)"))
+    else:
+        try:
+            import torch  # noqa: F401  (seconds to import: counted against the budget below)
+        except ImportError:
+            results.append(CheckResult("active", Status.SKIP, "neither dcgmi nor torch available: no active test"))
+        else:
+            notes.append("method: torch bf16 GEMM + device copy per GPU" + (" (on the CPU: simulated node)"
+                                                                            if simulated else ""))
+            t1 = time.monotonic()
+            measured = active.run_torch(devices, max(0.5, budget_s - (t1 - t0)), simulated)
+            judged = active.judge(measured, peer_pct, use_floor=not simulated)
+            for r in judged:
+                r.duration_s = time.monotonic() - t1
+            results += judged
+    action = worst_action(results)
+    report = Report(hook="active", node=env.node, started=started, duration_s=time.monotonic() - t0, results=results,
+                    action=action, reason=drain_reason(results) if action >= Action.DRAIN else "",
+                    exit_code=1 if action >= Action.DRAIN else 0, notes=notes)
+    report.gpus = table(init) if not init.get("error") else []
+    if env.write_outputs:
+        ndir = None
+        try:
+            ndir = state.node_dir(env.state_dir, env.node)
+        except OSError as exc:
+            report.bookkeeping.append(state.write_error(os.path.join(env.state_dir, env.node), exc))
+        write_outputs(report, ndir, env.textfile_dir)
+    return report

@@ -241,3 +241,132 @@ def persistenced_running(paths: HostPaths) -> bool:
     except OSError:
         return False
     return any(d.isdigit() and (_comm(paths.proc_root, int(d)) or "").startswith("nvidia-persiste") for d in names)
+
+
+# --- NHC-style node checks (issue 23 item 5): one pass over each source, no subprocess ---------------------------
+
+# Filesystem types that live on another machine: a dead server hangs stat() on them (NHC #76/#77: never df them all
+# in the hook's own thread). What LBNL NHC's check_fs_mount and AzNHC's confs check by type.
+NETWORK_FS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "cephfs", "ceph", "fuse.glusterfs",
+                        "glusterfs", "panfs", "wekafs", "fuse.sshfs", "9p", "orangefs", "pvfs2"})
+
+
+def read_mounts(paths: HostPaths) -> list[tuple[str, str, str]]:
+    """(device, mount point, type) of every mount (/proc/self/mounts, octal escapes undone)."""
+    text = _read(os.path.join(paths.proc_root, "self", "mounts")) or ""
+    out = []
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 3:
+            out.append((f[0], f[1].replace("\\040", " ").replace("\\011", "\t"), f[2]))
+    return out
+
+
+def gather_filesystems(paths: HostPaths, required: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+    """Every network mount and every required path: mounted, and answering a statvfs within ``timeout_s`` (each
+    in its own daemon thread, all in parallel: a hung NFS server costs the budget once, never the hook)."""
+    import threading
+    import time
+
+    mounts = read_mounts(paths)
+    by_point = {m[1]: m for m in mounts}
+    targets: dict[str, dict[str, Any]] = {}
+    for dev, point, fstype in mounts:
+        if fstype in NETWORK_FS:
+            targets[point] = {"type": fstype, "device": dev, "required": False}
+    for p in required:
+        m = by_point.get(p)
+        targets[p] = {"type": m[2] if m else None, "device": m[0] if m else None, "required": True,
+                      "mounted": m is not None}
+    results: dict[str, Any] = {}
+
+    def probe(point: str) -> None:
+        t = time.monotonic()
+        try:
+            os.statvfs(point)
+            results[point] = {"ok": True, "s": round(time.monotonic() - t, 6)}
+        except OSError as exc:
+            results[point] = {"ok": False, "error": exc.strerror or str(exc), "errno": exc.errno}
+
+    threads = []
+    for point, info in targets.items():
+        if info.get("mounted") is False:
+            continue
+        th = threading.Thread(target=probe, args=(point,), daemon=True, name=f"statvfs {point}")
+        th.start()
+        threads.append(th)
+    end = time.monotonic() + timeout_s
+    for th in threads:
+        th.join(max(0.0, end - time.monotonic()))
+    for point, info in targets.items():
+        info.update(results.get(point, {"ok": False, "hung": True} if info.get("mounted") is not False else {}))
+    return {"mounts": targets, "timeout_s": timeout_s}
+
+
+def gather_edac(paths: HostPaths) -> dict[str, Any]:
+    """Host memory errors since boot, per memory controller (EDAC: /sys/devices/system/edac/mc/mc*/{ce,ue}_count)."""
+    mcs = sorted(glob.glob(os.path.join(paths.sys_root, "devices/system/edac/mc/mc[0-9]*")))
+    if not mcs:
+        return {"absent": True}
+    out: dict[str, Any] = {}
+    for mc in mcs:
+        vals = {k: _read(os.path.join(mc, f"{k}_count")) for k in ("ce", "ue")}
+        out[os.path.basename(mc)] = {k: int(v) if v is not None and v.isdigit() else None for k, v in vals.items()}
+    return {"controllers": out}
+
+
+def scan_processes(paths: HostPaths) -> dict[str, Any]:
+    """One pass over /proc/<pid>/stat: the command names running (daemons) and the processes in D state."""
+    names: set[str] = set()
+    dstate: list[dict[str, Any]] = []
+    try:
+        pids = [d for d in os.listdir(paths.proc_root) if d.isdigit()]
+    except OSError as exc:
+        return {"error": exc.strerror or str(exc)}
+    root = paths.proc_root + "/"
+    for d in pids:
+        try:  # os.open/os.read: a third of open()'s cost, which matters over a thousand processes
+            fd = os.open(root + d + "/stat", os.O_RDONLY)
+            try:
+                raw = os.read(fd, 512)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue  # exited meanwhile
+        lp, rp = raw.find(b"("), raw.rfind(b")")
+        if lp < 0 or rp < 0:
+            continue
+        comm = raw[lp + 1:rp].decode(errors="replace")
+        names.add(comm)
+        if raw[rp + 2:rp + 3] == b"D":
+            dstate.append({"pid": int(d), "comm": comm})
+    return {"names": sorted(names), "dstate": dstate, "count": len(pids)}
+
+
+def gather_hardware(paths: HostPaths) -> dict[str, Any]:
+    """Online CPUs (sysfs cpu/online ranges) and physical memory (MemTotal)."""
+    online = _read(os.path.join(paths.sys_root, "devices/system/cpu/online"))
+    cpus = None
+    if online:
+        try:
+            cpus = sum(int(b) - int(a) + 1 if a else 1 for a, _, b in
+                       (r.partition("-") if "-" in r else ("", "", r) for r in online.split(",")))
+        except ValueError:
+            cpus = None
+    return {"cpus": cpus, "online": online, **gather_memory(paths)}
+
+
+def gather_pci_numa(paths: HostPaths) -> dict[str, Any]:
+    """NUMA node of every NVIDIA GPU (PCI vendor 0x10de, class 0x03xx) and every HCA (/sys/class/infiniband)."""
+    gpus: dict[str, int | None] = {}
+    for dev in glob.glob(os.path.join(paths.sys_root, "bus/pci/devices/*")):
+        if _read(os.path.join(dev, "vendor")) != "0x10de" or not (_read(os.path.join(dev, "class")) or "").startswith(
+                "0x03"):
+            continue
+        v = _read(os.path.join(dev, "numa_node"))
+        gpus[os.path.basename(dev)] = int(v) if v is not None and v.lstrip("-").isdigit() else None
+    hcas: dict[str, int | None] = {}
+    for dev in glob.glob(os.path.join(paths.sys_root, "class/infiniband/*")):
+        v = _read(os.path.join(dev, "device", "numa_node"))
+        hcas[os.path.basename(dev)] = int(v) if v is not None and v.lstrip("-").isdigit() else None
+    return {"gpus": gpus, "hcas": hcas}

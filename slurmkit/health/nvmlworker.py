@@ -25,7 +25,7 @@ from typing import Any
 
 # Probe name -> the check that evaluates it (1:1 except "init", which feeds nvml, gpu_count and driver).
 PROBES = ("ecc", "remapped_rows", "retired_pages", "recovery_action", "clocks", "temperature", "persistence",
-          "nvlink", "nvlink_errors", "pcie", "fabric", "inforom", "power", "mig", "gpu_procs")
+          "nvlink", "nvlink_errors", "pcie", "fabric", "inforom", "power", "mig", "gpu_procs", "firmware")
 
 
 def _errname(exc: BaseException) -> str:
@@ -236,7 +236,7 @@ PROBE_KEYS = {"ecc": "ecc_volatile_uncorrected", "remapped_rows": "remapped_rows
               "clocks": "clocks_event_reasons", "temperature": "temperature_c", "persistence": "persistence_mode",
               "nvlink": "nvlink_state", "nvlink_errors": "nvlink_errors", "pcie": "pcie_width", "fabric": "fabric",
               "inforom": "inforom_valid", "power": "power_limit_mw", "mig": "mig_mode",
-              "gpu_procs": "compute_processes"}
+              "gpu_procs": "compute_processes", "firmware": "vbios_version"}
 
 _PROBE_FNS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "ecc": _probe_ecc,
@@ -254,6 +254,8 @@ _PROBE_FNS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "power": _probe_power,
     "mig": _probe_mig,
     "gpu_procs": _probe_procs,
+    "firmware": lambda nv, h: {"vbios_version": _call(nv.nvmlDeviceGetVbiosVersion, h),
+                               "inforom_image_version": _call(nv.nvmlDeviceGetInforomImageVersion, h)},
 }
 
 

@@ -30,6 +30,8 @@ class Report:
     # per-GPU series; not part of the JSON record (the checks' evidence is)
     nvml: dict[str, Any] = field(default_factory=dict)
     expected_gpus: int | None = None  # the inventory's GPU count for this node
+    # every GPU NVML listed: index, label (nvidia<minor>@<bus>, what reasons say), minor, pci_bus_id, uuid, serial
+    gpus: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def status(self) -> Status:
@@ -51,6 +53,7 @@ class Report:
             "cleanup": self.cleanup,
             "nvml_init_s": self.nvml_init_s,
             "bookkeeping": self.bookkeeping,
+            "gpus": self.gpus,
             "checks": [r.to_json() for r in self.results],
         }
 

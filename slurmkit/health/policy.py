@@ -26,6 +26,7 @@ from slurmkit.errors import InventoryError
 from slurmkit.health.result import Action
 
 HOOK_KINDS = ("prolog", "epilog", "health", "check")
+_NODE_HOOKS = ("health", "check")
 
 # XIDs that mean "this GPU must not take another job" (AzNHC's list, NVIDIA's XID catalog: DBE, fallen off the bus,
 # NVLink fatal, uncontained ECC, row-remap failure, GSP errors, "GPU requires reset" 154), plus 46 "GPU stopped
@@ -47,20 +48,24 @@ class CheckDefault:
     action: Action
     timeout_s: float
     settings: Mapping[str, Any] = field(default_factory=dict)
+    hooks: tuple[str, ...] = HOOK_KINDS  # the node checks below run in the health check (and check), not per job
 
 
 _D = CheckDefault
 # Registry order is also report order and reason order. Defaults: hardware faults drain; configuration drift warns.
 CHECK_DEFAULTS: dict[str, CheckDefault] = {
     "nvml": _D(Action.DRAIN, 3.0),
-    "gpu_count": _D(Action.DRAIN, 1.0, {"expected": None}),
+    # bus_ids: the expected GPUs' PCI bus ids in /dev/nvidiaN order, to name a missing one (default: the node's first
+    # healthy run, gpuid.py)
+    "gpu_count": _D(Action.DRAIN, 1.0, {"expected": None, "bus_ids": None}),
     "driver": _D(Action.WARN, 1.0, {"version": None}),
     # AzNHC azure_gpu_ecc.nhc (check_gpu_ecc 20000000 10000 in its H100 conf): SRAM uncorrectable > 0, SRAM correctable
     # > 10000 or any DRAM count > 20000000 fails; without the SRAM/DRAM split, volatile uncorrected > 0 fails
     "ecc": _D(Action.DRAIN, 1.0, {"max_volatile_uncorrected": 0, "max_sram_correctable": 10000,
                                   "max_dram_errors": 20_000_000}),
     # AzNHC: uncorrectable remapped rows > 512 fails (NVIDIA A100 memory error management: 512 remaps per GPU)
-    "remapped_rows": _D(Action.DRAIN, 1.0, {"max_uncorrectable": 512}),
+    # pending: a WARN while a job runs; drain_pending_when_idle: the health check drains an idle node for the reset
+    "remapped_rows": _D(Action.DRAIN, 1.0, {"max_uncorrectable": 512, "drain_pending_when_idle": True}),
     "retired_pages": _D(Action.DRAIN, 1.0),
     "recovery_action": _D(Action.DRAIN, 1.0),
     "xid": _D(Action.DRAIN, 1.0, {"codes": DEFAULT_FAIL_XIDS}),
@@ -69,8 +74,12 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
     # expected: true makes persistence off a FAIL (drain); unset: a WARN (nvmlInit takes seconds without it)
     "persistence": _D(Action.DRAIN, 1.0, {"expected": None}),
     "nvlink": _D(Action.DRAIN, 1.0),
-    # deltas since the last run of the NVLink CRC/replay/recovery totals (DCGM's NVLink health watch)
-    "nvlink_errors": _D(Action.WARN, 1.0, {"max_delta": 0}),
+    # deltas since the last run of the NVLink CRC/replay/recovery totals (DCGM's NVLink health watch) warn; a GPU
+    # above the rate (CRC errors per second above DCGM's DCGM_LIMIT_MAX_LWLINK_CRC_ERROR, 100: "CRC errors only matter
+    # at rates of 100+ per second", DCGM dcgm_gpu_hardware_limits.h; or replay/recovery growth above max_delta) in
+    # escalate_after consecutive health runs is drained (escalate_action)
+    "nvlink_errors": _D(Action.WARN, 1.0, {"max_delta": 0, "max_crc_per_s": 100, "escalate_after": 3,
+                                           "escalate_action": "drain"}),
     # width below max fails; replays per minute above DCGM's DCGM_FR_PCI_REPLAY_RATE default (8) warn
     "pcie": _D(Action.DRAIN, 1.0, {"max_replays_per_min": 8}),
     "fabric": _D(Action.DRAIN, 1.0),
@@ -84,6 +93,26 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
     "memory": _D(Action.WARN, 1.0, {"min_available_pct": 5.0}),
     "disk_space": _D(Action.DRAIN, 1.0, {"paths": ("/tmp", "/dev/shm"), "min_free_pct": 5.0}),
     "slurmd_oom": _D(Action.WARN, 1.0, {"expected_adj": -1000}),
+    # --- node checks NHC sites run (LBNL NHC, AzNHC, Meta GCM), in the health check by default -------------------
+    # network filesystems (and the listed mount points) mounted and answering statvfs within timeout_s (NHC
+    # check_fs_mount; a hung or ESTALE mount fails); never df on every mount (NHC #76/#77)
+    "filesystems": _D(Action.DRAIN, 1.0, {"required": ()}, hooks=_NODE_HOOKS),
+    # EDAC memory-controller counters since boot: any uncorrectable error fails (NHC check_hw_mcelog's intent);
+    # correctable errors above max_correctable warn
+    "edac": _D(Action.DRAIN, 1.0, {"max_uncorrectable": 0, "max_correctable": 1000}, hooks=_NODE_HOOKS),
+    # required daemons alive (NHC check_ps_service): munged always; on a GPU node nvidia-persistenced, nv-fabricmanager
+    # where NVML reports an NVSwitch fabric; nvidia-imex / nv-hostengine (DCGM) when imex / dcgm is true
+    "daemons": _D(Action.DRAIN, 1.0, {"required": ("munged",), "imex": False, "dcgm": False}, hooks=_NODE_HOOKS),
+    # online CPUs and physical memory not below the inventory's (NHC check_hw_cpuinfo, check_hw_physmem); the
+    # fudge is MemTotal's shortfall against memory_mb the kernel's own reservations explain
+    "hardware": _D(Action.DRAIN, 1.0, {"memory_fudge_pct": 0.0}, hooks=_NODE_HOOKS),
+    # processes in uninterruptible sleep (Meta GCM's D-state check): more than max_count warns
+    "dstate": _D(Action.WARN, 1.0, {"max_count": 0}, hooks=_NODE_HOOKS),
+    # driver, VBIOS, InfoROM image against the fleet's expected versions (each a version or a list); without
+    # expectations the versions are recorded for `slurmkit report firmware`, which names the odd nodes out
+    "firmware": _D(Action.WARN, 1.0, {"driver": None, "vbios": None, "inforom": None}, hooks=_NODE_HOOKS),
+    # NUMA node of each GPU (by PCI bus id) and HCA against gpu_numa / hca_numa, else the node's first run
+    "topology": _D(Action.WARN, 1.0, {"gpu_numa": None, "hca_numa": None}, hooks=_NODE_HOOKS),
 }
 
 COMMON_KEYS = {"enabled", "action", "timeout_s", "hooks"}
@@ -170,8 +199,18 @@ def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any
     if key in ("max_volatile_uncorrected", "max_sram_correctable", "max_dram_errors", "max_uncorrectable",
                "max_delta", "max_link_downed_delta", "max_symbol_error_delta"):
         return _number(v, path, source, minimum=0, integer=True)
-    if key == "max_replays_per_min":
+    if key in ("max_replays_per_min", "max_crc_per_s"):
         return _number(v, path, source, minimum=0)
+    if key == "escalate_after":
+        return _number(v, path, source, minimum=1, integer=True)
+    if key == "escalate_action":
+        if v not in ("warn", "drain", "drain+reboot"):
+            raise _err(path, f"expected one of warn, drain, drain+reboot, got {v!r}", source)
+        return v
+    if key == "drain_pending_when_idle":
+        if not isinstance(v, bool):
+            raise _err(path, f"expected true or false, got {v!r}", source)
+        return v
     if key == "min_limit_pct":
         n = _number(v, path, source, minimum=0, exclusive_min=True)
         if n > 100:
@@ -196,6 +235,49 @@ def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any
         return str(v).strip()
     if key == "codes":
         return _int_list(v, path, source)
+    if key == "required" and check == "filesystems":
+        if not isinstance(v, (list, tuple)) or not all(isinstance(p, str) and p.startswith("/") for p in v):
+            raise _err(path, f"expected a list of absolute mount points, got {v!r}", source)
+        return tuple(v)
+    if key == "required" and check == "daemons":
+        if not isinstance(v, (list, tuple)) or not all(isinstance(p, str) and p for p in v):
+            raise _err(path, f"expected a list of process names such as 'munged', got {v!r}", source)
+        return tuple(v)
+    if key in ("imex", "dcgm"):
+        if not isinstance(v, bool):
+            raise _err(path, f"expected true or false, got {v!r}", source)
+        return v
+    if key in ("max_count", "max_correctable"):
+        return _number(v, path, source, minimum=0, integer=True)
+    if key == "memory_fudge_pct":
+        n = _number(v, path, source, minimum=0)
+        if n > 50:
+            raise _err(path, f"a fudge above 50% hides a lost DIMM bank, got {v!r}", source)
+        return n
+    if key in ("driver", "vbios", "inforom"):
+        vals = v if isinstance(v, (list, tuple)) else [v]
+        if not vals or not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) and str(x).strip()
+                               for x in vals):
+            raise _err(path, f"expected a version string or a list of them, got {v!r}", source)
+        return tuple(str(x).strip() for x in vals)
+    if key in ("gpu_numa", "hca_numa"):
+        if not isinstance(v, Mapping) or not all(isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool)
+                                                 for k, n in v.items()):
+            raise _err(path, "expected a mapping of " + ("PCI bus id" if key == "gpu_numa" else "HCA name")
+                       + f" -> NUMA node, got {v!r}", source)
+        if key == "gpu_numa":
+            from slurmkit.health.gpuid import norm_bus
+
+            bad = [k for k in v if norm_bus(k) is None]
+            if bad:
+                raise _err(path, f"not a PCI bus id: {bad[0]!r} (expected such as '0000:18:00.0')", source)
+        return dict(v)
+    if key == "bus_ids":
+        from slurmkit.health.gpuid import norm_bus
+
+        if not isinstance(v, (list, tuple)) or not all(isinstance(b, str) and norm_bus(b) for b in v):
+            raise _err(path, f"expected a list of PCI bus ids such as '0000:18:00.0', got {v!r}", source)
+        return tuple(v)
     if key == "reasons":
         if not isinstance(v, (list, tuple)):
             raise _err(path, f"expected a list of {', '.join(CLOCK_REASON_BITS)}", source)
@@ -262,7 +344,7 @@ def parse_policy(raw: Mapping[str, Any] | None, *, path: str = "hooks.checks", s
                                 exclusive_min=True))
         if timeout > budget:
             raise _err(f"{cpath}.timeout_s", f"must not exceed budget_s ({budget:g}), got {timeout:g}", source)
-        hooks = entry.get("hooks", list(HOOK_KINDS))
+        hooks = entry.get("hooks", list(dflt.hooks))
         if not isinstance(hooks, (list, tuple)) or not all(h in HOOK_KINDS for h in hooks):
             raise _err(f"{cpath}.hooks", f"expected a list drawn from {', '.join(HOOK_KINDS)}, got {hooks!r}", source)
         settings = dict(dflt.settings)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurmkit.health import host, xid
+from slurmkit.health import gpuid, host, xid
 from slurmkit.health.checks import CHECKS, EvalContext, Verdict
 from slurmkit.health.expect import Expectations
 from slurmkit.health.nvmlworker import PROBES, GatherResult, Worker
@@ -150,7 +150,15 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         "disk_space": lambda: host.gather_disk(tuple(pol.check("disk_space").get("paths") or ())),
         "slurmd_oom": lambda: host.gather_slurmd_oom(spec.paths, spec.node, spec.ppid),
         "xid": lambda: _xid_gather(spec, frozenset(pol.check("xid").get("codes") or ())),
+        "filesystems": lambda: host.gather_filesystems(spec.paths, tuple(pol.check("filesystems").get("required") or ()),
+                                                       max(0.05, pol.check("filesystems").timeout_s - 0.05)),
+        "edac": lambda: host.gather_edac(spec.paths),
+        "hardware": lambda: host.gather_hardware(spec.paths),
+        "topology": lambda: host.gather_pci_numa(spec.paths),
+        # one /proc pass for the daemons and D-state checks
+        "procs": lambda: host.scan_processes(spec.paths),
     }
+    shared = {"procs": ("daemons", "dstate")}
     started = time.monotonic()
     worker: Worker | None = None
     if need_nvml:
@@ -163,13 +171,14 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
     elif spec.worker is not None:
         spec.worker.abandon()
     for name, fn in host_fns.items():
-        if name in enabled:
+        if name in enabled or any(c in enabled for c in shared.get(name, ())):
             jobs[name] = _Job(name, fn)
             jobs[name].start()
     if worker is not None:
         gathered = worker.collect()
     for name, j in jobs.items():
-        j.join(max(0.0, min(spec.deadline, started + pol.check(name).timeout_s) - time.monotonic()))
+        limit = max(pol.check(c).timeout_s for c in shared[name]) if name in shared else pol.check(name).timeout_s
+        j.join(max(0.0, min(spec.deadline, started + limit) - time.monotonic()))
 
     init = (gathered.data.get("init") if gathered else None) or {}
     bookkeeping: list[str] = []
@@ -181,7 +190,8 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
 
         err = counters.apply(spec.node_state_dir, _boot_id(spec), time.time(), gathered.data if gathered else {},
                              init.get("devices", []) if not init.get("error") else [], ib_data,
-                             commit=spec.commit_xid, lock_timeout=max(0.05, min(0.5, spec.deadline - time.monotonic())))
+                             commit=spec.commit_xid, lock_timeout=max(0.05, min(0.5, spec.deadline - time.monotonic())),
+                             nvlink_limits=_nvlink_limits(spec))
         if err:
             bookkeeping.append(err)
     if gathered is not None and "gpu_procs" in gathered.data:
@@ -194,6 +204,10 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
             extra["jobs_running"] = bool(host.running_jobs(spec.paths.proc_root))
     if between is not None:
         extra = {**(extra or {}), **between(gathered, (extra or {}).get("owners", {}))}
+    if "gpu_count" in enabled and init and not init.get("error"):
+        extra = {**(extra or {}), **_expected_gpus(spec)}
+    if any(n in enabled for n in ("hardware", "daemons", "topology")):
+        extra = {**(extra or {}), **_node_facts(spec, gathered, jobs)}
     results: list[CheckResult] = []
     for name, check in CHECKS.items():
         cp = enabled.get(name)
@@ -204,6 +218,15 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         t0 = time.monotonic()
         verdict, took = _evaluate(name, check.source, ctx, gathered, jobs, spec)
         results.append(_apply_policy(name, verdict, cp.action, took + (time.monotonic() - t0)))
+    if init and not init.get("error"):
+        names = gpuid.labels(init)  # gpu<NVML index> -> nvidia<minor>@<bus> in what the run reports (gpuid.py)
+        expected = (extra or {}).get("gpu_baseline")
+        for r in results:
+            r.summary = gpuid.relabel(r.summary, names, expected)
+            r.findings = [gpuid.relabel(f, names, expected) for f in r.findings]
+        err = _save_baseline(spec, init, results)
+        if err:
+            bookkeeping.append(err)
     xj = jobs.get("xid")
     if xj is not None and isinstance(xj.value, xid.XidScan) and xj.value.commit_error:
         bookkeeping.append(f"xid cursor not saved: {xj.value.commit_error}")
@@ -234,7 +257,7 @@ def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult |
                    gathered.crashed or gathered.load_error or "NVML unavailable (see the nvml check)")
             return Verdict(Status.SKIP, f"not run: {why}"), 0.0
         return CHECKS[name].evaluate(gathered.data[probe], ctx), gathered.durations.get(probe, 0.0)
-    job = jobs[name]
+    job = jobs[source.split(":", 1)[1] if source.startswith("host:") else name]
     if job.is_alive():
         return Verdict(Status.FAIL, f"gather did not finish within {ctx.policy.timeout_s:g}s",
                        [f"{name} timeout"], {"timeout_s": ctx.policy.timeout_s}), ctx.policy.timeout_s
@@ -249,10 +272,83 @@ def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult |
     return CHECKS[name].evaluate(job.value, ctx), job.elapsed
 
 
+def _node_facts(spec: RunSpec, gathered: GatherResult | None, jobs: dict[str, _Job]) -> dict[str, Any]:
+    """What the node checks need beyond their own gather: is this a simulated node (fake NVML: the host's CPUs,
+    memory and GPU daemons are not the node's), which GPU daemons this node needs, the topology baseline."""
+    out: dict[str, Any] = {"simulated": bool(spec.fake_nvml)}
+    if not spec.fake_nvml and gpus_expected(spec):
+        need = ["nvidia-persistenced"]
+        fabric = (gathered.data.get("fabric") if gathered else None) or {}
+        if any(isinstance(d.get("fabric"), dict) and d["fabric"].get("state") in (1, 2, 3) for d in fabric.values()):
+            need.append("nv-fabricmanager")  # NVML reports an NVSwitch fabric: the fabric manager trains it
+        out["gpu_daemons"] = need
+    tj = jobs.get("topology")
+    if tj is not None and spec.node_state_dir and isinstance(tj.value, dict) and not tj.is_alive():
+        path = os.path.join(spec.node_state_dir, "topology.json")
+        from slurmkit.health.state import read_json
+
+        base = read_json(path, {})
+        if base:
+            out["topology_baseline"] = base
+        elif spec.commit_xid and (tj.value.get("gpus") or tj.value.get("hcas")):
+            import json
+
+            try:  # the first run's placement is the baseline later runs are held to
+                atomic_write(path, json.dumps(tj.value))
+            except OSError:
+                pass
+    return out
+
+
+def _nvlink_limits(spec: RunSpec) -> tuple[int, float] | None:
+    """Health runs count the intervals a GPU's NVLink errors grow above the rate (policy nvlink_errors)."""
+    if spec.hook not in ("health", "check"):
+        return None
+    cp = spec.policy.check("nvlink_errors")
+    return int(cp.get("max_delta") or 0), float(cp.get("max_crc_per_s") if cp.get("max_crc_per_s") is not None
+                                                else 100)
+
+
+def _expected_gpus(spec: RunSpec) -> dict[str, Any]:
+    """The GPUs this node should have, by bus id: the inventory's hooks.checks.gpu_count.bus_ids, else the baseline."""
+    bus_ids = spec.policy.check("gpu_count").get("bus_ids")
+    if bus_ids:
+        minors = spec.expect.minors
+        return {"gpu_baseline": [{"minor": minors[i] if i < len(minors) else i, "pci_bus_id": b}
+                                 for i, b in enumerate(bus_ids)],
+                "gpu_baseline_source": "hooks.checks.gpu_count.bus_ids"}
+    base = gpuid.load_baseline(spec.node_state_dir)
+    return {"gpu_baseline": base, "gpu_baseline_source": "the node's first healthy run (gpus.json)"} if base else {}
+
+
+def _save_baseline(spec: RunSpec, init: dict[str, Any], results: list[CheckResult]) -> str | None:
+    """Record the boards of a run that saw every expected GPU usable (the first, or new boards after a swap)."""
+    if not spec.commit_xid or not spec.node_state_dir or spec.job_gres_indices is not None:
+        return None  # read-only, stateless, or a job's scoped run (its lost GPUs outside the scope go unseen)
+    gc = next((r for r in results if r.name == "gpu_count"), None)
+    expected = gc.evidence.get("expected") if gc is not None else None
+    if gc is None or gc.status != Status.OK or not expected or gc.evidence.get("usable") != expected:
+        return None
+    now = gpuid.baseline_of(init)
+    if gpuid.load_baseline(spec.node_state_dir) == now:
+        return None
+    import json
+
+    path = gpuid.baseline_path(spec.node_state_dir)
+    try:
+        atomic_write(path, json.dumps({"gpus": now, "at": round(time.time(), 3), "hook": spec.hook}))
+    except OSError as exc:
+        return write_error(path, exc)
+    return None
+
+
 def _apply_policy(name: str, v: Verdict, action: Action, took: float) -> CheckResult:
     """FAIL takes the check's action; a FAIL whose action is ``warn`` is reported as WARN (noticed, not acted on)."""
     status, act = v.status, Action.NONE
     ev = dict(v.evidence)
+    esc = ev.get("escalate_to")
+    if status == Status.FAIL and isinstance(esc, str) and Action.parse(esc) > action:
+        action = Action.parse(esc)  # a WARN-level check whose finding lasted too long (nvlink_errors' streak)
     if status == Status.FAIL:
         if action == Action.WARN:
             status, act = Status.WARN, Action.WARN

@@ -62,8 +62,14 @@ def drain(node: str, reason: str, timeout: float, runner: Runner | None = None) 
     _runner(runner)(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], timeout=timeout)
 
 
-def resume(node: str, timeout: float, runner: Runner | None = None) -> None:
-    _runner(runner)(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=timeout)
+def resume(node: str, timeout: float, runner: Runner | None = None, reason: str = "") -> None:
+    """``reason`` replaces the drain's reason where Slurm keeps it after the resume (see decide.resume_reason);
+    scontrol accepts Reason= with any state (slurm-24-11-5-1 src/scontrol/update_node.c requires one only for
+    DOWN/DRAIN/FAIL)."""
+    argv = ["scontrol", "update", f"nodename={node}", "state=resume"]
+    if reason:
+        argv.append(f"reason={reason}")
+    _runner(runner)(argv, timeout=timeout)
 
 
 def request_reboot(node: str, reason: str, timeout: float, runner: Runner | None = None) -> None:

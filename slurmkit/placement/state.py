@@ -26,8 +26,11 @@ capacity a job can have now (after a boot). Free GPUs are Slurm's ``Gres`` minus
 mixed nodes and 0 on every other state: an allocated node's GPUs are not free to anyone even when the job on
 it asked for none (an ``--exclusive`` job without ``--gres`` shows ``GresUsed=gpu:h100:0``).
 
-``healthy`` is slurmkit's own verdict: a node whose Slurm reason carries the ``slurmkit:`` prefix (the health
-hooks' drains, see ``slurmkit.health``) is unhealthy, whatever its state says now.
+``healthy`` is slurmkit's own verdict: a draining, drained or down node whose Slurm reason carries the ``slurmkit:``
+prefix (the health hooks' drains, see ``slurmkit.health``) is unhealthy. On a node that is none of these the reason is
+stale: Slurm keeps a resumed node's reason where it has no accounting storage (slurm-24-11-5-1
+src/interfaces/accounting_storage.c clusteracct_storage_g_node_up) or the node still ran a job (node_mgr.c
+update_node frees it only for an IDLE node), see ``slurmkit.health.decide``.
 """
 
 from __future__ import annotations
@@ -112,7 +115,7 @@ def node_state(rec: NodeRecordLike) -> NodeState:
         state=state,
         free_gpus=free,
         total_gpus=total,
-        healthy=not reason.startswith(HEALTH_REASON_PREFIX),
+        healthy=not (reason.startswith(HEALTH_REASON_PREFIX) and state in ("draining", "drained", "down")),
     )
 
 

@@ -123,7 +123,7 @@ def test_fault_requeues_the_job_drains_with_our_reason_and_health_resumes(hlab):
     assert done["NodeList"] != node
     assert Path(str(out).replace("%j", jid)).read_text().split()[0] == done["NodeList"]
     st = scontrol_node(hlab, node)
-    assert "DRAIN" in st["flags"] and st["reason"] == "slurmkit: gpu1 ecc-unc=2", st
+    assert "DRAIN" in st["flags"] and st["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2", st
 
     # Phase 2: the health check judges ECC too; with the fault still there it keeps node1 drained
     set_policy(hlab, {"resume_after_passes": 2})
@@ -139,7 +139,7 @@ def test_fault_requeues_the_job_drains_with_our_reason_and_health_resumes(hlab):
     assert rec["hook"] == "health"
     resumed = [json.loads(line) for line in (Path(hlab.dir) / "hookstate" / node / "history.jsonl").read_text()
                .splitlines() if '"resume"' in line]
-    assert resumed and resumed[-1]["slurm"]["before"]["reason"] == "slurmkit: gpu1 ecc-unc=2"
+    assert resumed and resumed[-1]["slurm"]["before"]["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2"
 
 
 def test_admin_drain_is_never_resumed(hlab):
@@ -153,6 +153,39 @@ def test_admin_drain_is_never_resumed(hlab):
         last = json.loads(hist[-1])
         assert last["hook"] == "health" and "drained by someone else" in last["slurm"].get("why", ""), last
     finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env={**os.environ, **hlab.env},
+                       capture_output=True, timeout=30)
+
+
+def test_admin_resume_leaves_the_health_check_able_to_drain(hlab):
+    """Issue 23 item 1: an admin drains and resumes node3. 24.11 without accounting storage keeps the admin's reason
+    on the IDLE node (slurm-24-11-5-1 src/interfaces/accounting_storage.c clusteracct_storage_g_node_up returns on
+    PLUGIN_NOOP before freeing it; 22.05 frees it). Before: the health check deferred to that reason and never drained
+    the node with a real fault. Now it drains over the stale reason, and its own resume leaves no fault reason."""
+    node = "node3"
+    set_policy(hlab, {"resume_after_passes": 2})
+    # a resume makes slurmd register again (node_mgr.c _require_node_reg): start from a responding idle node
+    wait_for(lambda: (s := scontrol_node(hlab, node))["base"] == "idle" and "NOT_RESPONDING" not in s["flags"]
+             and "DRAIN" not in s["flags"], 60, f"{node} idle and responding", lambda: str(scontrol_node(hlab, node)))
+    lab_run(hlab, ["scontrol", "update", f"nodename={node}", "state=drain", "reason=admin: cable swap"])
+    lab_run(hlab, ["scontrol", "update", f"nodename={node}", "state=resume"])
+    st = scontrol_node(hlab, node)
+    assert "DRAIN" not in st["flags"], st
+    kept = st["reason"]  # 'admin: cable swap' on 24.11, '' on 22.05: what Slurm decides, recorded in the message
+    try:
+        set_fault(hlab, node, ecc=2)
+        st = wait_for(lambda: s if "DRAIN" in (s := scontrol_node(hlab, node))["flags"] else None, 6 * INTERVAL,
+                      f"the health check to drain {node} (reason left by the resume: {kept!r})",
+                      lambda: hook_records(hlab, node))
+        assert st["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2", (kept, st)
+        set_fault(hlab, node, ecc=0)
+        wait_for(lambda: "DRAIN" not in scontrol_node(hlab, node)["flags"], 8 * INTERVAL,
+                 f"{node} to be resumed by the health check", lambda: hook_records(hlab, node))
+        st = scontrol_node(hlab, node)
+        assert not st["reason"].startswith("slurmkit:"), (kept, st)  # nothing for placement or sinfo -R to misread
+        assert st["reason"] in ("", "resumed by slurmkit after 2 passing health checks (was: nvidia1@2a:00.0 ecc-unc=2)"), st
+    finally:
+        set_fault(hlab, node, ecc=0)
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env={**os.environ, **hlab.env},
                        capture_output=True, timeout=30)
 
@@ -216,6 +249,63 @@ def test_cpu_only_job_leaves_a_neighbour_gpu_job_alone(hlab):
     finally:
         subprocess.run(["scancel", a], env={**os.environ, **hlab.env}, capture_output=True, timeout=30)
         fx.write_text(original)
+
+
+def test_root_jobs_leftover_is_killed_by_its_epilog_not_left_for_a_drain(hlab):
+    """Issue 23 item 3: a job that runs as root (sbatch from root here) leaves a process on its GPU, one that escaped
+    the job's process tracking but carries the job's SLURM_JOB_ID. Before: the epilog called it "other users'
+    processes", left it running, and the health check drained the node 'busy pid'. Now the epilog kills it and the
+    node stays in service."""
+    node = "node2"
+    fx = hlab.fake_nvml_file(node)
+    original = fx.read_text()
+    work = Path(hlab.dir) / "rootwork"
+    work.mkdir(exist_ok=True)
+    ready = work / "ready"
+    ready.unlink(missing_ok=True)
+    jid = lab_run(hlab, ["sbatch", "--parsable", "-w", node, "-n1", "--mem=100M", "--gres=gpu:1", "-o",
+                         str(work / "r-%j.out"), "--wrap",
+                         f"echo ${{SLURM_JOB_GPUS:-0}} > {ready}; while [ -e {ready} ]; do sleep 0.2; done"]
+                  ).stdout.strip().split(";")[0]
+    leftover = None
+    # while NVML (the fake) still lists the process the epilog is about to kill, only the hooks judge it: a health run
+    # in that window would see a dead pid NVML still lists, which a real NVML never does
+    set_policy(hlab, {"gpu_procs": {"hooks": ["prolog", "epilog", "check"]}})
+    try:
+        wait_for(lambda: ready.exists() and ready.read_text().strip(), 60, f"job {jid} to start",
+                 lambda: f"{job_fields(hlab, jid)}\n{hook_records(hlab, node)}")
+        gpu = int(ready.read_text().split(",")[0])
+        assert job_fields(hlab, jid)["UserId"].startswith("root(")
+        leftover = subprocess.Popen(["sleep", "300"], env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": jid},
+                                    start_new_session=True)
+        state = json.loads(original)
+        state["devices"][gpu]["compute_processes"] = [{"pid": leftover.pid, "used_memory": 1 << 30}]
+        tmp = fx.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, fx)
+        ready.unlink()  # the job ends; its epilog finds the process on its GPU
+        last_epilog = Path(hlab.dir) / "hookstate" / node / "last-epilog.json"
+
+        def epilog_of_job():
+            r = json.loads(last_epilog.read_text()) if last_epilog.exists() else {}
+            return r if r.get("job_id") == jid else None
+        rec = wait_for(epilog_of_job, 60, f"job {jid}'s epilog record", lambda: hook_records(hlab, node))
+        procs = next(c for c in rec["checks"] if c["check"] == "gpu_procs")
+        assert leftover.wait(timeout=10) == -9, procs
+        assert procs["status"] == "OK" and procs["summary"] == f"killed 1 leftover process(es) of job {jid}", procs
+        assert "other users" not in json.dumps(rec)
+        fx.write_text(original)  # NVML no longer lists the killed process
+        set_policy(hlab, {})
+        time.sleep(2 * INTERVAL)
+        st = scontrol_node(hlab, node)
+        assert "DRAIN" not in st["flags"], (st, hook_records(hlab, node))
+    finally:
+        ready.unlink(missing_ok=True)
+        if leftover is not None and leftover.poll() is None:
+            leftover.kill()
+            leftover.wait()
+        fx.write_text(original)
+        set_policy(hlab, {})
 
 
 @pytest.mark.parametrize("how", ["read-only", "full"])

@@ -23,11 +23,18 @@ H100 = Expectations(node="node1", gpu_count=8, gpu_type="h100", nvlink=True, mig
                     minors=tuple(range(8)))
 
 
+def munged(proc: Path, pid: int = 333) -> None:
+    """Slurm's auth daemon, which the daemons check requires on every node."""
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    (proc / str(pid) / "stat").write_text(f"{pid} (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+
+
 def host_tree(tmp: Path, *, ib: dict[str, tuple[str, str, str]] | None = None, governor: str | None = None) -> HostPaths:
     """A fake /sys and /proc: IB ports as {dev: (state, phys_state, rate)}."""
     sys_root, proc = tmp / "sys", tmp / "proc"
     proc.mkdir(parents=True, exist_ok=True)
     (proc / "meminfo").write_text("MemTotal:       32000000 kB\nMemFree: 1 kB\nMemAvailable:   30000000 kB\n")
+    munged(proc)
     for dev, (st, phys, rate) in (ib or {}).items():
         p = sys_root / "class" / "infiniband" / dev / "ports" / "1"
         p.mkdir(parents=True, exist_ok=True)
@@ -192,10 +199,10 @@ def test_row_remap_pending_warns_failure_and_bank_limit_drain(tmp_path):
     res, _ = run(tmp_path, "remap-pending-gpu2.json")
     assert set(bad(res)) == {"remapped_rows", "xid"}
     assert res["remapped_rows"].status == Status.WARN and res["remapped_rows"].action == Action.WARN
-    assert res["remapped_rows"].findings == ["gpu2 remap-pending (reset when idle)"]
+    assert res["remapped_rows"].findings == ["nvidia2@3a:00.0 remap-pending (reset when idle)"]
     assert res["remapped_rows"].evidence["gpus"]["2"]["pending"] == 1
     assert "reset the GPU when it is idle" in res["remapped_rows"].evidence["gpus"]["2"]["todo"]
-    assert res["xid"].status == Status.WARN and res["xid"].findings == ["gpu2 xid63"]
+    assert res["xid"].status == Status.WARN and res["xid"].findings == ["nvidia2@3a:00.0 xid63"]
     assert res["xid"].evidence["sticky"] == []
     assert worst_action(list(res.values())) == Action.WARN  # the node keeps taking jobs
 
@@ -204,8 +211,8 @@ def test_row_remap_pending_warns_failure_and_bank_limit_drain(tmp_path):
             d["devices"][2]["remapped_rows"] = [0, unc, pending, failure]
             d["kmsg"] = []
         return edit
-    for (pending, failure, unc), finding in (((0, 1, 3), "gpu2 remap-failed"),
-                                             ((0, 0, 513), "gpu2 remaps-unc=513>512")):
+    for (pending, failure, unc), finding in (((0, 1, 3), "nvidia2@3a:00.0 remap-failed"),
+                                             ((0, 0, 513), "nvidia2@3a:00.0 remaps-unc=513>512")):
         fx = edited(tmp_path / f"f{failure}{unc}", "remap-pending-gpu2.json", remap(pending, failure, unc))
         res, _ = run(tmp_path / f"r{failure}{unc}", fx)
         assert res["remapped_rows"].status == Status.FAIL and res["remapped_rows"].findings == [finding]
@@ -213,8 +220,8 @@ def test_row_remap_pending_warns_failure_and_bank_limit_drain(tmp_path):
 
 def test_uncorrectable_ecc(tmp_path):
     res, _ = run(tmp_path, "ecc-uncorrected-gpu1.json")
-    assert res["ecc"].status == Status.FAIL and res["ecc"].findings == ["gpu1 ecc-unc=2"]
-    assert res["xid"].findings == ["gpu1 xid48"] and res["xid"].status == Status.FAIL
+    assert res["ecc"].status == Status.FAIL and res["ecc"].findings == ["nvidia1@2a:00.0 ecc-unc=2"]
+    assert res["xid"].findings == ["nvidia1@2a:00.0 xid48"] and res["xid"].status == Status.FAIL
     # a threshold raises the bar; xid48 is still a double-bit error
     res, _ = run(tmp_path / "b", "ecc-uncorrected-gpu1.json", policy={"ecc": {"max_volatile_uncorrected": 2}})
     assert res["ecc"].status == Status.OK
@@ -282,7 +289,7 @@ def test_leftover_gpu_process_at_prolog(tmp_path):
     f = tmp_path / "busy.json"
     f.write_text(json.dumps(state))
     res, _ = run(tmp_path, f, hook="prolog", gpus=[6, 7])
-    assert res["gpu_procs"].status == Status.FAIL and res["gpu_procs"].findings == ["gpu6 busy pid 4242"]
+    assert res["gpu_procs"].status == Status.FAIL and res["gpu_procs"].findings == ["nvidia6@ba:00.0 busy pid 4242"]
     res, _ = run(tmp_path / "b", f, hook="prolog", gpus=[0])
     assert res["gpu_procs"].status == Status.OK
 
@@ -290,16 +297,16 @@ def test_leftover_gpu_process_at_prolog(tmp_path):
 @pytest.mark.parametrize(
     ("edit", "check", "finding"),
     [
-        (lambda d: d.update(temperature_c=93), "temperature", "gpu0 temp 93C>=90C"),
-        (lambda d: d.update(nvlink_state=[1] * 16 + [0, 0]), "nvlink", "gpu0 nvlink 2/18 down"),
-        (lambda d: d.update(pcie_width=[8, 16]), "pcie", "gpu0 pcie x8/x16"),
-        (lambda d: d.update(mig_mode=[1, 1]), "mig", "gpu0 mig on"),
-        (lambda d: d.update(mig_mode=[0, 1]), "mig", "gpu0 mig change pending"),
-        (lambda d: d.update(recovery_action=2), "recovery_action", "gpu0 recovery=node_reboot"),
-        (lambda d: d.update(remapped_rows=[3, 0, 0, 1]), "remapped_rows", "gpu0 remap-failed"),
-        (lambda d: d.update(ecc_mode=[0, 0]), "ecc", "gpu0 ecc off"),
-        (lambda d: d.update(retired_pages_pending=1), "retired_pages", "gpu0 retire-pending"),
-        (lambda d: d.update(ecc_volatile_uncorrected={"error": "GpuIsLost"}), "ecc", "gpu0 gpuislost"),
+        (lambda d: d.update(temperature_c=93), "temperature", "nvidia0@18:00.0 temp 93C>=90C"),
+        (lambda d: d.update(nvlink_state=[1] * 16 + [0, 0]), "nvlink", "nvidia0@18:00.0 nvlink 2/18 down"),
+        (lambda d: d.update(pcie_width=[8, 16]), "pcie", "nvidia0@18:00.0 pcie x8/x16"),
+        (lambda d: d.update(mig_mode=[1, 1]), "mig", "nvidia0@18:00.0 mig on"),
+        (lambda d: d.update(mig_mode=[0, 1]), "mig", "nvidia0@18:00.0 mig change pending"),
+        (lambda d: d.update(recovery_action=2), "recovery_action", "nvidia0@18:00.0 recovery=node_reboot"),
+        (lambda d: d.update(remapped_rows=[3, 0, 0, 1]), "remapped_rows", "nvidia0@18:00.0 remap-failed"),
+        (lambda d: d.update(ecc_mode=[0, 0]), "ecc", "nvidia0@18:00.0 ecc off"),
+        (lambda d: d.update(retired_pages_pending=1), "retired_pages", "nvidia0@18:00.0 retire-pending"),
+        (lambda d: d.update(ecc_volatile_uncorrected={"error": "GpuIsLost"}), "ecc", "nvidia0@18:00.0 gpuislost"),
     ],
 )
 def test_each_gpu_fault_drains(tmp_path, edit, check, finding):
@@ -366,13 +373,13 @@ def test_xid_cursor_reports_once_and_critical_ones_stick_until_reboot(tmp_path):
     f = tmp_path / "n.json"
     f.write_text(json.dumps(state))
     res, _ = run(tmp_path, f)
-    assert res["xid"].status == Status.WARN and res["xid"].findings == ["gpu0 xid13"]
+    assert res["xid"].status == Status.WARN and res["xid"].findings == ["nvidia0@18:00.0 xid13"]
     res, _ = run(tmp_path, f)  # same log, cursor moved: an old XID never counts twice
     assert res["xid"].status == Status.OK
     state["kmsg"].append([2100, "NVRM: Xid (PCI:0000:9a:00): 94, pid=1, name=python, Contained ECC error"])
     f.write_text(json.dumps(state))
     res, _ = run(tmp_path, f)
-    assert res["xid"].status == Status.FAIL and res["xid"].findings == ["gpu4 xid94"]
+    assert res["xid"].status == Status.FAIL and res["xid"].findings == ["nvidia4@9a:00.0 xid94"]
     res, _ = run(tmp_path, f)  # critical: still failing on the next run, so the health check cannot resume it
     assert res["xid"].status == Status.FAIL
     state["boot_id"] = "another-boot"
@@ -384,9 +391,9 @@ def test_xid_cursor_reports_once_and_critical_ones_stick_until_reboot(tmp_path):
 
 def test_read_only_runs_do_not_move_the_cursor(tmp_path):
     res, _ = run(tmp_path, "remap-pending-gpu2.json", state=False)
-    assert res["xid"].findings == ["gpu2 xid63"]
+    assert res["xid"].findings == ["nvidia2@3a:00.0 xid63"]
     res, _ = run(tmp_path, "remap-pending-gpu2.json", state=False)
-    assert res["xid"].findings == ["gpu2 xid63"]
+    assert res["xid"].findings == ["nvidia2@3a:00.0 xid63"]
 
 
 def test_kmsg_reader_and_parser(tmp_path):
@@ -462,11 +469,11 @@ def one_gpu(key: str, value, gpu: int = 3, kmsg=None):
 
 
 @pytest.mark.parametrize("key,value,finding", [
-    ("ecc_sram", {"unc_volatile": 0, "unc_aggregate": 1, "cor_volatile": 0, "cor_aggregate": 0}, "gpu3 sram-unc=1"),
+    ("ecc_sram", {"unc_volatile": 0, "unc_aggregate": 1, "cor_volatile": 0, "cor_aggregate": 0}, "nvidia3@5d:00.0 sram-unc=1"),
     ("ecc_sram", {"unc_volatile": 0, "unc_aggregate": 0, "cor_volatile": 10001, "cor_aggregate": 0},
-     "gpu3 sram-cor=10001>10000"),
+     "nvidia3@5d:00.0 sram-cor=10001>10000"),
     ("ecc_dram", {"unc_volatile": 0, "unc_aggregate": 20000001, "cor_volatile": 0, "cor_aggregate": 0},
-     "gpu3 dram-errors=20000001>20000000"),
+     "nvidia3@5d:00.0 dram-errors=20000001>20000000"),
 ])
 def test_ecc_sram_and_dram_judged_apart(tmp_path, key, value, finding):
     res, _ = run(tmp_path, edited(tmp_path, "healthy-h100x8.json", one_gpu(key, value)))
@@ -478,7 +485,7 @@ def test_ecc_thresholds_are_policy(tmp_path):
     fx = edited(tmp_path, "healthy-h100x8.json", one_gpu(
         "ecc_sram", {"unc_volatile": 0, "unc_aggregate": 0, "cor_volatile": 500, "cor_aggregate": 0}))
     res, _ = run(tmp_path, fx, policy={"ecc": {"max_sram_correctable": 100}})
-    assert res["ecc"].findings == ["gpu3 sram-cor=500>100"]
+    assert res["ecc"].findings == ["nvidia3@5d:00.0 sram-cor=500>100"]
     res, _ = run(tmp_path / "b", fx)
     assert res["ecc"].status == Status.OK
 
@@ -495,8 +502,8 @@ def test_nvlink_error_counters_are_judged_as_growth_since_the_last_run(tmp_path)
     f.write_text(json.dumps(base))
     res, _ = run(tmp_path, f)
     assert res["nvlink_errors"].status == Status.WARN  # a FAIL under the default action warn
-    assert res["nvlink_errors"].findings == ["gpu4 nvlink crc_data+7,replay+2"]
-    assert res["pcie"].status == Status.WARN and res["pcie"].findings[0].startswith("gpu4 pcie replays ")
+    assert res["nvlink_errors"].findings == ["nvidia4@9a:00.0 nvlink crc_data+7,replay+2"]
+    assert res["pcie"].status == Status.WARN and res["pcie"].findings[0].startswith("nvidia4@9a:00.0 pcie replays ")
     res, _ = run(tmp_path, f)  # nothing new since: quiet again
     assert res["nvlink_errors"].status == Status.OK and res["pcie"].status == Status.OK
     snap = json.loads((tmp_path / "state" / "counters.json").read_text())
@@ -511,14 +518,14 @@ def test_nvlink_error_counters_are_judged_as_growth_since_the_last_run(tmp_path)
 
 @pytest.mark.parametrize("key,value,check,status,finding", [
     ("fabric", {"state": 1, "status": "Success", "clique_id": 0, "health_mask": 0}, "fabric", Status.FAIL,
-     "gpu3 fabric not started"),
+     "nvidia3@5d:00.0 fabric not started"),
     ("fabric", {"state": 3, "status": "Unknown", "clique_id": 0, "health_mask": 0}, "fabric", Status.FAIL,
-     "gpu3 fabric Unknown"),
+     "nvidia3@5d:00.0 fabric Unknown"),
     ("fabric", {"state": 3, "status": "Success", "clique_id": 0, "health_mask": 1}, "fabric", Status.WARN,
-     "gpu3 fabric degraded bandwidth"),
-    ("inforom_valid", {"error": "CorruptedInforom"}, "inforom", Status.FAIL, "gpu3 corruptedinforom"),
-    ("power_limit_mw", [350000, 700000], "power", Status.WARN, "gpu3 power limit 350W<95% of 700W"),
-    ("pcie_gen", [1, 4, 5], "pcie", Status.WARN, "gpu3 pcie gen4<gen5"),
+     "nvidia3@5d:00.0 fabric degraded bandwidth"),
+    ("inforom_valid", {"error": "CorruptedInforom"}, "inforom", Status.FAIL, "nvidia3@5d:00.0 corruptedinforom"),
+    ("power_limit_mw", [350000, 700000], "power", Status.WARN, "nvidia3@5d:00.0 power limit 350W<95% of 700W"),
+    ("pcie_gen", [1, 4, 5], "pcie", Status.WARN, "nvidia3@5d:00.0 pcie gen4<gen5"),
 ])
 def test_new_gpu_checks(tmp_path, key, value, check, status, finding):
     res, _ = run(tmp_path, edited(tmp_path, "healthy-h100x8.json", one_gpu(key, value)))
@@ -566,12 +573,12 @@ def test_persistence_off_fails_only_where_the_site_expects_it(tmp_path):
      "nvswitch0000:c1:00 sxid20034", True),
     ("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 28 egress non-posted PRIV error (First)",
      Status.WARN, "nvswitch0000:05:00 sxid12028", False),
-    ("NVRM: Xid (PCI:0000:18:00): 46, pid=1234, name=python, GPU stopped processing", Status.FAIL, "gpu0 xid46", True),
+    ("NVRM: Xid (PCI:0000:18:00): 46, pid=1234, name=python, GPU stopped processing", Status.FAIL, "nvidia0@18:00.0 xid46", True),
 ])
 def test_sxids_and_xid46(tmp_path, line, status, finding, sticky):
     fx = edited(tmp_path, "healthy-h100x8.json", lambda d: d.update(kmsg=[[10, line]]))
     res, _ = run(tmp_path, fx, hook="prolog", gpus=[1])  # an NVSwitch serves every job's GPUs
-    if finding.startswith("gpu0"):
+    if finding.startswith("nvidia0@18:00.0"):
         res, _ = run(tmp_path / "all", fx)
     assert res["xid"].status == status and res["xid"].findings == [finding]
     assert bool(res["xid"].evidence["sticky"]) == sticky
@@ -612,7 +619,7 @@ def test_fabric_falls_back_to_the_v1_call_on_an_older_driver(tmp_path):
         mp.setattr(fakenvml.FakeNVML, "nvmlDeviceGetGpuFabricInfo", v1, raising=False)
         fx = edited(tmp_path, "healthy-h100x8.json", one_gpu("fabric", {"state": 1, "status": "Success"}))
         res, _ = run(tmp_path, fx)
-        assert res["fabric"].findings == ["gpu3 fabric not started"]  # answered by the v1 call
+        assert res["fabric"].findings == ["nvidia3@5d:00.0 fabric not started"]  # answered by the v1 call
         mp.delattr(fakenvml.FakeNVML, "nvmlDeviceGetGpuFabricInfo")
         res, _ = run(tmp_path / "b", fx)
         assert res["fabric"].status == Status.SKIP

@@ -31,8 +31,12 @@ NVML = ROOT / "tests" / "data" / "nvml"
 class FakeSlurm:
     """scontrol/squeue for one node, recording every call."""
 
-    def __init__(self, state: str = "IDLE", reason: str = "", jobs: list[str] | None = None, hang: bool = False):
+    def __init__(self, state: str = "IDLE", reason: str = "", jobs: list[str] | None = None, hang: bool = False,
+                 frees_reason: bool = True):
         self.state, self.reason, self.jobs, self.hang = state, reason, jobs or [], hang
+        # update_node sets a given reason, then NODE_RESUME frees it only for an IDLE node and only with accounting
+        # storage on 24.11 (node_mgr.c, accounting_storage.c at slurm-24-11-5-1); frees_reason=False: 24.11 without
+        self.frees_reason = frees_reason
         self.calls: list[list[str]] = []
 
     def __call__(self, argv, timeout=30.0, **kw):
@@ -55,7 +59,11 @@ class FakeSlurm:
                 if "DRAIN" not in self.state:
                     self.state += "+DRAIN"
             elif kv["state"] == "resume":
-                self.reason, self.state = "", self.state.replace("+DRAIN", "")
+                if kv.get("reason"):
+                    self.reason = kv["reason"]
+                if self.frees_reason and self.state == "IDLE+DRAIN":
+                    self.reason = ""
+                self.state = self.state.replace("+DRAIN", "")
             return Result(tuple(argv), 0, "", "")
         if argv[:2] == ["scontrol", "reboot"]:
             return Result(tuple(argv), 0, "", "")
@@ -82,6 +90,8 @@ def host(tmp_path: Path) -> HostPaths:
     proc = tmp_path / "proc"
     proc.mkdir(parents=True, exist_ok=True)
     (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
+    (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
+    (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
     return HostPaths(sys_root=str(tmp_path / "sys"), proc_root=str(proc), kmsg=str(tmp_path / "kmsg"),
                      dev_root=str(tmp_path / "dev"))
 
@@ -121,6 +131,19 @@ def test_decide_fail():
     assert decide_fail(responding, Action.DRAIN, "slurmkit: x").verb == Verb.NONE
 
 
+def test_decide_fail_drains_over_a_stale_reason():
+    """Issue 23 item 1: a reason on a node that is neither draining nor drained outlived its drain (24.11 without
+    accounting storage keeps it on resume). Before: 'foreign reason kept', the node was never drained again."""
+    stale = NodeState("node1", "idle", frozenset(), "admin: cable swap")
+    d = decide_fail(stale, Action.DRAIN, "slurmkit: gpu1 ecc-unc=2")
+    assert d.verb == Verb.DRAIN and "stale" in d.why and "admin: cable swap" in d.why
+    assert decide_fail(NodeState("node1", "mixed", frozenset(), "Prolog error"), Action.DRAIN_REBOOT,
+                       "slurmkit: x").verb == Verb.DRAIN_REBOOT
+    assert decide_health(stale, Action.DRAIN, "slurmkit: x", 0, 3).verb == Verb.DRAIN
+    draining = NodeState("node1", "mixed", frozenset({"DRAIN"}), "admin: cable swap")
+    assert decide_fail(draining, Action.DRAIN, "slurmkit: x").verb == Verb.NONE  # a live foreign drain stays
+
+
 def test_decide_health_flap_damping_and_ownership():
     d = decide_health(OURS, Action.NONE, "", 0, 3)
     assert (d.verb, d.passes) == (Verb.NONE, 1)
@@ -158,6 +181,42 @@ def test_drain_reason_is_prefixed_ordered_and_bounded():
 
 # --- prolog -------------------------------------------------------------------------------------------------
 
+def test_hooks_never_write_the_hosts_node_exporter_directory(tmp_path, inventory, monkeypatch):
+    """Issue 23 item 4: on a host with Debian's prometheus-node-exporter (/var/lib/prometheus/node-exporter exists) a
+    test's (or bench's) fake node wrote its metrics there. The library no longer looks for the host's directory; the
+    edge offers it only for a real node (no SLURMKIT_FAKE_NVML)."""
+    from slurmkit.cli import hookrun
+    from slurmkit.health import policy
+
+    hostdir = tmp_path / "var-lib-prometheus-node-exporter"
+    hostdir.mkdir()
+    monkeypatch.setattr(policy, "DEFAULT_TEXTFILE_DIR", str(hostdir))
+    rep = run_hook(env(tmp_path, inventory, FakeSlurm(state="ALLOCATED"), "prolog", job_id="42", job_gpus=[0]))
+    assert rep.exit_code == 0 and list(hostdir.iterdir()) == []
+    assert (tmp_path / "state" / "node1" / "slurmkit_health_prolog.prom").exists()
+    assert hookrun.host_textfile_dir(str(tmp_path / "nvml")) is None  # a fake node: never the host's
+    assert hookrun.host_textfile_dir(None) == str(hostdir)  # a real node with node_exporter: its directory
+
+
+def test_prolog_bench_writes_only_under_its_temporary_directory(tmp_path):
+    """Issue 23 item 4: bench/prolog_bench.py's hooks wrote metrics to the host's node_exporter directory (with
+    --real, over a real node's) and bytecode into the source tree."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prolog_bench", ROOT / "bench" / "prolog_bench.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    hooks = bench.hooks_section(tmp_path)
+    assert Path(hooks["checks"]["textfile_dir"]).is_relative_to(tmp_path)
+    env_ = bench.base_env(tmp_path, tmp_path / "bin", 8)
+    for key in ("SLURMKIT_STATE_DIR", "PYTHONPYCACHEPREFIX"):
+        assert Path(env_[key]).is_relative_to(tmp_path), key
+    from slurmkit.health.policy import parse_policy
+
+    assert parse_policy(hooks["checks"]).textfile_dir == hooks["checks"]["textfile_dir"]
+
+
 def test_prolog_healthy_exits_0_without_touching_slurm_and_writes_outputs(tmp_path, inventory):
     slurm = FakeSlurm(state="ALLOCATED")
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", job_id="42", job_gpus=[0, 1]))
@@ -179,7 +238,7 @@ def test_prolog_failure_sets_our_reason_then_exits_1(tmp_path, inventory):
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="ecc-uncorrected-gpu1.json", job_gpus=[0, 1]))
     assert rep.exit_code == 1
     assert slurm.verbs() == ["scontrol -o", "update state=drain"]
-    assert slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48; after a GPU reset: slurmkit check --clear-xid" == rep.reason
+    assert slurm.reason == "slurmkit: nvidia1@2a:00.0 ecc-unc=2; nvidia1@2a:00.0 xid48; after a GPU reset: slurmkit check --clear-xid" == rep.reason
     assert rep.slurm["done"] == "drain"
 
 
@@ -231,7 +290,7 @@ def test_health_drains_then_resumes_only_after_n_passes(tmp_path, inventory):
     slurm = FakeSlurm()
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
     assert rep.exit_code == 1
-    assert slurm.reason == "slurmkit: gpu2 remap-failed; gpu2 xid64; after a GPU reset: slurmkit check --clear-xid"
+    assert slurm.reason == "slurmkit: nvidia2@3a:00.0 remap-failed; nvidia2@3a:00.0 xid64; after a GPU reset: slurmkit check --clear-xid"
     # fault cleared (GPU reset + reboot: new boot id, clean log)
     def fixed(d):
         d["boot_id"] = "after-reset"
@@ -241,6 +300,146 @@ def test_health_drains_then_resumes_only_after_n_passes(tmp_path, inventory):
     rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=str(tmp_path / "nvml")))
     assert rep.slurm["decision"] == "resume" and slurm.state == "IDLE" and slurm.reason == ""
     assert json.loads((tmp_path / "state" / "node1" / "health.json").read_text())["passes"] == 0
+
+
+def test_health_resume_leaves_no_fault_reason_and_drains_again(tmp_path, inventory):
+    """Issue 23 item 1 on a Slurm that keeps a resumed node's reason (24.11 without accounting storage): our resume
+    replaces the fault reason with a note, and the next fault drains the node again."""
+    slurm = FakeSlurm(frees_reason=False)
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
+    assert rep.exit_code == 1 and slurm.reason.startswith("slurmkit: nvidia1@2a:00.0 ecc-unc=2") and "DRAIN" in slurm.state
+
+    def healed(d):
+        d["boot_id"] = "after-reset"
+    healthy = str(fixture(tmp_path, "healthy-h100x8.json", healed))
+    for _ in range(2):
+        rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=healthy))
+    assert rep.slurm["decision"] == "resume" and slurm.state == "IDLE"
+    assert slurm.reason.startswith("resumed by slurmkit after 2 passing health checks (was: nvidia1@2a:00.0 ecc-unc=2")
+    assert not slurm.reason.startswith("slurmkit:")
+    # the fault comes back: the leftover note must not blind the health check
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
+    assert rep.slurm["decision"] == "drain" and "DRAIN" in slurm.state and slurm.reason.startswith("slurmkit: nvidia1@2a:00.0")
+    assert "stale reason" in rep.slurm["why"]
+
+
+def test_health_drains_over_an_admins_stale_reason(tmp_path, inventory):
+    """An admin drained and resumed the node on 24.11 without accounting storage: IDLE with their reason."""
+    slurm = FakeSlurm(state="IDLE", reason="admin: cable swap")
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="ecc-uncorrected-gpu1.json"))
+    assert rep.exit_code == 1 and rep.slurm["decision"] == "drain"
+    assert "DRAIN" in slurm.state and slurm.reason.startswith("slurmkit: nvidia1@2a:00.0 ecc-unc=2")
+    assert rep.slurm["before"]["reason"] == "admin: cable swap"
+
+
+def test_reasons_name_the_part_and_a_missing_gpu_is_found_by_bus_id(tmp_path, inventory):
+    """Issue 23 item 2. Before: 'gpu_count 7/8' with "lost": [] (which board?), and NVML indexes that shift once a
+    GPU is gone: the GPU at /dev/nvidia4 (NVML index 3 after nvidia3 fell off the bus) was reported as 'gpu3'."""
+    slurm = FakeSlurm()
+    rep = run_hook(env(tmp_path, inventory, slurm, "health"))  # the first healthy run records the boards
+    assert rep.exit_code == 0
+    base = json.loads((tmp_path / "state" / "node1" / "gpus.json").read_text())["gpus"]
+    assert base[3] == {"minor": 3, "pci_bus_id": "00000000:5D:00.0", "uuid": "GPU-5c1e7a3b-0d2f-4b7e-9a61-000000000003",
+                       "serial": "1652322000003"}
+
+    def hot(d):  # nvidia3 gone; the board at /dev/nvidia4 (now NVML index 3) runs hot
+        d["devices"][3]["temperature_c"] = 95
+    rep = run_hook(env(tmp_path, inventory, slurm, "health",
+                       fake_nvml=str(fixture(tmp_path / "b", "off-bus-gpu3.json", hot))))
+    res = {r.name: r for r in rep.results}
+    assert res["gpu_count"].findings == ["gpu_count 7/8", "nvidia3@5d:00.0 missing"]
+    assert res["gpu_count"].evidence["missing"] == [base[3]]
+    assert res["temperature"].findings == ["nvidia4@9a:00.0 temp 95C>=90C"]
+    assert res["xid"].findings == ["nvidia3@5d:00.0 xid79"]  # the XID of the board NVML no longer lists
+    assert slurm.reason.startswith("slurmkit: gpu_count 7/8; nvidia3@5d:00.0 missing;"), slurm.reason
+    rec = json.loads((tmp_path / "state" / "node1" / "last-health.json").read_text())
+    row = next(g for g in rec["gpus"] if g["minor"] == 4)
+    assert row == {"index": 3, "label": "nvidia4@9a:00.0", "minor": 4, "pci_bus_id": "00000000:9A:00.0",
+                   "uuid": "GPU-5c1e7a3b-0d2f-4b7e-9a61-000000000004", "serial": "1652322000004",
+                   "name": "NVIDIA H100 80GB HBM3"}
+    # the baseline is not rewritten by the failing run
+    assert json.loads((tmp_path / "state" / "node1" / "gpus.json").read_text())["gpus"] == base
+
+
+def test_missing_gpu_from_the_inventorys_bus_ids_and_a_jobs_view(tmp_path, inventory):
+    """Without a recorded healthy run the inventory's hooks.checks.gpu_count.bus_ids name the missing board; a job
+    given /dev/nvidia4 hears about nvidia4, not about NVML's shifted index 3."""
+    inv = yaml.safe_load(inventory.read_text())
+    buses = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9a:00.0", "0000:ab:00.0",
+             "0000:ba:00.0", "0000:db:00.0"]
+    inv["hooks"]["checks"]["gpu_count"] = {"bus_ids": buses}
+    inventory.write_text(yaml.safe_dump(inv))
+
+    def hot(d):
+        d["devices"][3]["temperature_c"] = 95
+    fake = str(fixture(tmp_path, "off-bus-gpu3.json", hot))
+    rep = run_hook(env(tmp_path, inventory, FakeSlurm(state="ALLOCATED"), "prolog", fake_nvml=fake, job_gpus=[4]))
+    res = {r.name: r for r in rep.results}
+    assert res["gpu_count"].findings == ["gpu_count 7/8", "nvidia3@5d:00.0 missing"]
+    assert res["gpu_count"].evidence["expected_from"] == "hooks.checks.gpu_count.bus_ids"
+    assert res["temperature"].findings == ["nvidia4@9a:00.0 temp 95C>=90C"]
+    inv["hooks"]["checks"]["gpu_count"] = {"bus_ids": ["18:00"]}
+    inventory.write_text(yaml.safe_dump(inv))
+    with pytest.raises(Exception, match=r"hooks.checks.gpu_count.bus_ids: expected a list of PCI bus ids"):
+        run_hook(env(tmp_path, inventory, FakeSlurm(), "check", fake_nvml=fake))
+
+
+def test_row_remap_pending_drains_an_idle_node_for_the_reset_never_a_busy_one(tmp_path, inventory):
+    """Issue 23 item 6: a pending row remap needs a GPU reset nobody performed; the node kept taking jobs on a GPU
+    whose remap never took effect. While a job runs: a WARN. Idle: drained 'reset pending' with the way out; after
+    the reset (flag cleared) resumed after N passes."""
+    busy = FakeSlurm(state="MIXED")
+    rep = run_hook(env(tmp_path / "busy", inventory, busy, "health", nvml="remap-pending-gpu2.json"))
+    assert rep.exit_code == 0 and busy.verbs() == ["scontrol -o"] and rep.action == Action.WARN
+    slurm = FakeSlurm(state="IDLE")
+    rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-pending-gpu2.json"))
+    assert rep.exit_code == 1 and rep.slurm["decision"] == "drain" and "escalated" in rep.slurm
+    assert slurm.reason == ("slurmkit: nvidia2@3a:00.0 reset pending (row remap); "
+                            "way out: reset the idle GPU (nvidia-smi -r) or reboot"), slurm.reason
+    res = {r.name: r for r in rep.results}["remapped_rows"]
+    assert res.status == Status.FAIL and res.action == Action.DRAIN
+    rec = json.loads((tmp_path / "state" / "node1" / "last-health.json").read_text())
+    assert rec["action"] == "drain" and rec["reason"] == slurm.reason
+    fake = str(fixture(tmp_path, "remap-pending-gpu2.json", lambda d: d["devices"][2].update(remapped_rows=[0, 1, 0, 0])))
+    for _ in range(2):  # the reset activated the remap: pending cleared
+        rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=fake))
+    assert rep.slurm["decision"] == "resume" and slurm.state == "IDLE"
+    inv = yaml.safe_load(inventory.read_text())
+    inv["hooks"]["checks"]["remapped_rows"] = {"drain_pending_when_idle": False}
+    inventory.write_text(yaml.safe_dump(inv))
+    rep = run_hook(env(tmp_path / "off", inventory, FakeSlurm(), "health", nvml="remap-pending-gpu2.json"))
+    assert rep.exit_code == 0 and rep.action == Action.WARN
+
+
+def test_nvlink_error_growth_escalates_from_warn_to_drain_after_n_intervals(tmp_path, inventory):
+    """Issue 23 item 6: NVLink replay/CRC growth above the rate was a WARN forever. Now escalate_after (3) health
+    runs in a row above it drain the node; a quiet interval ends the streak."""
+    slurm = FakeSlurm()
+    counts = {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0}
+
+    def run(replay: int):
+        counts["replay"] = replay
+        fake = str(fixture(tmp_path, "healthy-h100x8.json", lambda d: d["devices"][4].update(nvlink_errors=dict(counts))))
+        return run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=fake))
+
+    assert run(0).action == Action.NONE  # baseline
+    for n in (5, 10):
+        rep = run(n)
+        r = {x.name: x for x in rep.results}["nvlink_errors"]
+        assert rep.action == Action.WARN and r.findings == ["nvidia4@9a:00.0 nvlink replay+5"], r.findings
+    assert run(10).action == Action.NONE  # a quiet interval: the streak ends
+    for n in (15, 20):
+        assert run(n).action == Action.WARN
+    rep = run(25)
+    r = {x.name: x for x in rep.results}["nvlink_errors"]
+    assert rep.action == Action.DRAIN and r.findings == ["nvidia4@9a:00.0 nvlink errors above rate 3 runs"]
+    assert slurm.reason == "slurmkit: nvidia4@9a:00.0 nvlink errors above rate 3 runs" and "DRAIN" in slurm.state
+    # a prolog in between neither counts nor resets the health check's streak
+    counts["replay"] = 30
+    fake = str(fixture(tmp_path, "healthy-h100x8.json", lambda d: d["devices"][4].update(nvlink_errors=dict(counts))))
+    run_hook(env(tmp_path, inventory, FakeSlurm(state="ALLOCATED"), "prolog", fake_nvml=fake, job_gpus=[4]))
+    snap = json.loads((tmp_path / "state" / "node1" / "counters.json").read_text())
+    assert snap["gpu"]["GPU-5c1e7a3b-0d2f-4b7e-9a61-000000000004"]["nvlink_streak"] == 3
 
 
 def test_health_never_resumes_an_admin_drain(tmp_path, inventory):
@@ -327,6 +526,41 @@ def test_epilog_kills_the_job_users_leftover_gpu_process_and_cleans_shm(tmp_path
                 p.wait()
 
 
+@needs(os.geteuid() == 0, "a root job's processes: the test must run as root")
+def test_epilog_of_a_root_job_kills_its_own_leftover_and_names_what_it_leaves(tmp_path, inventory):
+    """Issue 23 item 3: a job that ran as root left a process on its GPU. Before: 'other users' processes on the job's
+    GPUs' (a WARN), the process left running, and the health check then drained 'busy pid'. Now the process /proc ties
+    to the job (SLURM_JOB_ID in its environment) is killed; a root process it cannot tie to the job is left running
+    and the message says whose it may be and what the health check will do."""
+    own = subprocess.Popen(["sleep", "60"], env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "88"})
+    daemon = subprocess.Popen(["sleep", "60"], env={"PATH": os.environ["PATH"]})
+    try:
+        def busy(d):
+            d["devices"][0]["compute_processes"] = [{"pid": own.pid, "used_memory": 1}]
+            d["devices"][1]["compute_processes"] = [{"pid": daemon.pid, "used_memory": 1}]
+        slurm = FakeSlurm()
+        e = env(tmp_path, inventory, slurm, "epilog", fake_nvml=str(fixture(tmp_path, "healthy-h100x8.json", busy)),
+                job_id="88", job_uid=0, job_user="root", job_gpus=[0, 1], shm_dir=str(tmp_path / "shm"))
+        e.paths = HostPaths(sys_root=e.paths.sys_root, proc_root="/proc", kmsg=e.paths.kmsg, dev_root=e.paths.dev_root)
+        rep = run_hook(e)
+        own.wait(timeout=5)
+        assert own.returncode == -9 and daemon.poll() is None
+        res = {r.name: r for r in rep.results}["gpu_procs"]
+        assert res.status == Status.WARN and rep.exit_code == 0
+        assert "other users" not in res.summary
+        assert res.summary.startswith("killed 1 leftover process(es) of job 88; job 88 ran as root; root processes "
+                                      "that /proc does not tie to it")
+        assert f"nvidia1@2a:00.0 pid {daemon.pid} uid 0" in res.summary and "the health check drains the node" in res.summary
+        assert res.findings == [f"nvidia1@2a:00.0 root pid {daemon.pid}"]
+        assert [k["pid"] for k in res.evidence["killed"]] == [own.pid]
+        assert [u["pid"] for u in res.evidence["unproven"]] == [daemon.pid]
+    finally:
+        for p in (own, daemon):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 @needs(os.geteuid() == 0, "chown needs root")
 def test_shm_is_kept_while_the_user_has_another_job_here(tmp_path, inventory):
     """Decided from local facts (issue 11 item 7): job 78 of the same user still runs here (its slurmstepd is alive
@@ -340,6 +574,8 @@ def test_shm_is_kept_while_the_user_has_another_job_here(tmp_path, inventory):
     fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [78.batch]")
     fake_proc(proc, 901, uid=JOB_UID, job="78")
     (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
+    (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
+    (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
     slurm = FakeSlurm()
     rep = run_hook(env(tmp_path, inventory, slurm, "epilog", job_id="77", job_uid=JOB_UID, job_user="alice",
                        job_gpus=[0], shm_dir=str(shm)))
@@ -359,7 +595,7 @@ def test_failing_epilog_calls_no_slurm_command(tmp_path, inventory):
     # Slurm's 'Epilog error' drain is then ours to keep current (the health check reads this record)
     slurm = FakeSlurm(state="IDLE+DRAIN", reason="Epilog error")
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
-    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: gpu2 remap-failed")
+    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: nvidia2@3a:00.0 remap-failed")
 
 
 @needs(os.geteuid() == 0, "chown needs root")
@@ -409,7 +645,7 @@ def test_cli_record_fixture_round_trips_through_the_fake(tmp_path, inventory):
         assert rec["devices"][3][key] == original["devices"][3][key], key
     r = CliRunner().invoke(check, ["--json", "--inventory", str(inventory), "--node", "node1"],
                            env={"SLURMKIT_FAKE_NVML": str(out)})
-    assert json.loads(r.output)["reason"] == "slurmkit: gpu1 ecc-unc=2"  # same verdict from the recording
+    assert json.loads(r.output)["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2"  # same verdict from the recording
 
 
 def test_cli_hook_prolog_reads_the_slurm_environment(tmp_path, inventory):
@@ -488,13 +724,13 @@ def test_health_keeps_a_busy_drain_while_the_ended_jobs_process_is_there(tmp_pat
     slurm = FakeSlurm(state="ALLOCATED")
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", fake_nvml=on_gpu0(4242), job_id="51", job_uid=1000,
                        job_gpus=[0]))
-    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu0 busy pid 4242"
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: nvidia0@18:00.0 busy pid 4242"
     slurm.state = "IDLE+DRAIN"
     for _ in range(3):
         rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=on_gpu0(4242)))
         gp = next(r for r in rep.results if r.name == "gpu_procs")
         assert gp.status == Status.FAIL and gp.evidence["gpus"]["0"]["leftovers"] == [{"pid": 4242, "job": "50"}]
-        assert rep.slurm["decision"] == "none" and slurm.reason == "slurmkit: gpu0 busy pid 4242"
+        assert rep.slurm["decision"] == "none" and slurm.reason == "slurmkit: nvidia0@18:00.0 busy pid 4242"
     # job 50's process is gone; job 60 runs here with a process on gpu0 and an unknown one beside it: not judged
     fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [60.batch]")
     fake_proc(proc, 700, uid=1000, job="60")
@@ -507,7 +743,7 @@ def test_health_keeps_a_busy_drain_while_the_ended_jobs_process_is_there(tmp_pat
     import shutil
     shutil.rmtree(proc / "900")
     rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=on_gpu0(701)))
-    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu0 busy pid 701"
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: nvidia0@18:00.0 busy pid 701"
 
 
 def busy_gpu0(pid: int):
@@ -528,7 +764,7 @@ def test_cpu_only_job_prolog_does_not_judge_a_neighbours_gpu(tmp_path, inventory
     assert res["gpu_procs"].status == Status.SKIP and res["gpu_procs"].summary == "no GPUs in scope"
     # the same process on a GPU the job *was* given is a leftover: busy
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", fake_nvml=str(fx), job_id="3", job_gpus=[0]))
-    assert rep.exit_code == 1 and rep.reason == "slurmkit: gpu0 busy pid 4242"
+    assert rep.exit_code == 1 and rep.reason == "slurmkit: nvidia0@18:00.0 busy pid 4242"
 
 
 def test_cli_prolog_without_slurm_job_gpus_has_an_empty_scope(tmp_path, inventory):
@@ -550,6 +786,8 @@ def test_prolog_on_a_shared_gpu_leaves_the_running_jobs_processes_alone(tmp_path
     fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [55.0]")
     fake_proc(proc, 10, uid=JOB_UID, job="55")
     (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
+    (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
+    (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
     slurm = FakeSlurm(state="MIXED")
     e = env(tmp_path, inventory, slurm, "prolog", fake_nvml=str(fixture(tmp_path, "healthy-h100x8.json",
                                                                          busy_gpu0(10))), job_id="56", job_gpus=[0])
@@ -573,6 +811,8 @@ def test_epilog_never_kills_a_process_of_a_job_that_still_runs(tmp_path, invento
         (proc / str(leftover) / "stat").symlink_to(f"/proc/{leftover}/stat")  # shows the kill (a zombie: Z)
         fake_proc(proc, unowned, uid=JOB_UID)
         (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
+        (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
+        (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
 
         def edit(d):
             d["devices"][0]["compute_processes"] = [{"pid": a}, {"pid": unowned}]
@@ -602,7 +842,7 @@ def test_epilog_never_kills_a_process_of_a_job_that_still_runs(tmp_path, invento
 
 def test_lost_gpu_outside_the_jobs_scope_stays_a_per_gpu_finding(tmp_path, inventory):
     """Issue 11 item 3: gpu5 lost makes its minor number an error value; a job on gpu0-1 must still get every NVML
-    check (no worker crash turning them into SKIP)."""
+    check (no worker crash turning them into SKIP). A GPU whose minor and bus id NVML cannot read keeps its index."""
     slurm = FakeSlurm(state="ALLOCATED")
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="xid79-gpu5.json", job_gpus=[0, 1]))
     res = {r.name: r for r in rep.results}
@@ -618,8 +858,8 @@ def test_lost_gpu_outside_the_jobs_scope_stays_a_per_gpu_finding(tmp_path, inven
                        fake_nvml=str(fixture(tmp_path / "b", "healthy-h100x8.json", odd_minor)), job_gpus=[2, 5]))
     res = {r.name: r for r in rep.results}
     assert res["temperature"].summary == "temperature: 2 GPU(s) ok", res["temperature"].summary
-    assert res["ecc"].status == Status.WARN and res["ecc"].findings == ["gpu2 ecc TypeError"]
-    assert res["remapped_rows"].status == Status.WARN and res["remapped_rows"].findings == ["gpu5 remapped rows IndexError"]
+    assert res["ecc"].status == Status.WARN and res["ecc"].findings == ["nvidia2@3a:00.0 ecc TypeError"]
+    assert res["remapped_rows"].status == Status.WARN and res["remapped_rows"].findings == ["gpu5@ab:00.0 remapped rows IndexError"]  # minor unreadable
     # and a value the evaluation cannot read is that GPU's finding too
     from slurmkit.health.checks import EvalContext, eval_remapped_rows
     from slurmkit.health.expect import Expectations
@@ -646,7 +886,7 @@ def test_state_dir_unusable_never_fails_the_job(tmp_path, inventory):
     assert "state: state not saved" in log_line(rep)
     # a real fault still drains (the verdict of the checks decides), even with nowhere to write
     rep = run_hook(env(tmp_path, inventory, slurm, "prolog", nvml="ecc-uncorrected-gpu1.json", job_gpus=[1]))
-    assert rep.exit_code == 1 and slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48; after a GPU reset: slurmkit check --clear-xid"
+    assert rep.exit_code == 1 and slurm.reason == "slurmkit: nvidia1@2a:00.0 ecc-unc=2; nvidia1@2a:00.0 xid48; after a GPU reset: slurmkit check --clear-xid"
 
 
 def test_full_disk_during_outputs_never_fails_the_job(tmp_path, inventory, monkeypatch):
@@ -678,7 +918,7 @@ def test_full_disk_during_outputs_never_fails_the_job(tmp_path, inventory, monke
         assert rep.exit_code == (1 if hook == "health" else 0), hook  # health: the ECC fault, not the disk
         prom = (tdir / f"slurmkit_health_{hook}.prom").read_text()
         assert re.search(r'slurmkit_health_bookkeeping_errors\{node="node1",hook="' + hook + r'"\} [1-9]', prom), prom
-    assert slurm.reason == "slurmkit: gpu1 ecc-unc=2; gpu1 xid48; after a GPU reset: slurmkit check --clear-xid"  # the health check still drained
+    assert slurm.reason == "slurmkit: nvidia1@2a:00.0 ecc-unc=2; nvidia1@2a:00.0 xid48; after a GPU reset: slurmkit check --clear-xid"  # the health check still drained
 
 
 def test_health_takes_back_slurms_prolog_error_drain_that_followed_our_failed_drain(tmp_path, inventory):
@@ -690,7 +930,7 @@ def test_health_takes_back_slurms_prolog_error_drain_that_followed_our_failed_dr
     assert rep.exit_code == 1 and "timed out" in rep.slurm["error"]
     slurm = FakeSlurm(state="IDLE+DRAIN", reason="Prolog error")  # what slurmctld did on our exit 1
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
-    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: gpu2 remap")
+    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: nvidia2@3a:00.0 remap")
     # the same situation with a healed GPU: count passes, then resume
     slurm = FakeSlurm(state="IDLE+DRAIN", reason="Prolog error")
     fx = str(fixture(tmp_path, "healthy-h100x8.json", lambda d: d.update(boot_id="after-reset")))
@@ -719,7 +959,7 @@ def test_claim_on_slurms_prolog_error_survives_another_jobs_passing_prolog(tmp_p
     assert rep.exit_code == 0
     slurm = FakeSlurm(state="MIXED+DRAIN", reason="Prolog error")
     rep = run_hook(env(tmp_path, inventory, slurm, "health", nvml="remap-failed-gpu2.json"))
-    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: gpu2 remap"), rep.slurm
+    assert rep.slurm["decision"] == "update-reason" and slurm.reason.startswith("slurmkit: nvidia2@3a:00.0 remap"), rep.slurm
     claim = tmp_path / "state" / "node1" / "claim-prolog.json"
     # our reason is on the node now: the claim is not needed any more (past the grace) and goes
     rec = json.loads(claim.read_text())

@@ -148,6 +148,8 @@ def test_health_verdict_from_our_reason_prefix():
     assert (ours.state, ours.healthy) == ("draining", False)
     assert (foreign.state, foreign.healthy) == ("draining", True)
     assert node_state(Rec("n1", "idle", frozenset(), 8, 8)).healthy  # no reason attribute at all
+    # our reason left on a resumed node (24.11 without accounting storage keeps it): stale, the node is healthy
+    assert node_state(WithReason("n1", "idle", frozenset(), 0, 8, "slurmkit: gpu1 ecc-unc=2")).healthy
 
 
 def test_partition_nodes_expands_and_names_known_partitions():

@@ -1,0 +1,249 @@
+"""The NHC-style node checks (issue 23 item 5): filesystems, EDAC, daemons, CPU/memory against the inventory, D-state
+processes, firmware against the fleet (and `slurmkit report firmware`), PCI/NUMA placement. Fake /proc and /sys trees;
+each check runs through run_checks as the health hook runs it."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmkit.errors import InventoryError
+from slurmkit.health import host
+from slurmkit.health.expect import Expectations
+from slurmkit.health.host import HostPaths
+from slurmkit.health.policy import parse_policy
+from slurmkit.health.result import Action, Status
+from slurmkit.health.runner import RunSpec, run_checks
+
+NVML = Path(__file__).resolve().parents[1] / "data" / "nvml"
+NODE_CHECKS = ("filesystems", "edac", "daemons", "hardware", "dstate", "firmware", "topology")
+H100 = Expectations(node="node1", gpu_count=8, gpu_type="h100", nvlink=True, mig=(False,) * 8,
+                    minors=tuple(range(8)), cpus=64, memory_mb=30000)
+
+
+def stat_line(pid: int, comm: str, state: str = "S") -> str:
+    return f"{pid} ({comm}) {state} 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n"
+
+
+def tree(tmp: Path, *, procs: dict[int, tuple[str, str]] | None = None, mounts: str = "",
+         edac: dict[str, tuple[int, int]] | None = None, cpus_online: str = "0-63",
+         mem_kb: int = 31 * 1024 * 1024, gpus_numa: dict[str, int] | None = None,
+         hcas_numa: dict[str, int] | None = None) -> HostPaths:
+    sys_root, proc = tmp / "sys", tmp / "proc"
+    (proc / "self").mkdir(parents=True, exist_ok=True)
+    (proc / "meminfo").write_text(f"MemTotal: {mem_kb} kB\nMemAvailable: {mem_kb // 2} kB\n")
+    (proc / "self" / "mounts").write_text(mounts or "/dev/sda1 / ext4 rw 0 0\nproc /proc proc rw 0 0\n")
+    for pid, (comm, state) in (procs if procs is not None else {333: ("munged", "S")}).items():
+        (proc / str(pid)).mkdir(exist_ok=True)
+        (proc / str(pid) / "stat").write_text(stat_line(pid, comm, state))
+    for mc, (ce, ue) in (edac or {}).items():
+        d = sys_root / "devices/system/edac/mc" / mc
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "ce_count").write_text(f"{ce}\n")
+        (d / "ue_count").write_text(f"{ue}\n")
+    cpu = sys_root / "devices/system/cpu"
+    cpu.mkdir(parents=True, exist_ok=True)
+    (cpu / "online").write_text(cpus_online + "\n")
+    for bus, node in (gpus_numa or {}).items():
+        d = sys_root / "bus/pci/devices" / bus
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "vendor").write_text("0x10de\n")
+        (d / "class").write_text("0x030200\n")
+        (d / "numa_node").write_text(f"{node}\n")
+    for name, node in (hcas_numa or {}).items():
+        d = sys_root / "class/infiniband" / name / "device"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "numa_node").write_text(f"{node}\n")
+    (tmp / "dev").mkdir(exist_ok=True)
+    return HostPaths(sys_root=str(sys_root), proc_root=str(proc), kmsg=str(tmp / "kmsg"), dev_root=str(tmp / "dev"))
+
+
+def run(tmp: Path, paths: HostPaths, *, policy: dict | None = None, fixture: str = "healthy-h100x8.json",
+        expect: Expectations = H100, simulated: bool = False, only: tuple[str, ...] = NODE_CHECKS,
+        state: Path | None = None):
+    """The node checks only (the rest disabled), as the health hook runs them. ``simulated``: keep the fake NVML's
+    meaning (a lab node); otherwise the run is told it is a real node."""
+    from slurmkit.health.policy import CHECK_DEFAULTS
+
+    raw = {n: False for n in CHECK_DEFAULTS if n not in only and n != "nvml"}
+    raw.update(policy or {})
+    pol = parse_policy(raw)
+    sdir = state or tmp / "state"
+    sdir.mkdir(parents=True, exist_ok=True)
+    spec = RunSpec(hook="health", node="node1", policy=pol, expect=expect, node_state_dir=str(sdir),
+                   fake_nvml=str(fixture if os.path.isabs(fixture) else NVML / fixture), paths=paths,
+                   deadline=time.monotonic() + pol.budget_s)
+    if not simulated:
+        import slurmkit.health.runner as runner
+
+        real = runner._node_facts
+
+        def facts(spec_, gathered, jobs):  # a real node: same facts, only not simulated
+            out = real(RunSpec(**{**spec_.__dict__, "fake_nvml": None}), gathered, jobs)
+            out["simulated"] = False
+            return out
+        runner._node_facts = facts
+        try:
+            out = run_checks(spec)
+        finally:
+            runner._node_facts = real
+    else:
+        out = run_checks(spec)
+    return {r.name: r for r in out.results}
+
+
+def test_healthy_node_passes_every_node_check(tmp_path):
+    res = run(tmp_path, tree(tmp_path), expect=Expectations(node="node1", cpus=64, memory_mb=30000))
+    for name in NODE_CHECKS:
+        assert res[name].status in (Status.OK, Status.SKIP), (name, res[name].summary)
+    assert res["hardware"].status == Status.OK and res["daemons"].summary == "running: munged"
+
+
+def test_filesystems_mounted_answering_and_stale(tmp_path, monkeypatch):
+    home, scratch = tmp_path / "home", tmp_path / "scratch"
+    home.mkdir()
+    scratch.mkdir()
+    mounts = f"/dev/sda1 / ext4 rw 0 0\nnfs1:/home {home} nfs4 rw 0 0\nmds@tcp:/lustre {scratch} lustre rw 0 0\n"
+    p = tree(tmp_path, mounts=mounts)
+    res = run(tmp_path, p, only=("filesystems",))
+    assert res["filesystems"].status == Status.OK and res["filesystems"].summary.startswith("2 filesystem(s)")
+    res = run(tmp_path, p, only=("filesystems",), policy={"filesystems": {"required": ["/gpfs/projects"]}})
+    assert res["filesystems"].findings == ["fs /gpfs/projects not mounted"] and res["filesystems"].action == Action.DRAIN
+
+    real = os.statvfs
+
+    def statvfs(path):
+        if str(path) == str(home):
+            raise OSError(errno.ESTALE, "Stale file handle")
+        if str(path) == str(scratch):
+            time.sleep(20)  # a dead Lustre server: the thread is abandoned, the check answers in its budget
+        return real(path)
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    res = run(tmp_path, p, only=("filesystems",), policy={"filesystems": {"timeout_s": 1.0}})
+    # "hung" (not ok after the sleep) is the proof the run did not wait for the dead server
+    assert res["filesystems"].findings == [f"fs {home} stale", f"fs {scratch} hung >0.95s"]
+
+
+def test_edac_uncorrectable_drains_correctable_warns(tmp_path):
+    res = run(tmp_path, tree(tmp_path, edac={"mc0": (5, 0), "mc1": (0, 2)}), only=("edac",))
+    assert res["edac"].status == Status.FAIL and res["edac"].findings == ["mem mc1 ue=2"]
+    res = run(tmp_path / "b", tree(tmp_path / "b", edac={"mc0": (5000, 0)}), only=("edac",))
+    assert res["edac"].status == Status.WARN and res["edac"].findings == ["mem mc0 ce=5000>1000"]
+    res = run(tmp_path / "c", tree(tmp_path / "c"), only=("edac",))
+    assert res["edac"].status == Status.SKIP
+
+
+def test_daemons_required_and_gpu_daemons_on_a_real_node(tmp_path):
+    res = run(tmp_path, tree(tmp_path, procs={}), only=("daemons",), simulated=True)
+    assert res["daemons"].findings == ["munged down"] and res["daemons"].action == Action.DRAIN
+    # a real GPU node needs nvidia-persistenced (comm cut to 15 characters) and, with NVSwitch fabric, the manager
+    procs = {333: ("munged", "S"), 400: ("nvidia-persiste", "S")}
+    res = run(tmp_path / "b", tree(tmp_path / "b", procs=procs), only=("daemons", "fabric"))
+    assert res["daemons"].findings == ["nv-fabricmanager down"], res["daemons"].summary
+    procs[401] = ("nv-fabricmanage", "S")
+    res = run(tmp_path / "c", tree(tmp_path / "c", procs=procs), only=("daemons", "fabric"),
+              policy={"daemons": {"imex": True}})
+    assert res["daemons"].findings == ["nvidia-imex down"]
+
+
+def test_hardware_against_the_inventory(tmp_path):
+    res = run(tmp_path, tree(tmp_path, cpus_online="0-31,64-95"), only=("hardware",))
+    assert res["hardware"].status == Status.OK and res["hardware"].evidence["cpus"] == 64  # two ranges
+    res = run(tmp_path, tree(tmp_path, cpus_online="0-31", mem_kb=20 * 1024 * 1024), only=("hardware",),
+              expect=Expectations(node="node1", cpus=64, memory_mb=30000))
+    assert res["hardware"].findings == ["cpus 32/64", "memory 20480<30000MB"]
+    res = run(tmp_path, tree(tmp_path, cpus_online="0-31"), only=("hardware",), simulated=True)
+    assert res["hardware"].status == Status.SKIP and "simulated" in res["hardware"].summary
+
+
+def test_dstate_processes_warn(tmp_path):
+    procs = {333: ("munged", "S"), 500: ("python", "D"), 501: ("ls", "D")}
+    res = run(tmp_path, tree(tmp_path, procs=procs), only=("dstate",))
+    assert res["dstate"].status == Status.WARN and res["dstate"].findings == ["2 procs in D state"]
+    assert "python(500)" in res["dstate"].summary
+    res = run(tmp_path, tree(tmp_path, procs=procs), only=("dstate",), policy={"dstate": {"max_count": 2}})
+    assert res["dstate"].status == Status.OK
+
+
+def firmware_fixture(tmp: Path, vbios: list[str], inforom: str = "G520.0200.00.05") -> str:
+    d = json.loads((NVML / "healthy-h100x8.json").read_text())
+    tmp.mkdir(parents=True, exist_ok=True)
+    for dev, v in zip(d["devices"], vbios, strict=False):
+        dev["vbios_version"], dev["inforom_image_version"] = v, inforom
+    p = tmp / "fw.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+GOOD_VBIOS = "96.00.89.00.01"
+
+
+def test_firmware_against_the_expected_set(tmp_path):
+    fx = firmware_fixture(tmp_path, [GOOD_VBIOS] * 3 + ["96.00.61.00.01"] + [GOOD_VBIOS] * 4)
+    res = run(tmp_path, tree(tmp_path), only=("firmware",), fixture=fx)
+    assert res["firmware"].status == Status.OK and "no expected set" in res["firmware"].summary
+    assert res["firmware"].evidence["gpus"]["3"] == {"vbios": "96.00.61.00.01", "inforom": "G520.0200.00.05"}
+    res = run(tmp_path, tree(tmp_path), only=("firmware",), fixture=fx,
+              policy={"firmware": {"vbios": [GOOD_VBIOS], "driver": "570.124.06"}})
+    assert res["firmware"].status == Status.WARN and res["firmware"].action == Action.WARN
+    assert res["firmware"].findings == ["nvidia3@5d:00.0 vbios 96.00.61.00.01"]
+    with pytest.raises(InventoryError, match=r"hooks.checks.firmware.vbios: expected a version string"):
+        parse_policy({"firmware": {"vbios": []}})
+
+
+def test_report_firmware_names_the_odd_node_out(tmp_path):
+    from slurmkit.cli.main import cli
+
+    sdir = tmp_path / "state"
+    for node, odd in (("node1", False), ("node2", True), ("node3", False)):
+        fx = firmware_fixture(tmp_path / node, [GOOD_VBIOS] * 7 + (["96.00.61.00.01"] if odd else [GOOD_VBIOS]))
+        res = run(tmp_path / node, tree(tmp_path / node), only=("firmware",), fixture=fx)
+        rec = {"checks": [res["firmware"].to_json()]}
+        (sdir / node).mkdir(parents=True)
+        (sdir / node / "last-health.json").write_text(json.dumps(rec))
+    (sdir / "node4").mkdir()  # a node without a record
+    r = CliRunner().invoke(cli, ["report", "firmware", "--state-dir", str(sdir)])
+    assert r.exit_code == 1, r.output
+    assert "node2: vbios 96.00.61.00.01 (fleet: 96.00.89.00.01)" in r.output
+    assert f"vbios    {GOOD_VBIOS:<24} {3:>5}  yes" in r.output
+    r = CliRunner().invoke(cli, ["report", "firmware", "--state-dir", str(sdir), "--json"])
+    assert json.loads(r.output)["fields"]["vbios"]["counts"] == {"96.00.61.00.01": 1, GOOD_VBIOS: 3}
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "report", "firmware", "--state-dir",
+                        str(tmp_path / "empty")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.strip().endswith("empty: no health records (<node>/last-health.json) to "
+                                                           "report on"), p.stderr
+
+
+def test_topology_numa_against_the_first_run_and_the_policy(tmp_path):
+    gpus = {"0000:18:00.0": 0, "0000:9a:00.0": 1}
+    state = tmp_path / "state"
+    res = run(tmp_path, tree(tmp_path, gpus_numa=gpus, hcas_numa={"mlx5_0": 0}), only=("topology",), state=state)
+    assert res["topology"].status == Status.OK and json.loads((state / "topology.json").read_text())["gpus"] == gpus
+    moved = tmp_path / "b"
+    res = run(moved, tree(moved, gpus_numa={**gpus, "0000:9a:00.0": 0}, hcas_numa={"mlx5_0": 1}), only=("topology",),
+              state=state)
+    assert res["topology"].findings == ["gpu@9a:00.0 numa 0!=1", "mlx5_0 numa 1!=0"]
+    assert res["topology"].status == Status.WARN
+    res = run(moved, tree(moved, gpus_numa=gpus), only=("topology",), state=tmp_path / "s2",
+              policy={"topology": {"gpu_numa": {"18:00.0": 1}}})
+    assert res["topology"].findings == ["gpu@18:00.0 numa 0!=1"]
+
+
+def test_node_checks_do_not_run_in_the_prolog_by_default():
+    pol = parse_policy({})
+    assert not ({c.name for c in pol.enabled_for("prolog")} & set(NODE_CHECKS))
+    assert set(NODE_CHECKS) <= {c.name for c in pol.enabled_for("health")}
+
+
+def test_process_scan_reads_real_proc():
+    scan = host.scan_processes(HostPaths())
+    assert scan["count"] > 0 and any(n.startswith("python") for n in scan["names"]), scan["names"][:20]
