@@ -534,11 +534,31 @@ def per_gpu_defaults(groups: Iterable[NodeGroup]) -> tuple[int, int]:
     return min(cpus), min(mems)
 
 
+def cpu_job_mem_default(groups: Iterable[NodeGroup]) -> int:
+    """DefMemPerCPU for a GPU partition over ``groups``: the usable memory per usable CPU of its leanest shape, so a
+    job that names no memory and no GPU takes memory in proportion to its CPUs and leaves the GPUs their share
+    (without it Slurm's default is "0 (unlimited)": a 1-CPU job takes the whole node's memory and blocks every
+    free GPU there). 0 when no group has GPUs (a CPU partition keeps Slurm's default).
+
+    It sits beside DefMemPerGPU on the same line although slurm.conf(5) calls the Def* memory options "mutually
+    exclusive": both releases store both (src/common/read_config.c _parse_partitionname: DefMemPerGPU
+    into job_defaults_list, DefMemPerCPU into def_mem_per_cpu; only DefMemPerNode beside DefMemPerCPU is refused,
+    "DefMemPerCPU ignored"), and a job with GPUs and no --mem* drops the per-CPU default for the per-GPU one
+    (src/plugins/select/cons_common/job_test.c _verify_node_state in slurm-22-05-8-1,
+    src/plugins/select/cons_tres/job_test.c in slurm-24-11-5-1: "Clear default partition or system per-node memory
+    limit. Rely exclusively upon the per-GRES memory limit."). The lab proves it on both releases
+    (tests/integration/test_conf_lab.py)."""
+    groups = list(groups)
+    if not any(g.gpus for g in groups):
+        return 0
+    return min((g.usable_memory_mb // g.usable_cpus for g in groups if g.usable_cpus), default=0)
+
+
 def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) -> tuple[list[str], list[str]]:
     """NodeSet and PartitionName lines. Each GPU partition gets DefCpuPerGPU/DefMemPerGPU from its node shapes
-    (slurm.conf(5) accepts both on PartitionName lines in 22.05-25.11) unless the global ``settings`` already set
-    a per-GPU CPU default or any memory default (DefMemPerCPU, DefMemPerNode, DefMemPerGPU are mutually
-    exclusive, and a partition value would override the site's global one); a partition's ``extra`` overrides."""
+    (slurm.conf(5) accepts both on PartitionName lines in 22.05-25.11), and DefMemPerCPU for its CPU-only jobs
+    (``cpu_job_mem_default``), unless the global ``settings`` already set a per-GPU CPU default or any memory
+    default (a partition value would override the site's global one); a partition's ``extra`` overrides."""
     global_keys = {k.lower() for k, _ in settings}
     nodesets, parts = [], []
     for p in cluster.partitions:
@@ -564,6 +584,10 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
             kv.append(("DefCpuPerGPU", str(cpg)))
         if mpg and not global_keys & set(_MEM_DEFAULTS) and not extra_keys & {"defmempercpu", "defmempernode"}:
             kv.append(("DefMemPerGPU", str(mpg)))
+        mpc = cpu_job_mem_default(groups)
+        if mpc and not global_keys & set(_MEM_DEFAULTS) and not extra_keys & {"defmempernode"}:
+            # DefMemPerNode beside it would win and log "DefMemPerCPU ignored" (read_config.c, 22.05 and 24.11)
+            kv.append(("DefMemPerCPU", str(mpc)))
         kv.append(("State", "UP"))
         kv = _merge(kv, p.extra)
         parts.append(" ".join(f"{k}={v}" for k, v in kv))

@@ -117,6 +117,53 @@ def test_a_gpu_job_without_mem_gets_its_per_gpu_share_not_the_node(lab) -> None:
         subprocess.run(["scancel", job], env={**os.environ, **lab.env}, timeout=30, check=False)
 
 
+def _submit(lab, *args: str) -> str:  # type: ignore[no-untyped-def]
+    out = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", *args], capture_output=True, text=True,
+                         env={**os.environ, **lab.env}, timeout=30, check=True)
+    return out.stdout.strip().split(";")[0]
+
+
+def _wait_state(lab, job: str, timeout: float = 30) -> str:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        rec = scontrol(lab, "-o", "show", "job", job)
+        if "JobState=RUNNING" in rec or time.monotonic() > deadline:
+            return rec
+        time.sleep(0.5)
+
+
+def test_a_cpu_only_job_leaves_the_other_gpus_schedulable(lab) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 item 4, judged by slurmctld: a 1-CPU job with no --mem on a GPU node takes DefMemPerCPU (the node's
+    memory per CPU), not the whole node ("0 (unlimited)" before), so a 7-GPU job still starts beside it; and the
+    DefMemPerCPU on the same partition line does not replace DefMemPerGPU for GPU jobs (cons_tres's per-GRES
+    memory wins where the job names no memory)."""
+    from slurmkit.generate.slurmconf import cpu_job_mem_default
+    from slurmkit.model import load_cluster
+
+    g = load_cluster(lab.etc / "slurmkit.yaml").node_groups[0]
+    mpc = cpu_job_mem_default([g])
+    assert mpc == g.usable_memory_mb // g.usable_cpus
+    part = scontrol(lab, "-o", "show", "partition")
+    assert f"DefMemPerCPU={mpc}" in part and f"DefMemPerGPU={g.mem_per_gpu_mb}" in part, part
+    idle = subprocess.run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], capture_output=True, text=True,
+                          env={**os.environ, **lab.env}, timeout=30, check=True).stdout.split()
+    assert idle, "no idle node in the lab"
+    node = sorted(idle)[-1]
+    jobs = []
+    try:
+        jobs.append(_submit(lab, "-w", node, "-n1", "--wrap", "sleep 60"))
+        rec = _wait_state(lab, jobs[0])
+        assert "JobState=RUNNING" in rec, rec
+        assert f"mem={mpc}M" in rec, rec
+        jobs.append(_submit(lab, "-w", node, "-N1", f"--gres=gpu:{g.gpu_count - 1}", "--wrap", "sleep 30"))
+        rec = _wait_state(lab, jobs[1])
+        assert "JobState=RUNNING" in rec, rec  # before: PENDING Reason=Resources, the 1-CPU job held all memory
+        assert f"mem={(g.gpu_count - 1) * g.mem_per_gpu_mb}M" in rec, rec
+    finally:
+        for j in jobs:
+            subprocess.run(["scancel", j], env={**os.environ, **lab.env}, timeout=30, check=False)
+
+
 def test_ha_preset_real_parse_on_the_labs_release(lab) -> None:  # type: ignore[no-untyped-def]
     """The HA preset's real parse by the slurmctld of the lab's release (24.11 from its cached root in the second
     pass of tests/run.sh: real_parse picks it by the target release, and says so).

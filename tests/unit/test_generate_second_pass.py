@@ -393,9 +393,30 @@ def test_per_gpu_defaults_per_partition_where_shapes_differ() -> None:
     assert "DefCpuPerGPU=4 DefMemPerGPU=15500" in lines["PartitionName=both"]  # the smaller share fits anywhere
     assert "PerGPU" not in lines["PartitionName=cpu"]
     assert "DefCpuPerGPU=2 DefMemPerGPU=1000" in lines["PartitionName=mine"]
-    # a site-wide memory default wins: DefMemPer{CPU,GPU,Node} are mutually exclusive (slurm.conf(5))
+    # a site-wide memory default wins (a partition value would override it)
     lines = gen(inv(slurm_conf={"DefMemPerCPU": 2000}))["slurm.conf"]
     assert "DefMemPerGPU" not in lines and "DefCpuPerGPU=6" in lines
+    assert "DefMemPerCPU=2000\n" in lines and "DefMemPerCPU=2000 " not in lines
+
+
+def test_cpu_only_jobs_in_gpu_partitions_get_memory_per_cpu() -> None:
+    """Issue 20 item 4: a GPU partition's DefMemPerCPU is its leanest shape's usable memory per usable CPU, so a job
+    naming neither memory nor GPUs leaves the GPUs their memory; a CPU partition keeps Slurm's default."""
+    small = {"name": "s", "hosts": "s[1-2]", "cpu": {"sockets": 1, "cores_per_socket": 8}, "memory_mb": 32000,
+             "gpus": {"type": "l4", "count": 2, "files": "/dev/nvidia[0-1]"}}
+    cpu = {"name": "c", "hosts": "c[1-2]", "cpu": {"sockets": 1, "cores_per_socket": 8}, "memory_mb": 32000}
+    d = inv(node_groups=[*group(), small, cpu], partitions=[
+        {"name": "big", "groups": ["a"]}, {"name": "both", "groups": ["a", "s"]}, {"name": "cpu", "groups": ["c"]},
+        {"name": "node", "groups": ["a"], "extra": {"DefMemPerNode": 1000}},
+        {"name": "mine", "groups": ["a"], "extra": {"DefMemPerCPU": 100}}])
+    lines = {x.split()[0]: x for x in gen(d)["slurm.conf"].splitlines() if x.startswith("PartitionName=")}
+    # (64000 - 2000) MB / ((16 - 2) cores x 2 threads) = 2214; 32000 / 8 = 4000
+    assert "DefMemPerGPU=15500 DefMemPerCPU=2214 " in lines["PartitionName=big"]
+    assert "DefMemPerCPU=2214 " in lines["PartitionName=both"]
+    assert "DefMem" not in lines["PartitionName=cpu"]
+    # DefMemPerNode beside it would win and Slurm would log "DefMemPerCPU ignored": not written
+    assert "DefMemPerCPU" not in lines["PartitionName=node"] and "DefMemPerNode=1000" in lines["PartitionName=node"]
+    assert "DefMemPerCPU=100 " in lines["PartitionName=mine"] and "DefMemPerCPU=2214" not in lines["PartitionName=mine"]
 
 
 # --- 15. MEMLOCK, IMEX ---------------------------------------------------------------------------------------
