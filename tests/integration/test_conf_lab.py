@@ -79,6 +79,27 @@ def test_apply_weight_and_partition_take_effect_after_reconfigure(lab, lab_inv, 
     assert list((lab.etc / ".slurmkit-backup").iterdir()), "the replaced files were backed up"
 
 
+def test_a_week_long_partition_widens_the_running_backfill_window(lab, lab_inv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 item 5, judged by slurmctld: a partition MaxTime of 7 days brings bf_window=10080 (slurm.conf(5): "at
+    least as long as the highest allowed time limit") and bf_resolution=420 with it; the running controller takes
+    both on a reconfigure (before: the default 1-day window, so week-long jobs starved the backfill plan)."""
+    inv, overlay, _orig = lab_inv
+    new = copy.deepcopy(inv)
+    new["partitions"].append({"name": "week", "groups": [new["node_groups"][0]["name"]], "max_time": "7-00:00:00"})
+    p = tmp_path / "new.yaml"
+    p.write_text(yaml.safe_dump(new, sort_keys=False))
+    res = sk(lab, "conf", "apply", str(p), "--to", str(lab.etc), "--overrides", str(overlay), "--reconfigure")
+    assert res.returncode == 0, res.stdout + res.stderr
+    deadline = time.monotonic() + 20
+    while True:
+        conf = scontrol(lab, "show", "config")
+        if "bf_window=10080" in conf or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    line = next(ln for ln in conf.splitlines() if ln.startswith("SchedulerParameters"))
+    assert "bf_window=10080" in line and "bf_resolution=420" in line, line
+
+
 def test_drift_finds_an_injected_mismatch(lab, lab_inv) -> None:  # type: ignore[no-untyped-def]
     _inv, _overlay, original = lab_inv
     res = sk(lab, "conf", "drift", str(original))
