@@ -108,9 +108,59 @@ def test_drift_finds_an_injected_mismatch(lab, lab_inv) -> None:  # type: ignore
     try:
         res = sk(lab, "conf", "drift", str(original))
         assert res.returncode == 1
-        assert res.stdout.strip().splitlines() == ["node3: Features: inventory h100,nvlink, cluster h100"]
+        assert res.stdout.strip().splitlines() == [
+            "node3: Features: inventory h100,nvlink, files h100,nvlink, cluster h100 (the cluster differs from its "
+            "files: changed by hand (scontrol update/create) or the files were not loaded (scontrol reconfigure))"]
     finally:
         scontrol(lab, "update", "NodeName=node3", "AvailableFeatures=h100,nvlink", "ActiveFeatures=h100,nvlink")
+
+
+def test_drift_sees_hand_changes_to_weight_and_partitions(lab, lab_inv) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 item 3: a hand change of Weight, of a partition's MaxTime, a partition set DOWN and a partition made
+    with `scontrol create` are each found, and each is said to be the cluster's (files and inventory agree)."""
+    _inv, _overlay, original = lab_inv
+    scontrol(lab, "update", "NodeName=node2", "Weight=77")
+    scontrol(lab, "update", "PartitionName=gpu", "MaxTime=02:00:00", "State=DOWN")
+    scontrol(lab, "create", "PartitionName=handmade", "Nodes=node1", "MaxTime=01:00:00")
+    try:
+        res = sk(lab, "conf", "drift", str(original))
+        assert res.returncode == 1, res.stdout + res.stderr
+        lines = res.stdout.strip().splitlines()
+        hand = "(the cluster differs from its files: changed by hand"
+        assert any(ln.startswith("node2: Weight: inventory 10, files 10, cluster 77 " + hand) for ln in lines), lines
+        assert any(ln.startswith("partition gpu: MaxTime: inventory 1-00:00:00, files 1-00:00:00, cluster 02:00:00 "
+                                 + hand) for ln in lines), lines
+        assert any(ln.startswith("partition gpu: State: inventory UP, files UP, cluster DOWN " + hand) for ln in lines)
+        assert any(ln.startswith("partition handmade: defined: inventory -, files -, cluster yes " + hand)
+                   for ln in lines), lines
+        assert len(lines) == 4, lines
+    finally:
+        subprocess.run(["scontrol", "delete", "PartitionName=handmade"], env={**os.environ, **lab.env}, timeout=30,
+                       check=False)
+        scontrol(lab, "update", "PartitionName=gpu", "MaxTime=1-00:00:00", "State=UP")
+        scontrol(lab, "update", "NodeName=node2", "Weight=10")
+
+
+def test_files_written_but_not_loaded_are_not_in_sync(lab, lab_inv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 item 3: after `conf apply` without --reconfigure the files match the inventory but slurmctld runs the
+    old ones: `conf diff` must not say "nothing to do" and `conf drift` names the cluster and the unloaded file
+    (scontrol show config's HASH_VAL)."""
+    inv, overlay, _orig = lab_inv
+    new = copy.deepcopy(inv)
+    new["node_groups"][0]["weight"] = 55
+    p = tmp_path / "new.yaml"
+    p.write_text(yaml.safe_dump(new, sort_keys=False))
+    res = sk(lab, "conf", "apply", str(p), "--to", str(lab.etc), "--overrides", str(overlay), "--no-real-parse")
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = sk(lab, "conf", "diff", str(p), "--against", str(lab.etc), "--overrides", str(overlay))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "nothing to do" not in res.stdout and "HASH_VAL = Different" in res.stdout, res.stdout
+    assert "scontrol reconfigure" in res.stdout
+    res = sk(lab, "conf", "drift", str(p))
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert lines[0].startswith("node[1-8]: Weight: inventory 55, files 55, cluster 10 (the cluster differs from its files")
+    assert "written but not loaded" in lines[-1] and len(lines) == 2, lines
 
 
 def test_a_gpu_job_without_mem_gets_its_per_gpu_share_not_the_node(lab) -> None:  # type: ignore[no-untyped-def]
