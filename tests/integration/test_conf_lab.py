@@ -321,3 +321,29 @@ def test_a_dead_controller_is_named_by_status_and_by_execute(lab, lab_inv, tmp_p
         assert "Weight=42" not in (lab.etc / "slurm.conf").read_text()  # nothing written
     finally:
         lab.start_slurmctld()
+
+
+def test_execute_adds_a_node_and_starts_its_slurmd(make_lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 (the 24.11 add): `conf apply --execute` of an inventory with one more node ends with that node
+    registered. 22.05 follows faq.shtml's stop-all order (every slurmd restarted, the new one with them); 24.11
+    adds by reconfigure, and its plan must start the new node's slurmd (before: write, reconfigure, verify -- the
+    verify step waited for node3 until --timeout)."""
+    from slurmkit.model.load import load_cluster
+
+    lab = make_lab(nodes=2, spare=1, gpus_per_node=1)
+    inv = yaml.safe_load((lab.etc / "slurmkit.yaml").read_text())
+    inv["node_groups"][0]["hosts"] = "node[1-3]"
+    inv["topology"]["switches"][0]["nodes"] = "node[1-3]"
+    p = tmp_path / "three.yaml"
+    p.write_text(yaml.safe_dump(inv, sort_keys=False))
+    overlay = yaml.safe_load((lab.etc / OVERRIDES_FILE).read_text())
+    overlay["node_params"] = {g: dict(kv) for g, kv in lab.node_params(load_cluster(p)).items()}
+    ov = tmp_path / "overlay.yaml"
+    ov.write_text(yaml.safe_dump(overlay, sort_keys=False))
+    res = sk(lab, "conf", "apply", str(p), "--to", str(lab.etc), "--overrides", str(ov), "--execute",
+             "--allow-disruptive", "--timeout", "45")
+    assert res.returncode == 0, res.stdout + res.stderr
+    if lab.release >= "24.11":
+        assert "start slurmd on the new nodes node3" in res.stdout, res.stdout
+    node = scontrol(lab, "-o", "show", "node", "node3")
+    assert re.search(r"State=IDLE\b", node), node
