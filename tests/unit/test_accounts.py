@@ -773,3 +773,24 @@ def test_preemption_sends_the_jobs_own_signal_spelled_per_release(version, line)
     # a site's own SlurmctldParameters items are merged with it, not replaced
     mixed = conf_lines(inv(slurm_conf={"SlurmctldParameters": "enable_configless"}), "22.05")
     assert "SlurmctldParameters=preempt_send_user_signal,enable_configless" in mixed
+
+
+def test_qos_preemption_without_tenants_warns(tmp_path):
+    """Issue 20 item 8: policy.preemption: qos without tenants writes preempt/qos that slurmkit gives no QOS to act
+    on; conf validate and generate say so (before: tenantcheck returned at once without tenants, silently)."""
+    d = inv()
+    d.pop("tenants")
+    d["policy"] = {"preemption": "qos"}
+    c = load_cluster_dict(d)
+    conf = generate(c)["slurm.conf"]
+    assert "PreemptType=preempt/qos" in conf.splitlines()
+    _e, warns = cross_check(c, conf)
+    assert len(warns) == 1 and "PreemptType=preempt/qos (from policy.preemption: qos) without tenants" in warns[0]
+    d["policy"] = {"preemption": "partition"}
+    c = load_cluster_dict(d)
+    assert cross_check(c, generate(c)["slurm.conf"]) == ([], [])
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump({**d, "policy": {"preemption": "qos"}}))
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "validate", str(p), "--no-real-parse"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "warning: slurm.conf: PreemptType=preempt/qos" in r.stderr, r.stderr
