@@ -403,8 +403,30 @@ BF_RESOLUTION_DEFAULT, BF_RESOLUTION_MAX = 60, 3600
 BIG_SYSTEM_NODES = 1024
 
 
+_BRACKET = re.compile(r"\[([^\]]*)\]")
+
+
+def _folded_count(hosts: str) -> int:
+    """Hosts in a hostlist the loader folded (no duplicates): the product of each bracket's range sizes, summed
+    over the comma items, without expanding (ClusterShell builds every name: 0.1 s for 100,000 nodes)."""
+    total = 0
+    for item in hostlist.split_top(hosts):
+        n = 1
+        for body in _BRACKET.findall(item):
+            size = 0
+            for r in body.split(","):
+                a, _, b = r.partition("-")
+                size += int(b) - int(a) + 1 if b else 1
+            n *= size
+        total += n if item else 0
+    return total
+
+
 def node_count(cluster: Cluster) -> int:
-    return sum(hostlist.count(g.hosts) for g in cluster.node_groups)
+    try:
+        return sum(_folded_count(g.hosts) for g in cluster.node_groups)
+    except ValueError:  # a bracket that is not plain numbers: let the hostlist library count
+        return sum(hostlist.count(g.hosts) for g in cluster.node_groups)
 
 
 def longest_max_time_minutes(cluster: Cluster) -> int | None:

@@ -663,3 +663,11 @@ def test_large_clusters_get_the_big_sys_settings_per_release() -> None:
     assert "TreeWidth=16\n" in f22 and "TreeWidth" not in f24
     small = gen(inv())["slurm.conf"]
     assert "MessageTimeout" not in small and "TreeWidth" not in small and "bf_continue" not in small
+
+
+@pytest.mark.parametrize("hosts", ["gpu[000001-050000]", "n[1-3,5],m[01-02]x[1-2]", "a,b", "node1", "r[1-2]n[01-04]"])
+def test_node_count_without_expanding_matches_the_hostlist_library(hosts: str) -> None:
+    from slurmkit import hostlist
+    from slurmkit.generate.slurmconf import _folded_count
+
+    assert _folded_count(hostlist.canonical(hosts)) == hostlist.count(hosts)
