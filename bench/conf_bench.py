@@ -35,7 +35,7 @@ def inventory(n: int) -> dict:
     return {
         "cluster": "bench",
         "slurm_version": "24.11",
-        "controller": {"hosts": ["ctl1", "ctl2"]},
+        "controller": {"hosts": ["ctl1", "ctl2"], "state_dir": "/shared/slurm/statesave"},
         "accounting": {"host": "dbd1"},
         "node_groups": [
             {"name": "h100", "hosts": f"gpu[{1:0{width}d}-{half:0{width}d}]",

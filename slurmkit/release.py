@@ -114,6 +114,11 @@ class SlurmFeatures:
     # documents PreemptParameters=send_user_signal (slurm-23-02-0-1 .. slurm-25-11-0-1; node_scheduler.c
     # _preempt_jobs still also reads the old spelling)
     preempt_user_signal: tuple[str, str] = ("PreemptParameters", "send_user_signal")
+    # slurm.conf(5) TreeWidth: "the default value is 50" through slurm-23-02-7-1 (with "Optimal system performance can
+    # typically be achieved if TreeWidth is set to the square root of the number of nodes in the cluster for systems
+    # having no more than 2500 nodes or the cube root for larger systems"); "the default value is 16" from
+    # slurm-23-11-0-1 (24.11's big_sys.shtml: "set to the cube root of the number of nodes")
+    tree_width_default: int = 16
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -155,6 +160,7 @@ def features_for(version: str) -> SlurmFeatures:
         no_partitions_ok=v >= (23, 11),
         max_switch_name=64 if v >= (24, 11) else 0,
         lua_modify_user_msg=v >= (23, 2),
+        tree_width_default=16 if v >= (23, 11) else 50,
         preempt_user_signal=(("PreemptParameters", "send_user_signal") if v >= (23, 2)
                              else ("SlurmctldParameters", "preempt_send_user_signal")),
     )

@@ -163,6 +163,11 @@ class CLIBackend:
     def reconfigure(self) -> None:
         self._run(["scontrol", "reconfigure"], timeout=max(self.timeout, 60))
 
+    def show_config(self) -> str:
+        """``scontrol show config`` as text (its HASH_VAL line compares the slurm.conf that SLURM_CONF names with the
+        one slurmctld loaded)."""
+        return str(self._run(["scontrol", "show", "config"], timeout=10).stdout)
+
     def ping(self) -> bool:
         res = self._run(["scontrol", "ping"], check=False, timeout=5)
         return res.rc == 0 and "UP" in res.stdout

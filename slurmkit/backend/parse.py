@@ -65,6 +65,7 @@ class NodeInfo:
     alloc_cpus: int = 0
     spec_cores: int = 0  # CoreSpecCount (cores kept from jobs)
     mem_spec_mb: int = 0  # MemSpecLimit (MB kept from jobs)
+    weight: int = 0  # scheduling Weight (0: not reported)
 
     @property
     def drained(self) -> bool:
@@ -163,6 +164,7 @@ def node_from_scontrol(rec: dict[str, str]) -> NodeInfo:
         alloc_cpus=_int(rec.get("CPUAlloc")),
         spec_cores=_int(rec.get("CoreSpecCount")),
         mem_spec_mb=_int(rec.get("MemSpecLimit")),
+        weight=_int(rec.get("Weight")),
     )
 
 
@@ -317,6 +319,7 @@ def parse_nodes_json(text: str, names: Iterable[str] | None = None) -> list[Node
             features=_csv_any(n.get("features") or n.get("active_features")), partitions=_csv_any(n.get("partitions")),
             addr=str(n.get("address") or ""), alloc_cpus=_int(n.get("alloc_cpus")),
             spec_cores=_int(n.get("specialized_cores")), mem_spec_mb=_int(n.get("specialized_memory")),
+            weight=_int(n.get("weight")),
         )
     for g in data.get("sinfo", []) or []:
         base, flags = _json_state((g.get("node") or {}).get("state"), None)

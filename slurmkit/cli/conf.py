@@ -4,10 +4,13 @@ running cluster, 2 bad input or invalid config (nothing written), 3 apply refuse
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import click
+
+from slurmkit.errors import SlurmkitError
 
 _version = click.option("--slurm-version", "version", default=None,
                         help="Target Slurm release (22.05 ... 25.11); default: the inventory's slurm_version.")
@@ -231,8 +234,18 @@ def _print_plan(changes: list, ver: str) -> None:  # type: ignore[type-arg]
 @_templates
 @_overrides
 def diff(inventory: str, against: str, version: str | None, templates: str | None, overrides: str | None) -> None:
-    """What changes if INVENTORY is applied to DIR, what each change needs, and in what order."""
-    _c, _files, ver, changes, _stale_names, _j = _diff(inventory, against, version, templates, overrides)
+    """What changes if INVENTORY is applied to DIR, what each change needs, and in what order. Where DIR is the
+    config this host runs ($SLURM_CONF's directory, /etc/slurm, a lab's) and slurmctld has not loaded its
+    slurm.conf, says so: files that match the inventory are not a cluster in sync."""
+    c, _files, ver, changes, _stale_names, _j = _diff(inventory, against, version, templates, overrides)
+    loaded = _running_mismatch(against, c) if _is_live(against) else None
+    if loaded and not changes:
+        click.echo(loaded)
+        click.echo("rollout plan:")
+        click.echo("  1. scontrol reconfigure (the files in DIR already match the inventory; slurmctld runs older ones)")
+        return
+    if loaded:
+        click.echo(f"warning: {loaded}", err=True)
     _print_plan(changes, ver)
 
 
@@ -257,6 +270,14 @@ def _nodes_locked(fn):  # type: ignore[no-untyped-def]
     return click.option("--lock-wait", default=60.0, show_default=True, type=click.FloatRange(0),
                         help="Seconds to wait while a `nodes add|remove` or another `conf apply` changes DIR "
                              "(0: refuse at once).")(run)
+
+
+def _is_live(directory: str) -> bool:
+    """Whether ``directory`` holds the config a controller here runs: $SLURM_CONF's, /etc/slurm, or a lab's."""
+    from slurmkit.lab.elastic import lab_for_conf
+
+    d = Path(directory).resolve()
+    return d == _conf_dir_in_use().resolve() or lab_for_conf(d / "slurm.conf") is not None
 
 
 @conf.command()
@@ -403,22 +424,65 @@ def _execute(cluster: object, files: dict[str, str], to: str, stale: list[str], 
     return 0
 
 
+def _conf_dir_in_use() -> Path:
+    """The config directory this host runs: $SLURM_CONF's directory, else /etc/slurm."""
+    conf = os.environ.get("SLURM_CONF")
+    return Path(conf).resolve().parent if conf else Path("/etc/slurm")
+
+
+def _running_mismatch(directory: str | Path, cluster: object) -> str | None:
+    """One line when slurmctld runs another slurm.conf than ``directory``'s (files written, no reconfigure yet),
+    else None; None too when no controller answers (nothing to compare)."""
+    from slurmkit.generate.drift import hash_mismatch
+
+    backend, _site = _target(str(directory), cluster)
+    try:
+        text = backend.show_config()
+    except SlurmkitError:
+        return None
+    said = hash_mismatch(text)
+    if said is None:
+        return None
+    return (f"slurm.conf: slurmctld runs other contents than {Path(directory) / 'slurm.conf'} (scontrol show config: "
+            f"HASH_VAL = {said}): written but not loaded -- scontrol reconfigure, or slurmkit conf apply --execute")
+
+
 @conf.command()
 @click.argument("inventory", type=click.Path(dir_okay=False, exists=True))
-def drift(inventory: str) -> int:
-    """Compare INVENTORY with what the running cluster reports (scontrol show node)."""
-    from slurmkit.backend.cli import CLIBackend
-    from slurmkit.generate.rollout import drift as find_drift
-    from slurmkit.model.load import load_cluster
+@click.option("--against", "against", default=None, type=click.Path(file_okay=False, exists=True),
+              help="Config directory in use (default: $SLURM_CONF's directory, else /etc/slurm).")
+@_version
+@_templates
+@_overrides
+def drift(inventory: str, against: str | None, version: str | None, templates: str | None, overrides: str | None) -> int:
+    """Compare INVENTORY, the files in use and the running cluster (scontrol show node/partition/config) and say
+    which of the three differs: node shape, memory, Gres, Features, Weight; partitions and their MaxTime,
+    DefaultTime, State, Default, PriorityTier, nodes; a slurm.conf written but not loaded."""
+    from slurmkit.generate.drift import compare, view_of_cluster, view_of_conf
+    from slurmkit.generate.rollout import read_dir
 
-    cluster = load_cluster(inventory)
-    found = find_drift(cluster, CLIBackend().nodes())
-    for d in found:
-        click.echo(d.line())
+    d = Path(against).resolve() if against else _conf_dir_in_use()
+    cluster, files, _ver = _render(inventory, version, str(d), templates, overrides)
+    inv = view_of_conf(files["slurm.conf"], files=files)
+    disk = None
+    if (d / "slurm.conf").is_file():
+        on_disk = read_dir(d)
+        disk = view_of_conf(on_disk["slurm.conf"], str(d / "slurm.conf"), on_disk)
+    else:
+        click.echo(f"warning: no {d / 'slurm.conf'}: comparing the inventory with the cluster only", err=True)
+    backend, _site = _target(str(d), cluster)
+    running = view_of_cluster(backend.nodes(), backend.partitions())
+    found = [f.line() for f in compare(inv, disk, running)]
+    loaded = _running_mismatch(d, cluster) if disk is not None else None
+    if loaded:
+        found.append(loaded)
+    for line in found:
+        click.echo(line)
     if found:
         click.echo(f"drift: {len(found)} mismatch(es)", err=True)
         return 1
-    click.echo(f"no drift: {len(cluster.all_hosts)} nodes match the inventory")
+    click.echo(f"no drift: {len(running.nodes)} nodes and {len(running.partitions)} partitions match in the inventory, "
+               f"{d} and the running cluster")
     return 0
 
 

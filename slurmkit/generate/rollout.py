@@ -726,6 +726,14 @@ def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
     else:
         steps.append(write)
         steps.append(Step(RECONF, "scontrol reconfigure" + (" (23.11+: restarts the daemons, keeps the old config if the new one fails)" if feats.reconfigure_restarts else "")))
+    # Nodes added by a reconfigure (24.11+, RULES_24_11 "node+"): the reconfigure restarts the slurmds that run, but
+    # a new node's slurmd is not running (or exited: it was in no slurm.conf), so without this step --execute waited
+    # at verify for nodes nothing had started. The stop-all procedure restarts every slurmd already.
+    added = _union(c.new for c in changes if c.subject == "NodeName" and not c.old and c.scope != "stop-all")
+    covered = any(s.kind == RESTART_SLURMD and s.nodes == "ALL" for s in steps)
+    if added and not covered:
+        steps.append(Step(RESTART_SLURMD, f"start slurmd on the new nodes {added} (they join once slurmctld knows them)",
+                          added))
     steps.append(Step(VERIFY, "verify: slurmkit conf drift INVENTORY; sinfo -R shows no new slurmkit/INVAL reasons"))
     kept = _union(c.nodes for c in changes if c.action == DRAIN and c.nodes and not (c.subject == "NodeName" and not c.new))
     if kept:  # removed nodes are gone: nothing to resume there

@@ -367,11 +367,13 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         # slurm.conf (job_submit_lua.c: get_extra_conf_path("job_submit.lua")); a comma list, merged item by item
         s.append(("JobSubmitPlugins", "lua"))
     hooks = cluster.hooks
+    sched = backfill_items(cluster)
     if hooks.prolog:
         s.append(("Prolog", f"{conf_dir}/slurmkit-prolog"))
         # our prolog drains a bad node and exits non-zero: Slurm then requeues the batch job, and without this it
         # requeues it *held* (Priority=0), so one bad GPU would park the job until a human releases it
-        s.append(("SchedulerParameters", NOHOLD))
+        sched.insert(0, NOHOLD)
+        s.append(("SchedulerParameters", ",".join(sched)))
     if hooks.epilog:
         s.append(("Epilog", f"{conf_dir}/slurmkit-epilog"))
     if hooks.prolog or hooks.epilog:
@@ -382,8 +384,115 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
             ("HealthCheckInterval", str(hooks.healthcheck_interval)),
             ("HealthCheckNodeState", "ANY,CYCLE"),
         ]
+    if sched and not hooks.prolog:
+        s.append(("SchedulerParameters", ",".join(sched)))
+    s += scale_settings(cluster, feats)
     s += power_settings(cluster, conf_dir)
     return _merge(s, cluster.slurm_conf)
+
+
+# slurm.conf(5) SchedulerParameters (slurm-22-05-8-1 and slurm-24-11-5-1 alike): bf_window "Default: 1440 (1 day), Min:
+# 1, Max: 43200 (30 days)"; bf_resolution "Default: 60, Min: 1, Max: 3600 (1 hour)"
+BF_WINDOW_DEFAULT, BF_WINDOW_MAX = 1440, 43200
+BF_RESOLUTION_DEFAULT, BF_RESOLUTION_MAX = 60, 3600
+# big_sys.shtml (slurm-24-11-5-1): "Slurm administrator information specifically for clusters containing 1,024 nodes
+# or more"
+BIG_SYSTEM_NODES = 1024
+
+
+_BRACKET = re.compile(r"\[([^\]]*)\]")
+
+
+def _folded_count(hosts: str) -> int:
+    """Hosts in a hostlist the loader folded (no duplicates): the product of each bracket's range sizes, summed
+    over the comma items, without expanding (ClusterShell builds every name: 0.1 s for 100,000 nodes)."""
+    total = 0
+    for item in hostlist.split_top(hosts):
+        n = 1
+        for body in _BRACKET.findall(item):
+            size = 0
+            for r in body.split(","):
+                a, _, b = r.partition("-")
+                size += int(b) - int(a) + 1 if b else 1
+            n *= size
+        total += n if item else 0
+    return total
+
+
+def node_count(cluster: Cluster) -> int:
+    try:
+        return sum(_folded_count(g.hosts) for g in cluster.node_groups)
+    except ValueError:  # a bracket that is not plain numbers: let the hostlist library count
+        return sum(hostlist.count(g.hosts) for g in cluster.node_groups)
+
+
+def longest_max_time_minutes(cluster: Cluster) -> int | None:
+    """The largest finite partition MaxTime in minutes (None: no partition has one). An UNLIMITED partition has no
+    end for the backfill planner to reach, so it does not count."""
+    from slurmkit.jobs.spec import parse_time_minutes
+
+    limits = [m for p in cluster.partitions if (m := parse_time_minutes(p.max_time)) is not None]
+    return max(limits) if limits else None
+
+
+def backfill_items(cluster: Cluster) -> list[str]:
+    """SchedulerParameters items for the backfill window (issue 20 item 5). slurm.conf(5) bf_window (22.05, 24.11):
+    "A value at least as long as the highest allowed time limit is generally advisable to prevent job starvation. In
+    order to limit the amount of data managed by the backfill scheduler, if the value of bf_window is increased, then
+    it is generally advisable to also increase bf_resolution." So a partition MaxTime past the default day gets
+    bf_window = that MaxTime (at most Slurm's 30 days), and bf_resolution grows with it so the planner keeps the
+    default's 1440 time slots (7 days: 420 s; 14 days: 840 s; at most 3600). Clusters of 1,024 nodes or more also
+    get bf_continue: high_throughput.shtml's starting set for busy clusters has it, and slurm.conf(5) says the
+    backfill scheduler "periodically releases locks ... for what could be an extended period of time" -- without
+    bf_continue each release restarts its pass from the top of the queue."""
+    items: list[str] = []
+    longest = longest_max_time_minutes(cluster)
+    if longest is not None and longest > BF_WINDOW_DEFAULT:
+        window = min(longest, BF_WINDOW_MAX)
+        slots = BF_WINDOW_DEFAULT * 60 // BF_RESOLUTION_DEFAULT
+        resolution = -(-window * 60 // slots)
+        resolution = min(BF_RESOLUTION_MAX, -(-resolution // 60) * 60)  # whole minutes
+        items += [f"bf_window={window}", f"bf_resolution={resolution}"]
+    if node_count(cluster) >= BIG_SYSTEM_NODES:
+        items.append("bf_continue")
+    return items
+
+
+def tree_width(nodes: int, feats: SlurmFeatures) -> int | None:
+    """TreeWidth for a cluster of ``nodes`` on the target release, None where its default is the advised value or
+    the cluster is under 1,024 nodes ("The default value will work well for most clusters", slurm.conf(5)).
+    Through 23.02 slurm.conf(5) advises the square root up to 2,500 nodes and the cube root above (default 50);
+    from 23.11 the default is 16 and big_sys.shtml advises the cube root (TreeWidth may not exceed 65533)."""
+    if nodes < BIG_SYSTEM_NODES:
+        return None
+    root = 2 if feats.tree_width_default == 50 and nodes <= 2500 else 3
+    width = round(nodes ** (1 / root))
+    width += 1 if width ** root < nodes else 0
+    width = min(width, 65533)
+    return None if width == feats.tree_width_default else width
+
+
+def scale_settings(cluster: Cluster, feats: SlurmFeatures) -> list[tuple[str, str]]:
+    """What a cluster of 1,024 nodes or more gets from Slurm's big_sys.shtml and high_throughput.shtml (24.11's):
+
+    - TreeWidth (``tree_width``): the slurmd message fan-out.
+    - MessageTimeout=30: high_throughput.shtml "MessageTimeout: ... The default value is 10 seconds. While the
+      slurmctld daemon is highly threaded, its responsiveness is load dependent. This value might need to be
+      increased somewhat." 30 is slurmkit's choice of "somewhat" (a 4,096-node job's launch and epilog traffic);
+      slurm.conf(5) has no upper advice.
+    - JobAcctGatherFrequency=task=300: big_sys.shtml "If job accounting is required, configure the sampling interval
+      to a relatively large size (e.g. JobAcctGatherFrequency=task=300)" (its sampling is noise to large jobs).
+    Not taken: big_sys's select/linear (GPUs need select/cons_tres's GRES scheduling) and jobacct_gather/none (the
+    per-job accounting GPU sites bill by). A site value in ``slurm_conf`` replaces any of these."""
+    n = node_count(cluster)
+    if n < BIG_SYSTEM_NODES:
+        return []
+    s: list[tuple[str, str]] = []
+    width = tree_width(n, feats)
+    if width is not None:
+        s.append(("TreeWidth", str(width)))
+    s += [("MessageTimeout", "30"), ("JobAcctGatherFrequency", "task=300")]
+    return s
 
 
 POWER_PROGRAMS = {"suspend": "SuspendProgram", "resume": "ResumeProgram", "resume-fail": "ResumeFailProgram"}
@@ -531,11 +640,31 @@ def per_gpu_defaults(groups: Iterable[NodeGroup]) -> tuple[int, int]:
     return min(cpus), min(mems)
 
 
+def cpu_job_mem_default(groups: Iterable[NodeGroup]) -> int:
+    """DefMemPerCPU for a GPU partition over ``groups``: the usable memory per usable CPU of its leanest shape, so a
+    job that names no memory and no GPU takes memory in proportion to its CPUs and leaves the GPUs their share
+    (without it Slurm's default is "0 (unlimited)": a 1-CPU job takes the whole node's memory and blocks every
+    free GPU there). 0 when no group has GPUs (a CPU partition keeps Slurm's default).
+
+    It sits beside DefMemPerGPU on the same line although slurm.conf(5) calls the Def* memory options "mutually
+    exclusive": both releases store both (src/common/read_config.c _parse_partitionname: DefMemPerGPU
+    into job_defaults_list, DefMemPerCPU into def_mem_per_cpu; only DefMemPerNode beside DefMemPerCPU is refused,
+    "DefMemPerCPU ignored"), and a job with GPUs and no --mem* drops the per-CPU default for the per-GPU one
+    (src/plugins/select/cons_common/job_test.c _verify_node_state in slurm-22-05-8-1,
+    src/plugins/select/cons_tres/job_test.c in slurm-24-11-5-1: "Clear default partition or system per-node memory
+    limit. Rely exclusively upon the per-GRES memory limit."). The lab proves it on both releases
+    (tests/integration/test_conf_lab.py)."""
+    groups = list(groups)
+    if not any(g.gpus for g in groups):
+        return 0
+    return min((g.usable_memory_mb // g.usable_cpus for g in groups if g.usable_cpus), default=0)
+
+
 def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) -> tuple[list[str], list[str]]:
     """NodeSet and PartitionName lines. Each GPU partition gets DefCpuPerGPU/DefMemPerGPU from its node shapes
-    (slurm.conf(5) accepts both on PartitionName lines in 22.05-25.11) unless the global ``settings`` already set
-    a per-GPU CPU default or any memory default (DefMemPerCPU, DefMemPerNode, DefMemPerGPU are mutually
-    exclusive, and a partition value would override the site's global one); a partition's ``extra`` overrides."""
+    (slurm.conf(5) accepts both on PartitionName lines in 22.05-25.11), and DefMemPerCPU for its CPU-only jobs
+    (``cpu_job_mem_default``), unless the global ``settings`` already set a per-GPU CPU default or any memory
+    default (a partition value would override the site's global one); a partition's ``extra`` overrides."""
     global_keys = {k.lower() for k, _ in settings}
     nodesets, parts = [], []
     for p in cluster.partitions:
@@ -561,6 +690,10 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
             kv.append(("DefCpuPerGPU", str(cpg)))
         if mpg and not global_keys & set(_MEM_DEFAULTS) and not extra_keys & {"defmempercpu", "defmempernode"}:
             kv.append(("DefMemPerGPU", str(mpg)))
+        mpc = cpu_job_mem_default(groups)
+        if mpc and not global_keys & set(_MEM_DEFAULTS) and not extra_keys & {"defmempernode"}:
+            # DefMemPerNode beside it would win and log "DefMemPerCPU ignored" (read_config.c, 22.05 and 24.11)
+            kv.append(("DefMemPerCPU", str(mpc)))
         kv.append(("State", "UP"))
         kv = _merge(kv, p.extra)
         parts.append(" ".join(f"{k}={v}" for k, v in kv))

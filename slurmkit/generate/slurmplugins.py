@@ -276,6 +276,10 @@ def check(key: str, value: str, version: str) -> list[str]:
             continue
         if ptype == "cgroup" and name == "autodetect":  # cgroup.conf(5): CgroupPlugin=autodetect
             continue
+        if ptype == "cgroup" and name == "disabled" and tuple(map(int, version.split(".")[:2])) >= (24, 5):
+            # src/interfaces/cgroup.c cgroup_g_init() from slurm-24-05-0-1: "disabled" loads no plugin (PLUGIN_NOOP);
+            # cgroup.conf(5) 24.05+: "disabled", to completely disable any interaction with the cgroups
+            continue
         if ptype == "mpi" and re.fullmatch(r"pmix_v\d+", name) and "pmix" in shipped:
             continue  # MpiDefault=pmix_vN names the pmix plugin built against PMIx N (mpi.conf(5)/mpi_guide)
         if ptype == "topology" and name == "none":

@@ -21,6 +21,15 @@ def cross_check(cluster: Cluster, slurm_conf: str) -> tuple[list[str], list[str]
     qos_names = {q.name for q in t.qos} if t else set()
     preempts = t.preempts if t else False
     if t is None:
+        if ptype == "preempt/qos":
+            # slurm.conf(5) PreemptType=preempt/qos (22.05 and 24.11): "Job preemption rules are specified by Quality
+            # Of Service (QOS)" -- a QOS's Preempt list in slurmdbd; slurmkit creates QOS only from tenants.qos, so
+            # without tenants nothing it writes can ever be preempted (issue 20 item 8: it said nothing)
+            src = ("policy.preemption: qos" if cluster.policy.preemption == "qos" else "slurm_conf.PreemptType")
+            warnings.append(f"slurm.conf: PreemptType=preempt/qos (from {src}) without tenants: slurmkit creates no "
+                            "QOS, so nothing is preempted unless QOS made by hand (sacctmgr ... set Preempt=) say so; "
+                            "add a tenants: section with a QOS 'preempt: [...]', or use policy.preemption: "
+                            "partition")
         return errors, warnings
     if ptype == "preempt/qos" and not preempts:
         # slurm.conf(5) PreemptType=preempt/qos (22.05 and 24.11): preemption follows each QOS's Preempt list; with no

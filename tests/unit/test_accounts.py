@@ -841,3 +841,24 @@ def test_typed_quotas_on_mig_groups_count_mig_profiles():
     refused(d, "tenants.accounts[0].gpus.h100_3g.40gb", "25 h100_3g.40gb GPUs is more than the cluster's 24")
     d["tenants"]["accounts"][0]["gpus"] = {"h100": 1}
     refused(d, "tenants.accounts[0].gpus.h100", "its MIG devices count as their profiles' types, e.g. h100_1g.10gb")
+
+
+def test_qos_preemption_without_tenants_warns(tmp_path):
+    """Issue 20 item 8: policy.preemption: qos without tenants writes preempt/qos that slurmkit gives no QOS to act
+    on; conf validate and generate say so (before: tenantcheck returned at once without tenants, silently)."""
+    d = inv()
+    d.pop("tenants")
+    d["policy"] = {"preemption": "qos"}
+    c = load_cluster_dict(d)
+    conf = generate(c)["slurm.conf"]
+    assert "PreemptType=preempt/qos" in conf.splitlines()
+    _e, warns = cross_check(c, conf)
+    assert len(warns) == 1 and "PreemptType=preempt/qos (from policy.preemption: qos) without tenants" in warns[0]
+    d["policy"] = {"preemption": "partition"}
+    c = load_cluster_dict(d)
+    assert cross_check(c, generate(c)["slurm.conf"]) == ([], [])
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump({**d, "policy": {"preemption": "qos"}}))
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "validate", str(p), "--no-real-parse"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "warning: slurm.conf: PreemptType=preempt/qos" in r.stderr, r.stderr

@@ -137,6 +137,17 @@ def test_adding_nodes_before_24_11_follows_the_faq_order() -> None:
     assert steps[1].startswith("back up and write")
 
 
+def test_adding_nodes_from_24_11_starts_their_slurmd_after_the_reconfigure() -> None:
+    """The 24.11 add is a reconfigure (faq.shtml #add_nodes), but the new node's slurmd runs nowhere yet: the plan
+    starts it after the reconfigure (before: write, reconfigure, verify -- and --execute timed out at verify)."""
+    new = changed(node_groups__0__hosts="node[1-10]")
+    new["topology"]["switches"][1]["nodes"] = "node[5-10]"
+    steps = r.plan_steps(r.semantic_diff(files_for(LAB, "24.11"), files_for(new, "24.11"), "24.11"), "24.11")
+    kinds = [s.kind for s in steps]
+    assert kinds == [r.WRITE, r.RECONF, r.RESTART_SLURMD, r.VERIFY], steps
+    assert steps[2].nodes == "node[9-10]" and steps[2].text.startswith("start slurmd on the new nodes node[9-10]")
+
+
 @pytest.mark.parametrize(("version", "action"), [("22.05", r.RESTART), ("23.02", r.RESTART), ("23.11", r.RECONFIGURE),
                                                  ("25.11", r.RECONFIGURE)])
 def test_scheduler_type_change_restarts_slurmctld_before_23_11(version: str, action: str) -> None:

@@ -393,9 +393,30 @@ def test_per_gpu_defaults_per_partition_where_shapes_differ() -> None:
     assert "DefCpuPerGPU=4 DefMemPerGPU=15500" in lines["PartitionName=both"]  # the smaller share fits anywhere
     assert "PerGPU" not in lines["PartitionName=cpu"]
     assert "DefCpuPerGPU=2 DefMemPerGPU=1000" in lines["PartitionName=mine"]
-    # a site-wide memory default wins: DefMemPer{CPU,GPU,Node} are mutually exclusive (slurm.conf(5))
+    # a site-wide memory default wins (a partition value would override it)
     lines = gen(inv(slurm_conf={"DefMemPerCPU": 2000}))["slurm.conf"]
     assert "DefMemPerGPU" not in lines and "DefCpuPerGPU=6" in lines
+    assert "DefMemPerCPU=2000\n" in lines and "DefMemPerCPU=2000 " not in lines
+
+
+def test_cpu_only_jobs_in_gpu_partitions_get_memory_per_cpu() -> None:
+    """Issue 20 item 4: a GPU partition's DefMemPerCPU is its leanest shape's usable memory per usable CPU, so a job
+    naming neither memory nor GPUs leaves the GPUs their memory; a CPU partition keeps Slurm's default."""
+    small = {"name": "s", "hosts": "s[1-2]", "cpu": {"sockets": 1, "cores_per_socket": 8}, "memory_mb": 32000,
+             "gpus": {"type": "l4", "count": 2, "files": "/dev/nvidia[0-1]"}}
+    cpu = {"name": "c", "hosts": "c[1-2]", "cpu": {"sockets": 1, "cores_per_socket": 8}, "memory_mb": 32000}
+    d = inv(node_groups=[*group(), small, cpu], partitions=[
+        {"name": "big", "groups": ["a"]}, {"name": "both", "groups": ["a", "s"]}, {"name": "cpu", "groups": ["c"]},
+        {"name": "node", "groups": ["a"], "extra": {"DefMemPerNode": 1000}},
+        {"name": "mine", "groups": ["a"], "extra": {"DefMemPerCPU": 100}}])
+    lines = {x.split()[0]: x for x in gen(d)["slurm.conf"].splitlines() if x.startswith("PartitionName=")}
+    # (64000 - 2000) MB / ((16 - 2) cores x 2 threads) = 2214; 32000 / 8 = 4000
+    assert "DefMemPerGPU=15500 DefMemPerCPU=2214 " in lines["PartitionName=big"]
+    assert "DefMemPerCPU=2214 " in lines["PartitionName=both"]
+    assert "DefMem" not in lines["PartitionName=cpu"]
+    # DefMemPerNode beside it would win and Slurm would log "DefMemPerCPU ignored": not written
+    assert "DefMemPerCPU" not in lines["PartitionName=node"] and "DefMemPerNode=1000" in lines["PartitionName=node"]
+    assert "DefMemPerCPU=100 " in lines["PartitionName=mine"] and "DefMemPerCPU=2214" not in lines["PartitionName=mine"]
 
 
 # --- 15. MEMLOCK, IMEX ---------------------------------------------------------------------------------------
@@ -601,3 +622,52 @@ def test_controller_given_as_an_address_is_refused(tmp_path: Path) -> None:
     r = slurmkit("conf", "generate", str(p), "-o", str(tmp_path / "out"), "--no-real-parse")
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     assert "controller.hosts[0]" in r.stderr and not (tmp_path / "out").exists()
+
+
+# --- issue 20 item 5: backfill window and large-cluster settings ---------------------------------------------
+
+
+def _sched(files: dict[str, str]) -> str:
+    return next((ln.split("=", 1)[1] for ln in files["slurm.conf"].splitlines() if ln.startswith("SchedulerParameters=")), "")
+
+
+def test_bf_window_covers_the_longest_partition_max_time() -> None:
+    parts = [{"name": "p", "groups": ["a"], "default": True, "max_time": "14-00:00:00"},
+             {"name": "q", "groups": ["a"], "max_time": "7-00:00:00"}, {"name": "u", "groups": ["a"]}]  # u: UNLIMITED
+    # 14 days = 20160 min; 1440 slots of the default (1 day / 60 s) -> 840 s
+    assert _sched(gen(inv(partitions=parts))).split(",")[-2:] == ["bf_window=20160", "bf_resolution=840"]
+    # a day or less: Slurm's defaults are right, nothing written
+    assert _sched(gen(inv(partitions=[{"name": "p", "groups": ["a"], "max_time": "1-00:00:00"}]))) in ("", "nohold_on_prolog_fail")
+    # past Slurm's 30-day maximum: the maximum, resolution 1800 s (still under bf_resolution's 3600 cap)
+    long = gen(inv(partitions=[{"name": "p", "groups": ["a"], "max_time": "60-00:00:00"}]))
+    assert "bf_window=43200,bf_resolution=1800" in _sched(long)
+    # a site's own value wins item by item (SchedulerParameters merges)
+    site = gen(inv(partitions=parts, slurm_conf={"SchedulerParameters": "bf_window=30000"}))
+    assert "bf_window=30000" in _sched(site) and "bf_resolution=840" in _sched(site)
+
+
+def test_large_clusters_get_the_big_sys_settings_per_release() -> None:
+    from slurmkit.generate.slurmconf import tree_width
+    from slurmkit.generate.versions import features_for
+
+    old, new = features_for("22.05"), features_for("24.11")
+    assert tree_width(512, old) is None and tree_width(512, new) is None  # under 1,024 nodes: the default
+    assert tree_width(2048, old) == 46  # square root up to 2,500 nodes (22.05's man page), 45.25 rounded up
+    assert tree_width(4096, old) == 16 and tree_width(4096, new) is None  # cube root; 16 is 24.11's default
+    assert tree_width(100_000, new) == 47
+    big = inv(node_groups=group(hosts="n[0001-4096]"), partitions=[{"name": "p", "groups": ["a"], "max_time": "2-0"}])
+    f22, f24 = gen(big, "22.05")["slurm.conf"], gen(big, "24.11")["slurm.conf"]
+    for text in (f22, f24):
+        assert "MessageTimeout=30\n" in text and "JobAcctGatherFrequency=task=300\n" in text
+        assert "bf_continue" in text
+    assert "TreeWidth=16\n" in f22 and "TreeWidth" not in f24
+    small = gen(inv())["slurm.conf"]
+    assert "MessageTimeout" not in small and "TreeWidth" not in small and "bf_continue" not in small
+
+
+@pytest.mark.parametrize("hosts", ["gpu[000001-050000]", "n[1-3,5],m[01-02]x[1-2]", "a,b", "node1", "r[1-2]n[01-04]"])
+def test_node_count_without_expanding_matches_the_hostlist_library(hosts: str) -> None:
+    from slurmkit import hostlist
+    from slurmkit.generate.slurmconf import _folded_count
+
+    assert _folded_count(hostlist.canonical(hosts)) == hostlist.count(hosts)

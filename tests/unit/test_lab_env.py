@@ -92,3 +92,21 @@ def test_lab_path_keeps_order_and_drops_only_wrapper_dirs(tmp_path: Path) -> Non
     (plain / "sinfo").write_text("#!/bin/sh\necho host sinfo\n")  # a real sinfo: not a lab's
     assert lab_path(f"/x:{a}:{plain}::/y", None) == f"/x:{plain}::/y"
     assert lab_path(f"{a}:/x", Path("/new/bin")) == "/new/bin:/x"
+
+
+def test_a_foreign_labs_wrappers_on_path_are_not_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process started with a 24.11 lab's PATH (a test's `conf apply` on that lab) must still see the host's
+    release: it took the wrappers' slurmctld for the host's, judged the lab not foreign and pinged slurmctld 24.11
+    with the host's scontrol ("Incompatible plugin version"), so `conf apply` called a live controller dead."""
+    from slurmkit.backend.roots import host_release
+    from slurmkit.lab.lab import Lab
+
+    host = _host_release()
+    d = _lab_dir(tmp_path, "lab-f", "99.99")
+    ctld = d / "bin" / "slurmctld"
+    ctld.write_text(f"#!/bin/bash\n{WRAPPER_MARK}\necho slurm-wlm 99.99.1\n")
+    ctld.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{d / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert host_release() == host
+    lab = Lab.load(str(d))
+    assert lab.foreign and lab.env["PATH"].split(os.pathsep)[0] == str(d / "bin")

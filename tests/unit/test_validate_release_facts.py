@@ -60,3 +60,12 @@ def test_cgroup_plugin_typo() -> None:
     errors, _w = check("", "24.11", "CgroupPlugin=cgroup/v3\n")
     assert len(errors) == 1 and "no cgroup plugin 'v3'" in errors[0]
     assert check("", "24.11", "CgroupPlugin=autodetect\n") == ([], [])
+
+
+def test_cgroup_plugin_disabled_from_2405() -> None:
+    # src/interfaces/cgroup.c cgroup_g_init(): "disabled" loads no plugin from slurm-24-05-0-1 (absent at 23.11's
+    # tags); the 24.11 lab's cgroup.conf has it, so refusing it broke every `conf apply` on that lab
+    assert check("", "24.05", "CgroupPlugin=disabled\n") == ([], [])
+    assert check("", "24.11", "CgroupPlugin=disabled\n") == ([], [])
+    errors, _w = check("", "23.11", "CgroupPlugin=disabled\n")
+    assert len(errors) == 1 and "no cgroup plugin 'disabled'" in errors[0]
