@@ -82,5 +82,24 @@ def main() -> None:
               f"{len(f['gres.conf']):,} | {len(f['topology.conf']):,} | {len(f['cgroup.conf']):,} |")
 
 
+def preset(path: str, repeat: int) -> None:
+    """`conf generate` vs `conf import` of its files (issue 19: import of the 4,096-node preset < 1 s)."""
+    from slurmkit.adopt.importer import import_site
+    from slurmkit.model import yamlio
+    from slurmkit.model.load import load_cluster, load_cluster_text
+
+    print("| preset | release | generate s | import s | import + load s | lost |")
+    print("|---|---|---:|---:|---:|---:|")
+    for ver in ("22.05", "24.11"):
+        cluster = load_cluster(path)
+        t_gen, files = best(lambda c=cluster, v=ver: generate(c, version=v), repeat)  # type: ignore[misc]
+        t_imp, res = best(lambda f=files, v=ver: import_site(f, v), repeat)  # type: ignore[misc]
+        t_all, _c = best(lambda f=files, v=ver: load_cluster_text(yamlio.dump(import_site(f, v).inventory)), repeat)  # type: ignore[misc]
+        print(f"| {path} | {ver} | {t_gen:.3f} | {t_imp:.3f} | {t_all:.3f} | {len(res.lost)} |")  # type: ignore[attr-defined]
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--preset":
+        preset(sys.argv[2], 3)
+        sys.exit(0)
     main()

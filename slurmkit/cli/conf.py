@@ -213,7 +213,20 @@ def _diff(inventory: str, directory: str, version: str | None, templates: str | 
     stale = _stale(directory, files)
     for name in [n for n in current if n not in files and n not in stale]:
         current.pop(name)  # not ours: apply leaves it, so the diff must not report it forever
-    return cluster, files, ver, semantic_diff(current, files, ver), stale, journal
+    if not (journal and against_base):
+        from slurmkit.adopt.read import CONFIG_FILES, read_site
+
+        # the files slurm.conf's Include lines name (a hand-written site splits nodes.conf, partitions.conf ...)
+        included, _notes, _d = read_site(directory)
+        current.update({k: v for k, v in included.items() if k not in CONFIG_FILES})
+    compared = dict(files)
+    base = dict(current)
+    if getattr(cluster, "adopted", False):
+        # an adopted site's files are what its inventory says; the inventory copy beside them is slurmkit's own
+        # bookkeeping (the next apply writes it), no change to the cluster
+        compared.pop("slurmkit.yaml", None)
+        base.pop("slurmkit.yaml", None)
+    return cluster, files, ver, semantic_diff(base, compared, ver), stale, journal
 
 
 def _print_plan(changes: list, ver: str) -> None:  # type: ignore[type-arg]
@@ -233,7 +246,10 @@ def _print_plan(changes: list, ver: str) -> None:  # type: ignore[type-arg]
 @_version
 @_templates
 @_overrides
-def diff(inventory: str, against: str, version: str | None, templates: str | None, overrides: str | None) -> None:
+@click.option("--exit-code", is_flag=True, help="Exit 1 when something changes, 0 when nothing does (as git diff "
+                                                 "--exit-code); bad input is 2 either way.")
+def diff(inventory: str, against: str, version: str | None, templates: str | None, overrides: str | None,
+         exit_code: bool) -> int:
     """What changes if INVENTORY is applied to DIR, what each change needs, and in what order. Where DIR is the
     config this host runs ($SLURM_CONF's directory, /etc/slurm, a lab's) and slurmctld has not loaded its
     slurm.conf, says so: files that match the inventory are not a cluster in sync."""
@@ -243,10 +259,73 @@ def diff(inventory: str, against: str, version: str | None, templates: str | Non
         click.echo(loaded)
         click.echo("rollout plan:")
         click.echo("  1. scontrol reconfigure (the files in DIR already match the inventory; slurmctld runs older ones)")
-        return
+        return 1 if exit_code else 0
     if loaded:
         click.echo(f"warning: {loaded}", err=True)
     _print_plan(changes, ver)
+    return 1 if exit_code and changes else 0
+
+
+def _own_sections(conf_dir: Path) -> dict[str, object]:
+    """slurmkit's own sections of the inventory copy a slurmkit-written directory holds (hooks, submit policy,
+    gpusub site defaults, rollout commands): the hook wrappers and job_submit.lua there read them, and no Slurm
+    file says them."""
+    from slurmkit.model import yamlio
+
+    p = conf_dir / "slurmkit.yaml"
+    if not p.is_file():
+        return {}
+    try:
+        data = yamlio.load(p.read_text())
+    except (OSError, yamlio.YAMLError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: data[k] for k in ("hooks", "submit_policy", "site", "rollout") if k in data}
+
+
+@conf.command(name="import")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("-o", "--output", "out", type=click.Path(dir_okay=False), default=None,
+              help="Inventory file to write (default: print it).")
+@click.option("--slurm-version", "version", default="22.05", show_default=True,
+              help="The release the site runs (the inventory's slurm_version).")
+def import_(path: str, out: str | None, version: str) -> int:
+    """An inventory holding the site whose config is PATH (a directory or a slurm.conf, with its Include files,
+    gres.conf, cgroup.conf, topology.conf), adopted as is. Exit 1 if something could not be carried (each named
+    with its file and line); the inventory is still written."""
+    from slurmkit.adopt.importer import import_site
+    from slurmkit.adopt.read import read_site
+    from slurmkit.errors import InventoryError, UsageError
+    from slurmkit.generate.versions import features_for
+    from slurmkit.model import yamlio
+    from slurmkit.model.load import load_cluster_text
+
+    try:
+        ver = features_for(version).version
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--slurm-version") from exc
+    files, notes, _d = read_site(path)
+    if "slurm.conf" not in files:
+        raise UsageError(notes[0] if notes else f"{path}: no slurm.conf")
+    res = import_site(files, ver, _own_sections(Path(path) if Path(path).is_dir() else Path(path).parent))
+    text = yamlio.dump(res.inventory)
+    try:
+        load_cluster_text(text, source=out or "<import>")
+    except InventoryError as exc:
+        res.lost.append(f"inventory {exc.path}: {exc.message}")
+    for n in notes + res.notes:
+        click.echo(f"note: {n}", err=True)
+    for line in res.lost:
+        click.echo(f"not carried: {line}", err=True)
+    if out:
+        Path(out).write_text(text)
+        click.echo(f"wrote {out}: {len(res.inventory.get('node_groups', []))} node groups, "
+                   f"{len(res.inventory.get('partitions', []))} partitions" +
+                   (f"; {len(res.lost)} thing(s) not carried, listed above" if res.lost else ""), err=True)
+    else:
+        click.echo(text, nl=False)
+    return 1 if res.lost else 0
 
 
 def _nodes_locked(fn):  # type: ignore[no-untyped-def]

@@ -68,10 +68,10 @@ class Record:
         if self.include:
             return f"Include {self.head}"
         quoted = dict(zip((k for k, _ in self.pairs), self.quoted, strict=False))
-        return " ".join(f"{k}={_quote(v, quoted.get(k, False))}" for k, v in (self.pairs if pairs is None else pairs))
+        return " ".join(f"{k}={quote(v, quoted.get(k, False))}" for k, v in (self.pairs if pairs is None else pairs))
 
 
-def _quote(value: str, quoted: bool = False) -> str:
+def quote(value: str, quoted: bool = False) -> str:
     # escapes are read before quotes (_get_next_line strips comments, then escapes), so # and \ are escaped
     value = value.replace("\\", "\\\\").replace("#", "\\#")
     if quoted or value == "" or any(c in _WS for c in value):

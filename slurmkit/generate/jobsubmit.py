@@ -63,7 +63,7 @@ def partition_facts(cluster: Cluster) -> list[dict[str, object]]:
     assert pol is not None
     out = []
     for p in cluster.partitions:
-        groups: list[NodeGroup] = [cluster.group(g) for g in p.groups]
+        groups: list[NodeGroup] = cluster.partition_groups(p)
         gpu_groups = [g for g in groups if g.gpus]
         kind = "gpu" if len(gpu_groups) == len(groups) else "cpu" if not gpu_groups else "mixed"
         cpg, mpg = per_gpu_defaults(groups)

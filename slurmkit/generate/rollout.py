@@ -22,6 +22,7 @@ from typing import Protocol
 from slurmkit import hostlist
 from slurmkit.errors import SlurmkitError
 from slurmkit.generate import confparse as cp
+from slurmkit.generate import slurmdefaults
 from slurmkit.generate.versions import features_for
 from slurmkit.model.cluster import Cluster
 
@@ -490,10 +491,38 @@ def _geometry(d: Mapping[str, str]) -> object:
 _SLURMD_LOCAL = ("memspeclimit", "corespeccount", "cpuspeclist", "nodeaddr", "port", "nodehostname")
 
 
+# Comma lists whose order Slurm does not read (each item is looked up on its own: xstrcasestr over the value in
+# read_config.c and the plugins, 22.05 and 24.11); compared as sets of lower-case items. JobSubmitPlugins is not
+# among them (the plugins run in the order given).
+ORDER_FREE = frozenset({
+    "taskplugin", "prologflags", "schedulerparameters", "slurmctldparameters", "slurmdparameters", "debugflags",
+    "launchparameters", "communicationparameters", "priorityflags", "accountingstoragetres", "preemptparameters",
+    "accountingstorageenforce", "privatedata", "propagateresourcelimitsexcept", "propagateresourcelimits", "grestypes",
+    "healthchecknodestate", "selecttypeparameters", "taskpluginparam", "preemptmode", "authalttypes",
+})
+
+
+def _setting(key: str, value: str, version: str) -> object:
+    """A global value as the release reads it: unset = its default (slurmdefaults), order-free lists as sets."""
+    v = value if value != "" else (slurmdefaults.default(key, version) or "")
+    if key in ORDER_FREE:
+        return frozenset(x.strip().lower() for x in v.split(",") if x.strip())
+    if key == "clustername":
+        return v.lower()  # read_config.c _validate_and_set_defaults lower-cases it (22.05, 24.11)
+    return slurmdefaults.SYNONYMS.get(v.upper(), v)
+
+
 def _node_table(conf: cp.SlurmConf) -> dict[str, dict[str, str]]:
+    """host -> its NodeName keys as slurmctld reads them: Features is Feature (read_config.c reads both), a key
+    at its documented default is the same as absent (slurmdefaults.NODE_DEFAULTS)."""
     out: dict[str, dict[str, str]] = {}
     for rec in conf.nodes:
         d = rec.as_dict()
+        if "features" in d:
+            d["feature"] = d.pop("features")
+        for k, dv in slurmdefaults.NODE_DEFAULTS.items():
+            if d.get(k, dv) == dv:
+                d.pop(k, None)
         d.pop("state", None)
         for h in hostlist.expand(rec.head):
             out[h] = d
@@ -519,7 +548,44 @@ def _gres_table(text: str, nodes: Iterable[str]) -> dict[str, tuple[tuple[str, .
         item = tuple(f"{k}={v}" for k, v in sorted(d.items()))
         for h in members:
             out.setdefault(h, []).append(item)
-    return {h: tuple(v) for h, v in out.items()}
+    return {h: _per_device(v) for h, v in out.items()}
+
+
+def _stanza(rec: cp.Record) -> dict[str, str]:
+    """A PartitionName/NodeSet line as Slurm reads it: keys in any order and case, YES/NO in any case, a key at its
+    documented default (slurmdefaults.PARTITION_DEFAULTS) the same as absent."""
+    out: dict[str, str] = {}
+    for k, v in rec.pairs[1:]:
+        lk = k.lower()
+        val = v.upper() if v.upper() in ("YES", "NO", "UNLIMITED", "INFINITE", "ALL", "UP") else v
+        val = slurmdefaults.SYNONYMS.get(val, val)
+        if rec.kind == "partitionname" and slurmdefaults.PARTITION_DEFAULTS.get(lk) == val:
+            continue
+        out[lk] = val
+    return out
+
+
+def _per_device(records: list[tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:
+    """gres.conf records with File= ranges split into one record per device (gres.conf(5): "File=/dev/nvidia[0-3]"
+    is four devices, the same as four lines), Count= of a split record dropped (it is the device count), sorted."""
+    out: list[tuple[str, ...]] = []
+    for r in records:
+        d = dict(x.split("=", 1) for x in r)
+        if "file" not in d:
+            out.append(r)
+            continue
+        try:
+            devs = cp.expand_files(d["file"])
+        except ValueError:
+            out.append(r)
+            continue
+        if d.get("count") not in (None, str(len(devs))):
+            out.append(r)
+            continue
+        d.pop("count", None)
+        for dev in devs:
+            out.append(tuple(sorted(f"{k}={dev if k == 'file' else v}" for k, v in d.items())))
+    return tuple(sorted(out))
 
 
 def _devices(records: tuple[tuple[str, ...], ...]) -> int:
@@ -538,15 +604,16 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
     ver = version or cp.header_version(new.get("slurm.conf", "")) or cp.header_version(old.get("slurm.conf", "")) or "22.05"
     feats = features_for(ver)
     changes: list[Change] = []
-    oc = cp.parse_slurm_conf(old.get("slurm.conf", ""))
-    nc = cp.parse_slurm_conf(new.get("slurm.conf", ""))
+    # Include lines are followed on both sides (``old``/``new`` hold the included files by the name Slurm resolves)
+    oc = cp.parse_slurm_conf(old.get("slurm.conf", ""), "slurm.conf", old)
+    nc = cp.parse_slurm_conf(new.get("slurm.conf", ""), "slurm.conf", new)
 
     for key in sorted(set(oc.settings) | set(nc.settings)):
         if key in _OLD_CONTROLLER_KEYS and key not in ("slurmctldhost",):
             continue  # ControlMachine/BackupController are the controllers (compared as SlurmctldHost below)
         a = oc.value(key) if key != "slurmctldhost" else ",".join(oc.controllers)
         b = nc.value(key) if key != "slurmctldhost" else ",".join(nc.controllers)
-        if a == b:
+        if a == b or (key != "slurmctldhost" and _setting(key, a, ver) == _setting(key, b, ver)):
             continue
         name = (nc.settings.get(key) or oc.settings[key])[0]
         r = rule(ver, name)
@@ -569,6 +636,16 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
             continue
         na, nb = on[h], nn[h]
         same_geometry = _geometry(na) == _geometry(nb)
+        if not same_geometry:
+            # what slurmctld makes of the node differs: name the fields that do (not every key spelled differently)
+            ga_, gb_ = _geometry(na), _geometry(nb)
+            if isinstance(ga_, cp.Geometry) and isinstance(gb_, cp.Geometry):
+                fields = [f for f in ("cpus", "boards", "sockets", "cores_per_socket", "threads_per_core", "real_memory")
+                          if getattr(ga_, f) != getattr(gb_, f)]
+                ta = " ".join(f"{f}={getattr(ga_, f)}" for f in fields)
+                tb = " ".join(f"{f}={getattr(gb_, f)}" for f in fields)
+                grouped.setdefault(("geometry", ta, tb, DRAIN, rule(ver, "node~").doc), []).append(h)
+                same_geometry = True  # reported above as one change
         for k in sorted(set(na) | set(nb)):
             if na.get(k, "") == nb.get(k, ""):
                 continue
@@ -594,8 +671,10 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
     for kind, orecs, nrecs in (("PartitionName", oc.partitions, nc.partitions), ("NodeSet", oc.nodesets, nc.nodesets)):
         od = {r.head: " ".join(f"{k}={v}" for k, v in r.pairs[1:]) for r in orecs}
         nd = {r.head: " ".join(f"{k}={v}" for k, v in r.pairs[1:]) for r in nrecs}
+        on_ = {r.head: _stanza(r) for r in orecs}
+        nn_ = {r.head: _stanza(r) for r in nrecs}
         for name in sorted(set(od) | set(nd)):
-            if od.get(name) != nd.get(name):
+            if on_.get(name) != nn_.get(name):
                 changes.append(Change("slurm.conf", f"{kind}={name}", od.get(name, ""), nd.get(name, ""), RECONFIGURE,
                                       "partitions and node sets change on reconfigure"))
 
@@ -608,11 +687,14 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
             continue
         if _devices(ga) != _devices(gb):
             act, why = DRAIN, "number of GRES device files changes: drain first, restart slurmd"
+            a_s, b_s = _summ(ga), _summ(gb)
         elif [_strip(r, "cores") for r in ga] != [_strip(r, "cores") for r in gb]:
             act, why = _slurmd_restart(feats)
+            a_s, b_s = _gres_delta(ga, gb)
         else:
             act, why = RESTART, "Cores= changes need slurmctld and slurmd restarts"
-        ggroup.setdefault((_summ(ga), _summ(gb), act, why), []).append(h)
+            a_s, b_s = _gres_delta(ga, gb, "Cores=")
+        ggroup.setdefault((a_s, b_s, act, why), []).append(h)
     for (a_, b_, act, why), hs in ggroup.items():
         fold = hostlist.fold(hs)
         changes.append(Change("gres.conf", f"NodeName={fold}", a_, b_, act, why, fold))
@@ -627,6 +709,8 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
 
     for name in ("topology.conf", "topology.yaml"):
         a, b = _body(old.get(name, "")), _body(new.get(name, ""))
+        if name == "topology.conf" and _topology_set(a) == _topology_set(b):
+            continue
         if a != b:
             changes.append(Change(name, "topology", _count_lines(a), _count_lines(b), RECONFIGURE, "topology is re-read on reconfigure"))
     # slurmkit's own files (hook wrappers, inventory copy): only those we would write; extra files stay
@@ -650,6 +734,14 @@ def _strip(rec: tuple[str, ...], key: str) -> tuple[str, ...]:
     return tuple(x for x in rec if not x.startswith(key + "="))
 
 
+def _gres_delta(ga: tuple[tuple[str, ...], ...], gb: tuple[tuple[str, ...], ...], what: str = "") -> tuple[str, str]:
+    """What changed between two hosts' per-device records, named: the records only one side has."""
+    only_a = [" ".join(r) for r in ga if r not in gb]
+    only_b = [" ".join(r) for r in gb if r not in ga]
+    tag = f"{what} " if what else ""
+    return tag + "; ".join(only_a), tag + "; ".join(only_b)
+
+
 def _summ(records: tuple[tuple[str, ...], ...]) -> str:
     if not records:
         return ""
@@ -659,6 +751,11 @@ def _summ(records: tuple[tuple[str, ...], ...]) -> str:
 def _body(text: str) -> str:
     """File text without slurmkit's header comments (the inventory hash changes on every edit)."""
     return "\n".join(line for line in text.splitlines() if not line.startswith("# generated by slurmkit") and not line.startswith("# target:"))
+
+
+def _topology_set(text: str) -> frozenset[tuple[tuple[str, str], ...]]:
+    """topology.conf as topology/tree reads it: a set of switch records, keys in any order or case."""
+    return frozenset(tuple(sorted((k.lower(), v) for k, v in r.pairs)) for r in cp.parse_records(text, "topology.conf"))
 
 
 def _count_lines(text: str) -> str:

@@ -16,6 +16,7 @@ import yaml
 
 from slurmkit import hostlist
 from slurmkit.errors import InventoryError, UsageError
+from slurmkit.generate import confparse as cp
 from slurmkit.generate.versions import SlurmFeatures, features_for
 from slurmkit.model import yamlio
 from slurmkit.model.cluster import (
@@ -23,6 +24,7 @@ from slurmkit.model.cluster import (
     Cluster,
     MigInstance,
     NodeGroup,
+    Partition,
     cpus_per_device,
     mig_gres_type,
 )
@@ -183,7 +185,7 @@ def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
                 f"{_group_path(cluster, g)}.gpus.autodetect", f"AutoDetect=nvidia needs Slurm >= 24.11, target is {v}"
             )
     for k, _ in cluster.cgroup_conf:
-        if k in feats.removed_cgroup_keys:
+        if k in feats.removed_cgroup_keys and not _adopted_defunct(cluster, k, v):
             raise InventoryError(f"cgroup_conf.{k}", f"{k} was removed before Slurm {v}; slurmd would refuse to start")
     for k, val in cluster.slurm_conf:
         if (k, val) in feats.removed_slurm_values:
@@ -207,6 +209,15 @@ def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
         if feats.max_switch_name and len(sw.name) > feats.max_switch_name:
             raise InventoryError(f"topology.switches[{i}].name", f"{len(sw.name)} characters; Slurm {v} refuses a switch "
                                  f"name longer than {feats.max_switch_name} (fatal to the topology/tree parse)")
+
+
+def _adopted_defunct(cluster: Cluster, key: str, version: str) -> bool:
+    """An adopted site may keep a cgroup.conf key its release reads as defunct (23.11+ CgroupAutomount: cgroup.c
+    _defunct_option logs an error line and ignores it, src/interfaces/cgroup.c at slurm-24-11-5-1): slurmd starts,
+    so its files are carried as they are and `conf validate` warns. A new inventory is refused it (no effect)."""
+    from slurmkit.generate.validate import cgroup_keys
+
+    return cluster.adopted and key.lower() in cgroup_keys(version)[1]
 
 
 def _check_known_key(key: str, v: str) -> None:
@@ -289,7 +300,24 @@ def _check_blocks(cluster: Cluster, feats: SlurmFeatures) -> None:
 NOHOLD = "nohold_on_prolog_fail"
 
 
+def adopted_settings(cluster: Cluster, version: str) -> list[tuple[str, str]]:
+    """An adopted site's global keys: its name, controllers, port and state directory from the model, then its own
+    keys in its order (``slurm_conf``, which may replace those) -- and nothing of slurmkit's own."""
+    check_supported(cluster, features_for(version))
+    s = [("ClusterName", cluster.name), *(("SlurmctldHost", h) for h in cluster.controller.hosts),
+         ("SlurmctldPort", str(cluster.controller.port)), ("StateSaveLocation", cluster.controller.state_dir)]
+    return _merge(s, cluster.slurm_conf)
+
+
+def q(value: str) -> str:
+    """A value as Slurm reads it back: quoted when it holds whitespace, '#' and backslashes escaped
+    (parse_config.c; confparse.quote)."""
+    return cp.quote(value)
+
+
 def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[tuple[str, str]]:
+    if cluster.adopted:
+        return adopted_settings(cluster, version)
     feats = features_for(version)
     check_supported(cluster, feats)
     s: list[tuple[str, str]] = [("ClusterName", cluster.name)]
@@ -575,6 +603,9 @@ def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
     so slurm.conf grows with the number of shapes, not nodes."""
     shapes: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
     for g in cluster.node_groups:
+        if cluster.adopted:
+            shapes.setdefault(tuple(_adopted_node_params(g, overrides)), []).append(g)
+            continue
         params: list[tuple[str, str]] = [
             ("CPUs", str(g.cpu.cpus)),
             ("Sockets", str(g.cpu.sockets)),
@@ -599,9 +630,30 @@ def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
         params.append(("State", "CLOUD" if g.power is not None and g.power.cloud else "UNKNOWN"))
         shapes.setdefault(tuple(params), []).append(g)
     return [
-        " ".join([f"NodeName={_hosts_of(groups)}"] + [f"{k}={v}" for k, v in params])
+        " ".join([f"NodeName={_hosts_of(groups)}"] + [f"{k}={q(v)}" for k, v in params])
         for params, groups in shapes.items()
     ]
+
+
+def _adopted_node_params(g: NodeGroup, overrides: Overrides) -> list[tuple[str, str]]:
+    """An adopted group's NodeName keys: the modelled ones only where the site has them (Weight 1 and no features
+    are Slurm's defaults, slurm.conf(5) 22.05 and 24.11), then the site's own keys (``slurm``), which replace them."""
+    params: list[tuple[str, str]] = [
+        ("CPUs", str(g.cpu.cpus)), ("Sockets", str(g.cpu.sockets)), ("CoresPerSocket", str(g.cpu.cores_per_socket)),
+        ("ThreadsPerCore", str(g.cpu.threads_per_core)), ("RealMemory", str(g.real_memory_mb)),
+    ]
+    if g.reserve.memory_mb:
+        params.append(("MemSpecLimit", str(g.reserve.memory_mb)))
+    if g.reserve.cores:
+        params.append(("CoreSpecCount", str(g.reserve.cores)))
+    if g.gpus:
+        params.append(("Gres", _node_gres(g)))
+    if g.features:
+        params.append(("Feature", ",".join(g.features)))
+    if g.weight != 1:
+        params.append(("Weight", str(g.weight)))
+    params = _merge(params, g.slurm)
+    return _merge(params, overrides.node_params.get(g.name, ()))
 
 
 def _hosts_of(groups: list[NodeGroup]) -> str:
@@ -666,7 +718,10 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
     (``cpu_job_mem_default``), unless the global ``settings`` already set a per-GPU CPU default or any memory
     default (a partition value would override the site's global one); a partition's ``extra`` overrides."""
     global_keys = {k.lower() for k, _ in settings}
-    nodesets, parts = [], []
+    nodesets = [" ".join([f"NodeSet={name}"] + [f"{k}={q(v)}" for k, v in pairs]) for name, pairs in cluster.nodesets]
+    parts: list[str] = []
+    if cluster.adopted:
+        return nodesets, [_adopted_partition(cluster, p) for p in cluster.partitions]
     for p in cluster.partitions:
         groups = [cluster.group(gname) for gname in p.groups]
         hosts = _hosts_of(groups)
@@ -696,8 +751,26 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
             kv.append(("DefMemPerCPU", str(mpc)))
         kv.append(("State", "UP"))
         kv = _merge(kv, p.extra)
-        parts.append(" ".join(f"{k}={v}" for k, v in kv))
+        parts.append(" ".join(f"{k}={q(v)}" for k, v in kv))
     return nodesets, parts
+
+
+def _adopted_partition(cluster: Cluster, p: Partition) -> str:
+    """An adopted site's PartitionName line: its nodes as written, the modelled keys where they differ from Slurm's
+    defaults (Default=NO, MaxTime=UNLIMITED: slurm.conf(5) 22.05 and 24.11), then its own keys."""
+    nodes = p.nodes or _hosts_of([cluster.group(g) for g in p.groups])
+    kv = [("PartitionName", p.name), ("Nodes", nodes)]
+    if p.default:
+        kv.append(("Default", "YES"))
+    if p.max_time != "UNLIMITED":
+        kv.append(("MaxTime", p.max_time))
+    if p.default_time:
+        kv.append(("DefaultTime", p.default_time))
+    if p.priority_tier is not None:
+        kv.append(("PriorityTier", str(p.priority_tier)))
+    if p.qos:
+        kv.append(("QOS", p.qos))
+    return " ".join(f"{k}={q(v)}" for k, v in _merge(kv, p.extra))
 
 
 def _dev(path: str, prefix: str | None) -> str:
@@ -727,8 +800,12 @@ def _minor(path: str) -> int:
 def gres_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
     """Typed GPU lines with File= (Slurm drops a file-less GPU), Cores=, Links=; MIG via MultipleFiles=;
     shards spread over the GPUs with their own File= so ConstrainDevices can confine them."""
-    lines = []
     prefix = overrides.gres_file_prefix
+    lines = [" ".join(f"{k}={q(_dev(v, prefix) if k.lower() == 'file' else v)}" for k, v in rec) for rec in cluster.gres_conf]
+    for g in cluster.node_groups:
+        for rec in g.gres_conf:
+            lines.append(" ".join([f"NodeName={g.hosts}"] + [f"{k}={q(_dev(v, prefix) if k.lower() == 'file' else v)}"
+                                                            for k, v in rec]))
     for gi_, g in enumerate(cluster.node_groups):
         if not g.gpus:
             continue
@@ -797,10 +874,12 @@ def cgroup_settings(cluster: Cluster, version: str, overrides: Overrides) -> lis
         ("ConstrainRAMSpace", "yes"),
         ("ConstrainSwapSpace", "yes"),
     ]
+    if cluster.adopted:
+        s = []  # an adopted site's cgroup.conf is its own (Slurm's defaults where it has none)
     s = _merge(s, cluster.cgroup_conf)
     s = _merge(s, overrides.cgroup_conf)
     for k, _ in s:
-        if k in feats.removed_cgroup_keys:
+        if k in feats.removed_cgroup_keys and not _adopted_defunct(cluster, k, feats.version):
             raise InventoryError(f"cgroup_conf.{k}", f"{k} was removed before Slurm {feats.version}; slurmd would refuse to start")
     return s
 
@@ -889,12 +968,13 @@ def generate(
     ctx = {
         "header": header,
         "slurm_version": ver,
-        "settings": settings,
+        "adopted": cluster.adopted,
+        "settings": [(k, q(v)) for k, v in settings],
         "nodes": node_lines(cluster, ov),
         "nodesets": nodesets,
         "partitions": parts,
         "gres": gres_lines(cluster, ov),
-        "cgroup": cgroup_settings(cluster, ver, ov),
+        "cgroup": [(k, q(v)) for k, v in cgroup_settings(cluster, ver, ov)],
         "topology": topology_lines(cluster, ver),
     }
     files = {

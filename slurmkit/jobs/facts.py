@@ -42,7 +42,7 @@ def from_cluster(cluster: Cluster, partition: str | None, source: str) -> Cluste
     gpu_types: Counter[str] = Counter()
     mem = 0
     storage_hcas: list[str] = []
-    groups = [cluster.group(g) for g in part.groups] if part else list(cluster.node_groups)
+    groups = cluster.partition_groups(part) if part else list(cluster.node_groups)
     # the same per-GPU share the config generator writes as DefCpuPerGPU / DefMemPerGPU (NodeGroup.cpus_per_gpu)
     gpu_groups = [g for g in groups if g.gpu_count]
     cpg = min((g.cpus_per_gpu for g in gpu_groups), default=0)

@@ -133,6 +133,12 @@ class NodeGroup:
     features: tuple[str, ...] = ()
     weight: int = 1
     power: Power | None = None  # on-demand power (Slurm power saving) for this group's nodes
+    # an adopted site's own NodeName keys, written as given after the modelled ones (a key here replaces the
+    # modelled one; an empty value drops it): NodeAddr, Port, State=CLOUD, Boards, TmpDisk, an untyped Gres ...
+    slurm: tuple[tuple[str, str], ...] = ()
+    # this group's gres.conf records that the ``gpus`` model does not hold (several types, Count without File,
+    # other GRES), each a record's Key=Value pairs without NodeName; written with NodeName=<hosts>
+    gres_conf: tuple[tuple[tuple[str, str], ...], ...] = ()
 
     @property
     def hostnames(self) -> list[str]:
@@ -178,6 +184,7 @@ class Partition:
     priority_tier: int | None = None
     qos: str | None = None
     extra: tuple[tuple[str, str], ...] = ()  # raw Key=Value pairs for PartitionName
+    nodes: str = ""  # Nodes= as the site wrote it (any hostlist, NodeSet names, ALL); "" = the groups' hosts
 
 
 @dataclass(frozen=True)
@@ -314,6 +321,11 @@ class Cluster:
     monitoring: Monitoring = Monitoring()
     tenants: Tenants | None = None  # accounts, users, QOS (slurmdbd records; `slurmkit accounts`)
     rollout: Rollout = Rollout()
+    # ``adopted: true`` (what `slurmkit conf import` writes): the site's files as they are -- no slurmkit
+    # recommendation is added (per-GPU defaults, NodeSets, Constrain*, ...); `conf validate` lists them as advice
+    adopted: bool = False
+    nodesets: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # NodeSet=name and its keys, as given
+    gres_conf: tuple[tuple[tuple[str, str], ...], ...] = ()  # gres.conf records for every node (no NodeName)
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:
@@ -339,6 +351,31 @@ class Cluster:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    def partition_groups(self, p: Partition) -> list[NodeGroup]:
+        """The node groups with nodes in partition ``p``: its groups, or those its ``nodes`` reach (slurm.conf(5)
+        PartitionName Nodes: host names, NodeSet names -- a NodeSet by Nodes= or by Feature= -- or ALL)."""
+        if p.groups or not p.nodes:
+            return [self.group(g) for g in p.groups]
+        if p.nodes.upper() == "ALL":
+            return list(self.node_groups)
+        sets = {name: {k.lower(): v for k, v in pairs} for name, pairs in self.nodesets}
+        hosts: set[str] = set()
+        features: set[str] = set()
+        for name in hostlist.expand(p.nodes):
+            if name in sets:
+                if "nodes" in sets[name]:
+                    hosts.update(hostlist.expand(sets[name]["nodes"]))
+                if "feature" in sets[name]:
+                    features.add(sets[name]["feature"])
+            else:
+                hosts.add(name)
+        out = []
+        for g in self.node_groups:
+            feats = set(g.features) | {f for k, v in g.slurm if k.lower() in ("feature", "features") for f in v.split(",")}
+            if feats & features or not hosts.isdisjoint(g.hostnames):
+                out.append(g)
+        return out
 
     @property
     def default_partition(self) -> Partition | None:

@@ -50,6 +50,8 @@ from slurmkit.model.cluster import (
 # digits, '_', '.', '-'. Nothing Slurm's parser reads as syntax (whitespace ends a value, '#' starts a comment,
 # '=' a new key, ',' ':' '&' '|' '[' ']' separate list items, GRES fields, feature operators and host ranges).
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+# node features as sites write them (slurm.conf(5) Features, e.g. "CPU_GEN:SKX"): a colon is allowed too
+_FEATURE_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 # Hostnames (nodes, controllers, slurmdbd): dot-separated RFC 1123 labels (1-63 letters, digits, hyphens, not
 # starting or ending with a hyphen), which is what slurmd's `hostname -s` and getaddrinfo() can give back.
 _IPV4_RE = re.compile(r"\d+(\.\d+){3}")
@@ -417,7 +419,8 @@ def _nic(ctx: _Ctx, raw: Any, path: str) -> NIC:
 def _group(ctx: _Ctx, raw: Any, path: str) -> NodeGroup:
     m = _mapping(
         ctx, raw, path,
-        {"name", "hosts", "cpu", "memory_mb", "reserve", "gpus", "nics", "features", "weight", "power"},
+        {"name", "hosts", "cpu", "memory_mb", "reserve", "gpus", "nics", "features", "weight", "power", "slurm",
+         "gres_conf"},
         {"name", "hosts", "cpu", "memory_mb"},
     )
     cpu = _cpu(ctx, m["cpu"], _join(path, "cpu"))
@@ -436,7 +439,7 @@ def _group(ctx: _Ctx, raw: Any, path: str) -> NodeGroup:
     gpus = _gpus(ctx, m["gpus"], _join(path, "gpus"), cpu) if m.get("gpus") is not None else None
     nics = tuple(_nic(ctx, n, _join(_join(path, "nics"), i)) for i, n in enumerate(_list(ctx, m.get("nics") or [], _join(path, "nics"))))
     feats = tuple(
-        _str(ctx, f, _join(_join(path, "features"), i), _NAME_RE)
+        _str(ctx, f, _join(_join(path, "features"), i), _FEATURE_RE)
         for i, f in enumerate(_list(ctx, m.get("features") or [], _join(path, "features")))
     )
     return NodeGroup(
@@ -450,7 +453,36 @@ def _group(ctx: _Ctx, raw: Any, path: str) -> NodeGroup:
         features=feats,
         weight=_int(ctx, m.get("weight", 1), _join(path, "weight"), 0),
         power=_power(ctx, m["power"], _join(path, "power")) if m.get("power") is not None else None,
+        slurm=_node_keys(ctx, m.get("slurm"), _join(path, "slurm")),
+        gres_conf=_records(ctx, m.get("gres_conf"), _join(path, "gres_conf")),
     )
+
+
+# NodeName keys a group's ``slurm:`` may not set: the name is the group's hosts
+_NODE_OWNED = frozenset({"nodename"})
+
+
+def _node_keys(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, str], ...]:
+    pairs = _kv_map(ctx, raw, path)
+    for k, _ in pairs:
+        if k.lower() in _NODE_OWNED:
+            raise ctx.err(_join(path, k), "the group's hosts are its NodeName: set hosts instead")
+    return pairs
+
+
+def _records(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """gres.conf records as given: a list of ``Key: Value`` mappings (NodeName comes from the group)."""
+    out = []
+    for i, r in enumerate(_list(ctx, raw or [], path)):
+        pairs = _kv_map(ctx, r, _join(path, i))
+        if not pairs:
+            raise ctx.err(_join(path, i), "an empty record")
+        for k, _ in pairs:
+            if k.lower() == "nodename":
+                raise ctx.err(_join(_join(path, i), k), "NodeName comes from where the record is (the group's hosts, "
+                                                        "or every node at the top level)")
+        out.append(pairs)
+    return tuple(out)
 
 
 def _power(ctx: _Ctx, raw: Any, path: str) -> Power:
@@ -491,15 +523,38 @@ _PARTITION_OWNED = {
 }
 
 
-def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup]) -> Partition:
+def _partition_nodes(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup], nodesets: set[str] | frozenset[str]) -> str:
+    """A partition's Nodes= as Slurm reads it (slurm.conf(5) PartitionName Nodes, 22.05 and 24.11: node names
+    as a hostlist, NodeSet names, or ALL): every name must be a node of some group or a NodeSet."""
+    text = _kv_value(ctx, raw, path)
+    if text.upper() == "ALL":
+        return text
+    try:
+        names = hostlist.expand(text)
+    except ValueError as exc:
+        raise ctx.err(path, f"invalid hostlist {text!r}: {exc}") from None
+    known = {h for g in groups.values() for h in g.hostnames}
+    for n in names:
+        if n not in known and n not in nodesets:
+            close = difflib.get_close_matches(n, sorted(nodesets) + sorted(known)[:2000], n=1)
+            raise ctx.err(path, f"{n!r} is neither a node of a group nor a NodeSet" +
+                          (f"; did you mean '{close[0]}'?" if close else ""))
+    return text
+
+
+def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup],
+               nodesets: set[str] | frozenset[str] = frozenset()) -> Partition:
     m = _mapping(
         ctx, raw, path,
-        {"name", "groups", "default", "max_time", "default_time", "priority_tier", "qos", "extra"},
-        {"name", "groups"},
+        {"name", "groups", "default", "max_time", "default_time", "priority_tier", "qos", "extra", "nodes"},
+        {"name"},
     )
-    gl = _list(ctx, m["groups"], _join(path, "groups"))
-    if not gl:
-        raise ctx.err(_join(path, "groups"), "a partition needs at least one node group")
+    nodes = _partition_nodes(ctx, m["nodes"], _join(path, "nodes"), groups, nodesets) if m.get("nodes") else ""
+    if nodes and m.get("groups"):
+        raise ctx.err(_join(path, "nodes"), "use either groups (whole node groups) or nodes (any hostlist), not both")
+    gl = _list(ctx, m.get("groups") or [], _join(path, "groups"))
+    if not gl and not nodes:
+        raise ctx.err(_join(path, "groups"), "a partition needs at least one node group (or nodes: a hostlist)")
     names = []
     for i, g in enumerate(gl):
         gp = _join(_join(path, "groups"), i)
@@ -533,10 +588,11 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup]) -> 
         priority_tier=_int(ctx, m["priority_tier"], _join(path, "priority_tier")) if m.get("priority_tier") is not None else None,
         qos=_str(ctx, m["qos"], _join(path, "qos"), _NAME_RE) if m.get("qos") else None,
         extra=extra,
+        nodes=nodes,
     )
 
 
-def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str]) -> Topology:
+def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bool = False) -> Topology:
     m = _mapping(ctx, raw, path, {"switches", "blocks", "block_sizes"})
     switches = []
     for i, s in enumerate(_list(ctx, m.get("switches") or [], _join(path, "switches"))):
@@ -580,7 +636,9 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str]) -> Topology
             if h in seen:
                 raise ctx.err(where, f"host {h!r} is in both {seen[h]!r} and {name!r}")
             seen[h] = name
-    if members:
+    if members and not adopted:
+        # (an adopted site keeps its topology as it is: Slurm allows nodes in no switch, topology/tree logs
+        # "switches lack access to N nodes" and schedules them apart; `conf validate` warns)
         # a node in no leaf switch / block cannot be placed with the rest (topology/tree: "switches lack access";
         # topology/block: "blocks lack access"): name the inventory key, not the generated file
         loose = sorted(known_hosts - set(seen))
@@ -603,7 +661,9 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str]) -> Topology
 
 # A value in slurm.conf/cgroup.conf: Slurm ends it at whitespace, starts a comment at '#', and reads the rest of
 # the line as more keys; a quote would change how it tokenizes. Refused here so nothing can inject a key.
-_VALUE_BAD_RE = re.compile(r"[\s#\"'\\]|[^\x21-\x7e]")
+# A value may hold spaces, '#' and backslashes (written in double quotes and escaped, as parse_config.c reads them
+# back: confparse.quote); a double quote cannot be written inside a quoted value, nor a control character at all
+_VALUE_BAD_RE = re.compile(r'["\x00-\x08\x0a-\x1f\x7f]|[^\x00-\x7e]')
 
 
 def _kv_value(ctx: _Ctx, v: Any, path: str) -> str:
@@ -616,8 +676,8 @@ def _kv_value(ctx: _Ctx, v: Any, path: str) -> str:
     text = str(v)
     bad = _VALUE_BAD_RE.search(text)
     if bad:
-        raise ctx.err(path, f"value {text!r} contains {bad.group()!r}; Slurm would read what follows as more keys "
-                            "or a comment (no whitespace, '#', quotes or non-ASCII)")
+        raise ctx.err(path, f"value {text!r} contains {bad.group()!r}; Slurm cannot read that back (no double "
+                            "quotes, control characters or non-ASCII)")
     return text
 
 
@@ -648,7 +708,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
          "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants", "rollout",
-         "defrag", "monitoring"},
+         "defrag", "monitoring", "adopted", "nodesets", "gres_conf"},
         {"cluster", "node_groups"},
     )
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
@@ -695,14 +755,16 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
                 raise ctx.err(f"node_groups[{i}].hosts", f"host {h!r} is already in group {owner[h]!r}")
             owner[h] = grp.name
         groups[grp.name] = grp
+    adopted = _bool(ctx, top.get("adopted", False), "adopted")
+    nodesets = _nodesets(ctx, top.get("nodesets"), "nodesets")
     parts = tuple(
-        _partition(ctx, p, f"partitions[{i}]", groups) for i, p in enumerate(_list(ctx, top.get("partitions") or [], "partitions"))
+        _partition(ctx, p, f"partitions[{i}]", groups, {n for n, _ in nodesets}) for i, p in enumerate(_list(ctx, top.get("partitions") or [], "partitions"))
     )
     if len({p.name for p in parts}) != len(parts):
         raise ctx.err("partitions", "duplicate partition names")
     if sum(p.default for p in parts) > 1:
         raise ctx.err("partitions", "more than one partition has default: true")
-    topo = _topology(ctx, top["topology"], "topology", set(owner)) if top.get("topology") is not None else Topology()
+    topo = _topology(ctx, top["topology"], "topology", set(owner), adopted) if top.get("topology") is not None else Topology()
     policy = Policy()
     if top.get("policy") is not None:
         pm = _mapping(ctx, top["policy"], "policy", {"fairshare", "preemption"})
@@ -789,6 +851,9 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         tenants=tenants,
         rollout=rollout,
         monitoring=monitoring,
+        adopted=adopted,
+        nodesets=nodesets,
+        gres_conf=_records(ctx, top.get("gres_conf"), "gres_conf"),
     )
 
 
@@ -821,6 +886,24 @@ def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitori
         quota_pending_for_s=_int(ctx, mm.get("quota_pending_for_s", d.quota_pending_for_s),
                                  "monitoring.quota_pending_for_s", 1),
     )
+
+
+def _nodesets(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """``nodesets: {name: {Nodes: hostlist}|{Feature: f}}``: NodeSet lines as the site has them (slurm.conf(5)
+    NodeSet, 22.05 and 24.11: Feature= or Nodes=)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ctx.err(path, "expected a mapping of NodeSet name: {Nodes: ..., Feature: ...}")
+    out = []
+    for name, keys in raw.items():
+        np_ = _join(path, str(name))
+        _str(ctx, name, np_, _NAME_RE)
+        pairs = _kv_map(ctx, keys, np_)
+        if not {k.lower() for k, _ in pairs} & {"nodes", "feature"}:
+            raise ctx.err(np_, "a NodeSet needs Nodes or Feature (slurm.conf(5) NodeSet)")
+        out.append((str(name), pairs))
+    return tuple(out)
 
 
 def _argv(ctx: _Ctx, value: Any, path: str) -> tuple[str, ...]:

@@ -32,3 +32,8 @@ YAMLError = yaml.YAMLError
 
 def load(source: str | IO[str]) -> Any:
     return yaml.load(source, Loader=Loader)  # noqa: S506 - Loader derives from the safe loader
+
+
+def dump(data: Any) -> str:
+    """YAML a person can edit and ``load`` reads back to the same values (block style, keys in order)."""
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1 << 16, allow_unicode=False)

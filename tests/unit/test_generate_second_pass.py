@@ -171,10 +171,10 @@ def group(**kw: object) -> list[dict]:
         (inv(accounting={"host": "db\nAuthType=auth/none"}), "accounting.host"),
         (inv(partitions=[{"name": "p#", "groups": ["a"]}]), "partitions[0].name"),
         (inv(partitions=[{"name": "p", "groups": ["a"], "qos": "normal PreemptMode=OFF"}]), "partitions[0].qos"),
-        (inv(partitions=[{"name": "p", "groups": ["a"], "extra": {"OverSubscribe": "NO # x"}}]), "partitions[0].extra.OverSubscribe"),
+        (inv(partitions=[{"name": "p", "groups": ["a"], "extra": {"OverSubscribe": 'NO "x'}}]), "partitions[0].extra.OverSubscribe"),
         (inv(cluster="t x"), "cluster"),
         (inv(slurm_conf={"SchedulerParameters": "bf_continue\nNodeName=evil"}), "slurm_conf.SchedulerParameters"),
-        (inv(cgroup_conf={"AllowedRAMSpace": "100 #"}), "cgroup_conf.AllowedRAMSpace"),
+        (inv(cgroup_conf={"AllowedRAMSpace": "100\x01"}), "cgroup_conf.AllowedRAMSpace"),
         (inv(topology={"switches": [{"name": "leaf one", "nodes": "n[1-4]"}]}), "topology.switches[0].name"),
         (inv(topology={"blocks": [{"name": "b$(id)", "nodes": "n[1-4]"}]}), "topology.blocks[0].name"),
     ],
@@ -515,7 +515,10 @@ def test_hostile_names_never_reach_a_generated_file(field: str, name: str) -> No
     # words of hooks.command are space-separated; a slurm_conf value is Slurm syntax, not a name or a shell word
     # ('=' ',' '*' '(' ... are legitimate in SchedulerParameters or a Prolog glob): what must never pass there is
     # whatever ends the value or the line (whitespace, '#', quotes, backslash, non-ASCII)
-    allowed_here = {" ", "="} if field == "command" else set("=$()`;|&<>*") if field == "slurm_conf" else set()
+    # (issue 19: a slurm_conf value may hold spaces, tabs, '#', quotes' and backslashes -- it is written quoted and
+    # escaped, and read back as one value: the parse below finds no other key)
+    allowed_here = ({" ", "="} if field == "command" else set("=$()`;|&<>* \t#'\\") if field == "slurm_conf"
+                    else set())
     assert not (DANGER - allowed_here) & set(name), (field, name)
     for fname, text in files.items():
         if fname.startswith("slurmkit-"):
@@ -538,8 +541,9 @@ def test_overlay_files_are_checked_like_the_inventory(tmp_path: Path) -> None:
     p.write_text("slurm_conf:\n  SlurmctldHost: [ctl-a, ctl-b]\n  SlurmdPort: 7000\n")
     f = gen(inv(controller={"hosts": ["head01"]}), overrides=load_overrides(str(p)))
     assert controllers(f["slurm.conf"]) == ["ctl-a", "ctl-b"]
-    for body, where in (('slurm_conf:\n  MailProg: "/bin/true #x"\n', "slurm_conf.MailProg"),
-                        ("node_params:\n  a: {NodeAddr: '10.0.0.1 Weight=0'}\n", "node_params.a.NodeAddr"),
+    # (a value with spaces or '#' is written quoted and escaped, issue 19; a double quote cannot be)
+    for body, where in (("slurm_conf:\n  MailProg: '/bin/true \"x'\n", "slurm_conf.MailProg"),
+                        ("node_params:\n  a: {NodeAddr: '10.0.0.1 \"Weight=0'}\n", "node_params.a.NodeAddr"),
                         ("cgroup_conf:\n  ConstrainCores: [yes, no]\n", "cgroup_conf.ConstrainCores"),
                         ("gres_file_prefix: 'lab dev'\n", "gres_file_prefix")):
         p.write_text(body)
@@ -671,3 +675,14 @@ def test_node_count_without_expanding_matches_the_hostlist_library(hosts: str) -
     from slurmkit.generate.slurmconf import _folded_count
 
     assert _folded_count(hostlist.canonical(hosts)) == hostlist.count(hosts)
+
+
+def test_values_with_spaces_and_hashes_are_written_quoted_and_read_back_identically() -> None:
+    # parse_config.c (22.05, 24.11): a value with whitespace only in double quotes; '#' starts a comment unless
+    # escaped (issue 19: InteractiveStepOptions, RebootProgram with arguments)
+    opts = "--interactive --pty --preserve-env --mpi=none $SHELL"
+    d = inv(slurm_conf={"InteractiveStepOptions": opts, "RebootProgram": "/sbin/reboot #now"})
+    files = gen(d)
+    conf = parse_slurm_conf(files["slurm.conf"])
+    assert conf.value("InteractiveStepOptions") == opts and conf.value("RebootProgram") == "/sbin/reboot #now"
+    assert f'InteractiveStepOptions="{opts}"' in files["slurm.conf"]

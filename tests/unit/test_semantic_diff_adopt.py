@@ -28,3 +28,38 @@ def test_equivalent_geometry_is_no_change() -> None:
         assert semantic_diff(conf(geo=geo), conf(), "22.05") == [], geo
     changed = semantic_diff(conf(geo="Sockets=2 CoresPerSocket=4 ThreadsPerCore=2"), conf(), "22.05")
     assert changed and all(c.action == "drain" for c in changed)
+
+
+def test_unset_key_is_the_release_default_and_lists_are_sets() -> None:
+    # read_config.h DEFAULT_MIN_JOB_AGE 300, DEFAULT_SLURMD_TIMEOUT 300, DEFAULT_SWITCH_TYPE "switch/none" (22.05);
+    # DEFAULT_TREE_WIDTH 50 at slurm-22-05-8-1, 16 at slurm-24-11-5-1
+    explicit = conf()
+    explicit["slurm.conf"] += "MinJobAge=300\nSlurmdTimeout=300\nSwitchType=switch/none\nTreeWidth=16\n"
+    assert [c.subject for c in semantic_diff(conf(), explicit, "22.05")] == ["TreeWidth"]
+    assert semantic_diff(conf(), explicit, "24.11") == []
+    a, b = conf(), conf()
+    a["slurm.conf"] += "TaskPlugin=task/affinity,task/cgroup\nPrologFlags=Alloc,Contain\n"
+    b["slurm.conf"] += "TaskPlugin=task/cgroup,task/affinity\nPrologFlags=contain,alloc\n"
+    assert semantic_diff(a, b, "24.11") == []
+    b["slurm.conf"] = b["slurm.conf"].replace("PrologFlags=contain,alloc", "PrologFlags=Alloc")
+    assert [c.subject for c in semantic_diff(a, b, "24.11")] == ["PrologFlags"]
+
+
+def test_partition_keys_in_any_order_and_at_their_defaults() -> None:
+    a, b = conf(), conf()
+    b["slurm.conf"] = b["slurm.conf"].replace("PartitionName=p Nodes=n[1-4]",
+                                              "PartitionName=p State=UP MaxTime=INFINITE Default=no Nodes=n[1-4]")
+    assert semantic_diff(a, b, "22.05") == []
+    b["slurm.conf"] = b["slurm.conf"].replace("Default=no", "Default=YES")
+    assert [c.subject for c in semantic_diff(a, b, "22.05")] == ["PartitionName=p"]
+
+
+def test_gres_file_range_equals_per_device_lines_and_a_cores_change_is_named() -> None:
+    a, b = conf(), conf()
+    a["gres.conf"] = "NodeName=n[1-4] Name=gpu Type=h100 File=/dev/nvidia[0-1] Cores=0-7\n"
+    b["gres.conf"] = ("NodeName=n[1-4] Name=gpu Type=h100 File=/dev/nvidia0 Cores=0-7\n"
+                      "NodeName=n[1-4] Name=gpu Type=h100 File=/dev/nvidia1 Cores=0-7\n")
+    assert semantic_diff(a, b, "24.11") == []
+    b["gres.conf"] = b["gres.conf"].replace("nvidia1 Cores=0-7", "nvidia1 Cores=8-15")
+    (change,) = semantic_diff(a, b, "24.11")
+    assert change.old.startswith("Cores= ") and "file=/dev/nvidia1" in change.old and "cores=8-15" in change.new

@@ -1,0 +1,165 @@
+"""`slurmkit conf import` and the round trip "adopt as is" (issue 19, items 1-4): the inventory imported from a config
+directory generates files that `conf diff --exit-code` calls identical to the originals (exit 0, empty plan), for
+every configuration of the corpus and every preset's generated files, on 22.05 and 24.11 targets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmkit.adopt.importer import import_site
+from slurmkit.generate.rollout import semantic_diff
+from slurmkit.generate.slurmconf import generate
+from slurmkit.model import yamlio
+from slurmkit.model.load import load_cluster_text
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "data" / "realconf"
+PRESETS = sorted(p.stem for p in (ROOT / "examples").glob("*.yaml"))
+RELEASES = ("22.05", "24.11")
+
+
+def sk(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slurmkit.cli.main", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+
+
+def roundtrip(files: dict[str, str], version: str) -> list:
+    res = import_site(files, version)
+    assert res.lost == []
+    cluster = load_cluster_text(yamlio.dump(res.inventory))
+    return semantic_diff(files, generate(cluster, version=version), version)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.iterdir() if p.is_dir()))
+@pytest.mark.parametrize("release", RELEASES)
+def test_corpus_imports_and_round_trips_with_an_empty_plan(tmp_path: Path, name: str, release: str) -> None:
+    site = tmp_path / "site.yaml"
+    imp = sk("conf", "import", str(CORPUS / name), "-o", str(site), "--slurm-version", release)
+    assert imp.returncode == 0, imp.stderr
+    diff = sk("conf", "diff", str(site), "--against", str(CORPUS / name), "--exit-code")
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    assert "nothing to do" in diff.stdout
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_preset_round_trips(tmp_path: Path, preset: str, release: str) -> None:
+    out = tmp_path / "etc"
+    gen = sk("conf", "generate", f"examples/{preset}.yaml", "-o", str(out), "--conf-dir", str(out), "--slurm-version",
+             release, "--no-real-parse")
+    if gen.returncode == 2 and "needs Slurm >= 23.11" in gen.stderr:
+        pytest.skip(f"{preset} cannot be generated for {release}: {gen.stderr.strip()}")
+    assert gen.returncode == 0, gen.stderr
+    site = tmp_path / "site.yaml"
+    imp = sk("conf", "import", str(out), "-o", str(site), "--slurm-version", release)
+    diff = sk("conf", "diff", str(site), "--against", str(out), "--exit-code")
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    if preset == "mixed-pcie":
+        # MIG slices and several GPU types on one node are carried as written, not modelled: its submit_policy
+        # (job_submit.lua) would see those nodes as CPU-only, so the import names them and exits 1
+        assert imp.returncode == 1 and "submit_policy would treat these nodes as CPU-only" in imp.stderr
+    else:
+        assert imp.returncode == 0, imp.stderr
+
+
+SITE = """\
+ClusterName = Alpha
+ControlMachine = head1
+BackupController = head2
+StateSaveLocation=/shared/state
+SlurmctldPort=6817-6818
+TaskPlugin=task/cgroup,task/affinity
+InteractiveStepOptions="--interactive --pty --preserve-env --mpi=none $SHELL"
+Include nodes.conf
+PartitionName=DEFAULT MaxTime=1-00:00:00 State=UP
+PartitionName=gpu Nodes=gpu[01-04],cpu01 Default=YES
+PartitionName=all Nodes=ALL Hidden=YES
+"""
+NODES = """\
+NodeName=DEFAULT Sockets=2 CoresPerSocket=16 ThreadsPerCore=2 RealMemory=256000
+NodeName=gpu[01-02] Gres=gpu:a100:4 Features=CPU_GEN:SKX,ib Weight=10 TmpDisk=100000
+NodeName=gpu[03-04] Gres=gpu:a100:4 Features=CPU_GEN:SKX,ib Weight=10 TmpDisk=100000
+NodeName=cpu01 Boards=1 SocketsPerBoard=2 NodeAddr=10.0.0.9 Port=17000
+"""
+GRES = """\
+AutoDetect=nvml
+NodeName=gpu[01-04] Name=gpu Type=a100 File=/dev/nvidia[0-1] Cores=0-15
+NodeName=gpu[01-04] Name=gpu Type=a100 File=/dev/nvidia[2-3] Cores=16-31
+"""
+
+
+def test_import_infers_groups_models_what_it_can_and_carries_the_rest() -> None:
+    files = {"slurm.conf": SITE, "nodes.conf": NODES, "gres.conf": GRES}
+    res = import_site(files, "24.11")
+    inv = res.inventory
+    assert res.lost == []
+    assert inv["cluster"] == "alpha" and inv["adopted"] is True
+    assert inv["controller"] == {"hosts": ["head1", "head2"], "port": 6817, "state_dir": "/shared/state"}
+    assert inv["slurm_conf"]["SlurmctldPort"] == "6817-6818"
+    assert inv["slurm_conf"]["InteractiveStepOptions"] == "--interactive --pty --preserve-env --mpi=none $SHELL"
+    gpu, cpu = inv["node_groups"]
+    # two identical lines are one group; the GPU model holds the typed File= records with their Cores=
+    assert gpu["hosts"] == "gpu[01-04]" and gpu["features"] == ["CPU_GEN:SKX", "ib"] and gpu["weight"] == 10
+    assert gpu["gpus"] == {"type": "a100", "count": 4, "files": "/dev/nvidia[0-3]",
+                           "cores": ["0-15", "0-15", "16-31", "16-31"]}
+    assert gpu["slurm"] == {"TmpDisk": "100000"}
+    assert cpu["slurm"] == {"NodeAddr": "10.0.0.9", "Port": "17000"}
+    assert inv["gres_conf"] == [{"AutoDetect": "nvml"}]
+    assert inv["partitions"][0] == {"name": "gpu", "nodes": "gpu[01-04],cpu01", "default": True, "max_time": "1-00:00:00",
+                                    "extra": {"State": "UP"}}
+    assert inv["partitions"][1]["nodes"] == "ALL"
+    for release in RELEASES:
+        cluster = load_cluster_text(yamlio.dump(inv))
+        assert semantic_diff(files, generate(cluster, version=release), release) == [], release
+
+
+def test_what_cannot_be_carried_is_named_with_file_and_line() -> None:
+    files = {"slurm.conf": "ClusterName=c\nSlurmctldHost=h\nNodeName=n1 CPUs=2\nDownNodes=n1 Reason=x\n"
+                           "PartitionName=p Nodes=n1\n",
+             "gres.conf": "NodeName=n9 Name=gpu File=/dev/nvidia0\n"}
+    res = import_site(files, "22.05")
+    assert any(line.startswith("slurm.conf:4: DownNodes=n1") for line in res.lost), res.lost
+    assert any(line.startswith("gres.conf:1: gres.conf names n9") for line in res.lost), res.lost
+
+
+def test_cli_import_exit_1_when_something_is_lost_and_diff_exit_codes(tmp_path: Path) -> None:
+    d = tmp_path / "etc"
+    d.mkdir()
+    (d / "slurm.conf").write_text("ClusterName=c\nSlurmctldHost=h\nNodeName=n[1-2] CPUs=2\nDownNodes=n1\n"
+                                  "PartitionName=p Nodes=n[1-2]\n")
+    site = tmp_path / "site.yaml"
+    r = sk("conf", "import", str(d), "-o", str(site))
+    assert r.returncode == 1 and "not carried: slurm.conf:4: DownNodes=n1" in r.stderr and site.is_file()
+    assert sk("conf", "diff", str(site), "--against", str(d), "--exit-code").returncode == 0
+    site.write_text(site.read_text().replace("memory_mb: 1", "memory_mb: 2000"))
+    changed = sk("conf", "diff", str(site), "--against", str(d), "--exit-code")
+    assert changed.returncode == 1 and "geometry: real_memory=1 -> real_memory=2000" in changed.stdout
+    assert sk("conf", "diff", str(site), "--against", str(d)).returncode == 0  # without --exit-code: 0
+    site.write_text("cluster: c\nnode_groups: 3\n")
+    bad = sk("conf", "diff", str(site), "--against", str(d), "--exit-code")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_readme_adopting_section_runs_exactly(tmp_path: Path) -> None:
+    """The three commands of README "Adopting an existing cluster", run as written (their /etc/slurm is a copy of
+    Slurm's own example configuration, site.yaml lands in a temporary directory)."""
+    import re
+    import shutil
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Adopting an existing cluster"):]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None
+    lines = [ln for ln in block.group(1).splitlines() if ln.strip()]
+    assert [ln.split()[:3] for ln in lines] == [["slurmkit", "conf", "import"], ["slurmkit", "conf", "diff"],
+                                                ["slurmkit", "conf", "validate"]]
+    etc = tmp_path / "etc-slurm"
+    shutil.copytree(CORPUS / "schedmd-example", etc)
+    for line in lines:
+        argv = line.replace("/etc/slurm", str(etc)).replace("site.yaml", str(tmp_path / "site.yaml")).split()[1:]
+        r = sk(*argv)
+        assert r.returncode == 0, (line, r.stdout, r.stderr)
