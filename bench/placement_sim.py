@@ -39,8 +39,19 @@ extra leaves beyond ceil(size/32); mean wait of jobs >= 32 nodes; GPU utilisatio
 un-penalised speed) over the arrival window. The first 20% of jobs (the cluster filling up from empty)
 are left out of every metric.
 
+Defragmentation (``--defrag``, issue 26): jobs of exactly one leaf (32 nodes) must run inside one leaf
+(gpusub --topology strict); the head of the queue, when it is such a job, holds the leaf that drains first
+(backfill keeps off it unless it ends before). Each policy runs without and with ``defrag watch`` (class Defrag:
+the same rules -- minimum wait, moves per hour and per blocked job, moved jobs protected, only checkpointing jobs,
+moved jobs must fit elsewhere now -- and the cost model of slurmkit.defrag.plan; ``--check N`` runs the real
+planner on the first N passes and stops if its cost differs). A move loses the work since the job's last periodic
+checkpoint (``--ckpt``) plus ``--restart``; the moved job restarts at once elsewhere. Metrics: waits of leaf jobs,
+all jobs' mean wait, utilisation, goodput (less the lost work), moves, GPU-hours lost / all jobs' GPU-hours.
+
 Usage: python bench/placement_sim.py [--sizes 512,2048,8192,16384] [--jobs N] [--load 0.9]
        [--span-penalty 0.0] [--seed 1] [--policies ours,slurm-tree,slurm-none,first-fit,random]
+       [--defrag [--min-wait 600] [--moves-per-hour 32] [--moves-per-job 16] [--protect-h 6] [--ckpt 1800]
+        [--restart 120] [--movable 1.0] [--movable-max 31] [--check 20]]
 """
 
 from __future__ import annotations
@@ -59,7 +70,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from placement_common import NODES_PER_LEAF, fat_tree  # noqa: E402
+from placement_common import GPUS_PER_NODE, NODES_PER_LEAF, fat_tree  # noqa: E402
 
 from slurmkit.placement import PlacementTopology, plan  # noqa: E402
 
@@ -240,61 +251,246 @@ class Result:
     util: float
     goodput: float
     seconds: float
+    moves: int = 0
+    lost_gpu_s: float = 0.0  # GPU-seconds lost to moves (work since the last checkpoint + restart), all jobs
+    work_gpu_s: float = 0.0  # GPU-seconds of the jobs' own work, all jobs
+    checked: int = 0  # defrag passes cross-checked against slurmkit.defrag.plan
+    why: dict[str, int] = field(default_factory=dict)  # leaves a pass found no plan on, by reason
 
 
-def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str, penalty: float, seed: int) -> Result:
+@dataclass(frozen=True)
+class Defrag:
+    """``slurmkit defrag watch`` in the simulator: for the oldest leaf job that has waited ``min_wait_s`` and cannot
+    start, free the leaf whose jobs cost least to move (GPU-seconds since each one's last checkpoint plus its
+    restart), if every job on it checkpoints, none was moved in the last ``protect_s``, the moved jobs fit elsewhere
+    now, the plan moves at most ``per_job`` jobs and the last hour's moves stay within ``per_hour``; then the moved
+    jobs restart elsewhere and the leaf job starts on the freed leaf (the reservation of ``defrag run``)."""
+
+    min_wait_s: float = 600.0
+    per_hour: int = 32
+    per_job: int = 16
+    protect_s: float = 6 * 3600.0
+    ckpt_s: float = 1800.0  # periodic checkpoint interval: a move loses the work since the last one
+    restart_s: float = 120.0  # requeue, scheduling, loading the checkpoint
+    movable: float = 1.0  # share of the jobs that checkpoint (the rest are never moved)
+    movable_max: int = NODES_PER_LEAF - 1  # jobs larger than this are never moved (leaf jobs themselves never)
+    check: int = 0  # cross-check the first N plans against slurmkit.defrag.plan.plan_defrag
+
+
+def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str, penalty: float, seed: int,
+             strict_leaf: bool = False, defrag: Defrag | None = None) -> Result:
+    """``strict_leaf``: a job of exactly one leaf's size must run inside one leaf (gpusub --topology strict,
+    ``--switches=1``); it waits until a whole leaf is free. Other jobs take any free nodes."""
     t_wall = time.perf_counter()
     jobs = [Job(j.jid, j.size, j.arrival, j.duration) for j in trace]
     rng = random.Random(seed)
+    mrng = random.Random(seed + 7)
+    movable = {j.jid for j in jobs
+               if defrag is not None and j.size <= defrag.movable_max and j.size != NODES_PER_LEAF
+               and mrng.random() < defrag.movable}
     pick = PICK[policy]
     st = State(topo, nodes)
-    events: list[tuple[float, int, int]] = [(j.arrival, 1, j.jid) for j in jobs]  # kind 0 = end, 1 = arrival
+    nleaves = nodes // NODES_PER_LEAF
+    leaf_jobs: list[set[int]] = [set() for _ in range(nleaves)]
+    events: list[tuple[float, int, int]] = [(j.arrival, 1, j.jid) for j in jobs]  # kind 0 end, 1 arrival, 2 tick
     heapq.heapify(events)
     queue: list[Job] = []
-    running: dict[int, tuple[float, int, list[int], float]] = {}  # jid -> (end, size, ids, useful share)
+    # jid -> (end, size, ids, useful share, attempt start)
+    running: dict[int, tuple[float, int, list[int], float, float]] = {}
     w0, w1 = jobs[int(len(jobs) * WARMUP)].arrival, jobs[-1].arrival
     busy_nodes = 0
     useful_nodes = 0.0
     busy_int = useful_int = 0.0
+    lost_in_window = 0.0
     last = 0.0
+    moved_at: dict[int, float] = {}
+    move_times: list[float] = []
+    stats = {"moves": 0, "lost": 0.0, "checked": 0}
+    why: dict[str, int] = {}  # per leaf, why a pass could not free it (the README's explanation)
 
-    def start(job: Job, now: float) -> None:
+    def leaf_job(job: Job) -> bool:
+        return strict_leaf and job.size == NODES_PER_LEAF
+
+    def whole_free(hidden: int) -> int:
+        return next((i for i in range(nleaves) if i != hidden and len(st.free[i]) == NODES_PER_LEAF), -1)
+
+    def fits(job: Job, hidden: int = -1) -> bool:
+        if leaf_job(job):
+            return whole_free(hidden) >= 0
+        return job.size <= st.nfree - (len(st.free[hidden]) if hidden >= 0 else 0)
+
+    def place(job: Job, hidden: int) -> list[int]:
+        if leaf_job(job):
+            return list(st.free[whole_free(hidden)])
+        if hidden < 0:
+            return pick(st, job.size, rng)
+        kept = st.free[hidden]
+        st.free[hidden] = []
+        st.nfree -= len(kept)
+        for i in kept:
+            st.busy[i] = 1
+        try:
+            return pick(st, job.size, rng)
+        finally:
+            for i in kept:
+                st.busy[i] = 0
+            st.free[hidden] = kept
+            st.nfree += len(kept)
+
+    def run(job: Job, now: float, ids: list[int], remaining: float, first: bool) -> None:
         nonlocal busy_nodes, useful_nodes
-        ids = pick(st, job.size, rng)
         st.take(ids)
-        job.leaves = len({i // NODES_PER_LEAF for i in ids})
-        slow = 1.0 + (penalty if job.leaves > -(-job.size // NODES_PER_LEAF) else 0.0)
-        job.start = now
-        job.end = now + job.duration * slow
-        running[job.jid] = (job.end, job.size, ids, 1.0 / slow)
+        leaves = {i // NODES_PER_LEAF for i in ids}
+        for leaf in leaves:
+            leaf_jobs[leaf].add(job.jid)
+        slow = 1.0 + (penalty if len(leaves) > -(-job.size // NODES_PER_LEAF) else 0.0)
+        if first:
+            job.leaves = len(leaves)
+            job.start = now
+        job.end = now + remaining * slow
+        running[job.jid] = (job.end, job.size, ids, 1.0 / slow, now)
         busy_nodes += job.size
         useful_nodes += job.size / slow
         heapq.heappush(events, (job.end, 0, job.jid))
 
+    def stop(jid: int) -> tuple[float, int, list[int], float, float]:
+        nonlocal busy_nodes, useful_nodes
+        r = running.pop(jid)
+        st.give(r[2])
+        for leaf in {i // NODES_PER_LEAF for i in r[2]}:
+            leaf_jobs[leaf].discard(jid)
+        busy_nodes -= r[1]
+        useful_nodes -= r[1] * r[3]
+        return r
+
+    def start(job: Job, now: float, hidden: int = -1) -> None:
+        run(job, now, place(job, hidden), job.duration, first=True)
+
     def schedule(now: float) -> None:
-        while queue and queue[0].size <= st.nfree:
+        while queue and fits(queue[0]):
             start(queue.pop(0), now)
         if len(queue) < 2 or min(j.size for j in queue[1 : BACKFILL_DEPTH + 1]) > st.nfree:
             return
         head = queue[0]
-        avail = st.nfree
-        shadow, extra = math.inf, 0
-        for end, size, _, _ in sorted(running.values(), key=lambda r: r[0]):
-            avail += size
-            if avail >= head.size:
-                shadow, extra = end, avail - head.size
-                break
+        hidden = -1
+        if leaf_job(head):  # it waits for the leaf that drains first; others may use that leaf until then
+            drain = [(max((running[j][0] for j in leaf_jobs[i]), default=now), i) for i in range(nleaves)]
+            shadow, hidden = min(drain)
+            extra = 0
+        else:
+            avail = st.nfree
+            shadow, extra = math.inf, 0
+            for end, size, _, _, _ in sorted(running.values(), key=lambda r: r[0]):
+                avail += size
+                if avail >= head.size:
+                    shadow, extra = end, avail - head.size
+                    break
         k = 1
         while k < len(queue) and k <= BACKFILL_DEPTH:
             job = queue[k]
-            if job.size <= st.nfree:
+            if fits(job):
                 ends_before = now + job.duration <= shadow
-                if ends_before or job.size <= extra:
-                    if not ends_before:
-                        extra -= job.size
+                if ends_before:
+                    start(queue.pop(k), now)
+                    continue
+                if hidden >= 0 and fits(job, hidden):
+                    start(queue.pop(k), now, hidden)
+                    continue
+                if hidden < 0 and job.size <= extra:
+                    extra -= job.size
                     start(queue.pop(k), now)
                     continue
             k += 1
+
+    def lost_of(jid: int, now: float) -> float:
+        assert defrag is not None
+        since = now - running[jid][4]
+        return since % defrag.ckpt_s  # the work since the last periodic checkpoint of this attempt
+
+    def defrag_pass(now: float) -> None:
+        nonlocal lost_in_window
+        assert defrag is not None
+        while move_times and move_times[0] <= now - 3600:
+            move_times.pop(0)
+        budget = min(defrag.per_job, defrag.per_hour - len(move_times))
+        if budget <= 0:
+            if move_times:
+                heapq.heappush(events, (move_times[0] + 3600, 2, -1))
+            return
+        job = next((j for j in queue if leaf_job(j) and now - j.arrival >= defrag.min_wait_s), None)
+        if job is None or fits(job):
+            return
+        best = None
+        free_outside_total = st.nfree
+        seen: list[str] = []
+        for leaf in range(nleaves):
+            js = leaf_jobs[leaf]
+            if not js or len(js) > budget:
+                seen.append("more jobs than the move caps")
+                continue
+            if any(j not in movable for j in js):
+                seen.append("a job that cannot move (no checkpoint, or a leaf or more)")
+                continue
+            if any(now - moved_at.get(j, -math.inf) < defrag.protect_s for j in js):
+                seen.append("a job moved in the last protect hours")
+                continue
+            need = sum(running[j][1] for j in js)
+            back = sum(1 for j in js for i in running[j][2] if i // NODES_PER_LEAF != leaf)
+            if need > free_outside_total - len(st.free[leaf]) + back:
+                seen.append("no room elsewhere for the moved jobs")
+                continue  # the moved jobs would have nowhere to go now
+            seen.append("movable")
+            cost = sum(running[j][1] * GPUS_PER_NODE * (lost_of(j, now) + defrag.restart_s) for j in js)
+            key = (cost, len(js), leaf)
+            if best is None or key < best[0]:
+                best = (key, leaf)
+        if stats["checked"] < defrag.check:
+            check_plan(now, job, best, budget)
+        if best is None:
+            for w in set(seen):
+                why[w] = why.get(w, 0) + seen.count(w)
+            return
+        leaf = best[1]
+        moved = sorted(leaf_jobs[leaf])
+        rest = []
+        for j in moved:
+            lost = lost_of(j, now)
+            end, size, _ids, _share, _t = stop(j)
+            rest.append((j, size, end - now, lost))
+        for j, size, remaining, lost in rest:
+            ids = place(Job(j, size, 0.0, 0.0), leaf)
+            run(jobs[j], now, ids, remaining + lost + defrag.restart_s, first=False)
+            moved_at[j] = now
+            move_times.append(now)
+            stats["moves"] += 1
+            g = size * GPUS_PER_NODE * (lost + defrag.restart_s)
+            stats["lost"] += g
+            if w0 <= now <= w1:
+                lost_in_window += g
+        queue.remove(job)
+        run(job, now, list(st.free[leaf]), job.duration, first=True)
+
+    def check_plan(now: float, job: Job, best: tuple[tuple[float, int, int], int] | None, budget: int) -> None:
+        """The simulator's leaf choice equals slurmkit.defrag.plan's on the same state and cost model."""
+        from slurmkit.defrag.plan import RunningJob, Target, plan_defrag
+        from slurmkit.placement.engine import NodeState
+
+        assert defrag is not None
+        stats["checked"] += 1
+        names = [n for leaf in topo.leaf_nodes for n in leaf]
+        rjobs = [RunningJob(str(j), {names[i]: GPUS_PER_NODE for i in r[2]},
+                            movable=j in movable and now - moved_at.get(j, -math.inf) >= defrag.protect_s,
+                            cost=r[1] * GPUS_PER_NODE * (lost_of(j, now) + defrag.restart_s))
+                 for j, r in running.items()]
+        states = {n: NodeState(n, "allocated" if st.busy[i] else "idle", 0 if st.busy[i] else GPUS_PER_NODE,
+                               GPUS_PER_NODE) for i, n in enumerate(names)}
+        v = plan_defrag(topo, states, rjobs, Target(NODES_PER_LEAF, GPUS_PER_NODE))
+        p = v.plan
+        if p is not None and len(p.moves) > budget:
+            return  # over the move cap: the simulator skips such leaves, the planner does not know the cap
+        ok = (p is None and best is None) or (p is not None and best is not None and abs(p.cost - best[0][0]) < 1e-6 * max(1.0, p.cost))
+        if not ok:
+            raise SystemExit(f"defrag check failed at t={now:.0f}: planner {p}, simulator {best}")
 
     while events:
         now = events[0][0]
@@ -306,16 +502,21 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
         while events and events[0][0] == now:
             _, kind, jid = heapq.heappop(events)
             if kind == 0:
-                _, size, ids, share = running.pop(jid)
-                st.give(ids)
-                busy_nodes -= size
-                useful_nodes -= size * share
-            else:
+                if jid in running and running[jid][0] == now:
+                    stop(jid)
+            elif kind == 1:
                 queue.append(jobs[jid])
+                if defrag is not None and leaf_job(jobs[jid]):
+                    heapq.heappush(events, (now + defrag.min_wait_s, 2, jid))
         schedule(now)
+        if defrag is not None and queue:
+            defrag_pass(now)
     span = (w1 - w0) * nodes
     measured = jobs[int(len(jobs) * WARMUP):]
-    return Result(policy, measured, busy_int / span, useful_int / span, time.perf_counter() - t_wall)
+    name = policy + ("+defrag" if defrag is not None else "")
+    work = sum(j.size * GPUS_PER_NODE * j.duration for j in jobs)
+    return Result(name, measured, busy_int / span, useful_int / span - lost_in_window / GPUS_PER_NODE / span,
+                  time.perf_counter() - t_wall, stats["moves"], stats["lost"], work, stats["checked"], why)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -350,6 +551,24 @@ def report(nodes: int, results: list[Result]) -> list[str]:
     return lines
 
 
+def report_defrag(nodes: int, results: list[Result]) -> list[str]:
+    lines = [
+        "| nodes | policy | leaf jobs | leaf-job wait mean h | p95 h | all jobs wait mean h | GPU util | goodput "
+        "| moves | GPU-h lost to moves | sim s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        leaf = [j.start - j.arrival for j in r.jobs if j.size == NODES_PER_LEAF]
+        allw = [j.start - j.arrival for j in r.jobs]
+        lost = f"{r.lost_gpu_s / r.work_gpu_s:.2%}" if r.moves else "-"
+        lines.append(
+            f"| {nodes} | {r.policy} | {len(leaf)} | {sum(leaf) / len(leaf) / 3600:.2f} | {pct(leaf, 0.95) / 3600:.2f} "
+            f"| {sum(allw) / len(allw) / 3600:.2f} | {r.util:.1%} | {r.goodput:.1%} | {r.moves} | {lost} "
+            f"| {r.seconds:.1f} |"
+        )
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="512,2048,8192,16384", help="cluster sizes in nodes, comma-separated")
@@ -358,6 +577,19 @@ def main() -> None:
     ap.add_argument("--span-penalty", type=float, default=0.0, help="runtime increase of a job on more leaves than needed")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--defrag", action="store_true",
+                    help="leaf-sized jobs must run in one leaf; each policy without and with defrag watch")
+    ap.add_argument("--min-wait", type=float, default=Defrag.min_wait_s, help="defrag: seconds a leaf job waits first")
+    ap.add_argument("--moves-per-hour", type=int, default=Defrag.per_hour)
+    ap.add_argument("--moves-per-job", type=int, default=Defrag.per_job)
+    ap.add_argument("--protect-h", type=float, default=Defrag.protect_s / 3600)
+    ap.add_argument("--ckpt", type=float, default=Defrag.ckpt_s, help="defrag: checkpoint interval, seconds")
+    ap.add_argument("--restart", type=float, default=Defrag.restart_s, help="defrag: restart time of a moved job, s")
+    ap.add_argument("--movable", type=float, default=Defrag.movable,
+                    help="defrag: share of the jobs smaller than a leaf that checkpoint")
+    ap.add_argument("--movable-max", type=int, default=Defrag.movable_max,
+                    help="defrag: jobs of more nodes than this are never moved")
+    ap.add_argument("--check", type=int, default=20, help="defrag: cross-check this many plans with slurmkit's planner")
     args = ap.parse_args()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for p in policies:
@@ -371,8 +603,24 @@ def main() -> None:
         jobs = args.jobs or max(10000, 3 * nodes)
         trace = make_trace(nodes, jobs, args.load, random.Random(args.seed * 1_000_003 + nodes))
         topo = fat_tree(nodes)
-        results = [simulate(topo, nodes, trace, p, args.span_penalty, args.seed) for p in policies]
-        lines = report(nodes, results)
+        if args.defrag:
+            d = Defrag(args.min_wait, args.moves_per_hour, args.moves_per_job, args.protect_h * 3600, args.ckpt,
+                       args.restart, args.movable, args.movable_max, args.check)
+            results = [simulate(topo, nodes, trace, p, args.span_penalty, args.seed, strict_leaf=True, defrag=dd)
+                       for p in policies for dd in (None, d)]
+            lines = report_defrag(nodes, results)
+            for r in results:
+                if r.why:
+                    total = sum(r.why.values())
+                    print(f"{nodes} {r.policy}: leaves not freed in passes without a plan: " + ", ".join(
+                        f"{k} {v / total:.0%}" for k, v in sorted(r.why.items(), key=lambda kv: -kv[1])),
+                        file=sys.stderr)
+            checked = sum(r.checked for r in results)
+            if checked:
+                print(f"({checked} defrag plans at {nodes} nodes equal slurmkit.defrag.plan's)", file=sys.stderr)
+        else:
+            results = [simulate(topo, nodes, trace, p, args.span_penalty, args.seed) for p in policies]
+            lines = report(nodes, results)
         print("\n".join(lines if not header_done else lines[2:]), flush=True)
         header_done = True
 

@@ -152,3 +152,114 @@ def run_cmd(for_job: str, inventory: str | None, timeout: int, dry_run: bool) ->
     nodes = carry_out(verdict.plan, for_job, user, gpusub_jobs, backend,
                       log=lambda m: click.echo(f"defrag: {m}"), timeout=timeout)
     click.echo(f"job {for_job} started on {nodes}")
+
+
+def _state_default() -> str:
+    return os.path.join(os.environ.get("SLURMKIT_STATE_DIR") or "/var/lib/slurmkit", "defrag-watch.json")
+
+
+@defrag.command("watch")
+@click.option("--once", is_flag=True, help="One pass, then exit (1 when its action was rolled back).")
+@click.option("--interval", type=click.IntRange(5), default=60, show_default=True, help="Seconds between passes.")
+@click.option("--inventory", default=None, help="Site inventory (topology, defrag policy) [the site's].")
+@click.option("--state-file", default=None, help="Rate limits and counters [$SLURMKIT_STATE_DIR or "
+              "/var/lib/slurmkit, defrag-watch.json].")
+@click.option("--metrics-dir", default=None, help="Write slurmkit_defrag.prom here each pass (Prometheus textfile).")
+@click.option("--timeout", type=click.IntRange(1), default=300, show_default=True,
+              help="Seconds to wait for an unblocked job to start after the moves.")
+@click.option("--dry-run", is_flag=True, help="Say what each pass would do; change nothing.")
+@click.option("--print-unit", is_flag=True, help="Print the systemd unit that runs this service with these options.")
+def watch_cmd(once: bool, interval: int, inventory: str | None, state_file: str | None, metrics_dir: str | None,
+              timeout: int, dry_run: bool, print_unit: bool) -> None:
+    """The policy service: each pass acts for the longest-blocked job the inventory's defrag: policy allows
+    (partitions, QOS, min_wait_s, max_moves_per_hour, max_moves_per_job, protect_h, quiet_hours), with the safety
+    of `defrag run`. One line per pass and per action."""
+    import signal
+    import time
+
+    from slurmkit.defrag.watch import run_pass
+
+    if print_unit:
+        click.echo(_unit(once, interval, inventory, state_file, metrics_dir, timeout), nl=False)
+        return
+    policy, inventory = _policy(inventory)
+    state_path = state_file or _state_default()
+
+    def term(_sig: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # carry_out's finally removes the reservation before the process exits
+
+    signal.signal(signal.SIGTERM, term)
+    from slurmkit.backend.cli import CLIBackend
+    from slurmkit.errors import SlurmkitError
+
+    backend = CLIBackend()
+
+    def snapshot():  # type: ignore[no-untyped-def]
+        from slurmkit.cli.report import _topology
+        from slurmkit.defrag.watch import Snapshot
+        from slurmkit.placement.state import node_states
+
+        details = backend.job_details()
+        states = node_states(backend.nodes())
+        topo, _source = _topology(backend, inventory, states.keys())
+        return Snapshot(details, states, topo, backend.partitions())
+
+    def say(m: str) -> None:
+        click.echo(f"defrag watch: {m}")
+
+    try:
+        while True:
+            try:
+                ok = run_pass(snapshot, backend, policy, state_path, metrics_dir, say, timeout=timeout,
+                              dry_run=dry_run)
+            except SlurmkitError as exc:
+                if once:
+                    raise
+                say(f"pass failed: {exc.one_line()}")  # slurmctld away for a moment: the next pass tries again
+            if once:
+                sys.exit(0 if ok else 1)
+            sys.stdout.flush()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        say("stopped")
+        sys.exit(130 if once else 0)
+
+
+def _policy(inventory: str | None):  # type: ignore[no-untyped-def]
+    from slurmkit.defrag.gather import policy_from
+    from slurmkit.siteinv import find_inventory
+
+    inventory = inventory or find_inventory(os.environ)
+    if not inventory:
+        from slurmkit.defrag.gather import Policy
+
+        return Policy(), None
+    from slurmkit.model import load_cluster
+    from slurmkit.model.yamlio import load as load_yaml
+
+    load_cluster(inventory)  # the loader checks defrag: (key-path errors) with the rest
+    with open(inventory) as fh:
+        raw = load_yaml(fh)
+    return policy_from(raw if isinstance(raw, dict) else None), inventory
+
+
+def _unit(once: bool, interval: int, inventory: str | None, state_file: str | None, metrics_dir: str | None,
+          timeout: int) -> str:
+    """The shipped unit (slurmkit/defrag/slurmkit-defrag-watch.service) with ExecStart for this host: the slurmkit
+    this runs as, absolute paths, the options given (``--once`` never: a service loops)."""
+    import shlex
+    import shutil
+    from importlib.resources import files
+
+    # the slurmkit script beside this interpreter (a venv's bin), else on PATH, else this interpreter with -m
+    beside = os.path.join(os.path.dirname(sys.executable), "slurmkit")
+    exe = beside if os.access(beside, os.X_OK) else shutil.which("slurmkit")
+    head = [os.path.abspath(exe)] if exe else [sys.executable, "-m", "slurmkit.cli.main"]
+    argv = [*head, "defrag", "watch", "--interval", str(interval), "--timeout", str(timeout),
+            "--state-file", os.path.abspath(state_file) if state_file else "/var/lib/slurmkit/defrag-watch.json"]
+    if inventory:
+        argv += ["--inventory", os.path.abspath(inventory)]
+    if metrics_dir:
+        argv += ["--metrics-dir", os.path.abspath(metrics_dir)]
+    text = files("slurmkit.defrag").joinpath("slurmkit-defrag-watch.service").read_text()
+    return text.replace("@EXEC@", " ".join(shlex.quote(a) for a in argv))

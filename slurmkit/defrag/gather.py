@@ -32,9 +32,19 @@ RESTART_S = 60.0
 
 @dataclass(frozen=True)
 class Policy:
+    """The inventory's ``defrag:`` section (checked by slurmkit/model/load.py ``_defrag``). The first three keys are
+    what ``defrag plan|run`` read; the rest is ``defrag watch``'s policy."""
+
     movable_qos: frozenset[str] = frozenset()
     movable_accounts: frozenset[str] = frozenset()
     restart_s: float = RESTART_S
+    partitions: frozenset[str] = frozenset()  # blocked jobs of these partitions only (empty: any)
+    qos: frozenset[str] = frozenset()  # blocked jobs of these QOS only (empty: any)
+    min_wait_s: float = 600.0  # a blocked job waits this long before watch acts for it
+    max_moves_per_hour: int = 4  # jobs moved in any 60 minutes, all blocked jobs together
+    max_moves_per_job: int = 4  # jobs moved to unblock one job
+    protect_h: float = 6.0  # a moved job is not moved again within this many hours
+    quiet_hours: tuple[tuple[int, int], ...] = ()  # (start, end) minutes of the local day; end < start wraps
 
 
 def _gpus(gres: str) -> int:
@@ -124,4 +134,14 @@ def policy_from(inventory: Mapping[str, object] | None) -> Policy:
             raise UsageError(f"defrag.{key}: expected a list of names")
         return frozenset(str(x) for x in v)
 
-    return Policy(names("movable_qos"), names("movable_accounts"), float(d.get("restart_s", RESTART_S)))
+    def quiet(v: str) -> tuple[int, int]:
+        a, b = v.replace(" ", "").split("-")
+        return (int(a.split(":")[0]) * 60 + int(a.split(":")[1]), int(b.split(":")[0]) * 60 + int(b.split(":")[1]))
+
+    base = Policy()
+    return Policy(names("movable_qos"), names("movable_accounts"), float(d.get("restart_s", RESTART_S)),
+                  names("partitions"), names("qos"), float(d.get("min_wait_s", base.min_wait_s)),
+                  int(d.get("max_moves_per_hour", base.max_moves_per_hour)),
+                  int(d.get("max_moves_per_job", base.max_moves_per_job)),
+                  float(d.get("protect_h", base.protect_h)),
+                  tuple(quiet(str(x)) for x in d.get("quiet_hours", []) or []))

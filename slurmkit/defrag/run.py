@@ -35,8 +35,9 @@ class DefragError(SlurmkitError):
 
 def carry_out(plan: DefragPlan, blocked: str, user: str, gpusub_jobs: set[str], backend: CLIBackend,
               log: Callable[[str], None], timeout: float = 300.0, duration: str = "UNLIMITED",
-              poll: float = 1.0) -> str:
-    """-> the nodes the blocked job started on. Raises DefragError (after the rollback) when it did not start."""
+              poll: float = 1.0, on_move: Callable[[str], None] | None = None) -> str:
+    """-> the nodes the blocked job started on. Raises DefragError (after the rollback) when it did not start.
+    ``on_move(job_id)`` is called as soon as each move is sent (defrag watch counts it there)."""
     name = f"slurmkit-defrag-{blocked}"
     nodes = hostlist.fold(plan.nodes)
     created = assigned = False
@@ -56,6 +57,8 @@ def carry_out(plan: DefragPlan, blocked: str, user: str, gpusub_jobs: set[str], 
             else:
                 backend.requeue(m.job_id)
                 log(f"moving job {m.job_id}: scontrol requeue, expected on {hostlist.fold(m.goes_to)}")
+            if on_move is not None:
+                on_move(m.job_id)
         deadline = time.monotonic() + timeout
         while True:
             j = backend.job(blocked)

@@ -1006,20 +1006,36 @@ def _kv_env(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-_DEFRAG_KEYS = {"movable_qos", "movable_accounts", "restart_s"}
+_DEFRAG_KEYS = {"movable_qos", "movable_accounts", "restart_s", "partitions", "qos", "min_wait_s",
+                "max_moves_per_hour", "max_moves_per_job", "protect_h", "quiet_hours"}
+_QUIET = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)-([01]?\d|2[0-3]):([0-5]\d)$")
 
 
 def _defrag(ctx: _Ctx, raw: Any) -> None:
     """``defrag:`` (read by ``slurmkit defrag``, slurmkit/defrag/gather.py policy_from): which jobs that are not
-    gpusub's may be moved, and the restart time a move costs. Checked here so a typo is a key-path error."""
+    gpusub's may be moved, the restart time a move costs, and the policy of ``defrag watch`` (which blocked jobs it
+    acts for, after how long, how many moves per hour and per blocked job, how long a moved job is protected, quiet
+    hours). Checked here so a typo is a key-path error."""
     m = _mapping(ctx, raw, "defrag", _DEFRAG_KEYS)
-    for key in ("movable_qos", "movable_accounts"):
+    for key in ("movable_qos", "movable_accounts", "partitions", "qos"):
         v = m.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
             raise ctx.err(f"defrag.{key}", "expected a list of names")
-    r = m.get("restart_s", 60)
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or r < 0:
-        raise ctx.err("defrag.restart_s", f"expected seconds >= 0, got {r!r}")
+    for key, least in (("restart_s", 0), ("min_wait_s", 0), ("protect_h", 0), ("max_moves_per_hour", 0),
+                       ("max_moves_per_job", 1)):
+        if key not in m:
+            continue
+        r = m[key]
+        whole = key.startswith("max_")
+        if isinstance(r, bool) or not isinstance(r, int if whole else (int, float)) or r < least:
+            what = "a whole number" if whole else ("hours" if key.endswith("_h") else "seconds")
+            raise ctx.err(f"defrag.{key}", f"expected {what} >= {least}, got {r!r}")
+    q = m.get("quiet_hours", [])
+    if not isinstance(q, list):
+        raise ctx.err("defrag.quiet_hours", "expected a list of HH:MM-HH:MM ranges (local time)")
+    for i, x in enumerate(q):
+        if not isinstance(x, str) or not _QUIET.match(x.replace(" ", "")):
+            raise ctx.err(f"defrag.quiet_hours[{i}]", f"expected HH:MM-HH:MM (local time), got {x!r}")
 
 
 def load_cluster_text(text: str, source: str | None = None) -> Cluster:

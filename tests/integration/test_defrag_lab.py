@@ -69,46 +69,69 @@ def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
         time.sleep(0.3)
 
 
-def test_defrag_run_frees_a_leaf_and_the_moved_job_resumes(dlab: Lab, tmp_path: Path) -> None:
-    tmp_path.chmod(0o755)
-    script = tmp_path / "stepper.py"
-    script.write_text(STEPPER)
-    env = {**os.environ, **dlab.env, "SLURMKIT_INVENTORY": str(dlab.etc / "slurmkit.yaml"),
-           "SLURMKIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
-    b = CLIBackend(env=dlab.env)
-    jobs: list[str] = []
+class Frag:
+    """Two one-node checkpointing gpusub jobs (A, B) on different leaves and a pending 2-node one-leaf job (C)."""
 
-    def gpusub(*args: str) -> str:
-        r = subprocess.run([sys.executable, "-m", "slurmkit.cli.gpusub", *args], env=env, capture_output=True,
+    def __init__(self, dlab: Lab, tmp_path: Path) -> None:
+        tmp_path.chmod(0o755)
+        self.tmp = tmp_path
+        self.script = tmp_path / "stepper.py"
+        self.script.write_text(STEPPER)
+        self.inventory = dlab.etc / "slurmkit.yaml"
+        self.env = {**os.environ, **dlab.env, "SLURMKIT_INVENTORY": str(self.inventory),
+                    "SLURMKIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
+        self.b = CLIBackend(env=dlab.env)
+        self.jobs: list[str] = []
+        self.leaf_of = {"node1": 1, "node2": 1, "node3": 2, "node4": 2}
+
+    def gpusub(self, *args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "slurmkit.cli.gpusub", *args], env=self.env, capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
-        jobs.append(r.stdout.split("submitted job ", 1)[1].split()[0])
-        return jobs[-1]
+        self.jobs.append(r.stdout.split("submitted job ", 1)[1].split()[0])
+        return self.jobs[-1]
 
-    def nodes_of(jid: str) -> set[str]:
-        j = b.job(jid)
+    def nodes_of(self, jid: str) -> set[str]:
+        j = self.b.job(jid)
         return set(j.nodes) if j.state == "RUNNING" else set()
 
-    try:
+    def slurmkit(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "slurmkit.cli.main", *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def setup(self) -> tuple[str, str, str]:
+        b, tmp = self.b, self.tmp
+        # the previous test's jobs may still be completing: start from an idle lab
+        _wait(lambda: all(n.state == "idle" and not n.flags for n in b.nodes()), 90, "every lab node idle first")
         # A on leaf1, B on leaf2: node2 drained while B is placed, so the two leaves each keep one free node
-        a = gpusub(str(script), "-N", "1", "--launcher", "srun", "--gpus-per-node", "8", "--time", "10",
-                   "--run-dir", str(tmp_path / "a"))
-        got_a = _wait(lambda: nodes_of(a), 30, "job A running")
-        leaf_of = {"node1": 1, "node2": 1, "node3": 2, "node4": 2}
-        same_leaf = [n for n in leaf_of if leaf_of[n] == leaf_of[next(iter(got_a))] and n not in got_a]
+        a = self.gpusub(str(self.script), "-N", "1", "--launcher", "srun", "--gpus-per-node", "8", "--time", "10",
+                        "--run-dir", str(tmp / "a"))
+        got_a = _wait(lambda: self.nodes_of(a), 30, "job A running")
+        same_leaf = [n for n in self.leaf_of if self.leaf_of[n] == self.leaf_of[next(iter(got_a))] and n not in got_a]
         b.drain(same_leaf[0], "defrag-test: keep B off A's leaf")
-        bj = gpusub(str(script), "-N", "1", "--launcher", "srun", "--gpus-per-node", "8", "--time", "10",
-                    "--run-dir", str(tmp_path / "b"))
-        got_b = _wait(lambda: nodes_of(bj), 30, "job B running")
+        bj = self.gpusub(str(self.script), "-N", "1", "--launcher", "srun", "--gpus-per-node", "8", "--time", "10",
+                         "--run-dir", str(tmp / "b"))
+        got_b = _wait(lambda: self.nodes_of(bj), 30, "job B running")
         b.resume(same_leaf[0])
-        assert leaf_of[next(iter(got_a))] != leaf_of[next(iter(got_b))]
+        assert self.leaf_of[next(iter(got_a))] != self.leaf_of[next(iter(got_b))]
         time.sleep(1.5)  # both write a periodic checkpoint
         # C: 2 whole nodes on one leaf; two nodes are free, on different leaves: it pends
-        c = gpusub(str(script), "-N", "2", "--launcher", "srun", "--gpus-per-node", "8", "--time", "10",
-                   "--topology", "strict", "--run-dir", str(tmp_path / "c"))
+        c = self.gpusub(str(self.script), "-N", "2", "--launcher", "srun", "--gpus-per-node", "8", "--time", "10",
+                        "--topology", "strict", "--run-dir", str(tmp / "c"))
         time.sleep(3)
-        logs = "".join(p.read_text() for d in ("a", "b") for p in (tmp_path / d / "logs").glob("*.log"))
-        assert b.job(c).state == "PENDING", (b.job(c).nodes, got_a, got_b, logs)
+        assert b.job(c).state == "PENDING", (b.job(c).nodes, got_a, got_b)
+        return a, bj, c
+
+    def cleanup(self, dlab: Lab) -> None:
+        if self.jobs:
+            lab_run(dlab, ["scancel", *self.jobs], check=False)
+
+
+def test_defrag_run_frees_a_leaf_and_the_moved_job_resumes(dlab: Lab, tmp_path: Path) -> None:
+    f = Frag(dlab, tmp_path)
+    b, env, nodes_of, leaf_of = f.b, f.env, f.nodes_of, f.leaf_of
+    try:
+        a, bj, c = f.setup()
         plan = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "defrag", "plan", "--for", c, "--json"],
                               env=env, capture_output=True, text=True, timeout=60)
         assert plan.returncode == 0, plan.stdout + plan.stderr
@@ -129,7 +152,13 @@ def test_defrag_run_frees_a_leaf_and_the_moved_job_resumes(dlab: Lab, tmp_path: 
         assert "slurmkit-defrag" not in shown.stdout, shown.stdout
         # the moved job restarts from its checkpoint on the other leaf
         mdir = tmp_path / ("a" if moved == a else "b")
-        _wait(lambda: b.job(moved).state == "RUNNING" and b.job(moved).restarts >= 1, 90, "the moved job running again")
+        try:
+            _wait(lambda: b.job(moved).state == "RUNNING" and b.job(moved).restarts >= 1, 90,
+                  "the moved job running again")
+        except AssertionError as exc:
+            j = b.job(moved)
+            raise AssertionError(f"{exc}: {j.state} {j.reason} restarts={j.restarts} "
+                                 f"{lab_run(dlab, ['scontrol', 'show', 'job', moved], check=False).stdout}") from None
         new_nodes = set(b.job(moved).nodes)
         assert not new_nodes & c_nodes
         log = "".join(p.read_text() for p in sorted((mdir / "logs").glob(f"{moved}.r1.log")))
@@ -140,5 +169,83 @@ def test_defrag_run_frees_a_leaf_and_the_moved_job_resumes(dlab: Lab, tmp_path: 
         assert resumed_from > 0, log
         assert hostlist.fold(sorted(new_nodes)) in log
     finally:
-        if jobs:
-            lab_run(dlab, ["scancel", *jobs], check=False)
+        f.cleanup(dlab)
+
+
+def _policy_inventory(f: Frag, name: str, **defrag: object) -> str:
+    from slurmkit.model.yamlio import load
+
+    with open(f.inventory) as fh:
+        d = load(fh)
+    d["defrag"] = defrag
+    p = f.tmp / f"{name}.yaml"
+    p.write_text(json.dumps(d))  # JSON is YAML
+    return str(p)
+
+
+def test_defrag_watch_once_respects_quiet_hours_and_rate_limits_then_unblocks(dlab: Lab, tmp_path: Path) -> None:
+    """One `defrag watch --once` pass: inside quiet hours, or with the hour's moves spent, it does nothing and says
+    why; with a policy that allows it, it unblocks the pending job (one leaf), counts the move in its state file and
+    its metrics textfile, and leaves no reservation."""
+    from datetime import datetime, timedelta
+
+    f = Frag(dlab, tmp_path)
+    b = f.b
+    try:
+        a, bj, c = f.setup()
+        reason = b.job(c).reason
+        assert reason in ("Resources", "Priority"), reason  # what watch acts for (slurmkit/defrag/watch.py)
+        part = b.job(c).partition
+        state, prom = tmp_path / "watch.json", tmp_path / "prom"
+        prom.mkdir()
+        common = ["defrag", "watch", "--once", "--state-file", str(state), "--metrics-dir", str(prom),
+                  "--timeout", "120"]
+
+        # quiet hours around the local time now: nothing read, nothing done
+        now = datetime.now()
+        quiet = f"{(now - timedelta(minutes=2)):%H:%M}-{(now + timedelta(minutes=10)):%H:%M}"
+        inv = _policy_inventory(f, "quiet", min_wait_s=0, partitions=[part], quiet_hours=[quiet])
+        r = f.slurmkit(*common, "--inventory", inv)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"defrag watch: quiet hours {quiet} (local time " in r.stdout and "nothing done" in r.stdout, r.stdout
+        assert b.job(c).state == "PENDING"
+
+        # the hour's budget spent (one move 10 minutes ago, at most 1 an hour): nothing done, and why
+        state.write_text(json.dumps({"version": 1, "counters": {},
+                                     "moves": [{"t": time.time() - 600, "job": "999999", "for": "999998"}]}))
+        inv = _policy_inventory(f, "limited", min_wait_s=0, partitions=[part], max_moves_per_hour=1)
+        r = f.slurmkit(*common, "--inventory", inv)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert ("defrag watch: rate limit: 1 job(s) moved in the last hour (defrag.max_moves_per_hour 1): "
+                "nothing done") in r.stdout, r.stdout
+        assert b.job(c).state == "PENDING"
+        assert "slurmkit_defrag_moves_total 0\n" in (prom / "slurmkit_defrag.prom").read_text()
+
+        # allowed: one pass unblocks C on one leaf
+        state.unlink()
+        inv = _policy_inventory(f, "allowed", min_wait_s=0, partitions=[part], max_moves_per_hour=2)
+        t0 = time.monotonic()
+        r = f.slurmkit(*common, "--inventory", inv, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert time.monotonic() - t0 < 60, r.stdout
+        c_nodes = f.nodes_of(c)
+        assert len(c_nodes) == 2 and len({f.leaf_of[n] for n in c_nodes}) == 1, r.stdout
+        lines = r.stdout.splitlines()
+        assert lines[0].startswith(f"defrag watch: job {c} ({part}, QOS ") and "blocked by fragmentation" in lines[0]
+        assert any(ln.startswith(f"defrag watch: job {c} started on ") for ln in lines), r.stdout
+        assert "released slurmkit-defrag-" in r.stdout
+        shown = lab_run(dlab, ["scontrol", "show", "reservation"], check=False)
+        assert "slurmkit-defrag" not in shown.stdout, shown.stdout
+        doc = json.loads(state.read_text())
+        (mv,) = doc["moves"]
+        assert mv["for"] == c and mv["job"] in (a, bj)
+        text = (prom / "slurmkit_defrag.prom").read_text()
+        assert "slurmkit_defrag_moves_total 1\n" in text and "slurmkit_defrag_unblocked_total 1\n" in text
+        lost = float(text.split("\nslurmkit_defrag_gpu_seconds_lost_total ", 1)[1].split()[0])
+        assert lost >= 8 * 60, text  # 8 GPUs x (checkpoint age + the 60 s restart)
+        # the moved job starts again elsewhere (it is not left waiting)
+        _wait(lambda: b.job(mv["job"]).state == "RUNNING" and b.job(mv["job"]).restarts >= 1, 90,
+              "the moved job running again")
+        assert not set(b.job(mv["job"]).nodes) & c_nodes
+    finally:
+        f.cleanup(dlab)

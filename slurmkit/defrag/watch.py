@@ -1,0 +1,383 @@
+"""``slurmkit defrag watch``: the policy service beside slurmctld (issue 26 item 3).
+
+One pass: outside the inventory's quiet hours and within its rate limit, take the pending jobs the policy acts for
+(its partitions and QOS, waiting for room -- Reason Resources or Priority -- for at least ``min_wait_s``), highest
+Slurm priority first, and plan each (slurmkit.defrag.plan) with the jobs moved in the last ``protect_h`` hours made
+unmovable (a moved job is never moved again soon: it would starve); the first with a plan of at most
+``max_moves_per_job`` moves that fits the hour's budget is carried out by the same code as ``defrag run``
+(slurmkit.defrag.run.carry_out: reservation, checkpoint-keeping moves, reservation always removed). At most one
+blocked job per pass; the service repeats passes every ``--interval`` seconds.
+
+The state file (JSON, written atomically) keeps the moves of the last hours (the rate limits) and the counters the
+metrics textfile reports, so a restart forgets neither. Every pass says in one line what it did or why it did
+nothing; every action (reserve, move, release) is one line.
+
+The pure parts (quiet hours, rate budget, protection, candidates, the wait-saved estimate, the metrics text, the
+decision) take their inputs as arguments; ``run_pass`` is the edge that reads Slurm and acts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from slurmkit.backend.parse import parse_scontrol_records
+from slurmkit.defrag.gather import Policy
+from slurmkit.defrag.plan import RunningJob, Target, Verdict, _serves
+from slurmkit.errors import SlurmkitError
+
+if TYPE_CHECKING:
+    from slurmkit.placement.engine import NodeState
+    from slurmkit.placement.topology import PlacementTopology
+
+# a pending job waits for room with these reasons (squeue(1) JOB REASON CODES, 22.05 and 24.11: "Resources: The
+# job is waiting for resources to become available", "Priority: One or more higher priority jobs exist"); a held
+# job, a dependency, a begin time or a QOS/association limit is not helped by moving anything
+WAITING_REASONS = frozenset({"Resources", "Priority"})
+STATE_VERSION = 1
+COUNTERS = (
+    # name, help: the textfile (node_exporter's textfile collector reads *.prom; one atomic rename per write)
+    ("slurmkit_defrag_moves_total", "Jobs moved (checkpoint and requeue) by slurmkit defrag watch."),
+    ("slurmkit_defrag_gpu_seconds_lost_total",
+     "GPU-seconds the moves cost: work since each moved job's last checkpoint plus its restart time."),
+    ("slurmkit_defrag_wait_saved_seconds_total",
+     "Seconds the unblocked jobs started earlier than the running jobs' time limits would have let them."),
+    ("slurmkit_defrag_unblocked_total", "Jobs blocked by fragmentation that defrag watch started."),
+    ("slurmkit_defrag_failed_total", "Defrag actions rolled back (the blocked job did not start in time)."),
+)
+METRICS_FILE = "slurmkit_defrag.prom"
+
+
+# ---------------------------------------------------------------------------------------------- state file
+
+
+@dataclass
+class WatchState:
+    moves: list[dict[str, Any]] = field(default_factory=list)  # {"t": epoch, "job": id, "for": blocked id}
+    counters: dict[str, float] = field(default_factory=lambda: {n: 0.0 for n, _ in COUNTERS})
+
+    @classmethod
+    def load(cls, path: str) -> WatchState:
+        """The state file, or a fresh state when there is none. A file that is not ours is an error (one line):
+        starting over would forget the rate limits."""
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as exc:
+            raise SlurmkitError(f"{path}: unreadable defrag watch state ({exc}); move it away to start over") from exc
+        if not isinstance(d, dict) or d.get("version") != STATE_VERSION or not isinstance(d.get("moves"), list):
+            raise SlurmkitError(f"{path}: not a defrag watch state (version {STATE_VERSION}); move it away to start over")
+        st = cls()
+        st.moves = [m for m in d["moves"] if isinstance(m, dict) and "t" in m and "job" in m]
+        st.counters.update({k: float(v) for k, v in (d.get("counters") or {}).items() if k in st.counters})
+        return st
+
+    def save(self, path: str, now: float, keep_s: float) -> None:
+        from slurmkit.health.state import atomic_write
+
+        self.moves = [m for m in self.moves if now - float(m["t"]) < keep_s]
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        atomic_write(path, json.dumps({"version": STATE_VERSION, "moves": self.moves, "counters": self.counters},
+                                      indent=1, sort_keys=True) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- pure policy
+
+
+def quiet_now(policy: Policy, minute_of_day: int) -> str | None:
+    """The quiet-hours range ("22:00-06:00") the local minute falls in, else None. A range whose end is before its
+    start wraps midnight; the end minute itself is no longer quiet."""
+    for a, b in policy.quiet_hours:
+        inside = a <= minute_of_day < b if a <= b else (minute_of_day >= a or minute_of_day < b)
+        if inside:
+            return f"{a // 60:02d}:{a % 60:02d}-{b // 60:02d}:{b % 60:02d}"
+    return None
+
+
+def moves_last_hour(state: WatchState, now: float) -> int:
+    return sum(1 for m in state.moves if 0 <= now - float(m["t"]) < 3600)
+
+
+def protect(jobs: Sequence[RunningJob], state: WatchState, policy: Policy, now: float) -> list[RunningJob]:
+    """Jobs moved within ``protect_h`` hours become unmovable, saying until when."""
+    last: dict[str, float] = {}
+    for m in state.moves:
+        last[str(m["job"])] = max(last.get(str(m["job"]), 0.0), float(m["t"]))
+    out = []
+    for j in jobs:
+        t = last.get(j.job_id)
+        if j.movable and t is not None and now - t < policy.protect_h * 3600:
+            until = datetime.fromtimestamp(t + policy.protect_h * 3600).strftime("%Y-%m-%dT%H:%M")
+            j = replace(j, movable=False, why_not=f"moved by defrag watch, protected until {until}")
+        out.append(j)
+    return out
+
+
+@dataclass(frozen=True)
+class Pending:
+    job_id: str
+    partition: str
+    qos: str
+    user: str
+    waited_s: float
+    priority: int
+    reason: str
+
+
+def _epoch(v: str) -> float | None:
+    try:
+        return datetime.fromisoformat(v).timestamp()
+    except ValueError:
+        return None
+
+
+def pending_jobs(details: str, now: float) -> list[Pending]:
+    """Every pending job of ``scontrol -o -d show job`` with how long it has been eligible (EligibleTime, else
+    SubmitTime) and why it waits."""
+    out = []
+    for rec in parse_scontrol_records(details):
+        if rec.get("JobState") != "PENDING" or "JobId" not in rec:
+            continue
+        since = _epoch(rec.get("EligibleTime", "")) or _epoch(rec.get("SubmitTime", "")) or now
+        try:
+            prio = int(rec.get("Priority", "0"))
+        except ValueError:
+            prio = 0
+        out.append(Pending(rec["JobId"], rec.get("Partition", ""), rec.get("QOS", ""),
+                           rec.get("UserId", "").split("(", 1)[0], max(0.0, now - since), prio,
+                           rec.get("Reason", "")))
+    return out
+
+
+def candidates(pending: Iterable[Pending], policy: Policy) -> tuple[list[Pending], str]:
+    """The pending jobs the policy acts for, highest priority (then longest wait) first, and a note of how many
+    were left out and why (for the pass's line when nothing is done)."""
+    out, skipped = [], {"partition": 0, "QOS": 0, "reason": 0, "wait": 0}
+    for p in pending:
+        if policy.partitions and not set(p.partition.split(",")) & policy.partitions:
+            skipped["partition"] += 1
+        elif policy.qos and p.qos not in policy.qos:
+            skipped["QOS"] += 1
+        elif p.reason not in WAITING_REASONS:
+            skipped["reason"] += 1
+        elif p.waited_s < policy.min_wait_s:
+            skipped["wait"] += 1
+        else:
+            out.append(p)
+    out.sort(key=lambda p: (-p.priority, -p.waited_s, p.job_id))
+    words = {"partition": "other partition", "QOS": "other QOS", "reason": "not waiting for resources",
+             "wait": f"waited < {policy.min_wait_s:.0f} s"}
+    note = ", ".join(f"{n} {words[k]}" for k, n in skipped.items() if n)
+    return out, note
+
+
+def natural_start(topo: PlacementTopology, states: Mapping[str, NodeState], jobs: Sequence[RunningJob],
+                  ends: Mapping[str, float], target: Target, now: float) -> float | None:
+    """When the target could start without moves, if nothing else started first: the earliest time some leaf has
+    ``target.nodes`` nodes that serve it, each node serving once the jobs on it reach their end time (their time
+    limit). None when a job on every candidate node has no end time (UNLIMITED)."""
+    on: dict[str, list[RunningJob]] = {}
+    for j in jobs:
+        for n in j.gpus:
+            on.setdefault(n, []).append(j)
+    best: float | None = None
+    for members in topo.leaf_nodes:
+        times = []
+        for n in members:
+            st = states.get(n)
+            if st is None or not _serves(st, 0, 0, target):
+                continue  # down, or too few GPUs even when empty
+            here = on.get(n, [])
+            if _serves(st, sum(j.gpus.get(n, 0) for j in here), len(here), target):
+                times.append(now)
+                continue
+            t = max((ends.get(j.job_id, float("inf")) for j in here), default=now)
+            if t != float("inf"):
+                times.append(max(now, t))
+        if len(times) >= target.nodes:
+            t = sorted(times)[target.nodes - 1]
+            best = t if best is None else min(best, t)
+    return best
+
+
+def job_ends(details: str) -> dict[str, float]:
+    out = {}
+    for rec in parse_scontrol_records(details):
+        if rec.get("JobState") == "RUNNING" and "JobId" in rec:
+            t = _epoch(rec.get("EndTime", ""))
+            if t is not None:
+                out[rec["JobId"]] = t
+    return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    act_for: Pending | None
+    target: Target | None
+    verdict: Verdict | None
+    said: str  # the pass's line when it does nothing; the reason it acts otherwise
+
+
+def decide(policy: Policy, state: WatchState, now: float, minute_of_day: int,
+           pending: Callable[[], list[Pending]],
+           plan_for: Callable[[Pending], tuple[Target, Verdict]]) -> Decision:
+    """What one pass does. ``pending`` and ``plan_for`` are called only when quiet hours and the rate limit allow
+    a move at all (a quiet pass reads nothing from Slurm)."""
+    q = quiet_now(policy, minute_of_day)
+    if q is not None:
+        return Decision(None, None, None, f"quiet hours {q} (local time {minute_of_day // 60:02d}:"
+                                          f"{minute_of_day % 60:02d}): nothing done")
+    used = moves_last_hour(state, now)
+    left = policy.max_moves_per_hour - used
+    if left <= 0:
+        return Decision(None, None, None, f"rate limit: {used} job(s) moved in the last hour "
+                                          f"(defrag.max_moves_per_hour {policy.max_moves_per_hour}): nothing done")
+    cands, note = candidates(pending(), policy)
+    if not cands:
+        return Decision(None, None, None, "no pending job to act for" + (f" ({note})" if note else "")
+                        + ": nothing done")
+    why: list[str] = []
+    for p in cands:
+        target, verdict = plan_for(p)
+        if verdict.plan is None:
+            why.append(f"job {p.job_id}: {verdict.reason}")
+            continue
+        n = len(verdict.plan.moves)
+        if n > policy.max_moves_per_job:
+            why.append(f"job {p.job_id}: the plan moves {n} job(s) (defrag.max_moves_per_job "
+                       f"{policy.max_moves_per_job})")
+            continue
+        if n > left:
+            why.append(f"job {p.job_id}: rate limit: the plan moves {n} job(s), {used} moved in the last hour "
+                       f"(defrag.max_moves_per_hour {policy.max_moves_per_hour})")
+            continue
+        return Decision(p, target, verdict, f"job {p.job_id} ({p.partition}, QOS {p.qos}) waited "
+                                            f"{p.waited_s:.0f} s: {verdict.reason}")
+    shown = "; ".join(why[:3]) + (f"; and {len(why) - 3} more" if len(why) > 3 else "")
+    return Decision(None, None, None, f"{shown}: nothing done")
+
+
+def metrics_text(counters: Mapping[str, float], now: float) -> str:
+    lines = []
+    for name, help_ in COUNTERS:
+        v = counters.get(name, 0.0)
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name} {v:.17g}"]
+    lines += ["# HELP slurmkit_defrag_last_pass_timestamp_seconds When defrag watch last finished a pass.",
+              "# TYPE slurmkit_defrag_last_pass_timestamp_seconds gauge",
+              f"slurmkit_defrag_last_pass_timestamp_seconds {now:.3f}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_metrics(metrics_dir: str, counters: Mapping[str, float], now: float) -> None:
+    from slurmkit.health.state import atomic_write
+
+    atomic_write(os.path.join(metrics_dir, METRICS_FILE), metrics_text(counters, now), durable=False)
+
+
+# ---------------------------------------------------------------------------------------------- the pass (edge)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    details: str  # scontrol -o -d show job
+    states: Mapping[str, NodeState]
+    topo: PlacementTopology
+    partitions: list[dict[str, str]]  # scontrol -o show partition records
+
+
+def run_pass(snapshot: Callable[[], Snapshot], backend: Any, policy: Policy, state_path: str,
+             metrics_dir: str | None, log: Callable[[str], None], timeout: float = 300.0, dry_run: bool = False,
+             now: Callable[[], float] = time.time, minute_of_day: int | None = None) -> bool:
+    """One pass; False when an action was rolled back. The state file is locked for the pass: a second watch (or
+    a ``--once`` beside the service) says so and does nothing."""
+    from slurmkit.defrag.gather import running_jobs
+    from slurmkit.defrag.plan import plan_defrag
+    from slurmkit.health.state import LockTimeout, locked
+    from slurmkit.placement.state import partition_nodes
+
+    os.makedirs(os.path.dirname(state_path) or ".", exist_ok=True)
+    try:
+        with locked(state_path + ".lock", timeout=0):
+            t0 = now()
+            minute = minute_of_day if minute_of_day is not None else (lambda d: d.hour * 60 + d.minute)(
+                datetime.fromtimestamp(t0))
+            state = WatchState.load(state_path)
+            keep = max(3600.0, policy.protect_h * 3600)
+            snap: list[Snapshot] = []
+
+            def pending() -> list[Pending]:
+                snap.append(snapshot())
+                return pending_jobs(snap[0].details, t0)
+
+            def plan_for(p: Pending) -> tuple[Target, Verdict]:
+                from slurmkit.defrag.gather import target_of
+
+                s = snap[0]
+                target, part = target_of(s.details, p.job_id)
+                topo = s.topo.restrict(partition_nodes(s.partitions, part.split(",")[0])) if part else s.topo
+                jobs = protect(running_jobs(s.details, policy, now=t0), state, policy, t0)
+                return target, plan_defrag(topo, s.states, jobs, target)
+
+            d = decide(policy, state, t0, minute, pending, plan_for)
+            ok = True
+            if d.act_for is None or d.verdict is None or d.verdict.plan is None or d.target is None:
+                log(d.said)
+            elif dry_run:
+                p = d.verdict.plan
+                log(f"{d.said}; would move {', '.join(p.job_ids)} to free {p.leaf} ({p.cost:.0f} GPU-s): dry run, "
+                    "nothing done")
+            else:
+                ok = _act(d, snap[0], backend, policy, state, state_path, keep, log, timeout, t0, now)
+            state.save(state_path, now(), keep)
+            if metrics_dir:
+                write_metrics(metrics_dir, state.counters, now())
+            return ok
+    except LockTimeout:
+        log(f"another defrag watch pass holds {state_path}.lock: nothing done")
+        return True
+
+
+def _act(d: Decision, s: Snapshot, backend: Any, policy: Policy, state: WatchState, state_path: str, keep: float,
+         log: Callable[[str], None], timeout: float, t0: float, now: Callable[[], float]) -> bool:
+    from slurmkit import hostlist
+    from slurmkit.defrag.gather import gpusub_run_dir, running_jobs
+    from slurmkit.defrag.run import DefragError, carry_out
+
+    assert d.act_for is not None and d.verdict is not None and d.verdict.plan is not None and d.target is not None
+    plan, blocked = d.verdict.plan, d.act_for.job_id
+    log(f"{d.said}; moving {', '.join(plan.job_ids)} ({plan.cost:.0f} GPU-s) to free {plan.leaf} "
+        f"({hostlist.fold(plan.nodes)})")
+    recs = {r["JobId"]: r for r in parse_scontrol_records(s.details) if "JobId" in r}
+    gpusub_jobs = {j for j in plan.job_ids if gpusub_run_dir(recs.get(j, {}).get("StdOut", ""))}
+    natural = natural_start(s.topo, s.states, running_jobs(s.details, policy, now=t0), job_ends(s.details),
+                            d.target, t0)
+    cost = {m.job_id: m.cost for m in plan.moves}
+
+    def moved(job_id: str) -> None:  # recorded as soon as the move is sent: a crash later still counts it
+        state.moves.append({"t": now(), "job": job_id, "for": blocked})
+        state.counters["slurmkit_defrag_moves_total"] += 1
+        state.counters["slurmkit_defrag_gpu_seconds_lost_total"] += cost.get(job_id, 0.0)
+        state.save(state_path, now(), keep)
+
+    try:
+        nodes = carry_out(plan, blocked, d.act_for.user, gpusub_jobs, backend, log=log, timeout=timeout,
+                          on_move=moved)
+    except DefragError as exc:
+        state.counters["slurmkit_defrag_failed_total"] += 1
+        log(exc.one_line())
+        return False
+    started = now()
+    state.counters["slurmkit_defrag_unblocked_total"] += 1
+    saved = max(0.0, natural - started) if natural is not None else 0.0
+    state.counters["slurmkit_defrag_wait_saved_seconds_total"] += saved
+    log(f"job {blocked} started on {nodes}; " + (f"{saved:.0f} s before the time limits would have freed a "
+                                                  f"{s.topo.unit}" if natural is not None else
+                                                  "no time limit bounds its wait: no wait saved counted"))
+    return True
