@@ -8,7 +8,10 @@ way a user waits for them:
 
 * ``python -c pass``: interpreter start, the floor for every Python tool
 * ``gpusub --help``: must stay fast (lazy imports)
-* ``gpusub train.py -N 4 --dry-run``: inventory read, placement plan, render; no Slurm call
+* ``gpusub train.py -N 4 --dry-run --no-query``: inventory read, placement plan, render; no Slurm call (what TorchX's
+  dry run does: the comparison line)
+* ``gpusub train.py -N 4 --dry-run``: the same on Slurm's live states (node states, queue, reservations: the dry run
+  is the submission), one round of side-by-side queries more
 * ``gpusub train.py -N 4``: preflight (scontrol partition + nodes, sbatch --test-only), run dir, sbatch
 * ``sbatch --parsable`` of the very script gpusub rendered (the floor for any submitter)
 * ``torchx run --dryrun -s slurm dist.ddp -j 4x8 --script train.py``
@@ -141,7 +144,8 @@ def main() -> None:
         cmds: list[tuple[str, list[str]]] = [
             ("python -c pass", [sys.executable, "-c", "pass"]),
             ("gpusub --help", [*gpusub, "--help"]),
-            ("gpusub --dry-run (4x8)", [*gpusub, "train.py", "-N", "4", "--dry-run"]),
+            ("gpusub --dry-run (4x8)", [*gpusub, "train.py", "-N", "4", "--dry-run", "--no-query"]),
+            ("gpusub --dry-run live (4x8)", [*gpusub, "train.py", "-N", "4", "--dry-run"]),
             ("gpusub submit (4x8)", [*gpusub, "train.py", "-N", "4", "--time", "5"]),
             ("sbatch --parsable (same script)", ["sbatch", "--parsable", "job.sh"]),
         ]
@@ -152,7 +156,7 @@ def main() -> None:
             # what its console script would run (no runpy), with that checkout first on sys.path
             entry = [sys.executable, "-c", f"import sys; sys.path.insert(0, {other!r}); sys.argv[0] = 'gpusub'; "
                      "from slurmkit.cli.gpusub import main; main()"]
-            cmds += [("gpusub --dry-run (4x8) [compare]", [*entry, "train.py", "-N", "4", "--dry-run"]),
+            cmds += [("gpusub --dry-run (4x8) [compare]", [*entry, "train.py", "-N", "4", "--dry-run", "--no-query"]),
                      ("gpusub submit (4x8) [compare]", [*entry, "train.py", "-N", "4", "--time", "5"])]
         py = ensure_venv(Path(args.venv))
         if py is not None:
