@@ -37,6 +37,8 @@ def table(doc: dict[str, Any]) -> str:
         lines.append(f"rule, {j['level']} level, {j['over']} (n={j['n']}): median {j['median']:.3g} GB/s, log-MAD "
                      f"{j['log_mad']:.2g}, slow below {j['threshold']:.3g} = min(median/e^({rule.get('k', 3):g} x "
                      f"log-MAD), {1 - rule.get('tol', 0.25):.0%} of median){low}")
+    for lv in doc.get("measured_by", []):
+        lines.append(f"measured by, {lv['level']} level: {lv['tool']}")
     if doc.get("expected_note"):
         lines.append(f"expected: none ({doc['expected_note']})")
     if doc["outliers"]:

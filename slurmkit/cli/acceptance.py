@@ -36,9 +36,13 @@ def acceptance() -> None:
 @click.option("--fresh", is_flag=True, help="Start over instead of resuming an unfinished report.")
 @click.option("--all-pairs", is_flag=True, help="Pair level: every pair instead of two matchings (the bench's baseline).")
 @click.option("--job-time", default="15:00", show_default=True, help="Time limit of each measurement job.")
+@click.option("--reservation", default=None, metavar="NAME",
+              help="Run every measurement job in this reservation (a maintenance window); its nodes are the default.")
+@click.option("--account", default=None, help="Charge the measurement jobs to this account (sbatch --account).")
+@click.option("--qos", default=None, help="Run the measurement jobs under this QOS (sbatch --qos).")
 def run(partition: str | None, nodes: str | None, levels: str, do_drain: bool, as_json: bool, transport: str,
         sizes: str | None, iters: int | None, mad_k: float, tolerance: float | None, out: str, fresh: bool,
-        all_pairs: bool, job_time: str) -> None:
+        all_pairs: bool, job_time: str, reservation: str | None, account: str | None, qos: str | None) -> None:
     """Run the acceptance measurements on the cluster $SLURM_CONF points at."""
     import os
     import shutil
@@ -51,12 +55,16 @@ def run(partition: str | None, nodes: str | None, levels: str, do_drain: bool, a
     from slurmkit.jobs.spec import sbatch_value
 
     sbatch_value("--job-time", job_time)
+    for flag, value in (("--reservation", reservation), ("--account", account), ("--qos", qos)):
+        if value is not None:
+            sbatch_value(flag, value)
     transport = choose_transport(transport, os.environ, shutil.which)
     if tolerance is None:
         tolerance = default_tolerance(transport)
     req = Request(partition=partition, nodes=nodes, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
                   transport=transport, sizes=sizes, iters=iters, out=os.path.abspath(out), drain=do_drain,
-                  fresh=fresh, all_pairs=all_pairs, job_time=job_time, rule=Rule(k=mad_k, tol=tolerance))
+                  fresh=fresh, all_pairs=all_pairs, job_time=job_time, rule=Rule(k=mad_k, tol=tolerance),
+                  reservation=reservation, account=account, qos=qos)
     try:
         doc = run_acceptance(req, default_backend(), lambda m: click.echo(f"acceptance: {m}", err=True))
     except KeyboardInterrupt:

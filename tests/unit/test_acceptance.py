@@ -213,8 +213,8 @@ def test_job_is_gpusubs_srun_job_pinned_to_its_nodes(tmp_path: Path) -> None:
     job = ex.render(task("pair", "measure", ("node1", "node3"), "x"), str(tmp_path / "j"))
     sc = job.request.script
     flat = sc.replace(" \\\n  ", " ")  # the template puts each program word on its own continued line
-    assert job.request.command() == ["sbatch", "--parsable", "--nodelist=node1,node3"]
-    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:8", "#SBATCH --exclusive",
+    assert job.request.command() == ["sbatch", "--parsable"]
+    for line in ("#SBATCH --nodelist=node1,node3", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:8", "#SBATCH --exclusive",
                  "#SBATCH --partition=gpu", "#SBATCH --time=15:00", "export NCCL_DEBUG=WARN"):
         assert line in sc
     assert "acceptance/measure.py --sizes 16M,1G --iters 20 --transport nccl --out" in flat
@@ -234,6 +234,46 @@ def test_select_nodes_skips_what_cannot_run_and_refuses_strangers() -> None:
     with pytest.raises(UsageError, match=r"^--nodes node\[2,4\]: no node can run a job now \(node2 \(idle\+DRAIN\), "
                                          r"node4 \(down\)\)$"):
         select_nodes(facts(), "node[2,4]")
+
+
+def resv_facts(flags: frozenset[str] = frozenset({"MAINT"})) -> ClusterFacts:
+    from dataclasses import replace
+
+    from slurmkit.backend.parse import Reservation
+
+    r = Reservation("maint", start=1000.0, end=9000.0, nodes=("node1", "node3"), flags=flags, users=("root",),
+                    accounts=(), partition="", active=True)
+    other = Reservation("later", start=8000.0, end=9500.0, nodes=("node4",), flags=frozenset(), users=("root",),
+                        accounts=(), partition="", active=False)
+    live = (("node1", "idle", frozenset({"MAINTENANCE", "RESERVED"}), 8, 8), ("node2", "idle", frozenset(), 8, 8),
+            ("node3", "idle", frozenset({"MAINTENANCE", "RESERVED"}), 8, 8), ("node4", "idle", frozenset(), 8, 8))
+    return replace(facts(), reservations=(r, other), live_at=2000.0, live_nodes=live)
+
+
+def test_select_nodes_in_a_maintenance_window() -> None:
+    # the window's nodes by default, MAINT flag and all; outside it they are skipped with the flag that tests them
+    assert select_nodes(resv_facts(), None, "maint") == (["node1", "node3"], [])
+    keep, skipped = select_nodes(resv_facts(), None)
+    assert keep == ["node2", "node4"]  # 'later' has not started: its node is free now
+    assert skipped == ["node1 (in reservation maint: --reservation maint tests it)",
+                       "node3 (in reservation maint: --reservation maint tests it)"]
+    with pytest.raises(UsageError, match=r"^--nodes: node2 not in reservation maint \(node\[1,3\]\)$"):
+        select_nodes(resv_facts(), "node[1-2]", "maint")
+    with pytest.raises(UsageError, match=r"^--reservation: 'nope' does not exist \(reservations: later, maint\)$"):
+        select_nodes(resv_facts(), None, "nope")
+    assert select_nodes(resv_facts(), "node3", "maint") == (["node3"], [])
+
+
+def test_job_runs_in_the_reservation_with_account_and_qos_through_gpusubs_prepare(tmp_path: Path) -> None:
+    from slurmkit.acceptance.plan import task
+
+    s = Settings(partition="gpu", levels=("pair",), transport="nccl", sizes="16M", iters=5, gpus_per_node=8,
+                 reservation="maint", account="ops", qos="high")
+    ex = SlurmExecutor(None, resv_facts(), s, Topo(("node1", "node3")), bb.Expected())  # type: ignore[arg-type]
+    sc = ex.render(task("pair", "measure", ("node1", "node3"), "x"), str(tmp_path / "j")).request.script
+    for line in ("#SBATCH --reservation=maint", "#SBATCH --account=ops", "#SBATCH --qos=high", "#SBATCH --exclusive",
+                 "#SBATCH --nodelist=node1,node3"):
+        assert line in sc
 
 
 def test_transport_choice() -> None:
