@@ -78,6 +78,8 @@ class Settings:
     reservation: str | None = None
     account: str | None = None
     qos: str | None = None
+    op: str = "all_reduce"  # all_reduce | alltoall (nccl-tests' <op>_perf; torch's all_reduce / all_to_all_single)
+    mpi: str | None = None  # nccl-tests between nodes: srun's PMI plugin (SLURM_MPI_TYPE); None: torch instead
 
     def ranks_per_node(self, task: Task) -> int:
         """nccl/nccl-tests: every GPU of the node (nccl-tests' single process drives them all on the node level);
@@ -85,25 +87,34 @@ class Settings:
         if self.transport == "gloo":
             return 2 if not task.inter else 1
         if self.transport == "nccl-tests" and not task.inter:
-            return 1
-        return max(1, self.gpus_per_node)
+            return 1  # one all_reduce_perf process drives every GPU of the node (-g GPUS)
+        return max(1, self.gpus_per_node)  # one task per GPU: torch ranks, or nccl-tests' MPI ranks with -g 1
 
     def tool(self, level: str) -> str:
         """What measures a level, in words (the report's ``measured_by`` says what actually did)."""
+        torch_op = "all_reduce" if self.op == "all_reduce" else "all_to_all_single"
         if self.transport == "nccl-tests" and level == "node":
-            return "nccl-tests all_reduce_perf (one process, every GPU of the node)"
+            return f"nccl-tests {self.op}_perf (one process, every GPU of the node)"
+        if self.transport == "nccl-tests" and self.mpi:
+            return f"nccl-tests {self.op}_perf over srun --mpi={self.mpi} (one task per GPU)"
         if self.transport == "gloo":
-            return "torch.distributed all_reduce over gloo (CPU, TCP)"
-        return "torch.distributed all_reduce over NCCL"
+            return f"torch.distributed {torch_op} over gloo (CPU, TCP)"
+        why = (" (nccl-tests between nodes needs a PMI plugin in srun --mpi=list: none found)"
+               if self.transport == "nccl-tests" else "")
+        return f"torch.distributed {torch_op} over NCCL{why}"
 
     def transport_for(self, task: Task) -> str:
-        return "nccl" if self.transport == "nccl-tests" and task.inter else self.transport
+        """nccl-tests on a node; between nodes too when srun gives its MPI ranks a PMI, else torch over NCCL."""
+        if self.transport == "nccl-tests" and task.inter and not self.mpi:
+            return "nccl"
+        return self.transport
 
     def key(self, nodes: Sequence[str]) -> dict[str, object]:
         """What must match for a re-run to resume this report."""
         return {"partition": self.partition, "levels": list(self.levels), "transport": self.transport,
                 "sizes": self.sizes, "iters": self.iters, "nodes": list(nodes), "all_pairs": self.all_pairs,
-                "reservation": self.reservation, "account": self.account, "qos": self.qos}
+                "reservation": self.reservation, "account": self.account, "qos": self.qos, "op": self.op,
+                "mpi": self.mpi}
 
 
 class Store:
@@ -240,15 +251,21 @@ class SlurmExecutor(Executor):
         s = self.settings
         rpn = s.ranks_per_node(t)
         transport = s.transport_for(t)
-        args = ["--sizes", s.sizes, "--iters", str(s.iters), "--transport", transport, "--out", f"{run_dir}/result.json"]
-        if transport == "nccl-tests":
+        args = ["--sizes", s.sizes, "--iters", str(s.iters), "--transport", transport, "--op", s.op,
+                "--out", f"{run_dir}/result.json"]
+        env: tuple[tuple[str, str], ...] = ()
+        if transport == "nccl-tests" and not t.inter:
             args += ["--gpus", str(s.gpus_per_node)]
+        elif transport == "nccl-tests":
+            # srun(1) of slurm-22-05-8-1 and slurm-24-11-5-1: SLURM_MPI_TYPE "Same as --mpi": the job's srun starts
+            # each task under that PMI, which the MPI build of nccl-tests joins (no mpirun, no ssh)
+            env = (("SLURM_MPI_TYPE", s.mpi or "none"),)
         return JobSpec(
             script=MEASURE, args=tuple(args), nodes=len(t.nodes), gpus_per_node=rpn if transport != "nccl-tests"
             else s.gpus_per_node, partition=s.partition, time=s.job_time, name=f"acceptance-{t.level}",
             launcher="srun", exclusive=True, signal_grace=0, max_restarts=0, topology="off", run_dir=run_dir,
             python=sys.executable, nodelist=",".join(t.nodes), reservation=s.reservation, account=s.account,
-            qos=s.qos,
+            qos=s.qos, env=env,
         )
 
     def prepare(self, t: Task, run_dir: str, backend: Backend | None = None) -> Prepared:
@@ -259,7 +276,7 @@ class SlurmExecutor(Executor):
         s = self.settings
         p = prepare(self.spec(t, run_dir), backend, facts=self.facts, environ=self.environ,
                     test_only=backend is not None)
-        if s.transport_for(t) == "nccl-tests":  # one process drives every GPU: one task per node, not one per GPU
+        if s.transport_for(t) == "nccl-tests" and not t.inter:  # one process drives every GPU: one task per node
             job = p.job
             p = replace(p, job=replace(job, request=replace(job.request, script=job.request.script.replace(
                 f"--ntasks-per-node={s.gpus_per_node}", "--ntasks-per-node=1"))))
@@ -395,12 +412,13 @@ def expected_of(facts: ClusterFacts) -> Expected:
     return expected_from(g.gpus.type, g.gpus.links, rates)
 
 
-def choose_transport(asked: str, environ: Mapping[str, str], which: Callable[[str], str | None]) -> str:
-    """auto: nccl-tests when all_reduce_perf is installed, NCCL when this host has the NVIDIA driver, else gloo.
+def choose_transport(asked: str, environ: Mapping[str, str], which: Callable[[str], str | None],
+                     op: str = "all_reduce") -> str:
+    """auto: nccl-tests when its <op>_perf is installed, NCCL when this host has the NVIDIA driver, else gloo.
     Decided on the submitting host (a login node without GPUs should pass --transport nccl)."""
     if asked != "auto":
         return asked
-    if which("all_reduce_perf"):
+    if which(f"{op}_perf"):
         return "nccl-tests"
     if Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists():
         return "nccl"
@@ -492,6 +510,27 @@ class Request:
     reservation: str | None = None
     account: str | None = None
     qos: str | None = None
+    op: str = "all_reduce"
+    mpi: str = "auto"  # auto | pmix | pmi2 | ... | none: how nccl-tests' MPI ranks meet between nodes
+
+
+MPI_PREFERENCE = ("pmix", "pmi2")
+
+
+def choose_mpi(asked: str, plugins: Sequence[str], environ: Mapping[str, str]) -> str | None:
+    """The srun PMI plugin for nccl-tests between nodes: the asked one (it must be listed), the site's own
+    SLURM_MPI_TYPE, else PMIx, else PMI-2 (what ``srun --mpi=list`` shows); None: torch measures between nodes
+    ("none" has no PMI, so an MPI build of nccl-tests would start n single-rank jobs)."""
+    if asked == "none":
+        return None
+    if asked != "auto":
+        if plugins and asked not in plugins:
+            raise UsageError(f"--mpi: {asked!r} is not among srun --mpi=list: {', '.join(plugins)}")
+        return asked
+    site = environ.get("SLURM_MPI_TYPE", "")
+    if site and site != "none" and (not plugins or site in plugins):
+        return site
+    return next((m for m in MPI_PREFERENCE if m in plugins), None)
 
 
 def _reservation(facts: ClusterFacts, name: str) -> Reservation:
@@ -576,7 +615,13 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
     bad = [lv for lv in req.levels if lv not in planmod.LEVELS]
     if bad or not req.levels:
         raise UsageError(f"--levels: {','.join(bad) or '(empty)'} not among {','.join(planmod.LEVELS)}")
-    transport = choose_transport(req.transport, env, which or shutil.which)
+    transport = choose_transport(req.transport, env, which or shutil.which, req.op)
+    if req.op not in ("all_reduce", "alltoall"):
+        raise UsageError(f"--op: {req.op!r} is not all_reduce or alltoall")
+    mpi = None
+    if transport == "nccl-tests" and any(lv != "node" for lv in req.levels):
+        lister = getattr(backend, "mpi_plugins", None)
+        mpi = choose_mpi(req.mpi, lister() if lister is not None else [], env)
     sizes = req.sizes or DEFAULT_SIZES[transport]
     try:
         parse_sizes(sizes)
@@ -601,7 +646,7 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
     settings = Settings(partition=facts.partition, levels=tuple(req.levels), transport=transport, sizes=sizes,
                         iters=req.iters or DEFAULT_ITERS[transport], gpus_per_node=gpus, job_time=req.job_time,
                         rule=req.rule, all_pairs=req.all_pairs, reservation=req.reservation, account=req.account,
-                        qos=req.qos)
+                        qos=req.qos, op=req.op, mpi=mpi)
     topo = topology_of(facts, nodes)
     # gloo moves CPU buffers over TCP: the inventory's NVLink and NIC rates say nothing about it (the lab's h100
     # nodes would read 'below-expected' at 1 GB/s against NVLink's 450)
@@ -627,7 +672,7 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
         "complete": True, "finished": _now(), "resumed": resumed, "partition": facts.partition,
         "nodes": list(topo.nodes), "leaves": topo.leaves(), "skipped": skipped, "transport": transport,
         "sizes": sizes, "rule": {"k": req.rule.k, "tol": req.rule.tol},
-        "reservation": req.reservation, "account": req.account, "qos": req.qos,
+        "reservation": req.reservation, "account": req.account, "qos": req.qos, "op": req.op, "mpi": mpi,
         "measured_by": measured_by(store, req.levels),
         "expected": asdict(expected),
         "expected_note": "" if transport != "gloo" else

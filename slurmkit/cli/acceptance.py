@@ -40,9 +40,15 @@ def acceptance() -> None:
               help="Run every measurement job in this reservation (a maintenance window); its nodes are the default.")
 @click.option("--account", default=None, help="Charge the measurement jobs to this account (sbatch --account).")
 @click.option("--qos", default=None, help="Run the measurement jobs under this QOS (sbatch --qos).")
+@click.option("--op", type=click.Choice(["all_reduce", "alltoall"]), default="all_reduce", show_default=True,
+              help="The collective: nccl-tests' all_reduce_perf / alltoall_perf, torch's all_reduce / all_to_all.")
+@click.option("--mpi", default="auto", show_default=True,
+              help="nccl-tests between nodes: srun's PMI plugin (pmix, pmi2; auto: $SLURM_MPI_TYPE, else PMIx, else "
+                   "PMI-2 from srun --mpi=list; none: torch measures between nodes).")
 def run(partition: str | None, nodes: str | None, levels: str, do_drain: bool, as_json: bool, transport: str,
         sizes: str | None, iters: int | None, mad_k: float, tolerance: float | None, out: str, fresh: bool,
-        all_pairs: bool, job_time: str, reservation: str | None, account: str | None, qos: str | None) -> None:
+        all_pairs: bool, job_time: str, reservation: str | None, account: str | None, qos: str | None, op: str,
+        mpi: str) -> None:
     """Run the acceptance measurements on the cluster $SLURM_CONF points at."""
     import os
     import shutil
@@ -58,13 +64,13 @@ def run(partition: str | None, nodes: str | None, levels: str, do_drain: bool, a
     for flag, value in (("--reservation", reservation), ("--account", account), ("--qos", qos)):
         if value is not None:
             sbatch_value(flag, value)
-    transport = choose_transport(transport, os.environ, shutil.which)
+    transport = choose_transport(transport, os.environ, shutil.which, op)
     if tolerance is None:
         tolerance = default_tolerance(transport)
     req = Request(partition=partition, nodes=nodes, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
                   transport=transport, sizes=sizes, iters=iters, out=os.path.abspath(out), drain=do_drain,
                   fresh=fresh, all_pairs=all_pairs, job_time=job_time, rule=Rule(k=mad_k, tol=tolerance),
-                  reservation=reservation, account=account, qos=qos)
+                  reservation=reservation, account=account, qos=qos, op=op, mpi=mpi)
     try:
         doc = run_acceptance(req, default_backend(), lambda m: click.echo(f"acceptance: {m}", err=True))
     except KeyboardInterrupt:

@@ -217,7 +217,7 @@ def test_job_is_gpusubs_srun_job_pinned_to_its_nodes(tmp_path: Path) -> None:
     for line in ("#SBATCH --nodelist=node1,node3", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:8", "#SBATCH --exclusive",
                  "#SBATCH --partition=gpu", "#SBATCH --time=15:00", "export NCCL_DEBUG=WARN"):
         assert line in sc
-    assert "acceptance/measure.py --sizes 16M,1G --iters 20 --transport nccl --out" in flat
+    assert "acceptance/measure.py --sizes 16M,1G --iters 20 --transport nccl --op all_reduce --out" in flat
     assert f"{tmp_path}/j/result.json" in flat
     gl = Settings(partition="gpu", levels=("node",), transport="gloo", sizes="1M", iters=5, gpus_per_node=8)
     ex2 = SlurmExecutor(None, facts(), gl, Topo(("node1",)), bb.Expected())  # type: ignore[arg-type]
@@ -276,9 +276,108 @@ def test_job_runs_in_the_reservation_with_account_and_qos_through_gpusubs_prepar
         assert line in sc
 
 
+def test_mpi_plugins_from_recorded_srun_mpi_list_and_the_choice() -> None:
+    from slurmkit.acceptance.runner import choose_mpi
+    from slurmkit.backend.parse import parse_mpi_list
+
+    got = parse_mpi_list((DATA.parent / "slurm" / "srun_mpi_list_22.05.txt").read_text())
+    assert got == ["pmix", "none", "cray_shasta", "pmi2", "pmix_v4"]
+    assert choose_mpi("auto", got, {}) == "pmix"
+    assert choose_mpi("auto", ["none", "pmi2"], {}) == "pmi2"
+    assert choose_mpi("auto", ["none", "cray_shasta"], {}) is None  # no PMI: torch measures between nodes
+    assert choose_mpi("auto", got, {"SLURM_MPI_TYPE": "pmix_v4"}) == "pmix_v4"  # the site's own choice
+    assert choose_mpi("none", got, {}) is None
+    with pytest.raises(UsageError, match=r"^--mpi: 'pmix_v5' is not among srun --mpi=list: pmix, none"):
+        choose_mpi("pmix_v5", got, {})
+
+
+def nccl_tests_settings(mpi: str | None, op: str = "all_reduce") -> Settings:
+    return Settings(partition="gpu", levels=("node", "pair"), transport="nccl-tests", sizes="16M,1G", iters=20,
+                    gpus_per_node=8, op=op, mpi=mpi)
+
+
+def test_nccl_tests_between_nodes_run_one_task_per_gpu_under_sruns_pmi(tmp_path: Path) -> None:
+    from slurmkit.acceptance.plan import task
+
+    ex = SlurmExecutor(None, facts(), nccl_tests_settings("pmix", "alltoall"), Topo(("node1", "node3")),  # type: ignore[arg-type]
+                       bb.Expected())
+    pair = task("pair", "measure", ("node1", "node3"), "x")
+    sc = ex.render(pair, str(tmp_path / "p")).request.script
+    flat = sc.replace(" \\\n  ", " ")
+    assert "#SBATCH --ntasks-per-node=8" in sc and "export SLURM_MPI_TYPE=pmix" in sc
+    assert "--transport nccl-tests --op alltoall --out" in flat and "--gpus" not in flat
+    one = ex.render(task("node", "measure", ("node1",), "x"), str(tmp_path / "n")).request.script
+    assert "#SBATCH --ntasks-per-node=1" in one and "SLURM_MPI_TYPE" not in one and "--gpus 8" in one.replace(
+        " \\\n  ", " ")
+    assert ex.settings.tool("pair") == "nccl-tests alltoall_perf over srun --mpi=pmix (one task per GPU)"
+    assert ex.settings.tool("node") == "nccl-tests alltoall_perf (one process, every GPU of the node)"
+    # no PMI plugin: torch over NCCL measures between nodes, and the report says why
+    no = nccl_tests_settings(None)
+    assert no.transport_for(pair) == "nccl" and no.transport_for(task("node", "measure", ("node1",), "x")) == "nccl-tests"
+    assert "needs a PMI plugin in srun --mpi=list" in no.tool("pair")
+
+
+def test_measure_runs_nccl_tests_per_rank_and_rank0_reports_it(tmp_path: Path) -> None:
+    """measure.py as srun starts it between nodes (SLURM_PROCID/SLURM_NTASKS, SLURM_MPI_TYPE), with a fake
+    all_reduce_perf on PATH that prints the recorded 2-node MPI output: rank 0 parses it and says what measured."""
+    import os
+    import subprocess
+    import sys
+
+    from slurmkit.acceptance.runner import MEASURE
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "all_reduce_perf"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/argv.$SLURM_PROCID\ncat {DATA / 'all_reduce_perf_mpi_2node.txt'}\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_NTASKS": "2", "SLURM_MPI_TYPE": "pmix",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for rank in ("1", "0"):
+        out = tmp_path / "result.json"
+        p = subprocess.run([sys.executable, MEASURE, "--transport", "nccl-tests", "--sizes", "64M,1G", "--out",
+                            str(out)], env={**env, "SLURM_PROCID": rank}, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert (tmp_path / f"argv.{rank}").read_text().split() == [
+            "-b", str(64 << 20), "-e", str(1 << 30), "-f", "2", "-g", "1", "-n", "10", "-w", "2"]
+        assert out.exists() == (rank == "0")
+    res = json.loads(out.read_text())
+    assert res["transport"] == "nccl-tests all_reduce_perf" and res["world"] == 2
+    assert res["launch"] == "srun --mpi=pmix, 2 tasks x -g 1"
+    assert res["peak_busbw"] == 3.15
+
+
+def test_alltoall_busbw_is_nccl_tests_factor() -> None:
+    assert bb.busbw_alltoall(8.0, 8) == 7.0 and bb.busbw_alltoall(8.0, 1) == 0.0
+    assert bb.point(1 << 30, 0.5, 4, bb.busbw_alltoall).busbw == pytest.approx((1 << 30) / 0.5 / 1e9 * 3 / 4)
+
+
 def test_transport_choice() -> None:
     assert choose_transport("gloo", {}, lambda x: "/x") == "gloo"
     assert choose_transport("auto", {}, lambda x: "/usr/bin/all_reduce_perf") == "nccl-tests"
+    # --op alltoall needs alltoall_perf: all_reduce_perf alone does not make nccl-tests the tool
+    assert choose_transport("auto", {}, lambda x: "/b/all_reduce_perf" if x == "all_reduce_perf" else None,
+                            "alltoall") != "nccl-tests"
+    assert choose_transport("auto", {}, lambda x: f"/b/{x}", "alltoall") == "nccl-tests"
+
+
+def test_report_says_which_tool_measured_each_level(tmp_path: Path) -> None:
+    from slurmkit.acceptance.report import table
+    from slurmkit.acceptance.runner import measured_by
+
+    st = Store(str(tmp_path))
+    st.doc = {"measurements": {
+        "node:measure:a": {"level": "node", "busbw": 400.0, "transport": "nccl-tests all_reduce_perf"},
+        "pair:measure:a+b": {"level": "pair", "busbw": 40.0, "transport": "nccl-tests all_reduce_perf"},
+        "pair:measure:c+d": {"level": "pair", "busbw": 39.0, "transport": "torch-nccl"},
+        "leaf:measure:a+b+c": {"level": "leaf", "busbw": None, "transport": "torch-nccl"}}}
+    got = measured_by(st, ("node", "pair", "leaf", "all"))
+    assert got == [{"level": "node", "tool": "nccl-tests all_reduce_perf", "measurements": {"nccl-tests all_reduce_perf": 1}},
+                   {"level": "pair", "tool": "nccl-tests all_reduce_perf, torch-nccl",
+                    "measurements": {"nccl-tests all_reduce_perf": 1, "torch-nccl": 1}},
+                   {"level": "leaf", "tool": "none (every measurement failed)", "measurements": {}}]
+    text = table({"measurements": [], "outliers": [], "suspects": [], "measured_by": got})
+    assert "measured by, pair level: nccl-tests all_reduce_perf, torch-nccl" in text
 
 
 # --- drain ----------------------------------------------------------------------------------------------------------
