@@ -156,6 +156,57 @@ def run_torch(sizes: list[int], iters: int, warmup: int, transport: str, timeout
     return pts, info
 
 
+def run_ib_write_bw(hca: str, seconds: int, retry_s: float = 60.0) -> int:
+    """One HCA port between the job's two nodes: task 0 is perftest's server (``ib_write_bw -d DEV -i PORT -p
+    TCP``), task 1 the client (the same and the server's address), which retries while the server is not yet
+    listening and writes the result. ``MASTER_ADDR``/``MASTER_PORT`` (gpusub's rendezvous of the job, unused
+    otherwise) give the server's address and a free TCP port for perftest's exchange."""
+    from slurmkit.acceptance.ib import parse_ib_write_bw
+
+    exe = shutil.which("ib_write_bw")
+    if not exe:
+        print("measure: ib_write_bw (perftest) is not on PATH", file=sys.stderr)
+        return 2
+    rank = _env_int("SLURM_PROCID", default=0)
+    dev, port = hca.split(":", 1) if ":" in hca else (hca, "1")
+    argv = [exe, "-d", dev, "-i", port, "-p", os.environ.get("MASTER_PORT", "18515"), "-F", "--report_gbits",
+            "-D", str(seconds)]
+    if rank == 0:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + retry_s + 60)
+        if proc.returncode != 0:
+            print(f"measure: server {' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[-300:]}",
+                  file=sys.stderr)
+        return proc.returncode
+    argv.append(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    deadline = time.monotonic() + retry_s
+    while True:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
+        if proc.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)  # the server on the other node is not listening yet
+    if proc.returncode != 0:
+        print(f"measure: client {' '.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-300:]}",
+              file=sys.stderr)
+        return proc.returncode
+    run = parse_ib_write_bw(proc.stdout)
+    gbps = run.gbps
+    result = {"transport": "ib_write_bw", "hca": f"{dev}:{port}", "device": run.device, "link_type": run.link_type,
+              "unit": run.unit, "gbps": gbps, "world": 2, "hosts": [socket.gethostname()],
+              "points": [{"size": r.size, "avg_gbps": r.avg_gbps, "peak_gbps": r.peak_gbps} for r in run.rows],
+              # the plan compares GB/s like every other level
+              "peak_busbw": gbps / 8, "raw_tail": proc.stdout[-2000:]}
+    print(proc.stdout)
+    print(f"measure: ib_write_bw {dev}:{port}: {gbps:.4g} Gb/s")
+    if OUT:
+        tmp = Path(OUT).with_name(f".{Path(OUT).name}.tmp")
+        tmp.write_text(json.dumps(result, indent=1) + "\n")
+        os.replace(tmp, OUT)
+    return 0
+
+
+OUT: str | None = None
+
+
 def table(points: list[Point]) -> str:
     lines = [f"#{'size':>12} {'time':>10} {'algbw':>8} {'busbw':>8}", f"#{'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"]
     lines += [f" {p.size:>12} {p.time_us:>10.1f} {p.algbw:>8.3f} {p.busbw:>8.3f}" for p in points]
@@ -175,7 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, default=0, help="nccl-tests: GPUs the single process drives (0: all)")
     ap.add_argument("--timeout", type=int, default=300, help="rendezvous / collective timeout, seconds")
     ap.add_argument("--out", help="rank 0 writes the result here (JSON)")
+    ap.add_argument("--ib-write-bw", metavar="HCA:PORT", help="measure this HCA port with perftest's ib_write_bw "
+                    "between the job's two nodes (task 0 serves, task 1 measures and writes --out)")
+    ap.add_argument("--seconds", type=int, default=5, help="ib_write_bw -D: seconds of each run")
     a = ap.parse_args(argv)
+    if a.ib_write_bw:
+        global OUT
+        OUT = a.out
+        return run_ib_write_bw(a.ib_write_bw, a.seconds)
     sizes = parse_sizes(a.sizes)
     t_start = time.time()
     world = _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)

@@ -60,6 +60,7 @@ class Measurement:
     run_dir: str = ""
     error: str = ""
     seconds: float = 0.0
+    hca: str = ""  # the hca level: the port measured
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,14 @@ class Settings:
     qos: str | None = None
     op: str = "all_reduce"  # all_reduce | alltoall (nccl-tests' <op>_perf; torch's all_reduce / all_to_all_single)
     mpi: str | None = None  # nccl-tests between nodes: srun's PMI plugin (SLURM_MPI_TYPE); None: torch instead
+    hcas: tuple[str, ...] = ()  # the hca level's ports ("mlx5_0:1")
 
     def ranks_per_node(self, task: Task) -> int:
         """nccl/nccl-tests: every GPU of the node (nccl-tests' single process drives them all on the node level);
-        gloo on CPU: two ranks for the node level (an all-reduce needs two), one per node between nodes."""
+        gloo on CPU: two ranks for the node level (an all-reduce needs two), one per node between nodes; an HCA
+        port: one ib_write_bw process per node."""
+        if task.hca:
+            return 1
         if self.transport == "gloo":
             return 2 if not task.inter else 1
         if self.transport == "nccl-tests" and not task.inter:
@@ -92,6 +97,8 @@ class Settings:
 
     def tool(self, level: str) -> str:
         """What measures a level, in words (the report's ``measured_by`` says what actually did)."""
+        if level == "hca":
+            return f"perftest ib_write_bw per HCA port ({', '.join(self.hcas)})"
         torch_op = "all_reduce" if self.op == "all_reduce" else "all_to_all_single"
         if self.transport == "nccl-tests" and level == "node":
             return f"nccl-tests {self.op}_perf (one process, every GPU of the node)"
@@ -105,6 +112,8 @@ class Settings:
 
     def transport_for(self, task: Task) -> str:
         """nccl-tests on a node; between nodes too when srun gives its MPI ranks a PMI, else torch over NCCL."""
+        if task.hca:
+            return "ib_write_bw"
         if self.transport == "nccl-tests" and task.inter and not self.mpi:
             return "nccl"
         return self.transport
@@ -114,7 +123,7 @@ class Settings:
         return {"partition": self.partition, "levels": list(self.levels), "transport": self.transport,
                 "sizes": self.sizes, "iters": self.iters, "nodes": list(nodes), "all_pairs": self.all_pairs,
                 "reservation": self.reservation, "account": self.account, "qos": self.qos, "op": self.op,
-                "mpi": self.mpi}
+                "mpi": self.mpi, "hcas": list(self.hcas)}
 
 
 class Store:
@@ -254,7 +263,9 @@ class SlurmExecutor(Executor):
         args = ["--sizes", s.sizes, "--iters", str(s.iters), "--transport", transport, "--op", s.op,
                 "--out", f"{run_dir}/result.json"]
         env: tuple[tuple[str, str], ...] = ()
-        if transport == "nccl-tests" and not t.inter:
+        if t.hca:
+            args = ["--ib-write-bw", t.hca, "--out", f"{run_dir}/result.json"]
+        elif transport == "nccl-tests" and not t.inter:
             args += ["--gpus", str(s.gpus_per_node)]
         elif transport == "nccl-tests":
             # srun(1) of slurm-22-05-8-1 and slurm-24-11-5-1: SLURM_MPI_TYPE "Same as --mpi": the job's srun starts
@@ -350,8 +361,9 @@ class SlurmExecutor(Executor):
     def _collect(self, t: Task, job_id: str, run_dir: str, transport: str, info, seconds: float) -> Measurement:  # type: ignore[no-untyped-def]
         m = Measurement(t.key, t.level, t.step, list(t.nodes), [self.topo.leaf_of.get(n, "") for n in t.nodes],
                         ranks=self.settings.ranks_per_node(t) * len(t.nodes), transport=transport, job_id=job_id,
-                        run_dir=run_dir, seconds=round(seconds, 2),
-                        expected=self.expected.for_level("node" if not t.inter else "pair")[0])
+                        run_dir=run_dir, seconds=round(seconds, 2), hca=t.hca,
+                        # one rail's ib_write_bw is not the node's all-reduce: no inventory expectation
+                        expected=None if t.hca else self.expected.for_level("node" if not t.inter else "pair")[0])
         p = Path(run_dir) / "result.json"
         try:
             res = json.loads(p.read_text())
@@ -497,7 +509,8 @@ def drain(backend: Backend, findings: list[Finding], store: Store, progress: Pro
 class Request:
     partition: str | None = None
     nodes: str | None = None  # hostlist
-    levels: tuple[str, ...] = ("node", "pair", "leaf", "all")
+    levels: tuple[str, ...] = ("node", "pair", "hca", "leaf", "all")
+    levels_given: bool = False  # --levels given: a level that cannot run (hca without HCAs) is an error, not skipped
     transport: str = "auto"
     sizes: str | None = None
     iters: int | None = None
@@ -512,6 +525,7 @@ class Request:
     qos: str | None = None
     op: str = "all_reduce"
     mpi: str = "auto"  # auto | pmix | pmi2 | ... | none: how nccl-tests' MPI ranks meet between nodes
+    hcas: str | None = None  # the hca level's ports: "mlx5_0,mlx5_1:2"; None: the inventory's compute HCAs
 
 
 MPI_PREFERENCE = ("pmix", "pmi2")
@@ -531,6 +545,44 @@ def choose_mpi(asked: str, plugins: Sequence[str], environ: Mapping[str, str]) -
     if site and site != "none" and (not plugins or site in plugins):
         return site
     return next((m for m in MPI_PREFERENCE if m in plugins), None)
+
+
+def hcas_of(facts: ClusterFacts) -> tuple[str, ...]:
+    """The compute HCA ports of the inventory's GPU node group (none without an inventory)."""
+    from slurmkit.acceptance.ib import hcas_from
+
+    if not facts.source.startswith("inventory:"):
+        return ()
+    from slurmkit.model.cache import load_cluster_cached
+
+    cluster = load_cluster_cached(facts.source.split(":", 1)[1])
+    hosts = {h for h, _ in facts.node_gpus}
+    for g in cluster.node_groups:
+        if g.gpus and hosts & set(g.hostnames):
+            return hcas_from((n.name, n.kind, n.role) for n in g.nics)
+    return ()
+
+
+def _hca_levels(req: Request, facts: ClusterFacts, which: Callable[[str], str | None]
+                ) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """(levels, HCA ports, note): the hca level runs where HCAs exist (--hcas, else the inventory's compute
+    NICs) and perftest's ib_write_bw is installed; otherwise it is left out with a note, or refused when --levels
+    asked for it."""
+    from slurmkit.acceptance.ib import parse_hcas
+
+    if "hca" not in req.levels:
+        return tuple(req.levels), (), ""
+    try:
+        hcas = parse_hcas(req.hcas) if req.hcas else hcas_of(facts)
+    except ValueError as exc:
+        raise UsageError(f"--hcas: {exc}") from exc
+    missing = ("no HCA known (the inventory's compute NICs of kind ib/roce, or --hcas mlx5_0,mlx5_1)" if not hcas
+               else "" if which("ib_write_bw") else "ib_write_bw is not installed here (Debian package perftest)")
+    if not missing:
+        return tuple(req.levels), hcas, ""
+    if req.levels_given:
+        raise UsageError(f"--levels hca: {missing}")
+    return tuple(lv for lv in req.levels if lv != "hca"), (), f"hca level left out: {missing}"
 
 
 def _reservation(facts: ClusterFacts, name: str) -> Reservation:
@@ -643,16 +695,19 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
     for s in skipped:
         progress(f"skipping {s}: it cannot run a job now")
     gpus = max((g for n, g in facts.node_gpus if n in set(nodes)), default=0) or (facts.gpus_per_node or 0)
-    settings = Settings(partition=facts.partition, levels=tuple(req.levels), transport=transport, sizes=sizes,
+    levels, hcas, hca_note = _hca_levels(req, facts, which or shutil.which)
+    if hca_note:
+        progress(hca_note)
+    settings = Settings(partition=facts.partition, levels=levels, transport=transport, sizes=sizes,
                         iters=req.iters or DEFAULT_ITERS[transport], gpus_per_node=gpus, job_time=req.job_time,
                         rule=req.rule, all_pairs=req.all_pairs, reservation=req.reservation, account=req.account,
-                        qos=req.qos, op=req.op, mpi=mpi)
+                        qos=req.qos, op=req.op, mpi=mpi, hcas=hcas)
     topo = topology_of(facts, nodes)
     # gloo moves CPU buffers over TCP: the inventory's NVLink and NIC rates say nothing about it (the lab's h100
     # nodes would read 'below-expected' at 1 GB/s against NVLink's 450)
     expected = expected_of(facts) if transport != "gloo" else Expected()
     executor = SlurmExecutor(backend, facts, settings, topo, expected, environ=env)
-    inter = len(topo.nodes) > 1 and any(lv != "node" for lv in req.levels)
+    inter = len(topo.nodes) > 1 and any(lv != "node" for lv in levels)
     widest = planmod.task("all" if inter else "node", "measure", topo.nodes if inter else topo.nodes[:1], "preflight")
     pre = executor.preflight([widest], str(Path(req.out) / "jobs" / "preflight"))
     for w in pre.warnings:
@@ -661,10 +716,11 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
     store.lock()
     resumed = store.load_or_start(settings.key(topo.nodes), req.fresh, progress)
     progress(f"{len(topo.nodes)} node(s) of {facts.partition} ({len(topo.leaves())} leaf/leaves), levels "
-             f"{','.join(req.levels)}, transport {transport}, sizes {sizes}; "
-             + "; ".join(f"{lv} level by {settings.tool(lv)}" for lv in req.levels))
+             f"{','.join(levels)}, transport {transport}, sizes {sizes}; "
+             + "; ".join(f"{lv} level by {settings.tool(lv)}" for lv in levels))
     judged: list[dict[str, Any]] = []
-    gen = planmod.plan(topo, req.levels, req.rule, {"all": expected.inter}, all_pairs=req.all_pairs, judged=judged)
+    gen = planmod.plan(topo, levels, req.rule, {"all": expected.inter}, all_pairs=req.all_pairs, judged=judged,
+                       hcas=hcas)
     findings = drive(gen, executor, store, progress)
     verdicts(store, findings, req.rule)
     doc = store.doc
@@ -673,7 +729,7 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
         "nodes": list(topo.nodes), "leaves": topo.leaves(), "skipped": skipped, "transport": transport,
         "sizes": sizes, "rule": {"k": req.rule.k, "tol": req.rule.tol},
         "reservation": req.reservation, "account": req.account, "qos": req.qos, "op": req.op, "mpi": mpi,
-        "measured_by": measured_by(store, req.levels),
+        "measured_by": measured_by(store, levels), "hcas": list(hcas), "hca_note": hca_note,
         "expected": asdict(expected),
         "expected_note": "" if transport != "gloo" else
         "gloo measures CPU copies over TCP: the inventory's NVLink/NIC rates do not apply",

@@ -16,8 +16,12 @@ def acceptance() -> None:
 @acceptance.command("run")
 @click.option("-p", "--partition", default=None, help="Partition to test (default: the default partition).")
 @click.option("--nodes", default=None, metavar="LIST", help="Only these nodes (a host list, e.g. node[1-4]).")
-@click.option("--levels", default="node,pair,leaf,all", show_default=True,
-              help="Comma list of node (each node's GPUs), pair, leaf (each leaf switch), all.")
+@click.option("--levels", default=None,
+              help="Comma list of node (each node's GPUs), pair, hca (ib_write_bw per HCA port), leaf (each leaf "
+                   "switch), all. Default: all of them, hca where HCAs are known and perftest is installed.")
+@click.option("--hcas", default=None, metavar="LIST",
+              help="HCA ports for the hca level, e.g. mlx5_0,mlx5_1:2 (default: the inventory's compute IB/RoCE NICs, "
+                   "port 1).")
 @click.option("--drain", "do_drain", is_flag=True,
               help="Drain confirmed-bad nodes (reason 'slurmkit: acceptance ...'); without it nothing changes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
@@ -45,7 +49,7 @@ def acceptance() -> None:
 @click.option("--mpi", default="auto", show_default=True,
               help="nccl-tests between nodes: srun's PMI plugin (pmix, pmi2; auto: $SLURM_MPI_TYPE, else PMIx, else "
                    "PMI-2 from srun --mpi=list; none: torch measures between nodes).")
-def run(partition: str | None, nodes: str | None, levels: str, do_drain: bool, as_json: bool, transport: str,
+def run(partition: str | None, nodes: str | None, levels: str | None, hcas: str | None, do_drain: bool, as_json: bool, transport: str,
         sizes: str | None, iters: int | None, mad_k: float, tolerance: float | None, out: str, fresh: bool,
         all_pairs: bool, job_time: str, reservation: str | None, account: str | None, qos: str | None, op: str,
         mpi: str) -> None:
@@ -67,7 +71,10 @@ def run(partition: str | None, nodes: str | None, levels: str, do_drain: bool, a
     transport = choose_transport(transport, os.environ, shutil.which, op)
     if tolerance is None:
         tolerance = default_tolerance(transport)
+    given = levels is not None
+    levels = levels if levels is not None else "node,pair,hca,leaf,all"
     req = Request(partition=partition, nodes=nodes, levels=tuple(x.strip() for x in levels.split(",") if x.strip()),
+                  levels_given=given, hcas=hcas,
                   transport=transport, sizes=sizes, iters=iters, out=os.path.abspath(out), drain=do_drain,
                   fresh=fresh, all_pairs=all_pairs, job_time=job_time, rule=Rule(k=mad_k, tol=tolerance),
                   reservation=reservation, account=account, qos=qos, op=op, mpi=mpi)

@@ -94,3 +94,26 @@ def test_a_qos_the_account_may_not_use_is_refused_before_any_job(wlab, tmp_path:
     assert p.returncode != 0
     assert "scavenger" in p.stderr, p.stderr
     assert not (tmp_path / "acc" / "report.json").exists()  # refused before anything was written or submitted
+
+
+def test_hca_level_names_the_bad_port_with_a_fake_perftest(wlab, tmp_path: Path) -> None:
+    """No HCA here: ib_write_bw on PATH is tests/data/acceptance/fake_ib_write_bw, which prints recorded perftest
+    output, ten times slower for node3's mlx5_1 (FAKE_IB_SLOW). The real server/client pairs run as Slurm jobs in the
+    window (now all four nodes), and the report names the port, not only the node."""
+    sh(wlab, ["scontrol", "update", "reservation=maint", "nodes=node[1-4]"])
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ib_write_bw").symlink_to(Path(__file__).resolve().parents[1] / "data" / "acceptance" / "fake_ib_write_bw")
+    env = {**os.environ, **wlab.env, "PATH": f"{bindir}:{os.environ['PATH']}", "FAKE_IB_SLOW": "node3:mlx5_1"}
+    p = subprocess.run([SLURMKIT, "acceptance", "run", "--out", str(tmp_path / "acc"), "--reservation", "maint",
+                        "--account", "team-a", "--levels", "hca", "--hcas", "mlx5_0,mlx5_1"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "OUTLIER port node3 port mlx5_1:1: hca level: node3 port mlx5_1:1 (bad port or cable)" in p.stdout, p.stdout
+    assert "measured by, hca level: ib_write_bw" in p.stdout
+    doc = json.loads((tmp_path / "acc" / "report.json").read_text())
+    assert [(o["kind"], o["nodes"], o["port"]) for o in doc["outliers"]] == [("port", ["node3"], "mlx5_1:1")]
+    assert doc["suspects"] == []
+    jobs = sorted({m["job_id"] for m in doc["measurements"].values()})
+    assert len(jobs) == 8  # 4 pairs (two matchings of 4 nodes) x 2 ports
+    assert all(r["Reservation"] == "maint" for r in sacct(wlab, jobs).values())

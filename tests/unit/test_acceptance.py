@@ -656,3 +656,134 @@ def test_picture_bars_of_one_node_are_told_apart() -> None:
     labels = bar_labels(ms)
     assert labels == ["node3", "node3 (confirm)", "node3 (reconfirm)", "node1 (control)"]
     assert len(set(labels)) == len(labels)
+
+
+# --- the hca level: ib_write_bw per HCA port ------------------------------------------------------------------------
+
+def test_ib_write_bw_parser_on_recorded_perftest_output() -> None:
+    from slurmkit.acceptance.ib import parse_ib_write_bw
+
+    a = parse_ib_write_bw((DATA / "ib_write_bw_spark_rocep1s0f0.txt").read_text())
+    assert (a.device, a.link_type, a.unit, len(a.rows)) == ("rocep1s0f0", "Ethernet", "Gb/sec", 5)
+    assert a.gbps == pytest.approx(92.57) and a.rows[3].avg_gbps == pytest.approx(92.56)
+    assert a.rows[0].peak_gbps == 0.0  # --run_infinitely: "BW peak won't be measured"
+    b = parse_ib_write_bw((DATA / "ib_write_bw_spark_roceP2p1s0f0.txt").read_text())
+    assert (b.device, len(b.rows), b.gbps) == ("roceP2p1s0f0", 6, pytest.approx(97.29))
+    # perftest's default unit is MB/sec = 2^20 B/s (print_report_bw's format_factor 0x100000): the same table in
+    # MB/sec reads as the same Gb/s
+    mb = (DATA / "ib_write_bw_spark_rocep1s0f0.txt").read_text().replace("[Gb/sec]", "[MB/sec]").replace(
+        "92.57 ", f"{92.57e9 / 8 / (1 << 20):.2f} ")
+    assert parse_ib_write_bw(mb).gbps == pytest.approx(92.57, rel=1e-4)
+    with pytest.raises(ValueError, match="no '#bytes #iterations BW peak BW average' table"):
+        parse_ib_write_bw(" Couldn't connect to 10.0.0.1:18515\nUnable to open file descriptor for socket connection")
+
+
+def test_hca_ports_from_the_inventory_and_the_flag() -> None:
+    from slurmkit.acceptance.ib import hcas_from, parse_hcas
+
+    assert parse_hcas("mlx5_0, mlx5_1:2,mlx5_0") == ("mlx5_0:1", "mlx5_1:2")
+    with pytest.raises(ValueError, match="'mlx5_0:x' is not an HCA port"):
+        parse_hcas("mlx5_0:x")
+    assert hcas_from([("mlx5_0", "ib", "compute"), ("mlx5_4", "ib", "storage"), ("eth0", "eth", "compute"),
+                      ("mlx5_1", "roce", "compute")]) == ("mlx5_0:1", "mlx5_1:1")
+
+
+def run_hca_plan(slow_port: tuple[str, str] | None = None, slow_rail: tuple[frozenset[str], str] | None = None):
+    from slurmkit.acceptance.plan import Finding
+
+    topo = Topo(tuple(f"node{i}" for i in range(1, 7)), {f"node{i}": "leaf1" if i <= 3 else "leaf2" for i in range(1, 7)})
+    hcas = ("mlx5_0:1", "mlx5_1:1")
+    gen = plan(topo, ("hca",), bb.Rule(), hcas=hcas)
+    asked = []
+    batch = next(gen)
+    try:
+        while True:
+            asked += batch
+            res = {}
+            for t in batch:
+                v = 400 / 8 * (0.97 + 0.01 * (hash(t.key) % 5))
+                if slow_port and slow_port[0] in t.nodes and t.hca == slow_port[1]:
+                    v /= 10
+                if slow_rail and frozenset(t.nodes) == slow_rail[0] and t.hca == slow_rail[1]:
+                    v /= 10
+                res[t.key] = v
+            batch = gen.send(res)
+    except StopIteration as stop:
+        found: list[Finding] = stop.value
+    return asked, found
+
+
+def test_hca_level_names_the_bad_port_of_its_node() -> None:
+    asked, found = run_hca_plan(slow_port=("node5", "mlx5_1:1"))
+    assert {t.hca for t in asked} == {"mlx5_0:1", "mlx5_1:1"} and all(len(t.nodes) == 2 for t in asked)
+    # each port of each node with two partners (the pair level's two matchings), one job per pair and port
+    partners = {n: {m for t in asked if t.hca == "mlx5_0:1" and n in t.nodes for m in t.nodes} - {n} for n in
+                ("node1", "node5")}
+    assert all(len(p) == 2 for p in partners.values()), partners
+    assert [(f.kind, f.nodes, f.port, f.confirmed) for f in found] == [("port", ("node5",), "mlx5_1:1", True)]
+    assert "node5 port mlx5_1:1 (bad port or cable)" in found[0].detail
+    from slurmkit.acceptance.report import document, table
+
+    doc = document({"measurements": {}}, found)
+    assert "OUTLIER port node5 port mlx5_1:1: hca level: node5 port mlx5_1:1" in table(doc)
+    assert run_hca_plan()[1] == []
+
+
+def test_hca_level_a_slow_rail_between_good_ports_is_the_cable_between_them() -> None:
+    _, found = run_hca_plan(slow_rail=(frozenset({"node1", "node2"}), "mlx5_0:1"))
+    assert [(f.kind, set(f.nodes), f.port, f.confirmed) for f in found] == [
+        ("rail", {"node1", "node2"}, "mlx5_0:1", False)]
+    assert "the cable or switch path between them" in found[0].detail
+
+
+def test_hca_level_runs_only_where_hcas_and_perftest_exist() -> None:
+    from slurmkit.acceptance.runner import Request, _hca_levels
+
+    f = facts()
+    assert _hca_levels(Request(), f, lambda x: "/usr/bin/" + x) == (("node", "pair", "leaf", "all"), (), (
+        "hca level left out: no HCA known (the inventory's compute NICs of kind ib/roce, or --hcas mlx5_0,mlx5_1)"))
+    assert _hca_levels(Request(hcas="mlx5_0"), f, lambda x: None)[2] == (
+        "hca level left out: ib_write_bw is not installed here (Debian package perftest)")
+    assert _hca_levels(Request(hcas="mlx5_0,mlx5_1"), f, lambda x: "/b/" + x)[:2] == (
+        ("node", "pair", "hca", "leaf", "all"), ("mlx5_0:1", "mlx5_1:1"))
+    with pytest.raises(UsageError, match=r"^--levels hca: no HCA known"):
+        _hca_levels(Request(levels=("hca",), levels_given=True), f, lambda x: "/b/" + x)
+
+
+def test_measure_ib_write_bw_server_and_client_with_the_fake_perftest(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from slurmkit.acceptance.runner import MEASURE
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ib_write_bw").symlink_to(DATA / "fake_ib_write_bw")
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_NTASKS": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29999", "SLURM_JOB_NODELIST": "node[3,5]", "FAKE_IB_SLOW": "node5:mlx5_1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = tmp_path / "result.json"
+    for rank in ("0", "1"):
+        p = subprocess.run([sys.executable, MEASURE, "--ib-write-bw", "mlx5_1:1", "--seconds", "1", "--out", str(out)],
+                           env={**env, "SLURM_PROCID": rank}, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert out.exists() == (rank == "1")  # the client measures and writes
+    res = json.loads(out.read_text())
+    assert (res["transport"], res["hca"], res["device"]) == ("ib_write_bw", "mlx5_1:1", "mlx5_1")
+    assert res["gbps"] == pytest.approx(9.26) and res["peak_busbw"] == pytest.approx(9.26 / 8)
+
+
+def test_hca_job_is_two_nodes_one_task_each(tmp_path: Path) -> None:
+    from slurmkit.acceptance.plan import task
+
+    s = Settings(partition="gpu", levels=("hca",), transport="gloo", sizes="1M", iters=5, gpus_per_node=8,
+                 hcas=("mlx5_0:1",))
+    ex = SlurmExecutor(None, facts(), s, Topo(("node1", "node3")), bb.Expected())  # type: ignore[arg-type]
+    t = task("hca", "measure", ("node1", "node3"), "x", hca="mlx5_0:1")
+    assert t.key == "hca:measure:node1+node3:mlx5_0:1"
+    sc = ex.render(t, str(tmp_path / "h")).request.script
+    flat = sc.replace(" \\\n  ", " ")
+    assert "#SBATCH --nodes=2" in sc and "#SBATCH --ntasks-per-node=1" in sc and "#SBATCH --nodelist=node1,node3" in sc
+    assert "measure.py --ib-write-bw mlx5_0:1 --out" in flat
+    assert s.tool("hca") == "perftest ib_write_bw per HCA port (mlx5_0:1)"
