@@ -164,14 +164,31 @@ def cross_pairs(topo: Topo) -> list[tuple[str, str]]:
     return [(order[i], order[i + h]) for i in range(h)]
 
 
-def _pair_level(topo: Topo, rule: Rule, judged: list[dict[str, object]]
-                ) -> Generator[list[Task], Results, list[Finding]]:
+def matchings(topo: Topo) -> list[tuple[str, str]]:
+    """The intra-leaf and the cross-leaf matching without repeats; a node left out of both (an odd count: node3 of
+    node[1-3] is nobody's partner in either) is paired with a node of another leaf, else with any other node, so
+    every node is measured."""
     seen: set[frozenset[str]] = set()
     pairs = []
     for p in intra_pairs(topo) + cross_pairs(topo):
         if frozenset(p) not in seen:
             seen.add(frozenset(p))
             pairs.append(p)
+    covered = {n for p in pairs for n in p}
+    for n in topo.nodes:
+        if n in covered or len(topo.nodes) < 2:
+            continue
+        mine = topo.leaf_of.get(n, "")
+        others = [m for m in topo.nodes if m != n]
+        partner = next((m for m in others if topo.leaf_of.get(m, "") != mine), others[0])
+        pairs.append((partner, n))
+        covered.add(n)
+    return pairs
+
+
+def _pair_level(topo: Topo, rule: Rule, judged: list[dict[str, object]]
+                ) -> Generator[list[Task], Results, list[Finding]]:
+    pairs = matchings(topo)
     if not pairs:
         return []
     tasks = {p: task("pair", "measure", p, f"pair {p[0]}+{p[1]}") for p in pairs}
@@ -213,12 +230,7 @@ def _hca_level(topo: Topo, hcas: Sequence[str], rule: Rule, judged: list[dict[st
     perftest's Gb/s or MB/s). Each port's best partner decides whether the port is bad: a bad port or cable is slow
     with every partner; a healthy port has one good partner at least. Judged per HCA port across nodes (the rails may
     differ in speed: a storage rail at 200 Gb/s beside compute rails at 400)."""
-    pairs: list[tuple[str, str]] = []
-    seen: set[frozenset[str]] = set()
-    for p in intra_pairs(topo) + cross_pairs(topo):
-        if frozenset(p) not in seen:
-            seen.add(frozenset(p))
-            pairs.append(p)
+    pairs = matchings(topo)
     if not pairs or not hcas:
         return []
     tasks = {(p, h): task("hca", "measure", p, f"ib_write_bw {h} {p[0]}<->{p[1]}", hca=h) for h in hcas for p in pairs}

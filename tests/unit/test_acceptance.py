@@ -787,3 +787,14 @@ def test_hca_job_is_two_nodes_one_task_each(tmp_path: Path) -> None:
     assert "#SBATCH --nodes=2" in sc and "#SBATCH --ntasks-per-node=1" in sc and "#SBATCH --nodelist=node1,node3" in sc
     assert "measure.py --ib-write-bw mlx5_0:1 --out" in flat
     assert s.tool("hca") == "perftest ib_write_bw per HCA port (mlx5_0:1)"
+
+
+def test_every_node_of_an_odd_window_is_in_a_pair() -> None:
+    from slurmkit.acceptance.plan import matchings
+
+    # node[1-3] over two leaves: the two matchings alone leave node3 with no partner
+    topo = Topo(("node1", "node2", "node3"), {"node1": "leaf1", "node2": "leaf1", "node3": "leaf2"})
+    pairs = matchings(topo)
+    assert {n for p in pairs for n in p} == {"node1", "node2", "node3"}
+    assert ("node1", "node3") in pairs  # the odd one with a node of another leaf
+    assert matchings(Topo(("node1",))) == []
