@@ -104,7 +104,9 @@ def test_hca_level_names_the_bad_port_with_a_fake_perftest(wlab, tmp_path: Path)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "ib_write_bw").symlink_to(Path(__file__).resolve().parents[1] / "data" / "acceptance" / "fake_ib_write_bw")
-    env = {**os.environ, **wlab.env, "PATH": f"{bindir}:{os.environ['PATH']}", "FAKE_IB_SLOW": "node3:mlx5_1"}
+    # on PATH before the lab's own (a 24.11 lab puts its release's wrappers there)
+    path = wlab.env.get("PATH", os.environ["PATH"])
+    env = {**os.environ, **wlab.env, "PATH": f"{bindir}:{path}", "FAKE_IB_SLOW": "node3:mlx5_1"}
     p = subprocess.run([SLURMKIT, "acceptance", "run", "--out", str(tmp_path / "acc"), "--reservation", "maint",
                         "--account", "team-a", "--levels", "hca", "--hcas", "mlx5_0,mlx5_1"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=1500)
