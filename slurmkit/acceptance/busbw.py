@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 GB = 1e9  # nccl-tests reports GB/s as 1e9 bytes per second
@@ -44,9 +44,20 @@ def busbw_allreduce(alg: float, nranks: int) -> float:
     return alg * 2 * (nranks - 1) / nranks
 
 
-def point(size: int, seconds: float, nranks: int) -> Point:
+def busbw_alltoall(alg: float, nranks: int) -> float:
+    """nccl-tests' alltoall bus bandwidth (doc/PERFORMANCE.md, "AllToAll" shares AllGather's factor): algbw x
+    (n-1)/n: each rank keeps 1/n of its buffer and sends the rest."""
+    if nranks < 1:
+        raise ValueError(f"nranks must be >= 1, got {nranks}")
+    return alg * (nranks - 1) / nranks
+
+
+OPS = ("all_reduce", "alltoall")  # nccl-tests binaries: <op>_perf
+
+
+def point(size: int, seconds: float, nranks: int, bus: Callable[[float, int], float] = busbw_allreduce) -> Point:
     a = algbw(size, seconds)
-    return Point(size, seconds * 1e6, a, busbw_allreduce(a, nranks))
+    return Point(size, seconds * 1e6, a, bus(a, nranks))
 
 
 def peak(points: Iterable[Point]) -> float:

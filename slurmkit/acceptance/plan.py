@@ -12,6 +12,10 @@ fabric):
 * ``pair``: a matching inside each leaf and one across leaves (every node in two pairs). A node whose *best* pair
   is slow (by the rule over every node's best pair) is a suspect; a slow pair of two nodes that are not suspects
   is a slow link. Each suspect is then measured with a healthy node, beside a control pair of two healthy nodes.
+* ``hca``: ``ib_write_bw`` per HCA port (rail), over the pair level's two matchings: each port of each node against
+  the same port of two partners. A port whose *best* partner is slow (by the rule over every port's best) is a bad
+  port or cable, named with its node (``node3 mlx5_1:1``) and confirmed by its two partners; a slow rail between two
+  ports that are fine elsewhere is a link suspect (the cable or switch path between them).
 * ``leaf``: one measurement per leaf switch; a slow leaf is bisected.
 * ``all``: one measurement over every node; bisected when it is below what the inventory expects.
 
@@ -31,7 +35,8 @@ from dataclasses import dataclass, field
 
 from slurmkit.acceptance.busbw import Rule
 
-LEVELS = ("node", "pair", "leaf", "all")
+LEVELS = ("node", "pair", "hca", "leaf", "all")
+HCA_KINDS = ("port", "rail")  # findings of the hca level: decided by it, not re-measured by _confirm
 
 Results = dict[str, "float | None"]
 
@@ -43,14 +48,15 @@ class Task:
     step: str  # measure | half | resolve | control | confirm
     nodes: tuple[str, ...]
     why: str  # progress text: what this measurement decides
+    hca: str = ""  # the hca level: the HCA port measured ("mlx5_0:1")
 
     @property
     def inter(self) -> bool:
         return len(self.nodes) > 1
 
 
-def task(level: str, step: str, nodes: Sequence[str], why: str) -> Task:
-    return Task(f"{level}:{step}:{'+'.join(nodes)}", level, step, tuple(nodes), why)
+def task(level: str, step: str, nodes: Sequence[str], why: str, hca: str = "") -> Task:
+    return Task(f"{level}:{step}:{'+'.join(nodes)}" + (f":{hca}" if hca else ""), level, step, tuple(nodes), why, hca)
 
 
 @dataclass
@@ -62,6 +68,7 @@ class Finding:
     detail: str
     switch: str | None = None
     confirmed: bool = False
+    port: str | None = None  # hca level: the HCA port ("mlx5_1:1") of nodes[0] (a port) or of both (a rail)
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,7 @@ Plan = Generator[list[Task], Results, list[Finding]]
 
 
 def plan(topo: Topo, levels: Sequence[str], rule: Rule, expected: dict[str, float | None] | None = None,
-         all_pairs: bool = False, judged: list[dict[str, object]] | None = None) -> Plan:
+         all_pairs: bool = False, judged: list[dict[str, object]] | None = None, hcas: Sequence[str] = ()) -> Plan:
     """The whole run: each asked level in LEVELS order, then the confirmations. ``judged`` (when given) receives
     one record per application of the rule over a level (what was judged, median, log-MAD, threshold, the lowest
     value and its margin), so that the report can explain every verdict, a passing one too."""
@@ -100,6 +107,8 @@ def plan(topo: Topo, levels: Sequence[str], rule: Rule, expected: dict[str, floa
             new = yield from _node_level(sub, rule, judged)
         elif level == "pair":
             new = yield from (_all_pairs(sub, rule, judged) if all_pairs else _pair_level(sub, rule, judged))
+        elif level == "hca":
+            new = yield from _hca_level(sub, hcas, rule, judged)
         elif level == "leaf":
             new = yield from _leaf_level(sub, rule, judged)
         else:
@@ -155,14 +164,31 @@ def cross_pairs(topo: Topo) -> list[tuple[str, str]]:
     return [(order[i], order[i + h]) for i in range(h)]
 
 
-def _pair_level(topo: Topo, rule: Rule, judged: list[dict[str, object]]
-                ) -> Generator[list[Task], Results, list[Finding]]:
+def matchings(topo: Topo) -> list[tuple[str, str]]:
+    """The intra-leaf and the cross-leaf matching without repeats; a node left out of both (an odd count: node3 of
+    node[1-3] is nobody's partner in either) is paired with a node of another leaf, else with any other node, so
+    every node is measured."""
     seen: set[frozenset[str]] = set()
     pairs = []
     for p in intra_pairs(topo) + cross_pairs(topo):
         if frozenset(p) not in seen:
             seen.add(frozenset(p))
             pairs.append(p)
+    covered = {n for p in pairs for n in p}
+    for n in topo.nodes:
+        if n in covered or len(topo.nodes) < 2:
+            continue
+        mine = topo.leaf_of.get(n, "")
+        others = [m for m in topo.nodes if m != n]
+        partner = next((m for m in others if topo.leaf_of.get(m, "") != mine), others[0])
+        pairs.append((partner, n))
+        covered.add(n)
+    return pairs
+
+
+def _pair_level(topo: Topo, rule: Rule, judged: list[dict[str, object]]
+                ) -> Generator[list[Task], Results, list[Finding]]:
+    pairs = matchings(topo)
     if not pairs:
         return []
     tasks = {p: task("pair", "measure", p, f"pair {p[0]}+{p[1]}") for p in pairs}
@@ -195,6 +221,53 @@ def _pair_level(topo: Topo, rule: Rule, judged: list[dict[str, object]]
             found.append(Finding("pair", p, "pair", [t.key],
                                  f"pair level: link {p[0]}-{p[1]} {v:.3g} GB/s < {thr:.3g} (median {ref:.3g}) while "
                                  "both nodes are fine with other partners"))
+    return found
+
+
+def _hca_level(topo: Topo, hcas: Sequence[str], rule: Rule, judged: list[dict[str, object]]
+               ) -> Generator[list[Task], Results, list[Finding]]:
+    """ib_write_bw of every HCA port over the pair level's two matchings. Values are GB/s (the runner converts
+    perftest's Gb/s or MB/s). Each port's best partner decides whether the port is bad: a bad port or cable is slow
+    with every partner; a healthy port has one good partner at least. Judged per HCA port across nodes (the rails may
+    differ in speed: a storage rail at 200 Gb/s beside compute rails at 400)."""
+    pairs = matchings(topo)
+    if not pairs or not hcas:
+        return []
+    tasks = {(p, h): task("hca", "measure", p, f"ib_write_bw {h} {p[0]}<->{p[1]}", hca=h) for h in hcas for p in pairs}
+    res = yield list(tasks.values())
+    found: list[Finding] = []
+    for h in hcas:
+        values = {p: res.get(tasks[(p, h)].key) for p in pairs}
+        partners: dict[str, list[tuple[str, str]]] = {}
+        for p in pairs:
+            for n in p:
+                partners.setdefault(n, []).append(p)
+        best: dict[str, float | None] = {}
+        for n, ps in partners.items():
+            got = [v for v in (values[p] for p in ps) if v is not None]
+            best[n] = max(got) if got else None
+        slow, ref, d, thr = _judge(rule, "hca", f"{h}: each node's best partner", best, judged)
+        for n in topo.nodes:
+            if n not in slow:
+                continue
+            ps = partners[n]
+            bw = best[n] or 0.0
+            others = ", ".join(f"{q[1] if q[0] == n else q[0]} {values[q]:.3g}" for q in ps if values[q] is not None)
+            found.append(Finding(
+                "port", (n,), "hca", [tasks[(p, h)].key for p in ps],
+                f"hca level: {n} port {h} (bad port or cable): best partner {bw * 8:.4g} Gb/s < {thr * 8:.4g} (median "
+                f"{ref * 8:.4g} Gb/s over the nodes' {h}); GB/s with each partner: {others}",
+                # slow with two different partners, measured apart: confirmed; with one partner only: a suspect
+                confirmed=len([q for q in ps if values[q] is not None]) >= 2, port=h))
+        slow_pairs, pref, _, pthr = _judge(rule, "hca", f"{h}: each pair (rails)",
+                                           {"+".join(p): v for p, v in values.items()}, judged)
+        for p in pairs:
+            v = values[p]
+            if "+".join(p) in slow_pairs and not set(p) & set(slow) and v is not None:
+                found.append(Finding("rail", p, "hca", [tasks[(p, h)].key],
+                                     f"hca level: rail {h} between {p[0]} and {p[1]} {v * 8:.4g} Gb/s < {pthr * 8:.4g} "
+                                     f"(median {pref * 8:.4g}) while both ports are fine with other partners: the cable "
+                                     "or switch path between them", port=h))
     return found
 
 
@@ -322,7 +395,7 @@ def _merge(findings: list[Finding]) -> list[Finding]:
             g.detail += "; " + f.detail
             g.confirmed = g.confirmed or f.confirmed
         else:
-            by_node[n] = Finding(f.kind, f.nodes, f.level, list(f.evidence), f.detail, f.switch, f.confirmed)
+            by_node[n] = Finding(f.kind, f.nodes, f.level, list(f.evidence), f.detail, f.switch, f.confirmed, f.port)
             out.append(by_node[n])
     return out
 
@@ -339,6 +412,7 @@ def _confirm(topo: Topo, rule: Rule, findings: list[Finding]) -> Generator[list[
     slow group) is measured again beside a control of as many healthy nodes, in two rounds one after the other (the
     second beside other healthy nodes where there are enough), and confirmed only when it is slower than the control
     by the rule's tolerance in both: one noisy measurement, or one noisy stretch of time, never drains a node."""
+    findings = [f for f in findings if f.kind not in HCA_KINDS]  # the hca level decided its own
     for f in findings:
         # two measurements of one level run back to back (a pair and its resolve step) and share the same noise:
         # only evidence from two different levels confirms without a later re-measurement (seen on a loaded 24.11

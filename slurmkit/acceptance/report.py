@@ -22,6 +22,8 @@ def table(doc: dict[str, Any]) -> str:
     rows = [("LEVEL", "STEP", "NODES", "LEAF", "RANKS", "BUSBW GB/s", "EXPECTED", "VERDICT", "JOB")]
     for m in doc["measurements"]:
         nodes = ",".join(m["nodes"])
+        if m.get("hca"):
+            nodes = f"{nodes} {m['hca']}"
         rows.append((m["level"], m["step"], nodes if len(nodes) <= 40 else nodes[:37] + "...",
                      ",".join(sorted({x for x in m["leaves"] if x})) or "-", str(m["ranks"]),
                      f"{m['busbw']:.4g}" if m["busbw"] is not None else "-",
@@ -37,16 +39,20 @@ def table(doc: dict[str, Any]) -> str:
         lines.append(f"rule, {j['level']} level, {j['over']} (n={j['n']}): median {j['median']:.3g} GB/s, log-MAD "
                      f"{j['log_mad']:.2g}, slow below {j['threshold']:.3g} = min(median/e^({rule.get('k', 3):g} x "
                      f"log-MAD), {1 - rule.get('tol', 0.25):.0%} of median){low}")
+    for lv in doc.get("measured_by", []):
+        lines.append(f"measured by, {lv['level']} level: {lv['tool']}")
     if doc.get("expected_note"):
         lines.append(f"expected: none ({doc['expected_note']})")
     if doc["outliers"]:
         for o in doc["outliers"]:
             where = f" (switch {o['switch']})" if o.get("switch") else ""
-            lines.append(f"OUTLIER {o['kind']} {','.join(o['nodes'])}{where}: {o['detail']}")
+            port = f" port {o['port']}" if o.get("port") else ""  # the hca level names the port, not only the node
+            lines.append(f"OUTLIER {o['kind']} {','.join(o['nodes'])}{port}{where}: {o['detail']}")
     else:
         lines.append("no outlier")
     for s in doc["suspects"]:
-        lines.append(f"not confirmed: {','.join(s['nodes'])}: {s['detail']}")
+        port = f" port {s['port']}" if s.get("port") else ""
+        lines.append(f"not confirmed: {','.join(s['nodes'])}{port}: {s['detail']}")
     for e in (m for m in doc["measurements"] if m.get("error")):
         lines.append(f"error: {e['key']}: {e['error']}")
     lines.append(f"{doc.get('jobs', 0)} job(s), {doc.get('wall_s', 0):.0f}s; report: {doc.get('report', '')}")
@@ -71,7 +77,7 @@ def picture(doc: dict[str, Any], path: Path) -> str | None:
     ms = [m for m in doc["measurements"] if m["busbw"] is not None]
     nodes = list(doc.get("nodes") or sorted({n for m in ms for n in m["nodes"]}))
     idx = {n: i for i, n in enumerate(nodes)}
-    pairs = [m for m in ms if len(m["nodes"]) == 2]
+    pairs = [m for m in ms if len(m["nodes"]) == 2 and m["level"] != "hca"]  # ib_write_bw is Gb/s of one rail
     leaves = [m for m in ms if m["level"] == "leaf" and m["step"] == "measure"]
     singles = [m for m in ms if len(m["nodes"]) == 1]
     fig, axes = plt.subplots(1, 3, figsize=(16, 5))

@@ -28,7 +28,10 @@ from slurmkit.errors import SlurmkitError, UsageError
 
 if TYPE_CHECKING:
     from slurmkit.backend.base import Backend
-    from slurmkit.jobs.spec import ClusterFacts
+    from slurmkit.backend.parse import Reservation
+    from slurmkit.jobs.render import RenderedJob
+    from slurmkit.jobs.spec import ClusterFacts, JobSpec
+    from slurmkit.jobs.submit import Prepared
 
 Progress = Callable[[str], None]
 REPORT = "report.json"
@@ -57,6 +60,7 @@ class Measurement:
     run_dir: str = ""
     error: str = ""
     seconds: float = 0.0
+    hca: str = ""  # the hca level: the port measured
 
 
 @dataclass(frozen=True)
@@ -70,23 +74,56 @@ class Settings:
     job_time: str = "15:00"
     rule: Rule = Rule()
     all_pairs: bool = False
+    # the maintenance window the jobs run in, and whose account/QOS they are charged to (sbatch --reservation,
+    # --account, --qos): given to gpusub's prepare like any job's, so its preflight and placement honour them
+    reservation: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    op: str = "all_reduce"  # all_reduce | alltoall (nccl-tests' <op>_perf; torch's all_reduce / all_to_all_single)
+    mpi: str | None = None  # nccl-tests between nodes: srun's PMI plugin (SLURM_MPI_TYPE); None: torch instead
+    hcas: tuple[str, ...] = ()  # the hca level's ports ("mlx5_0:1")
 
     def ranks_per_node(self, task: Task) -> int:
         """nccl/nccl-tests: every GPU of the node (nccl-tests' single process drives them all on the node level);
-        gloo on CPU: two ranks for the node level (an all-reduce needs two), one per node between nodes."""
+        gloo on CPU: two ranks for the node level (an all-reduce needs two), one per node between nodes; an HCA
+        port: one ib_write_bw process per node."""
+        if task.hca:
+            return 1
         if self.transport == "gloo":
             return 2 if not task.inter else 1
         if self.transport == "nccl-tests" and not task.inter:
-            return 1
-        return max(1, self.gpus_per_node)
+            return 1  # one all_reduce_perf process drives every GPU of the node (-g GPUS)
+        return max(1, self.gpus_per_node)  # one task per GPU: torch ranks, or nccl-tests' MPI ranks with -g 1
+
+    def tool(self, level: str) -> str:
+        """What measures a level, in words (the report's ``measured_by`` says what actually did)."""
+        if level == "hca":
+            return f"perftest ib_write_bw per HCA port ({', '.join(self.hcas)})"
+        torch_op = "all_reduce" if self.op == "all_reduce" else "all_to_all_single"
+        if self.transport == "nccl-tests" and level == "node":
+            return f"nccl-tests {self.op}_perf (one process, every GPU of the node)"
+        if self.transport == "nccl-tests" and self.mpi:
+            return f"nccl-tests {self.op}_perf over srun --mpi={self.mpi} (one task per GPU)"
+        if self.transport == "gloo":
+            return f"torch.distributed {torch_op} over gloo (CPU, TCP)"
+        why = (" (nccl-tests between nodes needs a PMI plugin in srun --mpi=list: none found)"
+               if self.transport == "nccl-tests" else "")
+        return f"torch.distributed {torch_op} over NCCL{why}"
 
     def transport_for(self, task: Task) -> str:
-        return "nccl" if self.transport == "nccl-tests" and task.inter else self.transport
+        """nccl-tests on a node; between nodes too when srun gives its MPI ranks a PMI, else torch over NCCL."""
+        if task.hca:
+            return "ib_write_bw"
+        if self.transport == "nccl-tests" and task.inter and not self.mpi:
+            return "nccl"
+        return self.transport
 
     def key(self, nodes: Sequence[str]) -> dict[str, object]:
         """What must match for a re-run to resume this report."""
         return {"partition": self.partition, "levels": list(self.levels), "transport": self.transport,
-                "sizes": self.sizes, "iters": self.iters, "nodes": list(nodes), "all_pairs": self.all_pairs}
+                "sizes": self.sizes, "iters": self.iters, "nodes": list(nodes), "all_pairs": self.all_pairs,
+                "reservation": self.reservation, "account": self.account, "qos": self.qos, "op": self.op,
+                "mpi": self.mpi, "hcas": list(self.hcas)}
 
 
 class Store:
@@ -215,27 +252,56 @@ class SlurmExecutor(Executor):
         self.environ = dict(os.environ if environ is None else environ)
         self.jobs_submitted = 0
 
-    def render(self, t: Task, run_dir: str):  # type: ignore[no-untyped-def]
-        from slurmkit.jobs.render import render
+    def spec(self, t: Task, run_dir: str) -> JobSpec:
+        """The measurement as a gpusub job: the srun launcher, exclusive, pinned to the task's nodes (the user's
+        own --nodelist, which placement leaves alone), in the reservation, account and QOS asked for."""
         from slurmkit.jobs.spec import JobSpec
 
         s = self.settings
         rpn = s.ranks_per_node(t)
         transport = s.transport_for(t)
-        args = ["--sizes", s.sizes, "--iters", str(s.iters), "--transport", transport, "--out", f"{run_dir}/result.json"]
-        if transport == "nccl-tests":
+        args = ["--sizes", s.sizes, "--iters", str(s.iters), "--transport", transport, "--op", s.op,
+                "--out", f"{run_dir}/result.json"]
+        env: tuple[tuple[str, str], ...] = ()
+        if t.hca:
+            args = ["--ib-write-bw", t.hca, "--out", f"{run_dir}/result.json"]
+        elif transport == "nccl-tests" and not t.inter:
             args += ["--gpus", str(s.gpus_per_node)]
-        spec = JobSpec(
+        elif transport == "nccl-tests":
+            # srun(1) of slurm-22-05-8-1 and slurm-24-11-5-1: SLURM_MPI_TYPE "Same as --mpi": the job's srun starts
+            # each task under that PMI, which the MPI build of nccl-tests joins (no mpirun, no ssh)
+            env = (("SLURM_MPI_TYPE", s.mpi or "none"),)
+        return JobSpec(
             script=MEASURE, args=tuple(args), nodes=len(t.nodes), gpus_per_node=rpn if transport != "nccl-tests"
             else s.gpus_per_node, partition=s.partition, time=s.job_time, name=f"acceptance-{t.level}",
             launcher="srun", exclusive=True, signal_grace=0, max_restarts=0, topology="off", run_dir=run_dir,
-            python=sys.executable,
+            python=sys.executable, nodelist=",".join(t.nodes), reservation=s.reservation, account=s.account,
+            qos=s.qos, env=env,
         )
-        job = render(spec, self.facts, run_dir)
-        if transport == "nccl-tests":  # one process drives every GPU: one task per node, not one per GPU
-            job = replace(job, request=replace(job.request, script=job.request.script.replace(
-                f"--ntasks-per-node={s.gpus_per_node}", "--ntasks-per-node=1")))
-        return replace(job, request=replace(job.request, argv=(f"--nodelist={','.join(t.nodes)}",)))
+
+    def prepare(self, t: Task, run_dir: str, backend: Backend | None = None) -> Prepared:
+        """gpusub's prepare (render and preflight; with ``backend`` also its tenant check and sbatch --test-only)
+        on the measurement's spec, with the facts read once for the run."""
+        from slurmkit.jobs.submit import prepare
+
+        s = self.settings
+        p = prepare(self.spec(t, run_dir), backend, facts=self.facts, environ=self.environ,
+                    test_only=backend is not None)
+        if s.transport_for(t) == "nccl-tests" and not t.inter:  # one process drives every GPU: one task per node
+            job = p.job
+            p = replace(p, job=replace(job, request=replace(job.request, script=job.request.script.replace(
+                f"--ntasks-per-node={s.gpus_per_node}", "--ntasks-per-node=1"))))
+        return p
+
+    def render(self, t: Task, run_dir: str) -> RenderedJob:
+        return self.prepare(t, run_dir).job
+
+    def preflight(self, tasks: Sequence[Task], run_dir: str) -> Prepared:
+        """Before anything is submitted: the widest measurement through gpusub's whole preflight against Slurm (the
+        account and QOS exist and may be used, the reservation exists, sbatch --test-only accepts the job), so a
+        wrong --account/--qos/--reservation is one error now, not a report of failed jobs."""
+        widest = max(tasks, key=lambda t: len(t.nodes))
+        return self.prepare(widest, run_dir, self.backend)
 
     def run(self, tasks: list[Task], store: Store, progress: Progress) -> None:
         """Run the tasks; one that failed without a result (a job that could not start its rendezvous: a port
@@ -252,7 +318,7 @@ class SlurmExecutor(Executor):
             store.save()
 
     def _run(self, tasks: list[Task], store: Store, progress: Progress) -> None:
-        from slurmkit.jobs.submit import Prepared, submit_prepared
+        from slurmkit.jobs.submit import submit_prepared
 
         root = store.dir / "jobs"
         inflight: dict[str, tuple[Task, str, str, float]] = {}  # job id -> (task, run dir, transport, t0)
@@ -264,8 +330,8 @@ class SlurmExecutor(Executor):
             run_dir = str((root / _safe(t.key)).resolve())
             if Path(run_dir).exists():
                 run_dir = f"{run_dir}-{os.urandom(2).hex()}"
-            job = self.render(t, run_dir)
-            res = submit_prepared(Prepared(job=job), self.backend, ["slurmkit", "acceptance", "run"], self.environ)
+            res = submit_prepared(self.prepare(t, run_dir), self.backend, ["slurmkit", "acceptance", "run"],
+                                  self.environ)
             self.jobs_submitted += 1
             inflight[res.job_id] = (t, run_dir, self.settings.transport_for(t), time.time())
             store.pending[t.key] = {"job_id": res.job_id, "run_dir": run_dir}
@@ -295,8 +361,9 @@ class SlurmExecutor(Executor):
     def _collect(self, t: Task, job_id: str, run_dir: str, transport: str, info, seconds: float) -> Measurement:  # type: ignore[no-untyped-def]
         m = Measurement(t.key, t.level, t.step, list(t.nodes), [self.topo.leaf_of.get(n, "") for n in t.nodes],
                         ranks=self.settings.ranks_per_node(t) * len(t.nodes), transport=transport, job_id=job_id,
-                        run_dir=run_dir, seconds=round(seconds, 2),
-                        expected=self.expected.for_level("node" if not t.inter else "pair")[0])
+                        run_dir=run_dir, seconds=round(seconds, 2), hca=t.hca,
+                        # one rail's ib_write_bw is not the node's all-reduce: no inventory expectation
+                        expected=None if t.hca else self.expected.for_level("node" if not t.inter else "pair")[0])
         p = Path(run_dir) / "result.json"
         try:
             res = json.loads(p.read_text())
@@ -357,12 +424,13 @@ def expected_of(facts: ClusterFacts) -> Expected:
     return expected_from(g.gpus.type, g.gpus.links, rates)
 
 
-def choose_transport(asked: str, environ: Mapping[str, str], which: Callable[[str], str | None]) -> str:
-    """auto: nccl-tests when all_reduce_perf is installed, NCCL when this host has the NVIDIA driver, else gloo.
+def choose_transport(asked: str, environ: Mapping[str, str], which: Callable[[str], str | None],
+                     op: str = "all_reduce") -> str:
+    """auto: nccl-tests when its <op>_perf is installed, NCCL when this host has the NVIDIA driver, else gloo.
     Decided on the submitting host (a login node without GPUs should pass --transport nccl)."""
     if asked != "auto":
         return asked
-    if which("all_reduce_perf"):
+    if which(f"{op}_perf"):
         return "nccl-tests"
     if Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists():
         return "nccl"
@@ -385,6 +453,24 @@ def verdicts(store: Store, findings: list[Finding], rule: Rule) -> None:
             m["verdict"] = "below-expected"
         else:
             m["verdict"] = "ok"
+
+
+def measured_by(store: Store, levels: Sequence[str]) -> list[dict[str, Any]]:
+    """Which tool measured each level, from what the jobs wrote (``transport`` of each result: ``nccl-tests`` with
+    its binary and launch, ``torch-nccl``, ``torch-gloo``), with the count of measurements of each tool; a level with
+    failed measurements only says so."""
+    out = []
+    for lv in levels:
+        ms = [m for m in store.measurements.values() if m["level"] == lv]
+        if not ms:
+            continue
+        count: dict[str, int] = {}
+        for m in ms:
+            if m.get("busbw") is not None:
+                count[m.get("transport") or "?"] = count.get(m.get("transport") or "?", 0) + 1
+        out.append({"level": lv, "tool": ", ".join(sorted(count)) or "none (every measurement failed)",
+                    "measurements": count})
+    return out
 
 
 def drain(backend: Backend, findings: list[Finding], store: Store, progress: Progress) -> list[dict[str, str]]:
@@ -423,7 +509,8 @@ def drain(backend: Backend, findings: list[Finding], store: Store, progress: Pro
 class Request:
     partition: str | None = None
     nodes: str | None = None  # hostlist
-    levels: tuple[str, ...] = ("node", "pair", "leaf", "all")
+    levels: tuple[str, ...] = ("node", "pair", "hca", "leaf", "all")
+    levels_given: bool = False  # --levels given: a level that cannot run (hca without HCAs) is an error, not skipped
     transport: str = "auto"
     sizes: str | None = None
     iters: int | None = None
@@ -433,14 +520,100 @@ class Request:
     all_pairs: bool = False
     job_time: str = "15:00"
     rule: Rule = Rule()
+    reservation: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    op: str = "all_reduce"
+    mpi: str = "auto"  # auto | pmix | pmi2 | ... | none: how nccl-tests' MPI ranks meet between nodes
+    hcas: str | None = None  # the hca level's ports: "mlx5_0,mlx5_1:2"; None: the inventory's compute HCAs
 
 
-def select_nodes(facts: ClusterFacts, asked: str | None) -> tuple[list[str], list[str]]:
+MPI_PREFERENCE = ("pmix", "pmi2")
+
+
+def choose_mpi(asked: str, plugins: Sequence[str], environ: Mapping[str, str]) -> str | None:
+    """The srun PMI plugin for nccl-tests between nodes: the asked one (it must be listed), the site's own
+    SLURM_MPI_TYPE, else PMIx, else PMI-2 (what ``srun --mpi=list`` shows); None: torch measures between nodes
+    ("none" has no PMI, so an MPI build of nccl-tests would start n single-rank jobs)."""
+    if asked == "none":
+        return None
+    if asked != "auto":
+        if plugins and asked not in plugins:
+            raise UsageError(f"--mpi: {asked!r} is not among srun --mpi=list: {', '.join(plugins)}")
+        return asked
+    site = environ.get("SLURM_MPI_TYPE", "")
+    if site and site != "none" and (not plugins or site in plugins):
+        return site
+    return next((m for m in MPI_PREFERENCE if m in plugins), None)
+
+
+def hcas_of(facts: ClusterFacts) -> tuple[str, ...]:
+    """The compute HCA ports of the inventory's GPU node group (none without an inventory)."""
+    from slurmkit.acceptance.ib import hcas_from
+
+    if not facts.source.startswith("inventory:"):
+        return ()
+    from slurmkit.model.cache import load_cluster_cached
+
+    cluster = load_cluster_cached(facts.source.split(":", 1)[1])
+    hosts = {h for h, _ in facts.node_gpus}
+    for g in cluster.node_groups:
+        if g.gpus and hosts & set(g.hostnames):
+            return hcas_from((n.name, n.kind, n.role) for n in g.nics)
+    return ()
+
+
+def _hca_levels(req: Request, facts: ClusterFacts, which: Callable[[str], str | None]
+                ) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """(levels, HCA ports, note): the hca level runs where HCAs exist (--hcas, else the inventory's compute
+    NICs) and perftest's ib_write_bw is installed; otherwise it is left out with a note, or refused when --levels
+    asked for it."""
+    from slurmkit.acceptance.ib import parse_hcas
+
+    if "hca" not in req.levels:
+        return tuple(req.levels), (), ""
+    try:
+        hcas = parse_hcas(req.hcas) if req.hcas else hcas_of(facts)
+    except ValueError as exc:
+        raise UsageError(f"--hcas: {exc}") from exc
+    missing = ("no HCA known (the inventory's compute NICs of kind ib/roce, or --hcas mlx5_0,mlx5_1)" if not hcas
+               else "" if which("ib_write_bw") else "ib_write_bw is not installed here (Debian package perftest)")
+    if not missing:
+        return tuple(req.levels), hcas, ""
+    if req.levels_given:
+        raise UsageError(f"--levels hca: {missing}")
+    return tuple(lv for lv in req.levels if lv != "hca"), (), f"hca level left out: {missing}"
+
+
+def _reservation(facts: ClusterFacts, name: str) -> Reservation:
+    r = next((r for r in facts.reservations if r.name == name), None)
+    if r is None:
+        known = ", ".join(sorted(r.name for r in facts.reservations)) or "none"
+        raise UsageError(f"--reservation: {name!r} does not exist (reservations: {known})")
+    return r
+
+
+def select_nodes(facts: ClusterFacts, asked: str | None, reservation: str | None = None
+                 ) -> tuple[list[str], list[str]]:
     """(nodes to test, skipped with why): the partition's nodes (or the asked ones, which must be in it), minus
-    those that cannot run a job now (down, drained, not responding)."""
+    those that cannot run a job now (down, drained, not responding).
+
+    With ``reservation`` (a maintenance window): its nodes in the partition by default, and asked ones must be
+    among them (a job in a reservation runs on its nodes only: scontrol(1) of slurm-22-05-8-1 and slurm-24-11-5-1,
+    RESERVATIONS). Without it, a node in another active reservation is skipped with the flag that would test it:
+    the reservation owns it, so a job outside it would wait until the window ends."""
     from slurmkit import hostlist
 
     members = [n for n, _ in facts.node_gpus] or [n[0] for n in facts.live_nodes]
+    resv = _reservation(facts, reservation) if reservation else None
+    bounded = resv is not None and bool(resv.nodes) and not resv.flags & {"ANY_NODES", "FLEX"}
+    if resv is not None and bounded:
+        inside = [n for n in members if n in set(resv.nodes)]
+        if not inside:
+            raise UsageError(f"--reservation {resv.name}: none of its nodes ({hostlist.fold(resv.nodes)}) is in "
+                             f"partition {facts.partition}")
+        if not asked:
+            members = inside
     if asked:
         try:
             want = hostlist.expand(asked)
@@ -449,7 +622,19 @@ def select_nodes(facts: ClusterFacts, asked: str | None) -> tuple[list[str], lis
         outside = [n for n in want if n not in members]
         if outside:
             raise UsageError(f"--nodes: {', '.join(outside)} not in partition {facts.partition}")
+        if resv is not None and bounded:
+            stray = [n for n in want if n not in set(resv.nodes)]
+            if stray:
+                raise UsageError(f"--nodes: {', '.join(stray)} not in reservation {resv.name} "
+                                 f"({hostlist.fold(resv.nodes)})")
         members = [n for n in members if n in set(want)]
+    owned: dict[str, str] = {}
+    now = facts.live_at or time.time()
+    for r in facts.reservations:
+        if r is resv or "ANY_NODES" in r.flags or not r.start <= now < r.end:
+            continue
+        for n in r.nodes:
+            owned.setdefault(n, r.name)
     live = {n: (state, flags) for n, state, flags, _, _ in facts.live_nodes}
     keep, skipped = [], []
     for n in members:
@@ -457,10 +642,13 @@ def select_nodes(facts: ClusterFacts, asked: str | None) -> tuple[list[str], lis
         if st is not None and (st[0] in ("down", "unknown", "future") or "DRAIN" in st[1]
                                or "NOT_RESPONDING" in st[1]):
             skipped.append(f"{n} ({st[0]}{'+' + '+'.join(sorted(st[1])) if st[1] else ''})")
+        elif n in owned:
+            skipped.append(f"{n} (in reservation {owned[n]}: --reservation {owned[n]} tests it)")
         else:
             keep.append(n)
     if not keep:
-        where = f"--nodes {asked}" if asked else f"partition {facts.partition}"
+        where = (f"--nodes {asked}" if asked else f"reservation {resv.name}" if resv is not None
+                 else f"partition {facts.partition}")
         raise UsageError(f"{where}: no node can run a job now ({', '.join(skipped) or 'no nodes'})")
     return keep, skipped
 
@@ -479,7 +667,13 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
     bad = [lv for lv in req.levels if lv not in planmod.LEVELS]
     if bad or not req.levels:
         raise UsageError(f"--levels: {','.join(bad) or '(empty)'} not among {','.join(planmod.LEVELS)}")
-    transport = choose_transport(req.transport, env, which or shutil.which)
+    transport = choose_transport(req.transport, env, which or shutil.which, req.op)
+    if req.op not in ("all_reduce", "alltoall"):
+        raise UsageError(f"--op: {req.op!r} is not all_reduce or alltoall")
+    mpi = None
+    if transport == "nccl-tests" and any(lv != "node" for lv in req.levels):
+        lister = getattr(backend, "mpi_plugins", None)
+        mpi = choose_mpi(req.mpi, lister() if lister is not None else [], env)
     sizes = req.sizes or DEFAULT_SIZES[transport]
     try:
         parse_sizes(sizes)
@@ -497,25 +691,36 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
     t0 = time.time()
     inv = factsmod.load_inventory_facts(req.partition, factsmod.inventory_path(env))
     facts = factsmod.from_slurm(backend, req.partition, inv)
-    nodes, skipped = select_nodes(facts, req.nodes)
+    nodes, skipped = select_nodes(facts, req.nodes, req.reservation)
     for s in skipped:
         progress(f"skipping {s}: it cannot run a job now")
     gpus = max((g for n, g in facts.node_gpus if n in set(nodes)), default=0) or (facts.gpus_per_node or 0)
-    settings = Settings(partition=facts.partition, levels=tuple(req.levels), transport=transport, sizes=sizes,
+    levels, hcas, hca_note = _hca_levels(req, facts, which or shutil.which)
+    if hca_note:
+        progress(hca_note)
+    settings = Settings(partition=facts.partition, levels=levels, transport=transport, sizes=sizes,
                         iters=req.iters or DEFAULT_ITERS[transport], gpus_per_node=gpus, job_time=req.job_time,
-                        rule=req.rule, all_pairs=req.all_pairs)
+                        rule=req.rule, all_pairs=req.all_pairs, reservation=req.reservation, account=req.account,
+                        qos=req.qos, op=req.op, mpi=mpi, hcas=hcas)
     topo = topology_of(facts, nodes)
     # gloo moves CPU buffers over TCP: the inventory's NVLink and NIC rates say nothing about it (the lab's h100
     # nodes would read 'below-expected' at 1 GB/s against NVLink's 450)
     expected = expected_of(facts) if transport != "gloo" else Expected()
+    executor = SlurmExecutor(backend, facts, settings, topo, expected, environ=env)
+    inter = len(topo.nodes) > 1 and any(lv != "node" for lv in levels)
+    widest = planmod.task("all" if inter else "node", "measure", topo.nodes if inter else topo.nodes[:1], "preflight")
+    pre = executor.preflight([widest], str(Path(req.out) / "jobs" / "preflight"))
+    for w in pre.warnings:
+        progress(f"preflight: {w}")
     store = Store(req.out)
     store.lock()
     resumed = store.load_or_start(settings.key(topo.nodes), req.fresh, progress)
-    executor = SlurmExecutor(backend, facts, settings, topo, expected, environ=env)
     progress(f"{len(topo.nodes)} node(s) of {facts.partition} ({len(topo.leaves())} leaf/leaves), levels "
-             f"{','.join(req.levels)}, transport {transport}, sizes {sizes}")
+             f"{','.join(levels)}, transport {transport}, sizes {sizes}; "
+             + "; ".join(f"{lv} level by {settings.tool(lv)}" for lv in levels))
     judged: list[dict[str, Any]] = []
-    gen = planmod.plan(topo, req.levels, req.rule, {"all": expected.inter}, all_pairs=req.all_pairs, judged=judged)
+    gen = planmod.plan(topo, levels, req.rule, {"all": expected.inter}, all_pairs=req.all_pairs, judged=judged,
+                       hcas=hcas)
     findings = drive(gen, executor, store, progress)
     verdicts(store, findings, req.rule)
     doc = store.doc
@@ -523,6 +728,8 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
         "complete": True, "finished": _now(), "resumed": resumed, "partition": facts.partition,
         "nodes": list(topo.nodes), "leaves": topo.leaves(), "skipped": skipped, "transport": transport,
         "sizes": sizes, "rule": {"k": req.rule.k, "tol": req.rule.tol},
+        "reservation": req.reservation, "account": req.account, "qos": req.qos, "op": req.op, "mpi": mpi,
+        "measured_by": measured_by(store, levels), "hcas": list(hcas), "hca_note": hca_note,
         "expected": asdict(expected),
         "expected_note": "" if transport != "gloo" else
         "gloo measures CPU copies over TCP: the inventory's NVLink/NIC rates do not apply",

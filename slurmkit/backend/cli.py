@@ -93,6 +93,11 @@ class CLIBackend:
             raise SlurmCommandError(res.argv, res.rc, res.stderr)
         return parse.parse_reservations(res.stdout)
 
+    def mpi_plugins(self) -> list[str]:
+        """``srun --mpi=list`` on this host (needs no controller, only the config): [] when srun cannot say."""
+        res = self._run(["srun", "--mpi=list"], check=False)
+        return parse.parse_mpi_list(res.stdout) if res.rc == 0 else []
+
     def update_job(self, job_id: str, **fields: str) -> None:
         """``scontrol update JobId=J Key=value ...`` (scontrol(1): ReqNodeList= clears a pending job's pin)."""
         self._run(["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())])

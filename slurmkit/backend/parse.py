@@ -514,6 +514,20 @@ def _epoch(v: str) -> float:
         return float("inf") if v.lower() in ("unknown", "unlimited", "infinite") else 0.0
 
 
+def parse_mpi_list(text: str) -> list[str]:
+    """``srun --mpi=list``: the MPI plugin types this srun can load, the specific pmix versions too (``pmix_v4``).
+    Printed by plugrack_print_mpi_plugins() in src/common/plugrack.c of slurm-22-05-8-1 and slurm-24-11-5-1 alike:
+    "MPI plugin types are...", one tab-indented type a line ("none" first), then "specific pmix plugin versions
+    available: pmix_v4,pmix_v5" when there are any."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("\t") and line.strip():
+            out.append(line.strip())
+        elif line.startswith("specific pmix plugin versions available:"):
+            out += [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+    return out
+
+
 def parse_reservations(text: str) -> list[Reservation]:
     """``scontrol -o show reservation`` (text in 22.05 and 24.11; "No reservations in the system" when none)."""
     out = []

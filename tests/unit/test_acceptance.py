@@ -213,11 +213,11 @@ def test_job_is_gpusubs_srun_job_pinned_to_its_nodes(tmp_path: Path) -> None:
     job = ex.render(task("pair", "measure", ("node1", "node3"), "x"), str(tmp_path / "j"))
     sc = job.request.script
     flat = sc.replace(" \\\n  ", " ")  # the template puts each program word on its own continued line
-    assert job.request.command() == ["sbatch", "--parsable", "--nodelist=node1,node3"]
-    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:8", "#SBATCH --exclusive",
+    assert job.request.command() == ["sbatch", "--parsable"]
+    for line in ("#SBATCH --nodelist=node1,node3", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:8", "#SBATCH --exclusive",
                  "#SBATCH --partition=gpu", "#SBATCH --time=15:00", "export NCCL_DEBUG=WARN"):
         assert line in sc
-    assert "acceptance/measure.py --sizes 16M,1G --iters 20 --transport nccl --out" in flat
+    assert "acceptance/measure.py --sizes 16M,1G --iters 20 --transport nccl --op all_reduce --out" in flat
     assert f"{tmp_path}/j/result.json" in flat
     gl = Settings(partition="gpu", levels=("node",), transport="gloo", sizes="1M", iters=5, gpus_per_node=8)
     ex2 = SlurmExecutor(None, facts(), gl, Topo(("node1",)), bb.Expected())  # type: ignore[arg-type]
@@ -236,9 +236,148 @@ def test_select_nodes_skips_what_cannot_run_and_refuses_strangers() -> None:
         select_nodes(facts(), "node[2,4]")
 
 
+def resv_facts(flags: frozenset[str] = frozenset({"MAINT"})) -> ClusterFacts:
+    from dataclasses import replace
+
+    from slurmkit.backend.parse import Reservation
+
+    r = Reservation("maint", start=1000.0, end=9000.0, nodes=("node1", "node3"), flags=flags, users=("root",),
+                    accounts=(), partition="", active=True)
+    other = Reservation("later", start=8000.0, end=9500.0, nodes=("node4",), flags=frozenset(), users=("root",),
+                        accounts=(), partition="", active=False)
+    live = (("node1", "idle", frozenset({"MAINTENANCE", "RESERVED"}), 8, 8), ("node2", "idle", frozenset(), 8, 8),
+            ("node3", "idle", frozenset({"MAINTENANCE", "RESERVED"}), 8, 8), ("node4", "idle", frozenset(), 8, 8))
+    return replace(facts(), reservations=(r, other), live_at=2000.0, live_nodes=live)
+
+
+def test_select_nodes_in_a_maintenance_window() -> None:
+    # the window's nodes by default, MAINT flag and all; outside it they are skipped with the flag that tests them
+    assert select_nodes(resv_facts(), None, "maint") == (["node1", "node3"], [])
+    keep, skipped = select_nodes(resv_facts(), None)
+    assert keep == ["node2", "node4"]  # 'later' has not started: its node is free now
+    assert skipped == ["node1 (in reservation maint: --reservation maint tests it)",
+                       "node3 (in reservation maint: --reservation maint tests it)"]
+    with pytest.raises(UsageError, match=r"^--nodes: node2 not in reservation maint \(node\[1,3\]\)$"):
+        select_nodes(resv_facts(), "node[1-2]", "maint")
+    with pytest.raises(UsageError, match=r"^--reservation: 'nope' does not exist \(reservations: later, maint\)$"):
+        select_nodes(resv_facts(), None, "nope")
+    assert select_nodes(resv_facts(), "node3", "maint") == (["node3"], [])
+
+
+def test_job_runs_in_the_reservation_with_account_and_qos_through_gpusubs_prepare(tmp_path: Path) -> None:
+    from slurmkit.acceptance.plan import task
+
+    s = Settings(partition="gpu", levels=("pair",), transport="nccl", sizes="16M", iters=5, gpus_per_node=8,
+                 reservation="maint", account="ops", qos="high")
+    ex = SlurmExecutor(None, resv_facts(), s, Topo(("node1", "node3")), bb.Expected())  # type: ignore[arg-type]
+    sc = ex.render(task("pair", "measure", ("node1", "node3"), "x"), str(tmp_path / "j")).request.script
+    for line in ("#SBATCH --reservation=maint", "#SBATCH --account=ops", "#SBATCH --qos=high", "#SBATCH --exclusive",
+                 "#SBATCH --nodelist=node1,node3"):
+        assert line in sc
+
+
+def test_mpi_plugins_from_recorded_srun_mpi_list_and_the_choice() -> None:
+    from slurmkit.acceptance.runner import choose_mpi
+    from slurmkit.backend.parse import parse_mpi_list
+
+    got = parse_mpi_list((DATA.parent / "slurm" / "srun_mpi_list_22.05.txt").read_text())
+    assert got == ["pmix", "none", "cray_shasta", "pmi2", "pmix_v4"]
+    assert choose_mpi("auto", got, {}) == "pmix"
+    assert choose_mpi("auto", ["none", "pmi2"], {}) == "pmi2"
+    assert choose_mpi("auto", ["none", "cray_shasta"], {}) is None  # no PMI: torch measures between nodes
+    assert choose_mpi("auto", got, {"SLURM_MPI_TYPE": "pmix_v4"}) == "pmix_v4"  # the site's own choice
+    assert choose_mpi("none", got, {}) is None
+    with pytest.raises(UsageError, match=r"^--mpi: 'pmix_v5' is not among srun --mpi=list: pmix, none"):
+        choose_mpi("pmix_v5", got, {})
+
+
+def nccl_tests_settings(mpi: str | None, op: str = "all_reduce") -> Settings:
+    return Settings(partition="gpu", levels=("node", "pair"), transport="nccl-tests", sizes="16M,1G", iters=20,
+                    gpus_per_node=8, op=op, mpi=mpi)
+
+
+def test_nccl_tests_between_nodes_run_one_task_per_gpu_under_sruns_pmi(tmp_path: Path) -> None:
+    from slurmkit.acceptance.plan import task
+
+    ex = SlurmExecutor(None, facts(), nccl_tests_settings("pmix", "alltoall"), Topo(("node1", "node3")),  # type: ignore[arg-type]
+                       bb.Expected())
+    pair = task("pair", "measure", ("node1", "node3"), "x")
+    sc = ex.render(pair, str(tmp_path / "p")).request.script
+    flat = sc.replace(" \\\n  ", " ")
+    assert "#SBATCH --ntasks-per-node=8" in sc and "export SLURM_MPI_TYPE=pmix" in sc
+    assert "--transport nccl-tests --op alltoall --out" in flat and "--gpus" not in flat
+    one = ex.render(task("node", "measure", ("node1",), "x"), str(tmp_path / "n")).request.script
+    assert "#SBATCH --ntasks-per-node=1" in one and "SLURM_MPI_TYPE" not in one and "--gpus 8" in one.replace(
+        " \\\n  ", " ")
+    assert ex.settings.tool("pair") == "nccl-tests alltoall_perf over srun --mpi=pmix (one task per GPU)"
+    assert ex.settings.tool("node") == "nccl-tests alltoall_perf (one process, every GPU of the node)"
+    # no PMI plugin: torch over NCCL measures between nodes, and the report says why
+    no = nccl_tests_settings(None)
+    assert no.transport_for(pair) == "nccl" and no.transport_for(task("node", "measure", ("node1",), "x")) == "nccl-tests"
+    assert "needs a PMI plugin in srun --mpi=list" in no.tool("pair")
+
+
+def test_measure_runs_nccl_tests_per_rank_and_rank0_reports_it(tmp_path: Path) -> None:
+    """measure.py as srun starts it between nodes (SLURM_PROCID/SLURM_NTASKS, SLURM_MPI_TYPE), with a fake
+    all_reduce_perf on PATH that prints the recorded 2-node MPI output: rank 0 parses it and says what measured."""
+    import os
+    import subprocess
+    import sys
+
+    from slurmkit.acceptance.runner import MEASURE
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "all_reduce_perf"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/argv.$SLURM_PROCID\ncat {DATA / 'all_reduce_perf_mpi_2node.txt'}\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_NTASKS": "2", "SLURM_MPI_TYPE": "pmix",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for rank in ("1", "0"):
+        out = tmp_path / "result.json"
+        p = subprocess.run([sys.executable, MEASURE, "--transport", "nccl-tests", "--sizes", "64M,1G", "--out",
+                            str(out)], env={**env, "SLURM_PROCID": rank}, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert (tmp_path / f"argv.{rank}").read_text().split() == [
+            "-b", str(64 << 20), "-e", str(1 << 30), "-f", "2", "-g", "1", "-n", "10", "-w", "2"]
+        assert out.exists() == (rank == "0")
+    res = json.loads(out.read_text())
+    assert res["transport"] == "nccl-tests all_reduce_perf" and res["world"] == 2
+    assert res["launch"] == "srun --mpi=pmix, 2 tasks x -g 1"
+    assert res["peak_busbw"] == 3.15
+
+
+def test_alltoall_busbw_is_nccl_tests_factor() -> None:
+    assert bb.busbw_alltoall(8.0, 8) == 7.0 and bb.busbw_alltoall(8.0, 1) == 0.0
+    assert bb.point(1 << 30, 0.5, 4, bb.busbw_alltoall).busbw == pytest.approx((1 << 30) / 0.5 / 1e9 * 3 / 4)
+
+
 def test_transport_choice() -> None:
     assert choose_transport("gloo", {}, lambda x: "/x") == "gloo"
     assert choose_transport("auto", {}, lambda x: "/usr/bin/all_reduce_perf") == "nccl-tests"
+    # --op alltoall needs alltoall_perf: all_reduce_perf alone does not make nccl-tests the tool
+    assert choose_transport("auto", {}, lambda x: "/b/all_reduce_perf" if x == "all_reduce_perf" else None,
+                            "alltoall") != "nccl-tests"
+    assert choose_transport("auto", {}, lambda x: f"/b/{x}", "alltoall") == "nccl-tests"
+
+
+def test_report_says_which_tool_measured_each_level(tmp_path: Path) -> None:
+    from slurmkit.acceptance.report import table
+    from slurmkit.acceptance.runner import measured_by
+
+    st = Store(str(tmp_path))
+    st.doc = {"measurements": {
+        "node:measure:a": {"level": "node", "busbw": 400.0, "transport": "nccl-tests all_reduce_perf"},
+        "pair:measure:a+b": {"level": "pair", "busbw": 40.0, "transport": "nccl-tests all_reduce_perf"},
+        "pair:measure:c+d": {"level": "pair", "busbw": 39.0, "transport": "torch-nccl"},
+        "leaf:measure:a+b+c": {"level": "leaf", "busbw": None, "transport": "torch-nccl"}}}
+    got = measured_by(st, ("node", "pair", "leaf", "all"))
+    assert got == [{"level": "node", "tool": "nccl-tests all_reduce_perf", "measurements": {"nccl-tests all_reduce_perf": 1}},
+                   {"level": "pair", "tool": "nccl-tests all_reduce_perf, torch-nccl",
+                    "measurements": {"nccl-tests all_reduce_perf": 1, "torch-nccl": 1}},
+                   {"level": "leaf", "tool": "none (every measurement failed)", "measurements": {}}]
+    text = table({"measurements": [], "outliers": [], "suspects": [], "measured_by": got})
+    assert "measured by, pair level: nccl-tests all_reduce_perf, torch-nccl" in text
 
 
 # --- drain ----------------------------------------------------------------------------------------------------------
@@ -517,3 +656,145 @@ def test_picture_bars_of_one_node_are_told_apart() -> None:
     labels = bar_labels(ms)
     assert labels == ["node3", "node3 (confirm)", "node3 (reconfirm)", "node1 (control)"]
     assert len(set(labels)) == len(labels)
+
+
+# --- the hca level: ib_write_bw per HCA port ------------------------------------------------------------------------
+
+def test_ib_write_bw_parser_on_recorded_perftest_output() -> None:
+    from slurmkit.acceptance.ib import parse_ib_write_bw
+
+    a = parse_ib_write_bw((DATA / "ib_write_bw_spark_rocep1s0f0.txt").read_text())
+    assert (a.device, a.link_type, a.unit, len(a.rows)) == ("rocep1s0f0", "Ethernet", "Gb/sec", 5)
+    assert a.gbps == pytest.approx(92.57) and a.rows[3].avg_gbps == pytest.approx(92.56)
+    assert a.rows[0].peak_gbps == 0.0  # --run_infinitely: "BW peak won't be measured"
+    b = parse_ib_write_bw((DATA / "ib_write_bw_spark_roceP2p1s0f0.txt").read_text())
+    assert (b.device, len(b.rows), b.gbps) == ("roceP2p1s0f0", 6, pytest.approx(97.29))
+    # perftest's default unit is MB/sec = 2^20 B/s (print_report_bw's format_factor 0x100000): the same table in
+    # MB/sec reads as the same Gb/s
+    mb = (DATA / "ib_write_bw_spark_rocep1s0f0.txt").read_text().replace("[Gb/sec]", "[MB/sec]").replace(
+        "92.57 ", f"{92.57e9 / 8 / (1 << 20):.2f} ")
+    assert parse_ib_write_bw(mb).gbps == pytest.approx(92.57, rel=1e-4)
+    with pytest.raises(ValueError, match="no '#bytes #iterations BW peak BW average' table"):
+        parse_ib_write_bw(" Couldn't connect to 10.0.0.1:18515\nUnable to open file descriptor for socket connection")
+
+
+def test_hca_ports_from_the_inventory_and_the_flag() -> None:
+    from slurmkit.acceptance.ib import hcas_from, parse_hcas
+
+    assert parse_hcas("mlx5_0, mlx5_1:2,mlx5_0") == ("mlx5_0:1", "mlx5_1:2")
+    with pytest.raises(ValueError, match="'mlx5_0:x' is not an HCA port"):
+        parse_hcas("mlx5_0:x")
+    assert hcas_from([("mlx5_0", "ib", "compute"), ("mlx5_4", "ib", "storage"), ("eth0", "eth", "compute"),
+                      ("mlx5_1", "roce", "compute")]) == ("mlx5_0:1", "mlx5_1:1")
+
+
+def run_hca_plan(slow_port: tuple[str, str] | None = None, slow_rail: tuple[frozenset[str], str] | None = None):
+    from slurmkit.acceptance.plan import Finding
+
+    topo = Topo(tuple(f"node{i}" for i in range(1, 7)), {f"node{i}": "leaf1" if i <= 3 else "leaf2" for i in range(1, 7)})
+    hcas = ("mlx5_0:1", "mlx5_1:1")
+    gen = plan(topo, ("hca",), bb.Rule(), hcas=hcas)
+    asked = []
+    batch = next(gen)
+    try:
+        while True:
+            asked += batch
+            res = {}
+            for t in batch:
+                v = 400 / 8 * (0.97 + 0.01 * (hash(t.key) % 5))
+                if slow_port and slow_port[0] in t.nodes and t.hca == slow_port[1]:
+                    v /= 10
+                if slow_rail and frozenset(t.nodes) == slow_rail[0] and t.hca == slow_rail[1]:
+                    v /= 10
+                res[t.key] = v
+            batch = gen.send(res)
+    except StopIteration as stop:
+        found: list[Finding] = stop.value
+    return asked, found
+
+
+def test_hca_level_names_the_bad_port_of_its_node() -> None:
+    asked, found = run_hca_plan(slow_port=("node5", "mlx5_1:1"))
+    assert {t.hca for t in asked} == {"mlx5_0:1", "mlx5_1:1"} and all(len(t.nodes) == 2 for t in asked)
+    # each port of each node with two partners (the pair level's two matchings), one job per pair and port
+    partners = {n: {m for t in asked if t.hca == "mlx5_0:1" and n in t.nodes for m in t.nodes} - {n} for n in
+                ("node1", "node5")}
+    assert all(len(p) == 2 for p in partners.values()), partners
+    assert [(f.kind, f.nodes, f.port, f.confirmed) for f in found] == [("port", ("node5",), "mlx5_1:1", True)]
+    assert "node5 port mlx5_1:1 (bad port or cable)" in found[0].detail
+    from slurmkit.acceptance.report import document, table
+
+    doc = document({"measurements": {}}, found)
+    assert "OUTLIER port node5 port mlx5_1:1: hca level: node5 port mlx5_1:1" in table(doc)
+    assert run_hca_plan()[1] == []
+
+
+def test_hca_level_a_slow_rail_between_good_ports_is_the_cable_between_them() -> None:
+    _, found = run_hca_plan(slow_rail=(frozenset({"node1", "node2"}), "mlx5_0:1"))
+    assert [(f.kind, set(f.nodes), f.port, f.confirmed) for f in found] == [
+        ("rail", {"node1", "node2"}, "mlx5_0:1", False)]
+    assert "the cable or switch path between them" in found[0].detail
+
+
+def test_hca_level_runs_only_where_hcas_and_perftest_exist() -> None:
+    from slurmkit.acceptance.runner import Request, _hca_levels
+
+    f = facts()
+    assert _hca_levels(Request(), f, lambda x: "/usr/bin/" + x) == (("node", "pair", "leaf", "all"), (), (
+        "hca level left out: no HCA known (the inventory's compute NICs of kind ib/roce, or --hcas mlx5_0,mlx5_1)"))
+    assert _hca_levels(Request(hcas="mlx5_0"), f, lambda x: None)[2] == (
+        "hca level left out: ib_write_bw is not installed here (Debian package perftest)")
+    assert _hca_levels(Request(hcas="mlx5_0,mlx5_1"), f, lambda x: "/b/" + x)[:2] == (
+        ("node", "pair", "hca", "leaf", "all"), ("mlx5_0:1", "mlx5_1:1"))
+    with pytest.raises(UsageError, match=r"^--levels hca: no HCA known"):
+        _hca_levels(Request(levels=("hca",), levels_given=True), f, lambda x: "/b/" + x)
+
+
+def test_measure_ib_write_bw_server_and_client_with_the_fake_perftest(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from slurmkit.acceptance.runner import MEASURE
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ib_write_bw").symlink_to(DATA / "fake_ib_write_bw")
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_NTASKS": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29999", "SLURM_JOB_NODELIST": "node[3,5]", "FAKE_IB_SLOW": "node5:mlx5_1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = tmp_path / "result.json"
+    for rank in ("0", "1"):
+        p = subprocess.run([sys.executable, MEASURE, "--ib-write-bw", "mlx5_1:1", "--seconds", "1", "--out", str(out)],
+                           env={**env, "SLURM_PROCID": rank}, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert out.exists() == (rank == "1")  # the client measures and writes
+    res = json.loads(out.read_text())
+    assert (res["transport"], res["hca"], res["device"]) == ("ib_write_bw", "mlx5_1:1", "mlx5_1")
+    assert res["gbps"] == pytest.approx(9.26) and res["peak_busbw"] == pytest.approx(9.26 / 8)
+
+
+def test_hca_job_is_two_nodes_one_task_each(tmp_path: Path) -> None:
+    from slurmkit.acceptance.plan import task
+
+    s = Settings(partition="gpu", levels=("hca",), transport="gloo", sizes="1M", iters=5, gpus_per_node=8,
+                 hcas=("mlx5_0:1",))
+    ex = SlurmExecutor(None, facts(), s, Topo(("node1", "node3")), bb.Expected())  # type: ignore[arg-type]
+    t = task("hca", "measure", ("node1", "node3"), "x", hca="mlx5_0:1")
+    assert t.key == "hca:measure:node1+node3:mlx5_0:1"
+    sc = ex.render(t, str(tmp_path / "h")).request.script
+    flat = sc.replace(" \\\n  ", " ")
+    assert "#SBATCH --nodes=2" in sc and "#SBATCH --ntasks-per-node=1" in sc and "#SBATCH --nodelist=node1,node3" in sc
+    assert "measure.py --ib-write-bw mlx5_0:1 --out" in flat
+    assert s.tool("hca") == "perftest ib_write_bw per HCA port (mlx5_0:1)"
+
+
+def test_every_node_of_an_odd_window_is_in_a_pair() -> None:
+    from slurmkit.acceptance.plan import matchings
+
+    # node[1-3] over two leaves: the two matchings alone leave node3 with no partner
+    topo = Topo(("node1", "node2", "node3"), {"node1": "leaf1", "node2": "leaf1", "node3": "leaf2"})
+    pairs = matchings(topo)
+    assert {n for p in pairs for n in p} == {"node1", "node2", "node3"}
+    assert ("node1", "node3") in pairs  # the odd one with a node of another leaf
+    assert matchings(Topo(("node1",))) == []
