@@ -3,8 +3,9 @@
 ``lab``: the lab's slurmd for that node (start / stop), found from the inventory's directory (DIR/etc). A file
 ``DIR/power-fault/<node>`` makes power-on fail (fault injection, like the fake NVML files).
 ``command``: the site's script, ``SCRIPT on|off HOST``, exit 0 = done.
-``redfish``: the node's BMC through ``sushy`` (OpenStack's Redfish client): ComputerSystem.Reset On / ForceOff,
-then wait until the system reports that power state.
+``redfish``: the node's BMC through ``sushy`` (OpenStack's Redfish client): ComputerSystem.Reset On, or
+GracefulShutdown and then ForceOff if the system is still on after half the timeout; then wait until the system
+reports that power state; the Redfish session is closed after every action.
 """
 
 from __future__ import annotations
@@ -129,8 +130,12 @@ class RedfishProvider:
         self.power = power
 
     def _system(self, host: str):  # type: ignore[no-untyped-def]
+        """(sushy, the ComputerSystem, close): ``close()`` ends the Redfish session (DELETE of the session resource a
+        SessionOrBasicAuth opened; BMCs allow few at once) and the HTTP connection."""
         try:
             import sushy  # type: ignore[import-untyped]
+            from sushy import auth as sushy_auth
+            from sushy import connector as sushy_connector
         except ImportError:
             raise PowerError("provider 'redfish' needs the sushy package: pip install 'slurmkit[redfish]'") from None
         url = self.power.bmc.replace("{host}", host)
@@ -140,30 +145,59 @@ class RedfishProvider:
                 user, _, password = Path(self.power.credentials).read_text().strip().partition(":")
             except OSError as exc:
                 raise PowerError(f"{self.power.credentials}: {exc.strerror}") from None
+        auth = sushy_auth.SessionOrBasicAuth(username=user or None, password=password or None)
+        conn = sushy_connector.Connector(url, verify=self.power.verify_tls)
+
+        def close() -> None:
+            for c in (auth, conn):
+                try:
+                    c.close()
+                except Exception:  # noqa: BLE001,S110 - a session the BMC already dropped is closed too
+                    pass
+
         try:
-            auth = {"username": user, "password": password} if user else {}
-            root = sushy.Sushy(url, verify=self.power.verify_tls, **auth)
-            return sushy, root.get_system(f"/redfish/v1/Systems/{self.power.system.replace('{host}', host)}")
+            root = sushy.Sushy(url, auth=auth, connector=conn)
+            return sushy, root.get_system(f"/redfish/v1/Systems/{self.power.system.replace('{host}', host)}"), close
         except Exception as exc:  # sushy raises its own exception tree and requests' errors
+            close()
             raise PowerError(f"redfish {url}: {_msg(exc)}") from None
 
+    def _wait(self, system, want, until: float) -> bool:  # type: ignore[no-untyped-def]
+        while system.power_state != want:
+            if time.monotonic() > until:
+                return False
+            time.sleep(0.5)
+            system.refresh()
+        return True
+
     def _set(self, host: str, on: bool) -> None:
-        sushy, system = self._system(host)
+        sushy, system, close = self._system(host)
         want = sushy.PowerState.ON if on else sushy.PowerState.OFF
+        start = time.monotonic()
+        deadline = start + self.power.timeout
         try:
-            if system.power_state != want:
-                system.reset_system(sushy.ResetType.ON if on else sushy.ResetType.FORCE_OFF)
-            deadline = time.monotonic() + self.power.timeout
-            while system.power_state != want:
-                if time.monotonic() > deadline:
-                    raise PowerError(f"redfish {host}: still {system.power_state} {self.power.timeout}s after the "
-                                     f"reset")
-                time.sleep(0.5)
-                system.refresh()
+            if system.power_state == want:
+                return
+            if on:
+                system.reset_system(sushy.ResetType.ON)
+            else:
+                # Redfish ComputerSystem.Reset (DSP0268 ResetType): GracefulShutdown asks the OS to shut down, ForceOff
+                # cuts power. Soft first where the BMC offers it (ResetType@Redfish.AllowableValues), for half the
+                # timeout; then ForceOff for the rest
+                allowed = system.get_allowed_reset_system_values()
+                if sushy.ResetType.GRACEFUL_SHUTDOWN in allowed:
+                    system.reset_system(sushy.ResetType.GRACEFUL_SHUTDOWN)
+                    if self._wait(system, want, start + self.power.timeout / 2):
+                        return
+                system.reset_system(sushy.ResetType.FORCE_OFF)
+            if not self._wait(system, want, deadline):
+                raise PowerError(f"redfish {host}: still {system.power_state} {self.power.timeout}s after the reset")
         except PowerError:
             raise
         except Exception as exc:
             raise PowerError(f"redfish {host}: {_msg(exc)}") from None
+        finally:
+            close()
 
     def on(self, host: str) -> None:
         self._set(host, True)
