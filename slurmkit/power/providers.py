@@ -6,6 +6,7 @@
 ``redfish``: the node's BMC through ``sushy`` (OpenStack's Redfish client): ComputerSystem.Reset On, or
 GracefulShutdown and then ForceOff if the system is still on after half the timeout; then wait until the system
 reports that power state; the Redfish session is closed after every action.
+``ipmi``: the node's BMC over IPMI v2.0 LAN with ipmitool: chassis power on, or soft and then off (see IpmiProvider).
 """
 
 from __future__ import annotations
@@ -206,6 +207,82 @@ class RedfishProvider:
         self._set(host, False)
 
 
+class IpmiProvider:
+    """Power through the node's BMC over IPMI v2.0 LAN (RMCP+) with ipmitool: ``chassis power on``; off is ``chassis
+    power soft`` (IPMI 2.0 Chassis Control 05h "initiate a soft-shutdown of OS via ACPI") and, if the chassis still
+    reports on after half the timeout, ``chassis power off`` (00h, power down); then ``chassis power status`` until
+    it reports the wanted state. The password reaches ipmitool through IPMI_PASSWORD (``-E``), never its argv."""
+
+    def __init__(self, power: Power, ipmitool: str = "ipmitool") -> None:
+        self.power, self.ipmitool = power, ipmitool
+
+    def _base(self, host: str) -> tuple[list[str], dict[str, str]]:
+        addr = self.power.bmc.replace("{host}", host)
+        name, _, port = addr.rpartition(":") if addr.count(":") == 1 else (addr, "", "")
+        argv = [self.ipmitool, "-I", "lanplus", "-H", name or addr, *(["-p", port] if port else []),
+                *(["-C", str(self.power.cipher_suite)] if self.power.cipher_suite else [])]
+        env = dict(os.environ)
+        if self.power.credentials:
+            try:
+                user, _, password = Path(self.power.credentials).read_text().strip().partition(":")
+            except OSError as exc:
+                raise PowerError(f"{self.power.credentials}: {exc.strerror}") from None
+            argv += ["-U", user, "-E"]
+            env["IPMI_PASSWORD"] = password
+        return argv, env
+
+    def _chassis(self, host: str, *args: str, timeout: float) -> str:
+        argv, env = self._base(host)
+        try:
+            r = subprocess.run([*argv, "chassis", "power", *args], capture_output=True, text=True, env=env,
+                               timeout=max(1.0, timeout), stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise PowerError(f"provider 'ipmi' needs {self.ipmitool} (apt-get install ipmitool)") from None
+        except subprocess.TimeoutExpired:
+            raise PowerError(f"ipmi {host}: chassis power {' '.join(args)}: no answer in {timeout:.0f}s") from None
+        if r.returncode != 0:
+            last = (r.stderr.strip() or r.stdout.strip()).splitlines()[-1:] or ["no output"]
+            raise PowerError(f"ipmi {host} ({self.power.bmc.replace('{host}', host)}): chassis power "
+                             f"{' '.join(args)} exited {r.returncode}: {last[0][:200]}")
+        return r.stdout
+
+    def status(self, host: str, timeout: float | None = None) -> str:
+        """"on" or "off": ipmitool prints "Chassis Power is on|off" (ipmitool lib/ipmi_chassis.c
+        ipmi_chassis_print_power_status)."""
+        out = self._chassis(host, "status", timeout=timeout or self.power.timeout)
+        for word in ("on", "off"):
+            if f"Chassis Power is {word}" in out:
+                return word
+        raise PowerError(f"ipmi {host}: unexpected chassis power status {out.strip()[:100]!r}")
+
+    def _wait(self, host: str, want: str, until: float) -> bool:
+        while self.status(host, until - time.monotonic()) != want:
+            if time.monotonic() > until:
+                return False
+            time.sleep(0.5)
+        return True
+
+    def on(self, host: str) -> None:
+        deadline = time.monotonic() + self.power.timeout
+        if self.status(host) == "on":
+            return
+        self._chassis(host, "on", timeout=deadline - time.monotonic())
+        if not self._wait(host, "on", deadline):
+            raise PowerError(f"ipmi {host}: still off {self.power.timeout}s after chassis power on")
+
+    def off(self, host: str) -> None:
+        start = time.monotonic()
+        deadline = start + self.power.timeout
+        if self.status(host) == "off":
+            return
+        self._chassis(host, "soft", timeout=deadline - time.monotonic())
+        if self._wait(host, "off", start + self.power.timeout / 2):
+            return
+        self._chassis(host, "off", timeout=deadline - time.monotonic())
+        if not self._wait(host, "off", deadline):
+            raise PowerError(f"ipmi {host}: still on {self.power.timeout}s after chassis power off")
+
+
 def _msg(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300] or type(exc).__name__
 
@@ -215,4 +292,6 @@ def provider_for(power: Power, conf_dir: Path) -> Provider:
         return LabProvider(conf_dir)
     if power.provider == "command":
         return CommandProvider(power)
+    if power.provider == "ipmi":
+        return IpmiProvider(power)
     return RedfishProvider(power)
