@@ -187,3 +187,26 @@ def test_off_forces_when_the_graceful_shutdown_is_ignored(bmc: str, monkeypatch)
     assert sent == ["GracefulShutdown", "ForceOff"]
     assert time.monotonic() - t0 >= 15  # ForceOff only after half the timeout
     assert power_state(bmc, "node6") == "Off"
+
+
+def test_bmc_sensors_from_the_emulators_thermal_resource(bmc: str, tmp_path: Path) -> None:
+    """`slurmkit bmc` reads every Chassis' Thermal (and Power, where the BMC has it: sushy-tools serves none) through
+    sushy: the emulator's CPU temperatures, its intake sensor (25 C, critical 40) and its fans, nothing wrong."""
+    from slurmkit.monitor.bmc import findings, read_redfish
+
+    rep = read_redfish("node5", Power(provider="redfish", bmc=bmc, system="{host}", timeout=40))
+    assert rep.error == ""
+    temps = {r.name: (r.value, r.context, r.limit) for r in rep.readings if r.kind == "temperature"}
+    assert temps["Chassis Intake Temp"] == (25.0, "intake", 40.0)
+    assert "CPU Temp" in temps
+    fans = [r for r in rep.readings if r.kind == "fan"]
+    assert fans and all(r.value and r.health == "ok" for r in fans)
+    assert findings(rep.readings) == []
+    assert findings(rep.readings, inlet_max_c=20)[0].summary == "Chassis Intake Temp: 25C (limit 20C, BMC critical 40C)"
+
+
+def test_bmc_that_refuses_is_one_line(tmp_path: Path) -> None:
+    from slurmkit.monitor.bmc import read_redfish
+
+    rep = read_redfish("node5", Power(provider="redfish", bmc=f"http://127.0.0.1:{_free_port()}", timeout=5))
+    assert rep.error.startswith("redfish http://127.0.0.1:") and "\n" not in rep.error
