@@ -136,6 +136,13 @@ class CLIBackend:
             jobs = [j for j in jobs if j.job_id in want]
         return jobs
 
+    def live_jobs(self) -> list[JobInfo]:
+        """Pending and running jobs of every partition (hidden ones too: squeue(1) --all), only the fields of
+        ``parse.SQUEUE_JOB_FIELDS``: what `slurmkit exporter` reads, at a fraction of ``jobs()``'s cost at 20,000
+        jobs (bench/exporter_bench.py)."""
+        out = self._run(["squeue", "--all", "-h", "-t", "PENDING,RUNNING", "-O", parse.SQUEUE_JOB_FORMAT]).stdout
+        return parse.parse_squeue_jobs(out)
+
     def job(self, job_id: str) -> JobInfo:
         res = self._run(["scontrol", "-o", "show", "job", str(job_id)], check=False)
         if res.rc != 0:

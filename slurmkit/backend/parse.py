@@ -224,6 +224,39 @@ def parse_scontrol_jobs(text: str) -> list[JobInfo]:
     return [job_from_scontrol(r) for r in parse_scontrol_records(text) if "JobId" in r]
 
 
+# --- squeue -O: the live jobs, only the fields a cluster summary reads ---------------------------------------
+
+# (squeue --Format type, the `scontrol show job` key it fills): squeue(1) -O of slurm-22-05-8-1 and slurm-24-11-5-1
+# lists every one of these types for jobs (src/squeue/opts.c long-format table: JobID, State, Reason, Account, QOS,
+# UserName, SubmitTime, NumNodes, NumTasks, tres-per-job, tres-per-node, tres-per-task). Each is written "Type:|":
+# _parse_long_token reads size 0 and suffix "|", and _print_str prints a width-0 field whole, unpadded and uncut
+# (src/squeue/opts.c and print.c, both releases), so "|" separates the values; Reason is free of "|" (an enum name)
+# and goes last all the same.
+SQUEUE_JOB_FIELDS = (("JobID", "JobId"), ("State", "JobState"), ("Account", "Account"), ("QOS", "QOS"),
+                     ("UserName", "UserId"), ("SubmitTime", "SubmitTime"), ("NumNodes", "NumNodes"),
+                     ("NumTasks", "NumTasks"), ("tres-per-job", "TresPerJob"), ("tres-per-node", "TresPerNode"),
+                     ("tres-per-task", "TresPerTask"), ("Reason", "Reason"))
+SQUEUE_JOB_FORMAT = ",".join(f"{t}:|" for t, _ in SQUEUE_JOB_FIELDS)
+_SQUEUE_KEYS = tuple(k for _, k in SQUEUE_JOB_FIELDS)
+
+
+def parse_squeue_jobs(text: str) -> list[JobInfo]:
+    """``squeue -h -O SQUEUE_JOB_FORMAT`` -> JobInfo with ``raw`` under scontrol's key names (what a caller of
+    ``parse_scontrol_jobs`` reads); squeue prints N/A for an unset TRES field, which counts as unset here too."""
+    n = len(_SQUEUE_KEYS)
+    out = []
+    for line in text.splitlines():
+        if not line:
+            continue
+        f = line.split("|", n - 1)
+        if len(f) != n:
+            raise ParseError(f"unexpected squeue -O line: {line!r}")
+        f[-1] = f[-1].removesuffix("|")
+        raw = dict(zip(_SQUEUE_KEYS, f, strict=True))
+        out.append(JobInfo(job_id=raw["JobId"], state=raw["JobState"], reason=raw["Reason"], raw=raw))
+    return out
+
+
 # --- sinfo / squeue with -o formats --------------------------------------------------------------------------
 
 # the reason (%E) is free text an admin typed, '|' included: it goes last and the split is bounded

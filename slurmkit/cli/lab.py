@@ -73,11 +73,17 @@ def lab() -> None:
 @click.option("--cgroups", is_flag=True,
               help="Isolation in the kernel: proctrack/cgroup + task/cgroup (ConstrainCores, ConstrainRAMSpace, "
                    "ConstrainDevices) on cgroup v1, one cgroup tree per node; nodes get this host's core count.")
+@click.option("--monitoring", is_flag=True,
+              help="Also run Debian's prometheus, one prometheus-node-exporter per node (its textfile dir) and "
+                   "`slurmkit exporter`, with the rules `slurmkit monitor generate` writes.")
+@click.option("--monitoring-port", default=0, type=click.IntRange(0, 65000),
+              help="Prometheus's port (default: port base + 140); the exporter +1, nodeI's node_exporter +1+I.")
 @click.option("--slow-cpus", default=0.1, show_default=True, type=float, help="The quota of --slow-node, in CPUs.")
 def up(directory: str, nodes: int | None, gpus_per_node: int, gpu_type: str, nodes_per_leaf: int, accounting: bool,
        hooks: bool, healthcheck_interval: int, fake_nvml: str | None, port_base: int, slurm: str | None,
        topology: str, submit_policy: bool, cgroups: bool, spare: int, power: int, suspend_time: int,
-       configless: bool, preset: str | None, slow_nodes: tuple[str, ...], slow_cpus: float) -> None:
+       configless: bool, preset: str | None, slow_nodes: tuple[str, ...], slow_cpus: float, monitoring: bool,
+       monitoring_port: int) -> None:
     """Start the lab and wait until every node is idle."""
     if nodes is None:
         counts = [x.partition(":")[2] for x in gpu_type.split(",")]
@@ -86,7 +92,8 @@ def up(directory: str, nodes: int | None, gpus_per_node: int, gpu_type: str, nod
                    nodes_per_leaf=nodes_per_leaf, accounting=accounting, port_base=port_base, hooks=hooks,
                    healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml, slurm=slurm,
                    topology=topology, submit_policy=submit_policy, cgroups=cgroups, spare=spare, power=power,
-                   suspend_time=suspend_time, configless=configless, preset=preset)
+                   suspend_time=suspend_time, configless=configless, preset=preset, monitoring=monitoring,
+                   monitoring_port=monitoring_port)
     lab_ = Lab(spec)
     for n in slow_nodes:  # refused before anything starts
         if n not in spec.node_names:
@@ -110,6 +117,10 @@ def up(directory: str, nodes: int | None, gpus_per_node: int, gpu_type: str, nod
     click.echo("Use it:")
     click.echo(f"  eval \"$(slurmkit lab env --dir {lab_.dir})\"     # SLURM_CONF (and PATH for another release)")
     click.echo("  sinfo; srun -N4 hostname; gpusub train.py --nodes 4 --dry-run")
+    if monitoring:
+        from slurmkit.lab.monitoring import url
+
+        click.echo(f"  curl -s '{url(lab_)}/api/v1/alerts'     # Prometheus (SLURMKIT_PROMETHEUS_URL in lab env)")
     click.echo(f"  slurmkit lab down --dir {lab_.dir}")
 
 
@@ -147,7 +158,7 @@ def status(directory: str, as_json: bool) -> None:
 @_dir
 def env(directory: str) -> None:
     """Print the exports a shell using the lab needs (use with eval): SLURM_CONF, SLURMKIT_LAB_DIR, with --hooks
-    SLURMKIT_FAKE_NVML, for another release PATH; PATH also loses any other lab's Slurm wrappers (a lab env run
+    SLURMKIT_FAKE_NVML, with --monitoring SLURMKIT_PROMETHEUS_URL, for another release PATH; PATH also loses any other lab's Slurm wrappers (a lab env run
     before in the same shell). gpusub and `slurmkit report` find the inventory beside SLURM_CONF."""
     import shlex
 

@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "Free a whole leaf for a job blocked by fragmentation by moving checkpointing jobs (plan/run)."),
     "monitor": ("slurmkit.cli.monitor:monitor", "Prometheus config, alert rules and Grafana dashboards (generate)."),
     "exporter": ("slurmkit.cli.monitor:exporter", "Serve the cluster's view (GPUs, jobs, tenants) to Prometheus."),
+    "bmc": ("slurmkit.cli.monitor:bmc",
+            "Read BMC sensors (Redfish/IPMI): fans, PSUs, inlet temperature, power; findings and metrics."),
     "acceptance": ("slurmkit.cli.acceptance:acceptance",
                    "Measure all-reduce bandwidth per node/pair/leaf as Slurm jobs; name the slow node."),
 }

@@ -62,3 +62,67 @@ def exporter(inventory: str, listen: str, cache_s: float, timeout: float, once: 
     srv = serve(scraper, host or "0.0.0.0", int(port))
     click.echo(f"slurmkit exporter on http://{listen}/metrics", err=True)
     srv.serve_forever()
+
+
+@click.command()
+@click.argument("nodes", required=False)
+@click.option("--inventory", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The inventory: each node's BMC is its group's power: section (provider redfish or ipmi).")
+@click.option("--textfile", "textfile_dir", type=click.Path(file_okay=False),
+              help="Also write the series to DIR/slurmkit_bmc.prom (node_exporter's textfile collector).")
+@click.option("--inlet-max", "inlet_max_c", type=float, default=None,
+              help="Inlet temperature limit in C (default: the BMC's own critical threshold).")
+@click.option("--json", "as_json", is_flag=True, help="Print the readings and findings as JSON.")
+def bmc(nodes: str | None, inventory: str, textfile_dir: str | None, inlet_max_c: float | None,
+        as_json: bool) -> None:
+    """Read the BMC sensors of NODES (a hostlist; default every node whose group has a redfish or ipmi power
+    section), print the findings (fan_failed FAIL, psu_redundancy_lost WARN, inlet_over_limit WARN). Exit 1 when a
+    finding is FAIL or a BMC does not answer."""
+    import json
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from slurmkit.errors import UsageError
+    from slurmkit.hostlist import expand
+    from slurmkit.model.load import load_cluster
+    from slurmkit.monitor import bmc as bmcmod
+    from slurmkit.monitor.metrics import Exposition
+
+    cluster = load_cluster(inventory)
+    power_of = {h: g.power for g in cluster.node_groups for h in g.hostnames
+                if g.power is not None and g.power.provider in ("redfish", "ipmi")}
+    want = expand(nodes) if nodes else sorted(power_of)
+    missing = [n for n in want if n not in power_of]
+    if missing:
+        raise UsageError(f"{missing[0]}: no redfish or ipmi power section for its group in {inventory}")
+    if not want:
+        raise UsageError(f"{inventory}: no node group has a redfish or ipmi power section")
+    with ThreadPoolExecutor(max_workers=min(32, len(want))) as pool:
+        reports = list(pool.map(lambda n: bmcmod.read(n, power_of[n]), want))
+    bad = False
+    out = []
+    ex = Exposition()
+    for rep in reports:
+        found = rep.findings(inlet_max_c)
+        bad = bad or bool(rep.error) or any(f.state == "fail" for f in found)
+        bmcmod.add_metrics(ex, rep, inlet_max_c)
+        out.append({"node": rep.node, "source": rep.source, "error": rep.error,
+                    "readings": [asdict(r) for r in rep.readings], "findings": [asdict(f) for f in found]})
+        if as_json:
+            continue
+        if rep.error:
+            click.echo(f"{rep.node} {rep.source}: BMC ERROR: {rep.error}")
+        elif not found:
+            click.echo(f"{rep.node} {rep.source}: ok ({len(rep.readings)} sensors)")
+        for f in found:
+            click.echo(f"{rep.node} {rep.source}: {f.check} {f.state.upper()}: {f.summary}")
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+    if textfile_dir:
+        from slurmkit.health.state import atomic_write
+
+        Path(textfile_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write(str(Path(textfile_dir) / "slurmkit_bmc.prom"), ex.text(), durable=False)
+    sys.exit(1 if bad else 0)

@@ -118,6 +118,15 @@ class LabSpec:
     # a site inventory (examples/gb200-nvl72.yaml) the lab is shaped after, scaled to `nodes` and `nodes_per_leaf`
     # (lab/inventory.py lab_from_preset); its GPU count, GPU type and topology kind replace the three fields above
     preset: str | None = None
+    # Debian's prometheus + one prometheus-node-exporter per node (on its textfile dir) + `slurmkit exporter`, with
+    # the rules `slurmkit monitor generate` makes (slurmkit/lab/monitoring.py); on monitoring_port (0: base+140),
+    # the exporter on +1, nodeI's node_exporter on +1+I
+    monitoring: bool = False
+    monitoring_port: int = 0
+
+    @property
+    def monitoring_port_resolved(self) -> int:
+        return self.monitoring_port or self.port_base + 140
 
     def apply_preset(self) -> None:
         """Take the preset's GPU count, GPU type and topology kind (``lab up`` does, before its checks)."""
@@ -272,6 +281,10 @@ class Lab:
         env = {"SLURM_CONF": str(self.conf), "SLURMKIT_LAB_DIR": str(self.dir)}
         if self.spec.hooks:
             env["SLURMKIT_FAKE_NVML"] = str(self.dir / "fake-nvml")
+        if self.spec.monitoring:
+            from slurmkit.lab.monitoring import url
+
+            env["SLURMKIT_PROMETHEUS_URL"] = url(self)
         return env
 
     @property
@@ -361,7 +374,18 @@ class Lab:
             raise LabError("--spare must be >= 0")
         if not 0 <= self.spec.power <= self.spec.nodes:
             raise LabError(f"--power must be 0..--nodes ({self.spec.nodes})")
-        check_ports(self.spec.ports(), progress)
+        ports = self.spec.ports()
+        if self.spec.monitoring:
+            from slurmkit.lab import monitoring
+
+            missing_mon = monitoring.binaries_missing()
+            if missing_mon:
+                raise LabError(f"--monitoring: missing {', '.join(missing_mon)}; install with: apt-get install -y "
+                               f"--no-install-recommends {monitoring.APT} (the lab runs the binaries, not the "
+                               "services)")
+            for p in monitoring.ports(self):
+                ports.setdefault(p, "monitoring (Prometheus, exporter, node_exporter), --monitoring-port")
+        check_ports(ports, progress)
 
     def write_config(self, hooks_command: str | None = None) -> dict[str, str]:
         """Render the lab's inventory with slurmkit's generator plus single-host overrides; returns the files."""
@@ -386,6 +410,10 @@ class Lab:
                 suspend_time=s.suspend_time,
                 tenants=s.tenants,
             )
+        if s.monitoring:
+            from slurmkit.lab.monitoring import inventory_section
+
+            inv["monitoring"] = inventory_section(self)
         text = yaml.safe_dump(inv, sort_keys=False)
         cluster = load_cluster_text(text, source="lab inventory")
         d = self.dir
@@ -566,6 +594,11 @@ class Lab:
             if s.accounting:
                 progress("applying the inventory's tenants (slurmkit accounts apply)")
                 self.apply_tenants(timeout=max(10.0, timeout - (time.monotonic() - t0)))
+            if s.monitoring:
+                from slurmkit.lab import monitoring
+
+                progress(f"starting Prometheus on {monitoring.url(self)}, {s.nodes} node_exporter and the exporter")
+                monitoring.start(self, timeout=max(30.0, timeout - (time.monotonic() - t0)))
         except BaseException:
             self.down()
             raise
@@ -1012,10 +1045,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+# pid file stem (before "-") -> the program: Debian's node_exporter binary; the lab's `slurmkit exporter`
+_PROGRAMS = {"node_exporter": "prometheus-node-exporter", "slurmkit_exporter": "slurmkit"}
+
+
 def _is_program(pid: int, name: str) -> bool:
     """The process is ``name`` (slurmctld, slurmd, munged, mariadbd, slurmdbd): its ``comm`` (the program name,
     15 characters at most) or its executable (Debian's alternatives run ``/usr/sbin/slurmctld-wlm``)."""
+    name = _PROGRAMS.get(name, name)
     try:
+        if name == "slurmkit":  # `python -m slurmkit.cli.main exporter`: the interpreter's comm, our module's argv
+            return b"slurmkit.cli.main" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         if Path(f"/proc/{pid}/comm").read_text().strip() == name[:15]:
             return True
         return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith(name)

@@ -27,6 +27,11 @@ GPU_NAMES = {
 }
 # NVLink links per GPU (NVIDIA data sheets): H100/H200 SXM 18, A100 SXM 12, B200/GB200 18
 NVLINKS = {"a100": 12}
+# Board power limits in W (NVIDIA data sheets, SXM where there is one): what nvmlDeviceGetEnforcedPowerLimit and
+# nvmlDeviceGetPowerManagementDefaultLimit answer on an untouched board; others get 700
+POWER_W = {"a100": 400, "b200": 1000, "gb200": 1200, "l40s": 350}
+# PCIe generation of the GPU (current, slot max, GPU max): Gen4 for A100/L40S, Gen5 for Hopper and Blackwell
+PCIE_GEN = {"a100": 4, "l40s": 4}
 DRIVER = "570.124.06"
 
 
@@ -38,6 +43,9 @@ def healthy_state(gpus: int, gpu_type: str) -> dict[str, Any]:
     """A healthy node with ``gpus`` GPUs of ``gpu_type`` (minor i = index i, as the lab's /dev/nvidia<i>)."""
     name = GPU_NAMES.get(gpu_type.lower(), f"NVIDIA {gpu_type.upper()}")
     links = NVLINKS.get(gpu_type.lower(), 18)
+    watts = POWER_W.get(gpu_type.lower(), 700)
+    gen = PCIE_GEN.get(gpu_type.lower(), 5)
+    zero_ecc = {"unc_volatile": 0, "unc_aggregate": 0, "cor_volatile": 0, "cor_aggregate": 0}
     devices = []
     for i in range(gpus):
         devices.append({
@@ -47,7 +55,11 @@ def healthy_state(gpus: int, gpu_type: str) -> dict[str, Any]:
             "ecc_mode": [1, 1], "ecc_volatile_uncorrected": 0, "ecc_aggregate_uncorrected": 0,
             "remapped_rows": [0, 0, 0, 0], "retired_pages_pending": {"error": "NotSupported"},
             "recovery_action": 0, "clocks_event_reasons": 1, "temperature_c": 31, "persistence_mode": 1,
-            "nvlink_state": [1] * links, "pcie_width": [16, 16], "mig_mode": [0, 0], "compute_processes": [],
+            "nvlink_state": [1] * links, "pcie_width": [16, 16], "pcie_gen": [gen, gen, gen], "pcie_replay": 0,
+            "nvlink_errors": {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0},
+            "power_limit_mw": [watts * 1000, watts * 1000], "inforom_valid": True,
+            "ecc_sram": dict(zero_ecc), "ecc_dram": dict(zero_ecc),
+            "fabric": {"state": 3, "status": "Success", "clique_id": 0, "health_mask": 0}, "mig_mode": [0, 0], "compute_processes": [],
         })
     return {
         "recorded": {"by": f"slurmkit lab: synthesized healthy {gpus} x {gpu_type}", "host": "lab", "fault": "none"},

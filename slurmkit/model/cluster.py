@@ -98,7 +98,7 @@ class NIC:
     role: str = "compute"  # compute | storage | mgmt
 
 
-POWER_PROVIDERS = ("lab", "command", "redfish")
+POWER_PROVIDERS = ("lab", "command", "redfish", "ipmi")
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,8 @@ class Power:
     """A node group's on-demand power: slurmctld's SuspendProgram/ResumeProgram (slurmkit's ``power`` entry points)
     switch its nodes off after ``suspend_time`` idle seconds and on again when a job needs them, through
     ``provider``: ``lab`` (the lab's slurmd), ``command`` (a site script: ``COMMAND on|off HOST``), ``redfish``
-    (the node's BMC: ``bmc`` URL with ``{host}``, system ``system``, ``credentials`` file "user:password")."""
+    (the node's BMC: ``bmc`` URL with ``{host}``, system ``system``, ``credentials`` file "user:password"), ``ipmi``
+    (ipmitool over IPMI v2.0 LAN to ``bmc`` host[:port] with ``{host}``, the same ``credentials``)."""
 
     provider: str
     suspend_time: int = 600
@@ -119,6 +120,9 @@ class Power:
     credentials: str = ""
     verify_tls: bool = True
     timeout: int = 60  # seconds one provider action may take
+    # ipmi: the RMCP+ cipher suite (ipmitool -C: 17 HMAC-SHA256/AES, 3 HMAC-SHA1/AES); 0: ipmitool picks the best the
+    # BMC lists in Get Channel Cipher Suites (a BMC without that command, as ipmi_sim, costs a 10 s retry per call)
+    cipher_suite: int = 0
 
 
 @dataclass(frozen=True)

@@ -487,7 +487,8 @@ def _records(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[tuple[str, str], ...
 
 def _power(ctx: _Ctx, raw: Any, path: str) -> Power:
     m = _mapping(ctx, raw, path, {"provider", "suspend_time", "resume_timeout", "suspend_timeout", "cloud", "command",
-                                  "bmc", "system", "credentials", "verify_tls", "timeout"}, {"provider"})
+                                  "bmc", "system", "credentials", "verify_tls", "timeout", "cipher_suite"},
+                 {"provider"})
     provider = _choice(ctx, m["provider"], _join(path, "provider"), POWER_PROVIDERS)
     p = Power(
         provider=provider,
@@ -501,6 +502,7 @@ def _power(ctx: _Ctx, raw: Any, path: str) -> Power:
         credentials=_path(ctx, m["credentials"], _join(path, "credentials")) if m.get("credentials") else "",
         verify_tls=_bool(ctx, m.get("verify_tls", True), _join(path, "verify_tls")),
         timeout=_int(ctx, m.get("timeout", 60), _join(path, "timeout"), 1),
+        cipher_suite=_int(ctx, m.get("cipher_suite", 0), _join(path, "cipher_suite"), 0),
     )
     if provider == "command" and not p.command:
         raise ctx.err(_join(path, "command"), "provider 'command' needs the site script: command: /path/to/script "
@@ -508,6 +510,9 @@ def _power(ctx: _Ctx, raw: Any, path: str) -> Power:
     if provider == "redfish" and not re.fullmatch(r"https?://\S+", p.bmc):
         raise ctx.err(_join(path, "bmc"), "provider 'redfish' needs the BMC URL, e.g. https://{host}-bmc "
                                           "({host} is replaced by the node name)")
+    if provider == "ipmi" and not re.fullmatch(r"[A-Za-z0-9_.{}\[\]:-]+", p.bmc):
+        raise ctx.err(_join(path, "bmc"), "provider 'ipmi' needs the BMC's address, host or host:port, e.g. "
+                                          "{host}-bmc ({host} is replaced by the node name)")
     if p.timeout >= p.resume_timeout:
         # slurm.conf(5) 24.11 ResumeProgram: "Programs will be killed if they run longer than the largest configured,
         # global or partition, ResumeTimeout or SuspendTimeout"

@@ -202,7 +202,9 @@ class Scraper:
             ok = True
             nodes: list[NodeInfo] = []
             jobs: list[JobInfo] = []
-            for name, fn in (("nodes", self.backend.nodes), ("jobs", self.backend.jobs)):
+            # the compact squeue query where the backend has one (CliBackend.live_jobs), else every job's record
+            jobs_fn = getattr(self.backend, "live_jobs", None) or self.backend.jobs
+            for name, fn in (("nodes", self.backend.nodes), ("jobs", jobs_fn)):
                 try:
                     if name == "nodes":
                         nodes = fn()

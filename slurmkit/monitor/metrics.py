@@ -129,6 +129,23 @@ class M:
                   "NVML's GPU recovery action (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).",
                   GPU_LABELS, "hook")
 
+    # --- per node, from its BMC (`slurmkit bmc`: Redfish Thermal/Power or IPMI sdr) --------------------------------
+    bmc_up = _m("slurmkit_bmc_up", "gauge", "1 when the node's BMC answered the last read (source: redfish, ipmi).",
+                ("node", "source"), "bmc")
+    bmc_temperature = _m("slurmkit_bmc_temperature_celsius", "gauge",
+                         "A BMC temperature sensor (context: intake for inlet sensors, else Redfish's PhysicalContext).",
+                         ("node", "sensor", "context"), "bmc")
+    bmc_fan_rpm = _m("slurmkit_bmc_fan_speed_rpm", "gauge", "A BMC fan's speed.", ("node", "fan"), "bmc")
+    bmc_power_watts = _m("slurmkit_bmc_power_watts", "gauge",
+                         "Power by the BMC: the chassis' consumption (kind power) or a supply's (kind psu).",
+                         ("node", "sensor", "kind"), "bmc")
+    bmc_sensor_ok = _m("slurmkit_bmc_sensor_ok", "gauge",
+                       "1 while a BMC sensor (temperature, fan, psu, power, redundancy) reports OK (or is absent).",
+                       ("node", "kind", "sensor"), "bmc")
+    bmc_finding = _m("slurmkit_bmc_finding", "gauge",
+                     "1 while a BMC health finding stands (fan_failed, psu_redundancy_lost, inlet_over_limit).",
+                     ("node", "check"), "bmc")
+
     # --- the cluster, from `slurmkit exporter` -----------------------------------------------------------------------
     up = _m("slurmkit_exporter_up", "gauge", "1 when the last scrape's Slurm queries all answered.", (), "exporter")
     scrape_s = _m("slurmkit_exporter_query_seconds", "gauge", "Wall time of the Slurm queries behind this scrape.",

@@ -3,8 +3,10 @@
 ``lab``: the lab's slurmd for that node (start / stop), found from the inventory's directory (DIR/etc). A file
 ``DIR/power-fault/<node>`` makes power-on fail (fault injection, like the fake NVML files).
 ``command``: the site's script, ``SCRIPT on|off HOST``, exit 0 = done.
-``redfish``: the node's BMC through ``sushy`` (OpenStack's Redfish client): ComputerSystem.Reset On / ForceOff,
-then wait until the system reports that power state.
+``redfish``: the node's BMC through ``sushy`` (OpenStack's Redfish client): ComputerSystem.Reset On, or
+GracefulShutdown and then ForceOff if the system is still on after half the timeout; then wait until the system
+reports that power state; the Redfish session is closed after every action.
+``ipmi``: the node's BMC over IPMI v2.0 LAN with ipmitool: chassis power on, or soft and then off (see IpmiProvider).
 """
 
 from __future__ import annotations
@@ -129,8 +131,12 @@ class RedfishProvider:
         self.power = power
 
     def _system(self, host: str):  # type: ignore[no-untyped-def]
+        """(sushy, the ComputerSystem, close): ``close()`` ends the Redfish session (DELETE of the session resource a
+        SessionOrBasicAuth opened; BMCs allow few at once) and the HTTP connection."""
         try:
             import sushy  # type: ignore[import-untyped]
+            from sushy import auth as sushy_auth
+            from sushy import connector as sushy_connector
         except ImportError:
             raise PowerError("provider 'redfish' needs the sushy package: pip install 'slurmkit[redfish]'") from None
         url = self.power.bmc.replace("{host}", host)
@@ -140,36 +146,141 @@ class RedfishProvider:
                 user, _, password = Path(self.power.credentials).read_text().strip().partition(":")
             except OSError as exc:
                 raise PowerError(f"{self.power.credentials}: {exc.strerror}") from None
+        auth = sushy_auth.SessionOrBasicAuth(username=user or None, password=password or None)
+        conn = sushy_connector.Connector(url, verify=self.power.verify_tls)
+
+        def close() -> None:
+            for c in (auth, conn):
+                try:
+                    c.close()
+                except Exception:  # noqa: BLE001,S110 - a session the BMC already dropped is closed too
+                    pass
+
         try:
-            auth = {"username": user, "password": password} if user else {}
-            root = sushy.Sushy(url, verify=self.power.verify_tls, **auth)
-            return sushy, root.get_system(f"/redfish/v1/Systems/{self.power.system.replace('{host}', host)}")
+            root = sushy.Sushy(url, auth=auth, connector=conn)
+            return sushy, root.get_system(f"/redfish/v1/Systems/{self.power.system.replace('{host}', host)}"), close
         except Exception as exc:  # sushy raises its own exception tree and requests' errors
+            close()
             raise PowerError(f"redfish {url}: {_msg(exc)}") from None
 
+    def _wait(self, system, want, until: float) -> bool:  # type: ignore[no-untyped-def]
+        while system.power_state != want:
+            if time.monotonic() > until:
+                return False
+            time.sleep(0.5)
+            system.refresh()
+        return True
+
     def _set(self, host: str, on: bool) -> None:
-        sushy, system = self._system(host)
+        sushy, system, close = self._system(host)
         want = sushy.PowerState.ON if on else sushy.PowerState.OFF
+        start = time.monotonic()
+        deadline = start + self.power.timeout
         try:
-            if system.power_state != want:
-                system.reset_system(sushy.ResetType.ON if on else sushy.ResetType.FORCE_OFF)
-            deadline = time.monotonic() + self.power.timeout
-            while system.power_state != want:
-                if time.monotonic() > deadline:
-                    raise PowerError(f"redfish {host}: still {system.power_state} {self.power.timeout}s after the "
-                                     f"reset")
-                time.sleep(0.5)
-                system.refresh()
+            if system.power_state == want:
+                return
+            if on:
+                system.reset_system(sushy.ResetType.ON)
+            else:
+                # Redfish ComputerSystem.Reset (DSP0268 ResetType): GracefulShutdown asks the OS to shut down, ForceOff
+                # cuts power. Soft first where the BMC offers it (ResetType@Redfish.AllowableValues), for half the
+                # timeout; then ForceOff for the rest
+                allowed = system.get_allowed_reset_system_values()
+                if sushy.ResetType.GRACEFUL_SHUTDOWN in allowed:
+                    system.reset_system(sushy.ResetType.GRACEFUL_SHUTDOWN)
+                    if self._wait(system, want, start + self.power.timeout / 2):
+                        return
+                system.reset_system(sushy.ResetType.FORCE_OFF)
+            if not self._wait(system, want, deadline):
+                raise PowerError(f"redfish {host}: still {system.power_state} {self.power.timeout}s after the reset")
         except PowerError:
             raise
         except Exception as exc:
             raise PowerError(f"redfish {host}: {_msg(exc)}") from None
+        finally:
+            close()
 
     def on(self, host: str) -> None:
         self._set(host, True)
 
     def off(self, host: str) -> None:
         self._set(host, False)
+
+
+class IpmiProvider:
+    """Power through the node's BMC over IPMI v2.0 LAN (RMCP+) with ipmitool: ``chassis power on``; off is ``chassis
+    power soft`` (IPMI 2.0 Chassis Control 05h "initiate a soft-shutdown of OS via ACPI") and, if the chassis still
+    reports on after half the timeout, ``chassis power off`` (00h, power down); then ``chassis power status`` until
+    it reports the wanted state. The password reaches ipmitool through IPMI_PASSWORD (``-E``), never its argv."""
+
+    def __init__(self, power: Power, ipmitool: str = "ipmitool") -> None:
+        self.power, self.ipmitool = power, ipmitool
+
+    def _base(self, host: str) -> tuple[list[str], dict[str, str]]:
+        addr = self.power.bmc.replace("{host}", host)
+        name, _, port = addr.rpartition(":") if addr.count(":") == 1 else (addr, "", "")
+        argv = [self.ipmitool, "-I", "lanplus", "-H", name or addr, *(["-p", port] if port else []),
+                *(["-C", str(self.power.cipher_suite)] if self.power.cipher_suite else [])]
+        env = dict(os.environ)
+        if self.power.credentials:
+            try:
+                user, _, password = Path(self.power.credentials).read_text().strip().partition(":")
+            except OSError as exc:
+                raise PowerError(f"{self.power.credentials}: {exc.strerror}") from None
+            argv += ["-U", user, "-E"]
+            env["IPMI_PASSWORD"] = password
+        return argv, env
+
+    def _chassis(self, host: str, *args: str, timeout: float) -> str:
+        argv, env = self._base(host)
+        try:
+            r = subprocess.run([*argv, "chassis", "power", *args], capture_output=True, text=True, env=env,
+                               timeout=max(1.0, timeout), stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise PowerError(f"provider 'ipmi' needs {self.ipmitool} (apt-get install ipmitool)") from None
+        except subprocess.TimeoutExpired:
+            raise PowerError(f"ipmi {host}: chassis power {' '.join(args)}: no answer in {timeout:.0f}s") from None
+        if r.returncode != 0:
+            last = (r.stderr.strip() or r.stdout.strip()).splitlines()[-1:] or ["no output"]
+            raise PowerError(f"ipmi {host} ({self.power.bmc.replace('{host}', host)}): chassis power "
+                             f"{' '.join(args)} exited {r.returncode}: {last[0][:200]}")
+        return r.stdout
+
+    def status(self, host: str, timeout: float | None = None) -> str:
+        """"on" or "off": ipmitool prints "Chassis Power is on|off" (ipmitool lib/ipmi_chassis.c
+        ipmi_chassis_print_power_status)."""
+        out = self._chassis(host, "status", timeout=timeout or self.power.timeout)
+        for word in ("on", "off"):
+            if f"Chassis Power is {word}" in out:
+                return word
+        raise PowerError(f"ipmi {host}: unexpected chassis power status {out.strip()[:100]!r}")
+
+    def _wait(self, host: str, want: str, until: float) -> bool:
+        while self.status(host, until - time.monotonic()) != want:
+            if time.monotonic() > until:
+                return False
+            time.sleep(0.5)
+        return True
+
+    def on(self, host: str) -> None:
+        deadline = time.monotonic() + self.power.timeout
+        if self.status(host) == "on":
+            return
+        self._chassis(host, "on", timeout=deadline - time.monotonic())
+        if not self._wait(host, "on", deadline):
+            raise PowerError(f"ipmi {host}: still off {self.power.timeout}s after chassis power on")
+
+    def off(self, host: str) -> None:
+        start = time.monotonic()
+        deadline = start + self.power.timeout
+        if self.status(host) == "off":
+            return
+        self._chassis(host, "soft", timeout=deadline - time.monotonic())
+        if self._wait(host, "off", start + self.power.timeout / 2):
+            return
+        self._chassis(host, "off", timeout=deadline - time.monotonic())
+        if not self._wait(host, "off", deadline):
+            raise PowerError(f"ipmi {host}: still on {self.power.timeout}s after chassis power off")
 
 
 def _msg(exc: BaseException) -> str:
@@ -181,4 +292,6 @@ def provider_for(power: Power, conf_dir: Path) -> Provider:
         return LabProvider(conf_dir)
     if power.provider == "command":
         return CommandProvider(power)
+    if power.provider == "ipmi":
+        return IpmiProvider(power)
     return RedfishProvider(power)

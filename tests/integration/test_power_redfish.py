@@ -133,3 +133,80 @@ def test_the_entry_point_answers_at_once_and_logs(bmc: str, tmp_path: Path) -> N
     assert power_state(bmc, "node5") == "On"
     first, *rest = log.read_text().splitlines()
     assert first.endswith("resume node5: requested by slurmctld") and len(rest) == 1
+
+
+def _spy_resets(monkeypatch: pytest.MonkeyPatch, drop: tuple[str, ...] = ()) -> list[str]:
+    """Record every ComputerSystem.Reset type sent (the emulator still gets them, except the ``drop``ped ones: a BMC
+    whose OS ignores the ACPI shutdown request)."""
+    from sushy.resources.system.system import System
+
+    sent: list[str] = []
+    real = System.reset_system
+
+    def spy(self, value):  # type: ignore[no-untyped-def]
+        sent.append(str(value.value if hasattr(value, "value") else value))
+        if sent[-1] not in drop:
+            real(self, value)
+
+    monkeypatch.setattr(System, "reset_system", spy)
+    return sent
+
+
+def _spy_closes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from sushy import auth, connector
+
+    closed: list[str] = []
+    for cls in (auth.SessionOrBasicAuth, connector.Connector):
+        real = cls.close
+
+        def spy(self, real=real, name=cls.__name__):  # type: ignore[no-untyped-def]
+            closed.append(name)
+            real(self)
+
+        monkeypatch.setattr(cls, "close", spy)
+    return closed
+
+
+def test_off_asks_for_a_graceful_shutdown_first_and_closes_the_session(bmc: str, monkeypatch) -> None:
+    p = RedfishProvider(Power(provider="redfish", bmc=bmc, system="{host}", timeout=40))
+    p.on("node5")
+    sent = _spy_resets(monkeypatch)
+    closed = _spy_closes(monkeypatch)
+    p.off("node5")
+    assert power_state(bmc, "node5") == "Off"
+    assert sent == ["GracefulShutdown"]  # the emulator's OS "shuts down" within the half timeout
+    assert sorted(closed) == ["Connector", "SessionOrBasicAuth"]  # one action, one session, closed
+
+
+def test_off_forces_when_the_graceful_shutdown_is_ignored(bmc: str, monkeypatch) -> None:
+    p = RedfishProvider(Power(provider="redfish", bmc=bmc, system="{host}", timeout=30))
+    p.on("node6")
+    sent = _spy_resets(monkeypatch, drop=("GracefulShutdown",))
+    t0 = time.monotonic()
+    p.off("node6")
+    assert sent == ["GracefulShutdown", "ForceOff"]
+    assert time.monotonic() - t0 >= 15  # ForceOff only after half the timeout
+    assert power_state(bmc, "node6") == "Off"
+
+
+def test_bmc_sensors_from_the_emulators_thermal_resource(bmc: str, tmp_path: Path) -> None:
+    """`slurmkit bmc` reads every Chassis' Thermal (and Power, where the BMC has it: sushy-tools serves none) through
+    sushy: the emulator's CPU temperatures, its intake sensor (25 C, critical 40) and its fans, nothing wrong."""
+    from slurmkit.monitor.bmc import findings, read_redfish
+
+    rep = read_redfish("node5", Power(provider="redfish", bmc=bmc, system="{host}", timeout=40))
+    assert rep.error == ""
+    temps = {r.name: (r.value, r.context, r.limit) for r in rep.readings if r.kind == "temperature"}
+    assert temps["Chassis Intake Temp"] == (25.0, "intake", 40.0)
+    assert "CPU Temp" in temps
+    fans = [r for r in rep.readings if r.kind == "fan"]
+    assert fans and all(r.value and r.health == "ok" for r in fans)
+    assert findings(rep.readings) == []
+    assert findings(rep.readings, inlet_max_c=20)[0].summary == "Chassis Intake Temp: 25C (limit 20C, BMC critical 40C)"
+
+
+def test_bmc_that_refuses_is_one_line(tmp_path: Path) -> None:
+    from slurmkit.monitor.bmc import read_redfish
+
+    rep = read_redfish("node5", Power(provider="redfish", bmc=f"http://127.0.0.1:{_free_port()}", timeout=5))
+    assert rep.error.startswith("redfish http://127.0.0.1:") and "\n" not in rep.error

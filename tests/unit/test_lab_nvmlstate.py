@@ -34,6 +34,17 @@ def test_synthesized_state_passes_every_check(tmp_path: Path, gpus: int, gpu_typ
     assert res["gpu_count"].summary == f"{gpus} GPU(s) of {gpus} expected"
 
 
+def test_synthesized_state_answers_every_field_a_recorded_one_has() -> None:
+    """Every NVML value a real healthy H100 answered (the recorded fixture) is in the lab's synthesized state too:
+    a missing one is a per-GPU metric the lab never exports (its Prometheus had no slurmkit_gpu_power_limit_watts,
+    so a shipped dashboard panel stayed empty)."""
+    rec = json.loads((NVML / "healthy-h100x8.json").read_text())
+    syn = healthy_state(8, "h100")
+    assert set(rec) <= set(syn)
+    assert set(rec["devices"][0]) <= set(syn["devices"][0])
+    assert syn["devices"][0]["power_limit_mw"] == rec["devices"][0]["power_limit_mw"]
+
+
 def test_the_8_gpu_fixture_on_a_2_gpu_lab_says_what_is_wrong() -> None:
     with pytest.raises(LabError) as info:
         load_template(str(NVML / "healthy-h100x8.json"), 2, "h100")

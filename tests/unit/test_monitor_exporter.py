@@ -8,11 +8,19 @@ import subprocess
 import sys
 import urllib.request
 
+import pytest
 import yaml
 
-from slurmkit.backend.parse import JobInfo, NodeInfo, parse_scontrol_jobs, parse_scontrol_nodes
+from slurmkit.backend.parse import (
+    JobInfo,
+    NodeInfo,
+    ParseError,
+    parse_scontrol_jobs,
+    parse_scontrol_nodes,
+    parse_squeue_jobs,
+)
 from slurmkit.model.load import load_cluster_dict
-from slurmkit.monitor.exporter import Scraper, job_gpus, parse_sacct_usage, render, serve
+from slurmkit.monitor.exporter import Scraper, _num, job_gpus, parse_sacct_usage, render, serve
 from tests.conftest import DATA, ROOT, needs
 from tests.unit.test_monitor_textfile import find, samples
 
@@ -84,6 +92,30 @@ def test_recorded_lab_output_renders_and_promtool_accepts_it():
         assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("release", ["", "24.11"])
+def test_compact_squeue_query_reads_what_scontrol_says(release):
+    """The same live jobs recorded both ways (tests/data/slurm/record_live_jobs.py: --gres, --gpus, --gpus-per-node,
+    --gpus-per-task, a held typed request, a CPU job) on 22.05 and 24.11: the squeue -O records give the exporter
+    the same GPUs, nodes, states and reasons as scontrol's full records, and the same metrics."""
+    d = DATA / "slurm" / release if release else DATA / "slurm"
+    fast = {j.job_id: j for j in parse_squeue_jobs((d / "squeue_live_jobs.txt").read_text())}
+    full = {j.job_id: j for j in parse_scontrol_jobs((d / "scontrol_show_job_live.txt").read_text())}
+    assert fast.keys() == full.keys() and len(fast) == 6
+    for jid, j in fast.items():
+        f = full[jid]
+        assert (j.state, j.reason, job_gpus(j), _num(j.raw["NumNodes"])) == (f.state, f.reason, job_gpus(f),
+                                                                             _num(f.raw["NumNodes"])), jid
+    assert sorted(job_gpus(j) for j in fast.values()) == [0, 1, 2, 2, 4, 8]
+    nodes = parse_scontrol_nodes((DATA / "slurm" / "scontrol_show_node.txt").read_text())
+    cl = lab_cluster()
+    assert render(cl, nodes, fast.values(), 1e9) == render(cl, nodes, full.values(), 1e9)
+
+
+def test_squeue_line_of_another_shape_is_refused():
+    with pytest.raises(ParseError, match="unexpected squeue -O line"):
+        parse_squeue_jobs("1|RUNNING|acct\n")
+
+
 def test_sacct_usage_is_gpu_hours_per_account():
     u = parse_sacct_usage("team-a|3600|billing=8,cpu=8,gres/gpu=8,mem=1G,node=1\nteam-a|1800|cpu=1,gres/gpu=2\n"
                           "team-b|7200|cpu=4,mem=1G,node=1\nbad line\n")
@@ -145,6 +177,8 @@ def test_cli_once_prints_a_scrape(tmp_path):
     (bindir / "scontrol").write_text(f"#!/bin/sh\ncase \"$*\" in *node*) cat {nodes};; *job*) cat {jobs};; "
                                      "*) echo 'slurm 22.05.8';; esac\n")
     (bindir / "sinfo").write_text("#!/bin/sh\necho 'slurm 22.05.8'\n")
+    # the exporter's job query is squeue -O (CliBackend.live_jobs), recorded from the lab
+    (bindir / "squeue").write_text(f"#!/bin/sh\ncat {DATA / 'slurm' / 'squeue_live_jobs.txt'}\n")
     for f in bindir.iterdir():
         f.chmod(0o755)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
@@ -152,3 +186,4 @@ def test_cli_once_prints_a_scrape(tmp_path):
                        text=True, env=env, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "slurmkit_exporter_up 1" in r.stdout and "slurmkit_cluster_gpus{" in r.stdout
+    assert 'slurmkit_pending_gpu_jobs{account="",reason="Resources"} 1' in r.stdout

@@ -73,7 +73,9 @@ def test_groups_must_agree_on_cluster_wide_times() -> None:
 
 
 @pytest.mark.parametrize(("power", "where"), [
-    ({"provider": "ipmi"}, "node_groups[1].power.provider"),
+    ({"provider": "wol"}, "node_groups[1].power.provider"),
+    ({"provider": "ipmi"}, "node_groups[1].power.bmc"),
+    ({"provider": "ipmi", "bmc": "x-bmc", "cipher_suite": -1}, "node_groups[1].power.cipher_suite"),
     ({"provider": "command"}, "node_groups[1].power.command"),
     ({"provider": "command", "command": "power.sh"}, "node_groups[1].power.command"),
     ({"provider": "redfish"}, "node_groups[1].power.bmc"),

@@ -1,0 +1,132 @@
+"""`slurmkit lab up --monitoring`: the monitoring stack a site runs, on the lab's ports.
+
+Debian's ``prometheus`` and ``prometheus-node-exporter`` binaries run as lab daemons (their packaged services are
+never used): one node_exporter per lab node, on that node's textfile directory (DIR/textfile/<node>, where the
+lab's hooks write through $SLURMKIT_TEXTFILE_DIR), the slurmkit exporter on the lab's Slurm, and one Prometheus
+loading the prometheus.yml and alert rules `slurmkit monitor generate` makes from the lab's inventory (with the
+lab's node_exporter ports as targets). Scrape and evaluation intervals are short (``SCRAPE_S``) so a test sees an
+alert within seconds.
+
+Ports: Prometheus on ``port``, the exporter on ``port + 1``, nodeI's node_exporter on ``port + 1 + I``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurmkit.errors import LabError
+
+if TYPE_CHECKING:
+    from slurmkit.lab.lab import Lab
+
+PROMETHEUS = "prometheus"
+NODE_EXPORTER = "prometheus-node-exporter"  # Debian's name for node_exporter
+APT = "prometheus prometheus-node-exporter"
+SCRAPE_S = 2
+# the lab's thresholds where the site defaults would make a test wait half an hour (quota_pending_for_s 1800) or
+# fire on a busy 2-core host (a health run of 4 nodes' hooks takes seconds there)
+LAB_THRESHOLDS = {"hook_slow_s": 60, "quota_pending_for_s": 5}
+PIDFILE_EXPORTER = "slurmkit_exporter"
+
+
+def binaries_missing() -> list[str]:
+    return [b for b in (PROMETHEUS, NODE_EXPORTER) if shutil.which(b) is None]
+
+
+def ports(lab: Lab) -> list[int]:
+    p = lab.spec.monitoring_port_resolved
+    return [p, p + 1, *(p + 1 + lab.spec.node_index(n) for n in lab.spec.node_names)]
+
+
+def url(lab: Lab) -> str:
+    return f"http://127.0.0.1:{lab.spec.monitoring_port_resolved}"
+
+
+def inventory_section(lab: Lab) -> dict[str, Any]:
+    """The lab inventory's ``monitoring:``: the lab's exporter and intervals (node_exporter ports are per node here,
+    so they go to ``monitor generate`` as targets, not as one port)."""
+    return {"exporter": [f"127.0.0.1:{lab.spec.monitoring_port_resolved + 1}"], "scrape_interval_s": SCRAPE_S,
+            **LAB_THRESHOLDS}
+
+
+def mon_dir(lab: Lab) -> Path:
+    return lab.dir / "monitoring"
+
+
+def write_config(lab: Lab) -> dict[str, str]:
+    """prometheus.yml and the alert rules from the lab's inventory, as `slurmkit monitor generate` writes them."""
+    from slurmkit.model.load import load_cluster
+    from slurmkit.monitor.generate import RULES_FILE, prometheus_yaml, rules_yaml
+
+    cluster = load_cluster(str(lab.etc / "slurmkit.yaml"))
+    base = lab.spec.monitoring_port_resolved
+    targets = {n: f"127.0.0.1:{base + 1 + lab.spec.node_index(n)}" for n in lab.spec.node_names}
+    files = {"prometheus.yml": prometheus_yaml(cluster, RULES_FILE, targets), RULES_FILE: rules_yaml(cluster)}
+    d = mon_dir(lab)
+    d.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return files
+
+
+def _spawn(lab: Lab, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    log = open(lab.dir / "log" / f"{name}.log", "ab")  # noqa: SIM115 - handed to the daemon
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                            env=env, cwd=str(lab.dir))
+    log.close()
+    (lab.run_dir / f"{name}.pid").write_text(str(proc.pid))
+
+
+def start(lab: Lab, timeout: float = 60.0) -> None:
+    """Write the config, start node_exporters, the exporter and Prometheus; wait until every target is up."""
+    s = lab.spec
+    base = s.monitoring_port_resolved
+    write_config(lab)
+    for n in s.node_names:
+        tdir = lab.dir / "textfile" / n
+        tdir.mkdir(parents=True, exist_ok=True)
+        # node_exporter 1.5: --collector.disable-defaults then --collector.textfile: only the hooks' files (and
+        # node_exporter's own process series), not the host's CPUs, disks and NICs once per virtual node
+        _spawn(lab, f"node_exporter-{n}", [shutil.which(NODE_EXPORTER) or NODE_EXPORTER,
+                                            f"--web.listen-address=127.0.0.1:{base + 1 + s.node_index(n)}",
+                                            "--collector.disable-defaults", "--collector.textfile",
+                                            f"--collector.textfile.directory={tdir}"])
+    env = {**os.environ, **lab.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    _spawn(lab, PIDFILE_EXPORTER, [sys.executable, "-m", "slurmkit.cli.main", "exporter",
+                                   str(lab.etc / "slurmkit.yaml"), "--listen", f"127.0.0.1:{base + 1}",
+                                   "--cache", "1"], env)
+    d = mon_dir(lab)
+    _spawn(lab, "prometheus", [shutil.which(PROMETHEUS) or PROMETHEUS, f"--config.file={d / 'prometheus.yml'}",
+                               f"--storage.tsdb.path={d / 'data'}", f"--web.listen-address=127.0.0.1:{base}",
+                               "--storage.tsdb.retention.time=1d"])
+    want = 1 + len(s.node_names)
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            active = query_api(lab, "/api/v1/targets")["activeTargets"]
+            last = {t["scrapeUrl"]: t["health"] + (f" ({t['lastError']})" if t.get("lastError") else "")
+                    for t in active}
+            if len(active) == want and all(t["health"] == "up" for t in active):
+                return
+        except (OSError, ValueError, KeyError) as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    raise LabError(f"--monitoring: Prometheus targets not all up after {timeout:g}s: {last}; see {lab.dir / 'log'}")
+
+
+def query_api(lab: Lab, path: str, timeout: float = 5.0) -> Any:
+    """GET the lab Prometheus's HTTP API; the ``data`` of a success, LabError otherwise."""
+    with urllib.request.urlopen(url(lab) + path, timeout=timeout) as r:  # noqa: S310 - our own localhost URL
+        body = json.loads(r.read())
+    if body.get("status") != "success":
+        raise LabError(f"Prometheus {path}: {body.get('error', body)}")
+    return body["data"]
