@@ -290,6 +290,7 @@ def _check_blocks(cluster: Cluster, feats: SlurmFeatures) -> None:
 
 
 NOHOLD = "nohold_on_prolog_fail"
+HEALTHCHECK_TIMEOUT = 60  # slurm-26-05-3-1 src/common/read_config.h DEFAULT_HEALTH_CHECK_TIMEOUT
 
 
 def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[tuple[str, str]]:
@@ -385,6 +386,13 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
             ("HealthCheckInterval", str(hooks.healthcheck_interval)),
             ("HealthCheckNodeState", "ANY,CYCLE"),
         ]
+        if feats.healthcheck_timeout and hooks.healthcheck_interval <= HEALTHCHECK_TIMEOUT:
+            # 26.05: the default timeout (60 s) must stay below the interval (release.SlurmFeatures
+            # .healthcheck_timeout); a shorter interval gets the timeout just under it
+            if hooks.healthcheck_interval < 2:
+                raise InventoryError("hooks.healthcheck_interval", f"is {hooks.healthcheck_interval}; Slurm "
+                                     f"{feats.version} needs HealthCheckTimeout (at least 1) below it: use 2 or more")
+            s.append(("HealthCheckTimeout", str(hooks.healthcheck_interval - 1)))
     s += power_settings(cluster, conf_dir)
     return _merge(s, cluster.slurm_conf)
 

@@ -92,3 +92,22 @@ def test_lab_path_keeps_order_and_drops_only_wrapper_dirs(tmp_path: Path) -> Non
     (plain / "sinfo").write_text("#!/bin/sh\necho host sinfo\n")  # a real sinfo: not a lab's
     assert lab_path(f"/x:{a}:{plain}::/y", None) == f"/x:{plain}::/y"
     assert lab_path(f"{a}:/x", Path("/new/bin")) == "/new/bin:/x"
+
+
+def test_the_host_slurmctld_is_never_a_labs_wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Issue 21 item 6: with another release's `lab env` active, its bin/slurmctld is first on PATH; the host's
+    release and the real parse's host judge must skip it (the root's judge runs in private namespaces instead)."""
+    from slurmkit.backend import realparse, roots
+
+    lab = _lab_dir(tmp_path, "lab-x", "99.99")
+    w = lab / "bin" / "slurmctld"
+    w.write_text(f"#!/bin/bash\n{WRAPPER_MARK}\necho slurm 99.99.1\n")
+    w.chmod(0o755)
+    host = tmp_path / "hostbin"
+    host.mkdir()
+    (host / "slurmctld").write_text("#!/bin/sh\necho slurm 23.02.7\n")
+    (host / "slurmctld").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{lab / 'bin'}{os.pathsep}{host}{os.pathsep}/usr/bin:/bin")
+    assert roots.host_program("slurmctld") == str(host / "slurmctld")
+    assert roots.host_release() == "23.02"
+    assert realparse._installed_version() == (str(host / "slurmctld"), "23.02.7")
