@@ -141,6 +141,10 @@ class SlurmFeatures:
     # the interval is not above it. Through 25.11 slurmd gives the program a fixed 60 s (slurmd.c
     # run_script_health_check(): .max_wait = 60 * 1000) and the key is unknown (fatal).
     healthcheck_timeout: bool = False
+    # cgroup.conf CgroupJobIdPaths (26.05, src/interfaces/cgroup.c options[] at slurm-26-05-3-1): without it, cgroup/v2
+    # names a job's directory by its SLUID ("s" + 13 base32 characters), not "job_<id>" (src/plugins/cgroup/v2/
+    # cgroup_v2.c: `if (slurm_cgroup_conf.cgroup_job_id_paths) "/job_%u" else print_sluid()`)
+    cgroup_job_id_paths: bool = False
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -185,4 +189,5 @@ def features_for(version: str) -> SlurmFeatures:
         preempt_user_signal=(("PreemptParameters", "send_user_signal") if v >= (23, 2)
                              else ("SlurmctldParameters", "preempt_send_user_signal")),
         healthcheck_timeout=v >= (26, 5),
+        cgroup_job_id_paths=v >= (26, 5),
     )

@@ -675,6 +675,10 @@ def cgroup_settings(cluster: Cluster, version: str, overrides: Overrides) -> lis
         ("ConstrainRAMSpace", "yes"),
         ("ConstrainSwapSpace", "yes"),
     ]
+    if feats.cgroup_job_id_paths:
+        # job_<id> cgroup directories, as before 26.05: the hooks find the job of a GPU process by its cgroup
+        # path (health/host.py job_of_pid); a SLUID path would leave only its environment to tell
+        s.append(("CgroupJobIdPaths", "yes"))
     s = _merge(s, cluster.cgroup_conf)
     s = _merge(s, overrides.cgroup_conf)
     for k, _ in s:

@@ -104,3 +104,12 @@ def test_qos_changes_are_the_qos_additions_and_settings():
           Change("add", "account", "team-a", ()), Change("delete", "qos", "old", ()),
           Change("add", "user", "games@team-b", ())]
     assert [(c.action, c.key) for c in qos_changes(ch)] == [("add", "high"), ("modify", "normal")]
+
+
+def test_cgroup_conf_keeps_job_id_paths_from_2605():
+    def cg(version: str) -> str:
+        inv = lab_inventory(2)
+        inv["slurm_version"] = version
+        return generate(load_cluster_dict(inv), version=version, conf_dir="/etc/slurm")["cgroup.conf"]
+
+    assert "CgroupJobIdPaths=yes" in cg("26.05") and "CgroupJobIdPaths" not in cg("25.11")
