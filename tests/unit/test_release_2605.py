@@ -113,3 +113,11 @@ def test_cgroup_conf_keeps_job_id_paths_from_2605():
         return generate(load_cluster_dict(inv), version=version, conf_dir="/etc/slurm")["cgroup.conf"]
 
     assert "CgroupJobIdPaths=yes" in cg("26.05") and "CgroupJobIdPaths" not in cg("25.11")
+
+
+def test_nodes_path_gives_the_topology_reason_only_before_2511():
+    from slurmkit.elastic.path import choose
+
+    assert "must be in topology.conf" in choose("24.11", True).statement("add")
+    said = choose("26.05", True).statement("add")
+    assert "must be in topology.conf" not in said and "join the topology at run time" in said
