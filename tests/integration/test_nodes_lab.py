@@ -27,7 +27,7 @@ from slurmkit.lab import Lab, LabSpec
 from slurmkit.lab.elastic import LabSite, lab_for_conf
 from tests.conftest import _base, _root_dir, lab_release, release_under_test, start_lab
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.releases]  # tests/run.sh: run on every release
 ROOT = Path(__file__).resolve().parents[2]
 RESTART = release_under_test() < "24.11"  # 22.05 .. 24.05: controller restart; 24.11+: reconfigure
 
