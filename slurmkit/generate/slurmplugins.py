@@ -308,6 +308,10 @@ def check(key: str, value: str, version: str) -> list[str]:
             continue
         if ptype == "cgroup" and name == "autodetect":  # cgroup.conf(5): CgroupPlugin=autodetect
             continue
+        # cgroup.conf(5) of slurm-24-05-8-1 on: CgroupPlugin=<cgroup/v1|cgroup/v2|autodetect|disabled> ("disabled, to
+        # completely disable any interaction with the cgroups"; the lab sets it where it runs without cgroups)
+        if ptype == "cgroup" and name == "disabled" and tuple(map(int, version.split(".")[:2])) >= (24, 5):
+            continue
         if ptype == "mpi" and re.fullmatch(r"pmix_v\d+", name) and "pmix" in shipped:
             continue  # MpiDefault=pmix_vN names the pmix plugin built against PMIx N (mpi.conf(5)/mpi_guide)
         if ptype == "topology" and name == "none":

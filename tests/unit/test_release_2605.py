@@ -121,3 +121,11 @@ def test_nodes_path_gives_the_topology_reason_only_before_2511():
     assert "must be in topology.conf" in choose("24.11", True).statement("add")
     said = choose("26.05", True).statement("add")
     assert "must be in topology.conf" not in said and "join the topology at run time" in said
+
+
+def test_cgroup_plugin_disabled_is_a_value_from_2405():
+    # the lab's cgroup.conf without --cgroups (lab/lab.py): `nodes add` validated it and refused (issue 21, seen on
+    # 24.11 and 26.05 labs)
+    assert slurmplugins.check("CgroupPlugin", "disabled", "24.11") == []
+    assert slurmplugins.check("CgroupPlugin", "disabled", "26.05") == []
+    assert slurmplugins.check("CgroupPlugin", "disabled", "23.11") != []
