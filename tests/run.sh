@@ -18,6 +18,8 @@
 #   the real parse of every preset -- the lab tests whose outcome depends on the release; the rest (hooks, cgroups,
 #   placement, power, acceptance) exercise slurmkit's own code the same way on every release, and the two passes
 #   around it cover it.
+# Measured on this 2-core machine while other work ran on it (load 3-10): 26.05 `-m lab` 112 tests in 22 min,
+# 24.11 `-m "lab and releases"` 72 tests in 9 min; root builds 160 s (26.05) and ~2 min (24.11), once per machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/setup-env.sh
