@@ -21,11 +21,16 @@ import re
 from dataclasses import dataclass
 
 # what slurmkit renders configs for (inventory `slurm_version`, `--slurm-version`)
-SUPPORTED_SLURM_VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
+SUPPORTED_SLURM_VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
 
 # Debian suites that ship a Slurm release as `slurmctld`/`slurmd`/`slurm-client`/`slurmdbd` packages:
-# bookworm (Debian 12) ships 22.05.8, trixie (Debian 13) ships 24.11.5 (packages.debian.org, source `slurm-wlm`).
-DEBIAN_SUITES: dict[str, str] = {"22.05": "bookworm", "24.11": "trixie"}
+# bookworm (Debian 12) ships 22.05.8, trixie (Debian 13) ships 24.11.5, unstable (sid) ships 26.05.5
+# (packages.debian.org, source `slurm-wlm`; unstable's Packages: "Package: slurmctld ... Version: 26.05.5-1").
+DEBIAN_SUITES: dict[str, str] = {"22.05": "bookworm", "24.11": "trixie", "26.05": "unstable"}
+# suites whose Release file carries a Valid-Until date (Debian's unstable and testing; stable suites have none):
+# a snapshot mirror serves it past that date, so apt must be told not to check it (apt.conf(5),
+# Acquire::Check-Valid-Until)
+ROLLING_SUITES = frozenset({"unstable", "sid", "testing"})
 
 _RELEASE = re.compile(r"(\d{2})\.(\d{2})")
 
@@ -57,11 +62,28 @@ def slurmctld_reads_gres_conf(release: str) -> bool:
     return release_key(release) < (23, 11)
 
 
+# A partition's AllowQOS/DenyQOS naming a QOS slurmctld does not know (none yet in slurmdbd, or no slurmdbd) is
+# fatal from 25.11: src/slurmctld/read_config.c _build_single_partitionline_info() at slurm-25-11-0-1 and
+# slurm-26-05-3-1 `fatal("Partition %s has an invalid AllowQOS (%s), please check your configuration")` when
+# qos_list_build() fails; at slurm-24-11-5-1 (and through 25.05) the result of qos_list_build() is ignored (an
+# error line, "We have no QOS on the system"). So from 25.11 the QOS must exist in slurmdbd before slurmctld
+# (re)starts with a config that names them.
+def allow_qos_fatal(release: str) -> bool:
+    return release_key(release) >= (25, 11)
+
+
 def judge_floor(release: str) -> str:
     """The oldest target release whose config a slurmctld of ``release`` can judge without false findings:
     23.11 removed what older configs may hold and newer daemons refuse (select/cons_res, cgroup.conf's
-    CgroupAutomount and Kmem keys: slurm-23-11-0-1 RELEASE_NOTES), so a 23.11+ slurmctld judges 23.11+ only."""
-    return "23.11" if release_key(release) >= (23, 11) else "22.05"
+    CgroupAutomount and Kmem keys: slurm-23-11-0-1 RELEASE_NOTES), so a 23.11+ slurmctld judges 23.11+ only.
+    25.05 removed FrontendName (read_config.c slurm_conf_options[] at slurm-25-05-0-1) and topology/3d_torus
+    (src/plugins/topology/), 25.11 removed AccountingStorageLoc and the job_container plugins (NamespaceType's
+    namespace/tmpfs replaces them: src/plugins/ at slurm-25-11-0-1), so a 25.11+ slurmctld judges 25.11+ only:
+    a 26.05 slurmctld judges 25.11 configs (26.05 removed no slurm.conf key and no plugin a slurm.conf names:
+    slurm_conf_options[] and src/plugins/ at slurm-26-05-3-1; the keys it added are refused for a 25.11 target
+    by the static check, generate/slurmkeys.py), not 25.05 ones."""
+    k = release_key(release)
+    return "25.11" if k >= (25, 11) else "23.11" if k >= (23, 11) else "22.05"
 
 
 def judges(judge: str, target: str) -> bool:
@@ -119,6 +141,15 @@ class SlurmFeatures:
     # having no more than 2500 nodes or the cube root for larger systems"); "the default value is 16" from
     # slurm-23-11-0-1 (24.11's big_sys.shtml: "set to the cube root of the number of nodes")
     tree_width_default: int = 16
+    # HealthCheckTimeout (default 60 s, DEFAULT_HEALTH_CHECK_TIMEOUT in src/common/read_config.h) from
+    # slurm-26-05-3-1; read_config.c logs "HealthCheckTimeout (%u) must be less than HealthCheckInterval (%u)" when
+    # the interval is not above it. Through 25.11 slurmd gives the program a fixed 60 s (slurmd.c
+    # run_script_health_check(): .max_wait = 60 * 1000) and the key is unknown (fatal).
+    healthcheck_timeout: bool = False
+    # cgroup.conf CgroupJobIdPaths (26.05, src/interfaces/cgroup.c options[] at slurm-26-05-3-1): without it, cgroup/v2
+    # names a job's directory by its SLUID ("s" + 13 base32 characters), not "job_<id>" (src/plugins/cgroup/v2/
+    # cgroup_v2.c: `if (slurm_cgroup_conf.cgroup_job_id_paths) "/job_%u" else print_sluid()`)
+    cgroup_job_id_paths: bool = False
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -163,4 +194,6 @@ def features_for(version: str) -> SlurmFeatures:
         tree_width_default=16 if v >= (23, 11) else 50,
         preempt_user_signal=(("PreemptParameters", "send_user_signal") if v >= (23, 2)
                              else ("SlurmctldParameters", "preempt_send_user_signal")),
+        healthcheck_timeout=v >= (26, 5),
+        cgroup_job_id_paths=v >= (26, 5),
     )

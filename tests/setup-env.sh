@@ -18,7 +18,10 @@ fi
 if ! .venv/bin/python -c 'import slurmkit, pytest, hypothesis, ruff, torch, matplotlib, lupa' >/dev/null 2>&1; then
   echo "== pip install -e .[dev,plot] torch==2.13.0"
   .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,plot]'
-  # CPU PyTorch for the real DDP job in the lab (gloo); on the CI machine this wheel comes from local disk
-  .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 numpy
+  # CPU PyTorch for the real DDP job in the lab (gloo); on the CI machine this wheel comes from local disk.
+  # Elsewhere PyPI's default torch wheel is its CUDA build (about 2.9 GB downloaded, a ~5 GB venv, measured on
+  # Python 3.13): say so before it starts, and let pip show its progress
+  echo "== pip install torch==2.13.0 (from PyPI this is the CUDA build: ~2.9 GB download, several minutes)"
+  .venv/bin/pip install --disable-pip-version-check --progress-bar on torch==2.13.0 numpy
 fi
 export PATH="$PWD/.venv/bin:$PATH"

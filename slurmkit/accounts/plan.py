@@ -495,6 +495,14 @@ def _set_arg(fname: str, live: str, want: str) -> str:
     return f"{key}={want}"
 
 
+def qos_changes(changes: list[Change]) -> list[Change]:
+    """The QOS additions and settings among ``changes``: what must be in slurmdbd before a slurmctld reads a
+    partition's AllowQOS/DenyQOS naming them (unknown names are fatal from 25.11, ``release.allow_qos_fatal``).
+    QOS records belong to no cluster, so these can run before the cluster is registered; the site order is
+    `accounts apply` first, then the slurm.conf that names them (README, "Tenants")."""
+    return [c for c in changes if c.kind == "qos" and c.action in ("add", "modify")]
+
+
 def steps(changes: list[Change], cluster: str) -> list[Step]:
     """Group changes into as few sacctmgr calls as keep the order: consecutive changes of one action and kind whose
     settings are the same share a call (``add user a,b,c account=X ...``, ``modify qos where name=a,b set ...``)."""

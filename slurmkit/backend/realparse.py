@@ -28,7 +28,14 @@ from slurmkit.backend import roots
 from slurmkit.backend.run import run, stream
 from slurmkit.generate import confparse as cp
 from slurmkit.generate.validate import Report, _fold, static_check
-from slurmkit.release import DEBIAN_SUITES, judge_floor, judges, release_of, slurmctld_reads_gres_conf
+from slurmkit.release import (
+    DEBIAN_SUITES,
+    allow_qos_fatal,
+    judge_floor,
+    judges,
+    release_of,
+    slurmctld_reads_gres_conf,
+)
 
 # --------------------------------------------------------------------------------------------------------------
 # the real parse
@@ -121,7 +128,7 @@ def installed_slurmctld() -> tuple[str | None, str]:
 
 def _installed_version() -> tuple[str | None, str]:
     """(path, version like '22.05.8') of the host's slurmctld, or (None, reason)."""
-    path = shutil.which("slurmctld") or shutil.which("slurmctld", path="/usr/sbin:/usr/local/sbin:/sbin")
+    path = roots.host_program("slurmctld")  # a lab's wrapper on PATH is that release's root, found via roots below
     if not path:
         return None, "slurmctld is not installed"
     res = run([path, "-V"], timeout=10, check=False)
@@ -220,12 +227,18 @@ class Copy:
 
 
 def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, root: str = "/",
-                     files: Mapping[str, str] | None = None) -> Copy:
+                     files: Mapping[str, str] | None = None, judge_release: str = "22.05") -> Copy:
     """The copy of ``slurm.conf`` a parse in private namespaces starts with (see the section comment). ``inside``
     is where ``tmp`` is as the judge sees it (``/tmp`` of a root it is chrooted into), ``root`` where the judge's
     ``/`` is on the host (a site script absent there is dropped). ``Include`` files (from ``files``, as
     confparse.expand_includes resolves them) are written inline, so the copy reads no path of this host; every
-    line is written back as Slurm reads it (Record.render keeps quoted values quoted)."""
+    line is written back as Slurm reads it (Record.render keeps quoted values quoted).
+
+    Where the site keeps its QOS in slurmdbd and the judge (``judge_release``) refuses a partition's AllowQos/DenyQos
+    naming unknown QOS (``release.allow_qos_fatal``, 25.11+), those keys are left out of the copy, which has no
+    slurmdbd and so no QOS: there they would be fatal for every config. `conf validate` checks the names against
+    the inventory's tenants.qos instead (generate/tenantcheck.py). Without slurmdbd on the site the fatal line is
+    the site's own and stays a finding."""
     notes: list[str] = []
     at = inside or tmp
     paths = {
@@ -256,7 +269,10 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                 if h and not _IPV4.match(h) and ":" not in h:
                     names.setdefault(h)
 
-    for rec in cp.expand_includes(slurm_conf, "slurm.conf", files, []):
+    recs = list(cp.expand_includes(slurm_conf, "slurm.conf", files, []))
+    site_dbd = any(k.lower() == "accountingstoragetype" and v.lower().endswith("/slurmdbd")
+                   for rec in recs for k, v in rec.pairs)
+    for rec in recs:
         raw = rec.render()
         if rec.kind == "nodename":
             if rec.head.upper() != "DEFAULT":
@@ -267,6 +283,13 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                         add_names(d[k], f"slurm.conf NodeName={rec.head} {k}")
             out.append(raw)
             continue
+        if rec.kind == "partitionname" and site_dbd and allow_qos_fatal(judge_release):
+            qos = [(k, v) for k, v in rec.pairs[1:] if k.lower() in ("allowqos", "denyqos")]
+            if qos:
+                notes.append(f"left {', '.join(f'{k}={v}' for k, v in qos)} of partition {rec.head} out of the "
+                             "copy (no slurmdbd there, so no QOS; unknown QOS are fatal from 25.11)")
+                out.append(rec.render([p for i, p in enumerate(rec.pairs) if i == 0 or p not in qos]))
+                continue
         if rec.kind in ("partitionname", "nodeset", "downnodes"):
             out.append(raw)
             continue
@@ -354,7 +377,7 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
             if "/" not in name:  # included files are inlined by rewrite_for_copy; never write outside the copy
                 (etc / name).write_text(body)
         try:
-            copy = rewrite_for_copy(files["slurm.conf"], tmp, inside, judge.root or "/", files)
+            copy = rewrite_for_copy(files["slurm.conf"], tmp, inside, judge.root or "/", files, judge.release)
         except Exception as exc:  # a hostlist the copy cannot expand: slurmctld would refuse it too
             return RealParse(False, f"slurm.conf: {exc}", [str(exc)], judge=judge.describe())
         if not copy.primary:

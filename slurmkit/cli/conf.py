@@ -13,7 +13,7 @@ import click
 from slurmkit.errors import SlurmkitError
 
 _version = click.option("--slurm-version", "version", default=None,
-                        help="Target Slurm release (22.05 ... 25.11); default: the inventory's slurm_version.")
+                        help="Target Slurm release (22.05 ... 26.05); default: the inventory's slurm_version.")
 _templates = click.option("--templates", type=click.Path(file_okay=False, exists=True), default=None,
                           help="Site template directory searched before the shipped conf_templates/.")
 _overrides = click.option("--overrides", type=click.Path(dir_okay=False, exists=True), default=None,
@@ -27,12 +27,16 @@ def _render(inventory: str, version: str | None, conf_dir: str, templates: str |
     from slurmkit.generate.slurmconf import generate, load_overrides
     from slurmkit.generate.versions import features_for
     from slurmkit.model.load import load_cluster
+    from slurmkit.release import SUPPORTED_SLURM_VERSIONS
 
     cluster = load_cluster(inventory)
     try:
         ver = features_for(version or cluster.slurm_version).version
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--slurm-version") from exc
+    if ver not in SUPPORTED_SLURM_VERSIONS:  # a release newer than the tables: its keys and plugins are unknown
+        raise click.BadParameter(f"unsupported Slurm version {version}; supported: "
+                                 f"{', '.join(SUPPORTED_SLURM_VERSIONS)}", param_hint="--slurm-version")
     ov = load_overrides(overrides) if overrides else None
     files = generate(cluster, version=ver, conf_dir=conf_dir, overrides=ov, templates=templates)
     # the inventory copy beside slurm.conf: the hook wrappers exec `slurmkit hook KIND --inventory

@@ -21,6 +21,18 @@ RESTART_CTLD = "restart-ctld"
 WHY_NOT_DYNAMIC = ("static NodeName lines, not dynamic nodes (slurmd -Z): the inventory stays the description of the "
                    "cluster, and with a topology dynamic nodes must be in topology.conf and need the same "
                    "reconfigure or restart anyway (dynamic_nodes.shtml, Limitations)")
+# From 25.11 dynamic nodes join topologies at run time (dynamic_nodes.shtml of slurm-25-11-0-1, "Topology": "Nodes
+# can be dynamically added to and removed from topologies as described in the Topology Guide"; `scontrol update
+# NodeName=... Topology=`), so only the first reason holds there.
+WHY_NOT_DYNAMIC_2511 = ("static NodeName lines, not dynamic nodes (slurmd -Z): the inventory stays the description "
+                        "of the cluster and the generated files describe every node (from 25.11 a dynamic node "
+                        "could join the topology at run time, dynamic_nodes.shtml, Topology)")
+
+
+def why_not_dynamic(version: str) -> str:
+    from slurmkit.release import release_key
+
+    return WHY_NOT_DYNAMIC_2511 if release_key(version) >= (25, 11) else WHY_NOT_DYNAMIC
 
 
 @dataclass(frozen=True)
@@ -34,7 +46,7 @@ class ChangePath:
         """What the command prints before doing anything."""
         how = ("scontrol reconfigure" if self.kind == RECONFIGURE
                else "a controller restart with its state kept, then scontrol reconfigure for the slurmds")
-        return f"path: {how} on Slurm {self.version} to {verb} nodes, because {self.why}; {WHY_NOT_DYNAMIC}"
+        return f"path: {how} on Slurm {self.version} to {verb} nodes, because {self.why}; {why_not_dynamic(self.version)}"
 
 
 def choose(version: str, adding: bool) -> ChangePath:

@@ -449,10 +449,14 @@ RULES_24_11: dict[str, Rule] = {
 # 25.05 and 25.11: slurm.conf(5) and the FAQ keep 24.11's sentences for every entry.
 RULES_25_05 = RULES_24_11
 RULES_25_11 = RULES_24_11
+# 26.05: slurm.conf(5) at slurm-26-05-3-1 keeps the same sentences ("Changes to TCP listening settings will require a
+# daemon restart."; NODE CONFIGURATION "require restarting or reconfiguring all slurmctld and slurmd daemons"), and
+# NamespaceType (25.11+, replacing JobContainerType) has no restart sentence: the default rule applies to it.
+RULES_26_05 = RULES_24_11
 
 RULES: dict[str, dict[str, Rule]] = {
     "22.05": RULES_22_05, "23.02": RULES_23_02, "23.11": RULES_23_11, "24.05": RULES_24_05,
-    "24.11": RULES_24_11, "25.05": RULES_25_05, "25.11": RULES_25_11,
+    "24.11": RULES_24_11, "25.05": RULES_25_05, "25.11": RULES_25_11, "26.05": RULES_26_05,
 }
 
 

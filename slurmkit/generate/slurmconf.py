@@ -298,6 +298,7 @@ def _check_blocks(cluster: Cluster, feats: SlurmFeatures) -> None:
 
 
 NOHOLD = "nohold_on_prolog_fail"
+HEALTHCHECK_TIMEOUT = 60  # slurm-26-05-3-1 src/common/read_config.h DEFAULT_HEALTH_CHECK_TIMEOUT
 
 
 def adopted_settings(cluster: Cluster, version: str) -> list[tuple[str, str]]:
@@ -412,6 +413,13 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
             ("HealthCheckInterval", str(hooks.healthcheck_interval)),
             ("HealthCheckNodeState", "ANY,CYCLE"),
         ]
+        if feats.healthcheck_timeout and hooks.healthcheck_interval <= HEALTHCHECK_TIMEOUT:
+            # 26.05: the default timeout (60 s) must stay below the interval (release.SlurmFeatures
+            # .healthcheck_timeout); a shorter interval gets the timeout just under it
+            if hooks.healthcheck_interval < 2:
+                raise InventoryError("hooks.healthcheck_interval", f"is {hooks.healthcheck_interval}; Slurm "
+                                     f"{feats.version} needs HealthCheckTimeout (at least 1) below it: use 2 or more")
+            s.append(("HealthCheckTimeout", str(hooks.healthcheck_interval - 1)))
     if sched and not hooks.prolog:
         s.append(("SchedulerParameters", ",".join(sched)))
     s += scale_settings(cluster, feats)
@@ -874,6 +882,10 @@ def cgroup_settings(cluster: Cluster, version: str, overrides: Overrides) -> lis
         ("ConstrainRAMSpace", "yes"),
         ("ConstrainSwapSpace", "yes"),
     ]
+    if feats.cgroup_job_id_paths:
+        # job_<id> cgroup directories, as before 26.05: the hooks find the job of a GPU process by its cgroup
+        # path (health/host.py job_of_pid); a SLUID path would leave only its environment to tell
+        s.append(("CgroupJobIdPaths", "yes"))
     if cluster.adopted:
         s = []  # an adopted site's cgroup.conf is its own (Slurm's defaults where it has none)
     s = _merge(s, cluster.cgroup_conf)

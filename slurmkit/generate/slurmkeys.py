@@ -2,7 +2,7 @@
 
 What slurmctld, slurmd and every client refuse is decided by the parser: a key not in ``slurm_conf_options[]``
 of src/common/read_config.c is "Parsing error at unrecognized key" (src/common/parse_config.c), fatal for
-slurm.conf. The lists below are that table at each release tag (22.05: slurm-22-05-8-1, 23.02: slurm-23-02-7-1, 23.11: slurm-23-11-10-1, 24.05: slurm-24-05-8-1, 24.11: slurm-24-11-5-1, 25.05: slurm-25-05-0-1, 25.11: slurm-25-11-0-1); slurm.conf(5) of the same tag documents them (the
+slurm.conf. The lists below are that table at each release tag (22.05: slurm-22-05-8-1, 23.02: slurm-23-02-7-1, 23.11: slurm-23-11-10-1, 24.05: slurm-24-05-8-1, 24.11: slurm-24-11-5-1, 25.05: slurm-25-05-0-1, 25.11: slurm-25-11-0-1, 26.05: slurm-26-05-3-1); slurm.conf(5) of the same tag documents them (the
 table also keeps a few deprecated spellings, e.g. ControlMachine, that still load). Keys are case-insensitive.
 
 Regenerate: for each tag, the quoted names of ``{"Key", S_P_...}`` / ``.key = "Key"`` entries between
@@ -58,6 +58,8 @@ _DELTAS: dict[str, tuple[list[str], list[str]]] = {
     "24.11": (["CertmgrParameters", "CertmgrType", "DataParserParameters"], []),
     "25.05": (["CertgenParameters", "CertgenType", "EpilogTimeout", "PrologTimeout"], ["FrontendName"]),
     "25.11": (["CliFilterParameters", "HttpParserType", "JobCompPassScript", "MetricsType", "NamespaceType", "UrlParserType"], ["AccountingStorageLoc"]),
+    "26.05": (["HealthCheckTimeout", "LicenseParameters", "MetricsAuthUsers", "MetricsParameters", "PowerAction",
+               "SlurmctldHttpAuthParameters", "SlurmdHttpAuthParameters"], []),
 }
 
 
@@ -106,6 +108,8 @@ _DEFUNCT: dict[str, tuple[str, ...]] = {
     "25.05": ("CoreSpecPlugin", "ExtSensorsFreq", "ExtSensorsType", "GetEnvTimeout", "JobCredentialPrivateKey",
               "JobCredentialPublicCertificate", "PowerParameters", "PowerPlugin"),
     "25.11": ("AccountingStorageUser", "CoreSpecPlugin", "ExtSensorsFreq", "ExtSensorsType", "GetEnvTimeout",
+              "JobCredentialPrivateKey", "JobCredentialPublicCertificate", "PowerParameters", "PowerPlugin"),
+    "26.05": ("AccountingStorageUser", "CoreSpecPlugin", "ExtSensorsFreq", "ExtSensorsType", "GetEnvTimeout",
               "JobCredentialPrivateKey", "JobCredentialPublicCertificate", "PowerParameters", "PowerPlugin"),
 }
 

@@ -2,7 +2,7 @@
 to load it (issue 19): ``TaskPlugin=task/cgroupx`` passes slurmctld and fails every step.
 
 PLUGINS is ``git ls-tree --name-only TAG:src/plugins/<type>/`` (directories only, without common/) at the tags of
-``slurmkeys`` (22.05: slurm-22-05-8-1 ... 25.11: slurm-25-11-0-1). ``<type>/none`` is always accepted: before 23.11 a
+``slurmkeys`` (22.05: slurm-22-05-8-1 ... 25.11: slurm-25-11-0-1, 26.05: slurm-26-05-3-1). ``<type>/none`` is always accepted: before 23.11 a
 real plugin, from 23.11 ("Remove 'none' plugins for all but auth and cred", slurm-23-11-0-1 RELEASE_NOTES)
 read_config.c _validate_and_set_defaults() reads any value containing "none" as no plugin (24.11: SwitchType,
 TaskPlugin, JobAcctGatherType, JobCompType, AccountingStorageType, MpiDefault, TopologyPlugin -> topology/default ...).
@@ -210,6 +210,38 @@ PLUGINS: dict[str, dict[str, str]] = {
         "accounting_storage": "ctld_relay mysql slurmdbd",
         "preempt": "partition_prio qos",
         "topology": "block flat tree",
+        "sched": "backfill builtin",
+        "priority": "basic multifactor",
+        "jobacct_gather": "cgroup linux",
+        "jobcomp": "elasticsearch filetxt kafka lua mysql script",
+        "auth": "jwt munge none slurm",
+        "cred": "munge none",
+        "mcs": "account group label user",
+        "acct_gather_energy": "gpu ibmaem ipmi pm_counters rapl xcc",
+        "acct_gather_profile": "hdf5 influxdb",
+        "acct_gather_interconnect": "ofed sysfs",
+        "acct_gather_filesystem": "lustre",
+        "prep": "script",
+        "site_factor": "example",
+        "node_features": "helpers",
+        "cli_filter": "lua syslog user_defaults",
+        "burst_buffer": "datawarp lua",
+        "hash": "common_xkcp k12 sha3",
+        "tls": "none s2n",
+        "certmgr": "script",
+        "namespace": "linux tmpfs",
+    },
+    "26.05": {
+        "task": "affinity cgroup",
+        "proctrack": "cgroup linuxproc pgid",
+        "mpi": "cray_shasta pmi2 pmix",
+        "cgroup": "v1 v2",
+        "select": "cons_tres linear",
+        "switch": "hpe_slingshot nvidia_imex",
+        "job_submit": "all_partitions defaults logging lua partition pbs require_timelimit throttle",
+        "accounting_storage": "ctld_relay mysql slurmdbd",
+        "preempt": "partition_prio qos",
+        "topology": "block flat ring torus3d tree",
         "sched": "backfill builtin",
         "priority": "basic multifactor",
         "jobacct_gather": "cgroup linux",

@@ -32,7 +32,7 @@ CGROUP_KEYS = frozenset(
     ).split()
 )
 # cgroup.conf's option table per release (the options[] of cgroup.c's conf parse: src/common/cgroup.c at
-# slurm-22-05-8-1, src/interfaces/cgroup.c at slurm-23-11-10-1, slurm-24-11-5-1, slurm-25-05-0-1). From 23.11
+# slurm-22-05-8-1, src/interfaces/cgroup.c at slurm-23-11-10-1, slurm-24-11-5-1, slurm-25-05-0-1, slurm-25-11-0-1, slurm-26-05-3-1). From 23.11
 # CgroupAutomount is read by _defunct_option(), which logs an error line and ignores it; the Kmem keys are gone
 # (unrecognized key: fatal).
 _CGROUP_2205 = (
@@ -45,6 +45,9 @@ _CGROUP_DELTAS: dict[str, tuple[list[str], list[str]]] = {
               ["ConstrainKmemSpace", "AllowedKmemSpace", "MaxKmemPercent", "MinKmemSpace"]),
     "24.11": (["SystemdTimeout"], []),  # not in slurm-23-11-10-1's table (24.05 not re-read: 24.11 is the floor)
     "25.05": (["EnableExtraControllers"], []),
+    # slurm-26-05-3-1 src/interfaces/cgroup.c options[]: {"CgroupJobIdPaths", S_P_BOOLEAN} (cgroup/v2 job
+    # directories are named by SLUID unless it is yes); 25.11's table equals 25.05's
+    "26.05": (["CgroupJobIdPaths"], []),
 }
 
 

@@ -161,7 +161,8 @@ def gpus_expected_by_devices(paths: HostPaths) -> bool:
 # slurmstepd names itself "slurmstepd: [<job>.<step>]" (slurm-22-05-8-1 src/slurmd/slurmstepd/slurmstepd.c
 # _set_job_log_prefix: setproctitle("[%s]") of the step id; het jobs print "<job>+<offset>.<step>").
 _STEPD_RE = re.compile(r"\[(\d+)(?:\+\d+)?\.[^\]]*\]")
-# cgroup v1 (.../slurm/uid_1000/job_42/step_0) and v2 (.../slurmstepd.scope/job_42/step_0/user/task_0)
+# cgroup v1 (.../slurm/uid_1000/job_42/step_0) and v2 (.../slurmstepd.scope/job_42/step_0/user/task_0); 26.05's v2
+# names it by SLUID unless cgroup.conf has CgroupJobIdPaths=yes, which slurmkit's cgroup.conf sets from 26.05
 _CGROUP_JOB_RE = re.compile(r"/job_(\d+)(?:/|$)")
 
 

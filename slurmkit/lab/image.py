@@ -23,7 +23,7 @@ from pathlib import Path
 from slurmkit.backend.roots import DEFAULT_IMAGE_DIR, Image, find, host_release, image_dir, list_images
 from slurmkit.backend.run import run
 from slurmkit.errors import LabError
-from slurmkit.release import DEBIAN_SUITES, release_of
+from slurmkit.release import DEBIAN_SUITES, ROLLING_SUITES, release_of
 
 __all__ = ["DEFAULT_IMAGE_DIR", "Image", "build", "ensure", "find", "host_release", "image_dir", "list_images", "remove"]
 
@@ -83,15 +83,15 @@ def build(release: str, progress: Progress = lambda m: None, mirror: str | None 
     t0 = time.monotonic()
     try:
         progress(f"debootstrap --variant=minbase {suite} from {mirror} (about a minute)")
-        _stream(["debootstrap", "--variant=minbase", suite, str(tmp), mirror], progress, _debootstrap_line,
-                what=f"debootstrap {suite}", timeout=1800)
+        _stream(debootstrap_argv(suite, tmp, mirror), progress, _debootstrap_line, what=f"debootstrap {suite}",
+                timeout=1800)
         # keep package scripts from starting daemons inside the root (invoke-rc.d honours policy-rc.d exit 101)
         policy = tmp / "usr/sbin/policy-rc.d"
         policy.write_text("#!/bin/sh\nexit 101\n")
         policy.chmod(0o755)
         progress(f"apt-get install {' '.join(packages(release))} (inside the {suite} root)")
         script = (
-            "set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update -q; "
+            f"set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update -q {apt_options(suite)}; "
             f"apt-get install -y -q --no-install-recommends {' '.join(packages(release))}; apt-get clean; "
             "rm -rf /var/lib/apt/lists/*"
         )
@@ -117,6 +117,20 @@ def build(release: str, progress: Progress = lambda m: None, mirror: str | None 
         _unmount_below(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def debootstrap_argv(suite: str, target: Path, mirror: str) -> list[str]:
+    """debootstrap in a private mount namespace: its second stage mounts /proc and /sys inside the target
+    (debootstrap's functions setup_proc), and a lab view made meanwhile bind-mounts the host's trees, so a mount made
+    on the host could be pinned by that view; in its own namespace it never appears on the host and goes away with
+    the namespace whatever happens."""
+    return ["unshare", "--mount", "--propagation", "private",
+            "debootstrap", "--variant=minbase", suite, str(target), mirror]
+
+
+def apt_options(suite: str) -> str:
+    """Options for ``apt-get update`` inside a root of ``suite`` (ROLLING_SUITES: the Release file's Valid-Until)."""
+    return "-o Acquire::Check-Valid-Until=false" if suite in ROLLING_SUITES else ""
 
 
 def ensure(release: str, progress: Progress = lambda m: None) -> Image:

@@ -186,7 +186,11 @@ def lab_inventory(
 
 # The lab's tenants map to Unix users every Debian host has (useradd would change the host for every lab beside
 # this one): jobs run as the submitting user, so a test submits as them with `runuser -u USER -- sbatch ...`.
-LAB_USERS = {"team-a": ["daemon", "bin"], "team-b": ["nobody"]}
+# Not "nobody": from 25.11 Slurm maps that name to a placeholder uid (src/common/uid.c _uid_from_string() at
+# slurm-25-11-0-0rc1 and slurm-26-05-3-1: `if (!xstrcmp(name, SLURM_AUTH_NOBODY_NAME)) return SLURM_AUTH_NOBODY;`),
+# so its association is created as nobody(4294967294) and its jobs are refused. games (uid 5) is in Debian's
+# base-passwd on Debian 12 and 13 alike.
+LAB_USERS = {"team-a": ["daemon", "bin"], "team-b": ["games"]}
 
 
 def lab_tenants(total_gpus: int) -> dict[str, Any]:

@@ -586,6 +586,10 @@ class Lab:
             if s.accounting:
                 progress("starting mariadb and slurmdbd")
                 self._start_accounting(progress)
+                # the QOS the partitions allow must exist before slurmctld reads AllowQOS (fatal from 25.11:
+                # release.allow_qos_fatal); QOS are not per cluster, so they need no registered cluster
+                progress("adding the inventory's QOS (before slurmctld: it refuses unknown AllowQOS)")
+                self.apply_tenants(qos_only=True)
             progress("starting slurmctld")
             self._start_slurmctld()
             progress(f"starting {s.nodes} slurmd (one UTS+mount namespace each)")
@@ -604,10 +608,11 @@ class Lab:
             raise
         return time.monotonic() - t0
 
-    def apply_tenants(self, inventory: Path | None = None, timeout: float = 30.0) -> int:
+    def apply_tenants(self, inventory: Path | None = None, timeout: float = 30.0, qos_only: bool = False) -> int:
         """`slurmkit accounts apply` of the lab inventory's tenants (or ``inventory``'s); returns the steps run.
-        Waits first until slurmctld has registered the cluster with slurmdbd (associations are per cluster)."""
-        from slurmkit.accounts.plan import desired, diff, steps
+        Waits first until slurmctld has registered the cluster with slurmdbd (associations are per cluster).
+        ``qos_only``: only add and set the QOS (``accounts.plan.qos_changes``), with no slurmctld running yet."""
+        from slurmkit.accounts.plan import desired, diff, qos_changes, steps
         from slurmkit.accounts.sacct import Target, apply_steps, read_state
         from slurmkit.model import load_cluster
 
@@ -620,6 +625,10 @@ class Lab:
             r = run([t.sacctmgr, "-P", "-n", "show", "cluster", "format=Cluster"], timeout=20, check=False, env=self.env)
             return cluster.name in r.stdout.split()
 
+        if qos_only:
+            todo = steps(qos_changes(diff(read_state(t), desired(cluster.tenants))), t.cluster)
+            apply_steps(t, todo)
+            return len(todo)
         _wait(registered, timeout, "slurmctld to register the cluster with slurmdbd", self.dir / "log" / "slurmdbd.log")
         todo = steps(diff(read_state(t), desired(cluster.tenants), prune=True), t.cluster)
         apply_steps(t, todo)

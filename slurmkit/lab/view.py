@@ -26,7 +26,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from slurmkit.backend.roots import WRAPPER_MARK, hide_host_plugins, is_wrapper_dir
+from slurmkit.backend.roots import WRAPPER_MARK, hide_host_plugins, is_lab_bin
 from slurmkit.errors import LabError
 from slurmkit.lab.image import Image, mounts_below
 
@@ -137,11 +137,6 @@ def plugin_dir(root: Path) -> str:
     return str(found[0])
 
 
-# the second line of every wrapper (WRAPPER_MARK, backend/roots.py, whose host_release skips such dirs too): how
-# `lab env` and Lab.env recognise a lab's bin dir on PATH (is_lab_bin)
-is_lab_bin = is_wrapper_dir
-
-
 def lab_path(path: str, bin_dir: Path | None) -> str:
     """``path`` with every lab's wrapper dir taken out and ``bin_dir`` (this lab's, for a foreign release) put
     first: one lab's Slurm commands on PATH, never a previous lab's in front of this one's (whose plugins then
@@ -156,7 +151,7 @@ def write_wrappers(view: Path, bin_dir: Path, root: Path) -> None:
 
     Clients (sinfo, sbatch, srun, ...) run through the root's own dynamic loader with the root's libraries first
     (``ld.so --library-path``), so any user can run them, not only root (chroot needs CAP_SYS_CHROOT, and tests
-    submit as ``nobody``); their plugins come from the root through slurm.conf's PluginDir. Daemons run inside the
+    submit as other users); their plugins come from the root through slurm.conf's PluginDir. Daemons run inside the
     view (``chroot``; the lab starts them as root), where their prologs and jobs find the root's Slurm. Inside the
     view (a job calling srun) every wrapper runs the program directly."""
     bin_dir.mkdir(parents=True, exist_ok=True)

@@ -135,18 +135,19 @@ def act(cluster: Cluster, conf_dir: Path, action: str, nodes: list[str], log: Lo
         if g is None or g.power is None:
             log(f"{action} {node}: not a power-managed node of the inventory; nothing done")
             return
-        prov = provider_for(g.power, conf_dir)
         t0 = time.monotonic()
         try:
+            prov = provider_for(g.power, conf_dir)
             if action == "resume":
                 prov.on(node)
             else:  # suspend, and resume-fail: a node that did not come up is switched off again
                 prov.off(node)
             log(f"{action} {node} provider={g.power.provider}: ok in {time.monotonic() - t0:.1f}s")
-        except PowerError as exc:
+        except Exception as exc:  # noqa: BLE001 - a provider's own bug too: else the node waits for ResumeTimeout
             with lock:
                 failed += 1
-            msg = exc.one_line()
+            msg = exc.one_line() if isinstance(exc, PowerError) else " ".join(
+                f"{type(exc).__name__}: {exc}".split())
             if action == "resume-fail":
                 log(f"{action} {node} provider={g.power.provider}: power-off after the failed resume failed: {msg}")
                 return

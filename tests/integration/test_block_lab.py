@@ -47,14 +47,21 @@ def jobs(blab: Lab):  # type: ignore[no-untyped-def]
     _wait(lambda: all(s == "idle" for s in _states(b).values()), 60, "every node idle again")
 
 
+def _topology_file(lab: Lab) -> str:
+    """topology.conf, or topology.yaml where it replaces it (25.05+)."""
+    conf = lab.etc / "topology.conf"
+    return conf.read_text() if conf.exists() else (lab.etc / "topology.yaml").read_text()
+
+
 def _env(lab: Lab, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "SLURMKIT_INVENTORY"}
     return {**env, **lab.env, "PYTHONPATH": str(ROOT), **extra}
 
 
 def test_block_lab_loads_its_blocks(blab: Lab):
-    conf = (blab.etc / "topology.conf").read_text()
-    assert "BlockName=b1 Nodes=node[1-4]" in conf and "BlockSizes=4,8" in conf
+    conf = _topology_file(blab)
+    assert ("BlockName=b1 Nodes=node[1-4]" in conf or re.search(r"block: b1\s+nodes: node\[1-4\]", conf)), conf
+    assert re.search(r"BlockSizes=4,8|block_sizes:\s*\n\s*- 4\s*\n\s*- 8", conf), conf
     assert "TopologyPlugin=topology/block" in blab.conf.read_text()
     shown = lab_run(blab, ["scontrol", "show", "topology"]).stdout
     assert re.search(r"^BlockName=b1 .*Nodes=node\[1-4\]", shown, re.M), shown
@@ -119,7 +126,7 @@ def test_gb200_preset_loads_and_the_report_counts_free_blocks(gblab: Lab):
     spec = lab_run(gblab, ["scontrol", "show", "node", "node1"]).stdout
     assert "CoreSpecCount=2" in spec and "MemSpecLimit=24576" in spec, spec
     # its blocks, by its names, cut to 4 trays; BlockSizes scaled with them
-    assert "BlockSizes=4,8" in (gblab.etc / "topology.conf").read_text()
+    assert re.search(r"BlockSizes=4,8|block_sizes:\s*\n\s*- 4\s*\n\s*- 8", _topology_file(gblab))
     shown = lab_run(gblab, ["scontrol", "show", "topology"]).stdout
     assert re.search(r"^BlockName=nvl01 .*Nodes=node\[1-4\]", shown, re.M), shown
     assert re.search(r"^BlockName=nvl02 .*Nodes=node\[5-8\]", shown, re.M), shown

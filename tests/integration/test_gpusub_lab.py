@@ -22,7 +22,7 @@ from slurmkit.jobs import JobSpec, follow, submit_job
 from slurmkit.jobs.monitor import statuses
 from slurmkit.lab import Lab
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.releases]  # tests/run.sh: run on every release
 ROOT = Path(__file__).resolve().parents[2]
 
 DDP = """\

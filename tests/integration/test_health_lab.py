@@ -201,7 +201,7 @@ def job_fields(lab, jid: str) -> dict[str, str]:
 
 
 def test_cpu_only_job_leaves_a_neighbour_gpu_job_alone(hlab):
-    """Issue 11 item 1: job A (user nobody) holds a GPU and runs; job B of the same user, without GPUs, starts and
+    """Issue 11 item 1: job A (user games) holds a GPU and runs; job B of the same user, without GPUs, starts and
     ends on the same node. Before: B's prolog saw A's process and drained the node, B's epilog SIGKILLed it."""
     node = "node2"
     work = Path(hlab.dir) / "userwork"
@@ -209,7 +209,7 @@ def test_cpu_only_job_leaves_a_neighbour_gpu_job_alone(hlab):
     work.chmod(0o777)
     fx = hlab.fake_nvml_file(node)
     original = fx.read_text()
-    a = as_user(hlab, "nobody", ["sbatch", "--parsable", "-w", node, "-n1", "--mem=100M", "--gres=gpu:1", f"--chdir={work}",
+    a = as_user(hlab, "games", ["sbatch", "--parsable", "-w", node, "-n1", "--mem=100M", "--gres=gpu:1", f"--chdir={work}",
                                  "-o", str(work / "a-%j.out"),
                                  "--wrap", "echo $$ ${SLURM_JOB_GPUS:-0}; exec sleep 300"]).stdout.strip().split(";")[0]
     try:
@@ -225,7 +225,7 @@ def test_cpu_only_job_leaves_a_neighbour_gpu_job_alone(hlab):
         tmp.write_text(json.dumps(state))
         os.replace(tmp, fx)
 
-        b = as_user(hlab, "nobody", ["sbatch", "--parsable", "-w", node, "-n1", "--mem=100M", f"--chdir={work}",
+        b = as_user(hlab, "games", ["sbatch", "--parsable", "-w", node, "-n1", "--mem=100M", f"--chdir={work}",
                                      "-o", str(work / "b-%j.out"), "--wrap", "hostname"]).stdout.strip().split(";")[0]
         def ended():
             f = job_fields(hlab, b)
@@ -319,7 +319,10 @@ def test_state_dir_read_only_or_full_keeps_the_node_in_service(hlab, how):
     sdir.mkdir(exist_ok=True)
 
     def in_ns(*argv: str) -> None:
-        subprocess.run(["nsenter", "-t", str(slurmd), "-m", "--", *argv], check=True, capture_output=True, timeout=30)
+        # -r: slurmd's root too. A lab of another release chroots slurmd into its view (lab/view.py); without -r
+        # the mount would land on the host's path in that namespace, which the view's bind of it does not show
+        subprocess.run(["nsenter", "-t", str(slurmd), "-m", "-r", "--", *argv], check=True, capture_output=True,
+                       timeout=30)
 
     if how == "read-only":
         in_ns("mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(sdir))

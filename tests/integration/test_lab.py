@@ -16,7 +16,7 @@ from slurmkit.errors import LabError, SlurmkitError
 from slurmkit.lab import Lab, LabSpec
 from tests.conftest import lab_run
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.releases]  # tests/run.sh: run on every release
 
 
 def wait_job(backend: CLIBackend, job_id: str, timeout: float = 60) -> str:

@@ -139,8 +139,8 @@ def test_reservations_now_and_soon_are_placed_around(lab: Lab, env: dict[str, st
                                                      cleanup: list[str]) -> None:
     """Reservations of others on node[1-2] (active) and node[5-6] (in 30 minutes): plain sbatch runs a 4-node job on
     the other nodes; so must gpusub (it used to pin reserved nodes and be refused by sbatch --test-only)."""
-    _reserve(lab, cleanup, "others-now", "node[1-2]", "now", "nobody")
-    _reserve(lab, cleanup, "others-soon", "node[5-6]", "now+30minutes", "nobody")
+    _reserve(lab, cleanup, "others-now", "node[1-2]", "now", "games")
+    _reserve(lab, cleanup, "others-soon", "node[5-6]", "now+30minutes", "games")
     jid, out = _gpusub(env, hold, "-N", "4", "--launcher", "srun", "--time", "60")
     cleanup.append(jid)
     nodes = _wait(lambda: _running_nodes(lab, jid), 30, f"job {jid} running")

@@ -149,6 +149,9 @@ def _restart_ctld_without_topology(lab: Lab) -> None:
     loaded in 22.05 (measured), so the controller is restarted on the changed config; jobs survive (state save)."""
     conf = lab.conf.read_text()
     lab.conf.write_text(conf.replace("TopologyPlugin=topology/tree", "TopologyPlugin=topology/none"))
+    yaml_file = lab.etc / "topology.yaml"
+    if yaml_file.exists():  # 25.05+: topology.yaml, where present, wins over TopologyPlugin (topology.yaml(5))
+        yaml_file.rename(lab.etc / "topology.yaml.off")
     pid = int((lab.run_dir / "slurmctld.pid").read_text())
     lab_run(lab, ["scontrol", "shutdown", "slurmctld"])
 

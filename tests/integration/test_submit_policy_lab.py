@@ -16,7 +16,7 @@ from slurmkit.lab import Lab
 from tests.conftest import lab_run
 from tests.integration.test_placement_lab import _states, _wait
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.releases]  # tests/run.sh: run on every release
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Issue 13: tenants on a real Slurm with accounting (MariaDB + slurmdbd), judged by slurmctld and slurmdbd.
 
 One lab for the module: 2 nodes x 4 GPUs, `lab up --accounting`, whose inventory carries the lab's tenants
-(slurmkit/lab/inventory.py lab_tenants: team-a = Unix users daemon and bin, team-b = nobody, 4 GPUs each; QOS high
+(slurmkit/lab/inventory.py lab_tenants: team-a = Unix users daemon and bin, team-b = games, 4 GPUs each; QOS high
 preempts scavenger) and which `lab up` applied with `slurmkit accounts apply`. Jobs run as those users
 (`runuser -u USER -- sbatch`). node1 serves the quota and preemption tests; node2 runs team-a's usage job from the
 start of the module, so that by the last test slurmctld has charged team-a's fair-share (PriorityCalcPeriod=1 in
@@ -22,7 +22,7 @@ import yaml
 
 from slurmkit.lab import Lab
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.releases]  # tests/run.sh: run on every release
 
 RUN = ["--chdir=/tmp", "-o", "/dev/null", "-e", "/dev/null"]
 WHOLE_CPU = ["-n8", "--mem=1000"]  # every CPU of a lab node (2 sockets x 4 cores), none of its GPUs
@@ -98,35 +98,35 @@ def test_apply_half_way_failure_reports_then_rerun_converges(tlab, tmp_path):
                                                    if a["name"] != "team-b"]
     small_p = tmp_path / "small.yaml"
     small_p.write_text(yaml.safe_dump(small))
-    # without --prune nothing is deleted: team-b and nobody are only reported; research, which gives no fairshare,
+    # without --prune nothing is deleted: team-b and games are only reported; research, which gives no fairshare,
     # holds its one child's 60 now
     r = accounts(tlab, "apply", str(small_p))
     assert r.returncode == 0, r.stderr
-    assert "extra account team-b" in r.stdout and "extra user nobody@team-b" in r.stdout
+    assert "extra account team-b" in r.stdout and "extra user games@team-b" in r.stdout
     assert [ln for ln in r.stdout.splitlines() if ln.startswith("applied:")] == [
         "applied: sacctmgr -i modify account where name=research cluster=lab set Fairshare=60"], r.stdout
     # --prune under an active job of team-b: slurmdbd itself refuses the delete (what the plan foresees) ...
-    busy = submit(tlab, "nobody", "-w", "node1", "-n1")
+    busy = submit(tlab, "games", "-w", "node1", "-n1")
     wait_for(lambda: sacct_state(tlab, busy) in ("PENDING", "RUNNING"), 60, "slurmdbd to record team-b's job")
-    r = sh(tlab, ["sacctmgr", "-i", "delete", "user", "where", "name=nobody", "account=team-b", "cluster=lab"],
+    r = sh(tlab, ["sacctmgr", "-i", "delete", "user", "where", "name=games", "account=team-b", "cluster=lab"],
            check=False)
     assert r.returncode == 1 and "Job(s) active, cancel job(s) before remove" in r.stderr, r.stdout + r.stderr
     assert f"JobID = {busy} " in r.stderr
     blocked = f"blocked: 1 running/pending job(s) ({busy})"
     r = accounts(tlab, "plan", "--prune", str(small_p))
     assert r.returncode == 0, r.stderr
-    assert f"delete user nobody@team-b: {blocked}" in r.stdout and f"delete account team-b: {blocked}" in r.stdout
+    assert f"delete user games@team-b: {blocked}" in r.stdout and f"delete account team-b: {blocked}" in r.stdout
     assert "sacctmgr -i delete" not in r.stdout
     # ... so apply holds both back (exit 1, nothing deleted), and deletes them once the job has ended
     r = accounts(tlab, "apply", "--prune", str(small_p))
     assert r.returncode == 1 and f"held back: delete account team-b: {blocked}" in r.stderr, r.stdout + r.stderr
-    assert "nobody" in sh(tlab, ["sacctmgr", "-P", "-n", "show", "assoc", "where", "cluster=lab",
+    assert "games" in sh(tlab, ["sacctmgr", "-P", "-n", "show", "assoc", "where", "cluster=lab",
                                  "account=team-b", "format=User"]).stdout.split()
     sh(tlab, ["scancel", busy])
     wait_for(lambda: sacct_state(tlab, busy).startswith("CANCELLED"), 60, "slurmdbd to record the cancel")
     r = accounts(tlab, "apply", "--prune", str(small_p))
     assert r.returncode == 0, r.stderr
-    assert "delete user nobody@team-b" in r.stdout and "delete account team-b" in r.stdout
+    assert "delete user games@team-b" in r.stdout and "delete account team-b" in r.stdout
     # the cluster's associations go (the account record stays for other clusters sharing this slurmdbd)
     assocs = sh(tlab, ["sacctmgr", "-P", "-n", "show", "assoc", "where", "cluster=lab", "format=Account"]).stdout
     assert "team-b" not in assocs.split() and "team-a" in assocs.split()
@@ -143,13 +143,13 @@ def test_apply_half_way_failure_reports_then_rerun_converges(tlab, tmp_path):
     r = accounts(tlab, "apply", str(full_p), extra_env={"PATH": f"{wrap}:{tlab.env.get('PATH', os.environ['PATH'])}"})
     assert r.returncode == 1
     assert "applied: sacctmgr -i add account team-b" in r.stdout
-    assert "failed:  sacctmgr -i add user nobody Account=team-b" in r.stderr
+    assert "failed:  sacctmgr -i add user games Account=team-b" in r.stderr
     # research gets its two children's 100 back first (modify before add), then team-b lands, its user does not
     assert "applied: sacctmgr -i modify account where name=research cluster=lab set Fairshare=100" in r.stdout
     assert "injected failure" in r.stderr and "2 step(s) applied, 1 not" in r.stderr
     # a re-run converges: only what did not land is left
     r = accounts(tlab, "plan", str(full_p))
-    assert "add user nobody@team-b" in r.stdout and "add account" not in r.stdout, r.stdout
+    assert "add user games@team-b" in r.stdout and "add account" not in r.stdout, r.stdout
     r = accounts(tlab, "apply", str(full_p))
     assert r.returncode == 0 and "verified:" in r.stdout, r.stdout + r.stderr
     r = accounts(tlab, "apply", str(full_p))
@@ -228,11 +228,11 @@ def test_a_typed_quota_holds_an_untyped_request(tlab, tmp_path):
                     "format=GrpTRES"]).stdout.strip()
     assert sorted(grp.split(",")) == ["gres/gpu:h100=2", "gres/gpu=2"], grp
     try:
-        over = submit(tlab, "nobody", "-w", "node1", "-n1", "--gres=gpu:3")
+        over = submit(tlab, "games", "-w", "node1", "-n1", "--gres=gpu:3")
         wait_for(lambda: job(tlab, over)["Reason"] == "AssocGrpGRES", 60, "AssocGrpGRES", lambda: job(tlab, over))
         assert job(tlab, over)["JobState"] == "PENDING"
     finally:
-        sh(tlab, ["scancel", "-u", "nobody"], check=False)
+        sh(tlab, ["scancel", "-u", "games"], check=False)
         r = accounts(tlab, "apply", str(inventory(tlab)))
         assert r.returncode == 0 and "verified:" in r.stdout, r.stdout + r.stderr
     wait_for(lambda: job(tlab, over)["JobState"] == "CANCELLED", 60, "cancel")
@@ -254,7 +254,7 @@ def test_tenant_over_gpu_quota_pends_until_quota_frees(tlab):
 
 
 def test_high_qos_preempts_scavenger_which_requeues_and_completes(tlab):
-    scav = submit(tlab, "nobody", "-w", "node1", "-n1", "--gres=gpu:4", "--qos=scavenger",
+    scav = submit(tlab, "games", "-w", "node1", "-n1", "--gres=gpu:4", "--qos=scavenger",
                   script='if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 600; fi')
     wait_for(lambda: job(tlab, scav)["JobState"] == "RUNNING", 60, "the scavenger job to run")
     high = submit(tlab, "daemon", "-w", "node1", "-n1", "--gres=gpu:4", "--qos=high", script="sleep 3")
@@ -323,7 +323,7 @@ def test_fair_share_after_team_a_used_the_cluster_team_b_starts_first(tlab):
 
     wait_for(team_a_charged, 240, "slurmctld to charge team-a's usage (PriorityCalcPeriod=1)")
     a = submit(tlab, "bin", "-w", "node2", *WHOLE_CPU)
-    b = submit(tlab, "nobody", "-w", "node2", *WHOLE_CPU)
+    b = submit(tlab, "games", "-w", "node2", *WHOLE_CPU)
     # 22.05 computes the fair-share factor at submit; 24.11 only at the next PriorityCalcPeriod pass (both jobs
     # start at the same priority there), so wait for it
     def prio() -> dict[str, int]:
@@ -463,31 +463,31 @@ def test_two_gpu_types_typed_quotas_against_slurmctld(typed_lab):
     t = ["-t", "10"]
     try:
         # a typed request over the type's quota pends with AssocGrpGRES
-        over = submit(lab, "nobody", "-p", "a100", "--gres=gpu:a100:2", *t)
+        over = submit(lab, "games", "-p", "a100", "--gres=gpu:a100:2", *t)
         # an untyped one in a one-type partition gets the type (job_submit.lua), and the typed limit holds it
         for args in (["-p", "h100", "--gres=gpu:2"], ["-p", "h100", "--gpus=2"]):
-            j = submit(lab, "nobody", *args, *t)
+            j = submit(lab, "games", *args, *t)
             rec = job(lab, j)
             assert "gpu:h100:2" in rec.get("TresPerNode", "") + rec.get("TresPerJob", ""), rec
             wait_for(lambda j=j: job(lab, j)["Reason"] == "AssocGrpGRES", 60, "AssocGrpGRES", lambda j=j: job(lab, j))
         wait_for(lambda: job(lab, over)["Reason"] == "AssocGrpGRES", 60, "AssocGrpGRES", lambda: job(lab, over))
         # within the quota: runs
-        ok = submit(lab, "nobody", "-p", "a100", "--gres=gpu:1", *t)
+        ok = submit(lab, "games", "-p", "a100", "--gres=gpu:1", *t)
         wait_for(lambda: job(lab, ok)["JobState"] == "RUNNING", 60, "the 1-A100 job to run", lambda: job(lab, ok))
         # untyped where the partition has both types: refused at submit, naming them
-        r = sh(lab, ["runuser", "-u", "nobody", "--", "sbatch", *RUN, "-p", "gpu", "--gres=gpu:2", *t, "--wrap",
+        r = sh(lab, ["runuser", "-u", "games", "--", "sbatch", *RUN, "-p", "gpu", "--gres=gpu:2", *t, "--wrap",
                      "true"], check=False)
         assert r.returncode == 1 and "typed_gpu_quotas" in r.stderr and "a100, h100" in r.stderr, r.stderr
         # a mixed request: Slurm refuses it at submit (both releases) ...
-        r = sh(lab, ["runuser", "-u", "nobody", "--", "sbatch", *RUN, "-p", "h100", "--gres=gpu:2,gpu:h100:1", *t,
+        r = sh(lab, ["runuser", "-u", "games", "--", "sbatch", *RUN, "-p", "h100", "--gres=gpu:2,gpu:h100:1", *t,
                      "--wrap", "true"], check=False)
         assert r.returncode == 1 and "with and without type identification" in r.stderr, r.stderr
         # ... but a job update reaches job_submit.lua, which refuses it too (before, it typed the untyped item:
         # gpu:h100:2,gpu:h100:1, which slurmctld then counted as one GPU)
-        held = submit(lab, "nobody", "-H", "-p", "h100", "--gres=gpu:h100:1", *t)
+        held = submit(lab, "games", "-H", "-p", "h100", "--gres=gpu:h100:1", *t)
         pre = "gres:gpu" if lab.release < "23" else "gres/gpu"
         r = sh(lab, ["scontrol", "update", f"jobid={held}", f"TresPerNode={pre}:2,{pre}:h100:1"], check=False)
         assert r.returncode != 0, r.stdout + r.stderr
         assert job(lab, held)["TresPerNode"] == f"{pre}:h100:1"
     finally:
-        sh(lab, ["scancel", "-u", "nobody"], check=False)
+        sh(lab, ["scancel", "-u", "games"], check=False)

@@ -339,7 +339,7 @@ def test_unknown_slurm_conf_key_refused_with_did_you_mean() -> None:
                   "did you mean 'SelectTypeParameters'?")
     assert "24.11" in msg
     # per release: PrologTimeout is 25.05+, SchedulerAuth ended with 23.11
-    refused(inv(slurm_conf={"PrologTimeout": "30"}), "slurm_conf.PrologTimeout", "Slurm 25.05-25.11 only", "24.11")
+    refused(inv(slurm_conf={"PrologTimeout": "30"}), "slurm_conf.PrologTimeout", "Slurm 25.05-26.05 only", "24.11")
     assert "PrologTimeout=30" in gen(inv(slurm_conf={"PrologTimeout": "30"}), "25.05")["slurm.conf"]
     refused(inv(slurm_conf={"SchedulerAuth": "x"}), "slurm_conf.SchedulerAuth", "22.05-23.11 only", "24.05")
     # keys are case-insensitive, as Slurm reads them, and replace ours in place

@@ -110,3 +110,22 @@ def test_a_foreign_labs_wrappers_on_path_are_not_the_host(tmp_path: Path, monkey
     assert host_release() == host
     lab = Lab.load(str(d))
     assert lab.foreign and lab.env["PATH"].split(os.pathsep)[0] == str(d / "bin")
+
+
+def test_the_host_slurmctld_is_never_a_labs_wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Issue 21 item 6: with another release's `lab env` active, its bin/slurmctld is first on PATH; the host's
+    release and the real parse's host judge must skip it (the root's judge runs in private namespaces instead)."""
+    from slurmkit.backend import realparse, roots
+
+    lab = _lab_dir(tmp_path, "lab-x", "99.99")
+    w = lab / "bin" / "slurmctld"
+    w.write_text(f"#!/bin/bash\n{WRAPPER_MARK}\necho slurm 99.99.1\n")
+    w.chmod(0o755)
+    host = tmp_path / "hostbin"
+    host.mkdir()
+    (host / "slurmctld").write_text("#!/bin/sh\necho slurm 23.02.7\n")
+    (host / "slurmctld").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{lab / 'bin'}{os.pathsep}{host}{os.pathsep}/usr/bin:/bin")
+    assert roots.host_program("slurmctld") == str(host / "slurmctld")
+    assert roots.host_release() == "23.02"
+    assert realparse._installed_version() == (str(host / "slurmctld"), "23.02.7")

@@ -57,7 +57,7 @@ def test_build_step_failure_without_a_package_quotes_the_error_line():
 
 
 def test_unknown_release_is_refused_in_one_line():
-    with pytest.raises(LabError, match=r"^no root recipe for Slurm 23.02; known: 22.05, 24.11$"):
+    with pytest.raises(LabError, match=r"^no root recipe for Slurm 23.02; known: 22.05, 24.11, 26.05$"):
         image.build("23.02")
 
 
@@ -76,7 +76,7 @@ def test_cached_image_needs_its_metadata(tmp_path: Path, monkeypatch: pytest.Mon
 def test_release_facts():
     assert release_of("slurm-wlm 24.11.5") == "24.11" and release_key("22.05.8") == (22, 5)
     assert not scontrol_json("22.05") and scontrol_json("24.11")
-    assert DEBIAN_SUITES == {"22.05": "bookworm", "24.11": "trixie"}
+    assert DEBIAN_SUITES == {"22.05": "bookworm", "24.11": "trixie", "26.05": "unstable"}
     with pytest.raises(ValueError):
         release_of("garbage")
 

@@ -179,3 +179,27 @@ def test_only_the_last_power_on_counts() -> None:
     assert program.last_resume_failure(lines, "node4") == "lab: fault; x"
     assert program.last_resume_failure([*lines, "2026-01-01T00:02:00Z resume node4 provider=lab: ok in 0.2s"],
                                        "node4") is None
+
+
+def test_a_providers_own_exception_is_a_failure_with_a_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21 item 5: an exception that is not a PowerError (a provider's bug) must not vanish in the thread: the
+    node is set DOWN with the cause, not left to wait for ResumeTimeout with no reason."""
+    from slurmkit.power import providers
+
+    class Broken:
+        def on(self, node: str) -> None:
+            raise KeyError("bmc_address")
+
+        def off(self, node: str) -> None:
+            raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(providers, "provider_for", lambda spec, conf_dir: Broken())
+    inv = _inv()
+    inv["node_groups"][1]["power"] = {"provider": "command", "command": "/bin/true"}
+    cluster = load_cluster_dict(inv)
+    lines: list[str] = []
+    marked: list[tuple[str, str]] = []
+    assert program.act(cluster, tmp_path, "resume", ["node3"], lines.append, mark=lambda n, r: marked.append((n, r))) == 1
+    assert marked == [("node3", "slurmkit: resume failed: KeyError: 'bmc_address'")]
+    assert program.act(cluster, tmp_path, "suspend", ["node3"], lines.append, mark=lambda n, r: marked.append((n, r))) == 1
+    assert marked[-1] == ("node3", "slurmkit: suspend failed: RuntimeError: boom second line")

@@ -32,6 +32,13 @@ case "$*" in
 esac
 """
 
+FAKE_SINFO = """#!/bin/sh
+case "$*" in
+  --version) echo "slurm 22.05.8" ;;
+  *) echo "fake sinfo: unexpected $*" >&2; exit 9 ;;
+esac
+"""
+
 
 @pytest.fixture
 def fake(tmp_path: Path) -> dict[str, str]:
@@ -40,6 +47,11 @@ def fake(tmp_path: Path) -> dict[str, str]:
     exe = bin_dir / "scontrol"
     exe.write_text(FAKE_SCONTROL)
     exe.chmod(0o755)
+    # the recorded text is 22.05's: the fake's release too, whatever Slurm the host has (CLIBackend.version() asks
+    # `sinfo --version`; a 24.11 host's answer would make the product ask `scontrol --json`, rightly)
+    ver = bin_dir / "sinfo"
+    ver.write_text(FAKE_SINFO)
+    ver.chmod(0o755)
     return {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "FAKE_DATA": str(DATA / "slurm"),
