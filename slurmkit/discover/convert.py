@@ -93,17 +93,10 @@ def geometry(cpus: list[CpuInfo]) -> tuple[int, int, int]:
 
 
 def ranges(values: list[int] | set[int]) -> str:
-    """[0,1,2,3,8] -> '0-3,8'."""
-    vals = sorted(set(values))
-    out: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ",".join(out)
+    """[0,1,2,3,8] -> '0-3,8' (slurmkit.indexlist.fold_ints)."""
+    from slurmkit.indexlist import fold_ints
+
+    return fold_ints(list(values))
 
 
 _VENDOR = {"nvidia", "tesla", "geforce"}
