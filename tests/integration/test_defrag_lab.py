@@ -18,6 +18,7 @@ from slurmkit import hostlist
 from slurmkit.backend.cli import CLIBackend
 from slurmkit.lab import Lab
 from tests.conftest import ROOT, lab_run
+from tests.integration.test_placement_lab import _wait
 
 pytestmark = pytest.mark.lab
 
@@ -57,16 +58,6 @@ while True:
 def dlab(make_lab) -> Lab:  # type: ignore[no-untyped-def]
     return make_lab(nodes=4, nodes_per_leaf=2)
 
-
-def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
 
 
 class Frag:

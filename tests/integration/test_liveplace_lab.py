@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from slurmkit import hostlist
 from slurmkit.backend.cli import CLIBackend
 from slurmkit.lab import Lab
 from tests.conftest import ROOT, lab_run
+from tests.integration.test_placement_lab import _wait
 
 pytestmark = pytest.mark.lab
 
@@ -60,16 +60,6 @@ def cleanup(lab: Lab, env: dict[str, str]) -> Iterator[list[str]]:
         lab_run(lab, ["scontrol", "delete", f"reservation={r}"], check=False)
     _wait(lambda: all(n.state == "idle" for n in b.nodes()), 60, "every lab node idle again")
 
-
-def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def _gpusub_argv(*args: str) -> list[str]:
