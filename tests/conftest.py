@@ -107,6 +107,38 @@ def lab() -> Iterator[Lab]:
         the_lab.down()
 
 
+# Ports other tests use at fixed offsets from the base (their own labs and emulators: test_lab +50, the monitoring
+# default +140, test_cgroup_lab +150, test_nodes_lab +180, test_monitor_lab/test_power_ipmi +500..+600, test_power_lab
+# +3200, test_power_redfish +3400, test_configless_lab +3600): make_lab's labs stay clear of them.
+_RESERVED_OFFSETS = ((0, 20), (50, 60), (140, 200), (500, 600), (3200, 3700))
+_TAKEN: set[int] = set()  # every port of the labs make_lab made in this session
+
+
+def _lab_ports(spec: LabSpec) -> set[int]:
+    ports = set(spec.ports())  # slurmctld, each slurmd, and with accounting slurmdbd (+1000) and MariaDB (+1001)
+    if getattr(spec, "monitoring", False):
+        p = spec.monitoring_port_resolved
+        ports |= set(range(p, p + spec.nodes + spec.spare + 2))
+    return ports
+
+
+def _free_lab_base(kw: dict[str, object]) -> int:
+    """The first base of the form base + 200k whose lab (its accounting ports included: +1000, +1001) meets neither
+    an earlier make_lab lab of this session nor the fixed-offset ports of other tests. (Plain base + 200k put an
+    accounting lab's slurmdbd on the fifth next lab's slurmctld port.)"""
+    base = _base()
+    reserved = {base + o for lo, hi in _RESERVED_OFFSETS for o in range(lo, hi)}
+    k = 1
+    while True:
+        cand = base + 200 * k
+        spec = LabSpec(dir="/nonexistent", port_base=cand, **kw)  # type: ignore[arg-type]
+        ports = _lab_ports(spec)
+        fixed = set(spec.ports())  # a monitoring port the test chose itself may sit in a reserved window
+        if not ports & _TAKEN and not fixed & reserved:
+            return cand
+        k += 1
+
+
 @pytest.fixture(scope="session")
 def make_lab() -> Iterator:
     made: list[Lab] = []
@@ -117,7 +149,8 @@ def make_lab() -> Iterator:
         nonlocal tried
         tried += 1
         kw.setdefault("slurm", lab_release())
-        spec = LabSpec(dir=f"{root}-{tried}", port_base=_base() + 200 * tried, **kw)  # type: ignore[arg-type]
+        spec = LabSpec(dir=f"{root}-{tried}", port_base=_free_lab_base(kw), **kw)  # type: ignore[arg-type]
+        _TAKEN.update(_lab_ports(spec))
         lab_ = start_lab(spec)
         made.append(lab_)
         return lab_

@@ -57,7 +57,7 @@ def _leaf_nodes(cluster: Cluster, hosts: set[str]) -> int:
 def partition_facts(cluster: Cluster) -> list[dict[str, object]]:
     """Per partition: GPU or CPU-only, the per-GPU CPU and memory defaults (the smallest share over its node
     shapes, as DefCpuPerGPU/DefMemPerGPU: ``slurmconf.per_gpu_defaults``) and its largest one-leaf node count."""
-    from slurmkit.generate.slurmconf import _gpu_types, per_gpu_defaults
+    from slurmkit.generate.slurmconf import _gpu_types, cpu_job_mem_default, per_gpu_defaults
 
     pol = cluster.submit_policy
     assert pol is not None
@@ -80,6 +80,7 @@ def partition_facts(cluster: Cluster) -> list[dict[str, object]]:
             "cpus_per_gpu": (pol.cpus_per_gpu or cpg) if pol.cpus_per_gpu is not None else 0,
             "mem_per_gpu": (pol.mem_per_gpu or mpg) if pol.mem_per_gpu is not None else 0,
             "leaf_nodes": leaf if leaf > 1 else 0,
+            "def_mem_per_cpu": cpu_job_mem_default(groups),
             "auto_none": auto_none,
             # the gres types slurmd reports there (gres.conf Type=, a MIG profile per slice), sorted
             "gpu_types": sorted({t for g in gpu_groups for t, _n in _gpu_types(g)}),

@@ -447,6 +447,20 @@ def test_modify_keeps_what_the_job_asked_and_leaves_unrelated_updates_alone(plug
     assert plugin.modify({"time_limit": 60, "partition": "all"}, time_limit=INFINITE)[0] == 0
 
 
+def test_modify_treats_the_partitions_def_mem_per_cpu_as_no_memory_asked(plugin: Plugin):
+    """A CPU job on a GPU partition got DefMemPerCPU at submit (slurmconf.cpu_job_mem_default; its record's
+    min_mem_per_cpu equals it): adding GPUs gives it the per-GPU memory default, as for a job that asked none. Found by
+    the lab (test_update_adding_gpus_to_a_job_without_time_limit_is_refused) once DefMemPerCPU was generated."""
+    pre = tres_gpu_prefix(plugin.version)  # type: ignore[attr-defined]
+    rc, desc = plugin.modify({"time_limit": NO_VAL, "partition": "all", "min_mem_per_cpu": 4000},
+                             tres_per_node=f"{pre}:2", time_limit=60)
+    assert rc == 0 and desc["mem_per_tres"] == f"{pre}:64000"
+    # memory the job asked itself (another value) is kept
+    rc, desc = plugin.modify({"time_limit": NO_VAL, "partition": "all", "min_mem_per_cpu": 5000},
+                             tres_per_node=f"{pre}:2", time_limit=60)
+    assert rc == 0 and "mem_per_tres" not in desc
+
+
 def test_modify_keeps_the_partition_rules(plugin: Plugin):
     pre = tres_gpu_prefix(plugin.version)  # type: ignore[attr-defined]
     rc, _ = plugin.modify({"time_limit": 60, "partition": "cpu"}, tres_per_node=f"{pre}:1")

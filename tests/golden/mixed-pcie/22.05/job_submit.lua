@@ -23,11 +23,12 @@ local DEFAULT_PARTITION = "a100"
 local TYPED_QUOTAS = false
 
 -- kind: gpu | cpu | mixed; cpus_per_gpu / mem_per_gpu (MB): defaults for GPU jobs that ask none (0: none);
--- leaf_nodes: the most nodes of the partition under one leaf switch (0: no one-leaf rule); gpu_types: its GPU types
+-- leaf_nodes: the most nodes of the partition under one leaf switch (0: no one-leaf rule); gpu_types: its GPU types;
+-- def_mem_per_cpu: the DefMemPerCPU slurm.conf gives its CPU-only jobs (0: none)
 local PARTITIONS = {
-  ["a100"] = {kind = "gpu", cpus_per_gpu = 30, mem_per_gpu = 126877, leaf_nodes = 8, gpu_types = {"a100"}},
-  ["interactive"] = {kind = "gpu", cpus_per_gpu = 14, mem_per_gpu = 63438, leaf_nodes = 12, gpu_types = {"a100_1g.10gb", "a100_2g.20gb", "a100_3g.40gb", "l40s"}},
-  ["legacy"] = {kind = "gpu", cpus_per_gpu = 20, mem_per_gpu = 95321, leaf_nodes = 16, gpu_types = {"v100"}},
+  ["a100"] = {kind = "gpu", cpus_per_gpu = 30, mem_per_gpu = 126877, leaf_nodes = 8, def_mem_per_cpu = 4092, gpu_types = {"a100"}},
+  ["interactive"] = {kind = "gpu", cpus_per_gpu = 14, mem_per_gpu = 63438, leaf_nodes = 12, def_mem_per_cpu = 4092, gpu_types = {"a100_1g.10gb", "a100_2g.20gb", "a100_3g.40gb", "l40s"}},
+  ["legacy"] = {kind = "gpu", cpus_per_gpu = 20, mem_per_gpu = 95321, leaf_nodes = 16, def_mem_per_cpu = 4766, gpu_types = {"v100"}},
 }
 
 local function unset(v, no_val)
@@ -340,8 +341,21 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
       or (job_rec.pn_min_cpus ~= nil and job_rec.pn_min_cpus ~= slurm.NO_VAL and job_rec.pn_min_cpus > 1)
   -- a job that asked no memory has min_mem_per_node 0 in its record (the whole node's memory, as the lab shows
   -- MinMemoryNode=0 on 22.05 and 24.11); --mem=0 reads the same and gets the per-GPU default too
+  -- the partition's DefMemPerCPU is no memory the job asked: slurmctld put it on the job at submit (its record's
+  -- min_mem_per_cpu then equals it), and a GPU job gets the per-GPU default instead (cons_tres drops a per-CPU
+  -- default for GPU jobs: slurmconf.cpu_job_mem_default)
+  local rec_mpc = job_rec.min_mem_per_cpu
+  if rec_mpc ~= nil then
+    for name in string.gmatch(job_rec.partition or "", "[^,]+") do
+      local f = PARTITIONS[name]
+      if f ~= nil and f.def_mem_per_cpu ~= 0 and f.def_mem_per_cpu == rec_mpc then
+        rec_mpc = nil
+        break
+      end
+    end
+  end
   job.asked_mem = job_desc.min_mem_per_node ~= nil or job_desc.min_mem_per_cpu ~= nil
-      or (job_rec.min_mem_per_node ~= nil and job_rec.min_mem_per_node ~= 0) or job_rec.min_mem_per_cpu ~= nil
+      or (job_rec.min_mem_per_node ~= nil and job_rec.min_mem_per_node ~= 0) or rec_mpc ~= nil
   return apply(job, job_desc, part_list, true, changed)
 end
 
