@@ -20,7 +20,7 @@ from slurmkit.lab import Lab
 from tests.conftest import ROOT, lab_run
 from tests.integration.test_placement_lab import _wait
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.releases]  # squeue/scontrol formats, reservations, test-only: per release
 
 STEPPER = """\
 import json, os, signal, sys, time

@@ -21,7 +21,7 @@ import yaml
 
 from tests.conftest import lab_run
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.releases]  # HealthCheckTimeout (26.05), reasons kept on IDLE nodes (24.11): per release
 
 NVML = Path(__file__).resolve().parents[1] / "data" / "nvml"
 INTERVAL = 5  # HealthCheckInterval in the lab: short so flap damping is observable in a test
