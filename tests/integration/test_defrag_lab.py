@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -141,7 +142,12 @@ def test_defrag_run_frees_a_leaf_and_the_moved_job_resumes(dlab: Lab, tmp_path: 
         assert "released slurmkit-defrag-" in run.stdout
         shown = lab_run(dlab, ["scontrol", "show", "reservation"], check=False)
         assert "slurmkit-defrag" not in shown.stdout, shown.stdout
-        # the moved job restarts from its checkpoint on the other leaf
+        # the job `defrag run` moved (its own plan, made a few seconds after `defrag plan`'s: the two one-node jobs
+        # cost about the same, and the checkpoint ages that decide it move on meanwhile) restarts from its checkpoint
+        # on the other leaf
+        said = re.findall(r"^defrag: moving job (\d+):", run.stdout, re.M)
+        assert len(said) == 1 and said[0] in (a, bj), run.stdout
+        moved = said[0]
         mdir = tmp_path / ("a" if moved == a else "b")
         try:
             _wait(lambda: b.job(moved).state == "RUNNING" and b.job(moved).restarts >= 1, 90,
