@@ -168,6 +168,12 @@ def test_a_new_node_whose_slurmd_never_registers_rolls_everything_back(elab: Lab
     assert _files(elab.etc) == before  # slurm.conf, topology.conf, slurmkit.yaml, lab-overrides.yaml: byte for byte
     nodes = sh(elab, elab.exe("scontrol"), "-o", "show", "nodes")
     assert sorted(line.split()[0] for line in nodes.splitlines()) == [f"NodeName=node{i}" for i in range(1, 5)]
+    # a reconfigure makes each slurmd fork a new process that takes over and writes the pid file anew
+    # (src/slurmd/slurmd/slurmd.c _try_to_reconfig, slurm-24-11-5-1 and slurm-26-05-3-1): for a moment the file names
+    # the old, exiting one (seen on 26.05); the old nodes' slurmds must be back within seconds
+    deadline = time.monotonic() + 15
+    while _slurmds(elab) != [f"slurmd-node{i}" for i in range(1, 5)] and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert _slurmds(elab) == [f"slurmd-node{i}" for i in range(1, 5)]
     assert job(backend, long_job).state == "RUNNING"
 
