@@ -990,6 +990,13 @@ class Lab:
         for pid in _pids_in_ns(node_ns):
             if pid not in victims:
                 victims.append(pid)
+        # a daemon no pid file names: a reconfigure makes slurmd fork a successor that takes over
+        # (src/slurmd/slurmd/slurmd.c _try_to_reconfig, slurm-24-11-5-1 and slurm-26-05-3-1) while the exiting one
+        # may remove the shared pid file; any process started with this lab's slurm.conf is the lab's
+        strays = [pid for pid in _pids_with_arg(str(self.conf)) if pid not in victims and pid != os.getpid()]
+        if strays:
+            order.append(f"{len(strays)} daemon(s) no pid file named")
+            victims += strays
         for pid in victims:
             _kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 5
@@ -1084,6 +1091,23 @@ def _ns(pid: int) -> str | None:
         return os.readlink(f"/proc/{pid}/ns/uts")
     except OSError:
         return None
+
+
+def _pids_with_arg(arg: str) -> list[int]:
+    """Processes with ``arg`` as one of their command-line arguments (``slurmd -f <lab>/etc/slurm.conf``)."""
+    want = arg.encode()
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if want in argv:
+            out.append(int(d))
+    return out
 
 
 def _pids_in_ns(namespaces: set[str | None]) -> list[int]:
