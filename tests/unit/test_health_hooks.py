@@ -645,7 +645,8 @@ def test_cli_record_fixture_round_trips_through_the_fake(tmp_path, inventory):
         assert rec["devices"][3][key] == original["devices"][3][key], key
     r = CliRunner().invoke(check, ["--json", "--inventory", str(inventory), "--node", "node1"],
                            env={"SLURMKIT_FAKE_NVML": str(out)})
-    assert json.loads(r.output)["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2"  # same verdict from the recording
+    # same verdict from the recording (the host's own checks, e.g. whether a munged runs here, may add to it)
+    assert json.loads(r.output)["reason"].split("; ")[0] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2"
 
 
 def test_cli_hook_prolog_reads_the_slurm_environment(tmp_path, inventory):
