@@ -23,11 +23,12 @@ from tests.integration.test_placement_lab import SCRIPT, _occupy, _states, _wait
 
 pytestmark = [
     pytest.mark.lab,
+    pytest.mark.releases,  # tests/run.sh runs `lab and releases` on 24.11 and 26.05: these run there
     # topology.conf.5 of slurm-24-05-8-1: BlockSizes (what the lab and the generator write) came in 24.05; 23.11 had
-    # BlockLevels and 22.05 no topology/block at all. tests/run.sh runs the lab tests on 24.11 too, which runs these.
+    # BlockLevels and 22.05 no topology/block at all.
     pytest.mark.skipif(
         release_key(release_under_test()) < (24, 5),
-        reason="topology/block with BlockSizes needs Slurm 24.05+; the 24.11 pass of tests/run.sh runs this",
+        reason="topology/block with BlockSizes needs Slurm 24.05+; the 24.11 and 26.05 passes of tests/run.sh run this",
     ),
 ]
 
