@@ -131,14 +131,11 @@ def test_defrag_run_frees_a_leaf_and_the_moved_job_resumes(dlab: Lab, tmp_path: 
         assert doc["blocked"] and len(doc["plan"]["moves"]) == 1, doc
         moved = doc["plan"]["moves"][0]["job"]
         assert moved in (a, bj)
-        t0 = time.monotonic()
         run = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "defrag", "run", "--for", c,
                               "--timeout", "120"], env=env, capture_output=True, text=True, timeout=180)
         assert run.returncode == 0, run.stdout + run.stderr
-        took = time.monotonic() - t0
         c_nodes = nodes_of(c)
         assert len({leaf_of[n] for n in c_nodes}) == 1 and len(c_nodes) == 2, run.stdout
-        assert took < 60, (took, run.stdout)
         assert "released slurmkit-defrag-" in run.stdout
         shown = lab_run(dlab, ["scontrol", "show", "reservation"], check=False)
         assert "slurmkit-defrag" not in shown.stdout, shown.stdout
@@ -221,10 +218,8 @@ def test_defrag_watch_once_respects_quiet_hours_and_rate_limits_then_unblocks(dl
         # allowed: one pass unblocks C on one leaf
         state.unlink()
         inv = _policy_inventory(f, "allowed", min_wait_s=0, partitions=[part], max_moves_per_hour=2)
-        t0 = time.monotonic()
         r = f.slurmkit(*common, "--inventory", inv, timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
-        assert time.monotonic() - t0 < 60, r.stdout
         c_nodes = f.nodes_of(c)
         assert len(c_nodes) == 2 and len({f.leaf_of[n] for n in c_nodes}) == 1, r.stdout
         lines = r.stdout.splitlines()
