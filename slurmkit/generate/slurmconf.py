@@ -736,12 +736,7 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
         ns = f"ns_{p.name}"
         nodesets.append(f"NodeSet={ns} Nodes={hosts}")
         kv = [("PartitionName", p.name), ("Nodes", ns), ("Default", "YES" if p.default else "NO"), ("MaxTime", p.max_time)]
-        if p.default_time:
-            kv.append(("DefaultTime", p.default_time))
-        if p.priority_tier is not None:
-            kv.append(("PriorityTier", str(p.priority_tier)))
-        if p.qos:
-            kv.append(("QOS", p.qos))
+        kv += _partition_limits(p)
         allow = cluster.tenants.allow_qos(p.name) if cluster.tenants else ()
         if allow:
             # slurm.conf(5) AllowQos (22.05 and 24.11): "Comma-separated list of Qos which may execute jobs in the
@@ -772,13 +767,20 @@ def _adopted_partition(cluster: Cluster, p: Partition) -> str:
         kv.append(("Default", "YES"))
     if p.max_time != "UNLIMITED":
         kv.append(("MaxTime", p.max_time))
+    kv += _partition_limits(p)
+    return " ".join(f"{k}={q(v)}" for k, v in _merge(kv, p.extra))
+
+
+def _partition_limits(p: Partition) -> list[tuple[str, str]]:
+    """DefaultTime, PriorityTier and QOS where the inventory gives them (generated and adopted lines alike)."""
+    kv = []
     if p.default_time:
         kv.append(("DefaultTime", p.default_time))
     if p.priority_tier is not None:
         kv.append(("PriorityTier", str(p.priority_tier)))
     if p.qos:
         kv.append(("QOS", p.qos))
-    return " ".join(f"{k}={q(v)}" for k, v in _merge(kv, p.extra))
+    return kv
 
 
 def _dev(path: str, prefix: str | None) -> str:
