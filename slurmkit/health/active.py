@@ -64,6 +64,22 @@ class GpuResult:
     error: str | None = None
 
 
+def _repeat(op, args, sync, seconds: float) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+    """Run ``op(*args)`` once to warm up, then repeatedly for ``seconds`` (synchronising every 4 calls):
+    (calls, seconds)."""
+    op(*args)
+    sync()
+    iters, t0 = 0, time.perf_counter()
+    while True:
+        op(*args)
+        iters += 1
+        if iters % 4 == 0:
+            sync()
+            if time.perf_counter() - t0 >= seconds:
+                break
+    return iters, time.perf_counter() - t0
+
+
 def _torch_device_test(torch: Any, device: Any, gemm_n: int, bw_mb: int, seconds: float,
                        dtype: Any = None) -> tuple[float, float]:
     """(TFLOPS, GB/s) on one device: bf16 n x n matmuls, then copies of a ``bw_mb`` MiB buffer, each timed for about
@@ -75,33 +91,13 @@ def _torch_device_test(torch: Any, device: Any, gemm_n: int, bw_mb: int, seconds
     dtype = dtype or torch.bfloat16
     a = torch.randn(gemm_n, gemm_n, device=device, dtype=dtype)
     b = torch.randn(gemm_n, gemm_n, device=device, dtype=dtype)
-    torch.matmul(a, b)
-    sync()
-    iters, t0 = 0, time.perf_counter()
-    while True:
-        torch.matmul(a, b)
-        iters += 1
-        if iters % 4 == 0:
-            sync()
-            if time.perf_counter() - t0 >= seconds:
-                break
-    el = time.perf_counter() - t0
+    iters, el = _repeat(torch.matmul, (a, b), sync, seconds)
     tflops = 2 * gemm_n ** 3 * iters / el / 1e12
     del a, b
     n = bw_mb * (1 << 20) // 4
     x = torch.empty(n, device=device, dtype=torch.float32).fill_(1.0)
     y = torch.empty_like(x)
-    y.copy_(x)
-    sync()
-    iters, t0 = 0, time.perf_counter()
-    while True:
-        y.copy_(x)
-        iters += 1
-        if iters % 4 == 0:
-            sync()
-            if time.perf_counter() - t0 >= seconds:
-                break
-    el = time.perf_counter() - t0
+    iters, el = _repeat(y.copy_, (x,), sync, seconds)
     gbs = 2 * x.numel() * 4 * iters / el / 1e9  # a copy reads and writes every byte
     del x, y
     return tflops, gbs
