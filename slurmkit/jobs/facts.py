@@ -220,15 +220,19 @@ def from_slurm(backend: Backend, partition: str | None, base: ClusterFacts | Non
     nodes = [n for n in all_nodes if not members or n.name in members]
     live = tuple((n.name, n.state, n.flags, n.free_gpus, n.total_gpus) for n in nodes)
     # each pending job with the nodes it may take: its pin, else every node of its partitions
-    part_nodes = {p.get("PartitionName", ""): p.get("Nodes", "") for p in parts}
     everyone = frozenset(n.name for n in all_nodes)
+    part_nodes: dict[str, frozenset[str]] = {}  # each partition expanded once, however many jobs wait in it
     queue = []
     for j in pending:
         if j.req_nodes:
             may = frozenset(j.req_nodes)
         else:
-            may = frozenset(h for p in j.partitions for h in _expand_or_empty(part_nodes.get(p, ""))) or everyone
-        queue.append((j, may - frozenset(j.exc_nodes)))
+            for p in j.partitions:
+                if p not in part_nodes:
+                    spec = next((r.get("Nodes", "") for r in parts if r.get("PartitionName") == p), "")
+                    part_nodes[p] = frozenset(_expand_or_empty(spec))
+            may = frozenset().union(*(part_nodes[p] for p in j.partitions)) or everyone
+        queue.append((j, may - frozenset(j.exc_nodes) if j.exc_nodes else may))
     extra = dict(pending=tuple(queue), reservations=tuple(resvs), default_time=default_time, live_at=now,
                  node_features=tuple((n.name, n.features) for n in nodes))
     if base is not None and base.node_gpus:
