@@ -85,9 +85,14 @@ def up(directory: str, nodes: int | None, gpus_per_node: int, gpu_type: str, nod
        configless: bool, preset: str | None, slow_nodes: tuple[str, ...], slow_cpus: float, monitoring: bool,
        monitoring_port: int) -> None:
     """Start the lab and wait until every node is idle."""
+    from slurmkit.lab.inventory import parse_gpu_type_counts
+
+    try:
+        counts = [n for _t, n in parse_gpu_type_counts(gpu_type)]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[1], param_hint="--gpu-type") from None
     if nodes is None:
-        counts = [x.partition(":")[2] for x in gpu_type.split(",")]
-        nodes = sum(int(n) for n in counts) if all(n.isdigit() for n in counts) else 8
+        nodes = sum(n for n in counts if n) if all(counts) else 8
     spec = LabSpec(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                    nodes_per_leaf=nodes_per_leaf, accounting=accounting, port_base=port_base, hooks=hooks,
                    healthcheck_interval=healthcheck_interval, fake_nvml_template=fake_nvml, slurm=slurm,

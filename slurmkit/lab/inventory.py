@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 
@@ -10,23 +11,43 @@ def _span(lo: int, hi: int) -> str:
     return str(lo) if hi <= lo else f"{lo}-{hi}"
 
 
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9_.-]+$")  # a gres Type= name (gres.conf(5)): no blank, '=', ':' or ','
+_COUNT = re.compile(r"^[0-9]+$")  # ASCII digits only (str.isdigit also takes '²' and other scripts' digits)
+
+
+def parse_gpu_type_counts(spec: str) -> list[tuple[str, int | None]]:
+    """``--gpu-type`` as written: ``TYPE`` -> [(TYPE, None)], ``TYPE:NODES,...`` -> [(TYPE, NODES), ...]. ValueError
+    naming the option for a bad type name, a count that is no whole number >= 1, or a type given twice (in any
+    case: src/interfaces/gres.c compares type names with xstrcasecmp, e.g. l.1907 and l.8608 at slurm-24-11-5-1)."""
+    items = [x.strip() for x in spec.split(",")]
+    if len(items) == 1 and ":" not in items[0]:
+        if not _GPU_TYPE.match(items[0]):
+            raise ValueError(f"--gpu-type: {items[0]!r} is not a GPU type name (letters, digits, _ . -)")
+        return [(items[0], None)]
+    out: list[tuple[str, int | None]] = []
+    for it in items:
+        t, sep, n = it.partition(":")
+        if not sep or not _COUNT.match(n) or int(n) < 1:
+            raise ValueError(f"--gpu-type: {it!r} is not TYPE:NODES with NODES >= 1 (e.g. a100:2,h100:2)")
+        if not _GPU_TYPE.match(t):
+            raise ValueError(f"--gpu-type: {t!r} is not a GPU type name (letters, digits, _ . -)")
+        if any(t.lower() == x.lower() for x, _n in out):
+            raise ValueError(f"--gpu-type: type {t!r} given twice")
+        if t.lower() == "gpu":  # each type gets a partition of its name beside the lab's partition `gpu`
+            raise ValueError("--gpu-type: type 'gpu' would name a second partition 'gpu' (each type gets its own)")
+        out.append((t, int(n)))
+    return out
+
+
 def gpu_types(spec: str, nodes: int) -> list[tuple[str, int]]:
     """``--gpu-type``: ``TYPE`` (every node) or ``TYPE:NODES,TYPE:NODES,...`` (that many nodes of each type, in
     order: ``a100:2,h100:2`` is node[1-2] a100, node[3-4] h100, one node group per type) -> [(type, nodes)].
-    ValueError (naming the option) when the counts do not add up to ``nodes`` or a type repeats."""
-    items = [x.strip() for x in spec.split(",")]
-    if len(items) == 1 and ":" not in items[0]:
-        if not items[0]:
-            raise ValueError("--gpu-type: empty")
-        return [(items[0], nodes)]
-    out: list[tuple[str, int]] = []
-    for it in items:
-        t, sep, n = it.partition(":")
-        if not sep or not t or not n.isdigit() or int(n) < 1:
-            raise ValueError(f"--gpu-type: {it!r} is not TYPE:NODES (e.g. a100:2,h100:2)")
-        if any(t == x for x, _n in out):
-            raise ValueError(f"--gpu-type: type {t!r} given twice")
-        out.append((t, int(n)))
+    ValueError (naming the option) for what parse_gpu_type_counts refuses and when the counts do not add up to
+    ``nodes``."""
+    parsed = parse_gpu_type_counts(spec)
+    if parsed[0][1] is None:
+        return [(parsed[0][0], nodes)]
+    out = [(t, n or 0) for t, n in parsed]
     if sum(n for _t, n in out) != nodes:
         raise ValueError(f"--gpu-type: {spec!r} names {sum(n for _t, n in out)} nodes, the lab has {nodes} (--nodes)")
     return out

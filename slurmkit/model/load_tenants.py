@@ -46,6 +46,12 @@ _USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*\$?$")
 _RESERVED_ACCOUNTS = frozenset({"root"})
 
 
+# sacctmgr reads GraceTime with get_uint (src/sacctmgr/common.c: strtol cast to uint32_t, 22.05 and 24.11), but
+# slurmdbd 22.05 stores nothing above INT32_MAX: measured on the lab, GraceTime=2147483647 is stored and 2147483648
+# answers "Nothing modified" (a plan it would accept must not fail at apply)
+GRACE_TIME_MAX = 2**31 - 1
+
+
 def _dbname(ctx: _Ctx, v: Any, path: str, what: str) -> str:
     text = _str(ctx, v, path)
     if not _DB_NAME_RE.fullmatch(text):
@@ -222,9 +228,9 @@ def load_tenants(ctx: _Ctx, raw: Any, groups: dict[str, NodeGroup], partitions: 
         if isinstance(uf, bool) or not isinstance(uf, (int, float)) or uf < 0:
             raise ctx.err(_join(qp, "usage_factor"), f"expected a number >= 0, got {uf!r}")
         grace = m.get("grace_time", 0)
-        if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= 0xFFFFFFFE:
-            # sacctmgr reads GraceTime as an unsigned count of seconds (qos_functions.c get_uint, 22.05 and 24.11)
-            raise ctx.err(_join(qp, "grace_time"), f"expected whole seconds >= 0, got {grace!r}")
+        if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= GRACE_TIME_MAX:
+            raise ctx.err(_join(qp, "grace_time"), f"expected whole seconds between 0 and {GRACE_TIME_MAX}, "
+                                                   f"got {grace!r}")
         mode = str(m.get("preempt_mode", "cluster")).lower()
         if mode not in QOS_PREEMPT_MODES:
             raise ctx.err(_join(qp, "preempt_mode"), f"expected one of {', '.join(QOS_PREEMPT_MODES)}, got "

@@ -262,6 +262,9 @@ def test_select_nodes_in_a_maintenance_window() -> None:
     with pytest.raises(UsageError, match=r"^--reservation: 'nope' does not exist \(reservations: later, maint\)$"):
         select_nodes(resv_facts(), None, "nope")
     assert select_nodes(resv_facts(), "node3", "maint") == (["node3"], [])
+    # a window that has not begun: refused (its jobs would sit queued until it opens), naming the start
+    with pytest.raises(UsageError, match=r"^--reservation later: the window starts at .*nothing submitted\)$"):
+        select_nodes(resv_facts(), None, "later")
 
 
 def test_job_runs_in_the_reservation_with_account_and_qos_through_gpusubs_prepare(tmp_path: Path) -> None:

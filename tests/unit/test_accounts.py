@@ -806,8 +806,10 @@ def test_qos_grace_time_is_seconds_and_reaches_sacctmgr_and_reads_back():
     assert "GraceTime=90" in step.args  # whole seconds: sacctmgr's get_uint
     live.qos["scavenger"] = parse_state("scavenger|0||requeue||||||0.100000||00:01:30\n", "", "").qos["scavenger"]
     assert not [c for c in diff(live, want) if c.kind == "qos"]
-    for bad in (-1, "90s", 1.5, True):
+    for bad in (-1, "90s", 1.5, True, 4294967294):
         refused(inv(_scavenger(grace_time=bad)), "tenants.qos[2].grace_time", "whole seconds")
+    refused(inv(_scavenger(grace_time=2**31)), "tenants.qos[2].grace_time", "between 0 and 2147483647")
+    assert load_cluster_dict(inv(_scavenger(grace_time=2**31 - 1))).tenants is not None
 
 
 @pytest.mark.parametrize("version,line", [("22.05", "SlurmctldParameters=preempt_send_user_signal"),

@@ -21,9 +21,24 @@ def test_gpu_types_spec():
     assert gpu_types("h100", 4) == [("h100", 4)]
     assert gpu_types("a100:2,h100:2", 4) == [("a100", 2), ("h100", 2)]
     for bad, words in (("a100:2,h100:1", "names 3 nodes, the lab has 4"), ("a100:x", "not TYPE:NODES"),
-                       ("a100:2,a100:2", "given twice"), ("a100:0,h100:4", "not TYPE:NODES")):
+                       ("a100:2,a100:2", "given twice"), ("a100:0,h100:4", "not TYPE:NODES"),
+                       ("a100:²,h100:2", "not TYPE:NODES"), ("a100:\u0662,h100:2", "not TYPE:NODES"),
+                       ("A100:2,a100:2", "given twice"), ("a b:2,h100:2", "not a GPU type name"),
+                       ("x=y", "not a GPU type name"), ("", "not a GPU type name"),
+                       ("gpu:2,h100:2", "second partition 'gpu'")):
         with pytest.raises(ValueError, match=words):
             gpu_types(bad, 4)
+
+
+def test_lab_up_refuses_a_bad_gpu_type_in_one_line_before_anything_starts(tmp_path):
+    import subprocess
+    import sys
+
+    for bad in ("a100:²", "gpu:2,h100:2,a b:1", "a100:0"):
+        r = subprocess.run([sys.executable, "-m", "slurmkit", "lab", "up", "--dir", str(tmp_path / "lab"),
+                            "--gpu-type", bad], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "--gpu-type" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "lab").exists()
 
 
 def test_two_type_lab_inventory_loads_and_renders_both_types():
