@@ -590,9 +590,10 @@ def _reservation(facts: ClusterFacts, name: str) -> Reservation:
     if r is None:
         known = ", ".join(sorted(r.name for r in facts.reservations)) or "none"
         raise UsageError(f"--reservation: {name!r} does not exist (reservations: {known})")
-    if facts.live_at and r.start > facts.live_at and "FLEX" not in r.flags:
+    if facts.live_at and r.start > facts.live_at + 60 and "FLEX" not in r.flags:
         # a job in a reservation cannot start before it does (reservation.c job_test_resv, 22.05 and 24.11): the
-        # measurement would sit queued until the window opens
+        # measurement would sit queued until the window opens (one that opens within the minute is taken as open:
+        # a window an admin created with StartTime=now a moment ago)
         from datetime import datetime
 
         raise UsageError(f"--reservation {name}: the window starts at {datetime.fromtimestamp(r.start):%Y-%m-%dT%H:%M:%S}"
