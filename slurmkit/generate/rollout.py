@@ -422,7 +422,9 @@ _DEFAULT_NEW = (_DEFAULT_OLD[:-1] + ' Changes to TCP listening settings will req
 _TCP = 'slurm.conf(5) 23.11+: "Changes to TCP listening settings will require a daemon restart."'
 RULES_23_11: dict[str, Rule] = {
     "*": Rule(RECONFIGURE, "all", _DEFAULT_NEW),
-    "AuthType": Rule(RESTART, "all", _AUTH),
+    # slurm.conf(5) slurm-23-11-11-1 and slurm-24-11-5-1 add to AuthType (not in 22.05/23.02): running steps break
+    "AuthType": Rule(DRAIN, "jobs", _AUTH + ' 23.11+: "Changes to this value will interrupt outstanding job steps and '
+                                           'prevent them from completing."'),
     "SelectType": Rule(DRAIN, "jobs", _SELECT),
     "SwitchType": Rule(DRAIN, "jobs", 'slurm.conf(5) 23.11+: "All Slurm daemons, commands and running jobs must be restarted or reconfigured for a change in SwitchType to take effect. If running jobs exist at the time slurmctld is restarted with a new value of SwitchType, records of all jobs in any state may be lost."'),
     "SlurmctldPort": Rule(RESTART, "slurmctld", _TCP),
@@ -634,7 +636,10 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         r = rule(ver, "node-")
         changes.append(Change("slurm.conf", "NodeName", hostlist.fold(removed), "", r.action, r.doc,
                               hostlist.fold(removed), r.scope))
-    grouped: dict[tuple[str, str, str, str, str], list[str]] = {}
+    # node changes take the release's "node~" scope (22.05: restart both daemons; 23.11+: drain, then a reconfigure
+    # is enough): before, a geometry Change had no scope and a 24.11 RealMemory change was planned as restarts
+    node_scope = rule(ver, "node~").scope
+    grouped: dict[tuple[str, str, str, str, str, str], list[str]] = {}
     for h in nn:
         if h not in on:
             continue
@@ -648,29 +653,31 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
                           if getattr(ga_, f) != getattr(gb_, f)]
                 ta = " ".join(f"{f}={getattr(ga_, f)}" for f in fields)
                 tb = " ".join(f"{f}={getattr(gb_, f)}" for f in fields)
-                grouped.setdefault(("geometry", ta, tb, DRAIN, rule(ver, "node~").doc), []).append(h)
+                grouped.setdefault(("geometry", ta, tb, DRAIN, rule(ver, "node~").doc, node_scope), []).append(h)
                 same_geometry = True  # reported above as one change
         for k in sorted(set(na) | set(nb)):
             if na.get(k, "") == nb.get(k, ""):
                 continue
             if k in _GEOMETRY and same_geometry:
                 continue  # Boards x SocketsPerBoard = Sockets, implied CPUs, Procs=: what slurmctld makes is equal
+            scope = ""
             if k in _GEOMETRY:
-                act, why = DRAIN, rule(ver, "node~").doc
+                act, why, scope = DRAIN, rule(ver, "node~").doc, node_scope
             elif k == "gres":
                 oc_, nc_ = cp.gres_totals(cp.parse_gres(na.get(k, ""))), cp.gres_totals(cp.parse_gres(nb.get(k, "")))
                 if oc_ != nc_:
-                    act, why = DRAIN, "GRES counts change: drain the nodes first (gres.conf(5))"
+                    act, why, scope = DRAIN, "GRES counts change: drain the nodes first; " + rule(ver, "node~").doc, node_scope
                 else:
-                    act, why = RECONFIGURE, "GRES types change: reconfigure with every slurmd responding"
+                    act, why = _gres_type_change(feats)
             elif k in _SLURMD_LOCAL:
                 act, why = _slurmd_restart(feats)
             else:
                 act, why = RECONFIGURE, "scontrol reconfigure re-reads node attributes"
-            grouped.setdefault((k, na.get(k, ""), nb.get(k, ""), act, why), []).append(h)
-    for (k, a_, b_, act, why), hs in grouped.items():
+            grouped.setdefault((k, na.get(k, ""), nb.get(k, ""), act, why, scope), []).append(h)
+    for (k, a_, b_, act, why, scope), hs in grouped.items():
         fold = hostlist.fold(hs)
-        changes.append(Change("slurm.conf", f"NodeName={fold} {k}", a_, b_, act, why, fold if act in (DRAIN, RESTART) else ""))
+        changes.append(Change("slurm.conf", f"NodeName={fold} {k}", a_, b_, act, why,
+                              fold if act in (DRAIN, RESTART) else "", scope))
 
     for kind, orecs, nrecs in (("PartitionName", oc.partitions, nc.partitions), ("NodeSet", oc.nodesets, nc.nodesets)):
         od = {r.head: " ".join(f"{k}={v}" for k, v in r.pairs[1:]) for r in orecs}
@@ -684,13 +691,14 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
 
     common = [h for h in nn if h in on]
     og, ng = _gres_table(old.get("gres.conf", ""), on), _gres_table(new.get("gres.conf", ""), nn)
-    ggroup: dict[tuple[str, str, str, str], list[str]] = {}
+    ggroup: dict[tuple[str, str, str, str, str], list[str]] = {}
     for h in common:
         ga, gb = og.get(h, ()), ng.get(h, ())
         if ga == gb:
             continue
+        scope = ""
         if _devices(ga) != _devices(gb):
-            act, why = DRAIN, "number of GRES device files changes: drain first, restart slurmd"
+            act, why, scope = DRAIN, "number of GRES device files changes: drain first; " + rule(ver, "node~").doc, node_scope
             a_s, b_s = _summ(ga), _summ(gb)
         elif [_strip(r, "cores") for r in ga] != [_strip(r, "cores") for r in gb]:
             act, why = _slurmd_restart(feats)
@@ -698,10 +706,10 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         else:
             act, why = RESTART, "Cores= changes need slurmctld and slurmd restarts"
             a_s, b_s = _gres_delta(ga, gb, "Cores=")
-        ggroup.setdefault((a_s, b_s, act, why), []).append(h)
-    for (a_, b_, act, why), hs in ggroup.items():
+        ggroup.setdefault((a_s, b_s, act, why, scope), []).append(h)
+    for (a_, b_, act, why, scope), hs in ggroup.items():
         fold = hostlist.fold(hs)
-        changes.append(Change("gres.conf", f"NodeName={fold}", a_, b_, act, why, fold))
+        changes.append(Change("gres.conf", f"NodeName={fold}", a_, b_, act, why, fold, scope))
 
     oo, no = cp.parse_settings(old.get("cgroup.conf", ""), "cgroup.conf"), cp.parse_settings(new.get("cgroup.conf", ""), "cgroup.conf")
     for k in sorted(set(oo) | set(no)):
@@ -732,6 +740,17 @@ def _slurmd_restart(feats: object) -> tuple[str, str]:
     if getattr(feats, "reconfigure_restarts", False):
         return RECONFIGURE, "read by slurmd at start; a 23.11+ reconfigure restarts slurmd"
     return RESTART, "read by slurmd at start: restart slurmd on the nodes"
+
+
+def _gres_type_change(feats: object) -> tuple[str, str]:
+    """A node's GRES type changes, counts equal. gres.conf(5) Type, 22.05 and 23.02: "A restart of the slurmctld and
+    slurmd daemons is required for changes to the Type option to take effect."; 23.11+ (slurm-23-11-*-1, 24.11): "For
+    changes to the Type option to take effect with a scontrol reconfig all affected slurmd daemons must be responding
+    to the slurmctld. Otherwise a restart of the slurmctld and slurmd daemons is required." (before, 22.05 planned a
+    reconfigure)"""
+    if getattr(feats, "reconfigure_restarts", False):
+        return RECONFIGURE, "GRES types change: gres.conf(5) 23.11+ reconfigure with every affected slurmd responding"
+    return RESTART, "GRES types change: gres.conf(5) 22.05 \"A restart of the slurmctld and slurmd daemons is required\""
 
 
 def _strip(rec: tuple[str, ...], key: str) -> tuple[str, ...]:

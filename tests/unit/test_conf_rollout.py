@@ -199,3 +199,52 @@ def test_drift_lists_each_mismatch_folded() -> None:
     assert "node4: Gres: inventory gpu:h100:8, cluster gpu:h100:7" in lines
     assert "node5: node: inventory defined, cluster missing" in lines
     assert "node99: node: inventory not in inventory, cluster present" in lines
+
+
+def _memory_changed() -> dict:
+    new = copy.deepcopy(LAB)
+    new["node_groups"][0]["memory_mb"] = new["node_groups"][0].get("memory_mb", 16000) - 1024
+    return new
+
+
+def test_a_24_11_memory_change_is_drain_and_reconfigure_not_restarts() -> None:
+    """Issue 20 item 2: slurm.conf(5) 24.11 NODE CONFIGURATION "require restarting or reconfiguring"; the geometry
+    Change had no scope, so the plan restarted slurmctld and every slurmd."""
+    ch = r.semantic_diff(files_for(LAB, "24.11"), files_for(_memory_changed(), "24.11"), "24.11")
+    geo = [c for c in ch if "geometry" in c.subject]
+    assert geo and geo[0].action == r.DRAIN and geo[0].scope == "reconfigure", ch
+    kinds = [s.kind for s in r.plan_steps(ch, "24.11")]
+    assert kinds == [r.DRAIN_STEP, r.WRITE, r.RECONF, r.VERIFY, r.RESUME], kinds
+
+
+def test_a_22_05_memory_change_still_restarts_both_daemons() -> None:
+    # slurm.conf(5) 22.05: "require restarting both the slurmctld daemon and the slurmd daemons"
+    ch = r.semantic_diff(files_for(LAB, "22.05"), files_for(_memory_changed(), "22.05"), "22.05")
+    steps = r.plan_steps(ch, "22.05")
+    assert [s.kind for s in steps] == [r.DRAIN_STEP, r.WRITE, r.RESTART_CTLD, r.RESTART_SLURMD, r.VERIFY, r.RESUME]
+    assert steps[3].nodes == "node[1-8]"
+
+
+def _gres_type_changed() -> dict:
+    new = copy.deepcopy(LAB)
+    new["node_groups"][0]["gpus"]["type"] = "a100"
+    new["node_groups"][0]["features"] = [f for f in new["node_groups"][0].get("features", []) if f != "h100"]
+    return new
+
+
+@pytest.mark.parametrize(("version", "kinds"), [
+    ("22.05", [r.WRITE, r.RESTART_CTLD, r.RESTART_SLURMD, r.VERIFY]),  # gres.conf(5) 22.05 Type: "A restart of ..."
+    ("24.11", [r.WRITE, r.RECONF, r.VERIFY]),  # 23.11+: "with a scontrol reconfig all affected slurmd ... responding"
+])
+def test_a_gres_type_change_follows_the_releases_gres_conf_page(version: str, kinds: list[str]) -> None:
+    ch = r.semantic_diff(files_for(LAB, version), files_for(_gres_type_changed(), version), version)
+    assert [s.kind for s in r.plan_steps(ch, version)] == kinds, ch
+    # the NodeName Gres= change on its own (was a reconfigure on 22.05 too; only gres.conf's record forced restarts)
+    node_gres = [c for c in ch if c.file == "slurm.conf" and c.subject.endswith(" gres")]
+    assert node_gres and node_gres[0].action == (r.RESTART if version == "22.05" else r.RECONFIGURE), ch
+
+
+def test_auth_type_drains_everything_from_23_11() -> None:
+    # slurm.conf(5) 23.11+ AuthType: "Changes to this value will interrupt outstanding job steps"
+    assert r.rule("24.11", "AuthType").action == r.DRAIN and r.rule("24.11", "AuthType").scope == "jobs"
+    assert r.rule("22.05", "AuthType").action == r.RESTART
