@@ -226,8 +226,13 @@ class Executor:
             self._alive_after("at the verify step", settle=0.0)
             self._registered(self._expected_hosts(journal))
         elif k == ro.RESUME:
+            from slurmkit.backend.records import strip_reason_stamp
+
+            # 22.05's text `scontrol show node` ends the reason with " [user@time]" (the JSON of 23.02+ does not):
+            # compared as it was, a 22.05 drain was never resumed
             mine = [n.name for n in self.backend.nodes(journal["drained"] or [])
-                    if n.drained and n.reason == CONF_REASON and n.name in set(self.new_hosts)] if journal["drained"] else []
+                    if n.drained and strip_reason_stamp(n.reason) == CONF_REASON and n.name in set(self.new_hosts)
+                    ] if journal["drained"] else []
             if mine:
                 self.backend.resume(hostlist.fold(mine))
                 self.progress(f"resumed {hostlist.fold(mine)}")

@@ -234,3 +234,26 @@ def test_reconfigure_is_refused_where_the_plan_needs_restarts(tmp_path: Path) ->
     assert res.returncode == 3, res.stdout + res.stderr
     assert "refusing: --reconfigure cannot carry this plan (step 2: stop slurmctld" in res.stderr
     assert ro.read_dir(d) == before and ex.load_journal(d) is None
+
+
+class StampedBackend(FakeBackend):
+    """22.05's text `scontrol -o show node`: the reason ends with " [user@time]"."""
+
+    def nodes(self, names: list[str] | None = None) -> list[NodeInfo]:
+        return [NodeInfo(n.name, n.state, n.flags, f"{n.reason} [root@2026-12-01T20:06:05]" if n.reason else "")
+                for n in super().nodes(names)]
+
+
+def test_the_nodes_a_22_05_drain_took_are_resumed(tmp_path: Path) -> None:
+    """Issue 20 item 2 (found by tests/integration/test_rollout_lab.py): on 22.05 every drained apply left the nodes
+    drained -- the resume step compared the stamped reason with "slurmkit: config change (conf apply)"."""
+    old = files_for(LAB, "22.05")
+    inv = copy.deepcopy(LAB)
+    inv["node_groups"][0]["memory_mb"] = 30000
+    new = files_for(inv, "22.05")
+    d, m, steps, journal = setup(tmp_path, old, new, "22.05")
+    assert steps[0].kind == "drain" and steps[-1].kind == "resume"
+    e = ex.Executor(FakeSite(m), StampedBackend(m), d, new, timeout=1.0)
+    e._alive_after = lambda when, settle=2.0: None  # type: ignore[method-assign]
+    e.run(journal)
+    assert m.ops[-1] == "resume node[1-8]" and not m.drained, m.ops
