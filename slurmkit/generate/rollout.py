@@ -391,7 +391,9 @@ RULES_22_05: dict[str, Rule] = {
     "MaxNodeCount": Rule(RESTART, "slurmctld", 'slurm.conf(5) 22.05: "The slurmctld daemon must be restarted for changes to this parameter to take effect."'),
     "PluginDir": Rule(RESTART, "all", _BOTH_22),
     "PowerPlugin": Rule(RESTART, "slurmctld", _CTLD_22),
-    "ProctrackType": Rule(RESTART, "slurmctld", _CTLD_22),
+    # slurm.conf(5) names only slurmctld, but slurmd loads the plugin once: src/slurmd/slurmd/slurmd.c _slurmd_init
+    # calls slurm_proctrack_init() and _reconfigure() does not, so a slurmd left running tracks with the old plugin
+    "ProctrackType": Rule(RESTART, "all", _CTLD_22 + "; slurmd.c (22.05) loads proctrack only at start (_slurmd_init)"),
     "SchedulerType": Rule(RESTART, "slurmctld", _CTLD_22 + "; read_config.c keeps the old SchedulerType on reconfigure (ESLURM_INVALID_SCHEDTYPE_CHANGE)"),
     "SelectType": Rule(DRAIN, "jobs", 'slurm.conf(5) 22.05: "A restart of slurmctld and slurmd is required for changes to this parameter to take effect. When changed, all job information (running and pending) will be lost"'),
     "SelectTypeParameters": Rule(DRAIN, "jobs", _CTLD_22 + "; read_config.c _preserve_select_type_param: SelectTypeParameters cannot change on reconfigure"),

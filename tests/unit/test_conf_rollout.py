@@ -248,3 +248,10 @@ def test_auth_type_drains_everything_from_23_11() -> None:
     # slurm.conf(5) 23.11+ AuthType: "Changes to this value will interrupt outstanding job steps"
     assert r.rule("24.11", "AuthType").action == r.DRAIN and r.rule("24.11", "AuthType").scope == "jobs"
     assert r.rule("22.05", "AuthType").action == r.RESTART
+
+
+def test_a_22_05_proctrack_change_restarts_slurmd_too() -> None:
+    # slurmd.c (slurm-22-05-8-1) _slurmd_init loads proctrack; _reconfigure does not: slurmd keeps the old plugin
+    new = changed(slurm_conf={"ProctrackType": "proctrack/pgid"})
+    kinds = [s.kind for s in r.plan_steps(r.semantic_diff(files_for(LAB), files_for(new), "22.05"), "22.05")]
+    assert kinds == [r.WRITE, r.RESTART_CTLD, r.RESTART_SLURMD, r.VERIFY], kinds
