@@ -81,6 +81,8 @@ def quote(value: str, quoted: bool = False) -> str:
 
 def _strip_comment(line: str) -> str:
     """parse_config.c _strip_comments(): everything from a ``#`` preceded by an even number of backslashes."""
+    if "#" not in line:
+        return line
     bs = 0
     for i, ch in enumerate(line):
         if ch == "#" and bs % 2 == 0:
@@ -107,6 +109,8 @@ def _continuation_cut(line: str) -> int | None:
 
 def _strip_escapes(line: str) -> str:
     """parse_config.c _strip_escapes(): a backslash escapes the next character (``\\#`` -> ``#``, ``\\\\`` -> ``\\``)."""
+    if "\\" not in line:
+        return line
     out, i = [], 0
     while i < len(line):
         if line[i] == "\\":

@@ -109,11 +109,17 @@ class _Hosts:
 
     def __init__(self) -> None:
         self.cache: dict[str, list[str]] = {}
+        self.sets: dict[str, frozenset[str]] = {}
 
     def __call__(self, spec: str, where: str) -> list[str]:
         if spec not in self.cache:
             self.cache[spec] = hostlist.expand(spec, where)
         return self.cache[spec]
+
+    def set(self, spec: str, where: str) -> frozenset[str]:
+        if spec not in self.sets:
+            self.sets[spec] = frozenset(self(spec, where))
+        return self.sets[spec]
 
 
 def static_check(files: Mapping[str, str], version: str | None = None) -> Report:
@@ -183,6 +189,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
 
     # nodes: shapes, geometry, duplicates
     shape_of: dict[str, int] = {}
+    node_specs: list[str] = []  # the NodeName lines shape_of was made of (exact_cover compares leaves with them)
     shapes: list[dict] = []
     for rec in conf.nodes:
         try:
@@ -213,9 +220,12 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
         if spec_cores and spec_cores >= cores:
             err(f"{rec.where}: NodeName={rec.head}: CoreSpecCount={spec_cores} leaves no cores of {cores}")
         shapes.append({"cores": cores, "cpus": geo.cpus, "gres": gres, "rec": rec, "mem_spec": spec_mem})
+        node_specs.append(rec.head)
+        if shape_of.keys().isdisjoint(names):
+            shape_of.update(dict.fromkeys(names, len(shapes) - 1))
+            continue
         dup = [h for h in names if h in shape_of]
-        if dup:
-            err(f"{rec.where}: nodes {_fold(dup)} are already defined on an earlier NodeName line")
+        err(f"{rec.where}: nodes {_fold(dup)} are already defined on an earlier NodeName line")
         for h in names:
             shape_of.setdefault(h, len(shapes) - 1)
 
@@ -268,7 +278,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
     constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
 
     _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files)
-    _check_topology(files, conf, shape_of, feats, hosts, rep)  # type: ignore[arg-type]
+    _check_topology(files, conf, shape_of, feats, hosts, rep, node_specs)  # type: ignore[arg-type]
     _check_partitions(conf, shape_of, hosts, rep, feats)
     return rep
 
@@ -282,9 +292,19 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
             err("gres.conf is missing but slurm.conf nodes have Gres=")
         return
     global_auto = "off"
-    actual: dict[str, dict[tuple[str, str], int]] = {}
+    # per node group, not per host (issue 20 item 8: 100,000 nodes): each record's count goes to its NodeName spec
+    # (``None``: every node); the hosts are then cut into groups that have the same shape, the same specs and the
+    # same autodetect, and each group is compared once. A host's GRES is the sum over the specs naming it, as before.
+    contrib: dict[str | None, dict[tuple[str, str], int]] = {}
+    members: dict[str | None, frozenset[str]] = {}
     auto_nodes: set[str] = set()
     all_nodes = list(shape_of)
+    all_set = frozenset(shape_of)
+    spec_shapes: dict[str | None, list[int]] = {}
+    by_shape: dict[int, list[str]] = {}
+    for h, sh in shape_of.items():
+        by_shape.setdefault(sh, []).append(h)
+    shape_sets = [frozenset(by_shape.get(sh, ())) for sh in range(len(shapes))]
     for rec in cp.expand_includes(text, "gres.conf", files, rep.errors, line_keys=cp.GRES_LINE_KEYS):
         d = {k.lower(): v for k, v in rec.pairs}
         if rec.kind == "autodetect" and len(rec.pairs) == 1:
@@ -296,14 +316,20 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
                 continue
             err(f"{rec.where}: gres.conf line without Name=")
             continue
+        spec: str | None = d.get("nodename")
         try:
-            nodes = hosts(d["nodename"], rec.where) if "nodename" in d else all_nodes
+            nodes = hosts(spec, rec.where) if spec is not None else all_nodes
+            nset = hosts.set(spec, rec.where) if spec is not None else all_set
         except Exception as exc:
             err(f"{rec.where}: NodeName: {exc}")
             continue
-        unknown = [h for h in nodes if h not in shape_of]
-        if unknown:
+        if nset <= all_set:
+            known = nodes
+        else:
+            unknown = [h for h in nodes if h not in shape_of]
             err(f"{rec.where}: gres.conf names nodes {_fold(unknown)} that slurm.conf does not define")
+            known = [h for h in nodes if h in shape_of]
+            nset = nset & all_set
         if d.get("autodetect", global_auto) != "off":
             auto_nodes.update(nodes)
         name, gtype = d["name"], d.get("type", "")
@@ -329,7 +355,8 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
                 err(f"{rec.where}: GPU line without File= (Slurm drops a GPU it cannot bind to a device file)")
             elif constrain_devices:
                 err(f"{rec.where}: ConstrainDevices=yes needs File= on every GPU line")
-        known = [h for h in nodes if h in shape_of]
+        if spec not in spec_shapes:
+            spec_shapes[spec] = [sh for sh, hs in enumerate(shape_sets) if not hs.isdisjoint(nset)]
         if "cores" in d:
             try:
                 idx = cp.expand_ints(d["cores"])
@@ -337,34 +364,85 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
             except ValueError:
                 err(f"{rec.where}: Cores={d['cores']} is not a list of core indices")
             else:
-                small = sorted({shape_of[h] for h in known if shapes[shape_of[h]]["cores"] <= top})
+                small = [sh for sh in spec_shapes[spec] if shapes[sh]["cores"] <= top]
                 for s in small:
                     bad = [h for h in known if shape_of[h] == s]
                     err(f"{rec.where}: Cores={d['cores']} is outside the {shapes[s]['cores']} cores of {_fold(bad)} "
                         f"(Cores= are Slurm logical core indices 0-{shapes[s]['cores'] - 1}, not OS CPU ids)")
         if "links" in d:
             entries = d["links"].split(",")
-            for s in sorted({shape_of[h] for h in known}):
+            for s in spec_shapes[spec]:
                 ngpu = cp.gres_totals(shapes[s]["gres"]).get("gpu", 0)
                 if len(entries) != ngpu or entries.count("-1") != 1:
                     err(f"{rec.where}: Links={d['links']} needs {ngpu} entries with exactly one -1 (the GPU itself)")
-        for h in known:
-            slot = actual.setdefault(h, {})
-            slot[(name, gtype)] = slot.get((name, gtype), 0) + count
-    # slurm.conf Gres= vs what gres.conf provides, per node, reported per group of identical findings
-    findings: dict[str, list[str]] = {}
-    for h, s in shape_of.items():
-        want = shapes[s]["gres"]
-        if not want and h not in actual:
+        if not known:
             continue
-        have = actual.get(h, {})
-        if h in auto_nodes and not have:
+        members.setdefault(spec, nset)  # (the known hosts of the spec: the same set every time)
+        slot = contrib.setdefault(spec, {})
+        slot[(name, gtype)] = slot.get((name, gtype), 0) + count
+    # slurm.conf Gres= vs what gres.conf provides, per group of hosts alike (shape, specs naming them, autodetect)
+    findings: dict[str, list[str]] = {}
+    for s, keys, auto, group in _gres_groups(shapes, shape_of, shape_sets, members, auto_nodes):
+        want = shapes[s]["gres"]
+        if not want and not keys:
+            continue
+        have: dict[tuple[str, str], int] = {}
+        for k in keys:
+            for nt, c in contrib[k].items():
+                have[nt] = have.get(nt, 0) + c
+        if auto and not have:
             continue  # detection provides the devices; nothing explicit to compare
         msg = _gres_mismatch(want, have)
         if msg:
-            findings.setdefault(msg, []).append(h)
-    for msg, hs in findings.items():
-        err(f"gres.conf vs slurm.conf for {_fold(hs)}: {msg}")
+            findings.setdefault(msg, []).extend(group)
+    if findings:
+        order = {h: i for i, h in enumerate(shape_of)}  # reported in node order, as slurm.conf defines them
+        for msg, hs in sorted(findings.items(), key=lambda kv: min(order[h] for h in kv[1])):
+            err(f"gres.conf vs slurm.conf for {_fold(sorted(hs, key=order.__getitem__))}: {msg}")
+
+
+GROUPWISE_MAX = 4096  # specs x shapes up to which the hosts are cut by set operations (cost: specs x groups)
+
+
+def _gres_groups(shapes: list[dict], shape_of: dict[str, int], shape_sets: list[frozenset[str]],
+                 members: dict[str | None, frozenset[str]], auto_nodes: set[str],
+                 ) -> list[tuple[int, tuple[str | None, ...], bool, list[str]]]:
+    """The hosts cut into groups alike for the GRES comparison: (shape, the specs naming them, autodetect, hosts).
+    Few specs (a generated gres.conf: one per node group): set operations per group. Many (a hand-written file with a
+    line per host): one pass over the hosts, keyed the same way."""
+    keys = list(members)
+    if len(keys) * max(1, len(shapes)) <= GROUPWISE_MAX:
+        cells: list[tuple[int, tuple[str | None, ...], frozenset[str]]] = [
+            (sh, (), hs) for sh, hs in enumerate(shape_sets) if hs]
+        for k in keys:
+            m = members[k]
+            nxt: list[tuple[int, tuple[str | None, ...], frozenset[str]]] = []
+            for sh, ks, hs in cells:
+                inter = hs & m
+                if inter:
+                    nxt.append((sh, (*ks, k), inter))
+                    rest = hs - inter
+                    if rest:
+                        nxt.append((sh, ks, rest))
+                else:
+                    nxt.append((sh, ks, hs))
+            cells = nxt
+        out = []
+        for sh, ks, hs in cells:
+            auto = hs & auto_nodes
+            if auto:
+                out.append((sh, ks, True, list(auto)))
+            if len(auto) != len(hs):
+                out.append((sh, ks, False, list(hs - auto) if auto else list(hs)))
+        return out
+    per_host: dict[str, tuple[str | None, ...]] = {}
+    for k in keys:
+        for h in members[k]:
+            per_host[h] = (*per_host.get(h, ()), k)
+    groups: dict[tuple[int, tuple[str | None, ...], bool], list[str]] = {}
+    for h, sh in shape_of.items():
+        groups.setdefault((sh, per_host.get(h, ()), h in auto_nodes), []).append(h)
+    return [(sh, ks, auto, hs) for (sh, ks, auto), hs in groups.items()]
 
 
 def _gres_mismatch(want: dict[tuple[str, str], int], have: dict[tuple[str, str], int]) -> str:
@@ -401,7 +479,7 @@ def _topology_from_yaml(text: str) -> tuple[str, list[tuple[str, str, str]], lis
 
 
 def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict[str, int],
-                    feats: SlurmFeatures | None, hosts: _Hosts, rep: Report) -> None:
+                    feats: SlurmFeatures | None, hosts: _Hosts, rep: Report, node_specs: list[str] | None = None) -> None:
     err = rep.errors.append
     plugin = conf.value("TopologyPlugin", "topology/none").lower()
     kind = plugin.split("/")[-1] if "/" in plugin else plugin
@@ -443,8 +521,16 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
         # slurmctld with topology/tree and no switches breaks scheduling (aicr #1737); say so here
         err(f"TopologyPlugin=topology/{kind} but {fname or 'topology.conf'} defines no {'switches' if kind == 'tree' else 'blocks'}")
         return
-    leaf_of: dict[str, str] = {}
-    for name, nodes, _children in entries:
+    # issue 20 item 8 (3,125 leaves of a 100,000-node tree): a generated tree -- every leaf one range, the leaves
+    # together exactly the NodeName lines -- is shown sound on its ranges (hostlist.exact_cover); anything else is
+    # walked leaf by leaf with set operations, and per-host lists are made only for a leaf with a finding, so the
+    # messages are what they were
+    in_all = hostlist.exact_cover([n for _, n, _c in entries if n], node_specs) if node_specs is not None else None
+    all_set = frozenset(shape_of) if in_all is None else frozenset()
+    in_leaf: set[str] = set()
+    leaf_of: dict[str, str] = {}  # filled only once a node is found twice (to name its first leaf)
+    placed: list[tuple[str, list[str]]] = []
+    for name, nodes, _children in entries if in_all is None else ():
         if not nodes:
             continue
         try:
@@ -452,15 +538,24 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
         except Exception as exc:
             err(f"{fname}: {name}: {exc}")
             continue
-        unknown = [h for h in members if h not in shape_of]
-        if unknown:
+        if not all_set.issuperset(members):
+            unknown = [h for h in members if h not in shape_of]
             err(f"{fname}: {name} names nodes {_fold(unknown)} that slurm.conf does not define")
-        twice = [h for h in members if h in leaf_of]
-        if twice:
-            err(f"{fname}: nodes {_fold(twice)} are in both {leaf_of[twice[0]]} and {name}")
-        for h in members:
-            leaf_of.setdefault(h, name)
-    missing = [h for h in shape_of if h not in leaf_of]
+        before = len(in_leaf)
+        in_leaf.update(members)
+        if len(in_leaf) - before != len(members):  # some were in an earlier leaf
+            if not leaf_of:
+                for n_, ms_ in placed:
+                    for h in ms_:
+                        leaf_of.setdefault(h, n_)
+            twice = [h for h in members if h in leaf_of]
+            if twice:
+                err(f"{fname}: nodes {_fold(twice)} are in both {leaf_of[twice[0]]} and {name}")
+        if leaf_of:
+            for h in members:
+                leaf_of.setdefault(h, name)
+        placed.append((name, members))
+    missing = [h for h in shape_of if h not in in_leaf] if in_all is None and not all_set <= in_leaf else []
     if missing:
         err(f"{fname}: nodes {_fold(missing)} are in no {'leaf switch' if kind == 'tree' else 'block'}; "
             "Slurm will not place them with the rest")
@@ -469,9 +564,10 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
         if len(set(names)) != len(names):
             err(f"{fname}: duplicate switch names")
         parent: dict[str, str] = {}
+        known = set(names)  # (a list here made this loop quadratic: 3,224 switches of a 100,000-node tree)
         for name, _nodes, children in entries:
             for c in hosts(children, fname) if children else []:
-                if c not in names:
+                if c not in known:
                     err(f"{fname}: switch {name} has unknown child switch {c}")
                 elif c in parent:
                     err(f"{fname}: switch {c} has two parents ({parent[c]}, {name})")
@@ -515,7 +611,7 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
                     err(f"{fname}: BlockSizes {s} is not a power-of-two multiple of the base block size {base}")
             if sizes != sorted(set(sizes)):
                 err(f"{fname}: BlockSizes must be strictly increasing, got {','.join(map(str, sizes))}")
-            total = len(leaf_of)
+            total = len(in_leaf) if in_all is None else in_all
             if sizes[-1] > total:
                 err(f"{fname}: BlockSizes {sizes[-1]} is larger than all {total} nodes in blocks")
         for lv in levels:
