@@ -804,6 +804,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             prolog_epilog_timeout=_int(ctx, hm.get("prolog_epilog_timeout", 60), "hooks.prolog_epilog_timeout", 1),
             checks=dict(checks),
         )
+        _hook_policy(ctx, hooks)
     site = Site()
     if top.get("site") is not None:
         sm = _mapping(ctx, top["site"], "site", {"default_partition", "socket_ifname", "nccl_ib_hca_exclude", "env", "run_root"})
@@ -1068,3 +1069,20 @@ def load_cluster(path: str | Path) -> Cluster:
 
 
 Loader = Callable[[str | Path], Cluster]
+
+
+def _hook_policy(ctx: _Ctx, hooks: Hooks) -> None:
+    """hooks.checks is judged when the inventory loads (not first on a node, where a bad key falls back to the
+    defaults with a warning), and the epilog's active stage must fit in PrologEpilogTimeout: past it slurmd kills the
+    epilog and drains the node "Epilog error" (slurm.conf(5) PrologEpilogTimeout, 22.05 and 24.11)."""
+    from slurmkit.health.policy import parse_policy
+
+    policy = parse_policy(hooks.checks, source=ctx.source)
+    ea = policy.epilog_active
+    if ea is not None and hooks.epilog:
+        need = ea.budget_s + policy.budget_s
+        if need >= hooks.prolog_epilog_timeout:
+            raise ctx.err("hooks.checks.epilog_active.budget_s",
+                          f"{ea.budget_s:g}s + the hook's budget_s {policy.budget_s:g}s must stay below "
+                          f"hooks.prolog_epilog_timeout ({hooks.prolog_epilog_timeout}s): past it slurmd kills the "
+                          "epilog and drains the node 'Epilog error'")
