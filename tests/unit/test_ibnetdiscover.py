@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from slurmkit import hostlist
 from slurmkit.discover import ibnet
-from slurmkit.errors import UsageError
+from slurmkit.errors import InventoryError, UsageError
 from slurmkit.generate.slurmconf import generate
 from slurmkit.lab.inventory import lab_inventory
 from slurmkit.model import load_cluster_dict
@@ -35,8 +35,8 @@ def test_parse_reads_every_switch_and_hca_with_their_links():
 
 
 def test_rail_optimized_sus_of_a_real_dgx_fabric():
-    """Each DGX's HCAs go to the 4 rail leaves IBLEAF-01..04-<su> of its SU, so the SU is one unit of 4 rails;
-    the spines join all eight."""
+    """Each compute tray's 4 HCAs go to the 4 rail leaves IBLEAF-01..04-<su> of its SU, so the SU is one unit of
+    4 rails; the spines join all eight."""
     t = _topograph()
     assert t.rail_optimized and t.switches == 40 and t.spines == 9
     by_leaves = {u.leaves[0].rsplit("-", 1)[1]: u for u in t.units}
@@ -72,10 +72,14 @@ def test_fragment_loads_and_generates_one_switch_per_su():
     lines = generate(c)["topology.conf"].splitlines()
     assert "SwitchName=su03 Nodes=a07-p1-dgx-03-c[01-18]" in lines
     assert lines[-1] == "SwitchName=spine Switches=su[01-08]"
-    # the rails are checked against the nodes' compute HCAs: these DGX show 4 rails, not 8
-    d["node_groups"][0]["nics"] = [{"name": f"mlx5_{i}", "kind": "ib", "rate_gbps": 400} for i in range(8)]
-    with pytest.raises(Exception, match=r"topology.rail_optimized.units\[0\].rails: 3 rails, but host"):
+    # the rails are checked against the nodes' compute HCAs: each tray has 4 (HCA-1, -2, -5, -6), one per rail
+    # leaf; su01's fourth leaf is missing from the recording, so its 3 rails are refused for 4-HCA nodes
+    d["node_groups"][0]["nics"] = [{"name": f"mlx5_{i}", "kind": "ib", "rate_gbps": 400} for i in range(4)]
+    with pytest.raises(InventoryError, match=r"topology.rail_optimized.units\[0\].rails: 3 rails, but host "
+                                             r"'a05-p1-dgx-01-c01' has 4 compute HCAs"):
         load_cluster_dict(d)
+    d["topology"]["rail_optimized"]["units"][0]["rails"] = 4
+    assert load_cluster_dict(d).topology.rail_units[0].rails == 4
 
 
 def test_a_qdr_fabric_with_a_name_map_finds_the_sites_own_leaves():
@@ -96,6 +100,26 @@ def test_a_qdr_fabric_with_a_name_map_finds_the_sites_own_leaves():
     assert "3 HCA(s) name no host" in t.notes[0]
     with pytest.raises(UsageError, match="no HCA names a host"):
         ibnet.infer(f)
+
+
+def _sw(guid: str, desc: str, ports: list[str]) -> str:
+    return f'Switch\t8 "S-{guid}"\t\t# "{desc}" enhanced port 0 lid 1 lmc 0\n' + "".join(
+        f'[{i}]\t{p}\t\t# "x" lid 2 4xHDR\n' for i, p in enumerate(ports, 1)) + "\n"
+
+
+def test_pods_under_a_core_become_three_levels_of_switches():
+    """A made-up three-tier fabric (the recorded ones have one spine layer): leaves l1,l2 under spine p1, l3,l4
+    under p2, both spines under core c1. Units sharing a spine are one pod; pods get a core switch above them."""
+    text = (_sw("01", "l1", ['"H-a1"[1](a1)', '"S-11"[1]']) + _sw("02", "l2", ['"H-a2"[1](a2)', '"S-11"[2]'])
+            + _sw("03", "l3", ['"H-a3"[1](a3)', '"S-12"[1]']) + _sw("04", "l4", ['"H-a4"[1](a4)', '"S-12"[2]'])
+            + _sw("11", "p1", ['"S-01"[2]', '"S-02"[2]', '"S-21"[1]']) + _sw("12", "p2", ['"S-03"[2]', '"S-04"[2]', '"S-21"[2]'])
+            + _sw("21", "c1", ['"S-11"[3]', '"S-12"[3]'])
+            + "".join(f'Ca\t1 "H-a{i}"\t\t# "n{i} mlx5_0"\n[1](a{i})\t"S-0{i}"[1]\t\t# lid 3 lmc 0 "l{i}" lid 1 4xHDR\n\n'
+                      for i in range(1, 5)))
+    t = ibnet.infer(ibnet.parse(text))
+    assert not t.rail_optimized and [u.name for u in t.units] == ["l1", "l2", "l3", "l4"]
+    assert t.uppers == (("pod01", ("l1", "l2")), ("pod02", ("l3", "l4")), ("core", ("pod01", "pod02")))
+    assert t.inventory()["switches"][-1] == {"name": "core", "switches": "pod[01-02]"}
 
 
 @pytest.mark.parametrize("desc, host", [
