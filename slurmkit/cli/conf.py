@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from slurmkit.errors import SlurmkitError
+from slurmkit.errors import SlurmkitError, UsageError
 
 _version = click.option("--slurm-version", "version", default=None,
                         help="Target Slurm release (22.05 ... 26.05); default: the inventory's slurm_version.")
@@ -572,14 +572,27 @@ def drift(inventory: str, against: str | None, version: str | None, templates: s
 @click.command()
 @click.option("--group", default=None, help="Node group name (default: the GPU type, or 'cpu').")
 @click.option("-o", "--output", "out", type=click.Path(dir_okay=False), default=None, help="Write here instead of stdout.")
-def discover(group: str | None, out: str | None) -> None:
-    """Print this node as an inventory node-group fragment (CPU geometry, memory, GPUs via NVML, HCAs)."""
-    from slurmkit.discover import gather, render_fragment
+@click.option("--ibnetdiscover", "ibnet_file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Instead of this node: the fabric from this saved `ibnetdiscover` output ('-': stdin), printed as "
+                   "the inventory's topology (leaves, rail-optimized SUs, spine).")
+@click.option("--node-name-map", "name_map", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="With --ibnetdiscover: GUID-to-name map (ibnetdiscover's --node-name-map format, or 'H-<guid> name').")
+@click.option("--match", default=None, help="With --ibnetdiscover: a regular expression host names must match in full "
+                                            "(leaves out storage, UFM and login hosts).")
+def discover(group: str | None, out: str | None, ibnet_file: str | None, name_map: str | None, match: str | None) -> None:
+    """Print this node as an inventory node-group fragment (CPU geometry, memory, GPUs via NVML, HCAs), or with
+    --ibnetdiscover the fabric as the inventory's topology."""
+    if ibnet_file is None and (name_map or match):
+        raise UsageError("--node-name-map and --match go with --ibnetdiscover")
+    if ibnet_file is not None:
+        text = _fabric_fragment(ibnet_file, name_map, match)
+    else:
+        from slurmkit.discover import gather, render_fragment
 
-    facts = gather()
-    if facts.gpus is None:
-        click.echo(f"discover: no GPUs listed ({facts.gpu_note}); CPU, memory and HCAs follow", err=True)
-    text = render_fragment(facts, group)
+        facts = gather()
+        if facts.gpus is None:
+            click.echo(f"discover: no GPUs listed ({facts.gpu_note}); CPU, memory and HCAs follow", err=True)
+        text = render_fragment(facts, group)
     if out:
         from slurmkit.generate.rollout import write_files
 
@@ -588,3 +601,22 @@ def discover(group: str | None, out: str | None) -> None:
         click.echo(f"wrote {out}", err=True)
     else:
         sys.stdout.write(text)
+
+
+def _fabric_fragment(path: str, name_map: str | None, match: str | None) -> str:
+    import re
+
+    from slurmkit.discover import ibnet
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(errors="replace")
+        names = ibnet.parse_name_map(Path(name_map).read_text(errors="replace"), name_map) if name_map else None
+    except OSError as exc:
+        raise UsageError(f"{exc.filename}: {exc.strerror}") from exc
+    if match is not None:
+        try:
+            re.compile(match)
+        except re.error as exc:
+            raise UsageError(f"--match {match!r}: {exc}") from exc
+    where = "stdin" if path == "-" else path
+    return ibnet.render(ibnet.infer(ibnet.parse(text, where), names, match), where)

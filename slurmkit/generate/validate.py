@@ -397,7 +397,39 @@ def _topology_from_yaml(text: str) -> tuple[str, list[tuple[str, str, str]], lis
         b = default["block"] or {}
         blocks = [(str(x.get("block")), str(x.get("nodes") or ""), "") for x in b.get("blocks") or []]
         return "block", blocks, [int(v) for v in b.get("block_sizes") or []], ""
+    # 26.05 (topology.yaml(5) "Ring definitions", "Torus3d definitions"): nodes are hostlist strings
+    if "ring" in default:
+        rings = (default["ring"] or {}).get("rings") or []
+        return "ring", [(str(r.get("ring")), str(r.get("nodes") or ""), "") for r in rings], [], ""
+    if "torus3d" in default:
+        tori = (default["torus3d"] or {}).get("toruses") or []
+        return "torus3d", [(str(t.get("name")), str(t.get("nodes") or ""), "") for t in tori], [], ""
     return "flat", [], [], ""
+
+
+def _check_rings(fname: str, kind: str, entries: list[tuple[str, str, str]], shape_of: dict[str, int],
+                 hosts: _Hosts, rep: Report) -> None:
+    """Rings and tori (26.05): every node known, none in two of them, a ring at most 16 nodes (ring_record.c at
+    slurm-26-05-3-1: fatal "Ring (%s) is bigger than %d", MAX_RING_SIZE 16; torus3d_record.c: fatal "Torus3d (%s)
+    and (%s) share nodes")."""
+    err = rep.errors.append
+    where: dict[str, str] = {}
+    for name, nodes, _ in entries:
+        try:
+            members = hosts(nodes, f"{fname} {name}")
+        except Exception as exc:
+            err(f"{fname}: {name}: {exc}")
+            continue
+        unknown = [h for h in members if h not in shape_of]
+        if unknown:
+            err(f"{fname}: {name} names nodes {_fold(unknown)} that slurm.conf does not define")
+        twice = [h for h in members if h in where]
+        if twice:
+            err(f"{fname}: nodes {_fold(twice)} are in both {where[twice[0]]} and {name}")
+        for h in members:
+            where.setdefault(h, name)
+        if kind == "ring" and len(members) > 16:
+            err(f"{fname}: ring {name} has {len(members)} nodes; topology/ring takes at most 16 (fatal to slurmctld)")
 
 
 def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict[str, int],
@@ -415,7 +447,7 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
         if problem:
             err(problem)
             return
-        if ykind in ("tree", "block"):
+        if ykind in ("tree", "block", "ring", "torus3d"):
             kind = ykind
     elif "topology.conf" in files:
         fname = "topology.conf"
@@ -437,6 +469,9 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
                     err(f"{rec.where}: BlockLevels={rec.head} is not a list of levels")
             else:
                 err(f"{rec.where}: unknown topology.conf line {rec.pairs[0][0]}")
+    if kind in ("ring", "torus3d"):
+        _check_rings(fname, kind, entries, shape_of, hosts, rep)
+        return
     if kind not in ("tree", "block"):
         return
     if not entries:

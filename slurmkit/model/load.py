@@ -38,12 +38,15 @@ from slurmkit.model.cluster import (
     Partition,
     Policy,
     Power,
+    RailUnit,
     Reserve,
+    Ring,
     Rollout,
     Site,
     SubmitPolicy,
     Switch,
     Topology,
+    Torus,
 )
 
 # Names written into a config file (partitions, features, switches, blocks, GPU types, groups, NICs): letters,
@@ -597,8 +600,143 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup],
     )
 
 
-def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bool = False) -> Topology:
-    m = _mapping(ctx, raw, path, {"switches", "blocks", "block_sizes"})
+def _rail_optimized(ctx: _Ctx, raw: Any, path: str, compute_nics: dict[str, int]) -> dict[str, Any]:
+    """``topology.rail_optimized``: the SUs of a rail-optimized fabric, lowered to what Slurm can express (one
+    leaf switch per SU under one ``spine`` for topology/tree, or one block per SU for topology/block)."""
+    m = _mapping(ctx, raw, path, {"units", "plugin", "spine", "block_sizes"}, {"units"})
+    plugin = _choice(ctx, m.get("plugin", "tree"), _join(path, "plugin"), ("tree", "block"))
+    units = []
+    up = _join(path, "units")
+    for i, u in enumerate(_list(ctx, m["units"], up)):
+        p = _join(up, i)
+        um = _mapping(ctx, u, p, {"name", "nodes", "rails"}, {"name", "nodes"})
+        unit = RailUnit(_str(ctx, um["name"], _join(p, "name"), _NAME_RE), _hosts(ctx, um["nodes"], _join(p, "nodes")),
+                        _int(ctx, um["rails"], _join(p, "rails"), 1) if um.get("rails") is not None else 0)
+        if unit.rails:
+            # rail i of the SU is compute HCA i of every node: a node with another number of compute HCAs is
+            # cabled differently from what the inventory says
+            for h in hostlist.expand(unit.nodes):
+                n = compute_nics.get(h, 0)
+                if n and n != unit.rails:
+                    raise ctx.err(_join(p, "rails"), f"{unit.rails} rails, but host {h!r} has {n} compute HCAs "
+                                                     "(rail i is each node's compute HCA i)")
+        units.append(unit)
+    if not units:
+        raise ctx.err(up, "at least one scalable unit")
+    if m.get("block_sizes") is not None and plugin != "block":
+        raise ctx.err(_join(path, "block_sizes"), "block_sizes needs plugin: block")
+    if plugin == "block":
+        out: dict[str, Any] = {"blocks": [{"name": u.name, "nodes": u.nodes} for u in units]}
+        if m.get("block_sizes") is not None:
+            out["block_sizes"] = m["block_sizes"]
+    else:
+        out = {"switches": [{"name": u.name, "nodes": u.nodes} for u in units]}
+        if len(units) > 1:
+            spine = _str(ctx, m.get("spine", "spine"), _join(path, "spine"), _NAME_RE)
+            if spine in {u.name for u in units}:
+                raise ctx.err(_join(path, "spine"), f"{spine!r} is also a unit name")
+            out["switches"].append({"name": spine, "switches": hostlist.fold(u.name for u in units)})
+    out["_units"] = tuple(units)
+    return out
+
+
+def _xyz(ctx: _Ctx, raw: Any, path: str) -> tuple[int, int, int]:
+    if isinstance(raw, dict):
+        m = _mapping(ctx, raw, path, {"x", "y", "z"}, {"x", "y", "z"})
+        return (_int(ctx, m["x"], _join(path, "x"), 1), _int(ctx, m["y"], _join(path, "y"), 1), _int(ctx, m["z"], _join(path, "z"), 1))
+    v = _list(ctx, raw, path)
+    if len(v) != 3:
+        raise ctx.err(path, f"expected [x, y, z], got {raw!r}")
+    return (_int(ctx, v[0], _join(path, 0), 1), _int(ctx, v[1], _join(path, 1), 1), _int(ctx, v[2], _join(path, 2), 1))
+
+
+# topology/ring: ring_record.c at slurm-26-05-3-1, `if (ring_ptr->ring_size >= MAX_RING_SIZE) fatal("Ring (%s) is
+# bigger than %d")` with ring_record.h `#define MAX_RING_SIZE 16`; topology.yaml(5) "A maximum of 16 nodes".
+MAX_RING_NODES = 16
+
+
+def _rings(ctx: _Ctx, raw: Any, path: str) -> tuple[Ring, ...]:
+    rings = []
+    for i, r in enumerate(_list(ctx, raw, path)):
+        p = _join(path, i)
+        rm = _mapping(ctx, r, p, {"name", "nodes"}, {"name", "nodes"})
+        # ring order matters (topology.yaml(5): "Ordered list of child nodes in the ring"): keep the order written,
+        # one host name per entry or a hostlist expanded in its own order
+        raw_nodes = rm["nodes"] if isinstance(rm["nodes"], list) else [rm["nodes"]]
+        nodes: list[str] = []
+        for j, v in enumerate(raw_nodes):
+            nodes += hostlist.expand(_hosts(ctx, v, _join(_join(p, "nodes"), j) if isinstance(rm["nodes"], list) else _join(p, "nodes")))
+        if len(nodes) > MAX_RING_NODES:
+            raise ctx.err(_join(p, "nodes"), f"{len(nodes)} nodes; topology/ring takes at most {MAX_RING_NODES} per ring "
+                                             "(fatal to slurmctld)")
+        if len(set(nodes)) != len(nodes):
+            raise ctx.err(_join(p, "nodes"), "a node appears twice in the ring")
+        rings.append(Ring(_str(ctx, rm["name"], _join(p, "name"), _NAME_RE), tuple(nodes)))
+    return tuple(rings)
+
+
+def _toruses(ctx: _Ctx, raw: Any, path: str) -> tuple[Torus, ...]:
+    out = []
+    for i, t in enumerate(_list(ctx, raw, path)):
+        p = _join(path, i)
+        tm = _mapping(ctx, t, p, {"name", "dims", "nodes", "placements"}, {"name", "dims", "nodes", "placements"})
+        dims = _xyz(ctx, tm["dims"], _join(p, "dims"))
+        nodes = _hosts(ctx, tm["nodes"], _join(p, "nodes"))
+        n = len(hostlist.expand(nodes))
+        # torus3d_record.c _validate_config at slurm-26-05-3-1: "Torus3d dimensions %ux%ux%u=%PRIu64 do not match
+        # node count %u" (an invalid torus is fatal: "Torus3d (%s) has invalid configuration")
+        if dims[0] * dims[1] * dims[2] != n:
+            raise ctx.err(_join(p, "nodes"), f"{n} nodes, but dims {dims[0]}x{dims[1]}x{dims[2]} need "
+                                             f"{dims[0] * dims[1] * dims[2]}")
+        pp = _join(p, "placements")
+        places = tuple(_xyz(ctx, v, _join(pp, j)) for j, v in enumerate(_list(ctx, tm["placements"], pp)))
+        if not places:
+            # topology.yaml(5): "Jobs that don't match any placement size will not receive an allocation"
+            raise ctx.err(pp, "at least one placement: a job whose node count matches no placement is never allocated")
+        for j, d in enumerate(places):
+            if any(d[k] > dims[k] for k in range(3)):
+                # torus3d_record.c: "Torus3d placement dims exceed torus dimensions"
+                raise ctx.err(_join(pp, j), f"placement {d[0]}x{d[1]}x{d[2]} exceeds the torus {dims[0]}x{dims[1]}x{dims[2]}")
+        out.append(Torus(_str(ctx, tm["name"], _join(p, "name"), _NAME_RE), dims, nodes, places))
+    return tuple(out)
+
+
+def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bool = False,
+              compute_nics: dict[str, int] | None = None) -> Topology:
+    m = _mapping(ctx, raw, path, {"switches", "blocks", "block_sizes", "rail_optimized", "rings", "toruses"})
+    given = [k for k in ("switches", "blocks", "rail_optimized", "rings", "toruses") if m.get(k)]
+    if len(given) > 1:
+        if set(given) == {"switches", "blocks"}:
+            raise ctx.err(path, "use either 'switches' (tree) or 'blocks' (block topology), not both")
+        raise ctx.err(path, f"use one of 'switches', 'blocks', 'rail_optimized', 'rings', 'toruses', not {' and '.join(given)}")
+    units: tuple[RailUnit, ...] = ()
+    if m.get("rail_optimized"):
+        lowered = _rail_optimized(ctx, m["rail_optimized"], _join(path, "rail_optimized"), compute_nics or {})
+        units = lowered.pop("_units")
+        if m.get("block_sizes"):
+            raise ctx.err(_join(path, "block_sizes"), "with rail_optimized, give block_sizes inside it")
+        t = _topology(ctx, lowered, path, known_hosts, adopted)
+        return Topology(t.switches, t.blocks, t.block_sizes, rail_units=units)
+    if m.get("rings") or m.get("toruses"):
+        rings = _rings(ctx, m.get("rings") or [], _join(path, "rings"))
+        toruses = _toruses(ctx, m.get("toruses") or [], _join(path, "toruses"))
+        kind, items = ("rings", [(r.name, r.nodes) for r in rings]) if rings else (
+            "toruses", [(t.name, tuple(hostlist.expand(t.nodes))) for t in toruses])
+        seen_names: set[str] = set()
+        holder: dict[str, str] = {}
+        for i, (name, hosts) in enumerate(items):
+            p = _join(_join(path, kind), i)
+            if name in seen_names:
+                raise ctx.err(_join(p, "name"), f"{name!r} is already defined")  # "has already been defined" is fatal
+            seen_names.add(name)
+            for h in hosts:
+                if h not in known_hosts:
+                    raise ctx.err(_join(p, "nodes"), f"host {h!r} is not in any node group")
+                if h in holder:
+                    # torus3d_record.c: "Torus3d (%s) and (%s) share nodes" (fatal)
+                    raise ctx.err(_join(p, "nodes"), f"host {h!r} is in both {holder[h]!r} and {name!r}")
+                holder[h] = name
+        return Topology(rings=rings, toruses=toruses)
     switches = []
     for i, s in enumerate(_list(ctx, m.get("switches") or [], _join(path, "switches"))):
         sp = _join(_join(path, "switches"), i)
@@ -621,8 +759,6 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bo
         _int(ctx, v, _join(_join(path, "block_sizes"), i), 1)
         for i, v in enumerate(_list(ctx, m.get("block_sizes") or [], _join(path, "block_sizes")))
     )
-    if switches and blocks:
-        raise ctx.err(path, "use either 'switches' (tree) or 'blocks' (block topology), not both")
     if sizes and not blocks:
         raise ctx.err(_join(path, "block_sizes"), "block_sizes needs 'blocks'")
     if sizes:
@@ -769,7 +905,9 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         raise ctx.err("partitions", "duplicate partition names")
     if sum(p.default for p in parts) > 1:
         raise ctx.err("partitions", "more than one partition has default: true")
-    topo = _topology(ctx, top["topology"], "topology", set(owner), adopted) if top.get("topology") is not None else Topology()
+    compute_nics = {h: sum(1 for n in groups[g].nics if n.role == "compute") for h, g in owner.items()}
+    topo = (_topology(ctx, top["topology"], "topology", set(owner), adopted, compute_nics)
+            if top.get("topology") is not None else Topology())
     policy = Policy()
     if top.get("policy") is not None:
         pm = _mapping(ctx, top["policy"], "policy", {"fairshare", "preemption"})

@@ -218,3 +218,32 @@ def test_tenant_partitions_with_allow_qos_pass_the_real_parse(release: str) -> N
     assert rp.ok is True, rp
     judged_by(rp, release)
     assert ("left AllowQos=normal,high,scavenger of partition gpu out of the copy" in rp.message) == allow_qos_fatal(release)
+
+
+def test_ring_and_torus3d_topology_yaml_judged_by_2605_or_skipped_with_reason(release: str) -> None:
+    """topology/ring and topology/torus3d exist from 26.05 (src/plugins/topology at slurm-26-05-3-1): the
+    topology.yaml slurmkit writes for them is judged by a 26.05 slurmctld where one is here (the release under test
+    or a cached root), and a torus whose dims do not match its nodes is refused by it (torus3d_record.c
+    "Torus3d dimensions ... do not match node count", then fatal "has invalid configuration")."""
+    from slurmkit.lab import image
+    from slurmkit.lab.inventory import lab_inventory
+    from slurmkit.model import load_cluster_dict
+
+    if not (release == "26.05" or image.find("26.05") is not None):
+        pytest.skip("no slurmctld 26.05 here (release under test or a cached root under /var/cache/slurmkit/roots)")
+    base = lab_inventory(8, nodes_per_leaf=4)
+    base["slurm_version"] = "26.05"
+    ring = dict(base, topology={"rings": [{"name": "r1", "nodes": ["node3", "node1", "node2", "node4"]},
+                                          {"name": "r2", "nodes": "node[5-8]"}]})
+    torus = dict(base, topology={"toruses": [{"name": "t1", "dims": [2, 2, 2], "nodes": "node[1-8]",
+                                              "placements": [[1, 1, 1], [2, 1, 1], [2, 2, 2]]}]})
+    for inv in (ring, torus):
+        files = generate(load_cluster_dict(inv))
+        rp = real_parse(files)
+        assert rp.ok is True, rp
+        assert rp.judge.startswith("slurmctld 26.05."), rp
+    bad = dict(files, **{"topology.yaml": files["topology.yaml"].replace("        z: 2\n      nodes:",
+                                                                           "        z: 3\n      nodes:")})
+    assert bad["topology.yaml"] != files["topology.yaml"]
+    rp = real_parse(bad)
+    assert rp.ok is False and "do not match node count" in str(rp), rp
