@@ -332,7 +332,10 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
         known = [h for h in nodes if h in shape_of]
         if "cores" in d:
             try:
-                idx = cp.expand_ints(d["cores"])
+                # bitfmt2int (src/common/bitstring.c, 22.05 and 24.11), which reads Cores= through bit_unfmt,
+                # skips every character but digits, '-' and ',': Cores=[0-3] is Cores=0-3 (Slurm's own
+                # testsuite/expect/test7.17_configs write it so)
+                idx = cp.expand_ints(d["cores"].replace("[", "").replace("]", ""))
                 top = max(idx)
             except ValueError:
                 err(f"{rec.where}: Cores={d['cores']} is not a list of core indices")
@@ -462,8 +465,11 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
             leaf_of.setdefault(h, name)
     missing = [h for h in shape_of if h not in leaf_of]
     if missing:
-        err(f"{fname}: nodes {_fold(missing)} are in no {'leaf switch' if kind == 'tree' else 'block'}; "
-            "Slurm will not place them with the rest")
+        # Slurm allows it and schedules them apart: a warning, not invalid (22.05 topology_tree.c:447
+        # error("WARNING: switches lack access to %d nodes"), not fatal; 24.11 tree/switch_record.c:439 and
+        # block/block_record.c:296 warning("... lack access to %d nodes"))
+        rep.warnings.append(f"{fname}: nodes {_fold(missing)} are in no {'leaf switch' if kind == 'tree' else 'block'}; "
+                            "Slurm will not place them with the rest")
     if kind == "tree":
         names = [e[0] for e in entries]
         if len(set(names)) != len(names):

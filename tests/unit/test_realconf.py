@@ -30,6 +30,20 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
         "24.11": (["gres.conf vs slurm.conf for g1: gpu: slurm.conf says 1, gres.conf gives 10"],
                   ["CgroupAutomount is defunct in Slurm 24.11"]),
     },
+    # Slurm's own topology test site: valid. peta99999 is in no leaf switch, which slurmctld allows and logs (22.05
+    # src/plugins/topology/tree/topology_tree.c:447 error("WARNING: switches lack access to %d nodes"), not fatal;
+    # 24.11 src/plugins/topology/tree/switch_record.c:439 warning()); grp10 and grp11 have no common parent, so no
+    # job spans them (topology.conf(5): "jobs can only span nodes connected by the same switch fabric")
+    "slurm-test133.1-topology": {
+        r: ([], ["nodes peta99999 are in no leaf switch", "2 top-level switches (grp[10-11])"])
+        for r in ("22.05", "24.11", "26.05")
+    },
+    # a guide's file with placeholders: PartitionName=main Nodes=power9-compute-1 names a node no NodeName line
+    # defines -- fatal "Invalid node names in partition main" (src/slurmctld/read_config.c:403 at slurm-22-05-8-1,
+    # :368 at slurm-24-11-5-1); the placeholder names themselves (HOSTNAME, COMPUTE_NODE_NAME) are valid names
+    "stanford-power9": {
+        r: (["PartitionName=main names unknown nodes or nodesets power9-compute-1"], []) for r in ("22.05", "24.11", "26.05")
+    },
 }
 
 
