@@ -183,3 +183,24 @@ def test_gres_cores_in_brackets_are_core_indices() -> None:
     assert static_check(ok, "24.11").errors == []
     bad = {"slurm.conf": base, "gres.conf": "Name=gpu File=/dev/nvidia0 Cores=[0-1]\nName=gpu File=/dev/nvidia1 Cores=[4-5]\n"}
     assert any("Cores=[4-5] is outside the 4 cores of n1" in e for e in static_check(bad, "24.11").errors)
+
+
+def test_what_slurm_drops_or_accepts_is_not_counted_twice() -> None:
+    # GresTypes empty: node_conf.c drops every Gres= (gres_name_filter) and gres.conf ignores gpu records ("Ignoring
+    # gres.conf record, invalid name"), so there is no count to compare -- one error per node line, no mismatch;
+    # AccountingStorageTRES=gres/gpu is accepted by slurmctld (controller.c: a gres TRES only needs a name);
+    # Gres= twice on a line is "specified more than once, latest value used" (parse_config.c), a warning
+    files = {"slurm.conf": "ClusterName=c\nSlurmctldHost=h\nAccountingStorageTRES=gres/gpu\n"
+                           "NodeName=n1 CPUs=4 Gres=gpu:a:1,gpu:b:1 Gres=gpu:a:1\nPartitionName=p Nodes=n1\n",
+             "gres.conf": "Name=gpu Type=a File=/dev/nvidia0\nName=gpu Type=b File=/dev/nvidia1\n"}
+    rep = static_check(files, "24.11")
+    assert rep.errors == ["slurm.conf:4: NodeName=n1: Gres name 'gpu' is not in GresTypes (empty)"], rep.errors
+    assert any("Gres is given 2 times on one line" in w for w in rep.warnings), rep.warnings
+    assert any("AccountingStorageTRES gres/gpu names GRES 'gpu'" in w for w in rep.warnings), rep.warnings
+    # a GPU line without File= is dropped by slurmd (gres.c "Remove every GPU with an empty File"): named once, and
+    # the node's count is compared without it
+    files = {"slurm.conf": "ClusterName=c\nSlurmctldHost=h\nGresTypes=gpu\nNodeName=n1 CPUs=4 Gres=gpu:1\n"
+                           "PartitionName=p Nodes=n1\n",
+             "gres.conf": "Name=gpu File=/dev/nvidia0\nName=gpu Count=2\n"}
+    rep = static_check(files, "24.11")
+    assert rep.errors == ["gres.conf:2: GPU line without File= (Slurm drops a GPU it cannot bind to a device file)"], rep.errors
