@@ -31,6 +31,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _FEATURE_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$", re.ASCII)
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# node names as Slurm takes them, '_' included (slurmkit.model.load._NODE_LABEL_RE)
+_NODE_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 _REPEATABLE = frozenset(k.lower() for k in REPEATABLE_SLURM_KEYS)
 _GPU_MODEL_KEYS = {"name", "type", "file", "cores", "links", "autodetect"}
 
@@ -317,7 +319,7 @@ def _nodes(conf: cp.SlurmConf, files: Mapping[str, str], inv: dict[str, Any], re
         rec = members[0][0]
         hosts = [h for _r, hs in members for h in hs]
         folded = hostlist.fold(hosts) if not key[2] else rec.head
-        bad = [h for h in hosts if not _HOST_RE.fullmatch(h)]
+        bad = [h for h in hosts if not all(_NODE_RE.fullmatch(label) for label in h.split("."))]
         if bad:
             res.lost.append(f"{rec.where}: node name {bad[0]!r} is not a hostname the inventory can hold")
             continue

@@ -301,6 +301,7 @@ def import_(path: str, out: str | None, version: str) -> int:
     from slurmkit.adopt.importer import import_site
     from slurmkit.adopt.read import read_site
     from slurmkit.errors import InventoryError, UsageError
+    from slurmkit.generate.slurmconf import generate
     from slurmkit.generate.versions import features_for
     from slurmkit.model import yamlio
     from slurmkit.model.load import load_cluster_text
@@ -315,7 +316,9 @@ def import_(path: str, out: str | None, version: str) -> int:
     res = import_site(files, ver, _own_sections(Path(path) if Path(path).is_dir() else Path(path).parent))
     text = yamlio.dump(res.inventory)
     try:
-        load_cluster_text(text, source=out or "<import>")
+        # loaded, then generated for the target release: a value that release refuses (a removed plugin, ...)
+        # makes the inventory unusable there, which `conf diff` would only find later
+        generate(load_cluster_text(text, source=out or "<import>"), version=ver)
     except InventoryError as exc:
         res.lost.append(f"inventory {exc.path}: {exc.message}")
     for n in notes + res.notes:

@@ -219,11 +219,13 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
         for h in names:
             shape_of.setdefault(h, len(shapes) - 1)
 
-    # GresTypes vs every GRES name used
+    # GresTypes vs every GRES name used: node_conf.c build_all_nodeline_info -> gres_name_filter (22.05
+    # src/common/gres.c:795, 24.11 src/interfaces/gres.c:855) drops each Gres= entry whose name GresTypes lacks
+    # ("Invalid GRES configured on node", silently when GresTypes is empty): the node has no such GRES
     gres_types = {t.strip() for t in conf.value("GresTypes").split(",") if t.strip()}
     for sh in shapes:
         rec = sh["rec"]
-        for name, _t in sh["gres"]:  # type: ignore[attr-defined]
+        for name in dict.fromkeys(n for n, _t in sh["gres"]):  # type: ignore[attr-defined]
             if name not in gres_types:
                 err(f"{rec.where}: NodeName={rec.head}: Gres name {name!r} is not in GresTypes ({','.join(sorted(gres_types)) or 'empty'})")  # type: ignore[attr-defined]
     tres = conf.value("AccountingStorageTRES")
@@ -231,7 +233,10 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
         if item.lower().startswith("gres/"):
             name = item[5:].split(":")[0]
             if name not in gres_types:
-                err(f"slurm.conf: AccountingStorageTRES {item} names GRES {name!r}, which is not in GresTypes")
+                # slurmctld only needs gres/ TRES to have a name (controller.c:1697 at 22.05, :2060 at 24.11,
+                # "Gres type tres need to have a name"): accepted, it just never counts anything -- a warning
+                rep.warnings.append(f"slurm.conf: AccountingStorageTRES {item} names GRES {name!r}, which is not in "
+                                    "GresTypes (Slurm accepts it; it counts nothing)")
 
     # memory constraints need memory to be a consumable resource
     select_params = conf.value("SelectTypeParameters")
@@ -267,14 +272,15 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
                 "(unrecognized key: fatal)")
     constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
 
-    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files)
+    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files, gres_types)
     _check_topology(files, conf, shape_of, feats, hosts, rep)  # type: ignore[arg-type]
     _check_partitions(conf, shape_of, hosts, rep, feats)
     return rep
 
 
 def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, int], constrain_devices: bool,
-                     hosts: _Hosts, rep: Report, files: Mapping[str, str] | None = None) -> None:
+                     hosts: _Hosts, rep: Report, files: Mapping[str, str] | None = None,
+                     gres_types: set[str] | None = None) -> None:
     err = rep.errors.append
     wants_gres = any(sh["gres"] for sh in shapes)
     if text is None:
@@ -327,12 +333,18 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
         if name == "gpu" and not has_file:
             if d.get("autodetect", global_auto) == "off":
                 err(f"{rec.where}: GPU line without File= (Slurm drops a GPU it cannot bind to a device file)")
+                # dropped: gres.c "Remove every GPU with an empty File" (22.05 src/common/gres.c:2381, 24.11
+                # src/interfaces/gres.c:2831), so it provides nothing to compare with slurm.conf
+                continue
             elif constrain_devices:
                 err(f"{rec.where}: ConstrainDevices=yes needs File= on every GPU line")
         known = [h for h in nodes if h in shape_of]
         if "cores" in d:
             try:
-                idx = cp.expand_ints(d["cores"])
+                # bitfmt2int (src/common/bitstring.c, 22.05 and 24.11), which reads Cores= through bit_unfmt,
+                # skips every character but digits, '-' and ',': Cores=[0-3] is Cores=0-3 (Slurm's own
+                # testsuite/expect/test7.17_configs write it so)
+                idx = cp.expand_ints(d["cores"].replace("[", "").replace("]", ""))
                 top = max(idx)
             except ValueError:
                 err(f"{rec.where}: Cores={d['cores']} is not a list of core indices")
@@ -351,13 +363,18 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
         for h in known:
             slot = actual.setdefault(h, {})
             slot[(name, gtype)] = slot.get((name, gtype), 0) + count
-    # slurm.conf Gres= vs what gres.conf provides, per node, reported per group of identical findings
+    # slurm.conf Gres= vs what gres.conf provides, per node, reported per group of identical findings. A GRES name
+    # GresTypes lacks is dropped on both sides (slurm.conf: gres_name_filter; gres.conf: "Ignoring gres.conf
+    # record, invalid name", 22.05 src/common/gres.c, 24.11 src/interfaces/gres.c:1710) and is named above
+    def managed(key: tuple[str, str]) -> bool:
+        return gres_types is None or key[0] in gres_types
+
     findings: dict[str, list[str]] = {}
     for h, s in shape_of.items():
-        want = shapes[s]["gres"]
+        want = {k: n for k, n in shapes[s]["gres"].items() if managed(k)}
         if not want and h not in actual:
             continue
-        have = actual.get(h, {})
+        have = {k: n for k, n in actual.get(h, {}).items() if managed(k)}
         if h in auto_nodes and not have:
             continue  # detection provides the devices; nothing explicit to compare
         msg = _gres_mismatch(want, have)
@@ -497,8 +514,11 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
             leaf_of.setdefault(h, name)
     missing = [h for h in shape_of if h not in leaf_of]
     if missing:
-        err(f"{fname}: nodes {_fold(missing)} are in no {'leaf switch' if kind == 'tree' else 'block'}; "
-            "Slurm will not place them with the rest")
+        # Slurm allows it and schedules them apart: a warning, not invalid (22.05 topology_tree.c:447
+        # error("WARNING: switches lack access to %d nodes"), not fatal; 24.11 tree/switch_record.c:439 and
+        # block/block_record.c:296 warning("... lack access to %d nodes"))
+        rep.warnings.append(f"{fname}: nodes {_fold(missing)} are in no {'leaf switch' if kind == 'tree' else 'block'}; "
+                            "Slurm will not place them with the rest")
     if kind == "tree":
         names = [e[0] for e in entries]
         if len(set(names)) != len(names):

@@ -59,6 +59,10 @@ _FEATURE_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 # starting or ending with a hyphen), which is what slurmd's `hostname -s` and getaddrinfo() can give back.
 _IPV4_RE = re.compile(r"\d+(\.\d+){3}")
 _LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# Node names of an adopted site: Slurm takes any NodeName its hostlist parser can split (src/common/hostlist.c only
+# reads ',' '[' ']' as syntax) and Slurm's own testsuite names nodes test_node[0-9]
+# (testsuite/expect/test7.17_configs, 22.05-24.11); whether such a name resolves is a fact of the site's hosts
+_NODE_LABEL_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 # re.ASCII throughout: a bare \d also matches other scripts' digits ('١٢'), which Python's int() reads but Slurm's
 # parsers do not (they go straight into a GRES type or a MaxTime otherwise)
 _RANGE_ITEM_RE = re.compile(r"^(\d+)(?:-(\d+))?$", re.ASCII)
@@ -87,6 +91,8 @@ _MAX_PORT = 65535
 class _Ctx:
     def __init__(self, source: str | None):
         self.source = source
+        # an adopted site keeps the node names its slurm.conf has, '_' included (see _NODE_LABEL_RE)
+        self.adopted = False
 
     def err(self, path: str, msg: str) -> InventoryError:
         return InventoryError(path, msg, self.source)
@@ -146,10 +152,12 @@ def _list(ctx: _Ctx, value: Any, path: str) -> list:
 
 
 
-def ranges_problem(text: str, hostnames: bool = True, pattern: re.Pattern[str] | None = None) -> str | None:
+def ranges_problem(text: str, hostnames: bool = True, pattern: re.Pattern[str] | None = None,
+                   node_names: bool = False) -> str | None:
     """Why Slurm's hostlist parser (or a config file) cannot take ``text``, found without expanding it; None if
     fine. Checks bracket syntax (``[1-4,7]``), each range against ``MAX_RANGE``, the total against ``MAX_HOSTS``
-    and, for ``hostnames``, that every name the list can produce is an RFC 1123 hostname."""
+    and, for ``hostnames``, that every name the list can produce is an RFC 1123 hostname (with ``node_names``,
+    an adopted site's node names, '_' allowed too)."""
     total = 0
     for item in hostlist.split_top(text):
         if not item:
@@ -189,7 +197,8 @@ def ranges_problem(text: str, hostnames: bool = True, pattern: re.Pattern[str] |
             if item.lower() in _RESERVED_NODE_NAMES:
                 return (f"{item!r} is a word slurm.conf reserves (NodeName=DEFAULT sets defaults, NodeName=ALL is "
                         "fatal to slurmctld); rename the host")
-            if not all(_LABEL_RE.fullmatch(label) for label in name.split(".")):
+            label_re = _NODE_LABEL_RE if node_names else _LABEL_RE
+            if not all(label_re.fullmatch(label) for label in name.split(".")):
                 return (f"{item!r} is not a hostname (RFC 1123: labels of letters, digits and inner hyphens, "
                         "1-63 characters, joined by dots)")
     return None
@@ -201,12 +210,12 @@ def _hosts(ctx: _Ctx, value: Any, path: str, hostnames: bool = True) -> str:
     if isinstance(value, list):
         for i, v in enumerate(value):
             t = _str(ctx, v, _join(path, i))
-            problem = ranges_problem(t, hostnames, None if hostnames else _NAME_RE)
+            problem = ranges_problem(t, hostnames, None if hostnames else _NAME_RE, ctx.adopted)
             if problem:
                 raise ctx.err(_join(path, i), f"invalid hostlist {t!r}: {problem}")
         value = hostlist.fold(str(v) for v in value)
     text = _str(ctx, value, path)
-    problem = ranges_problem(text, hostnames, None if hostnames else _NAME_RE)
+    problem = ranges_problem(text, hostnames, None if hostnames else _NAME_RE, ctx.adopted)
     if problem:
         raise ctx.err(path, f"invalid hostlist {text!r}: {problem}")
     try:
@@ -852,6 +861,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
          "defrag", "monitoring", "adopted", "nodesets", "gres_conf"},
         {"cluster", "node_groups"},
     )
+    ctx.adopted = top.get("adopted") is True
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
     controller = Controller(
         hosts=tuple(_hostname(ctx, h, f"controller.hosts[{i}]") for i, h in enumerate(_list(ctx, cm["hosts"], "controller.hosts"))),
