@@ -218,3 +218,19 @@ def test_tenant_partitions_with_allow_qos_pass_the_real_parse(release: str) -> N
     assert rp.ok is True, rp
     judged_by(rp, release)
     assert ("left AllowQos=normal,high,scavenger of partition gpu out of the copy" in rp.message) == allow_qos_fatal(release)
+
+
+def test_deprecation_and_defunct_lines_are_notices_not_findings(lab_files: dict[str, str], release: str) -> None:
+    """Issue 19: the release's own notices (read_config.c "Ignoring obsolete FastSchedule=1 option", _defunct_option's
+    "The option ... is defunct") are classified by their source in that release (realparse.ERROR_LINES) and leave
+    the config valid; a refused value in the same file still fails it. One real parse each (~2 s)."""
+    from slurmkit.backend.realparse import DEFUNCT, DEPRECATED
+
+    defunct = "SchedulerAuth=x" if release == "22.05" else "PowerPlugin=power/none"
+    conf = lab_files["slurm.conf"] + f"FastSchedule=1\n{defunct}\n"
+    rp = real_parse(dict(lab_files, **{"slurm.conf": conf}), release)
+    assert rp.ok is True and rp.errors == [], rp
+    assert sorted(k for k, _w, _e in rp.notices) == [DEFUNCT, DEPRECATED], rp
+    judged_by(rp, release)
+    rp = real_parse(dict(lab_files, **{"slurm.conf": conf + "HealthCheckNodeState=BOGUS\n"}), release)
+    assert rp.ok is False and any("HealthCheckNodeState" in e for e in rp.errors), rp
