@@ -307,7 +307,14 @@ def adopted_settings(cluster: Cluster, version: str) -> list[tuple[str, str]]:
     check_supported(cluster, features_for(version))
     s = [("ClusterName", cluster.name), *(("SlurmctldHost", h) for h in cluster.controller.hosts),
          ("SlurmctldPort", str(cluster.controller.port)), ("StateSaveLocation", cluster.controller.state_dir)]
+    s += dynamic_settings(cluster)
     return _merge(s, cluster.slurm_conf)
+
+
+def dynamic_settings(cluster: Cluster) -> list[tuple[str, str]]:
+    """MaxNodeCount for a site whose nodes register themselves (``dynamic_nodes``): slurm.conf(5) MaxNodeCount
+    (22.05, 24.11) "Increase MaxNodeCount to accommodate dynamically created nodes with dynamic node registrations"."""
+    return [("MaxNodeCount", str(cluster.max_node_count))] if cluster.max_node_count is not None else []
 
 
 def q(value: str) -> str:
@@ -424,6 +431,7 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         s.append(("SchedulerParameters", ",".join(sched)))
     s += scale_settings(cluster, feats)
     s += power_settings(cluster, conf_dir)
+    s += dynamic_settings(cluster)
     return _merge(s, cluster.slurm_conf)
 
 

@@ -234,3 +234,20 @@ def test_deprecation_and_defunct_lines_are_notices_not_findings(lab_files: dict[
     judged_by(rp, release)
     rp = real_parse(dict(lab_files, **{"slurm.conf": conf + "HealthCheckNodeState=BOGUS\n"}), release)
     assert rp.ok is False and any("HealthCheckNodeState" in e for e in rp.errors), rp
+
+
+def test_generated_dynamic_node_config_is_accepted(release: str) -> None:
+    """Issue 19 (a): a dynamic-node site imported and generated again (no NodeName line, MaxNodeCount, partitions by
+    Nodes=ALL and by a NodeSet's Feature, dynamic_nodes.shtml 22.05/24.11) starts the release's slurmctld with no
+    error line. One real parse (~2 s)."""
+    from slurmkit.adopt.importer import import_site
+    from slurmkit.model import yamlio
+    from slurmkit.model.load import load_cluster_text
+    from tests.unit.test_adopt_dynamic import FILES
+
+    res = import_site(FILES, release)
+    assert res.lost == []
+    files = generate(load_cluster_text(yamlio.dump(res.inventory)), version=release)
+    assert "MaxNodeCount=64" in files["slurm.conf"] and "NodeName=" not in files["slurm.conf"]
+    rep = validate({k: v for k, v in files.items() if k != "slurmkit.yaml"}, release)
+    assert rep.real_ok is True and rep.errors == [], (rep.real, rep.errors)
