@@ -739,10 +739,14 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
     if cluster.adopted:
         return nodesets, [_adopted_partition(cluster, p) for p in cluster.partitions]
     for p in cluster.partitions:
-        groups = [cluster.group(gname) for gname in p.groups]
-        hosts = _hosts_of(groups)
+        groups = cluster.partition_groups(p)
         ns = f"ns_{p.name}"
-        nodesets.append(f"NodeSet={ns} Nodes={hosts}")
+        if p.groups:
+            nodesets.append(f"NodeSet={ns} Nodes={_hosts_of(groups)}")
+        else:
+            # ``nodes:`` as written (a hostlist, NodeSet names or ALL: the way dynamic nodes join partitions,
+            # dynamic_nodes.shtml 22.05 and 24.11); wrapping it in a NodeSet of group hosts left "Nodes=" empty
+            ns = p.nodes or ""
         kv = [("PartitionName", p.name), ("Nodes", ns), ("Default", "YES" if p.default else "NO"), ("MaxTime", p.max_time)]
         kv += _partition_limits(p)
         allow = cluster.tenants.allow_qos(p.name) if cluster.tenants else ()

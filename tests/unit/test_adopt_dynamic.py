@@ -147,3 +147,18 @@ def test_validate_judges_a_dynamic_site_per_release(change: dict, release: str, 
     dyn = [w for w in rep.warnings if "dynamic nodes" in w]
     assert len(rep.errors) == len(errors) and all(any(e in x for x in rep.errors) for e in errors), rep.errors
     assert len(dyn) == len(warnings) and all(any(w in x for x in dyn) for w in warnings), rep.warnings
+
+
+def test_a_new_inventorys_partition_over_all_or_nodesets_keeps_its_nodes() -> None:
+    """A partition given by ``nodes:`` (ALL, NodeSet names: how dynamic nodes join partitions) in an inventory written
+    from scratch was wrapped in a NodeSet of group hosts, which rendered ``NodeSet=ns_all Nodes=`` (empty)."""
+    data = yamlio.load((ROOT / "examples" / "lab.yaml").read_text())
+    data["dynamic_nodes"] = {"max_node_count": 64}
+    data["nodesets"] = {"ns_h100": {"Feature": "h100"}}
+    data["partitions"] = [{"name": "all", "nodes": "ALL", "default": True}, {"name": "h100", "nodes": "ns_h100"}]
+    conf = generate(load_cluster_dict(data))["slurm.conf"]
+    lines = [ln for ln in conf.splitlines() if ln.startswith(("NodeSet=", "PartitionName="))]
+    assert lines[0] == "NodeSet=ns_h100 Feature=h100", lines
+    assert lines[1].startswith("PartitionName=all Nodes=ALL Default=YES "), lines
+    assert lines[2].startswith("PartitionName=h100 Nodes=ns_h100 Default=NO "), lines
+    assert not any(ln.rstrip().endswith("Nodes=") or " Nodes= " in ln for ln in lines), lines
