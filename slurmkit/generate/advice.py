@@ -128,7 +128,9 @@ def recommendations(cluster: Cluster) -> list[Advice]:
                           ((("slurm_conf", "PropagateResourceLimitsExcept"), "MEMLOCK"),)))
     # cgroup confinement (cgroup.conf(5)): jobs see only their GPUs, cores, memory and swap
     cg = _keys(cluster.cgroup_conf)
-    gpus = any(g.gpus or any(k.lower() == "gres" for k, _ in g.slurm) for g in cluster.node_groups)
+    # GPUs on a node line, or in GresTypes (dynamic nodes bring their Gres= when they register)
+    gpus = any(g.gpus or any(k.lower() == "gres" for k, _ in g.slurm) for g in cluster.node_groups) or \
+        "gpu" in [t.strip() for t in glob.get("grestypes", "").split(",")]
     task = glob.get("taskplugin", "").lower()
     if "task/cgroup" not in task:
         out.append(Advice("TaskPlugin without task/cgroup: cgroup.conf's Constrain* settings confine nothing "

@@ -97,3 +97,13 @@ def test_cli_validate_prints_advice_and_keeps_the_verdict(tmp_path: Path) -> Non
     advice = [ln for ln in res.stderr.splitlines() if ln.startswith("advice: ")]
     assert len(advice) == 11 and all("-- inventory edit: " in ln and "(rollout: " in ln for ln in advice), res.stderr
     assert any("slurm_conf.PreemptMode: REQUEUE (rollout: reconfigure)" in ln for ln in advice), advice
+
+
+def test_a_dynamic_site_with_gpus_in_grestypes_is_advised_to_confine_devices() -> None:
+    """No node line to read the GPUs from (nodes register with slurmd -Z): GresTypes=gpu says there are GPUs."""
+    from tests.unit.test_adopt_dynamic import FILES
+
+    inv = import_site(FILES, "24.11").inventory
+    edits = {a.edit_text() for a in recommendations(load_cluster_dict(inv))}
+    assert "cgroup_conf.ConstrainDevices: 'yes'" in edits, edits
+    assert not any("DefCpuPerGPU" in e for e in edits)  # no node shape to share out
