@@ -187,7 +187,14 @@ def _advice(inventory_text: str | None, ver: str | None) -> None:
     data = yamlio.load(inventory_text or "")
     if not isinstance(data, dict):
         return
-    for a in advise(data, ver):
+    from slurmkit.errors import SlurmkitError
+
+    try:
+        found = advise(data, ver)
+    except SlurmkitError as exc:  # the inventory copy cannot render for this release: the findings above say why
+        click.echo(f"advice: not computed: {exc}", err=True)
+        return
+    for a in found:
         click.echo(f"advice: {a.line()}", err=True)
 
 

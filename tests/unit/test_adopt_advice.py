@@ -107,3 +107,19 @@ def test_a_dynamic_site_with_gpus_in_grestypes_is_advised_to_confine_devices() -
     edits = {a.edit_text() for a in recommendations(load_cluster_dict(inv))}
     assert "cgroup_conf.ConstrainDevices: 'yes'" in edits, edits
     assert not any("DefCpuPerGPU" in e for e in edits)  # no node shape to share out
+
+
+def test_advice_that_cannot_be_computed_leaves_the_verdict(tmp_path: Path) -> None:
+    """A config directory whose slurmkit.yaml copy cannot render for the release validated (a key that release lacks)
+    still gets its verdict; the advice says why it is missing instead of ending the command."""
+    d = tmp_path / "etc"
+    d.mkdir()
+    (d / "slurm.conf").write_text("ClusterName=c\nSlurmctldHost=h\nNodeName=n1 CPUs=2 RealMemory=1000\n"
+                                  "PartitionName=p Nodes=n1\n")
+    data = import_site({"slurm.conf": (d / "slurm.conf").read_text()}, "24.11").inventory
+    data["slurm_conf"] = {"PreemptParameters": "strict_order"}  # 23.02+
+    (d / "slurmkit.yaml").write_text(yamlio.dump(data))
+    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "validate", str(d), "--slurm-version",
+                          "22.05", "--no-real-parse"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0 and "ok: " in res.stdout, res.stdout + res.stderr
+    assert "advice: not computed: slurm_conf.PreemptParameters" in res.stderr, res.stderr
