@@ -123,3 +123,19 @@ def test_advice_that_cannot_be_computed_leaves_the_verdict(tmp_path: Path) -> No
                           "22.05", "--no-real-parse"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 0 and "ok: " in res.stdout, res.stdout + res.stderr
     assert "advice: not computed: slurm_conf.PreemptParameters" in res.stderr, res.stderr
+
+
+def test_a_directory_slurmkit_did_not_write_gets_the_advice_for_its_import(tmp_path: Path) -> None:
+    """`conf validate /etc/slurm` (the README's third command) on a site's own files: the advice is for the inventory
+    `conf import` writes from them, and says so."""
+    d = tmp_path / "etc"
+    d.mkdir()
+    (d / "slurm.conf").write_text(SITE)
+    (d / "gres.conf").write_text(GRES)
+    (d / "cgroup.conf").write_text(CGROUP)
+    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "conf", "validate", str(d), "--slurm-version",
+                          "22.05", "--no-real-parse"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"note: the advice's edits are to the inventory `slurmkit conf import {d}` writes" in res.stderr
+    advice = {ln.split(" -- inventory edit: ")[1] for ln in res.stderr.splitlines() if ln.startswith("advice: ")}
+    assert advice == {f"{a.edit_text()} (rollout: {a.action})" for a in advise(site(), "22.05")}, advice
