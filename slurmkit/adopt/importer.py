@@ -330,9 +330,27 @@ def _nodes(conf: cp.SlurmConf, files: Mapping[str, str], inv: dict[str, Any], re
         out_groups.append(g)
     if out_groups:
         inv["node_groups"] = out_groups
-    elif not per_line:
-        res.lost.append("slurm.conf:1: no NodeName lines (a dynamic-node site): the inventory needs node groups")
+    dynamic = _dynamic(conf, inv, len(all_hosts))
+    if not per_line and not dynamic:
+        res.lost.append("slurm.conf:1: no NodeName lines and no MaxNodeCount: the inventory needs node groups, or "
+                        "MaxNodeCount for nodes that register themselves (slurmd -Z)")
     return all_hosts
+
+
+def _dynamic(conf: cp.SlurmConf, inv: dict[str, Any], static: int) -> bool:
+    """A MaxNodeCount above the site's NodeName nodes is room for dynamic nodes (``slurmd -Z``, dynamic_nodes.shtml
+    22.05 and 24.11; slurm.conf(5) MaxNodeCount "will be ignored if less than the number of nodes found in the
+    slurm.conf"): the inventory's ``dynamic_nodes``, not a passthrough key. Otherwise it stays in ``slurm_conf``."""
+    v = conf.value("MaxNodeCount")
+    if not v.isdigit() or int(v) <= static or int(v) > 0xFFFFFFFE:
+        return False
+    inv["dynamic_nodes"] = {"max_node_count": int(v)}
+    sc = inv.get("slurm_conf", {})
+    for k in [k for k in sc if k.lower() == "maxnodecount"]:
+        del sc[k]
+    if "slurm_conf" in inv and not sc:
+        del inv["slurm_conf"]
+    return True
 
 
 def _group(rec: cp.Record, hosts: str, grecs: list[tuple[tuple[str, str], ...]], res: Imported) -> dict[str, Any] | None:

@@ -142,6 +142,7 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
     from slurmkit.generate.rollout import read_dir
 
     cluster: object = None
+    inv: str | None = None
     if Path(path).is_dir():
         _warn_pending(path)  # the findings below may only be the half-swapped set
         from slurmkit.adopt.read import read_site
@@ -168,11 +169,46 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
         rep.errors.extend(errs)  # type: ignore[attr-defined]
         rep.warnings.extend(warns)  # type: ignore[attr-defined]
     _report(rep)
+    if getattr(cluster, "adopted", False):
+        _advice(inv if Path(path).is_dir() else Path(path).read_text(), ver)
+    elif cluster is None and ver:
+        # a directory slurmkit did not write: the advice is for the inventory `conf import` writes from it
+        from slurmkit.adopt.importer import import_site
+        from slurmkit.model import yamlio
+
+        imported = import_site(files, ver)
+        if imported.lost:
+            click.echo(f"advice: not computed: `conf import` cannot carry {imported.lost[0]}", err=True)
+        else:
+            _advice(yamlio.dump(imported.inventory), ver,
+                    f"note: the advice's edits are to the inventory `slurmkit conf import {path}` writes")
     if rep.ok:
         click.echo(f"ok: {len(files)} files consistent" + (f" (Slurm {ver})" if ver else ""))
         return 0
     click.echo(f"invalid: {len(rep.errors) or 1} problem(s)", err=True)
     return 2
+
+
+def _advice(inventory_text: str | None, ver: str | None, note: str = "") -> None:
+    """slurmkit's recommendations an adopted site lacks (generate/advice.py): one line each with the inventory edit
+    that applies it and the rollout class it needs; advice, never a finding (the exit code stays the verdict's)."""
+    from slurmkit.generate.advice import advise
+    from slurmkit.model import yamlio
+
+    data = yamlio.load(inventory_text or "")
+    if not isinstance(data, dict):
+        return
+    from slurmkit.errors import SlurmkitError
+
+    try:
+        found = advise(data, ver)
+    except SlurmkitError as exc:  # the inventory copy cannot render for this release: the findings above say why
+        click.echo(f"advice: not computed: {exc}", err=True)
+        return
+    if found and note:
+        click.echo(note, err=True)
+    for a in found:
+        click.echo(f"advice: {a.line()}", err=True)
 
 
 def _stale(directory: str, files: dict[str, str]) -> list[str]:

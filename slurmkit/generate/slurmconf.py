@@ -311,7 +311,14 @@ def adopted_settings(cluster: Cluster, version: str) -> list[tuple[str, str]]:
     check_supported(cluster, features_for(version))
     s = [("ClusterName", cluster.name), *(("SlurmctldHost", h) for h in cluster.controller.hosts),
          ("SlurmctldPort", str(cluster.controller.port)), ("StateSaveLocation", cluster.controller.state_dir)]
+    s += dynamic_settings(cluster)
     return _merge(s, cluster.slurm_conf)
+
+
+def dynamic_settings(cluster: Cluster) -> list[tuple[str, str]]:
+    """MaxNodeCount for a site whose nodes register themselves (``dynamic_nodes``): slurm.conf(5) MaxNodeCount
+    (22.05, 24.11) "Increase MaxNodeCount to accommodate dynamically created nodes with dynamic node registrations"."""
+    return [("MaxNodeCount", str(cluster.max_node_count))] if cluster.max_node_count is not None else []
 
 
 def q(value: str) -> str:
@@ -430,6 +437,7 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         s.append(("SchedulerParameters", ",".join(sched)))
     s += scale_settings(cluster, feats)
     s += power_settings(cluster, conf_dir)
+    s += dynamic_settings(cluster)
     return _merge(s, cluster.slurm_conf)
 
 
@@ -737,10 +745,14 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
     if cluster.adopted:
         return nodesets, [_adopted_partition(cluster, p) for p in cluster.partitions]
     for p in cluster.partitions:
-        groups = [cluster.group(gname) for gname in p.groups]
-        hosts = _hosts_of(groups)
+        groups = cluster.partition_groups(p)
         ns = f"ns_{p.name}"
-        nodesets.append(f"NodeSet={ns} Nodes={hosts}")
+        if p.groups:
+            nodesets.append(f"NodeSet={ns} Nodes={_hosts_of(groups)}")
+        else:
+            # ``nodes:`` as written (a hostlist, NodeSet names or ALL: the way dynamic nodes join partitions,
+            # dynamic_nodes.shtml 22.05 and 24.11); wrapping it in a NodeSet of group hosts left "Nodes=" empty
+            ns = p.nodes or ""
         kv = [("PartitionName", p.name), ("Nodes", ns), ("Default", "YES" if p.default else "NO"), ("MaxTime", p.max_time)]
         kv += _partition_limits(p)
         allow = cluster.tenants.allow_qos(p.name) if cluster.tenants else ()

@@ -275,7 +275,44 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
     _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files, gres_types)
     _check_topology(files, conf, shape_of, feats, hosts, rep)  # type: ignore[arg-type]
     _check_partitions(conf, shape_of, hosts, rep, feats)
+    _check_dynamic(conf, len(shape_of), feats.version if feats else None, rep)
     return rep
+
+
+def _check_dynamic(conf: cp.SlurmConf, static: int, version: str | None, rep: Report) -> None:
+    """A dynamic-node site (MaxNodeCount above its NodeName nodes: room for ``slurmd -Z`` registrations), judged
+    per release from dynamic_nodes.shtml and the source of that release."""
+    v = conf.value("MaxNodeCount")
+    if not v.isdigit() or int(v) <= static:
+        return  # slurm.conf(5) MaxNodeCount "will be ignored if less than the number of nodes found in the slurm.conf"
+    where = conf.settings["maxnodecount"][2].where
+    ver = version or "22.05"
+    select = conf.value("SelectType") or default_select_type(version)
+    if "cons_tres" not in select:
+        # src/slurmctld/node_mgr.c create_dynamic_reg_node(): error("Node creation only compatible with
+        # select/cons_tres") and the registration is refused (slurm-22-05-8-1 :4727, slurm-24-11-5-1 :5297)
+        rep.errors.append(f"{where}: MaxNodeCount={v} leaves room for dynamic nodes, but Slurm {ver} registers them "
+                          f"only with select/cons_tres (SelectType is {select}; node_mgr.c \"Node creation only "
+                          "compatible with select/cons_tres\")")
+    topo = conf.value("TopologyPlugin", "topology/none").lower()
+    if version_key(ver) < (23, 11) and conf.value("TreeWidth") != "65533":
+        # dynamic_nodes.shtml of slurm-22-05-8-1 and slurm-23-02-7-1: "TreeWidth must be disabled (i.e. set to
+        # 65533) for dynamic environments" (gone from slurm-23-11-10-1's, which fans out to dynamic nodes)
+        rep.warnings.append(f"{where}: dynamic nodes on Slurm {ver} need TreeWidth=65533 (dynamic_nodes.shtml: "
+                            "\"Fanning out of controller pings and application launches through slurmds are not "
+                            "supported with dynamic nodes\")")
+    if version_key(ver) < (23, 2):
+        # slurm-22-05-8-1 dynamic_nodes.shtml, Limitations: "The following are not supported with dynamic nodes:
+        # Topology Plugins"
+        if topo.split("/")[-1] not in ("none", "default", "flat"):
+            rep.warnings.append(f"{where}: {conf.value('TopologyPlugin')} with dynamic nodes: not supported on Slurm "
+                                f"{ver} (dynamic_nodes.shtml, Limitations)")
+    elif topo.split("/")[-1] not in ("none", "default", "flat"):
+        # slurm-24-11-5-1 dynamic_nodes.shtml, Limitations: "Dynamic nodes must be added to topology.conf; The
+        # slurmctld must be restarted or reconfigured"
+        rep.warnings.append(f"{where}: {conf.value('TopologyPlugin')} with dynamic nodes: each must be added to "
+                            "the topology and slurmctld reconfigured before jobs are placed by it (dynamic_nodes.shtml, "
+                            "Limitations)")
 
 
 def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, int], constrain_devices: bool,

@@ -370,6 +370,9 @@ class Cluster:
     adopted: bool = False
     nodesets: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # NodeSet=name and its keys, as given
     gres_conf: tuple[tuple[tuple[str, str], ...], ...] = ()  # gres.conf records for every node (no NodeName)
+    # ``dynamic_nodes.max_node_count``: slurm.conf MaxNodeCount, room for nodes that register themselves
+    # (``slurmd -Z``, dynamic_nodes.shtml 22.05+); such a site may have no node group at all
+    max_node_count: int | None = None
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:

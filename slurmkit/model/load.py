@@ -858,8 +858,8 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
          "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants", "rollout",
-         "defrag", "monitoring", "adopted", "nodesets", "gres_conf"},
-        {"cluster", "node_groups"},
+         "defrag", "monitoring", "adopted", "nodesets", "gres_conf", "dynamic_nodes"},
+        {"cluster"},
     )
     ctx.adopted = top.get("adopted") is True
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
@@ -892,9 +892,13 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     if top.get("accounting") is not None:
         am = _mapping(ctx, top["accounting"], "accounting", {"host", "port"}, {"host"})
         accounting = Accounting(_hostname(ctx, am["host"], "accounting.host"), _port(ctx, am.get("port", 6819), "accounting.port"))
-    glist = _list(ctx, top["node_groups"], "node_groups")
-    if not glist:
-        raise ctx.err("node_groups", "at least one node group is required")
+    max_nodes = _dynamic_nodes(ctx, top.get("dynamic_nodes"), top.get("slurm_conf"))
+    if "node_groups" not in top and max_nodes is None:
+        raise ctx.err("node_groups", "required key is missing (only a dynamic-node site, dynamic_nodes:, has none)")
+    glist = _list(ctx, top.get("node_groups") or [], "node_groups")
+    if not glist and max_nodes is None:
+        raise ctx.err("node_groups", "at least one node group is required (or dynamic_nodes: for nodes that register "
+                                     "with slurmd -Z)")
     groups: dict[str, NodeGroup] = {}
     owner: dict[str, str] = {}
     for i, g in enumerate(glist):
@@ -907,6 +911,11 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             owner[h] = grp.name
         groups[grp.name] = grp
     adopted = _bool(ctx, top.get("adopted", False), "adopted")
+    if max_nodes is not None and max_nodes <= len(owner):
+        # slurm.conf(5) MaxNodeCount (22.05, 24.11): "MaxNodeCount will be ignored if less than the number of nodes
+        # found in the slurm.conf" -- and equal leaves no room for a node to register
+        raise ctx.err("dynamic_nodes.max_node_count", f"is {max_nodes}, not more than the {len(owner)} nodes of "
+                                                      "node_groups: no dynamic node could register")
     nodesets = _nodesets(ctx, top.get("nodesets"), "nodesets")
     parts = tuple(
         _partition(ctx, p, f"partitions[{i}]", groups, {n for n, _ in nodesets}) for i, p in enumerate(_list(ctx, top.get("partitions") or [], "partitions"))
@@ -1008,7 +1017,23 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         adopted=adopted,
         nodesets=nodesets,
         gres_conf=_records(ctx, top.get("gres_conf"), "gres_conf"),
+        max_node_count=max_nodes,
     )
+
+
+def _dynamic_nodes(ctx: _Ctx, value: Any, slurm_conf: Any) -> int | None:
+    """``dynamic_nodes: {max_node_count: N}``: nodes that register themselves (``slurmd -Z --conf ...``,
+    dynamic_nodes.shtml of 22.05 and 24.11) up to N nodes in all (slurm.conf MaxNodeCount). None: no such nodes."""
+    if value is None:
+        return None
+    dm = _mapping(ctx, value, "dynamic_nodes", {"max_node_count"}, {"max_node_count"})
+    if isinstance(slurm_conf, dict) and any(str(k).lower() == "maxnodecount" for k in slurm_conf):
+        raise ctx.err("slurm_conf.MaxNodeCount", "set it once, as dynamic_nodes.max_node_count")
+    # MaxNodeCount is an S_P_UINT32 (read_config.c slurm_conf_options[], 22.05 and 24.11)
+    n = _int(ctx, dm["max_node_count"], "dynamic_nodes.max_node_count", 1)
+    if n > 0xFFFFFFFE:
+        raise ctx.err("dynamic_nodes.max_node_count", f"must be < 4294967295 (a 32-bit count in Slurm), got {n}")
+    return n
 
 
 def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitoring:
