@@ -98,6 +98,9 @@ class SlurmFeatures:
     block_topology: bool  # topology/block (23.11+)
     block_sizes: bool  # BlockSizes= (24.05+); 23.11 spells the same idea BlockLevels=
     topology_yaml: bool  # topology.yaml (25.05+)
+    # topology/ring and topology/torus3d (26.05: src/plugins/topology/{ring,torus3d} at slurm-26-05-3-1; 25.11 has
+    # block, flat and tree only), written only to topology.yaml (topology.yaml(5) 26.05 "Ring definitions", "Torus3d")
+    ring_torus: bool
     cgroup_v2: bool  # hosts are usually pure cgroup v2 (23.02+); informational: cgroup.conf gets autodetect
     json_filters: bool  # squeue/sinfo --json honour -j/-t/-n (not in 22.05)
     scontrol_json: bool  # scontrol --json (23.02+)
@@ -176,6 +179,7 @@ def features_for(version: str) -> SlurmFeatures:
         block_topology=v >= (23, 11),
         block_sizes=v >= (24, 5),
         topology_yaml=v >= (25, 5),
+        ring_torus=v >= (26, 5),
         cgroup_v2=v >= (23, 2),
         json_filters=v >= (23, 2),
         scontrol_json=v >= (23, 2),

@@ -31,6 +31,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _FEATURE_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$", re.ASCII)
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# node names as Slurm takes them, '_' included (slurmkit.model.load._NODE_LABEL_RE)
+_NODE_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 _REPEATABLE = frozenset(k.lower() for k in REPEATABLE_SLURM_KEYS)
 _GPU_MODEL_KEYS = {"name", "type", "file", "cores", "links", "autodetect"}
 
@@ -317,7 +319,7 @@ def _nodes(conf: cp.SlurmConf, files: Mapping[str, str], inv: dict[str, Any], re
         rec = members[0][0]
         hosts = [h for _r, hs in members for h in hs]
         folded = hostlist.fold(hosts) if not key[2] else rec.head
-        bad = [h for h in hosts if not _HOST_RE.fullmatch(h)]
+        bad = [h for h in hosts if not all(_NODE_RE.fullmatch(label) for label in h.split("."))]
         if bad:
             res.lost.append(f"{rec.where}: node name {bad[0]!r} is not a hostname the inventory can hold")
             continue
@@ -328,9 +330,27 @@ def _nodes(conf: cp.SlurmConf, files: Mapping[str, str], inv: dict[str, Any], re
         out_groups.append(g)
     if out_groups:
         inv["node_groups"] = out_groups
-    elif not per_line:
-        res.lost.append("slurm.conf:1: no NodeName lines (a dynamic-node site): the inventory needs node groups")
+    dynamic = _dynamic(conf, inv, len(all_hosts))
+    if not per_line and not dynamic:
+        res.lost.append("slurm.conf:1: no NodeName lines and no MaxNodeCount: the inventory needs node groups, or "
+                        "MaxNodeCount for nodes that register themselves (slurmd -Z)")
     return all_hosts
+
+
+def _dynamic(conf: cp.SlurmConf, inv: dict[str, Any], static: int) -> bool:
+    """A MaxNodeCount above the site's NodeName nodes is room for dynamic nodes (``slurmd -Z``, dynamic_nodes.shtml
+    22.05 and 24.11; slurm.conf(5) MaxNodeCount "will be ignored if less than the number of nodes found in the
+    slurm.conf"): the inventory's ``dynamic_nodes``, not a passthrough key. Otherwise it stays in ``slurm_conf``."""
+    v = conf.value("MaxNodeCount")
+    if not v.isdigit() or int(v) <= static or int(v) > 0xFFFFFFFE:
+        return False
+    inv["dynamic_nodes"] = {"max_node_count": int(v)}
+    sc = inv.get("slurm_conf", {})
+    for k in [k for k in sc if k.lower() == "maxnodecount"]:
+        del sc[k]
+    if "slurm_conf" in inv and not sc:
+        del inv["slurm_conf"]
+    return True
 
 
 def _group(rec: cp.Record, hosts: str, grecs: list[tuple[tuple[str, str], ...]], res: Imported) -> dict[str, Any] | None:

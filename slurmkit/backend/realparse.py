@@ -83,6 +83,62 @@ NEEDS_DBD = re.compile(r"can only be used with SlurmDBD|We have no QOS on the sy
 # - groups in AllowGroups resolve through this host's NSS (22.05 src/slurmctld/groups.c:240, 24.11 :223
 #   "%s: Could not find configured group %s")
 HOST_FACTS = (re.compile(r"Configured MailProg is invalid"), re.compile(r"Could not find configured group"))
+
+# What each `error:` line of the real parse is (issue 19), decided by where the judge's release logs it:
+# - fatal: a `fatal:` line (the daemon exits);
+# - deprecated: the release still reads the key or value and says to update it;
+# - defunct: the release reads the key and ignores it (a notice: remove it);
+# - host: a fact of the machine the check runs on (HOST_FACTS), not of the config;
+# - refused: every other `error:` line -- the release rejected or ignored something the config asks for.
+# Only fatal and refused lines make a config invalid. Each pattern carries its source per release (tag
+# slurm-YY-MM-*-1); a release without a citation here classifies the line as refused (the conservative verdict).
+FATAL, REFUSED, DEPRECATED, DEFUNCT, HOST = "fatal", "refused", "deprecated", "defunct", "host fact"
+
+
+@dataclass(frozen=True)
+class LineClass:
+    kind: str
+    pattern: re.Pattern[str]
+    sources: Mapping[str, str]  # release -> the file:line that logs it there
+
+
+ERROR_LINES = (
+    LineClass(DEFUNCT, re.compile(r'The option "\w+" is defunct, (see man slurm\.conf|please remove it from slurm\.conf)'),
+              {"22.05": "src/common/read_config.c:487 _defunct_option", "24.11": "src/common/read_config.c:504 "
+               "_defunct_option", "26.05": "src/common/read_config.c:515 _defunct_option"}),
+    LineClass(DEFUNCT, re.compile(r'The option "\w+" is defunct, please remove it from cgroup\.conf'),
+              {"24.11": "src/interfaces/cgroup.c:138 _defunct_option",
+               "26.05": "src/interfaces/cgroup.c:160 _defunct_option"}),
+    LineClass(DEFUNCT, re.compile(r'The CommunicationParameters option "NoAddrCache" is defunct'),
+              {"24.11": "src/common/read_config.c:4118", "26.05": "src/common/read_config.c:3950"}),
+    LineClass(DEFUNCT, re.compile(r'The SlurmctldParameters option "cloud_reg_addrs" is defunct'),
+              {"24.11": "src/common/read_config.c:5281", "26.05": "src/common/read_config.c:6215"}),
+    LineClass(DEPRECATED, re.compile(r"Ignoring obsolete FastSchedule=1 option"),
+              {"22.05": "src/common/read_config.c:4071", "24.11": "src/common/read_config.c:4266",
+               "26.05": "src/common/read_config.c:4120"}),
+    LineClass(DEPRECATED, re.compile(r"SbcastParameters has been renamed to BcastParameters"),
+              {"22.05": "src/common/read_config.c:3903", "24.11": "src/common/read_config.c:4091",
+               "26.05": "src/common/read_config.c:3919"}),
+    LineClass(DEPRECATED, re.compile(r"Translating obsolete 'MpiDefault=openmpi' option to 'MpiDefault=none'"),
+              {"22.05": "src/common/read_config.c:4406"}),
+    LineClass(DEPRECATED, re.compile(r"DebugFlag Task has been removed, please use CPU_Bind"),
+              {"22.05": "src/common/read_config.c:5845", "24.11": "src/common/read_config.c:6183",
+               "26.05": "src/common/read_config.c:6082"}),
+    LineClass(HOST, HOST_FACTS[0], {"22.05": "src/slurmctld/controller.c:378", "24.11": "src/slurmctld/controller.c:724",
+                                    "26.05": "src/slurmctld/controller.c:843"}),
+    LineClass(HOST, HOST_FACTS[1], {"22.05": "src/slurmctld/groups.c:240", "24.11": "src/slurmctld/groups.c:223",
+                                    "26.05": "src/slurmctld/groups.c:223"}),
+)
+
+
+def classify(line: str, release: str) -> tuple[str, str]:
+    """(kind, where ``release`` logs it) of one error/fatal line of the real parse (ERROR_LINES)."""
+    if re.search(r"\bfatal:", line):
+        return FATAL, ""
+    for c in ERROR_LINES:
+        if release in c.sources and c.pattern.search(line):
+            return c.kind, c.sources[release]
+    return REFUSED, ""
 # Lines the copy itself causes: expected, not findings. With HA controllers the primary asks each backup to give
 # up control (22.05-25.05 controller.c _shutdown_bu_thread); in the copy no backup runs, and its address fails
 # at once (see BACKUP_NET).
@@ -353,6 +409,9 @@ class RealParse:
     expected: list[str] = field(default_factory=list)  # error lines the copy causes, not the config
     judge: str = ""  # which binary judged: "slurmctld 24.11.5 (/var/cache/slurmkit/roots/24.11/usr/sbin/slurmctld)"
     host_facts: list[str] = field(default_factory=list)  # error lines about this host, not the config (HOST_FACTS)
+    # deprecation and defunct notices: (kind, where the judge's release logs it, the line); never make it invalid
+    notices: list[tuple[str, str, str]] = field(default_factory=list)
+    release: str = ""  # the judge's release ("24.11"): what ``classify`` reads the lines by
 
 
 def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 30.0,
@@ -400,25 +459,43 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
                     res.message = f"slurmd -G logged {len(gres_errors)} gres.conf error line(s): {gres_errors[0]}"
                 res.ok = False
     res.judge = judge.describe()
+    res.release = judge.release
     if copy.dbd:
         res.expected += [e for e in res.errors if NEEDS_DBD.search(e)]
         res.errors = [e for e in res.errors if not NEEDS_DBD.search(e)]
         if res.ok is False and not res.errors and res.message.startswith("slurmctld logged"):
             res.ok = True
             res.message = f"slurmctld accepted the config (primary after {res.seconds * 1000:.0f} ms, no error lines)"
-    host = [e for e in res.errors if any(p.search(e) for p in HOST_FACTS)]
-    if host:
-        res.host_facts += host
-        res.errors = [e for e in res.errors if e not in host]
-        if res.ok is False and not res.errors and res.message.startswith("slurmctld logged"):
-            res.ok = True
-            res.message = f"slurmctld accepted the config (primary after {res.seconds * 1000:.0f} ms)"
+    sort_lines(res, judge.release)
     res.message += f" as {copy.primary}"
     if res.expected:
         res.message += f"; expected in the copy (no slurmdbd, no backup controller): {'; '.join(res.expected)}"
     res.message += "".join(f"; {n}" for n in copy.notes)
     res.message += f"; judged by {res.judge}" + (f" and {gres_note}" if gres_note else "")
     return res
+
+
+def sort_lines(res: RealParse, release: str) -> None:
+    """Move the error lines that do not make a config invalid (``classify``: host facts, deprecation and defunct
+    notices) out of ``res.errors``; a parse that reached the primary controller and has no other line is ok."""
+    keep = []
+    for e in res.errors:
+        kind, where = classify(e, release)
+        if kind == HOST:
+            res.host_facts.append(e)
+        elif kind in (DEPRECATED, DEFUNCT):
+            # slurmctld reads slurm.conf more than once at start (26.05 prefixes each line with its time)
+            e = re.sub(r"^\[[^\]]*\]\s*", "", e)
+            if (kind, where, e) not in res.notices:
+                res.notices.append((kind, where, e))
+        else:
+            keep.append(e)
+    if keep == res.errors:
+        return
+    res.errors = keep
+    if res.ok is False and not keep and res.message.startswith(("slurmctld logged", "slurmd -G logged")):
+        res.ok = True
+        res.message = f"slurmctld accepted the config (primary after {res.seconds * 1000:.0f} ms)"
 
 
 def _script(judge: Judge, tmp: Path, ip: str, hostname: str, argv: list[str], devices: list[str] | None = None) -> str:
@@ -572,8 +649,10 @@ def validate(files: Mapping[str, str], version: str | None = None, real: bool = 
     if real and not rep.errors:
         rp = real_parse(files, version)
         rep.real, rep.real_ok = rp.message, rp.ok
-        rep.errors += [f"slurmctld: {e}" for e in rp.errors]
+        rep.errors += [f"slurmctld ({classify(e, rp.release)[0]}): {e}" for e in rp.errors]
         rep.warnings += [f"not checkable here (a fact of this host, not of the config): slurmctld: {e}" for e in rp.host_facts]
+        rep.warnings += [f"{kind} in Slurm {rp.release} ({where}), not a finding: slurmctld: {e}"
+                         for kind, where, e in rp.notices]
     elif real:
         rep.real = "real parse not run: static checks failed"
     return rep

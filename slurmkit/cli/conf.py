@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from slurmkit.errors import SlurmkitError
+from slurmkit.errors import SlurmkitError, UsageError
 
 _version = click.option("--slurm-version", "version", default=None,
                         help="Target Slurm release (22.05 ... 26.05); default: the inventory's slurm_version.")
@@ -142,6 +142,7 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
     from slurmkit.generate.rollout import read_dir
 
     cluster: object = None
+    inv: str | None = None
     if Path(path).is_dir():
         _warn_pending(path)  # the findings below may only be the half-swapped set
         from slurmkit.adopt.read import read_site
@@ -168,11 +169,46 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
         rep.errors.extend(errs)  # type: ignore[attr-defined]
         rep.warnings.extend(warns)  # type: ignore[attr-defined]
     _report(rep)
+    if getattr(cluster, "adopted", False):
+        _advice(inv if Path(path).is_dir() else Path(path).read_text(), ver)
+    elif cluster is None and ver:
+        # a directory slurmkit did not write: the advice is for the inventory `conf import` writes from it
+        from slurmkit.adopt.importer import import_site
+        from slurmkit.model import yamlio
+
+        imported = import_site(files, ver)
+        if imported.lost:
+            click.echo(f"advice: not computed: `conf import` cannot carry {imported.lost[0]}", err=True)
+        else:
+            _advice(yamlio.dump(imported.inventory), ver,
+                    f"note: the advice's edits are to the inventory `slurmkit conf import {path}` writes")
     if rep.ok:
         click.echo(f"ok: {len(files)} files consistent" + (f" (Slurm {ver})" if ver else ""))
         return 0
     click.echo(f"invalid: {len(rep.errors) or 1} problem(s)", err=True)
     return 2
+
+
+def _advice(inventory_text: str | None, ver: str | None, note: str = "") -> None:
+    """slurmkit's recommendations an adopted site lacks (generate/advice.py): one line each with the inventory edit
+    that applies it and the rollout class it needs; advice, never a finding (the exit code stays the verdict's)."""
+    from slurmkit.generate.advice import advise
+    from slurmkit.model import yamlio
+
+    data = yamlio.load(inventory_text or "")
+    if not isinstance(data, dict):
+        return
+    from slurmkit.errors import SlurmkitError
+
+    try:
+        found = advise(data, ver)
+    except SlurmkitError as exc:  # the inventory copy cannot render for this release: the findings above say why
+        click.echo(f"advice: not computed: {exc}", err=True)
+        return
+    if found and note:
+        click.echo(note, err=True)
+    for a in found:
+        click.echo(f"advice: {a.line()}", err=True)
 
 
 def _stale(directory: str, files: dict[str, str]) -> list[str]:
@@ -301,6 +337,7 @@ def import_(path: str, out: str | None, version: str) -> int:
     from slurmkit.adopt.importer import import_site
     from slurmkit.adopt.read import read_site
     from slurmkit.errors import InventoryError, UsageError
+    from slurmkit.generate.slurmconf import generate
     from slurmkit.generate.versions import features_for
     from slurmkit.model import yamlio
     from slurmkit.model.load import load_cluster_text
@@ -315,7 +352,9 @@ def import_(path: str, out: str | None, version: str) -> int:
     res = import_site(files, ver, _own_sections(Path(path) if Path(path).is_dir() else Path(path).parent))
     text = yamlio.dump(res.inventory)
     try:
-        load_cluster_text(text, source=out or "<import>")
+        # loaded, then generated for the target release: a value that release refuses (a removed plugin, ...)
+        # makes the inventory unusable there, which `conf diff` would only find later
+        generate(load_cluster_text(text, source=out or "<import>"), version=ver)
     except InventoryError as exc:
         res.lost.append(f"inventory {exc.path}: {exc.message}")
     for n in notes + res.notes:
@@ -572,14 +611,27 @@ def drift(inventory: str, against: str | None, version: str | None, templates: s
 @click.command()
 @click.option("--group", default=None, help="Node group name (default: the GPU type, or 'cpu').")
 @click.option("-o", "--output", "out", type=click.Path(dir_okay=False), default=None, help="Write here instead of stdout.")
-def discover(group: str | None, out: str | None) -> None:
-    """Print this node as an inventory node-group fragment (CPU geometry, memory, GPUs via NVML, HCAs)."""
-    from slurmkit.discover import gather, render_fragment
+@click.option("--ibnetdiscover", "ibnet_file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Instead of this node: the fabric from this saved `ibnetdiscover` output ('-': stdin), printed as "
+                   "the inventory's topology (leaves, rail-optimized SUs, spine).")
+@click.option("--node-name-map", "name_map", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="With --ibnetdiscover: GUID-to-name map (ibnetdiscover's --node-name-map format, or 'H-<guid> name').")
+@click.option("--match", default=None, help="With --ibnetdiscover: a regular expression host names must match in full "
+                                            "(leaves out storage, UFM and login hosts).")
+def discover(group: str | None, out: str | None, ibnet_file: str | None, name_map: str | None, match: str | None) -> None:
+    """Print this node as an inventory node-group fragment (CPU geometry, memory, GPUs via NVML, HCAs), or with
+    --ibnetdiscover the fabric as the inventory's topology."""
+    if ibnet_file is None and (name_map or match):
+        raise UsageError("--node-name-map and --match go with --ibnetdiscover")
+    if ibnet_file is not None:
+        text = _fabric_fragment(ibnet_file, name_map, match)
+    else:
+        from slurmkit.discover import gather, render_fragment
 
-    facts = gather()
-    if facts.gpus is None:
-        click.echo(f"discover: no GPUs listed ({facts.gpu_note}); CPU, memory and HCAs follow", err=True)
-    text = render_fragment(facts, group)
+        facts = gather()
+        if facts.gpus is None:
+            click.echo(f"discover: no GPUs listed ({facts.gpu_note}); CPU, memory and HCAs follow", err=True)
+        text = render_fragment(facts, group)
     if out:
         from slurmkit.generate.rollout import write_files
 
@@ -588,3 +640,22 @@ def discover(group: str | None, out: str | None) -> None:
         click.echo(f"wrote {out}", err=True)
     else:
         sys.stdout.write(text)
+
+
+def _fabric_fragment(path: str, name_map: str | None, match: str | None) -> str:
+    import re
+
+    from slurmkit.discover import ibnet
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(errors="replace")
+        names = ibnet.parse_name_map(Path(name_map).read_text(errors="replace"), name_map) if name_map else None
+    except OSError as exc:
+        raise UsageError(f"{exc.filename}: {exc.strerror}") from exc
+    if match is not None:
+        try:
+            re.compile(match)
+        except re.error as exc:
+            raise UsageError(f"--match {match!r}: {exc}") from exc
+    where = "stdin" if path == "-" else path
+    return ibnet.render(ibnet.infer(ibnet.parse(text, where), names, match), where)

@@ -160,7 +160,7 @@ def run(hook: str, inventory: str | None, state_dir: str, policy_file: str | Non
         fake_nvml=fake, job_id=os.environ.get("SLURM_JOB_ID"),
         job_uid=int(uid) if uid and uid.isdigit() else None, job_user=os.environ.get("SLURM_JOB_USER"),
         job_gpus=gpus, textfile_dir=textfile_dir, host_textfile_dir=host_textfile_dir(fake), ppid=os.getppid(),
-        started_mono=budget_start(), worker=worker,
+        started_mono=budget_start(), worker=worker, job_exit=os.environ.get("SLURM_JOB_EXIT_CODE2"),
     )
     try:
         report = run_hook(env)

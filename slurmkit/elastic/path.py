@@ -23,7 +23,9 @@ WHY_NOT_DYNAMIC = ("static NodeName lines, not dynamic nodes (slurmd -Z): the in
                    "reconfigure or restart anyway (dynamic_nodes.shtml, Limitations)")
 # From 25.11 dynamic nodes join topologies at run time (dynamic_nodes.shtml of slurm-25-11-0-1, "Topology": "Nodes
 # can be dynamically added to and removed from topologies as described in the Topology Guide"; `scontrol update
-# NodeName=... Topology=`), so only the first reason holds there.
+# NodeName=... Topology=`), so only the first reason holds there. scontrol(1) at slurm-25-11-0-1: "Topology=
+# <topology_name>:<topology_unit>[,...] Where <topology_unit> is the block name or the name of a leaf switch";
+# at slurm-26-05-3-1 also a ring with the node's position ("Topology=topo-ring:ring1:2"). Checked for 26.05 too.
 WHY_NOT_DYNAMIC_2511 = ("static NodeName lines, not dynamic nodes (slurmd -Z): the inventory stays the description "
                         "of the cluster and the generated files describe every node (from 25.11 a dynamic node "
                         "could join the topology at run time, dynamic_nodes.shtml, Topology)")

@@ -279,6 +279,16 @@ def parse_slurm_conf(text: str, file: str = "slurm.conf", files: Mapping[str, st
             conf.includes.append(rec)
     for rec in conf.records:
         kind = rec.kind
+        if kind in ("nodename", "partitionname", "nodeset", "downnodes"):
+            given: dict[str, list] = {}
+            for k, _v in rec.pairs[1:]:
+                given.setdefault(k.lower(), [k, 0])[1] += 1
+            for k, n in given.values():
+                if n > 1:
+                    # parse_config.c _handle_common (22.05:528, 24.11:536): "%s 1 specified more than once, latest
+                    # value used" -- an error line, not fatal; Slurm keeps the last value
+                    conf.notes.append(f"{rec.where}: {k} is given {n} times on one line; Slurm logs 'specified more "
+                                      "than once, latest value used' and keeps the last")
         if kind == "nodename":
             if rec.head.upper() == "DEFAULT":
                 node_default = _overlay(node_default, rec.pairs[1:])

@@ -490,6 +490,20 @@ _GEOMETRY = ("cpus", "sockets", "corespersocket", "threadspercore", "boards", "s
 _OLD_CONTROLLER_KEYS = frozenset({"slurmctldhost", "controlmachine", "backupcontroller", "controladdr", "backupaddr"})
 
 
+def _controllers(conf: cp.SlurmConf) -> list[str]:
+    """The controllers as SlurmctldHost lines spell them, ``host(addr)``. Old style: read_config.c
+    _validate_and_set_defaults (22.05, 24.11) takes control_machine[0] from ControlMachine with control_addr[0] from
+    ControlAddr, and [1] from BackupController/BackupAddr -- what SlurmctldHost=host(addr) sets (slurm.conf(5))."""
+    if "slurmctldhost" in conf.settings or not conf.value("ControlMachine"):
+        return conf.controllers
+    out = []
+    for host_key, addr_key in (("ControlMachine", "ControlAddr"), ("BackupController", "BackupAddr")):
+        host, addr = conf.value(host_key), conf.value(addr_key)
+        if host:
+            out.append(f"{host}({addr})" if addr else host)
+    return out
+
+
 def _geometry(d: Mapping[str, str]) -> object:
     """The node's geometry as slurmctld computes it (confparse.node_geometry); the raw text where it is no number."""
     try:
@@ -619,8 +633,8 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
     for key in sorted(set(oc.settings) | set(nc.settings)):
         if key in _OLD_CONTROLLER_KEYS and key not in ("slurmctldhost",):
             continue  # ControlMachine/BackupController are the controllers (compared as SlurmctldHost below)
-        a = oc.value(key) if key != "slurmctldhost" else ",".join(oc.controllers)
-        b = nc.value(key) if key != "slurmctldhost" else ",".join(nc.controllers)
+        a = oc.value(key) if key != "slurmctldhost" else ",".join(_controllers(oc))
+        b = nc.value(key) if key != "slurmctldhost" else ",".join(_controllers(nc))
         if a == b or (key != "slurmctldhost" and _setting(key, a, ver) == _setting(key, b, ver)):
             continue
         name = (nc.settings.get(key) or oc.settings[key])[0]

@@ -178,7 +178,11 @@ def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
     """Refuse what the target release lacks, naming the inventory key (block topology on 22.05, ...)."""
     v = feats.version
     if cluster.topology.kind == "block" and not feats.block_topology:
-        raise InventoryError("topology.blocks", f"block topology needs Slurm >= 23.11, target is {v}")
+        key = "topology.rail_optimized.plugin" if cluster.topology.rail_units else "topology.blocks"
+        raise InventoryError(key, f"block topology needs Slurm >= 23.11, target is {v}")
+    if cluster.topology.kind in ("ring", "torus3d") and not feats.ring_torus:
+        key = "topology.rings" if cluster.topology.kind == "ring" else "topology.toruses"
+        raise InventoryError(key, f"topology/{cluster.topology.kind} needs Slurm >= 26.05 (topology.yaml), target is {v}")
     for g in cluster.node_groups:
         if g.gpus and g.gpus.autodetect == "nvidia" and not feats.autodetect_nvidia:
             raise InventoryError(
@@ -307,7 +311,14 @@ def adopted_settings(cluster: Cluster, version: str) -> list[tuple[str, str]]:
     check_supported(cluster, features_for(version))
     s = [("ClusterName", cluster.name), *(("SlurmctldHost", h) for h in cluster.controller.hosts),
          ("SlurmctldPort", str(cluster.controller.port)), ("StateSaveLocation", cluster.controller.state_dir)]
+    s += dynamic_settings(cluster)
     return _merge(s, cluster.slurm_conf)
+
+
+def dynamic_settings(cluster: Cluster) -> list[tuple[str, str]]:
+    """MaxNodeCount for a site whose nodes register themselves (``dynamic_nodes``): slurm.conf(5) MaxNodeCount
+    (22.05, 24.11) "Increase MaxNodeCount to accommodate dynamically created nodes with dynamic node registrations"."""
+    return [("MaxNodeCount", str(cluster.max_node_count))] if cluster.max_node_count is not None else []
 
 
 def q(value: str) -> str:
@@ -372,6 +383,8 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         s.append(("TopologyPlugin", "topology/tree"))
     elif topo == "block":
         s.append(("TopologyPlugin", "topology/block"))
+    elif topo in ("ring", "torus3d"):
+        s.append(("TopologyPlugin", f"topology/{topo}"))
     if cluster.tenants is not None:
         s += tenant_settings(cluster)
     else:
@@ -424,6 +437,7 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         s.append(("SchedulerParameters", ",".join(sched)))
     s += scale_settings(cluster, feats)
     s += power_settings(cluster, conf_dir)
+    s += dynamic_settings(cluster)
     return _merge(s, cluster.slurm_conf)
 
 
@@ -731,10 +745,14 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
     if cluster.adopted:
         return nodesets, [_adopted_partition(cluster, p) for p in cluster.partitions]
     for p in cluster.partitions:
-        groups = [cluster.group(gname) for gname in p.groups]
-        hosts = _hosts_of(groups)
+        groups = cluster.partition_groups(p)
         ns = f"ns_{p.name}"
-        nodesets.append(f"NodeSet={ns} Nodes={hosts}")
+        if p.groups:
+            nodesets.append(f"NodeSet={ns} Nodes={_hosts_of(groups)}")
+        else:
+            # ``nodes:`` as written (a hostlist, NodeSet names or ALL: the way dynamic nodes join partitions,
+            # dynamic_nodes.shtml 22.05 and 24.11); wrapping it in a NodeSet of group hosts left "Nodes=" empty
+            ns = p.nodes or ""
         kv = [("PartitionName", p.name), ("Nodes", ns), ("Default", "YES" if p.default else "NO"), ("MaxTime", p.max_time)]
         kv += _partition_limits(p)
         allow = cluster.tenants.allow_qos(p.name) if cluster.tenants else ()
@@ -943,12 +961,39 @@ def topology_yaml(cluster: Cluster) -> str:
         for sw in t.switches:
             switches.append({"switch": sw.name, "nodes": sw.nodes} if sw.nodes else {"switch": sw.name, "children": sw.switches})
         entry["tree"] = {"switches": switches}
+    elif t.kind == "ring":
+        # topology.yaml(5) 26.05 "Ring definitions": rings: [{ring: NAME, nodes: ordered list}]
+        # nodes: a hostlist string walked in the order written (ring_record.c hostlist_shift), so names are joined
+        # in ring order, never folded (folding sorts)
+        entry["ring"] = {"rings": [{"ring": r.name, "nodes": ",".join(r.nodes)} for r in t.rings]}
+    elif t.kind == "torus3d":
+        # topology.yaml(5) 26.05 "Torus3d definitions": toruses: [{name, dims: {x,y,z}, nodes, placements: [{dims}]}]
+        def xyz(d: tuple[int, int, int]) -> dict[str, int]:
+            return {"x": d[0], "y": d[1], "z": d[2]}
+
+        entry["torus3d"] = {"toruses": [{"name": tr.name, "dims": xyz(tr.dims), "nodes": tr.nodes,
+                                         "placements": [{"dims": xyz(p)} for p in tr.placements]} for tr in t.toruses]}
     else:
         block: dict[str, object] = {"blocks": [{"block": b.name, "nodes": b.nodes} for b in t.blocks]}
         if t.block_sizes:
             block = {"block_sizes": list(t.block_sizes), **block}
         entry["block"] = block
     return yaml.safe_dump([entry], sort_keys=False, default_flow_style=False, width=1 << 20)
+
+
+def topology_notes(cluster: Cluster) -> list[str]:
+    """Comment lines for the topology file: what a rail-optimized fabric became in Slurm's terms, and why."""
+    t = cluster.topology
+    if not t.rail_units:
+        return []
+    what = "block" if t.kind == "block" else "leaf switch"
+    out = [f"rail-optimized fabric: each scalable unit (SU) is one {what} here. Compute HCA i of every node is cabled",
+           "to rail leaf i of its SU, so every node is on every rail leaf and any two nodes of an SU are one hop apart",
+           "(NVIDIA DGX SuperPOD reference architecture, Network Fabrics); Slurm puts a node in one leaf only."]
+    for u in t.rail_units:
+        rails = f" on {u.rails} rail leaves" if u.rails else ""
+        out.append(f"SU {u.name}: {u.nodes}{rails}")
+    return out
 
 
 def generate(
@@ -990,6 +1035,7 @@ def generate(
         "gres": gres_lines(cluster, ov),
         "cgroup": [(k, q(v)) for k, v in cgroup_settings(cluster, ver, ov)],
         "topology": topology_lines(cluster, ver),
+        "topology_notes": topology_notes(cluster),
     }
     files = {
         "slurm.conf": env.get_template("slurm.conf.j2").render(ctx),

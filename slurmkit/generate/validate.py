@@ -229,11 +229,13 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
         for h in names:
             shape_of.setdefault(h, len(shapes) - 1)
 
-    # GresTypes vs every GRES name used
+    # GresTypes vs every GRES name used: node_conf.c build_all_nodeline_info -> gres_name_filter (22.05
+    # src/common/gres.c:795, 24.11 src/interfaces/gres.c:855) drops each Gres= entry whose name GresTypes lacks
+    # ("Invalid GRES configured on node", silently when GresTypes is empty): the node has no such GRES
     gres_types = {t.strip() for t in conf.value("GresTypes").split(",") if t.strip()}
     for sh in shapes:
         rec = sh["rec"]
-        for name, _t in sh["gres"]:  # type: ignore[attr-defined]
+        for name in dict.fromkeys(n for n, _t in sh["gres"]):  # type: ignore[attr-defined]
             if name not in gres_types:
                 err(f"{rec.where}: NodeName={rec.head}: Gres name {name!r} is not in GresTypes ({','.join(sorted(gres_types)) or 'empty'})")  # type: ignore[attr-defined]
     tres = conf.value("AccountingStorageTRES")
@@ -241,7 +243,10 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
         if item.lower().startswith("gres/"):
             name = item[5:].split(":")[0]
             if name not in gres_types:
-                err(f"slurm.conf: AccountingStorageTRES {item} names GRES {name!r}, which is not in GresTypes")
+                # slurmctld only needs gres/ TRES to have a name (controller.c:1697 at 22.05, :2060 at 24.11,
+                # "Gres type tres need to have a name"): accepted, it just never counts anything -- a warning
+                rep.warnings.append(f"slurm.conf: AccountingStorageTRES {item} names GRES {name!r}, which is not in "
+                                    "GresTypes (Slurm accepts it; it counts nothing)")
 
     # memory constraints need memory to be a consumable resource
     select_params = conf.value("SelectTypeParameters")
@@ -277,14 +282,52 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
                 "(unrecognized key: fatal)")
     constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
 
-    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files)
+    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files, gres_types)
     _check_topology(files, conf, shape_of, feats, hosts, rep, node_specs)  # type: ignore[arg-type]
     _check_partitions(conf, shape_of, hosts, rep, feats)
+    _check_dynamic(conf, len(shape_of), feats.version if feats else None, rep)
     return rep
 
 
+def _check_dynamic(conf: cp.SlurmConf, static: int, version: str | None, rep: Report) -> None:
+    """A dynamic-node site (MaxNodeCount above its NodeName nodes: room for ``slurmd -Z`` registrations), judged
+    per release from dynamic_nodes.shtml and the source of that release."""
+    v = conf.value("MaxNodeCount")
+    if not v.isdigit() or int(v) <= static:
+        return  # slurm.conf(5) MaxNodeCount "will be ignored if less than the number of nodes found in the slurm.conf"
+    where = conf.settings["maxnodecount"][2].where
+    ver = version or "22.05"
+    select = conf.value("SelectType") or default_select_type(version)
+    if "cons_tres" not in select:
+        # src/slurmctld/node_mgr.c create_dynamic_reg_node(): error("Node creation only compatible with
+        # select/cons_tres") and the registration is refused (slurm-22-05-8-1 :4727, slurm-24-11-5-1 :5297)
+        rep.errors.append(f"{where}: MaxNodeCount={v} leaves room for dynamic nodes, but Slurm {ver} registers them "
+                          f"only with select/cons_tres (SelectType is {select}; node_mgr.c \"Node creation only "
+                          "compatible with select/cons_tres\")")
+    topo = conf.value("TopologyPlugin", "topology/none").lower()
+    if version_key(ver) < (23, 11) and conf.value("TreeWidth") != "65533":
+        # dynamic_nodes.shtml of slurm-22-05-8-1 and slurm-23-02-7-1: "TreeWidth must be disabled (i.e. set to
+        # 65533) for dynamic environments" (gone from slurm-23-11-10-1's, which fans out to dynamic nodes)
+        rep.warnings.append(f"{where}: dynamic nodes on Slurm {ver} need TreeWidth=65533 (dynamic_nodes.shtml: "
+                            "\"Fanning out of controller pings and application launches through slurmds are not "
+                            "supported with dynamic nodes\")")
+    if version_key(ver) < (23, 2):
+        # slurm-22-05-8-1 dynamic_nodes.shtml, Limitations: "The following are not supported with dynamic nodes:
+        # Topology Plugins"
+        if topo.split("/")[-1] not in ("none", "default", "flat"):
+            rep.warnings.append(f"{where}: {conf.value('TopologyPlugin')} with dynamic nodes: not supported on Slurm "
+                                f"{ver} (dynamic_nodes.shtml, Limitations)")
+    elif topo.split("/")[-1] not in ("none", "default", "flat"):
+        # slurm-24-11-5-1 dynamic_nodes.shtml, Limitations: "Dynamic nodes must be added to topology.conf; The
+        # slurmctld must be restarted or reconfigured"
+        rep.warnings.append(f"{where}: {conf.value('TopologyPlugin')} with dynamic nodes: each must be added to "
+                            "the topology and slurmctld reconfigured before jobs are placed by it (dynamic_nodes.shtml, "
+                            "Limitations)")
+
+
 def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, int], constrain_devices: bool,
-                     hosts: _Hosts, rep: Report, files: Mapping[str, str] | None = None) -> None:
+                     hosts: _Hosts, rep: Report, files: Mapping[str, str] | None = None,
+                     gres_types: set[str] | None = None) -> None:
     err = rep.errors.append
     wants_gres = any(sh["gres"] for sh in shapes)
     if text is None:
@@ -353,13 +396,19 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
         if name == "gpu" and not has_file:
             if d.get("autodetect", global_auto) == "off":
                 err(f"{rec.where}: GPU line without File= (Slurm drops a GPU it cannot bind to a device file)")
+                # dropped: gres.c "Remove every GPU with an empty File" (22.05 src/common/gres.c:2381, 24.11
+                # src/interfaces/gres.c:2831), so it provides nothing to compare with slurm.conf
+                continue
             elif constrain_devices:
                 err(f"{rec.where}: ConstrainDevices=yes needs File= on every GPU line")
         if spec not in spec_shapes:
             spec_shapes[spec] = [sh for sh, hs in enumerate(shape_sets) if not hs.isdisjoint(nset)]
         if "cores" in d:
             try:
-                idx = cp.expand_ints(d["cores"])
+                # bitfmt2int (src/common/bitstring.c, 22.05 and 24.11), which reads Cores= through bit_unfmt,
+                # skips every character but digits, '-' and ',': Cores=[0-3] is Cores=0-3 (Slurm's own
+                # testsuite/expect/test7.17_configs write it so)
+                idx = cp.expand_ints(d["cores"].replace("[", "").replace("]", ""))
                 top = max(idx)
             except ValueError:
                 err(f"{rec.where}: Cores={d['cores']} is not a list of core indices")
@@ -380,16 +429,22 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
         members.setdefault(spec, nset)  # (the known hosts of the spec: the same set every time)
         slot = contrib.setdefault(spec, {})
         slot[(name, gtype)] = slot.get((name, gtype), 0) + count
-    # slurm.conf Gres= vs what gres.conf provides, per group of hosts alike (shape, specs naming them, autodetect)
+    # slurm.conf Gres= vs what gres.conf provides, per group of hosts alike (shape, specs naming them, autodetect).
+    # A GRES name GresTypes lacks is dropped on both sides (slurm.conf: gres_name_filter; gres.conf: "Ignoring
+    # gres.conf record, invalid name", 22.05 src/common/gres.c, 24.11 src/interfaces/gres.c:1710) and is named above
+    def managed(key: tuple[str, str]) -> bool:
+        return gres_types is None or key[0] in gres_types
+
     findings: dict[str, list[str]] = {}
     for s, keys, auto, group in _gres_groups(shapes, shape_of, shape_sets, members, auto_nodes):
-        want = shapes[s]["gres"]
+        want = {k: n for k, n in shapes[s]["gres"].items() if managed(k)}
         if not want and not keys:
             continue
         have: dict[tuple[str, str], int] = {}
         for k in keys:
             for nt, c in contrib[k].items():
-                have[nt] = have.get(nt, 0) + c
+                if managed(nt):
+                    have[nt] = have.get(nt, 0) + c
         if auto and not have:
             continue  # detection provides the devices; nothing explicit to compare
         msg = _gres_mismatch(want, have)
@@ -475,7 +530,39 @@ def _topology_from_yaml(text: str) -> tuple[str, list[tuple[str, str, str]], lis
         b = default["block"] or {}
         blocks = [(str(x.get("block")), str(x.get("nodes") or ""), "") for x in b.get("blocks") or []]
         return "block", blocks, [int(v) for v in b.get("block_sizes") or []], ""
+    # 26.05 (topology.yaml(5) "Ring definitions", "Torus3d definitions"): nodes are hostlist strings
+    if "ring" in default:
+        rings = (default["ring"] or {}).get("rings") or []
+        return "ring", [(str(r.get("ring")), str(r.get("nodes") or ""), "") for r in rings], [], ""
+    if "torus3d" in default:
+        tori = (default["torus3d"] or {}).get("toruses") or []
+        return "torus3d", [(str(t.get("name")), str(t.get("nodes") or ""), "") for t in tori], [], ""
     return "flat", [], [], ""
+
+
+def _check_rings(fname: str, kind: str, entries: list[tuple[str, str, str]], shape_of: dict[str, int],
+                 hosts: _Hosts, rep: Report) -> None:
+    """Rings and tori (26.05): every node known, none in two of them, a ring at most 16 nodes (ring_record.c at
+    slurm-26-05-3-1: fatal "Ring (%s) is bigger than %d", MAX_RING_SIZE 16; torus3d_record.c: fatal "Torus3d (%s)
+    and (%s) share nodes")."""
+    err = rep.errors.append
+    where: dict[str, str] = {}
+    for name, nodes, _ in entries:
+        try:
+            members = hosts(nodes, f"{fname} {name}")
+        except Exception as exc:
+            err(f"{fname}: {name}: {exc}")
+            continue
+        unknown = [h for h in members if h not in shape_of]
+        if unknown:
+            err(f"{fname}: {name} names nodes {_fold(unknown)} that slurm.conf does not define")
+        twice = [h for h in members if h in where]
+        if twice:
+            err(f"{fname}: nodes {_fold(twice)} are in both {where[twice[0]]} and {name}")
+        for h in members:
+            where.setdefault(h, name)
+        if kind == "ring" and len(members) > 16:
+            err(f"{fname}: ring {name} has {len(members)} nodes; topology/ring takes at most 16 (fatal to slurmctld)")
 
 
 def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict[str, int],
@@ -493,7 +580,7 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
         if problem:
             err(problem)
             return
-        if ykind in ("tree", "block"):
+        if ykind in ("tree", "block", "ring", "torus3d"):
             kind = ykind
     elif "topology.conf" in files:
         fname = "topology.conf"
@@ -515,6 +602,9 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
                     err(f"{rec.where}: BlockLevels={rec.head} is not a list of levels")
             else:
                 err(f"{rec.where}: unknown topology.conf line {rec.pairs[0][0]}")
+    if kind in ("ring", "torus3d"):
+        _check_rings(fname, kind, entries, shape_of, hosts, rep)
+        return
     if kind not in ("tree", "block"):
         return
     if not entries:
@@ -557,8 +647,11 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
         placed.append((name, members))
     missing = [h for h in shape_of if h not in in_leaf] if in_all is None and not all_set <= in_leaf else []
     if missing:
-        err(f"{fname}: nodes {_fold(missing)} are in no {'leaf switch' if kind == 'tree' else 'block'}; "
-            "Slurm will not place them with the rest")
+        # Slurm allows it and schedules them apart: a warning, not invalid (22.05 topology_tree.c:447
+        # error("WARNING: switches lack access to %d nodes"), not fatal; 24.11 tree/switch_record.c:439 and
+        # block/block_record.c:296 warning("... lack access to %d nodes"))
+        rep.warnings.append(f"{fname}: nodes {_fold(missing)} are in no {'leaf switch' if kind == 'tree' else 'block'}; "
+                            "Slurm will not place them with the rest")
     if kind == "tree":
         names = [e[0] for e in entries]
         if len(set(names)) != len(names):

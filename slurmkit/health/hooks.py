@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 # The way out of a sticky-XID drain, in the reason itself (admins read it in `sinfo -R`): a reboot clears it (new
 # boot id), an admin clears it after resetting the GPU.
 XID_WAY_OUT = "after a GPU reset: slurmkit check --clear-xid"
+ACTIVE_WAY_OUT = "clears when slurmkit check --active passes"
 
 # Time kept back from the gather for what must follow it (scontrol calls, writing outputs).
 _OUTPUT_MARGIN_S = 0.15
@@ -68,6 +69,7 @@ class HookEnv:
     started_mono: float = field(default_factory=time.monotonic)
     write_outputs: bool = True
     worker: Worker | None = None  # an NVML worker the edge pre-forked (Worker.prefork); run_hook instructs or ends it
+    job_exit: str | None = None  # SLURM_JOB_EXIT_CODE2 in an epilog (``<exit>:<signal>``): epilog_active's trigger
 
 
 def _remaining(deadline: float) -> float:
@@ -124,10 +126,16 @@ def run_hook(env: HookEnv) -> Report:
     if config_error:
         out.results.insert(0, CheckResult("config", Status.WARN, f"inventory/policy unusable, defaults used: "
                                           f"{config_error}", ["config error"], action=Action.WARN))
+    if env.hook == "epilog":  # after the passive checks, so their verdict decides whether it is needed
+        out.results += _epilog_active(env, policy, expect, ndir, worst_action(out.results), notes, bookkeeping)
+    elif env.hook in ("health", "check") and ndir is not None:
+        out.results += _active_failure_kept(ndir)
     action = worst_action(out.results)
     reason = drain_reason(out.results) if action >= Action.DRAIN else ""
     if reason and any(r.name == "xid" and r.action >= Action.DRAIN and r.evidence.get("sticky") for r in out.results):
         reason = with_hint(reason, XID_WAY_OUT)  # a sticky XID outlives the fault: say how it ends
+    elif reason and any(r.name.startswith("active") and r.action >= Action.DRAIN for r in out.results):
+        reason = with_hint(reason, ACTIVE_WAY_OUT)
     report = Report(hook=env.hook, node=env.node, started=started, duration_s=0.0, results=out.results,
                     action=action, reason=reason, exit_code=0, job_id=env.job_id, notes=notes,
                     bookkeeping=bookkeeping, cleanup=cleanup_log)
@@ -525,19 +533,22 @@ def record_fixture(fake_nvml: str | None, node: str, timeout_s: float = 20.0) ->
     }
 
 
-def run_active(env: HookEnv, budget_s: float = 120.0, level: int = 1, method: str = "auto",
-               peer_pct: float = 85.0) -> Report:
-    """`slurmkit check --active`: DCGM diag where dcgmi is installed (``method`` auto|dcgm), else the torch GEMM and
-    memory-bandwidth test per GPU (active.py). The record goes to ``last-active.json`` and the history, the metrics
-    to ``--textfile-dir``; exit 1 when a GPU fails."""
+def _active_stage(env: HookEnv, budget_s: float, level: int, method: str, peer_pct: float,
+                  only_minors: frozenset[int] | None = None) -> tuple[list[CheckResult], list[str], dict[str, Any]]:
+    """The active test itself: DCGM diag where dcgmi is installed (``method`` auto|dcgm), else the torch GEMM and
+    memory-bandwidth test per GPU (active.py). ``only_minors``: the GPUs of a job (the epilog's stage must not load
+    GPUs other jobs hold; dcgmi diag tests the whole node, so there the torch path is taken). Returns the results,
+    notes and NVML's init facts."""
     from slurmkit.health import active
-    from slurmkit.health.gpuid import labels, table
+    from slurmkit.health.gpuid import labels
     from slurmkit.health.nvmlworker import run_worker
 
-    started, t0 = time.time(), time.monotonic()
+    t0 = time.monotonic()
     init = run_worker(env.fake_nvml, env.node, [], None, {"init": min(20.0, budget_s)},
                       t0 + min(20.0, budget_s)).data.get("init") or {}
     devices = [d for d in init.get("devices", []) if not d.get("lost") and not d.get("error")]
+    if only_minors is not None:
+        devices = [d for d in devices if d.get("minor", d.get("index")) in only_minors]
     names = labels(init)
     for d in devices:
         d["label"] = names.get(str(d["index"]), f"gpu{d['index']}")
@@ -551,7 +562,7 @@ def run_active(env: HookEnv, budget_s: float = 120.0, level: int = 1, method: st
     results: list[CheckResult] = []
     notes: list[str] = []
     remaining = max(1.0, budget_s - (time.monotonic() - t0))
-    dcgmi = None if simulated else active.dcgmi_path()
+    dcgmi = None if simulated or only_minors is not None else active.dcgmi_path()
     if init.get("error") or not devices:
         results.append(CheckResult("active", Status.FAIL if init.get("error") else Status.SKIP,
                                    f"no GPU to test: {init.get('error') or 'NVML lists none'}",
@@ -560,7 +571,7 @@ def run_active(env: HookEnv, budget_s: float = 120.0, level: int = 1, method: st
     elif method in ("auto", "dcgm") and dcgmi:
         notes.append(f"method: dcgmi diag -r {level} ({dcgmi})")
         results.append(active.run_dcgm(dcgmi, level, remaining))
-    elif method == "dcgm":
+    elif method == "dcgm" and only_minors is None:
         results.append(CheckResult("dcgm_diag", Status.SKIP, "dcgmi not installed (or a simulated node)"))
     else:
         try:
@@ -572,10 +583,23 @@ def run_active(env: HookEnv, budget_s: float = 120.0, level: int = 1, method: st
                                                                             if simulated else ""))
             t1 = time.monotonic()
             measured = active.run_torch(devices, max(0.5, budget_s - (t1 - t0)), simulated)
+            # a job's GPUs alone have fewer peers: the model's floor still judges each (peers need two or more)
             judged = active.judge(measured, peer_pct, use_floor=not simulated)
             for r in judged:
                 r.duration_s = time.monotonic() - t1
             results += judged
+    return results, notes, init
+
+
+def run_active(env: HookEnv, budget_s: float = 120.0, level: int = 1, method: str = "auto",
+               peer_pct: float = 85.0) -> Report:
+    """`slurmkit check --active`: DCGM diag where dcgmi is installed (``method`` auto|dcgm), else the torch GEMM and
+    memory-bandwidth test per GPU (active.py). The record goes to ``last-active.json`` and the history, the metrics
+    to ``--textfile-dir``; exit 1 when a GPU fails."""
+    from slurmkit.health.gpuid import table
+
+    started, t0 = time.time(), time.monotonic()
+    results, notes, init = _active_stage(env, budget_s, level, method, peer_pct)
     action = worst_action(results)
     report = Report(hook="active", node=env.node, started=started, duration_s=time.monotonic() - t0, results=results,
                     action=action, reason=drain_reason(results) if action >= Action.DRAIN else "",
@@ -588,4 +612,73 @@ def run_active(env: HookEnv, budget_s: float = 120.0, level: int = 1, method: st
         except OSError as exc:
             report.bookkeeping.append(state.write_error(os.path.join(env.state_dir, env.node), exc))
         write_outputs(report, ndir, env.textfile_dir)
+        if ndir is not None and report.exit_code == 0 and any(r.status == Status.OK for r in results):
+            # the way out of a failure an epilog's stage found: the same test, passing on every GPU
+            stamp = os.path.join(ndir, _EPILOG_ACTIVE_STAMP)
+            kept = state.read_json(stamp, {})
+            if kept.get("findings"):
+                _save(stamp, {**kept, "findings": [], "cleared_at": round(time.time(), 3)}, report.bookkeeping)
+                report.notes.append("the failure an epilog's active stage found is cleared")
     return report
+
+
+_EPILOG_ACTIVE_STAMP = "epilog-active.json"
+
+
+def _epilog_active(env: HookEnv, policy: Policy, expect: Expectations, ndir: str | None, action: Action,
+                   notes: list[str], bookkeeping: list[str]) -> list[CheckResult]:
+    """``hooks.checks.epilog_active``: after a job that failed on its own (policy.job_failed_on_its_own), run the
+    active stage on the job's GPUs before the node takes another job. Not when the passive checks already drain
+    (the node is out either way), not for a job without GPUs, not twice within ``min_interval_s`` (a stamp in the
+    node's state dir)."""
+    from slurmkit.health.policy import job_failed_on_its_own
+
+    ea = policy.epilog_active
+    if ea is None or action >= Action.DRAIN or not env.job_gpus:
+        return []
+    failed = job_failed_on_its_own(env.job_exit)
+    if not failed:
+        if failed is None:
+            notes.append("active stage: the job's exit status is unknown (no SLURM_JOB_EXIT_CODE2): not run")
+        return []
+    stamp = os.path.join(ndir, _EPILOG_ACTIVE_STAMP) if ndir else None
+    now = time.time()
+    if stamp:
+        try:
+            last = float(state.read_json(stamp, {}).get("at", 0) or 0)
+        except (TypeError, ValueError):
+            last = 0.0
+        if 0 <= now - last < ea.min_interval_s:
+            notes.append(f"active stage: skipped, ran {now - last:.0f}s ago (min_interval_s {ea.min_interval_s:g})")
+            return []
+    minors = expect.job_minors(env.job_gpus)
+    notes.append(f"active stage: job {env.job_id} ended {env.job_exit}; testing its GPUs (minors "
+                 f"{','.join(str(m) for m in sorted(minors))}) within {ea.budget_s:g}s")
+    results, more, _ = _active_stage(env, ea.budget_s, ea.level, ea.method, ea.peer_pct, only_minors=minors)
+    notes.extend(more)
+    if stamp:
+        # findings are kept: the health check's passive checks cannot see a slow board, so without this it would
+        # resume the node after resume_after_passes (_active_failure_kept); a passing `check --active` clears them
+        # one short token per board ("nvidia3@5d:00.0 active gemm,membw"): the numbers stay in the epilog's record
+        per_gpu: dict[str, list[str]] = {}
+        for r in results:
+            if r.status == Status.FAIL and r.action >= Action.DRAIN:
+                for finding in r.findings:
+                    label, _, what = finding.partition(" ")
+                    per_gpu.setdefault(label, []).append(what.split(" ")[0] or r.name)
+        findings = [f"{label} active {','.join(dict.fromkeys(w))}" for label, w in per_gpu.items()]
+        _save(stamp, {"at": now, "job_id": env.job_id, "exit": env.job_exit, "findings": findings}, bookkeeping)
+    return results
+
+
+def _active_failure_kept(ndir: str) -> list[CheckResult]:
+    """What an epilog's active stage found, until `check --active` passes on the node: a DRAIN result the health
+    check puts on the node (over Slurm's 'Epilog error', whose claim file says it followed our epilog)."""
+    kept = state.read_json(os.path.join(ndir, _EPILOG_ACTIVE_STAMP), {})
+    findings = kept.get("findings") if isinstance(kept, dict) else None
+    if not findings or not isinstance(findings, list):
+        return []
+    return [CheckResult("active_kept", Status.FAIL, f"the epilog of job {kept.get('job_id')} found: "
+                        + "; ".join(str(f) for f in findings), [str(f) for f in findings],
+                        {"job_id": kept.get("job_id"), "at": kept.get("at"), "way_out": ACTIVE_WAY_OUT},
+                        action=Action.DRAIN)]

@@ -116,7 +116,14 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
 }
 
 COMMON_KEYS = {"enabled", "action", "timeout_s", "hooks"}
-GLOBAL_KEYS = {"budget_s", "resume_after_passes", "scontrol_timeout_s", "textfile_dir"}
+GLOBAL_KEYS = {"budget_s", "resume_after_passes", "scontrol_timeout_s", "textfile_dir", "epilog_active"}
+EPILOG_ACTIVE_KEYS = {"enabled", "budget_s", "level", "method", "peer_pct", "min_interval_s"}
+# Signals that end a job from outside (scancel, the time limit, preemption: SIGTERM then SIGKILL; a terminal's
+# SIGHUP/SIGINT), not a fault of the node: after these the epilog's active stage does not run.
+STOP_SIGNALS = frozenset({1, 2, 9, 15})
+# gpusub's exit code for a run stopped unfinished (checkpoint saved, requeue follows): jobs/rundir.py STOPPED_EXIT,
+# not imported here (the hooks' hot path stays free of the jobs package)
+REQUEUE_EXIT = 75
 # node_exporter's textfile collector directory on Debian/Ubuntu (prometheus-node-exporter's default
 # --collector.textfile.directory); used when it exists and the site set no textfile_dir
 DEFAULT_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
@@ -136,12 +143,26 @@ class CheckPolicy:
 
 
 @dataclass(frozen=True)
+class EpilogActive:
+    """``hooks.checks.epilog_active``: the active stage (`check --active`) in the epilog of a job that failed on its
+    own, on that job's GPUs only (other jobs may hold the rest). Off by default: it keeps the node COMPLETING for
+    up to ``budget_s``, which must fit, with the hook's own budget, inside PrologEpilogTimeout."""
+
+    budget_s: float = 30.0
+    level: int = 1
+    method: str = "auto"
+    peer_pct: float = 85.0
+    min_interval_s: float = 3600.0  # a crash-looping user must not hold the node in the epilog after every crash
+
+
+@dataclass(frozen=True)
 class Policy:
     checks: Mapping[str, CheckPolicy]
     budget_s: float = 5.0
     resume_after_passes: int = 3
     scontrol_timeout_s: float = 1.0
     textfile_dir: str | None = None  # hooks.checks.textfile_dir: where the Prometheus textfile goes
+    epilog_active: EpilogActive | None = None  # None: the epilog never runs the active stage
 
     def check(self, name: str) -> CheckPolicy:
         return self.checks[name]
@@ -314,6 +335,7 @@ def parse_policy(raw: Mapping[str, Any] | None, *, path: str = "hooks.checks", s
     textfile_dir = raw.get("textfile_dir")
     if textfile_dir is not None and (not isinstance(textfile_dir, str) or not textfile_dir.startswith("/")):
         raise _err(f"{path}.textfile_dir", f"expected an absolute directory path, got {textfile_dir!r}", source)
+    epilog_active = _epilog_active(raw.get("epilog_active"), f"{path}.epilog_active", source)
     checks: dict[str, CheckPolicy] = {}
     for name, dflt in CHECK_DEFAULTS.items():
         cpath = f"{path}.{name}"
@@ -356,7 +378,60 @@ def parse_policy(raw: Mapping[str, Any] | None, *, path: str = "hooks.checks", s
             raise _err(f"{cpath}.warn_c", f"must not exceed max_c ({settings['max_c']:g})", source)
         checks[name] = CheckPolicy(name, enabled, action, timeout, frozenset(hooks), settings)
     return Policy(checks=checks, budget_s=budget, resume_after_passes=passes, scontrol_timeout_s=sc_timeout,
-                  textfile_dir=textfile_dir)
+                  textfile_dir=textfile_dir, epilog_active=epilog_active)
+
+
+def _epilog_active(v: Any, path: str, source: str | None) -> EpilogActive | None:
+    if v is None or v is False:
+        return None
+    if v is True:
+        return EpilogActive()
+    if not isinstance(v, Mapping):
+        raise _err(path, f"expected true/false or a mapping, got {v!r}", source)
+    for key in v:
+        if not isinstance(key, str) or key not in EPILOG_ACTIVE_KEYS:
+            raise _unknown(str(key), EPILOG_ACTIVE_KEYS, f"{path}.{key}", source)
+    enabled = v.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise _err(f"{path}.enabled", f"expected true or false, got {enabled!r}", source)
+    if not enabled:
+        return None
+    d = EpilogActive()
+    level = _number(v.get("level", d.level), f"{path}.level", source, minimum=1, integer=True)
+    if level not in (1, 2):  # dcgmi diag -r 1|2: level 3+ takes many minutes, never in an epilog
+        raise _err(f"{path}.level", f"expected 1 or 2, got {level!r}", source)
+    method = v.get("method", d.method)
+    if method not in ("auto", "dcgm", "torch"):
+        raise _err(f"{path}.method", f"expected one of auto, dcgm, torch, got {method!r}", source)
+    peer = float(_number(v.get("peer_pct", d.peer_pct), f"{path}.peer_pct", source, minimum=0, exclusive_min=True))
+    if peer > 100:
+        raise _err(f"{path}.peer_pct", f"must be at most 100, got {peer:g}", source)
+    return EpilogActive(
+        budget_s=float(_number(v.get("budget_s", d.budget_s), f"{path}.budget_s", source, minimum=0,
+                               exclusive_min=True)),
+        level=int(level), method=str(method), peer_pct=peer,
+        min_interval_s=float(_number(v.get("min_interval_s", d.min_interval_s), f"{path}.min_interval_s", source,
+                                     minimum=0)))
+
+
+def job_failed_on_its_own(exit_code2: str | None) -> bool | None:
+    """SLURM_JOB_EXIT_CODE2 (``<exit>:<signal>`` of the batch script; set in the Epilog only,
+    slurm-22-05-8-1 and slurm-24-11-5-1 src/plugins/prep/script/prep_script_slurmd.c, doc/html/prolog_epilog.shtml).
+    True: it exited non-zero or died of a signal of its own (SIGSEGV, SIGABRT, SIGBUS: a CUDA fault's usual end);
+    False: it succeeded, was stopped from outside (STOP_SIGNALS: scancel, time limit, preemption) or stopped for a
+    requeue (gpusub's 75); None: Slurm did not say (unset or unreadable)."""
+    if not exit_code2 or ":" not in exit_code2:
+        return None
+    code, _, sig = exit_code2.strip().partition(":")
+    if not (code.isdigit() and sig.isdigit()):
+        return None
+    c, s = int(code), int(sig)
+    if s:
+        return s not in STOP_SIGNALS
+    # a shell reports its child's fatal signal as 128+N (bash(1) EXIT STATUS)
+    if c > 128 and c - 128 in STOP_SIGNALS:
+        return False
+    return c not in (0, REQUEUE_EXIT)
 
 
 def load_site_policy(path: str) -> Policy:

@@ -247,7 +247,8 @@ def preset_shape(preset: dict[str, Any], where: str = "preset") -> tuple[str, in
                          f"this one has {len(groups)}")
     g = groups[0]
     topo = preset.get("topology") or {}
-    return g["name"], int(g["gpus"]["count"]), str(g["gpus"].get("type") or g["name"]), "block" if topo.get("blocks") else "tree"
+    block = topo.get("blocks") or (topo.get("rail_optimized") or {}).get("plugin") == "block"
+    return g["name"], int(g["gpus"]["count"]), str(g["gpus"].get("type") or g["name"]), "block" if block else "tree"
 
 
 def lab_from_preset(preset: dict[str, Any], nodes: int, nodes_per_leaf: int, **lab: Any) -> dict[str, Any]:
@@ -269,7 +270,8 @@ def lab_from_preset(preset: dict[str, Any], nodes: int, nodes_per_leaf: int, **l
     if parts:
         base["partitions"] = parts
     if kind == "block":
-        names = [b["name"] for b in preset["topology"]["blocks"]]
+        topo = preset["topology"]
+        names = [b["name"] for b in topo.get("blocks") or topo["rail_optimized"]["units"]]
         for i, b in enumerate(base["topology"]["blocks"]):
             if i < len(names):
                 b["name"] = names[i]

@@ -205,10 +205,46 @@ class Block:
 
 
 @dataclass(frozen=True)
+class RailUnit:
+    """One scalable unit (SU) of a rail-optimized fabric: each node's compute HCA *i* is cabled to rail leaf *i* of
+    the SU, so every node of the SU is on every one of its ``rails`` leaves (NVIDIA DGX SuperPOD reference
+    architecture, H100 "Network Fabrics": "Each group of 32 nodes is rail-aligned. Traffic per rail of the DGX H100
+    systems is always one hop away from the other 31 nodes in a SU. Traffic between nodes, or between rails,
+    traverses the spine layer"). Slurm sees the SU as one leaf switch (topology/tree) or one block
+    (topology/block): a node can be in one leaf only, and within an SU every pair of nodes is one rail hop apart."""
+
+    name: str
+    nodes: str
+    rails: int = 0  # rail leaves of this SU (0: not stated)
+
+
+@dataclass(frozen=True)
+class Ring:
+    """A topology/ring ring (26.05 topology.yaml ``ring``): nodes in ring order, at most 16."""
+
+    name: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Torus:
+    """A topology/torus3d torus (26.05 topology.yaml ``torus3d``): x*y*z nodes mapped x-major, and the placement
+    shapes jobs may take (a job matching no placement size gets no allocation)."""
+
+    name: str
+    dims: tuple[int, int, int]
+    nodes: str
+    placements: tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True)
 class Topology:
     switches: tuple[Switch, ...] = ()
     blocks: tuple[Block, ...] = ()
     block_sizes: tuple[int, ...] = ()
+    rail_units: tuple[RailUnit, ...] = ()  # rail-optimized SUs; switches or blocks above are derived from them
+    rings: tuple[Ring, ...] = ()
+    toruses: tuple[Torus, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -216,6 +252,10 @@ class Topology:
             return "block"
         if self.switches:
             return "tree"
+        if self.rings:
+            return "ring"
+        if self.toruses:
+            return "torus3d"
         return "none"
 
 
@@ -330,6 +370,9 @@ class Cluster:
     adopted: bool = False
     nodesets: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # NodeSet=name and its keys, as given
     gres_conf: tuple[tuple[tuple[str, str], ...], ...] = ()  # gres.conf records for every node (no NodeName)
+    # ``dynamic_nodes.max_node_count``: slurm.conf MaxNodeCount, room for nodes that register themselves
+    # (``slurmd -Z``, dynamic_nodes.shtml 22.05+); such a site may have no node group at all
+    max_node_count: int | None = None
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:

@@ -38,12 +38,15 @@ from slurmkit.model.cluster import (
     Partition,
     Policy,
     Power,
+    RailUnit,
     Reserve,
+    Ring,
     Rollout,
     Site,
     SubmitPolicy,
     Switch,
     Topology,
+    Torus,
 )
 
 # Names written into a config file (partitions, features, switches, blocks, GPU types, groups, NICs): letters,
@@ -56,6 +59,10 @@ _FEATURE_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 # starting or ending with a hyphen), which is what slurmd's `hostname -s` and getaddrinfo() can give back.
 _IPV4_RE = re.compile(r"\d+(\.\d+){3}")
 _LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# Node names of an adopted site: Slurm takes any NodeName its hostlist parser can split (src/common/hostlist.c only
+# reads ',' '[' ']' as syntax) and Slurm's own testsuite names nodes test_node[0-9]
+# (testsuite/expect/test7.17_configs, 22.05-24.11); whether such a name resolves is a fact of the site's hosts
+_NODE_LABEL_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 # re.ASCII throughout: a bare \d also matches other scripts' digits ('١٢'), which Python's int() reads but Slurm's
 # parsers do not (they go straight into a GRES type or a MaxTime otherwise)
 _RANGE_ITEM_RE = re.compile(r"^(\d+)(?:-(\d+))?$", re.ASCII)
@@ -84,6 +91,8 @@ _MAX_PORT = 65535
 class _Ctx:
     def __init__(self, source: str | None):
         self.source = source
+        # an adopted site keeps the node names its slurm.conf has, '_' included (see _NODE_LABEL_RE)
+        self.adopted = False
 
     def err(self, path: str, msg: str) -> InventoryError:
         return InventoryError(path, msg, self.source)
@@ -143,10 +152,12 @@ def _list(ctx: _Ctx, value: Any, path: str) -> list:
 
 
 
-def ranges_problem(text: str, hostnames: bool = True, pattern: re.Pattern[str] | None = None) -> str | None:
+def ranges_problem(text: str, hostnames: bool = True, pattern: re.Pattern[str] | None = None,
+                   node_names: bool = False) -> str | None:
     """Why Slurm's hostlist parser (or a config file) cannot take ``text``, found without expanding it; None if
     fine. Checks bracket syntax (``[1-4,7]``), each range against ``MAX_RANGE``, the total against ``MAX_HOSTS``
-    and, for ``hostnames``, that every name the list can produce is an RFC 1123 hostname."""
+    and, for ``hostnames``, that every name the list can produce is an RFC 1123 hostname (with ``node_names``,
+    an adopted site's node names, '_' allowed too)."""
     total = 0
     for item in hostlist.split_top(text):
         if not item:
@@ -186,7 +197,8 @@ def ranges_problem(text: str, hostnames: bool = True, pattern: re.Pattern[str] |
             if item.lower() in _RESERVED_NODE_NAMES:
                 return (f"{item!r} is a word slurm.conf reserves (NodeName=DEFAULT sets defaults, NodeName=ALL is "
                         "fatal to slurmctld); rename the host")
-            if not all(_LABEL_RE.fullmatch(label) for label in name.split(".")):
+            label_re = _NODE_LABEL_RE if node_names else _LABEL_RE
+            if not all(label_re.fullmatch(label) for label in name.split(".")):
                 return (f"{item!r} is not a hostname (RFC 1123: labels of letters, digits and inner hyphens, "
                         "1-63 characters, joined by dots)")
     return None
@@ -198,12 +210,12 @@ def _hosts(ctx: _Ctx, value: Any, path: str, hostnames: bool = True) -> str:
     if isinstance(value, list):
         for i, v in enumerate(value):
             t = _str(ctx, v, _join(path, i))
-            problem = ranges_problem(t, hostnames, None if hostnames else _NAME_RE)
+            problem = ranges_problem(t, hostnames, None if hostnames else _NAME_RE, ctx.adopted)
             if problem:
                 raise ctx.err(_join(path, i), f"invalid hostlist {t!r}: {problem}")
         value = hostlist.fold(str(v) for v in value)
     text = _str(ctx, value, path)
-    problem = ranges_problem(text, hostnames, None if hostnames else _NAME_RE)
+    problem = ranges_problem(text, hostnames, None if hostnames else _NAME_RE, ctx.adopted)
     if problem:
         raise ctx.err(path, f"invalid hostlist {text!r}: {problem}")
     try:
@@ -597,9 +609,143 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup],
     )
 
 
+def _rail_optimized(ctx: _Ctx, raw: Any, path: str, compute_nics: dict[str, int]) -> dict[str, Any]:
+    """``topology.rail_optimized``: the SUs of a rail-optimized fabric, lowered to what Slurm can express (one
+    leaf switch per SU under one ``spine`` for topology/tree, or one block per SU for topology/block)."""
+    m = _mapping(ctx, raw, path, {"units", "plugin", "spine", "block_sizes"}, {"units"})
+    plugin = _choice(ctx, m.get("plugin", "tree"), _join(path, "plugin"), ("tree", "block"))
+    units = []
+    up = _join(path, "units")
+    for i, u in enumerate(_list(ctx, m["units"], up)):
+        p = _join(up, i)
+        um = _mapping(ctx, u, p, {"name", "nodes", "rails"}, {"name", "nodes"})
+        unit = RailUnit(_str(ctx, um["name"], _join(p, "name"), _NAME_RE), _hosts(ctx, um["nodes"], _join(p, "nodes")),
+                        _int(ctx, um["rails"], _join(p, "rails"), 1) if um.get("rails") is not None else 0)
+        if unit.rails:
+            # rail i of the SU is compute HCA i of every node: a node with another number of compute HCAs is
+            # cabled differently from what the inventory says
+            for h in hostlist.expand(unit.nodes):
+                n = compute_nics.get(h, 0)
+                if n and n != unit.rails:
+                    raise ctx.err(_join(p, "rails"), f"{unit.rails} rails, but host {h!r} has {n} compute HCAs "
+                                                     "(rail i is each node's compute HCA i)")
+        units.append(unit)
+    if not units:
+        raise ctx.err(up, "at least one scalable unit")
+    if m.get("block_sizes") is not None and plugin != "block":
+        raise ctx.err(_join(path, "block_sizes"), "block_sizes needs plugin: block")
+    if plugin == "block":
+        out: dict[str, Any] = {"blocks": [{"name": u.name, "nodes": u.nodes} for u in units]}
+        if m.get("block_sizes") is not None:
+            out["block_sizes"] = m["block_sizes"]
+    else:
+        out = {"switches": [{"name": u.name, "nodes": u.nodes} for u in units]}
+        if len(units) > 1:
+            spine = _str(ctx, m.get("spine", "spine"), _join(path, "spine"), _NAME_RE)
+            if spine in {u.name for u in units}:
+                raise ctx.err(_join(path, "spine"), f"{spine!r} is also a unit name")
+            out["switches"].append({"name": spine, "switches": hostlist.fold(u.name for u in units)})
+    out["_units"] = tuple(units)
+    return out
+
+
+def _xyz(ctx: _Ctx, raw: Any, path: str) -> tuple[int, int, int]:
+    if isinstance(raw, dict):
+        m = _mapping(ctx, raw, path, {"x", "y", "z"}, {"x", "y", "z"})
+        return (_int(ctx, m["x"], _join(path, "x"), 1), _int(ctx, m["y"], _join(path, "y"), 1), _int(ctx, m["z"], _join(path, "z"), 1))
+    v = _list(ctx, raw, path)
+    if len(v) != 3:
+        raise ctx.err(path, f"expected [x, y, z], got {raw!r}")
+    return (_int(ctx, v[0], _join(path, 0), 1), _int(ctx, v[1], _join(path, 1), 1), _int(ctx, v[2], _join(path, 2), 1))
+
+
+# topology/ring: ring_record.c at slurm-26-05-3-1, `if (ring_ptr->ring_size >= MAX_RING_SIZE) fatal("Ring (%s) is
+# bigger than %d")` with ring_record.h `#define MAX_RING_SIZE 16`; topology.yaml(5) "A maximum of 16 nodes".
+MAX_RING_NODES = 16
+
+
+def _rings(ctx: _Ctx, raw: Any, path: str) -> tuple[Ring, ...]:
+    rings = []
+    for i, r in enumerate(_list(ctx, raw, path)):
+        p = _join(path, i)
+        rm = _mapping(ctx, r, p, {"name", "nodes"}, {"name", "nodes"})
+        # ring order matters (topology.yaml(5): "Ordered list of child nodes in the ring"): keep the order written,
+        # one host name per entry or a hostlist expanded in its own order
+        raw_nodes = rm["nodes"] if isinstance(rm["nodes"], list) else [rm["nodes"]]
+        nodes: list[str] = []
+        for j, v in enumerate(raw_nodes):
+            nodes += hostlist.expand(_hosts(ctx, v, _join(_join(p, "nodes"), j) if isinstance(rm["nodes"], list) else _join(p, "nodes")))
+        if len(nodes) > MAX_RING_NODES:
+            raise ctx.err(_join(p, "nodes"), f"{len(nodes)} nodes; topology/ring takes at most {MAX_RING_NODES} per ring "
+                                             "(fatal to slurmctld)")
+        if len(set(nodes)) != len(nodes):
+            raise ctx.err(_join(p, "nodes"), "a node appears twice in the ring")
+        rings.append(Ring(_str(ctx, rm["name"], _join(p, "name"), _NAME_RE), tuple(nodes)))
+    return tuple(rings)
+
+
+def _toruses(ctx: _Ctx, raw: Any, path: str) -> tuple[Torus, ...]:
+    out = []
+    for i, t in enumerate(_list(ctx, raw, path)):
+        p = _join(path, i)
+        tm = _mapping(ctx, t, p, {"name", "dims", "nodes", "placements"}, {"name", "dims", "nodes", "placements"})
+        dims = _xyz(ctx, tm["dims"], _join(p, "dims"))
+        nodes = _hosts(ctx, tm["nodes"], _join(p, "nodes"))
+        n = len(hostlist.expand(nodes))
+        # torus3d_record.c _validate_config at slurm-26-05-3-1: "Torus3d dimensions %ux%ux%u=%PRIu64 do not match
+        # node count %u" (an invalid torus is fatal: "Torus3d (%s) has invalid configuration")
+        if dims[0] * dims[1] * dims[2] != n:
+            raise ctx.err(_join(p, "nodes"), f"{n} nodes, but dims {dims[0]}x{dims[1]}x{dims[2]} need "
+                                             f"{dims[0] * dims[1] * dims[2]}")
+        pp = _join(p, "placements")
+        places = tuple(_xyz(ctx, v, _join(pp, j)) for j, v in enumerate(_list(ctx, tm["placements"], pp)))
+        if not places:
+            # topology.yaml(5): "Jobs that don't match any placement size will not receive an allocation"
+            raise ctx.err(pp, "at least one placement: a job whose node count matches no placement is never allocated")
+        for j, d in enumerate(places):
+            if any(d[k] > dims[k] for k in range(3)):
+                # torus3d_record.c: "Torus3d placement dims exceed torus dimensions"
+                raise ctx.err(_join(pp, j), f"placement {d[0]}x{d[1]}x{d[2]} exceeds the torus {dims[0]}x{dims[1]}x{dims[2]}")
+        out.append(Torus(_str(ctx, tm["name"], _join(p, "name"), _NAME_RE), dims, nodes, places))
+    return tuple(out)
+
+
 def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bool = False,
-              group_specs: list[str] | None = None) -> Topology:
-    m = _mapping(ctx, raw, path, {"switches", "blocks", "block_sizes"})
+              compute_nics: dict[str, int] | None = None, group_specs: list[str] | None = None) -> Topology:
+    m = _mapping(ctx, raw, path, {"switches", "blocks", "block_sizes", "rail_optimized", "rings", "toruses"})
+    given = [k for k in ("switches", "blocks", "rail_optimized", "rings", "toruses") if m.get(k)]
+    if len(given) > 1:
+        if set(given) == {"switches", "blocks"}:
+            raise ctx.err(path, "use either 'switches' (tree) or 'blocks' (block topology), not both")
+        raise ctx.err(path, f"use one of 'switches', 'blocks', 'rail_optimized', 'rings', 'toruses', not {' and '.join(given)}")
+    units: tuple[RailUnit, ...] = ()
+    if m.get("rail_optimized"):
+        lowered = _rail_optimized(ctx, m["rail_optimized"], _join(path, "rail_optimized"), compute_nics or {})
+        units = lowered.pop("_units")
+        if m.get("block_sizes"):
+            raise ctx.err(_join(path, "block_sizes"), "with rail_optimized, give block_sizes inside it")
+        t = _topology(ctx, lowered, path, known_hosts, adopted)
+        return Topology(t.switches, t.blocks, t.block_sizes, rail_units=units)
+    if m.get("rings") or m.get("toruses"):
+        rings = _rings(ctx, m.get("rings") or [], _join(path, "rings"))
+        toruses = _toruses(ctx, m.get("toruses") or [], _join(path, "toruses"))
+        kind, items = ("rings", [(r.name, r.nodes) for r in rings]) if rings else (
+            "toruses", [(t.name, tuple(hostlist.expand(t.nodes))) for t in toruses])
+        seen_names: set[str] = set()
+        holder: dict[str, str] = {}
+        for i, (name, hosts) in enumerate(items):
+            p = _join(_join(path, kind), i)
+            if name in seen_names:
+                raise ctx.err(_join(p, "name"), f"{name!r} is already defined")  # "has already been defined" is fatal
+            seen_names.add(name)
+            for h in hosts:
+                if h not in known_hosts:
+                    raise ctx.err(_join(p, "nodes"), f"host {h!r} is not in any node group")
+                if h in holder:
+                    # torus3d_record.c: "Torus3d (%s) and (%s) share nodes" (fatal)
+                    raise ctx.err(_join(p, "nodes"), f"host {h!r} is in both {holder[h]!r} and {name!r}")
+                holder[h] = name
+        return Topology(rings=rings, toruses=toruses)
     switches = []
     for i, s in enumerate(_list(ctx, m.get("switches") or [], _join(path, "switches"))):
         sp = _join(_join(path, "switches"), i)
@@ -622,8 +768,6 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bo
         _int(ctx, v, _join(_join(path, "block_sizes"), i), 1)
         for i, v in enumerate(_list(ctx, m.get("block_sizes") or [], _join(path, "block_sizes")))
     )
-    if switches and blocks:
-        raise ctx.err(path, "use either 'switches' (tree) or 'blocks' (block topology), not both")
     if sizes and not blocks:
         raise ctx.err(_join(path, "block_sizes"), "block_sizes needs 'blocks'")
     if sizes:
@@ -637,10 +781,10 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bo
     members = [(s.name, s.nodes, "switches", i) for i, s in enumerate(switches) if s.nodes]
     members += [(b.name, b.nodes, "blocks", i) for i, b in enumerate(blocks)]
     # a generated tree (leaves of one range each, together exactly the node groups) is shown sound on its ranges
-    exact = group_specs is not None and hostlist.exact_cover([m[1] for m in members], group_specs) is not None
+    exact = group_specs is not None and hostlist.exact_cover([mem[1] for mem in members], group_specs) is not None
     for k, (name, nodes, kind, i) in enumerate(members if not exact else ()):
-        hosts = hostlist.expand(nodes)
-        hset = set(hosts)
+        leaf_hosts = hostlist.expand(nodes)
+        hset = set(leaf_hosts)
         if hset <= known_hosts and seen.isdisjoint(hset):
             seen |= hset
             continue
@@ -649,7 +793,7 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bo
         for name_, nodes_, _kind, _i in members[:k]:
             for h in hostlist.expand(nodes_):
                 first.setdefault(h, name_)
-        for h in hosts:
+        for h in leaf_hosts:
             if h not in known_hosts:
                 raise ctx.err(where, f"host {h!r} is not in any node group")
             if h in first:
@@ -727,9 +871,10 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
          "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants", "rollout",
-         "defrag", "monitoring", "adopted", "nodesets", "gres_conf"},
-        {"cluster", "node_groups"},
+         "defrag", "monitoring", "adopted", "nodesets", "gres_conf", "dynamic_nodes"},
+        {"cluster"},
     )
+    ctx.adopted = top.get("adopted") is True
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
     controller = Controller(
         hosts=tuple(_hostname(ctx, h, f"controller.hosts[{i}]") for i, h in enumerate(_list(ctx, cm["hosts"], "controller.hosts"))),
@@ -760,9 +905,13 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     if top.get("accounting") is not None:
         am = _mapping(ctx, top["accounting"], "accounting", {"host", "port"}, {"host"})
         accounting = Accounting(_hostname(ctx, am["host"], "accounting.host"), _port(ctx, am.get("port", 6819), "accounting.port"))
-    glist = _list(ctx, top["node_groups"], "node_groups")
-    if not glist:
-        raise ctx.err("node_groups", "at least one node group is required")
+    max_nodes = _dynamic_nodes(ctx, top.get("dynamic_nodes"), top.get("slurm_conf"))
+    if "node_groups" not in top and max_nodes is None:
+        raise ctx.err("node_groups", "required key is missing (only a dynamic-node site, dynamic_nodes:, has none)")
+    glist = _list(ctx, top.get("node_groups") or [], "node_groups")
+    if not glist and max_nodes is None:
+        raise ctx.err("node_groups", "at least one node group is required (or dynamic_nodes: for nodes that register "
+                                     "with slurmd -Z)")
     groups: dict[str, NodeGroup] = {}
     owner: dict[str, str] = {}
     for i, g in enumerate(glist):
@@ -775,6 +924,11 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             owner[h] = grp.name
         groups[grp.name] = grp
     adopted = _bool(ctx, top.get("adopted", False), "adopted")
+    if max_nodes is not None and max_nodes <= len(owner):
+        # slurm.conf(5) MaxNodeCount (22.05, 24.11): "MaxNodeCount will be ignored if less than the number of nodes
+        # found in the slurm.conf" -- and equal leaves no room for a node to register
+        raise ctx.err("dynamic_nodes.max_node_count", f"is {max_nodes}, not more than the {len(owner)} nodes of "
+                                                      "node_groups: no dynamic node could register")
     nodesets = _nodesets(ctx, top.get("nodesets"), "nodesets")
     parts = tuple(
         _partition(ctx, p, f"partitions[{i}]", groups, {n for n, _ in nodesets}) for i, p in enumerate(_list(ctx, top.get("partitions") or [], "partitions"))
@@ -783,7 +937,11 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         raise ctx.err("partitions", "duplicate partition names")
     if sum(p.default for p in parts) > 1:
         raise ctx.err("partitions", "more than one partition has default: true")
-    topo = (_topology(ctx, top["topology"], "topology", set(owner), adopted, [g.hosts for g in groups.values()])
+    # per host only where a rail-optimized fabric is described (100,000 nodes: no per-host work otherwise)
+    rail = isinstance(top.get("topology"), dict) and bool(top["topology"].get("rail_optimized"))
+    compute_nics = {h: sum(1 for n in groups[g].nics if n.role == "compute") for h, g in owner.items()} if rail else None
+    topo = (_topology(ctx, top["topology"], "topology", set(owner), adopted, compute_nics,
+                      [g.hosts for g in groups.values()])
             if top.get("topology") is not None else Topology())
     policy = Policy()
     if top.get("policy") is not None:
@@ -819,6 +977,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             prolog_epilog_timeout=_int(ctx, hm.get("prolog_epilog_timeout", 60), "hooks.prolog_epilog_timeout", 1),
             checks=dict(checks),
         )
+        _hook_policy(ctx, hooks)
     site = Site()
     if top.get("site") is not None:
         sm = _mapping(ctx, top["site"], "site", {"default_partition", "socket_ifname", "nccl_ib_hca_exclude", "env", "run_root"})
@@ -874,7 +1033,23 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         adopted=adopted,
         nodesets=nodesets,
         gres_conf=_records(ctx, top.get("gres_conf"), "gres_conf"),
+        max_node_count=max_nodes,
     )
+
+
+def _dynamic_nodes(ctx: _Ctx, value: Any, slurm_conf: Any) -> int | None:
+    """``dynamic_nodes: {max_node_count: N}``: nodes that register themselves (``slurmd -Z --conf ...``,
+    dynamic_nodes.shtml of 22.05 and 24.11) up to N nodes in all (slurm.conf MaxNodeCount). None: no such nodes."""
+    if value is None:
+        return None
+    dm = _mapping(ctx, value, "dynamic_nodes", {"max_node_count"}, {"max_node_count"})
+    if isinstance(slurm_conf, dict) and any(str(k).lower() == "maxnodecount" for k in slurm_conf):
+        raise ctx.err("slurm_conf.MaxNodeCount", "set it once, as dynamic_nodes.max_node_count")
+    # MaxNodeCount is an S_P_UINT32 (read_config.c slurm_conf_options[], 22.05 and 24.11)
+    n = _int(ctx, dm["max_node_count"], "dynamic_nodes.max_node_count", 1)
+    if n > 0xFFFFFFFE:
+        raise ctx.err("dynamic_nodes.max_node_count", f"must be < 4294967295 (a 32-bit count in Slurm), got {n}")
+    return n
 
 
 def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitoring:
@@ -1083,3 +1258,20 @@ def load_cluster(path: str | Path) -> Cluster:
 
 
 Loader = Callable[[str | Path], Cluster]
+
+
+def _hook_policy(ctx: _Ctx, hooks: Hooks) -> None:
+    """hooks.checks is judged when the inventory loads (not first on a node, where a bad key falls back to the
+    defaults with a warning), and the epilog's active stage must fit in PrologEpilogTimeout: past it slurmd kills the
+    epilog and drains the node "Epilog error" (slurm.conf(5) PrologEpilogTimeout, 22.05 and 24.11)."""
+    from slurmkit.health.policy import parse_policy
+
+    policy = parse_policy(hooks.checks, source=ctx.source)
+    ea = policy.epilog_active
+    if ea is not None and hooks.epilog:
+        need = ea.budget_s + policy.budget_s
+        if need >= hooks.prolog_epilog_timeout:
+            raise ctx.err("hooks.checks.epilog_active.budget_s",
+                          f"{ea.budget_s:g}s + the hook's budget_s {policy.budget_s:g}s must stay below "
+                          f"hooks.prolog_epilog_timeout ({hooks.prolog_epilog_timeout}s): past it slurmd kills the "
+                          "epilog and drains the node 'Epilog error'")

@@ -37,14 +37,22 @@ def _n(metric: Any) -> str:
     return str(metric.name)
 
 
+def _xid_new(sel: str) -> str:
+    """XID events in the last 15 minutes. The per-code counter series is born at its first event with the value 1,
+    and increase() needs two samples of one series (a series first seen at 1 gives 0: the first XID of each code on
+    a GPU would never alert); the second term catches a series that had no sample in the day before those 15
+    minutes (a node back after more than a day away alerts once on its old counts)."""
+    x = f"{_n(M.xid_errors)}{{{sel}}}"
+    return f"increase({x}[15m]) > 0 or ({x} > 0 unless max_over_time({x}[1d] offset 15m))"
+
+
 def alerts(cluster: Cluster) -> list[Alert]:
     mon = cluster.monitoring
     a = [
-        Alert("SlurmkitGpuXidCritical",
-              f'increase({_n(M.xid_errors)}{{xid=~"{CRITICAL_XIDS}"}}[15m]) > 0 or {_n(M.xid_sticky)} == 1',
+        Alert("SlurmkitGpuXidCritical", _xid_new(f'xid=~"{CRITICAL_XIDS}"') + f" or {_n(M.xid_sticky)} == 1",
               "critical", "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }} (reset or reboot "
               "needed)"),
-        Alert("SlurmkitGpuXid", f'increase({_n(M.xid_errors)}{{xid!~"{CRITICAL_XIDS}"}}[15m]) > 0', "warning",
+        Alert("SlurmkitGpuXid", _xid_new(f'xid!~"{CRITICAL_XIDS}"'), "warning",
               "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }}"),
         Alert("SlurmkitGpuEccUncorrectable",
               f'max without (location) ({_n(M.ecc_errors)}{{type="uncorrected",counter="volatile"}}) > 0',

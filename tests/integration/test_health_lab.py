@@ -347,3 +347,53 @@ def test_state_dir_read_only_or_full_keeps_the_node_in_service(hlab, how):
         assert "Prolog error" not in log
     finally:
         in_ns("umount", str(sdir))
+
+
+def test_failed_jobs_epilog_tests_its_gpus_and_drains_a_slow_one(hlab):
+    """Issue 23 item 7's hook option (hooks.checks.epilog_active): a job that fails on its own (exit 3) ends on
+    node3, whose GPU 1 (the job's second GPU) runs at half speed. The epilog, reading SLURM_JOB_EXIT_CODE2 from
+    slurmd (job_mgr.c create_kill_job_msg carries the job's exit code to the node's epilog, 22.05 and 24.11), runs
+    the torch GEMM/bandwidth stage on the job's two GPUs (on the CPU: fake NVML), exits 1 so Slurm drains the node
+    'Epilog error', and the health check puts the part on it. A job that succeeds on the same GPUs runs no stage.
+    Costs ~20 s per release (torch's import in the epilog, the 15 s stage budget)."""
+    node = "node3"
+    fx = Path(hlab.dir) / "fake-nvml" / f"{node}.json"
+    original = fx.read_text()
+    state = json.loads(original)
+    state["devices"][1]["active_slowdown"] = 0.4
+    fx.write_text(json.dumps(state))
+    set_policy(hlab, {"epilog_active": {"budget_s": 15, "method": "torch", "min_interval_s": 0},
+                      "resume_after_passes": 1})
+    last_epilog = Path(hlab.dir) / "hookstate" / node / "last-epilog.json"
+    try:
+        def run(wrap: str) -> dict:
+            jid = lab_run(hlab, ["sbatch", "--parsable", "-w", node, "-n1", "--gres=gpu:2", "--mem=100M",
+                                 "-o", "/dev/null", "--wrap", wrap]).stdout.strip().split(";")[0]
+
+            def epilog_of_job():
+                r = json.loads(last_epilog.read_text()) if last_epilog.exists() else {}
+                return r if r.get("job_id") == jid else None
+            return wait_for(epilog_of_job, 120, f"job {jid}'s epilog record", lambda: hook_records(hlab, node))
+
+        ok = run("true")
+        assert ok["exit_code"] == 0 and not any(r["check"].startswith("active") for r in ok["checks"]), ok
+        rec = run("exit 3")
+        names = {r["check"]: r for r in rec["checks"]}
+        assert rec["exit_code"] == 1 and names["active_gemm"]["status"] == "FAIL", hook_records(hlab, node)
+        assert names["active_gemm"]["findings"][0].startswith("nvidia1@"), names["active_gemm"]
+        assert sorted(names["active_gemm"]["evidence"]["values"])[0].startswith("nvidia0@")  # the job's GPUs only
+        assert len(names["active_gemm"]["evidence"]["values"]) == 2
+        assert any("ended 3:0" in n for n in rec["notes"]), rec["notes"]
+        # the health check's passive checks pass; the kept finding keeps the node out and names the way back
+        st = wait_for(lambda: (s := scontrol_node(hlab, node))["reason"].startswith("slurmkit: nvidia1@") and s,
+                      6 * INTERVAL, f"{node} drained with the slow GPU named", lambda: hook_records(hlab, node))
+        assert "DRAIN" in st["flags"] and st["reason"] == ("slurmkit: nvidia1@2a:00.0 active gemm,membw; clears when "
+                                                           "slurmkit check --active passes"), st
+        time.sleep(3 * INTERVAL)  # resume_after_passes 1: without the kept finding this would resume it
+        assert "DRAIN" in scontrol_node(hlab, node)["flags"]
+    finally:
+        fx.write_text(original)
+        kept = Path(hlab.dir) / "hookstate" / node / "epilog-active.json"
+        kept.unlink(missing_ok=True)
+        set_policy(hlab, {})
+        lab_run(hlab, ["scontrol", "update", f"nodename={node}", "state=resume"], check=False)

@@ -218,3 +218,113 @@ def test_tenant_partitions_with_allow_qos_pass_the_real_parse(release: str) -> N
     assert rp.ok is True, rp
     judged_by(rp, release)
     assert ("left AllowQos=normal,high,scavenger of partition gpu out of the copy" in rp.message) == allow_qos_fatal(release)
+
+
+def test_ring_and_torus3d_topology_yaml_judged_by_2605_or_skipped_with_reason(release: str) -> None:
+    """topology/ring and topology/torus3d exist from 26.05 (src/plugins/topology at slurm-26-05-3-1): the
+    topology.yaml slurmkit writes for them is judged by a 26.05 slurmctld where one is here (the release under test
+    or a cached root), and a torus whose dims do not match its nodes is refused by it (torus3d_record.c
+    "Torus3d dimensions ... do not match node count", then fatal "has invalid configuration")."""
+    from slurmkit.lab import image
+    from slurmkit.lab.inventory import lab_inventory
+    from slurmkit.model import load_cluster_dict
+
+    if not (release == "26.05" or image.find("26.05") is not None):
+        pytest.skip("no slurmctld 26.05 here (release under test or a cached root under /var/cache/slurmkit/roots)")
+    base = lab_inventory(8, nodes_per_leaf=4)
+    base["slurm_version"] = "26.05"
+    ring = dict(base, topology={"rings": [{"name": "r1", "nodes": ["node3", "node1", "node2", "node4"]},
+                                          {"name": "r2", "nodes": "node[5-8]"}]})
+    torus = dict(base, topology={"toruses": [{"name": "t1", "dims": [2, 2, 2], "nodes": "node[1-8]",
+                                              "placements": [[1, 1, 1], [2, 1, 1], [2, 2, 2]]}]})
+    for inv in (ring, torus):
+        files = generate(load_cluster_dict(inv))
+        rp = real_parse(files)
+        assert rp.ok is True, rp
+        assert rp.judge.startswith("slurmctld 26.05."), rp
+    bad = dict(files, **{"topology.yaml": files["topology.yaml"].replace("        z: 2\n      nodes:",
+                                                                           "        z: 3\n      nodes:")})
+    assert bad["topology.yaml"] != files["topology.yaml"]
+    rp = real_parse(bad)
+    assert rp.ok is False and "do not match node count" in str(rp), rp
+
+
+def test_deprecation_and_defunct_lines_are_notices_not_findings(lab_files: dict[str, str], release: str) -> None:
+    """Issue 19: the release's own notices (read_config.c "Ignoring obsolete FastSchedule=1 option", _defunct_option's
+    "The option ... is defunct") are classified by their source in that release (realparse.ERROR_LINES) and leave
+    the config valid; a refused value in the same file still fails it. One real parse each (~2 s)."""
+    from slurmkit.backend.realparse import DEFUNCT, DEPRECATED
+
+    defunct = "SchedulerAuth=x" if release == "22.05" else "PowerPlugin=power/none"
+    conf = lab_files["slurm.conf"] + f"FastSchedule=1\n{defunct}\n"
+    rp = real_parse(dict(lab_files, **{"slurm.conf": conf}), release)
+    assert rp.ok is True and rp.errors == [], rp
+    assert sorted(k for k, _w, _e in rp.notices) == [DEFUNCT, DEPRECATED], rp
+    judged_by(rp, release)
+    rp = real_parse(dict(lab_files, **{"slurm.conf": conf + "HealthCheckNodeState=BOGUS\n"}), release)
+    assert rp.ok is False and any("HealthCheckNodeState" in e for e in rp.errors), rp
+
+
+def test_generated_dynamic_node_config_is_accepted(release: str) -> None:
+    """Issue 19 (a): a dynamic-node site imported and generated again (no NodeName line, MaxNodeCount, partitions by
+    Nodes=ALL and by a NodeSet's Feature, dynamic_nodes.shtml 22.05/24.11) starts the release's slurmctld with no
+    error line. One real parse (~2 s)."""
+    from slurmkit.adopt.importer import import_site
+    from slurmkit.model import yamlio
+    from slurmkit.model.load import load_cluster_text
+    from tests.unit.test_adopt_dynamic import FILES
+
+    res = import_site(FILES, release)
+    assert res.lost == []
+    files = generate(load_cluster_text(yamlio.dump(res.inventory)), version=release)
+    assert "MaxNodeCount=64" in files["slurm.conf"] and "NodeName=" not in files["slurm.conf"]
+    rep = validate({k: v for k, v in files.items() if k != "slurmkit.yaml"}, release)
+    assert rep.real_ok is True and rep.errors == [], (rep.real, rep.errors)
+
+
+def test_dynamic_node_registers_with_slurmd_z(release: str, tmp_path: Path) -> None:
+    """Issue 19 (a), judged by the release itself: the generated dynamic-node config (no NodeName line) runs a
+    slurmctld, and ``slurmd -Z --conf "... Feature=h100"`` (dynamic_nodes.shtml 22.05 and 24.11) registers a node
+    that joins the Nodes=ALL partition and the one over the NodeSet by Feature=h100. Both daemons run in private
+    UTS/mount/network/PID namespaces (the real parse's, realparse._script; the PID namespace ends them with the
+    script), on the real-parse copy (auth/none) with proctrack/pgid, task/none and no cgroup plugin where the
+    release has 'disabled' (24.05+). ~10 s."""
+    import subprocess
+
+    from slurmkit.adopt.importer import import_site
+    from slurmkit.backend import realparse as rp
+    from slurmkit.model import yamlio
+    from slurmkit.model.load import load_cluster_text
+    from slurmkit.release import release_key
+    from tests.unit.test_adopt_dynamic import FILES
+
+    files = generate(load_cluster_text(yamlio.dump(import_site(FILES, release).inventory)), version=release)
+    judge, why = rp.find_judge(release)
+    ns, ip, why2 = rp._namespaces()
+    assert judge is not None and ns is not None, (why, why2)
+    copy = rp.rewrite_for_copy(files["slurm.conf"], tmp_path, None, judge.root or "/", files, judge.release)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    conf = etc / "slurm.conf"
+    conf.write_text(copy.text + "ProctrackType=proctrack/pgid\nTaskPlugin=task/none\nMailProg=/bin/true\n")
+    if release_key(judge.release) >= (24, 5):  # cgroup.conf(5) CgroupPlugin=disabled, 24.05+
+        (etc / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
+    (tmp_path / "hosts").mkdir()
+    (tmp_path / "hosts" / "hosts").write_text(copy.hosts() + "127.0.0.1 dyn1\n")
+    log = tmp_path / "log"
+    inner = tmp_path / "inner.sh"
+    inner.write_text(f"""
+export SLURM_CONF={conf}
+/usr/sbin/slurmctld -D -i -f {conf} > {log}.ctld 2>&1 &
+i=0; until /usr/bin/scontrol ping 2>/dev/null | grep -q UP; do i=$((i+1)); [ $i -gt 150 ] && exit 3; sleep 0.2; done
+/usr/sbin/slurmd -D -Z --conf "CPUs=1 RealMemory=100 Feature=h100" -N dyn1 -f {conf} > {log}.slurmd 2>&1 &
+i=0; until /usr/bin/sinfo -h -N -o '%N %P %T' | grep -q 'dyn1 h100 idle'; do i=$((i+1)); [ $i -gt 150 ] && break; sleep 0.2; done
+/usr/bin/sinfo -h -N -o '%N %P %T'
+""")
+    script = rp._script(judge, tmp_path, ip, copy.primary, ["sh", str(inner)])
+    argv = [ns[0], "--pid", "--fork", *ns[1:], "sh", "-c", script]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    rows = set(res.stdout.split("\n"))
+    tail = {n: (log.with_suffix(f".{n}").read_text()[-600:] if log.with_suffix(f".{n}").exists() else "")
+            for n in ("ctld", "slurmd")}
+    assert {"dyn1 all* idle", "dyn1 h100 idle"} <= rows, (res.returncode, res.stdout, res.stderr, tail)

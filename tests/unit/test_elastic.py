@@ -114,6 +114,16 @@ def test_path_per_release_cites_its_source(version: str, adding: bool, kind: str
     assert "dynamic_nodes.shtml" in p.statement("add")
 
 
+@pytest.mark.parametrize("version", ["22.05", "24.11", "25.11", "26.05"])
+def test_why_not_dynamic_nodes_follows_the_release(version: str) -> None:
+    """From 25.11 dynamic nodes join a topology at run time (`scontrol update NodeName= Topology=`, scontrol(1)
+    25.11 and 26.05), so "dynamic nodes must be in topology.conf" is said only before it."""
+    said = path.choose(version, True).statement("add")
+    late = version >= "25.11"
+    assert ("must be in topology.conf" in said) is not late
+    assert ("join the topology at run time" in said) is late
+
+
 def test_port_list_is_a_slurm_hostlist_of_ports() -> None:
     assert _port_list([29001]) == "29001"
     assert _port_list([29001, 29002, 29003, 29004]) == "[29001-29004]"

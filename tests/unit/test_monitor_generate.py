@@ -18,7 +18,8 @@ from tests.conftest import DATA, ROOT, needs
 
 TESTS = DATA / "monitor" / "alerts_test.yml"
 _PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
-                 "offset", "sum", "max", "min", "avg", "count", "increase", "rate", "label_replace", "humanizeDuration"}
+                 "offset", "sum", "max", "min", "avg", "count", "increase", "rate", "label_replace", "humanizeDuration",
+                 "max_over_time"}
 
 
 def cluster(**mon):

@@ -30,6 +30,66 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
         "24.11": (["gres.conf vs slurm.conf for g1: gpu: slurm.conf says 1, gres.conf gives 10"],
                   ["CgroupAutomount is defunct in Slurm 24.11"]),
     },
+    # Slurm's own topology test site: valid. peta99999 is in no leaf switch, which slurmctld allows and logs (22.05
+    # src/plugins/topology/tree/topology_tree.c:447 error("WARNING: switches lack access to %d nodes"), not fatal;
+    # 24.11 src/plugins/topology/tree/switch_record.c:439 warning()); grp10 and grp11 have no common parent, so no
+    # job spans them (topology.conf(5): "jobs can only span nodes connected by the same switch fabric")
+    "slurm-test133.1-topology": {
+        r: ([], ["nodes peta99999 are in no leaf switch", "2 top-level switches (grp[10-11])"])
+        for r in ("22.05", "24.11", "26.05")
+    },
+    # a guide's file with placeholders: PartitionName=main Nodes=power9-compute-1 names a node no NodeName line
+    # defines -- fatal "Invalid node names in partition main" (src/slurmctld/read_config.c:403 at slurm-22-05-8-1,
+    # :368 at slurm-24-11-5-1); the placeholder names themselves (HOSTNAME, COMPUTE_NODE_NAME) are valid names
+    # a docker test cluster with GPUs in name only: GresTypes is commented out, so node_conf.c passes every Gres= through
+    # gres_name_filter and keeps none (22.05 src/common/gres.c:795, 24.11 src/interfaces/gres.c:855: with no GresTypes
+    # it returns NULL); gres.conf's GPU lines have no File= and are removed ("Remove every GPU with an empty File",
+    # 22.05 gres.c:2381, 24.11 gres.c:2831). Not errors: Gres= twice on c3/c4 (parse_config.c _handle_common, 22.05:528,
+    # 24.11:536, "specified more than once, latest value used"), AccountingStorageTRES=gres/gpu without GresTypes
+    # (controller.c only needs a name, 22.05:1697, 24.11:2060), CgroupAutomount defunct from 23.11 (as above)
+    "docker-centos7-slurm": {
+        r: (["NodeName=c2: Gres name 'gpu' is not in GresTypes", "NodeName=c3: Gres name 'gpu' is not in GresTypes",
+             "NodeName=c4: Gres name 'gpu' is not in GresTypes", "gres.conf:1: GPU line without File=",
+             "gres.conf:2: GPU line without File="],
+            ["slurm.conf:59: Gres is given 2 times", "slurm.conf:60: Gres is given 2 times",
+             "AccountingStorageTRES gres/gpu names", "AccountingStorageTRES gres/gpu:titanxp names",
+             "AccountingStorageTRES gres/gpu:a100 names"] + ([] if r == "22.05" else [f"CgroupAutomount is defunct in Slurm {r}"]))
+        for r in ("22.05", "24.11", "26.05")
+    },
+    # dask-jobqueue's CI cluster: SelectType=select/cons_res is shipped by 22.05 (src/plugins/select/cons_res at
+    # slurm-22-05-8-1) and gone from 23.11 (no src/plugins/select/cons_res at slurm-24-11-5-1): slurmctld cannot load
+    # it. FastSchedule=1 is "Ignoring obsolete FastSchedule=1 option" (read_config.c:4071 at 22.05, :4266 at 24.11),
+    # an error line that changes nothing; ControlMachine/ControlAddr and Shared=NO are still read (read_config.c
+    # _validate_and_set_defaults; "Shared" in the partition options, read_config.c:1405 at 24.11)
+    "dask-jobqueue-ci": {
+        "22.05": ([], ["Ignoring obsolete FastSchedule=1 option"]),
+        **{r: ([f"SelectType=select/cons_res is not available in Slurm {r}"], ["Ignoring obsolete FastSchedule=1 option"])
+           for r in ("24.11", "26.05")},
+    },
+    # its 2018 predecessor: CacheGroups is in neither release's option table (no "CacheGroups" in read_config.c at
+    # slurm-22-05-8-1 or slurm-24-11-5-1), so s_p_parse_file stops with "Parsing error at unrecognized key"
+    # (parse_config.c:998 at 22.05, :1005 at 24.11) and slurmctld exits; AccountingStorageLoc is fatal("The
+    # AccountingStorageLoc option has been removed", read_config.c:4471 at 22.05, :4695 at 24.11; gone from the
+    # option table in 25.11); cons_res and FastSchedule as for dask-jobqueue-ci
+    "dask-jobqueue-ci-2018": {
+        r: (["no slurm.conf key CacheGroups", "AccountingStorageLoc"]
+            + ([] if r == "22.05" else [f"SelectType=select/cons_res is not available in Slurm {r}"]),
+            ["Ignoring obsolete FastSchedule=1 option"])
+        for r in ("22.05", "24.11", "26.05")
+    },
+    # pydra's CI cluster: CacheGroups (as above); c[41-44] have Gres=gpu:titanxp:1 and there is no gres.conf, so
+    # slurmd takes the count from slurm.conf ("Can not stat gres.conf file (%s), using slurm.conf data", gres.c:2311
+    # at 22.05, :2745 at 24.11) and then drops every file-less GPU ("Ignoring file-less GPU %s:%s from final GRES
+    # list", _find_fileless_gres): the nodes register with no GPU; cons_res and FastSchedule as above
+    "pydra-ci": {
+        r: (["no slurm.conf key CacheGroups", "gres.conf is missing but slurm.conf nodes have Gres="]
+            + ([] if r == "22.05" else [f"SelectType=select/cons_res is not available in Slurm {r}"]),
+            ["Ignoring obsolete FastSchedule=1 option"])
+        for r in ("22.05", "24.11", "26.05")
+    },
+    "stanford-power9": {
+        r: (["PartitionName=main names unknown nodes or nodesets power9-compute-1"], []) for r in ("22.05", "24.11", "26.05")
+    },
 }
 
 

@@ -78,3 +78,72 @@ def test_release_rules() -> None:
     assert not judges("22.05", "23.02") and judges("22.05", "22.05")
     # read_config.c: gres_parse_config_dummy() until 23.02, removed in slurm-23-11-0-1
     assert slurmctld_reads_gres_conf("23.02") and not slurmctld_reads_gres_conf("23.11")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the real parse's error lines, classified by where the judge's release logs them (issue 19)
+
+
+@pytest.mark.parametrize(("line", "release", "kind", "where"), [
+    ('error: The option "SchedulerAuth" is defunct, see man slurm.conf.', "22.05", v.DEFUNCT, "read_config.c:487"),
+    ('error: The option "PowerPlugin" is defunct, please remove it from slurm.conf.', "24.11", v.DEFUNCT,
+     "read_config.c:504"),
+    ('error: The option "CgroupAutomount" is defunct, please remove it from cgroup.conf.', "24.11", v.DEFUNCT,
+     "cgroup.c:138"),
+    ("error: Ignoring obsolete FastSchedule=1 option. Please remove from your configuration.", "22.05", v.DEPRECATED,
+     "read_config.c:4071"),
+    ("error: Ignoring obsolete FastSchedule=1 option. Please remove from your configuration.", "24.11", v.DEPRECATED,
+     "read_config.c:4266"),
+    ("error: SbcastParameters has been renamed to BcastParameters. Please update your configuration.", "26.05",
+     v.DEPRECATED, "read_config.c:3919"),
+    ("error: Configured MailProg is invalid", "24.11", v.HOST, "controller.c:724"),
+    ("error: _get_group_members: Could not find configured group ops", "22.05", v.HOST, "groups.c:240"),
+    # 24.11 no longer translates MpiDefault=openmpi (not in slurm-24-11-5-1 read_config.c): whatever it says is its own
+    ("error: Translating obsolete 'MpiDefault=openmpi' option to 'MpiDefault=none'. Please update your "
+     "configuration.", "24.11", v.REFUSED, ""),
+    ("error: Invalid HealthCheckNodeState value BOGUS ignored", "22.05", v.REFUSED, ""),
+    ("error: Node gpu1 has invalid GRES configured", "24.11", v.REFUSED, ""),
+    ("fatal: The AccountingStorageLoc option has been removed", "22.05", v.FATAL, ""),
+    # a release this table has no citation for: the conservative verdict
+    ('error: The option "PowerPlugin" is defunct, please remove it from slurm.conf.', "25.05", v.REFUSED, ""),
+])
+def test_error_lines_are_classified_by_their_source_in_the_release(line: str, release: str, kind: str,
+                                                                   where: str) -> None:
+    got, src = v.classify(line, release)
+    assert got == kind and where in src and bool(src) == bool(where), (got, src)
+
+
+def test_notices_and_host_facts_never_make_a_parse_invalid_refused_lines_do() -> None:
+    defunct = 'error: The option "CgroupAutomount" is defunct, please remove it from cgroup.conf.'
+    obsolete = "error: Ignoring obsolete FastSchedule=1 option. Please remove from your configuration."
+    mail = "error: Configured MailProg is invalid"
+    rp = v.RealParse(False, "slurmctld logged 3 error line(s): x", [obsolete, mail, defunct], 0.2)
+    v.sort_lines(rp, "24.11")
+    assert rp.ok is True and rp.errors == [] and rp.host_facts == [mail], rp
+    assert [(k, w.split(":")[0]) for k, w, _ in rp.notices] == [
+        (v.DEPRECATED, "src/common/read_config.c"), (v.DEFUNCT, "src/interfaces/cgroup.c")]
+    refused = "error: Invalid HealthCheckNodeState value BOGUS ignored"
+    rp = v.RealParse(False, "slurmctld logged 2 error line(s): x", [obsolete, refused], 0.2)
+    v.sort_lines(rp, "22.05")
+    assert rp.ok is False and rp.errors == [refused] and len(rp.notices) == 1, rp
+    # a slurmctld that never became the primary stays a failure whatever its lines were
+    rp = v.RealParse(False, "slurmctld exited (rc=1) before running as primary controller: x", [obsolete], 0.2)
+    v.sort_lines(rp, "22.05")
+    assert rp.ok is False, rp
+
+
+def test_validate_reports_each_real_parse_line_with_its_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = ["error: Ignoring obsolete FastSchedule=1 option. Please remove from your configuration.",
+             "error: Invalid HealthCheckNodeState value BOGUS ignored"]
+
+    def fake(files, version=None):  # type: ignore[no-untyped-def]
+        rp = v.RealParse(False, "slurmctld logged 2 error line(s): x", list(lines), 0.1, release="22.05")
+        v.sort_lines(rp, "22.05")
+        return rp
+
+    monkeypatch.setattr(v, "real_parse", fake)
+    monkeypatch.setattr(v, "static_check", lambda files, version=None: v.Report())
+    rep = v.validate({"slurm.conf": ""}, "22.05")
+    assert rep.errors == ["slurmctld (refused): error: Invalid HealthCheckNodeState value BOGUS ignored"], rep
+    assert rep.warnings == ["deprecated in Slurm 22.05 (src/common/read_config.c:4071), not a finding: slurmctld: "
+                            "error: Ignoring obsolete FastSchedule=1 option. Please remove from your configuration."]

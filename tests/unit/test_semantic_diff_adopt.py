@@ -63,3 +63,13 @@ def test_gres_file_range_equals_per_device_lines_and_a_cores_change_is_named() -
     b["gres.conf"] = b["gres.conf"].replace("nvidia1 Cores=0-7", "nvidia1 Cores=8-15")
     (change,) = semantic_diff(a, b, "24.11")
     assert change.old.startswith("Cores= ") and "file=/dev/nvidia1" in change.old and "cores=8-15" in change.new
+
+
+def test_control_addr_is_the_address_of_slurmctld_host() -> None:
+    # read_config.c _validate_and_set_defaults (22.05, 24.11): old style, control_addr[0] is ControlAddr and
+    # control_addr[1] BackupAddr -- SlurmctldHost=host(addr) in the new spelling (Slurm's own testsuite
+    # test7.17_configs write ControlMachine=test_machine ControlAddr=127.0.0.1)
+    old = conf("ControlMachine=head\nControlAddr=10.0.0.1\nBackupController=b\nBackupAddr=10.0.0.2")
+    assert semantic_diff(old, conf("SlurmctldHost=head(10.0.0.1)\nSlurmctldHost=b(10.0.0.2)"), "24.11") == []
+    moved = semantic_diff(old, conf("SlurmctldHost=head(10.0.0.9)\nSlurmctldHost=b(10.0.0.2)"), "22.05")
+    assert [c.subject for c in moved] == ["SlurmctldHost"]
