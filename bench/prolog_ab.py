@@ -62,8 +62,8 @@ def main() -> None:
                 print(f"{label}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
     if args.metrics and not any((tmp / "metrics").glob("*.prom")):
         print("the 'on' arm wrote no textfile: the comparison is void")
-    (a, ta), (b, tb) = times.items()
-    diffs = sorted(y - x for x, y in zip(ta, tb))
+    (_a, ta), (_b, tb) = times.items()
+    diffs = sorted(y - x for x, y in zip(ta, tb, strict=True))
     for label, ts in times.items():
         ts = sorted(ts)
         print(f"{label:<40} runs {len(ts):>3}  p50 {statistics.median(ts):7.1f} ms  p90 {ts[int(0.9 * (len(ts) - 1))]:7.1f} ms")
