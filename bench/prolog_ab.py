@@ -3,9 +3,12 @@
 
     git worktree add /tmp/before <commit>
     .venv/bin/python bench/prolog_ab.py /tmp/before . [--runs 30]
+    .venv/bin/python bench/prolog_ab.py --metrics . [--runs 100]   # one tree: metrics textfile off vs on
 
 Each run is a fresh `python -m slurmkit.cli.main hook prolog` (as slurmd starts it) with the tree's own fixture
-and code (cwd and PYTHONPATH point at the tree). Prints p50/p90 per tree; asserts nothing.
+and code (cwd and PYTHONPATH point at the tree). Prints p50/p90 per arm and the median of the paired (same round) differences, which cancels
+load that drifts between rounds; asserts nothing. ``--metrics`` times what writing the Prometheus textfile costs the
+prolog (issue 22's "p50 grows by at most 5 ms"): the same tree without and with ``hooks.checks.textfile_dir``.
 """
 
 from __future__ import annotations
@@ -24,30 +27,49 @@ import yaml
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("trees", nargs=2, help="two source trees (e.g. a worktree of the old commit, then .)")
+    ap.add_argument("trees", nargs="+", help="two source trees (e.g. a worktree of the old commit, then .); one "
+                                              "with --metrics")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--metrics", action="store_true", help="one tree: without vs with the metrics textfile")
     args = ap.parse_args()
-    trees = [str(Path(t).resolve()) for t in args.trees]
+    if len(args.trees) != (1 if args.metrics else 2):
+        ap.error("give two trees, or one with --metrics")
     tmp = Path(tempfile.mkdtemp(prefix="slurmkit-prolog-ab-"))
-    inv = yaml.safe_load((Path(trees[1]) / "examples" / "lab.yaml").read_text())
-    inv["hooks"] = {"prolog": True, "checks": {"ib": False}}
-    (tmp / "inv.yaml").write_text(yaml.safe_dump(inv))
-    times: dict[str, list[float]] = {t: [] for t in trees}
+    arms: list[tuple[str, str, Path]] = []  # label, tree, inventory
+    for n, t in enumerate([str(Path(t).resolve()) for t in args.trees] * (2 if args.metrics else 1)):
+        inv = yaml.safe_load((Path(t) / "examples" / "lab.yaml").read_text())
+        checks: dict = {"ib": False}
+        label = t
+        if args.metrics:
+            label = "metrics textfile " + ("on" if n else "off")
+            if n:
+                checks["textfile_dir"] = str(tmp / "metrics")
+        inv["hooks"] = {"prolog": True, "checks": checks}
+        (tmp / f"inv{n}.yaml").write_text(yaml.safe_dump(inv))
+        arms.append((label, t, tmp / f"inv{n}.yaml"))
+    times: dict[str, list[float]] = {a[0]: [] for a in arms}
     for i in range(args.runs + 1):
-        for n, root in enumerate(trees):
+        for n, (label, root, inv_path) in enumerate(arms):
             env = {"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "1",
                    "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7", "SLURMKIT_STATE_DIR": str(tmp / f"state{n}"),
                    "PYTHONPATH": root, "SLURMKIT_FAKE_NVML": f"{root}/tests/data/nvml/healthy-h100x8.json"}
             t = time.perf_counter()
             p = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "hook", "prolog", "--inventory",
-                                str(tmp / "inv.yaml")], env=env, cwd=root, capture_output=True, text=True)
+                                str(inv_path)], env=env, cwd=root, capture_output=True, text=True)
             if i:  # the first round warms the page cache and the expectations cache
-                times[root].append((time.perf_counter() - t) * 1000)
+                times[label].append((time.perf_counter() - t) * 1000)
             if p.returncode != 0:
-                print(f"{root}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
-    for root, ts in times.items():
-        ts.sort()
-        print(f"{root:<40} runs {len(ts):>3}  p50 {statistics.median(ts):7.1f} ms  p90 {ts[int(0.9 * (len(ts) - 1))]:7.1f} ms")
+                print(f"{label}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
+    if args.metrics and not any((tmp / "metrics").glob("*.prom")):
+        print("the 'on' arm wrote no textfile: the comparison is void")
+    (_a, ta), (_b, tb) = times.items()
+    diffs = sorted(y - x for x, y in zip(ta, tb, strict=True))
+    for label, ts in times.items():
+        ts = sorted(ts)
+        print(f"{label:<40} runs {len(ts):>3}  p50 {statistics.median(ts):7.1f} ms  p90 {ts[int(0.9 * (len(ts) - 1))]:7.1f} ms")
+    q = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [diffs[0]] * 3
+    print(f"paired difference (second - first): median {statistics.median(diffs):+.1f} ms, "
+          f"quartiles {q[0]:+.1f} / {q[2]:+.1f} ms")
     print(f"load average {os.getloadavg()[0]:.2f}")
 
 
