@@ -204,6 +204,10 @@ def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
     for g in cluster.node_groups:
         if g.gpus:
             _check_autodetect(cluster, g, v)
+    for i, p in enumerate(cluster.partitions):
+        if p.exclusive == "topo" and not feats.exclusive_topo:
+            raise InventoryError(f"partitions[{i}].exclusive", f"topo needs Slurm >= 24.05 (PartitionName "
+                                                               f"ExclusiveTopo, slurm.conf(5)), target is {v}")
     _check_blocks(cluster, feats)
     for i, sw in enumerate(cluster.topology.switches):
         if feats.max_switch_name and len(sw.name) > feats.max_switch_name:
@@ -720,23 +724,25 @@ def cpu_job_mem_default(groups: Iterable[NodeGroup]) -> int:
     return min((g.usable_memory_mb // g.usable_cpus for g in groups if g.usable_cpus), default=0)
 
 
-def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) -> tuple[list[str], list[str]]:
+def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = (),
+                    version: str | None = None) -> tuple[list[str], list[str]]:
     """NodeSet and PartitionName lines. Each GPU partition gets DefCpuPerGPU/DefMemPerGPU from its node shapes
     (slurm.conf(5) accepts both on PartitionName lines in 22.05-25.11), and DefMemPerCPU for its CPU-only jobs
     (``cpu_job_mem_default``), unless the global ``settings`` already set a per-GPU CPU default or any memory
     default (a partition value would override the site's global one); a partition's ``extra`` overrides."""
     global_keys = {k.lower() for k, _ in settings}
+    feats = features_for(version or cluster.slurm_version)
     nodesets = [" ".join([f"NodeSet={name}"] + [f"{k}={q(v)}" for k, v in pairs]) for name, pairs in cluster.nodesets]
     parts: list[str] = []
     if cluster.adopted:
-        return nodesets, [_adopted_partition(cluster, p) for p in cluster.partitions]
+        return nodesets, [_adopted_partition(cluster, p, feats) for p in cluster.partitions]
     for p in cluster.partitions:
         groups = [cluster.group(gname) for gname in p.groups]
         hosts = _hosts_of(groups)
         ns = f"ns_{p.name}"
         nodesets.append(f"NodeSet={ns} Nodes={hosts}")
         kv = [("PartitionName", p.name), ("Nodes", ns), ("Default", "YES" if p.default else "NO"), ("MaxTime", p.max_time)]
-        kv += _partition_limits(p)
+        kv += _partition_limits(p, feats)
         allow = cluster.tenants.allow_qos(p.name) if cluster.tenants else ()
         if allow:
             # slurm.conf(5) AllowQos (22.05 and 24.11): "Comma-separated list of Qos which may execute jobs in the
@@ -758,7 +764,7 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
     return nodesets, parts
 
 
-def _adopted_partition(cluster: Cluster, p: Partition) -> str:
+def _adopted_partition(cluster: Cluster, p: Partition, feats: SlurmFeatures) -> str:
     """An adopted site's PartitionName line: its nodes as written, the modelled keys where they differ from Slurm's
     defaults (Default=NO, MaxTime=UNLIMITED: slurm.conf(5) 22.05 and 24.11), then its own keys."""
     nodes = p.nodes or _hosts_of([cluster.group(g) for g in p.groups])
@@ -767,12 +773,21 @@ def _adopted_partition(cluster: Cluster, p: Partition) -> str:
         kv.append(("Default", "YES"))
     if p.max_time != "UNLIMITED":
         kv.append(("MaxTime", p.max_time))
-    kv += _partition_limits(p)
+    kv += _partition_limits(p, feats)
     return " ".join(f"{k}={q(v)}" for k, v in _merge(kv, p.extra))
 
 
-def _partition_limits(p: Partition) -> list[tuple[str, str]]:
-    """DefaultTime, PriorityTier and QOS where the inventory gives them (generated and adopted lines alike)."""
+# A partition's ``exclusive`` in each release's spelling: Exclusive= from 26.05 (release.SlurmFeatures
+# .partition_exclusive); before it OverSubscribe=EXCLUSIVE (whole nodes), ExclusiveUser=YES, and for topo
+# OverSubscribe=EXCLUSIVE plus ExclusiveTopo=YES (24.05+): 26.05's Exclusive=TOPO sets both (read_config.c
+# _parse_partitionname() at slurm-26-05-3-1: "TOPO implies NODE", max_share = 0), so the older lines mean the same.
+_EXCLUSIVE_OLD = {"node": [("OverSubscribe", "EXCLUSIVE")], "user": [("ExclusiveUser", "YES")],
+                  "topo": [("OverSubscribe", "EXCLUSIVE"), ("ExclusiveTopo", "YES")]}
+
+
+def _partition_limits(p: Partition, feats: SlurmFeatures) -> list[tuple[str, str]]:
+    """DefaultTime, PriorityTier, QOS and exclusivity where the inventory gives them (generated and adopted lines
+    alike)."""
     kv = []
     if p.default_time:
         kv.append(("DefaultTime", p.default_time))
@@ -780,6 +795,11 @@ def _partition_limits(p: Partition) -> list[tuple[str, str]]:
         kv.append(("PriorityTier", str(p.priority_tier)))
     if p.qos:
         kv.append(("QOS", p.qos))
+    if p.exclusive:
+        if feats.partition_exclusive:
+            kv.append(("Exclusive", p.exclusive.upper()))
+        else:
+            kv += _EXCLUSIVE_OLD[p.exclusive]
     return kv
 
 
@@ -978,7 +998,7 @@ def generate(
     header = header_line(cluster.source_sha256)
     check_overrides(cluster, ov, ver)
     settings = _merge(slurm_conf_settings(cluster, ver, conf_dir), ov.slurm_conf)
-    nodesets, parts = partition_lines(cluster, settings)
+    nodesets, parts = partition_lines(cluster, settings, ver)
     ctx = {
         "header": header,
         "slurm_version": ver,

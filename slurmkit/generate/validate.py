@@ -542,6 +542,8 @@ def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Host
     if len(defaults) > 1:
         err(f"slurm.conf: more than one default partition: {', '.join(defaults)}")
     for rec in conf.partitions:
+        if feats:
+            _check_exclusivity(rec, feats, rep)
         nodes = rec.get("Nodes")
         if not nodes:
             err(f"{rec.where}: PartitionName={rec.head} has no Nodes=")
@@ -557,3 +559,31 @@ def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Host
             unknown = [h for h in members if h not in shape_of]
             if unknown:
                 err(f"{rec.where}: PartitionName={rec.head} names unknown nodes or nodesets {_fold(unknown)}")
+
+
+_NEW_EXCLUSIVE = {("oversubscribe", "EXCLUSIVE"): "NODE", ("shared", "EXCLUSIVE"): "NODE",
+                  ("exclusiveuser", "YES"): "USER", ("exclusivetopo", "YES"): "TOPO (which also allocates whole nodes)"}
+
+
+def _check_exclusivity(rec: cp.Record, feats: SlurmFeatures, rep: Report) -> None:
+    """Partition exclusivity per release (release.SlurmFeatures.partition_exclusive, .exclusive_topo): Exclusive=
+    is a key from 26.05 and takes NO|NONE|NODE|USER|TOPO ("Bad value ... for Exclusive=" fails the line,
+    read_config.c _parse_partitionname() at slurm-26-05-3-1); ExclusiveTopo from 24.05. From 26.05 the older
+    spellings still load (the same function reads them) but slurm.conf(5) calls them deprecated: a warning."""
+    for k, v in rec.pairs[1:]:
+        lk = k.lower()
+        if lk == "exclusive":
+            if not feats.partition_exclusive:
+                rep.errors.append(f"{rec.where}: PartitionName={rec.head}: Exclusive= is a partition key from Slurm "
+                                  f"26.05; {feats.version} stops at it (unrecognized key): write "
+                                  "OverSubscribe=EXCLUSIVE, ExclusiveUser=YES or ExclusiveTopo=YES")
+            elif v.upper() not in ("NO", "NONE", "NODE", "USER", "TOPO"):
+                rep.errors.append(f"{rec.where}: PartitionName={rec.head}: Exclusive={v}: Slurm {feats.version} "
+                                  "takes NO, NODE, USER or TOPO (a bad value fails the partition line)")
+        elif lk == "exclusivetopo" and not feats.exclusive_topo:
+            rep.errors.append(f"{rec.where}: PartitionName={rec.head}: ExclusiveTopo is a partition key from Slurm "
+                              f"24.05; {feats.version} stops at it (unrecognized key)")
+        elif feats.partition_exclusive and (lk, v.upper()) in _NEW_EXCLUSIVE:
+            rep.warnings.append(f"{rec.where}: PartitionName={rec.head}: {k}={v} is deprecated in Slurm "
+                                f"{feats.version} (slurm.conf(5)); it still loads: Exclusive="
+                                f"{_NEW_EXCLUSIVE[(lk, v.upper())]} says the same")

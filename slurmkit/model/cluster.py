@@ -189,6 +189,9 @@ class Partition:
     qos: str | None = None
     extra: tuple[tuple[str, str], ...] = ()  # raw Key=Value pairs for PartitionName
     nodes: str = ""  # Nodes= as the site wrote it (any hostlist, NodeSet names, ALL); "" = the groups' hosts
+    # partition-level exclusivity: None | "node" | "user" | "topo", written per release (Exclusive= from 26.05,
+    # OverSubscribe=EXCLUSIVE / ExclusiveUser / ExclusiveTopo before: generate/slurmconf.py _partition_limits)
+    exclusive: str | None = None
 
 
 @dataclass(frozen=True)

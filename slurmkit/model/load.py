@@ -524,8 +524,10 @@ def _power(ctx: _Ctx, raw: Any, path: str) -> Power:
 # PartitionName keys that slurmkit writes from a partition's own inventory keys: not settable through ``extra``
 _PARTITION_OWNED = {
     "partitionname": "name", "nodes": "groups", "default": "default", "maxtime": "max_time",
-    "defaulttime": "default_time", "prioritytier": "priority_tier", "qos": "qos",
+    "defaulttime": "default_time", "prioritytier": "priority_tier", "qos": "qos", "exclusive": "exclusive",
 }
+# the spellings of partition exclusivity, one of which ``exclusive:`` writes per release: not beside it in ``extra``
+_EXCLUSIVITY_KEYS = {"oversubscribe", "shared", "exclusiveuser", "exclusivetopo"}
 
 
 def _partition_nodes(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup], nodesets: set[str] | frozenset[str]) -> str:
@@ -551,7 +553,7 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup],
                nodesets: set[str] | frozenset[str] = frozenset()) -> Partition:
     m = _mapping(
         ctx, raw, path,
-        {"name", "groups", "default", "max_time", "default_time", "priority_tier", "qos", "extra", "nodes"},
+        {"name", "groups", "default", "max_time", "default_time", "priority_tier", "qos", "extra", "nodes", "exclusive"},
         {"name"},
     )
     nodes = _partition_nodes(ctx, m["nodes"], _join(path, "nodes"), groups, nodesets) if m.get("nodes") else ""
@@ -578,6 +580,9 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup],
                 # these come from the partition's own keys (generate/slurmconf.py partition_lines)
                 raise ctx.err(_join(_join(path, "extra"), k), f"{k} is written by slurmkit: set "
                                                                f"{_join(path, _PARTITION_OWNED[k.lower()])} instead")
+            if k.lower() in _EXCLUSIVITY_KEYS and m.get("exclusive"):
+                raise ctx.err(_join(_join(path, "extra"), k), f"{k} beside {_join(path, 'exclusive')}: one says how "
+                                                               "the partition is exclusive (written per release)")
     tmax = _str(ctx, m.get("max_time", "UNLIMITED"), _join(path, "max_time"), _TIME_RE)
     tdef = _str(ctx, m["default_time"], _join(path, "default_time"), _TIME_RE) if m.get("default_time") else None
     pname = _str(ctx, m["name"], _join(path, "name"), _NAME_RE)
@@ -594,6 +599,8 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup],
         qos=_str(ctx, m["qos"], _join(path, "qos"), _NAME_RE) if m.get("qos") else None,
         extra=extra,
         nodes=nodes,
+        exclusive=_choice(ctx, m["exclusive"], _join(path, "exclusive"), ("node", "user", "topo"))
+        if m.get("exclusive") else None,
     )
 
 
