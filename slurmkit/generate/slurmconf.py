@@ -411,6 +411,14 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         s.append(("Epilog", f"{conf_dir}/slurmkit-epilog"))
     if hooks.prolog or hooks.epilog:
         s.append(("PrologEpilogTimeout", str(hooks.prolog_epilog_timeout)))
+    if hooks.healthcheck_start_only:
+        # HealthCheckNodeState=START_ONLY (release.SlurmFeatures.healthcheck_start_only, 25.11+): slurmd runs the
+        # program when it starts, with HealthCheckInterval 0 too (slurmd.c run_script_health_check() at
+        # slurm-25-11-0-1 and slurm-26-05-3-1); alone, as 26.05 refuses it combined with any other token (CYCLE too)
+        if not feats.healthcheck_start_only:
+            raise InventoryError("hooks.healthcheck_start_only", f"HealthCheckNodeState=START_ONLY needs Slurm >= "
+                                 f"25.11, target is {feats.version} (it would read it as ANY: a check on every node)")
+        s += [("HealthCheckProgram", f"{conf_dir}/slurmkit-health"), ("HealthCheckNodeState", "START_ONLY")]
     if hooks.healthcheck_interval:
         s += [
             ("HealthCheckProgram", f"{conf_dir}/slurmkit-health"),
@@ -1026,7 +1034,8 @@ def generate(
         from slurmkit.generate.jobsubmit import job_submit_lua
 
         files["job_submit.lua"] = job_submit_lua(cluster, ver)
-    if cluster.hooks.prolog or cluster.hooks.epilog or cluster.hooks.healthcheck_interval:
+    if (cluster.hooks.prolog or cluster.hooks.epilog or cluster.hooks.healthcheck_interval
+            or cluster.hooks.healthcheck_start_only):
         for kind in ("prolog", "epilog", "health"):
             files[f"slurmkit-{kind}"] = env.get_template("hook-wrapper.sh.j2").render(
                 header=header, command=shlex.split(cluster.hooks.command), kind=kind,

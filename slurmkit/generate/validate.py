@@ -167,6 +167,9 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
                     err(f"{rec.where}: {k}: {fatal}")
                 elif (note := obsolete_note(k, v)) is not None:
                     rep.warnings.append(f"{rec.where}: {note}")
+    if feats and "healthchecknodestate" in conf.settings:
+        k, v, rec = conf.settings["healthchecknodestate"]
+        _check_healthcheck_state(v, rec.where, feats, rep)
     if feats:
         from slurmkit.generate.slurmplugins import check as check_plugins
 
@@ -587,3 +590,26 @@ def _check_exclusivity(rec: cp.Record, feats: SlurmFeatures, rep: Report) -> Non
             rep.warnings.append(f"{rec.where}: PartitionName={rec.head}: {k}={v} is deprecated in Slurm "
                                 f"{feats.version} (slurm.conf(5)); it still loads: Exclusive="
                                 f"{_NEW_EXCLUSIVE[(lk, v.upper())]} says the same")
+
+
+def _check_healthcheck_state(value: str, where: str, feats: SlurmFeatures, rep: Report) -> None:
+    """HealthCheckNodeState per release (release.SlurmFeatures.healthcheck_start_only / healthcheck_only_alone):
+    read_config.c _health_node_state() logs "Invalid HealthCheckNodeState value %s ignored" for a token it does not
+    know and runs on ANY when no state is left (START_ONLY before 25.11, REBOOT_ONLY before 26.05); from 26.05
+    START_ONLY or REBOOT_ONLY beside any other token is fatal ("cannot be combined with other options")."""
+    tokens = [t.strip().upper() for t in value.split(",") if t.strip()]
+    known = {"ANY", "ALLOC", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE"}
+    if feats.healthcheck_start_only:
+        known.add("START_ONLY")
+    if feats.healthcheck_only_alone:
+        known.add("REBOOT_ONLY")
+    for t in tokens:
+        if t not in known:
+            since = {"START_ONLY": " (a value from Slurm 25.11)", "REBOOT_ONLY": " (a value from Slurm 26.05)"}.get(t, "")
+            rep.errors.append(f"{where}: HealthCheckNodeState {t}{since}: Slurm {feats.version} ignores it "
+                              "('Invalid HealthCheckNodeState value'), so the check runs on nodes in any state")
+    if feats.healthcheck_only_alone:
+        for only in ("START_ONLY", "REBOOT_ONLY"):
+            if only in tokens and len(tokens) > 1:
+                rep.errors.append(f"{where}: HealthCheckNodeState={value}: {only} cannot be combined with other "
+                                  f"options in Slurm {feats.version} (fatal)")

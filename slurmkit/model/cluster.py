@@ -258,7 +258,9 @@ class Policy:
 class Hooks:
     prolog: bool = False
     epilog: bool = False
-    healthcheck_interval: int = 0  # seconds; 0 = no HealthCheckProgram
+    healthcheck_interval: int = 0  # seconds; 0 = no periodic HealthCheckProgram
+    # run the health check once, when slurmd starts, and never again: HealthCheckNodeState=START_ONLY (25.11+)
+    healthcheck_start_only: bool = False
     command: str = "/usr/bin/slurmkit"  # how slurmd reaches slurmkit on the nodes
     prolog_epilog_timeout: int = 60
     checks: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # health policy, raw

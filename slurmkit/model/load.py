@@ -798,7 +798,8 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     if top.get("hooks") is not None:
         hm = _mapping(
             ctx, top["hooks"], "hooks",
-            {"prolog", "epilog", "healthcheck_interval", "command", "prolog_epilog_timeout", "checks"},
+            {"prolog", "epilog", "healthcheck_interval", "healthcheck_start_only", "command", "prolog_epilog_timeout",
+             "checks"},
         )
         checks = hm.get("checks") or {}
         if not isinstance(checks, dict):
@@ -810,7 +811,13 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             command=_command(ctx, hm.get("command", "/usr/bin/slurmkit"), "hooks.command"),
             prolog_epilog_timeout=_int(ctx, hm.get("prolog_epilog_timeout", 60), "hooks.prolog_epilog_timeout", 1),
             checks=dict(checks),
+            healthcheck_start_only=_bool(ctx, hm.get("healthcheck_start_only", False), "hooks.healthcheck_start_only"),
         )
+        if hooks.healthcheck_start_only and hooks.healthcheck_interval:
+            # slurmctld never starts a periodic check with START_ONLY (controller.c at slurm-25-11-0-1 and
+            # slurm-26-05-3-1), so an interval would promise checks that never run
+            raise ctx.err("hooks.healthcheck_start_only", "runs the health check only when slurmd starts: leave "
+                                                          "hooks.healthcheck_interval unset (or 0) beside it")
     site = Site()
     if top.get("site") is not None:
         sm = _mapping(ctx, top["site"], "site", {"default_partition", "socket_ifname", "nccl_ib_hca_exclude", "env", "run_root"})

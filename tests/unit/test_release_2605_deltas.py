@@ -79,3 +79,36 @@ def test_validate_judges_exclusivity_per_release():
     assert not any("deprecated" in w for w in _validate("25.11", "OverSubscribe=EXCLUSIVE").warnings)
     assert any("ExclusiveTopo" in e for e in _validate("23.11", "ExclusiveTopo=YES").errors)
     assert not _validate("24.05", "ExclusiveTopo=YES").errors
+
+
+def _hc(version: str, **hooks: object) -> str:
+    inv = lab_inventory(4, hooks_command="/opt/sk/bin/slurmkit")
+    inv["slurm_version"] = version
+    inv["hooks"].update(hooks)
+    return generate(load_cluster_dict(inv), version=version, conf_dir="/etc/slurm")
+
+
+def test_healthcheck_start_only_from_2511_alone():
+    files = _hc("26.05", healthcheck_start_only=True)
+    conf = files["slurm.conf"]
+    assert "HealthCheckNodeState=START_ONLY\n" in conf and "HealthCheckProgram=/etc/slurm/slurmkit-health" in conf
+    assert "HealthCheckInterval" not in conf and "slurmkit-health" in files
+    assert "HealthCheckNodeState=START_ONLY" in _hc("25.11", healthcheck_start_only=True)["slurm.conf"]
+    with pytest.raises(InventoryError, match=r"hooks\.healthcheck_start_only.*25\.11"):
+        _hc("25.05", healthcheck_start_only=True)
+    with pytest.raises(InventoryError, match=r"hooks\.healthcheck_start_only"):
+        _hc("26.05", healthcheck_start_only=True, healthcheck_interval=300)
+
+
+def _hc_validate(version: str, state: str):
+    conf = (f"SlurmctldHost=c\nHealthCheckProgram=/x\nHealthCheckInterval=300\nHealthCheckNodeState={state}\n"
+            "NodeName=n[1-2] CPUs=1\nPartitionName=p Nodes=n[1-2]\n")
+    return static_check({"slurm.conf": conf}, version).errors
+
+
+def test_validate_judges_healthcheck_node_state_per_release():
+    assert any("START_ONLY (a value from Slurm 25.11)" in e for e in _hc_validate("25.05", "START_ONLY"))
+    assert not _hc_validate("25.11", "START_ONLY") and not _hc_validate("25.11", "START_ONLY,CYCLE")
+    assert any("cannot be combined" in e for e in _hc_validate("26.05", "START_ONLY,CYCLE"))
+    assert not _hc_validate("26.05", "START_ONLY") and not _hc_validate("26.05", "ANY,CYCLE")
+    assert any("REBOOT_ONLY (a value from Slurm 26.05)" in e for e in _hc_validate("25.11", "REBOOT_ONLY"))
