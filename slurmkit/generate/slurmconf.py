@@ -184,6 +184,19 @@ def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
             raise InventoryError(
                 f"{_group_path(cluster, g)}.gpus.autodetect", f"AutoDetect=nvidia needs Slurm >= 24.11, target is {v}"
             )
+        # release.SlurmFeatures.gres_autodetect_full / gres_env_uuid (gres.conf(5) of slurm-26-05-0-0rc1)
+        if g.gpus and g.gpus.autodetect == "full" and not feats.gres_autodetect_full:
+            raise InventoryError(f"{_group_path(cluster, g)}.gpus.autodetect", f"AutoDetect=full needs Slurm >= 26.05, "
+                                 f"target is {v} (slurmd logs 'unknown autodetect flag' and detects nothing)")
+        if g.gpus and g.gpus.env_uuid:
+            where = f"{_group_path(cluster, g)}.gpus.env_uuid"
+            if not feats.gres_env_uuid:
+                raise InventoryError(where, f"Flags=env_uuid needs Slurm >= 26.05, target is {v} (older slurmd "
+                                            "ignores the word: CUDA_VISIBLE_DEVICES stays indexes)")
+            if g.gpus.autodetect == "off":
+                # gres.conf(5) 26.05 env_uuid: "Requires the use of AutoDetect so that UUIDs are available"
+                raise InventoryError(where, "Flags=env_uuid needs an autodetect mode (nvml, nvidia or full): without "
+                                            "one slurmd knows no UUIDs and falls back to indexes (gres.conf(5))")
     for k, _ in cluster.cgroup_conf:
         if k in feats.removed_cgroup_keys and not _adopted_defunct(cluster, k, v):
             raise InventoryError(f"cgroup_conf.{k}", f"{k} was removed before Slurm {v}; slurmd would refuse to start")
@@ -257,8 +270,9 @@ def _check_autodetect(cluster: Cluster, g: NodeGroup, v: str) -> None:
     assert g.gpus is not None
     gp = g.gpus
     where = f"{_group_path(cluster, g)}.gpus.autodetect"
-    if gp.autodetect == "nvml" and gp.mig_layout:
-        raise InventoryError(where, f"refused: AutoDetect=nvml cannot sanity-check MIG devices (gres.shtml, Slurm {v}); "
+    # full tries NVML first, then the others (gres.conf(5) of slurm-26-05-3-1): judged as nvml
+    if gp.autodetect in ("nvml", "full") and gp.mig_layout:
+        raise InventoryError(where, f"refused: AutoDetect={gp.autodetect} cannot sanity-check MIG devices (gres.shtml, Slurm {v}); "
                                     "use autodetect: off (slurmkit writes the MIG lines)")
     if gp.autodetect == "nvidia" and gp.mig_layout:
         raise InventoryError(where, f"refused: AutoDetect=nvidia does not detect MIG devices (gres.shtml, Slurm {v}); "
@@ -850,15 +864,19 @@ def gres_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
         gp = g.gpus
         files = gp.file_list
         links = _links(g)
-        if gp.autodetect == "nvml" and gp.links == "nvlink":
+        if gp.autodetect in ("nvml", "full") and gp.links == "nvlink":
             links = None  # NVSwitch: NVML reports no GPU-to-GPU links, so Links= would mismatch (_check_autodetect)
             lines.append(f"# {g.name}: AutoDetect=nvml behind NVSwitch (links: nvlink): no Links=, NVML reports none there")
         auto = [("AutoDetect", gp.autodetect)] if gp.autodetect != "off" else []
+        # a modifier flag: the default GPU environment variables stay (gres.c _parse_gres_config() at
+        # slurm-26-05-3-1: "Pure modifier flags like env_uuid (GRES_CONF_UUID) let defaults ... provide vendor flags")
+        uuid = [("Flags", "env_uuid")] if gp.env_uuid else []
         for i, f in enumerate(files):
             layout = gp.mig_layout[i] if gp.mig_layout else ()
             cores = [("Cores", gp.cores[i])] if gp.cores else []
             if not layout:
-                kv = [("NodeName", g.hosts), *auto, ("Name", "gpu"), ("Type", gp.type), ("File", _dev(f, prefix)), *cores]
+                kv = [("NodeName", g.hosts), *auto, ("Name", "gpu"), ("Type", gp.type), ("File", _dev(f, prefix)), *cores,
+                      *uuid]
                 # Links index GPUs in PCI bus order; MIG devices have no NVLink of their own
                 if links and not gp.mig_layout:
                     kv.append(("Links", links[i]))
@@ -875,7 +893,7 @@ def gres_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
                 caps = [_dev(f"/dev/nvidia-caps/nvidia-cap{gim}", prefix), _dev(f"/dev/nvidia-caps/nvidia-cap{cim}", prefix)]
                 kv = [
                     ("NodeName", g.hosts), *auto, ("Name", "gpu"), ("Type", mig_type(gp.type, inst)),
-                    ("MultipleFiles", ",".join([_dev(f, prefix), *caps])), *cores,
+                    ("MultipleFiles", ",".join([_dev(f, prefix), *caps])), *cores, *uuid,
                 ]
                 lines.append(" ".join(f"{k}={v}" for k, v in kv))
         if gp.shards:

@@ -270,14 +270,15 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
                 "(unrecognized key: fatal)")
     constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
 
-    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files)
+    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files, feats)
     _check_topology(files, conf, shape_of, feats, hosts, rep)  # type: ignore[arg-type]
     _check_partitions(conf, shape_of, hosts, rep, feats)
     return rep
 
 
 def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, int], constrain_devices: bool,
-                     hosts: _Hosts, rep: Report, files: Mapping[str, str] | None = None) -> None:
+                     hosts: _Hosts, rep: Report, files: Mapping[str, str] | None = None,
+                     feats: SlurmFeatures | None = None) -> None:
     err = rep.errors.append
     wants_gres = any(sh["gres"] for sh in shapes)
     if text is None:
@@ -290,6 +291,14 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
     all_nodes = list(shape_of)
     for rec in cp.expand_includes(text, "gres.conf", files, rep.errors, line_keys=cp.GRES_LINE_KEYS):
         d = {k.lower(): v for k, v in rec.pairs}
+        if feats and "autodetect" in d and d["autodetect"].lower() == "full" and not feats.gres_autodetect_full:
+            # gres.c _handle_autodetect_flags() before 26.05: "unknown autodetect flag" and no detection
+            err(f"{rec.where}: AutoDetect=full is a value from Slurm 26.05; slurmd {feats.version} logs 'unknown "
+                "autodetect flag' and detects nothing")
+        if feats and "env_uuid" in d.get("flags", "").lower() and not feats.gres_env_uuid:
+            # gres_flags_parse() before 26.05 matches known words only
+            rep.warnings.append(f"{rec.where}: Flags=env_uuid is a flag from Slurm 26.05; slurmd {feats.version} "
+                                "ignores it (CUDA_VISIBLE_DEVICES stays indexes)")
         if rec.kind == "autodetect" and len(rec.pairs) == 1:
             global_auto = rec.head.lower()
             continue

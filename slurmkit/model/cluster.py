@@ -49,7 +49,7 @@ class MigInstance:
     ci: int = 0
 
 
-GPU_AUTODETECT_MODES = ("off", "nvml", "nvidia")
+GPU_AUTODETECT_MODES = ("off", "nvml", "nvidia", "full")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,9 @@ class GPUs:
     shards: int = 0
     # per GPU: its MIG devices (empty tuple = that GPU is not partitioned); () = no MIG at all
     mig_layout: tuple[tuple[MigInstance, ...], ...] = ()
-    autodetect: str = "off"  # gres.conf AutoDetect for these nodes: off | nvml | nvidia (24.11+)
+    autodetect: str = "off"  # gres.conf AutoDetect for these nodes: off | nvml | nvidia (24.11+) | full (26.05+)
+    # gres.conf Flags=env_uuid (26.05+): CUDA_VISIBLE_DEVICES carries the GPUs' UUIDs, not indexes (needs autodetect)
+    env_uuid: bool = False
 
     @property
     def file_list(self) -> list[str]:

@@ -290,7 +290,7 @@ def _core_range_ok(spec: str, ncores: int) -> bool:
 def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
     m = _mapping(
         ctx, raw, path,
-        {"type", "count", "memory_mb", "files", "cores", "links", "mig", "shards", "autodetect"},
+        {"type", "count", "memory_mb", "files", "cores", "links", "mig", "shards", "autodetect", "env_uuid"},
         {"type", "count", "files"},
     )
     gtype = _str(ctx, m["type"], _join(path, "type"), _NAME_RE)
@@ -352,6 +352,7 @@ def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
         shards=shards,
         mig_layout=mig_layout,
         autodetect=_choice(ctx, m.get("autodetect", "off"), _join(path, "autodetect"), GPU_AUTODETECT_MODES),
+        env_uuid=_bool(ctx, m.get("env_uuid", False), _join(path, "env_uuid")),
     )
 
 

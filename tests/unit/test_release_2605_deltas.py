@@ -112,3 +112,51 @@ def test_validate_judges_healthcheck_node_state_per_release():
     assert any("cannot be combined" in e for e in _hc_validate("26.05", "START_ONLY,CYCLE"))
     assert not _hc_validate("26.05", "START_ONLY") and not _hc_validate("26.05", "ANY,CYCLE")
     assert any("REBOOT_ONLY (a value from Slurm 26.05)" in e for e in _hc_validate("25.11", "REBOOT_ONLY"))
+
+
+def _gres(version: str, **gpus: object) -> str:
+    inv = lab_inventory(4)
+    inv["slurm_version"] = version
+    inv["node_groups"][0]["gpus"].update(gpus)
+    return generate(load_cluster_dict(inv), version=version, conf_dir="/etc/slurm")["gres.conf"]
+
+
+def test_gres_autodetect_full_and_env_uuid_from_2605():
+    lines = [ln for ln in _gres("26.05", autodetect="full", env_uuid=True, links="none").splitlines()
+             if "Name=gpu" in ln]
+    assert lines and all("AutoDetect=full" in ln and "Flags=env_uuid" in ln for ln in lines), lines
+    assert "Flags=env_uuid" in _gres("26.05", autodetect="nvml", env_uuid=True, links="none")
+    with pytest.raises(InventoryError, match=r"gpus\.autodetect.*26\.05"):
+        _gres("25.11", autodetect="full")
+    with pytest.raises(InventoryError, match=r"gpus\.env_uuid.*26\.05"):
+        _gres("25.11", autodetect="nvml", env_uuid=True, links="none")
+    with pytest.raises(InventoryError, match=r"gpus\.env_uuid.*autodetect"):
+        _gres("26.05", env_uuid=True)
+
+
+def _gres_validate(version: str, gres: str):
+    conf = "SlurmctldHost=c\nGresTypes=gpu\nNodeName=n1 CPUs=4 Gres=gpu:2\nPartitionName=p Nodes=n1\n"
+    return static_check({"slurm.conf": conf, "gres.conf": gres}, version)
+
+
+def test_validate_judges_gres_full_and_env_uuid_per_release():
+    line = "NodeName=n1 AutoDetect=full Name=gpu File=/dev/nvidia[0-1] Flags=env_uuid\n"
+    old = _gres_validate("25.11", line)
+    assert any("AutoDetect=full is a value from Slurm 26.05" in e for e in old.errors), old.errors
+    assert any("env_uuid" in w for w in old.warnings), old.warnings
+    new = _gres_validate("26.05", line)
+    assert not any("full" in e or "env_uuid" in e for e in new.errors + new.warnings), new.errors + new.warnings
+
+
+def test_gpu_lists_are_read_as_indexes_or_uuids():
+    """CUDA_VISIBLE_DEVICES carries UUIDs with env_uuid (and for MIG); SLURM_JOB_GPUS/SLURM_STEP_GPUS stay gres
+    indexes (gres_common.c at slurm-26-05-3-1), which is what the hooks and the job scripts read."""
+    from slurmkit.acceptance.measure import visible_gpu_count
+    from slurmkit.cli.hookrun import job_gpus
+
+    assert visible_gpu_count("0,1") == 2
+    assert visible_gpu_count("GPU-8932f937-d72c-4106-c12f-20bd9faed9f6,GPU-1a2b3c4d-0000-1111-2222-333344445555") == 2
+    assert visible_gpu_count("MIG-5c1b2f3a-1d2e-5f6a-8b9c-0d1e2f3a4b5c") == 1 and visible_gpu_count("") == 0
+    assert job_gpus("0,1,4") == [0, 1, 4]
+    # an unreadable value from slurmd's environment widens the checks to every GPU rather than failing the job
+    assert job_gpus("GPU-8932f937-d72c-4106-c12f-20bd9faed9f6") is None
