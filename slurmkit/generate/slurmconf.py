@@ -449,7 +449,7 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
     if sched and not hooks.prolog:
         s.append(("SchedulerParameters", ",".join(sched)))
     s += scale_settings(cluster, feats)
-    s += power_settings(cluster, conf_dir)
+    s += power_settings(cluster, conf_dir, feats)
     return _merge(s, cluster.slurm_conf)
 
 
@@ -560,7 +560,18 @@ def scale_settings(cluster: Cluster, feats: SlurmFeatures) -> list[tuple[str, st
 POWER_PROGRAMS = {"suspend": "SuspendProgram", "resume": "ResumeProgram", "resume-fail": "ResumeFailProgram"}
 
 
-def power_settings(cluster: Cluster, conf_dir: str) -> list[tuple[str, str]]:
+def node_suspend_times(cluster: Cluster, feats: SlurmFeatures) -> dict[str, int]:
+    """Group name -> its own NodeName SuspendTime, for the power groups whose ``suspend_time`` differs from the
+    first power group's (the global SuspendTime): only where the release has the node key (26.05,
+    release.SlurmFeatures.node_suspend_time); before it ``power_settings`` refuses groups that differ."""
+    groups = [g for g in cluster.node_groups if g.power is not None]
+    if not groups or not feats.node_suspend_time:
+        return {}
+    first = groups[0].power.suspend_time  # type: ignore[union-attr]
+    return {g.name: g.power.suspend_time for g in groups[1:] if g.power.suspend_time != first}  # type: ignore[union-attr]
+
+
+def power_settings(cluster: Cluster, conf_dir: str, feats: SlurmFeatures | None = None) -> list[tuple[str, str]]:
     """Slurm power saving for the groups with ``power:`` (22.05 and 24.11 slurm.conf(5): "Setting SuspendTime to
     anything but INFINITE (or -1) will enable power save mode"; SuspendProgram/ResumeProgram get the nodes as one
     hostlist argument; "ResumeFailProgram ... when nodes fail to resume by ResumeTimeout"). SuspendTime,
@@ -575,12 +586,15 @@ def power_settings(cluster: Cluster, conf_dir: str) -> list[tuple[str, str]]:
     for i, g in groups[1:]:
         assert g.power is not None
         for key in ("suspend_time", "resume_timeout", "suspend_timeout"):
+            if key == "suspend_time" and feats is not None and feats.node_suspend_time:
+                continue  # a NodeName SuspendTime per group from 26.05 (node_suspend_times)
             mine, first = getattr(g.power, key), getattr(g0.power, key)
             if mine != first:
+                since = " (per node from Slurm 26.05)" if key == "suspend_time" else ""
                 raise InventoryError(f"node_groups[{i}].power.{key}",
                                      f"{mine} differs from node_groups[{i0}].power.{key} ({first}): slurmkit writes it "
-                                     "once for the cluster (slurm.conf(5) SuspendTime/ResumeTimeout/SuspendTimeout)",
-                                     )
+                                     f"once for the cluster (slurm.conf(5) SuspendTime/ResumeTimeout/SuspendTimeout)"
+                                     f"{since}")
     s = [(key, f"{conf_dir}/slurmkit-{kind}") for kind, key in POWER_PROGRAMS.items()]
     s += [("SuspendTime", str(g0.power.suspend_time)), ("ResumeTimeout", str(g0.power.resume_timeout)),
           ("SuspendTimeout", str(g0.power.suspend_timeout))]
@@ -632,10 +646,11 @@ def _is_mnnvl(gpu_type: str) -> bool:
     return re.match(r"^gb\d", gpu_type.lower()) is not None
 
 
-def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
+def node_lines(cluster: Cluster, overrides: Overrides, version: str | None = None) -> list[str]:
     """One NodeName line per distinct node shape: groups whose parameters are identical share a line,
     so slurm.conf grows with the number of shapes, not nodes."""
     shapes: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
+    own_suspend = node_suspend_times(cluster, features_for(version or cluster.slurm_version))
     for g in cluster.node_groups:
         if cluster.adopted:
             shapes.setdefault(tuple(_adopted_node_params(g, overrides)), []).append(g)
@@ -662,6 +677,10 @@ def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
         # slurm.conf(5) State=CLOUD (22.05, 24.11): "the node exists in a cloud ... it will be powered down and
         # hidden until resumed"; power-managed static nodes start UNKNOWN like any other
         params.append(("State", "CLOUD" if g.power is not None and g.power.cloud else "UNKNOWN"))
+        if g.name in own_suspend:
+            # slurm.conf(5) of slurm-26-05-3-1 NodeName SuspendTime: "takes precedence over the partition-level and
+            # global SuspendTime settings for the specified nodes"
+            params.append(("SuspendTime", str(own_suspend[g.name])))
         shapes.setdefault(tuple(params), []).append(g)
     return [
         " ".join([f"NodeName={_hosts_of(groups)}"] + [f"{k}={q(v)}" for k, v in params])
@@ -1030,7 +1049,7 @@ def generate(
         "slurm_version": ver,
         "adopted": cluster.adopted,
         "settings": [(k, q(v)) for k, v in settings],
-        "nodes": node_lines(cluster, ov),
+        "nodes": node_lines(cluster, ov, ver),
         "nodesets": nodesets,
         "partitions": parts,
         "gres": gres_lines(cluster, ov),

@@ -160,3 +160,25 @@ def test_gpu_lists_are_read_as_indexes_or_uuids():
     assert job_gpus("0,1,4") == [0, 1, 4]
     # an unreadable value from slurmd's environment widens the checks to every GPU rather than failing the job
     assert job_gpus("GPU-8932f937-d72c-4106-c12f-20bd9faed9f6") is None
+
+
+def _power(version: str) -> str:
+    inv = lab_inventory(4, power_nodes=2, suspend_time=60)
+    inv["slurm_version"] = version
+    burst = inv["node_groups"][-1]
+    slow = {**burst, "name": "h100-slow", "hosts": "node4", "power": {**burst["power"], "suspend_time": 600}}
+    burst["hosts"] = "node3"
+    inv["node_groups"].append(slow)
+    inv["partitions"][0]["groups"] = [g["name"] for g in inv["node_groups"]]
+    return generate(load_cluster_dict(inv), version=version, conf_dir="/etc/slurm")["slurm.conf"]
+
+
+def test_power_groups_may_differ_in_suspend_time_from_2605():
+    conf = _power("26.05")
+    assert "\nSuspendTime=60\n" in conf, conf
+    node4 = next(ln for ln in conf.splitlines() if ln.startswith("NodeName=node4"))
+    # node3 keeps the global value (its line is shared with node[1-2]): one NodeName line carries SuspendTime
+    assert node4.endswith("SuspendTime=600")
+    assert [ln for ln in conf.splitlines() if ln.startswith("NodeName=") and "SuspendTime" in ln] == [node4]
+    with pytest.raises(InventoryError, match=r"node_groups\[2\]\.power\.suspend_time.*26\.05"):
+        _power("25.11")
