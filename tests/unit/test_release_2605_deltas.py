@@ -182,3 +182,19 @@ def test_power_groups_may_differ_in_suspend_time_from_2605():
     assert [ln for ln in conf.splitlines() if ln.startswith("NodeName=") and "SuspendTime" in ln] == [node4]
     with pytest.raises(InventoryError, match=r"node_groups\[2\]\.power\.suspend_time.*26\.05"):
         _power("25.11")
+
+
+def test_node_json_names_its_data_parser_and_an_unknown_one_is_refused():
+    import json
+    from pathlib import Path
+
+    from slurmkit.backend.parse import ParseError, data_parser_of, parse_nodes_json
+
+    data = Path(__file__).parent.parent / "data" / "slurm"
+    rec = json.loads((data / "24.11" / "scontrol_show_node.json").read_text())
+    assert data_parser_of(rec, "x") == "v0.0.42" and parse_nodes_json(json.dumps(rec))
+    assert data_parser_of(json.loads((data / "sinfo.json").read_text()), "x") is None  # 22.05 openapi v0.0.38
+    assert data_parser_of({"meta": {"plugins": {"data_parser": "data_parser/v0.0.39"}}}, "x") == "v0.0.39"  # 23.02
+    rec["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.46"
+    with pytest.raises(ParseError, match=r"^node JSON: data_parser data_parser/v0\.0\.46 is not one slurmkit reads"):
+        parse_nodes_json(json.dumps(rec))
