@@ -221,12 +221,13 @@ def test_tenant_partitions_with_allow_qos_pass_the_real_parse(release: str) -> N
 
 
 def test_release_deltas_are_judged_by_the_release(release: str, tmp_path: Path) -> None:
-    """Issue 21 item 4, judged by the release's own slurmctld (three real parses, about 8 s a release): what
+    """Issue 21 item 4, judged by the release's own slurmctld (three or four real parses, 7-15 s a release): what
     slurmkit writes per release loads with no error line -- partition exclusivity (Exclusive= from 26.05, the older
     keys before), HealthCheckNodeState=START_ONLY (25.11+), a power group's own NodeName SuspendTime (26.05+) --
     and the static check refuses what this release's slurmctld refuses: Exclusive= before 26.05 ("Parsing error at
     unrecognized key", fatal), START_ONLY before 25.11 ("Invalid HealthCheckNodeState value") and beside CYCLE from
-    26.05 (fatal). On 26.05 the deprecated spellings still load."""
+    26.05 (fatal), gres.conf AutoDetect=full before 26.05 (`slurmd -G`: "unknown autodetect flag"). On 26.05 the
+    deprecated spellings still load."""
     import os
     import re
 
@@ -277,3 +278,10 @@ def test_release_deltas_are_judged_by_the_release(release: str, tmp_path: Path) 
         real, static = judged(text)
         assert any("Invalid HealthCheckNodeState value START_ONLY" in e for e in real), real
         assert any("START_ONLY (a value from Slurm 25.11)" in e for e in static), static
+    if not feats.gres_autodetect_full and not slurmctld_reads_gres_conf(release):
+        # gres.conf: AutoDetect=full before 26.05 is "unknown autodetect flag" to `slurmd -G` (no detection at all);
+        # on 26.05 here it cannot be judged (no GPU: "System GPU detection failed")
+        gres = files["gres.conf"].replace("Name=gpu", "AutoDetect=full Name=gpu", 1)
+        bad = {**files, "gres.conf": gres}
+        assert "error: unknown autodetect flag 'full'" in real_parse(bad, release).errors
+        assert any("AutoDetect=full is a value from Slurm 26.05" in e for e in static_check(bad, release).errors)
