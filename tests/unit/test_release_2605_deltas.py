@@ -198,3 +198,27 @@ def test_node_json_names_its_data_parser_and_an_unknown_one_is_refused():
     rec["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.46"
     with pytest.raises(ParseError, match=r"^node JSON: data_parser data_parser/v0\.0\.46 is not one slurmkit reads"):
         parse_nodes_json(json.dumps(rec))
+
+
+@pytest.mark.parametrize(("line", "exclusive", "extra"), [
+    ("Exclusive=NODE", "node", {}),
+    ("Exclusive=TOPO", "topo", {}),
+    ("OverSubscribe=EXCLUSIVE Exclusive=USER", None, {"OverSubscribe": "EXCLUSIVE", "ExclusiveUser": "YES"}),
+    ("OverSubscribe=EXCLUSIVE Exclusive=NO", None, {}),
+    ("OverSubscribe=EXCLUSIVE", None, {"OverSubscribe": "EXCLUSIVE"}),  # a site's own spelling is kept
+])
+def test_import_of_a_2605_partition_round_trips(line, exclusive, extra):
+    """A 26.05 site's Exclusive= becomes the partition's ``exclusive`` (or the older keys meaning the same where no
+    one value does), and regenerating it for 26.05 is no change."""
+    from slurmkit.adopt.importer import import_site
+    from slurmkit.model import yamlio
+    from slurmkit.model.load import load_cluster_text
+
+    files = {"slurm.conf": "ClusterName=c\nSlurmctldHost=ctl\nNodeName=n[1-2] CPUs=4 RealMemory=1000\n"
+                           f"PartitionName=p Nodes=n[1-2] Default=YES {line}\n"}
+    res = import_site(files, "26.05")
+    assert res.lost == []
+    (part,) = res.inventory["partitions"]
+    assert part.get("exclusive") == exclusive and part.get("extra", {}) == extra, part
+    cluster = load_cluster_text(yamlio.dump(res.inventory))
+    assert semantic_diff(files, generate(cluster, version="26.05"), "26.05") == []
