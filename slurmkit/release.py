@@ -153,6 +153,31 @@ class SlurmFeatures:
     # names a job's directory by its SLUID ("s" + 13 base32 characters), not "job_<id>" (src/plugins/cgroup/v2/
     # cgroup_v2.c: `if (slurm_cgroup_conf.cgroup_job_id_paths) "/job_%u" else print_sluid()`)
     cgroup_job_id_paths: bool = False
+    # PartitionName Exclusive=NO|NODE|USER|TOPO from slurm-26-05-0-0rc1 (not in any 25.11 tag): read_config.c
+    # _parse_partitionname() at slurm-26-05-3-1 reads it after OverSubscribe and lets it win (NODE and TOPO set
+    # max_share 0 as OverSubscribe=EXCLUSIVE does, USER sets exclusive_user); slurm.conf(5) there: "This replaces the
+    # deprecated options OverSubscribe=EXCLUSIVE, ExclusiveUser, and ExclusiveTopo", which it still reads. Before
+    # 26.05 the key is not in the partition options table (unrecognized key).
+    partition_exclusive: bool = False
+    # PartitionName ExclusiveTopo=YES from slurm-24-05-0-1 (slurm.conf(5); absent at slurm-23-11-0-1)
+    exclusive_topo: bool = False
+    # HealthCheckNodeState=START_ONLY from slurm-25-11-0-1 (read_config.c _health_node_state(); 25.05 logs "Invalid
+    # HealthCheckNodeState value START_ONLY ignored" and runs on ANY); REBOOT_ONLY from slurm-26-05-0-0rc1, where
+    # each of them combined with any other token is fatal ("HealthCheckNodeState=START_ONLY cannot be combined with
+    # other options."; 25.11 accepts the combination)
+    healthcheck_start_only: bool = False
+    healthcheck_only_alone: bool = False
+    # gres.conf AutoDetect=full and Flags=env_uuid from slurm-26-05-0-0rc1 (gres.conf(5)). Before: gres.c
+    # _handle_autodetect_flags() logs "unknown autodetect flag 'full'" and detects nothing; gres_flags_parse() matches
+    # known words only, so env_uuid is silently no flag. With it, gres_common.c common_gres_set_env() at
+    # slurm-26-05-3-1 writes CUDA_VISIBLE_DEVICES as the devices' UUIDs (the "local list"), while SLURM_JOB_GPUS and
+    # SLURM_STEP_GPUS (the "global list", and the prolog's SLURM_JOB_GPUS in gres_common_prep_set_env()) stay
+    # numeric gres indices (`"%s%s%d"`)
+    gres_autodetect_full: bool = False
+    gres_env_uuid: bool = False
+    # NodeName SuspendTime= from slurm-26-05-0-0rc1 (read_config.c slurm_nodename_options[] at slurm-26-05-3-1;
+    # slurm.conf(5): "This value takes precedence over the partition-level and global SuspendTime settings")
+    node_suspend_time: bool = False
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -200,4 +225,11 @@ def features_for(version: str) -> SlurmFeatures:
                              else ("SlurmctldParameters", "preempt_send_user_signal")),
         healthcheck_timeout=v >= (26, 5),
         cgroup_job_id_paths=v >= (26, 5),
+        partition_exclusive=v >= (26, 5),
+        exclusive_topo=v >= (24, 5),
+        healthcheck_start_only=v >= (25, 11),
+        healthcheck_only_alone=v >= (26, 5),
+        gres_autodetect_full=v >= (26, 5),
+        gres_env_uuid=v >= (26, 5),
+        node_suspend_time=v >= (26, 5),
     )

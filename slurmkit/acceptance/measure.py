@@ -44,6 +44,13 @@ from slurmkit.acceptance.busbw import (  # noqa: E402
 TRANSPORTS = ("auto", "nccl-tests", "nccl", "gloo")
 
 
+def visible_gpu_count(value: str) -> int:
+    """How many GPUs CUDA_VISIBLE_DEVICES names: indexes (``0,1``) or, with gres.conf Flags=env_uuid (26.05) and
+    for MIG devices, UUIDs (``GPU-8932f937-...,MIG-...``; gres_common.c common_gres_set_env() at slurm-26-05-3-1
+    writes the device's unique_id there). Counted, never read as numbers."""
+    return len([d for d in value.split(",") if d.strip()])
+
+
 def _env_int(*names: str, default: int) -> int:
     for n in names:
         v = os.environ.get(n)
@@ -249,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             gpus, ranks = 1, world
             launch = f"srun --mpi={os.environ.get('SLURM_MPI_TYPE', '?')}, {world} tasks x -g 1"
         else:
-            gpus = a.gpus or len([d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]) or 1
+            gpus = a.gpus or visible_gpu_count(os.environ.get("CUDA_VISIBLE_DEVICES", "")) or 1
             ranks, launch = gpus, f"one process, -g {gpus}"
         try:
             pts, raw = run_nccl_tests(sizes, gpus, a.iters, a.warmup, exe)

@@ -402,6 +402,31 @@ def _group(rec: cp.Record, hosts: str, grecs: list[tuple[tuple[str, str], ...]],
     return g
 
 
+_EXCLUSIVITY = {"oversubscribe", "shared", "exclusiveuser", "exclusivetopo", "exclusive"}
+_EXCLUSIVE_OF = {(("oversubscribe", "EXCLUSIVE"),): "node", (("exclusiveuser", "YES"),): "user",
+                 (("exclusivetopo", "YES"), ("oversubscribe", "EXCLUSIVE")): "topo"}
+_SPELLED = {"oversubscribe": "OverSubscribe", "exclusiveuser": "ExclusiveUser", "exclusivetopo": "ExclusiveTopo",
+            "exclusive": "Exclusive"}
+
+
+def _exclusivity(p: dict[str, Any], extra: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A 26.05 line's Exclusive= (with whatever older exclusivity keys share its line) as the partition's
+    ``exclusive`` where one value says it all (the generator writes it back per release), else as the older keys
+    that mean the same (slurmdefaults.partition_exclusivity); the inventory holds no Exclusive= in ``extra``."""
+    from slurmkit.generate.slurmdefaults import partition_exclusivity
+
+    mine = {k.lower(): v for k, v in extra if k.lower() in _EXCLUSIVITY}
+    rest = [(k, v) for k, v in extra if k.lower() not in _EXCLUSIVITY]
+    canon = partition_exclusivity(mine)
+    if "exclusive" in canon:  # a value Slurm refuses: keep it where validate will name it
+        return extra
+    key = tuple(sorted((k, v.upper()) for k, v in canon.items()))
+    if key in _EXCLUSIVE_OF:
+        p["exclusive"] = _EXCLUSIVE_OF[key]
+        return rest
+    return rest + [(_SPELLED.get(k, k), v) for k, v in canon.items()]
+
+
 def _partitions(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:
     parts = []
     for rec in conf.partitions:
@@ -430,6 +455,8 @@ def _partitions(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:
                 res.lost.append(f"{rec.where}: PartitionName={rec.head} {k}={v}: a key or value the inventory cannot hold")
             else:
                 extra.append((k, v))
+        if any(k.lower() == "exclusive" for k, _ in extra):
+            extra = _exclusivity(p, extra)
         if not p.get("nodes"):
             res.lost.append(f"{rec.where}: PartitionName={rec.head} has no Nodes=: the inventory needs its nodes")
             continue

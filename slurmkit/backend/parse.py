@@ -307,6 +307,7 @@ def parse_squeue(text: str) -> list[JobInfo]:
 
 def parse_squeue_json(text: str, job_ids: Iterable[str] | None = None, states: Iterable[str] | None = None) -> list[JobInfo]:
     data = _json(text, "squeue --json")
+    data_parser_of(data, "squeue --json")
     want_ids = set(job_ids) if job_ids is not None else None
     want_states = {s.upper() for s in states} if states is not None else None
     out = []
@@ -328,6 +329,30 @@ def parse_squeue_json(text: str, job_ids: Iterable[str] | None = None, states: I
     return out
 
 
+# The data_parser plugins whose node and job records slurmkit reads (the fields used are the same in each): every
+# src/plugins/data_parser/ version from slurm-23-02-7-1 (v0.0.39) to slurm-26-05-3-1 (v0.0.42-v0.0.45). Releases
+# drop old ones (25.11 ships v0.0.41-v0.0.44, 26.05 v0.0.42-v0.0.45), so asking for one by name (--json=v0.0.NN)
+# would break on a later release; slurmkit takes the default and reads which one answered (meta.plugin.data_parser,
+# 23.02's meta.plugins.data_parser: src/interfaces/data_parser.c) and refuses one it has never read. 22.05's
+# sinfo --json (openapi/v0.0.38) names no data_parser.
+KNOWN_DATA_PARSERS = frozenset(f"v0.0.{n}" for n in range(39, 46))
+
+
+def data_parser_of(data: dict, what: str) -> str | None:
+    """The data_parser version a JSON answer carries ("v0.0.42"), None where it names none (22.05's openapi);
+    ParseError, one line, for a version slurmkit does not read."""
+    meta = data.get("meta") or {}
+    plugin = (meta.get("plugin") or meta.get("plugins") or {}) if isinstance(meta, dict) else {}
+    name = plugin.get("data_parser") if isinstance(plugin, dict) else None
+    if not name:
+        return None
+    version = str(name).rsplit("/", 1)[-1]
+    if version not in KNOWN_DATA_PARSERS:
+        raise ParseError(f"{what}: data_parser {name} is not one slurmkit reads (v0.0.39-v0.0.45); a newer Slurm "
+                         "than this slurmkit knows")
+    return version
+
+
 def parse_nodes_json(text: str, names: Iterable[str] | None = None) -> list[NodeInfo]:
     """Nodes from any of Slurm's JSON node listings, one NodeInfo each (the same as ``parse_scontrol_nodes`` gives
     for the same nodes, except that a reason carries no ``[user@time]`` stamp):
@@ -339,6 +364,7 @@ def parse_nodes_json(text: str, names: Iterable[str] | None = None) -> list[Node
       partition (``nodes.nodes`` lists the names, ``node.state`` the state, ``reason.description`` the reason).
     Recorded: tests/data/slurm/sinfo.json (22.05), tests/data/slurm/24.11/{sinfo,scontrol_show_node}.json."""
     data = _json(text, "node JSON")
+    data_parser_of(data, "node JSON")
     want = set(names) if names is not None else None
     out: dict[str, NodeInfo] = {}
     for n in data.get("nodes", []) or []:

@@ -118,7 +118,14 @@ def target_of(text: str, job_id: str) -> tuple[Target, str | None]:
         if rec.get("JobState") != "PENDING":
             raise UsageError(f"--for {job_id}: the job is {rec.get('JobState')}, not pending")
         per_node = _gpus(rec.get("TresPerNode", "").replace("gres/", "").replace("gres:", ""))
-        exclusive = rec.get("OverSubscribe") == "NO"
+        # whole nodes: --exclusive. Through 25.11 `scontrol show job` says OverSubscribe=NO for it (OK for a plain
+        # job: job_share_string(), src/scontrol/info_job.c at slurm-24-11-5-1); 26.05 adds Exclusive=NO|NODE|USER|
+        # MCS|TOPO and says OverSubscribe=NO for a plain job too (info_job.c at slurm-26-05-3-1; recorded from a
+        # 26.05.5 lab: tests/data/slurm/26.05/scontrol_show_job_*.txt)
+        if "Exclusive" in rec:
+            exclusive = rec["Exclusive"] in ("NODE", "TOPO")
+        else:
+            exclusive = rec.get("OverSubscribe") == "NO"
         return Target(max(1, int(rec.get("NumNodes", "1").split("-")[0])), per_node, exclusive), rec.get("Partition")
     raise UsageError(f"--for {job_id}: no such job in slurmctld")
 

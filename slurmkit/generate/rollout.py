@@ -576,9 +576,12 @@ def _gres_table(text: str, nodes: Iterable[str]) -> dict[str, tuple[tuple[str, .
 def _stanza(rec: cp.Record) -> dict[str, str]:
     """A PartitionName/NodeSet line as Slurm reads it: keys in any order and case, YES/NO in any case, a key at its
     documented default (slurmdefaults.PARTITION_DEFAULTS) the same as absent."""
+    raw = {k.lower(): v for k, v in rec.pairs[1:]}
+    if rec.kind == "partitionname":
+        # OverSubscribe=EXCLUSIVE and 26.05's Exclusive=NODE (and the other spellings) are the same partition
+        raw = slurmdefaults.partition_exclusivity(raw)
     out: dict[str, str] = {}
-    for k, v in rec.pairs[1:]:
-        lk = k.lower()
+    for lk, v in raw.items():
         val = v.upper() if v.upper() in ("YES", "NO", "UNLIMITED", "INFINITE", "ALL", "UP") else v
         val = slurmdefaults.SYNONYMS.get(val, val)
         if rec.kind == "partitionname" and slurmdefaults.PARTITION_DEFAULTS.get(lk) == val:

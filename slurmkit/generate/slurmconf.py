@@ -188,6 +188,19 @@ def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
             raise InventoryError(
                 f"{_group_path(cluster, g)}.gpus.autodetect", f"AutoDetect=nvidia needs Slurm >= 24.11, target is {v}"
             )
+        # release.SlurmFeatures.gres_autodetect_full / gres_env_uuid (gres.conf(5) of slurm-26-05-0-0rc1)
+        if g.gpus and g.gpus.autodetect == "full" and not feats.gres_autodetect_full:
+            raise InventoryError(f"{_group_path(cluster, g)}.gpus.autodetect", f"AutoDetect=full needs Slurm >= 26.05, "
+                                 f"target is {v} (slurmd logs 'unknown autodetect flag' and detects nothing)")
+        if g.gpus and g.gpus.env_uuid:
+            where = f"{_group_path(cluster, g)}.gpus.env_uuid"
+            if not feats.gres_env_uuid:
+                raise InventoryError(where, f"Flags=env_uuid needs Slurm >= 26.05, target is {v} (older slurmd "
+                                            "ignores the word: CUDA_VISIBLE_DEVICES stays indexes)")
+            if g.gpus.autodetect == "off":
+                # gres.conf(5) 26.05 env_uuid: "Requires the use of AutoDetect so that UUIDs are available"
+                raise InventoryError(where, "Flags=env_uuid needs an autodetect mode (nvml, nvidia or full): without "
+                                            "one slurmd knows no UUIDs and falls back to indexes (gres.conf(5))")
     for k, _ in cluster.cgroup_conf:
         if k in feats.removed_cgroup_keys and not _adopted_defunct(cluster, k, v):
             raise InventoryError(f"cgroup_conf.{k}", f"{k} was removed before Slurm {v}; slurmd would refuse to start")
@@ -208,6 +221,10 @@ def check_supported(cluster: Cluster, feats: SlurmFeatures) -> None:
     for g in cluster.node_groups:
         if g.gpus:
             _check_autodetect(cluster, g, v)
+    for i, p in enumerate(cluster.partitions):
+        if p.exclusive == "topo" and not feats.exclusive_topo:
+            raise InventoryError(f"partitions[{i}].exclusive", f"topo needs Slurm >= 24.05 (PartitionName "
+                                                               f"ExclusiveTopo, slurm.conf(5)), target is {v}")
     _check_blocks(cluster, feats)
     for i, sw in enumerate(cluster.topology.switches):
         if feats.max_switch_name and len(sw.name) > feats.max_switch_name:
@@ -257,8 +274,9 @@ def _check_autodetect(cluster: Cluster, g: NodeGroup, v: str) -> None:
     assert g.gpus is not None
     gp = g.gpus
     where = f"{_group_path(cluster, g)}.gpus.autodetect"
-    if gp.autodetect == "nvml" and gp.mig_layout:
-        raise InventoryError(where, f"refused: AutoDetect=nvml cannot sanity-check MIG devices (gres.shtml, Slurm {v}); "
+    # full tries NVML first, then the others (gres.conf(5) of slurm-26-05-3-1): judged as nvml
+    if gp.autodetect in ("nvml", "full") and gp.mig_layout:
+        raise InventoryError(where, f"refused: AutoDetect={gp.autodetect} cannot sanity-check MIG devices (gres.shtml, Slurm {v}); "
                                     "use autodetect: off (slurmkit writes the MIG lines)")
     if gp.autodetect == "nvidia" and gp.mig_layout:
         raise InventoryError(where, f"refused: AutoDetect=nvidia does not detect MIG devices (gres.shtml, Slurm {v}); "
@@ -420,6 +438,14 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         s.append(("Epilog", f"{conf_dir}/slurmkit-epilog"))
     if hooks.prolog or hooks.epilog:
         s.append(("PrologEpilogTimeout", str(hooks.prolog_epilog_timeout)))
+    if hooks.healthcheck_start_only:
+        # HealthCheckNodeState=START_ONLY (release.SlurmFeatures.healthcheck_start_only, 25.11+): slurmd runs the
+        # program when it starts, with HealthCheckInterval 0 too (slurmd.c run_script_health_check() at
+        # slurm-25-11-0-1 and slurm-26-05-3-1); alone, as 26.05 refuses it combined with any other token (CYCLE too)
+        if not feats.healthcheck_start_only:
+            raise InventoryError("hooks.healthcheck_start_only", f"HealthCheckNodeState=START_ONLY needs Slurm >= "
+                                 f"25.11, target is {feats.version} (it would read it as ANY: a check on every node)")
+        s += [("HealthCheckProgram", f"{conf_dir}/slurmkit-health"), ("HealthCheckNodeState", "START_ONLY")]
     if hooks.healthcheck_interval:
         s += [
             ("HealthCheckProgram", f"{conf_dir}/slurmkit-health"),
@@ -436,7 +462,7 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
     if sched and not hooks.prolog:
         s.append(("SchedulerParameters", ",".join(sched)))
     s += scale_settings(cluster, feats)
-    s += power_settings(cluster, conf_dir)
+    s += power_settings(cluster, conf_dir, feats)
     s += dynamic_settings(cluster)
     return _merge(s, cluster.slurm_conf)
 
@@ -548,7 +574,18 @@ def scale_settings(cluster: Cluster, feats: SlurmFeatures) -> list[tuple[str, st
 POWER_PROGRAMS = {"suspend": "SuspendProgram", "resume": "ResumeProgram", "resume-fail": "ResumeFailProgram"}
 
 
-def power_settings(cluster: Cluster, conf_dir: str) -> list[tuple[str, str]]:
+def node_suspend_times(cluster: Cluster, feats: SlurmFeatures) -> dict[str, int]:
+    """Group name -> its own NodeName SuspendTime, for the power groups whose ``suspend_time`` differs from the
+    first power group's (the global SuspendTime): only where the release has the node key (26.05,
+    release.SlurmFeatures.node_suspend_time); before it ``power_settings`` refuses groups that differ."""
+    groups = [g for g in cluster.node_groups if g.power is not None]
+    if not groups or not feats.node_suspend_time:
+        return {}
+    first = groups[0].power.suspend_time  # type: ignore[union-attr]
+    return {g.name: g.power.suspend_time for g in groups[1:] if g.power.suspend_time != first}  # type: ignore[union-attr]
+
+
+def power_settings(cluster: Cluster, conf_dir: str, feats: SlurmFeatures | None = None) -> list[tuple[str, str]]:
     """Slurm power saving for the groups with ``power:`` (22.05 and 24.11 slurm.conf(5): "Setting SuspendTime to
     anything but INFINITE (or -1) will enable power save mode"; SuspendProgram/ResumeProgram get the nodes as one
     hostlist argument; "ResumeFailProgram ... when nodes fail to resume by ResumeTimeout"). SuspendTime,
@@ -563,12 +600,15 @@ def power_settings(cluster: Cluster, conf_dir: str) -> list[tuple[str, str]]:
     for i, g in groups[1:]:
         assert g.power is not None
         for key in ("suspend_time", "resume_timeout", "suspend_timeout"):
+            if key == "suspend_time" and feats is not None and feats.node_suspend_time:
+                continue  # a NodeName SuspendTime per group from 26.05 (node_suspend_times)
             mine, first = getattr(g.power, key), getattr(g0.power, key)
             if mine != first:
+                since = " (per node from Slurm 26.05)" if key == "suspend_time" else ""
                 raise InventoryError(f"node_groups[{i}].power.{key}",
                                      f"{mine} differs from node_groups[{i0}].power.{key} ({first}): slurmkit writes it "
-                                     "once for the cluster (slurm.conf(5) SuspendTime/ResumeTimeout/SuspendTimeout)",
-                                     )
+                                     f"once for the cluster (slurm.conf(5) SuspendTime/ResumeTimeout/SuspendTimeout)"
+                                     f"{since}")
     s = [(key, f"{conf_dir}/slurmkit-{kind}") for kind, key in POWER_PROGRAMS.items()]
     s += [("SuspendTime", str(g0.power.suspend_time)), ("ResumeTimeout", str(g0.power.resume_timeout)),
           ("SuspendTimeout", str(g0.power.suspend_timeout))]
@@ -620,10 +660,11 @@ def _is_mnnvl(gpu_type: str) -> bool:
     return re.match(r"^gb\d", gpu_type.lower()) is not None
 
 
-def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
+def node_lines(cluster: Cluster, overrides: Overrides, version: str | None = None) -> list[str]:
     """One NodeName line per distinct node shape: groups whose parameters are identical share a line,
     so slurm.conf grows with the number of shapes, not nodes."""
     shapes: dict[tuple[tuple[str, str], ...], list[NodeGroup]] = {}
+    own_suspend = node_suspend_times(cluster, features_for(version or cluster.slurm_version))
     for g in cluster.node_groups:
         if cluster.adopted:
             shapes.setdefault(tuple(_adopted_node_params(g, overrides)), []).append(g)
@@ -650,6 +691,10 @@ def node_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
         # slurm.conf(5) State=CLOUD (22.05, 24.11): "the node exists in a cloud ... it will be powered down and
         # hidden until resumed"; power-managed static nodes start UNKNOWN like any other
         params.append(("State", "CLOUD" if g.power is not None and g.power.cloud else "UNKNOWN"))
+        if g.name in own_suspend:
+            # slurm.conf(5) of slurm-26-05-3-1 NodeName SuspendTime: "takes precedence over the partition-level and
+            # global SuspendTime settings for the specified nodes"
+            params.append(("SuspendTime", str(own_suspend[g.name])))
         shapes.setdefault(tuple(params), []).append(g)
     return [
         " ".join([f"NodeName={_hosts_of(groups)}"] + [f"{k}={q(v)}" for k, v in params])
@@ -734,16 +779,18 @@ def cpu_job_mem_default(groups: Iterable[NodeGroup]) -> int:
     return min((g.usable_memory_mb // g.usable_cpus for g in groups if g.usable_cpus), default=0)
 
 
-def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) -> tuple[list[str], list[str]]:
+def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = (),
+                    version: str | None = None) -> tuple[list[str], list[str]]:
     """NodeSet and PartitionName lines. Each GPU partition gets DefCpuPerGPU/DefMemPerGPU from its node shapes
     (slurm.conf(5) accepts both on PartitionName lines in 22.05-25.11), and DefMemPerCPU for its CPU-only jobs
     (``cpu_job_mem_default``), unless the global ``settings`` already set a per-GPU CPU default or any memory
     default (a partition value would override the site's global one); a partition's ``extra`` overrides."""
     global_keys = {k.lower() for k, _ in settings}
+    feats = features_for(version or cluster.slurm_version)
     nodesets = [" ".join([f"NodeSet={name}"] + [f"{k}={q(v)}" for k, v in pairs]) for name, pairs in cluster.nodesets]
     parts: list[str] = []
     if cluster.adopted:
-        return nodesets, [_adopted_partition(cluster, p) for p in cluster.partitions]
+        return nodesets, [_adopted_partition(cluster, p, feats) for p in cluster.partitions]
     for p in cluster.partitions:
         groups = cluster.partition_groups(p)
         ns = f"ns_{p.name}"
@@ -754,7 +801,7 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
             # dynamic_nodes.shtml 22.05 and 24.11); wrapping it in a NodeSet of group hosts left "Nodes=" empty
             ns = p.nodes or ""
         kv = [("PartitionName", p.name), ("Nodes", ns), ("Default", "YES" if p.default else "NO"), ("MaxTime", p.max_time)]
-        kv += _partition_limits(p)
+        kv += _partition_limits(p, feats)
         allow = cluster.tenants.allow_qos(p.name) if cluster.tenants else ()
         if allow:
             # slurm.conf(5) AllowQos (22.05 and 24.11): "Comma-separated list of Qos which may execute jobs in the
@@ -776,7 +823,7 @@ def partition_lines(cluster: Cluster, settings: Iterable[tuple[str, str]] = ()) 
     return nodesets, parts
 
 
-def _adopted_partition(cluster: Cluster, p: Partition) -> str:
+def _adopted_partition(cluster: Cluster, p: Partition, feats: SlurmFeatures) -> str:
     """An adopted site's PartitionName line: its nodes as written, the modelled keys where they differ from Slurm's
     defaults (Default=NO, MaxTime=UNLIMITED: slurm.conf(5) 22.05 and 24.11), then its own keys."""
     nodes = p.nodes or _hosts_of([cluster.group(g) for g in p.groups])
@@ -785,12 +832,21 @@ def _adopted_partition(cluster: Cluster, p: Partition) -> str:
         kv.append(("Default", "YES"))
     if p.max_time != "UNLIMITED":
         kv.append(("MaxTime", p.max_time))
-    kv += _partition_limits(p)
+    kv += _partition_limits(p, feats)
     return " ".join(f"{k}={q(v)}" for k, v in _merge(kv, p.extra))
 
 
-def _partition_limits(p: Partition) -> list[tuple[str, str]]:
-    """DefaultTime, PriorityTier and QOS where the inventory gives them (generated and adopted lines alike)."""
+# A partition's ``exclusive`` in each release's spelling: Exclusive= from 26.05 (release.SlurmFeatures
+# .partition_exclusive); before it OverSubscribe=EXCLUSIVE (whole nodes), ExclusiveUser=YES, and for topo
+# OverSubscribe=EXCLUSIVE plus ExclusiveTopo=YES (24.05+): 26.05's Exclusive=TOPO sets both (read_config.c
+# _parse_partitionname() at slurm-26-05-3-1: "TOPO implies NODE", max_share = 0), so the older lines mean the same.
+_EXCLUSIVE_OLD = {"node": [("OverSubscribe", "EXCLUSIVE")], "user": [("ExclusiveUser", "YES")],
+                  "topo": [("OverSubscribe", "EXCLUSIVE"), ("ExclusiveTopo", "YES")]}
+
+
+def _partition_limits(p: Partition, feats: SlurmFeatures) -> list[tuple[str, str]]:
+    """DefaultTime, PriorityTier, QOS and exclusivity where the inventory gives them (generated and adopted lines
+    alike)."""
     kv = []
     if p.default_time:
         kv.append(("DefaultTime", p.default_time))
@@ -798,6 +854,11 @@ def _partition_limits(p: Partition) -> list[tuple[str, str]]:
         kv.append(("PriorityTier", str(p.priority_tier)))
     if p.qos:
         kv.append(("QOS", p.qos))
+    if p.exclusive:
+        if feats.partition_exclusive:
+            kv.append(("Exclusive", p.exclusive.upper()))
+        else:
+            kv += _EXCLUSIVE_OLD[p.exclusive]
     return kv
 
 
@@ -840,15 +901,19 @@ def gres_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
         gp = g.gpus
         files = gp.file_list
         links = _links(g)
-        if gp.autodetect == "nvml" and gp.links == "nvlink":
+        if gp.autodetect in ("nvml", "full") and gp.links == "nvlink":
             links = None  # NVSwitch: NVML reports no GPU-to-GPU links, so Links= would mismatch (_check_autodetect)
             lines.append(f"# {g.name}: AutoDetect=nvml behind NVSwitch (links: nvlink): no Links=, NVML reports none there")
         auto = [("AutoDetect", gp.autodetect)] if gp.autodetect != "off" else []
+        # a modifier flag: the default GPU environment variables stay (gres.c _parse_gres_config() at
+        # slurm-26-05-3-1: "Pure modifier flags like env_uuid (GRES_CONF_UUID) let defaults ... provide vendor flags")
+        uuid = [("Flags", "env_uuid")] if gp.env_uuid else []
         for i, f in enumerate(files):
             layout = gp.mig_layout[i] if gp.mig_layout else ()
             cores = [("Cores", gp.cores[i])] if gp.cores else []
             if not layout:
-                kv = [("NodeName", g.hosts), *auto, ("Name", "gpu"), ("Type", gp.type), ("File", _dev(f, prefix)), *cores]
+                kv = [("NodeName", g.hosts), *auto, ("Name", "gpu"), ("Type", gp.type), ("File", _dev(f, prefix)), *cores,
+                      *uuid]
                 # Links index GPUs in PCI bus order; MIG devices have no NVLink of their own
                 if links and not gp.mig_layout:
                     kv.append(("Links", links[i]))
@@ -865,7 +930,7 @@ def gres_lines(cluster: Cluster, overrides: Overrides) -> list[str]:
                 caps = [_dev(f"/dev/nvidia-caps/nvidia-cap{gim}", prefix), _dev(f"/dev/nvidia-caps/nvidia-cap{cim}", prefix)]
                 kv = [
                     ("NodeName", g.hosts), *auto, ("Name", "gpu"), ("Type", mig_type(gp.type, inst)),
-                    ("MultipleFiles", ",".join([_dev(f, prefix), *caps])), *cores,
+                    ("MultipleFiles", ",".join([_dev(f, prefix), *caps])), *cores, *uuid,
                 ]
                 lines.append(" ".join(f"{k}={v}" for k, v in kv))
         if gp.shards:
@@ -1023,13 +1088,13 @@ def generate(
     header = header_line(cluster.source_sha256)
     check_overrides(cluster, ov, ver)
     settings = _merge(slurm_conf_settings(cluster, ver, conf_dir), ov.slurm_conf)
-    nodesets, parts = partition_lines(cluster, settings)
+    nodesets, parts = partition_lines(cluster, settings, ver)
     ctx = {
         "header": header,
         "slurm_version": ver,
         "adopted": cluster.adopted,
         "settings": [(k, q(v)) for k, v in settings],
-        "nodes": node_lines(cluster, ov),
+        "nodes": node_lines(cluster, ov, ver),
         "nodesets": nodesets,
         "partitions": parts,
         "gres": gres_lines(cluster, ov),
@@ -1052,7 +1117,8 @@ def generate(
         from slurmkit.generate.jobsubmit import job_submit_lua
 
         files["job_submit.lua"] = job_submit_lua(cluster, ver)
-    if cluster.hooks.prolog or cluster.hooks.epilog or cluster.hooks.healthcheck_interval:
+    if (cluster.hooks.prolog or cluster.hooks.epilog or cluster.hooks.healthcheck_interval
+            or cluster.hooks.healthcheck_start_only):
         for kind in ("prolog", "epilog", "health"):
             files[f"slurmkit-{kind}"] = env.get_template("hook-wrapper.sh.j2").render(
                 header=header, command=shlex.split(cluster.hooks.command), kind=kind,

@@ -54,3 +54,40 @@ def default(key: str, version: str) -> str | None:
     k = key.lower()
     table = _PER_RELEASE["22.05" if version_key(version) < (23, 11) else "24.11"]
     return table.get(k, _COMMON.get(k))
+
+
+def partition_exclusivity(pairs: dict[str, str]) -> dict[str, str]:
+    """A PartitionName line's exclusivity keys (lower-case keys) as one spelling, so OverSubscribe=EXCLUSIVE and
+    Exclusive=NODE, ExclusiveUser=YES and Exclusive=USER, OverSubscribe=EXCLUSIVE ExclusiveTopo=YES and
+    Exclusive=TOPO compare equal. Read as src/common/read_config.c _parse_partitionname() at slurm-26-05-3-1 does:
+    ExclusiveUser and ExclusiveTopo first (both YES: "Exclusive=USER ignored"), then OverSubscribe (or its old name
+    Shared; EXCLUSIVE is max_share 0, "Exclusive=NODE"), then Exclusive= last, which wins: NO/NONE clears user, topo
+    and a max_share 0, NODE sets max_share 0, USER sets exclusive_user only, TOPO sets exclusive_topo and max_share 0.
+    The result is the pre-26.05 spelling with defaults left out; other keys pass through unchanged."""
+    if not pairs.keys() & {"oversubscribe", "shared", "exclusiveuser", "exclusivetopo", "exclusive"}:
+        return dict(pairs)
+    out = dict(pairs)
+    user = out.pop("exclusiveuser", "NO").upper() == "YES"
+    topo = out.pop("exclusivetopo", "NO").upper() == "YES"
+    user = user and not topo
+    over = out.pop("oversubscribe", None)
+    shared = out.pop("shared", None)
+    over = (over if over is not None else shared or "NO").upper()
+    node = over == "EXCLUSIVE"
+    ex = out.pop("exclusive", None)
+    if ex is not None:
+        e = ex.upper()
+        if e in ("NO", "NONE", "NODE", "USER", "TOPO"):
+            user, topo = e == "USER", e == "TOPO"
+            node = e in ("NODE", "TOPO") or (node and e == "USER")
+        else:
+            out["exclusive"] = ex  # a bad value stays visible (validate refuses it)
+    if node:
+        out["oversubscribe"] = "EXCLUSIVE"
+    elif over not in ("NO", "EXCLUSIVE"):
+        out["oversubscribe"] = over
+    if user:
+        out["exclusiveuser"] = "YES"
+    if topo:
+        out["exclusivetopo"] = "YES"
+    return out

@@ -173,6 +173,9 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
                     err(f"{rec.where}: {k}: {fatal}")
                 elif (note := obsolete_note(k, v)) is not None:
                     rep.warnings.append(f"{rec.where}: {note}")
+    if feats and "healthchecknodestate" in conf.settings:
+        k, v, rec = conf.settings["healthchecknodestate"]
+        _check_healthcheck_state(v, rec.where, feats, rep)
     if feats:
         from slurmkit.generate.slurmplugins import check as check_plugins
 
@@ -282,7 +285,8 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
                 "(unrecognized key: fatal)")
     constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
 
-    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files, gres_types)
+    _check_gres_conf(files.get("gres.conf"), shapes, shape_of, constrain_devices, hosts, rep, files, gres_types,
+                     feats)
     _check_topology(files, conf, shape_of, feats, hosts, rep, node_specs)  # type: ignore[arg-type]
     _check_partitions(conf, shape_of, hosts, rep, feats)
     _check_dynamic(conf, len(shape_of), feats.version if feats else None, rep)
@@ -327,7 +331,7 @@ def _check_dynamic(conf: cp.SlurmConf, static: int, version: str | None, rep: Re
 
 def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, int], constrain_devices: bool,
                      hosts: _Hosts, rep: Report, files: Mapping[str, str] | None = None,
-                     gres_types: set[str] | None = None) -> None:
+                     gres_types: set[str] | None = None, feats: SlurmFeatures | None = None) -> None:
     err = rep.errors.append
     wants_gres = any(sh["gres"] for sh in shapes)
     if text is None:
@@ -350,6 +354,14 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
     shape_sets = [frozenset(by_shape.get(sh, ())) for sh in range(len(shapes))]
     for rec in cp.expand_includes(text, "gres.conf", files, rep.errors, line_keys=cp.GRES_LINE_KEYS):
         d = {k.lower(): v for k, v in rec.pairs}
+        if feats and "autodetect" in d and d["autodetect"].lower() == "full" and not feats.gres_autodetect_full:
+            # gres.c _handle_autodetect_flags() before 26.05: "unknown autodetect flag" and no detection
+            err(f"{rec.where}: AutoDetect=full is a value from Slurm 26.05; slurmd {feats.version} logs 'unknown "
+                "autodetect flag' and detects nothing")
+        if feats and "env_uuid" in d.get("flags", "").lower() and not feats.gres_env_uuid:
+            # gres_flags_parse() before 26.05 matches known words only
+            rep.warnings.append(f"{rec.where}: Flags=env_uuid is a flag from Slurm 26.05; slurmd {feats.version} "
+                                "ignores it (CUDA_VISIBLE_DEVICES stays indexes)")
         if rec.kind == "autodetect" and len(rec.pairs) == 1:
             global_auto = rec.head.lower()
             continue
@@ -731,6 +743,8 @@ def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Host
     if len(defaults) > 1:
         err(f"slurm.conf: more than one default partition: {', '.join(defaults)}")
     for rec in conf.partitions:
+        if feats:
+            _check_exclusivity(rec, feats, rep)
         nodes = rec.get("Nodes")
         if not nodes:
             err(f"{rec.where}: PartitionName={rec.head} has no Nodes=")
@@ -746,3 +760,54 @@ def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Host
             unknown = [h for h in members if h not in shape_of]
             if unknown:
                 err(f"{rec.where}: PartitionName={rec.head} names unknown nodes or nodesets {_fold(unknown)}")
+
+
+_NEW_EXCLUSIVE = {("oversubscribe", "EXCLUSIVE"): "NODE", ("shared", "EXCLUSIVE"): "NODE",
+                  ("exclusiveuser", "YES"): "USER", ("exclusivetopo", "YES"): "TOPO (which also allocates whole nodes)"}
+
+
+def _check_exclusivity(rec: cp.Record, feats: SlurmFeatures, rep: Report) -> None:
+    """Partition exclusivity per release (release.SlurmFeatures.partition_exclusive, .exclusive_topo): Exclusive=
+    is a key from 26.05 and takes NO|NONE|NODE|USER|TOPO ("Bad value ... for Exclusive=" fails the line,
+    read_config.c _parse_partitionname() at slurm-26-05-3-1); ExclusiveTopo from 24.05. From 26.05 the older
+    spellings still load (the same function reads them) but slurm.conf(5) calls them deprecated: a warning."""
+    for k, v in rec.pairs[1:]:
+        lk = k.lower()
+        if lk == "exclusive":
+            if not feats.partition_exclusive:
+                rep.errors.append(f"{rec.where}: PartitionName={rec.head}: Exclusive= is a partition key from Slurm "
+                                  f"26.05; {feats.version} stops at it (unrecognized key): write "
+                                  "OverSubscribe=EXCLUSIVE, ExclusiveUser=YES or ExclusiveTopo=YES")
+            elif v.upper() not in ("NO", "NONE", "NODE", "USER", "TOPO"):
+                rep.errors.append(f"{rec.where}: PartitionName={rec.head}: Exclusive={v}: Slurm {feats.version} "
+                                  "takes NO, NODE, USER or TOPO (a bad value fails the partition line)")
+        elif lk == "exclusivetopo" and not feats.exclusive_topo:
+            rep.errors.append(f"{rec.where}: PartitionName={rec.head}: ExclusiveTopo is a partition key from Slurm "
+                              f"24.05; {feats.version} stops at it (unrecognized key)")
+        elif feats.partition_exclusive and (lk, v.upper()) in _NEW_EXCLUSIVE:
+            rep.warnings.append(f"{rec.where}: PartitionName={rec.head}: {k}={v} is deprecated in Slurm "
+                                f"{feats.version} (slurm.conf(5)); it still loads: Exclusive="
+                                f"{_NEW_EXCLUSIVE[(lk, v.upper())]} says the same")
+
+
+def _check_healthcheck_state(value: str, where: str, feats: SlurmFeatures, rep: Report) -> None:
+    """HealthCheckNodeState per release (release.SlurmFeatures.healthcheck_start_only / healthcheck_only_alone):
+    read_config.c _health_node_state() logs "Invalid HealthCheckNodeState value %s ignored" for a token it does not
+    know and runs on ANY when no state is left (START_ONLY before 25.11, REBOOT_ONLY before 26.05); from 26.05
+    START_ONLY or REBOOT_ONLY beside any other token is fatal ("cannot be combined with other options")."""
+    tokens = [t.strip().upper() for t in value.split(",") if t.strip()]
+    known = {"ANY", "ALLOC", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE"}
+    if feats.healthcheck_start_only:
+        known.add("START_ONLY")
+    if feats.healthcheck_only_alone:
+        known.add("REBOOT_ONLY")
+    for t in tokens:
+        if t not in known:
+            since = {"START_ONLY": " (a value from Slurm 25.11)", "REBOOT_ONLY": " (a value from Slurm 26.05)"}.get(t, "")
+            rep.errors.append(f"{where}: HealthCheckNodeState {t}{since}: Slurm {feats.version} ignores it "
+                              "('Invalid HealthCheckNodeState value'), so the check runs on nodes in any state")
+    if feats.healthcheck_only_alone:
+        for only in ("START_ONLY", "REBOOT_ONLY"):
+            if only in tokens and len(tokens) > 1:
+                rep.errors.append(f"{where}: HealthCheckNodeState={value}: {only} cannot be combined with other "
+                                  f"options in Slurm {feats.version} (fatal)")

@@ -185,6 +185,12 @@ def directives(spec: JobSpec, facts: ClusterFacts, run_dir: str, gpus: int, topo
     out += topo.directives
     if spec.signal_grace:
         out.append(f"--signal=B:USR2@{spec.signal_grace}")  # B: only the batch shell; it forwards to the step
+    # plain --requeue, not 25.11's --requeue=expedite (sbatch(1) of slurm-25-11-0-1): that is refused unless the
+    # site sets SlurmctldParameters=enable_expedited_requeue (job_mgr.c: ESLURM_NOT_SUPPORTED), and measured on a
+    # 26.05.5 lab it does not help the preemption path (a preempted expedited job was requeued like any other and
+    # a later plain --requeue job of the same priority started before it) while a job that exits non-zero is
+    # requeued *held* with priority 0 ("job requeued in held state", job_mgr.c _set_job_requeue_exit_value) instead
+    # of ending FAILED
     out += ["--requeue", "--open-mode=append"]
     pattern = "%A_%a" if spec.array else "%j"
     out.append(f"--output={run_dir}/logs/slurm-{pattern}.out")

@@ -49,7 +49,7 @@ class MigInstance:
     ci: int = 0
 
 
-GPU_AUTODETECT_MODES = ("off", "nvml", "nvidia")
+GPU_AUTODETECT_MODES = ("off", "nvml", "nvidia", "full")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,9 @@ class GPUs:
     shards: int = 0
     # per GPU: its MIG devices (empty tuple = that GPU is not partitioned); () = no MIG at all
     mig_layout: tuple[tuple[MigInstance, ...], ...] = ()
-    autodetect: str = "off"  # gres.conf AutoDetect for these nodes: off | nvml | nvidia (24.11+)
+    autodetect: str = "off"  # gres.conf AutoDetect for these nodes: off | nvml | nvidia (24.11+) | full (26.05+)
+    # gres.conf Flags=env_uuid (26.05+): CUDA_VISIBLE_DEVICES carries the GPUs' UUIDs, not indexes (needs autodetect)
+    env_uuid: bool = False
 
     @property
     def file_list(self) -> list[str]:
@@ -189,6 +191,9 @@ class Partition:
     qos: str | None = None
     extra: tuple[tuple[str, str], ...] = ()  # raw Key=Value pairs for PartitionName
     nodes: str = ""  # Nodes= as the site wrote it (any hostlist, NodeSet names, ALL); "" = the groups' hosts
+    # partition-level exclusivity: None | "node" | "user" | "topo", written per release (Exclusive= from 26.05,
+    # OverSubscribe=EXCLUSIVE / ExclusiveUser / ExclusiveTopo before: generate/slurmconf.py _partition_limits)
+    exclusive: str | None = None
 
 
 @dataclass(frozen=True)
@@ -295,7 +300,9 @@ class Policy:
 class Hooks:
     prolog: bool = False
     epilog: bool = False
-    healthcheck_interval: int = 0  # seconds; 0 = no HealthCheckProgram
+    healthcheck_interval: int = 0  # seconds; 0 = no periodic HealthCheckProgram
+    # run the health check once, when slurmd starts, and never again: HealthCheckNodeState=START_ONLY (25.11+)
+    healthcheck_start_only: bool = False
     command: str = "/usr/bin/slurmkit"  # how slurmd reaches slurmkit on the nodes
     prolog_epilog_timeout: int = 60
     checks: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # health policy, raw

@@ -302,7 +302,7 @@ def _core_range_ok(spec: str, ncores: int) -> bool:
 def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
     m = _mapping(
         ctx, raw, path,
-        {"type", "count", "memory_mb", "files", "cores", "links", "mig", "shards", "autodetect"},
+        {"type", "count", "memory_mb", "files", "cores", "links", "mig", "shards", "autodetect", "env_uuid"},
         {"type", "count", "files"},
     )
     gtype = _str(ctx, m["type"], _join(path, "type"), _NAME_RE)
@@ -364,6 +364,7 @@ def _gpus(ctx: _Ctx, raw: Any, path: str, cpu: CPU) -> GPUs:
         shards=shards,
         mig_layout=mig_layout,
         autodetect=_choice(ctx, m.get("autodetect", "off"), _join(path, "autodetect"), GPU_AUTODETECT_MODES),
+        env_uuid=_bool(ctx, m.get("env_uuid", False), _join(path, "env_uuid")),
     )
 
 
@@ -536,8 +537,10 @@ def _power(ctx: _Ctx, raw: Any, path: str) -> Power:
 # PartitionName keys that slurmkit writes from a partition's own inventory keys: not settable through ``extra``
 _PARTITION_OWNED = {
     "partitionname": "name", "nodes": "groups", "default": "default", "maxtime": "max_time",
-    "defaulttime": "default_time", "prioritytier": "priority_tier", "qos": "qos",
+    "defaulttime": "default_time", "prioritytier": "priority_tier", "qos": "qos", "exclusive": "exclusive",
 }
+# the spellings of partition exclusivity, one of which ``exclusive:`` writes per release: not beside it in ``extra``
+_EXCLUSIVITY_KEYS = {"oversubscribe", "shared", "exclusiveuser", "exclusivetopo"}
 
 
 def _partition_nodes(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup], nodesets: set[str] | frozenset[str]) -> str:
@@ -563,7 +566,7 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup],
                nodesets: set[str] | frozenset[str] = frozenset()) -> Partition:
     m = _mapping(
         ctx, raw, path,
-        {"name", "groups", "default", "max_time", "default_time", "priority_tier", "qos", "extra", "nodes"},
+        {"name", "groups", "default", "max_time", "default_time", "priority_tier", "qos", "extra", "nodes", "exclusive"},
         {"name"},
     )
     nodes = _partition_nodes(ctx, m["nodes"], _join(path, "nodes"), groups, nodesets) if m.get("nodes") else ""
@@ -590,6 +593,9 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup],
                 # these come from the partition's own keys (generate/slurmconf.py partition_lines)
                 raise ctx.err(_join(_join(path, "extra"), k), f"{k} is written by slurmkit: set "
                                                                f"{_join(path, _PARTITION_OWNED[k.lower()])} instead")
+            if k.lower() in _EXCLUSIVITY_KEYS and m.get("exclusive"):
+                raise ctx.err(_join(_join(path, "extra"), k), f"{k} beside {_join(path, 'exclusive')}: one says how "
+                                                               "the partition is exclusive (written per release)")
     tmax = _str(ctx, m.get("max_time", "UNLIMITED"), _join(path, "max_time"), _TIME_RE)
     tdef = _str(ctx, m["default_time"], _join(path, "default_time"), _TIME_RE) if m.get("default_time") else None
     pname = _str(ctx, m["name"], _join(path, "name"), _NAME_RE)
@@ -606,6 +612,8 @@ def _partition(ctx: _Ctx, raw: Any, path: str, groups: dict[str, NodeGroup],
         qos=_str(ctx, m["qos"], _join(path, "qos"), _NAME_RE) if m.get("qos") else None,
         extra=extra,
         nodes=nodes,
+        exclusive=_choice(ctx, m["exclusive"], _join(path, "exclusive"), ("node", "user", "topo"))
+        if m.get("exclusive") else None,
     )
 
 
@@ -964,7 +972,8 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     if top.get("hooks") is not None:
         hm = _mapping(
             ctx, top["hooks"], "hooks",
-            {"prolog", "epilog", "healthcheck_interval", "command", "prolog_epilog_timeout", "checks"},
+            {"prolog", "epilog", "healthcheck_interval", "healthcheck_start_only", "command", "prolog_epilog_timeout",
+             "checks"},
         )
         checks = hm.get("checks") or {}
         if not isinstance(checks, dict):
@@ -976,7 +985,13 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
             command=_command(ctx, hm.get("command", "/usr/bin/slurmkit"), "hooks.command"),
             prolog_epilog_timeout=_int(ctx, hm.get("prolog_epilog_timeout", 60), "hooks.prolog_epilog_timeout", 1),
             checks=dict(checks),
+            healthcheck_start_only=_bool(ctx, hm.get("healthcheck_start_only", False), "hooks.healthcheck_start_only"),
         )
+        if hooks.healthcheck_start_only and hooks.healthcheck_interval:
+            # slurmctld never starts a periodic check with START_ONLY (controller.c at slurm-25-11-0-1 and
+            # slurm-26-05-3-1), so an interval would promise checks that never run
+            raise ctx.err("hooks.healthcheck_start_only", "runs the health check only when slurmd starts: leave "
+                                                          "hooks.healthcheck_interval unset (or 0) beside it")
         _hook_policy(ctx, hooks)
     site = Site()
     if top.get("site") is not None:

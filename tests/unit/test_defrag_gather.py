@@ -53,3 +53,16 @@ def test_target_of_a_pending_job() -> None:
         target_of(text, "10")
     with pytest.raises(UsageError, match="--for 11: no such job"):
         target_of(text, "11")
+
+
+def test_target_of_reads_2605s_exclusive_field() -> None:
+    """26.05's scontrol says OverSubscribe=NO for every job that did not ask to share and names --exclusive in its
+    own Exclusive= field (recorded from a 26.05.5 lab): a plain pending job is not exclusive there."""
+    from pathlib import Path
+
+    data = Path(__file__).parent.parent / "data" / "slurm" / "26.05"
+    for name, want in (("scontrol_show_job_exclusive.txt", True), ("scontrol_show_job_plain.txt", False)):
+        text = (data / name).read_text()
+        job = text.split()[0].split("=")[1]
+        t, part = target_of(text, job)
+        assert (t.nodes, t.gpus_per_node, t.exclusive, part) == (1, 1, want, "gpu"), name
