@@ -150,6 +150,14 @@ class SlurmFeatures:
     # names a job's directory by its SLUID ("s" + 13 base32 characters), not "job_<id>" (src/plugins/cgroup/v2/
     # cgroup_v2.c: `if (slurm_cgroup_conf.cgroup_job_id_paths) "/job_%u" else print_sluid()`)
     cgroup_job_id_paths: bool = False
+    # job_container.conf Dirs= (which directories get a private per-job mount): in read_jcconf.c's options from
+    # slurm-23-02-0-1; at slurm-22-05-8-1 job_container_tmpfs.c mounts /tmp and /dev/shm, fixed, and Dirs is unknown
+    job_tmpfs_dirs: bool = True
+    # NamespaceType=namespace/tmpfs replaces JobContainerType=job_container/tmpfs from slurm-25-11-0-1: src/plugins/
+    # job_container/ is gone there (src/plugins/namespace/tmpfs reads the same job_container.conf, read_jcconf.c
+    # tmpfs_conf_file), and read_config.c still takes JobContainerType as NamespaceType's value with "JobContainerType
+    # has been replaced with NamespaceType and will be removed in a future release" (slurm-25-11-0-1, slurm-26-05-3-1)
+    namespace_type: bool = False
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -196,4 +204,6 @@ def features_for(version: str) -> SlurmFeatures:
                              else ("SlurmctldParameters", "preempt_send_user_signal")),
         healthcheck_timeout=v >= (26, 5),
         cgroup_job_id_paths=v >= (26, 5),
+        job_tmpfs_dirs=v >= (23, 2),
+        namespace_type=v >= (25, 11),
     )

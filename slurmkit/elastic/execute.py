@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmkit import hostlist
+from slurmkit.backend.records import strip_reason_stamp
 from slurmkit.errors import SlurmCommandError, SlurmkitError
 from slurmkit.generate import rollout as ro
 
@@ -207,6 +208,11 @@ class Executor:
             self.site.restart_slurmds(hosts)
             if not ctld_stopped:
                 self._registered([h for h in hosts if h in set(self._expected_hosts(journal))])
+        elif k == ro.RESTART_DBD:
+            try:
+                self.site.restart_slurmdbd()
+            except (SlurmkitError, OSError) as exc:
+                raise RolloutError(f"restart slurmdbd: {_line(exc)}") from None
         elif k == ro.START_CTLD:
             self._start()
         elif k == ro.RESTART_CTLD:
@@ -227,7 +233,9 @@ class Executor:
             self._registered(self._expected_hosts(journal))
         elif k == ro.RESUME:
             mine = [n.name for n in self.backend.nodes(journal["drained"] or [])
-                    if n.drained and n.reason == CONF_REASON and n.name in set(self.new_hosts)] if journal["drained"] else []
+                    # 22.05's text `scontrol show node` stamps the reason ("... [root@time]"): compare without it
+                    if n.drained and strip_reason_stamp(n.reason) == CONF_REASON and n.name in set(self.new_hosts)
+                    ] if journal["drained"] else []
             if mine:
                 self.backend.resume(hostlist.fold(mine))
                 self.progress(f"resumed {hostlist.fold(mine)}")

@@ -65,6 +65,9 @@ class FakeSite:
         for h in names:
             self.m.slurmd_conf[h] = (self.m.conf_dir / "slurm.conf").read_text()
 
+    def restart_slurmdbd(self) -> None:
+        self.m.ops.append("restart-slurmdbd")
+
     def ctld_log_tail(self, n: int = 5) -> tuple[str, list[str]]:
         from slurmkit.backend.run import log_tail
 
@@ -234,3 +237,38 @@ def test_reconfigure_is_refused_where_the_plan_needs_restarts(tmp_path: Path) ->
     assert res.returncode == 3, res.stdout + res.stderr
     assert "refusing: --reconfigure cannot carry this plan (step 2: stop slurmctld" in res.stderr
     assert ro.read_dir(d) == before and ex.load_journal(d) is None
+
+
+class StampedBackend(FakeBackend):
+    """22.05's `scontrol -o show node` (no --json there) gives a reason with its ``[user@time]`` stamp."""
+
+    def nodes(self, names: list[str] | None = None) -> list[NodeInfo]:
+        return [NodeInfo(n.name, n.state, n.flags, f"{n.reason} [root@2026-12-01T20:19:01]" if n.reason else "")
+                for n in super().nodes(names)]
+
+
+def test_job_container_change_drains_restarts_slurmd_and_resumes_on_22_05(tmp_path: Path) -> None:
+    """Seen on the 22.05 lab: the resume step compared the stamped reason with the one it set and left every node
+    drained ("done: all 6 steps carried out", sinfo: drain)."""
+    rt = {"tmpfs": {"base_path": "/var/spool/slurmd/job_tmpfs"}}
+    old = files_for(dict(LAB, runtime=rt), "22.05")
+    new = files_for(dict(LAB, runtime={"tmpfs": {"base_path": "/local/job_tmpfs"}}), "22.05")
+    d, m, steps, journal = setup(tmp_path, old, new, "22.05")
+    assert [s.kind for s in steps] == ["drain", "write", "restart-slurmd", "verify", "resume"]
+    e = ex.Executor(FakeSite(m), StampedBackend(m), d, new, timeout=1.0)
+    e._alive_after = lambda when, settle=2.0: None  # type: ignore[method-assign]
+    e.run(journal)
+    assert m.ops == ["drain node[1-8]", "restart-slurmd 8", "resume node[1-8]"]
+    assert not m.drained
+
+
+def test_slurmdbd_conf_change_restarts_slurmdbd_only(tmp_path: Path) -> None:
+    acct = {"host": "localhost", "storage": {"user": "slurm"}}
+    old = files_for(dict(LAB, accounting=acct), "22.05")
+    new = files_for(dict(LAB, accounting=dict(acct, purge={"jobs": "6month"})), "22.05")
+    d, m, steps, journal = setup(tmp_path, old, new, "22.05")
+    assert [s.kind for s in steps] == ["write", "restart-slurmdbd", "verify"]
+    executor(d, m, new).run(journal)
+    assert m.ops == ["restart-slurmdbd"]
+    assert (d / "slurmdbd.conf").read_text() == new["slurmdbd.conf"]
+    assert (d / "slurmdbd.conf").stat().st_mode & 0o777 == 0o600
