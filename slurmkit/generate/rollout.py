@@ -929,6 +929,11 @@ def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
             steps.append(Step(RESTART_CTLD, "restart slurmctld"))
         else:
             steps.append(Step(RESTART_SLURMD, f"restart slurmd on {on}", target))
+            if any(c.action == RECONFIGURE for c in changes):
+                # slurm.conf changes of the reconfigure class beside a slurmd-only restart (a job_container.conf
+                # change with JobContainerType/NamespaceType added, 23.11+): restarting slurmd does not make slurmctld
+                # read them (seen on the 24.11 and 26.05 labs: `scontrol show config` kept NamespaceType=(null))
+                steps.append(Step(RECONF, "scontrol reconfigure (slurmctld reads the slurm.conf changes)"))
     elif any(c.action != PUSH for c in changes):
         steps.append(write)
         steps.append(Step(RECONF, "scontrol reconfigure" + (" (23.11+: restarts the daemons, keeps the old config if the new one fails)" if feats.reconfigure_restarts else "")))

@@ -1,7 +1,8 @@
 """The files beside slurm.conf (issue 20 item 6), judged by the lab release's own daemons: slurmdbd loads the
 slurmdbd.conf slurmkit generated (the lab's `--accounting` writes it through the generator), `conf apply --execute`
 restarts slurmdbd for a slurmdbd.conf change and nothing else, and job_container/tmpfs (namespace/tmpfs from 25.11)
-gives a job its own /tmp and /dev/shm.
+gives a job its own /tmp and /dev/shm (on the host's release: a lab of another release runs slurmd chrooted in
+a view, where the job namespace cannot be made; there the test stops after slurmd has read the file).
 
 Cost: one 1-node lab with --accounting --cgroups (MariaDB + slurmdbd), one apply that restarts slurmctld, slurmd and
 slurmdbd, two one-second jobs: about 40 s on 22.05. The tmpfs BasePath is /var/tmp/slurmkit-jobtmp-<port base>
@@ -75,6 +76,19 @@ def test_apply_restarts_slurmdbd_and_a_job_gets_a_private_tmp(slab, tmp_path: Pa
     deadline = time.monotonic() + 60
     while "idle" not in sh(slab, ["sinfo", "-h", "-o", "%t"]).stdout and time.monotonic() < deadline:
         time.sleep(1)
+    # slurmctld took the plugin key (23.11+: a reconfigure after the slurmd restart), slurmd read job_container.conf
+    # (AutoBasePath made BasePath/<node>) and did not die on it
+    conf = sh(slab, ["scontrol", "show", "config"]).stdout
+    assert any(ln.split("=", 1)[0].strip() == key and "tmpfs" in ln for ln in conf.splitlines()), conf
+    assert (slab.jobtmp / "node1").is_dir()
+    assert "idle" in sh(slab, ["sinfo", "-h", "-o", "%t"]).stdout
+    if slab.foreign:
+        # Measured: the per-job namespace fails where the lab runs a release from a cached root (slurmd chrooted in
+        # its view, its own mount namespace): 24.11 slurmstepd logs "container_p_join: setns failed for
+        # BASE/node1/<job>/.ns: Invalid argument" and the job runs with the node's /tmp; 26.05 logs
+        # "namespace_g_stepd_create(...): Is a directory" and the job fails. The host's release runs it for real.
+        pytest.skip(f"a private /tmp is checked on the host's release only (the {slab.release} lab's chrooted slurmd "
+                    "cannot make job namespaces)")
     marker = f"slurmkit-host-{slab.spec.port_base}"
     Path("/tmp", marker).write_text("host\n")
     try:

@@ -223,3 +223,12 @@ def test_a_side_file_no_longer_generated_stays(tmp_path: Path) -> None:
     assert not {"slurmdbd.conf", "plugstack.conf", "job_container.conf", "acct_gather.conf"} & set(ours + foreign)
     diff = r.semantic_diff(r.read_dir(tmp_path), plain, "22.05")
     assert not [c for c in diff if c.file in r.SIDE_FILES]
+
+
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_adding_tmpfs_on_23_11_plus_also_reconfigures_slurmctld(version: str) -> None:
+    """JobContainerType/NamespaceType is of the reconfigure class from 23.11, job_container.conf needs a slurmd
+    restart: the plan used to restart slurmd only, and slurmctld kept the old config (NamespaceType=(null))."""
+    old = gen(inv(slurm_version=version), version)
+    new = gen(inv(slurm_version=version, runtime={"tmpfs": {"base_path": "/local/job_tmpfs"}}), version)
+    assert kinds(old, new, version) == [r.DRAIN_STEP, r.WRITE, r.RESTART_SLURMD, r.RECONF, r.VERIFY, r.RESUME]
