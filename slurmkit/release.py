@@ -178,6 +178,14 @@ class SlurmFeatures:
     # NodeName SuspendTime= from slurm-26-05-0-0rc1 (read_config.c slurm_nodename_options[] at slurm-26-05-3-1;
     # slurm.conf(5): "This value takes precedence over the partition-level and global SuspendTime settings")
     node_suspend_time: bool = False
+    # job_container.conf Dirs= (which directories get a private per-job mount): in read_jcconf.c's options from
+    # slurm-23-02-0-1; at slurm-22-05-8-1 job_container_tmpfs.c mounts /tmp and /dev/shm, fixed, and Dirs is unknown
+    job_tmpfs_dirs: bool = True
+    # NamespaceType=namespace/tmpfs replaces JobContainerType=job_container/tmpfs from slurm-25-11-0-1: src/plugins/
+    # job_container/ is gone there (src/plugins/namespace/tmpfs reads the same job_container.conf, read_jcconf.c
+    # tmpfs_conf_file), and read_config.c still takes JobContainerType as NamespaceType's value with "JobContainerType
+    # has been replaced with NamespaceType and will be removed in a future release" (slurm-25-11-0-1, slurm-26-05-3-1)
+    namespace_type: bool = False
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -232,4 +240,6 @@ def features_for(version: str) -> SlurmFeatures:
         gres_autodetect_full=v >= (26, 5),
         gres_env_uuid=v >= (26, 5),
         node_suspend_time=v >= (26, 5),
+        job_tmpfs_dirs=v >= (23, 2),
+        namespace_type=v >= (25, 11),
     )

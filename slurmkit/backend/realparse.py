@@ -174,6 +174,25 @@ _SCRIPTS = {
 _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 
 
+# Plugins a distribution packages apart from the daemons, so a judge may lack one the site installs: Debian ships
+# acct_gather_energy_ipmi in slurm-wlm-ipmi-plugins (not in the lab roots' slurm-wlm-basic-plugins) and mpi_pmix in
+# slurm-wlm-basic-plugins for 22.05 and 24.11 but in no package of 26.05.5 (unstable): measured on the lab roots. A
+# judge without the plugin dies on it ("cannot find acct_gather_energy plugin for acct_gather_energy/ipmi", then
+# "can not open the (null) plugin": fatal) and judges nothing else, so the copy leaves such a line out with a note;
+# the name itself is checked against the release's plugin list (generate/slurmplugins.py).
+_PACKAGED = {"acctgatherenergytype": "acct_gather_energy", "mpidefault": "mpi"}
+
+
+def _plugin_installed(root: str, value: str) -> bool:
+    """``value`` (``acct_gather_energy/ipmi``) has its shared object in one of ``root``'s plugin directories."""
+    so = value.replace("/", "_") + ".so"
+    base = root.rstrip("/")
+    import glob
+
+    dirs = glob.glob(f"{base}/usr/lib/*/slurm-wlm") + glob.glob(f"{base}/usr/lib*/slurm") + glob.glob(f"{base}/usr/local/lib*/slurm")
+    return any(os.path.exists(os.path.join(d, so)) for d in dirs)
+
+
 def installed_slurmctld() -> tuple[str | None, str]:
     """(path, release like '22.05') of the slurmctld on PATH (sbin included), or (None, reason)."""
     path, version = _installed_version()
@@ -383,6 +402,13 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                 if not kept:
                     continue
                 v = ":".join(kept)
+            # MpiDefault is written without its type (slurm.conf(5): "MpiDefault=pmix"), the others with it
+            plugin = v if "/" in v or lk not in _PACKAGED else f"{_PACKAGED[lk]}/{v}"
+            if (lk in _PACKAGED and "none" not in v.lower() and plugin.lower().startswith(_PACKAGED[lk] + "/")
+                    and not _plugin_installed(root, plugin)):
+                notes.append(f"{k}={v} not judged: this judge's Slurm has no {plugin.replace('/', '_')}.so (packaged "
+                             "apart; the site must install it)")
+                continue
             if lk in _SCRIPTS and not (os.access(v, os.X_OK) or os.access(os.path.join(root, v.lstrip("/")), os.X_OK)):
                 notes.append(f"dropped {k}={v} (not present on this host)")
                 continue
@@ -443,6 +469,13 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
             return RealParse(False, "slurm.conf names no controller (SlurmctldHost)", ["SlurmctldHost is missing"],
                              judge=judge.describe())
         (etc / "slurm.conf").write_text(copy.text)
+        if "acct_gather.conf" in files and any(n.startswith("AcctGatherEnergyType=") for n in copy.notes):
+            # the energy plugin left out (_PACKAGED): acct_gather.conf's EnergyIPMI* keys belong to it, and a key no
+            # loaded plugin owns is fatal ("Could not open/read/parse acct_gather.conf ... options for plugins that
+            # are not loaded", src/interfaces/acct_gather.c at slurm-24-11-5-1, seen with the 24.11 judge)
+            (etc / "acct_gather.conf").write_text("".join(
+                ln for ln in files["acct_gather.conf"].splitlines(keepends=True)
+                if not ln.lower().lstrip().startswith("energyipmi")))
         (tmp / "hosts").mkdir()
         (tmp / "hosts" / "hosts").write_text(copy.hosts())
         conf = str((inside or tmp) / "etc" / "slurm.conf")

@@ -69,6 +69,11 @@ class Site:
     def can_restart_slurmds(self) -> bool:
         return bool(self.rollout.restart_slurmd)
 
+    def restart_slurmdbd(self) -> None:
+        from slurmkit.backend.run import run
+
+        run(list(self.rollout.restart_slurmdbd), timeout=120)
+
     def restart_slurmds(self, names: list[str]) -> None:
         from slurmkit.backend.run import run
 

@@ -207,6 +207,11 @@ class Executor:
             self.site.restart_slurmds(hosts)
             if not ctld_stopped:
                 self._registered([h for h in hosts if h in set(self._expected_hosts(journal))])
+        elif k == ro.RESTART_DBD:
+            try:
+                self.site.restart_slurmdbd()
+            except (SlurmkitError, OSError) as exc:
+                raise RolloutError(f"restart slurmdbd: {_line(exc)}") from None
         elif k == ro.START_CTLD:
             self._start()
         elif k == ro.RESTART_CTLD:

@@ -45,6 +45,8 @@ class Overrides:
     node_params: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     gres_file_prefix: str | None = None
     source: str | None = None  # the overlay file, named in errors
+    # slurmdbd.conf keys (StoragePass above all: the password stays out of the shared inventory; the lab's paths)
+    slurmdbd_conf: tuple[tuple[str, str], ...] = ()
 
 
 def check_overrides(cluster: Cluster, ov: Overrides, version: str) -> None:
@@ -365,7 +367,11 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         ("SlurmdPidFile", "/run/slurmd.pid"),
         ("SlurmctldLogFile", "/var/log/slurm/slurmctld.log"),
         ("SlurmdLogFile", "/var/log/slurm/slurmd.log"),
-        ("MpiDefault", "none"),
+        # MpiDefault=pmix only where the site says PMIx is there (runtime.mpi_default): slurmd and srun load the
+        # plugin named, and Debian ships mpi_pmix in slurm-wlm-basic-plugins for 22.05 (bookworm) and 24.11 (trixie)
+        # but not for 26.05 (unstable: no mpi_pmix*.so in the package; `srun --mpi=list` there shows none, pmi2,
+        # cray_shasta), measured on the lab roots
+        ("MpiDefault", cluster.runtime.mpi_default),
         ("ReturnToService", "2"),
         ("SchedulerType", "sched/backfill"),
         ("SelectType", "select/cons_tres"),
@@ -392,6 +398,10 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
             ("AccountingStorageHost", cluster.accounting.host),
             ("AccountingStoragePort", str(cluster.accounting.port)),
         ]
+        if cluster.accounting.backup_host:
+            # slurm.conf(5) AccountingStorageBackupHost (22.05, 24.11, 26.05): "The name of the backup machine hosting
+            # the accounting storage database" -- slurmctld fails over to slurmdbd there (DbdBackupHost)
+            s.append(("AccountingStorageBackupHost", cluster.accounting.backup_host))
         if gt:
             s.append(("AccountingStorageTRES", ",".join(_tres(cluster))))
     else:
@@ -464,7 +474,115 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
     s += scale_settings(cluster, feats)
     s += power_settings(cluster, conf_dir, feats)
     s += dynamic_settings(cluster)
+    s += runtime_settings(cluster, feats)
     return _merge(s, cluster.slurm_conf)
+
+
+# acct_gather.conf(5) EnergyIPMIFrequency (22.05, 24.11, 26.05): "number of seconds between BMC access samples";
+# slurm.conf(5) AcctGatherNodeFreq: "The AcctGather plugins sampling interval for node accounting ... The default
+# value is 0, which disables ... node accounting" (energy of a node needs it above 0)
+ENERGY_FREQUENCY = 30
+
+
+def runtime_settings(cluster: Cluster, feats: SlurmFeatures) -> list[tuple[str, str]]:
+    """slurm.conf lines of ``runtime:`` (each sentence from slurm.conf(5) at slurm-22-05-8-1, slurm-24-11-5-1 and
+    slurm-26-05-3-1 unless a release is named)."""
+    rt = cluster.runtime
+    s: list[tuple[str, str]] = []
+    if rt.interactive_step:
+        # LaunchParameters use_interactive_step: "launching salloc will automatically start an srun process with
+        # InteractiveStepOptions to launch a terminal on a node in the job allocation" -- the user's shell is on
+        # the GPU node, not on the login node, and uses no resources of the job
+        s.append(("LaunchParameters", "use_interactive_step"))
+    if rt.reboot_program:
+        # RebootProgram: "Program to be executed on each compute node to reboot it. Invoked on each node once it
+        # becomes idle after the command "scontrol reboot" is executed"
+        s.append(("RebootProgram", rt.reboot_program))
+    if rt.tmpfs_base:
+        # job_container.conf(5): "To make use of this plugin, 'PrologFlags=Contain' must also be present" (the
+        # generated PrologFlags has it); the plugin's key per release: release.SlurmFeatures.namespace_type
+        s.append(("NamespaceType", "namespace/tmpfs") if feats.namespace_type
+                 else ("JobContainerType", "job_container/tmpfs"))
+    if rt.energy == "ipmi":
+        s += [("AcctGatherEnergyType", "acct_gather_energy/ipmi"), ("AcctGatherNodeFreq", str(ENERGY_FREQUENCY))]
+    return s
+
+
+# slurmdbd.conf(5) SlurmUser (22.05, 24.11, 26.05): "The name of the user that the slurmdbd daemon executes as ...
+# This must be the same as the SlurmUser on the host running slurmctld"; slurmdbd's read_config.c refuses a file
+# not owned by it ("slurmdbd.conf not owned by SlurmUser") and one whose mode is not 600 (22.05, 24.11: "should be
+# 600 is %o accessible for group or others"; 26.05 also takes 640). rollout.PRIVATE_FILES writes it so.
+def slurmdbd_lines(cluster: Cluster, overrides: Overrides) -> tuple[list[str], list[str]]:
+    """(comment lines, Key=Value lines) of slurmdbd.conf; empty when the inventory names no accounting.storage."""
+    acct = cluster.accounting
+    assert acct is not None
+    settings: list[tuple[str, str]] = [
+        ("AuthType", "auth/munge"),
+        ("DbdHost", acct.host),
+    ]
+    if acct.backup_host:
+        # DbdBackupHost: "The short, or long, name of the machine where the backup Slurm Database Daemon is executed
+        # ... This host must have access to the same underlying database specified by the 'Storage' options"
+        settings.append(("DbdBackupHost", acct.backup_host))
+    settings += [
+        ("DbdPort", str(acct.port)),
+        ("SlurmUser", "slurm"),
+        ("PidFile", "/run/slurmdbd.pid"),
+        ("LogFile", "/var/log/slurm/slurmdbd.log"),
+        ("StorageType", "accounting_storage/mysql"),
+        ("StorageHost", acct.storage_host),
+        ("StoragePort", str(acct.storage_port)),
+        ("StorageUser", acct.storage_user),
+        ("StorageLoc", acct.storage_loc),
+        *((f"Purge{kind}After", v) for kind, v in acct.purge),
+    ]
+    settings = _merge(settings, overrides.slurmdbd_conf)
+    notes = ["mode 600, owner SlurmUser: slurmdbd refuses anything else (src/slurmdbd/read_config.c)"]
+    if not any(k.lower() == "storagepass" for k, _v in settings):
+        notes.append("StoragePass: none given; set it with 'slurmdbd_conf: {StoragePass: ...}' in the site overlay "
+                     "(--overrides), never in the inventory")
+    return notes, [f"{k}={q(v)}" for k, v in settings]
+
+
+def plugstack_lines(cluster: Cluster) -> list[str]:
+    """plugstack.conf: spank(8) (22.05, 24.11, 26.05) "required|optional plugin arguments": a required plugin that
+    fails to load fails the job step (srun and slurmstepd both read it, at every step)."""
+    rt = cluster.runtime
+    return [" ".join(["required", rt.pyxis, *rt.pyxis_args])]
+
+
+def job_container_lines(cluster: Cluster, feats: SlurmFeatures) -> list[str]:
+    """job_container.conf (namespace/tmpfs reads the same file from 25.11: read_jcconf.c tmpfs_conf_file)."""
+    rt = cluster.runtime
+    # AutoBasePath: "Set it to 'true' if directory is not pre-created before slurm startup" (job_container.conf(5),
+    # 22.05, 24.11, 26.05); BasePath: "The plugin constructs a directory for each job inside this path"
+    lines = ["AutoBasePath=true", f"BasePath={rt.tmpfs_base}"]
+    base = rt.tmpfs_base
+    if feats.job_tmpfs_dirs:
+        # slurmd's read_jcconf.c (slurm-24-11-5-1, slurm-26-05-3-1): a Dirs entry that begins with BasePath (a string
+        # prefix: xstrstr(token, basepath) == token) is fatal, "BasePath(%s) cannot also be in Dirs."
+        clash = next((i for i, x in enumerate(rt.tmpfs_dirs) if x.startswith(base)), None)
+        if clash is not None:
+            raise InventoryError("runtime.tmpfs.base_path", f"{base!r} begins runtime.tmpfs.dirs[{clash}] "
+                                 f"({rt.tmpfs_dirs[clash]}): slurmd refuses it (\"BasePath cannot also be in Dirs\", "
+                                 "read_jcconf.c)")
+    elif base in ("/tmp", "/dev/shm") or base.startswith(("/tmp/", "/dev/shm/")):
+        # slurm-22-05-8-1 read_jcconf.c: BasePath /tmp, /tmp/..., /dev/shm or /dev/shm/... is fatal in slurmd, "Cannot
+        # use /tmp or /dev/shm as BasePath" (seen on the lab: slurmd exits at start)
+        raise InventoryError("runtime.tmpfs.base_path", f"{base!r}: Slurm {feats.version}'s slurmd refuses a BasePath "
+                             "in /tmp or /dev/shm (\"Cannot use /tmp or /dev/shm as BasePath\", read_jcconf.c)")
+    if feats.job_tmpfs_dirs:
+        lines.append(f"Dirs={','.join(rt.tmpfs_dirs)}")
+    elif set(rt.tmpfs_dirs) != {"/tmp", "/dev/shm"}:
+        raise InventoryError("runtime.tmpfs.dirs", f"Slurm {feats.version} makes /tmp and /dev/shm private, fixed "
+                             "(job_container.conf has no Dirs before 23.02: read_jcconf.c)")
+    return lines
+
+
+def acct_gather_lines() -> list[str]:
+    # acct_gather.conf(5): EnergyIPMIFrequency; EnergyIPMICalcAdjustment "If set to "yes", the consumption between
+    # the last BMC access sample and a step consumption update is approximated" (22.05, 24.11, 26.05)
+    return [f"EnergyIPMIFrequency={ENERGY_FREQUENCY}", "EnergyIPMICalcAdjustment=yes"]
 
 
 # slurm.conf(5) SchedulerParameters (slurm-22-05-8-1 and slurm-24-11-5-1 alike): bf_window "Default: 1440 (1 day), Min:
@@ -1113,6 +1231,21 @@ def generate(
             files["topology.yaml"] = env.get_template("topology.yaml.j2").render(ctx, body=topology_yaml(cluster).rstrip("\n"))
         else:
             files["topology.conf"] = env.get_template("topology.conf.j2").render(ctx)
+    kv = env.get_template("keyvalue.conf.j2")
+    if cluster.accounting is not None and cluster.accounting.storage and not cluster.adopted:
+        notes, lines = slurmdbd_lines(cluster, ov)
+        files["slurmdbd.conf"] = kv.render(ctx, notes=notes, lines=lines)
+    rt = cluster.runtime
+    if rt.pyxis and not cluster.adopted:
+        files["plugstack.conf"] = kv.render(ctx, notes=["pyxis (enroot containers): srun --container-image"],
+                                            lines=plugstack_lines(cluster))
+    if rt.tmpfs_base and not cluster.adopted:
+        key = "NamespaceType=namespace/tmpfs" if feats.namespace_type else "JobContainerType=job_container/tmpfs"
+        files["job_container.conf"] = kv.render(ctx, notes=[f"read by {key}: a private {', '.join(rt.tmpfs_dirs)} per job"],
+                                                lines=job_container_lines(cluster, feats))
+    if rt.energy == "ipmi" and not cluster.adopted:
+        files["acct_gather.conf"] = kv.render(ctx, notes=["node energy from the BMC (AcctGatherEnergyType=acct_gather_energy/ipmi)"],
+                                              lines=acct_gather_lines())
     if cluster.submit_policy is not None:
         from slurmkit.generate.jobsubmit import job_submit_lua
 
@@ -1140,7 +1273,7 @@ EXECUTABLE_FILES = frozenset({"slurmkit-prolog", "slurmkit-epilog", "slurmkit-he
 def load_overrides(path: str) -> Overrides:
     """A site overlay file for ``conf generate/diff/apply --overrides``: what a host needs beyond the
     inventory (paths, ports, NodeAddr), kept out of the shared inventory. Keys: ``slurm_conf`` and
-    ``cgroup_conf`` (Key: Value), ``node_params`` (group: {Key: Value}), ``gres_file_prefix``."""
+    ``cgroup_conf`` and ``slurmdbd_conf`` (Key: Value; StoragePass goes here), ``node_params`` (group: {Key: Value}), ``gres_file_prefix``."""
     from slurmkit.errors import UsageError
 
     try:
@@ -1148,7 +1281,7 @@ def load_overrides(path: str) -> Overrides:
             data = yamlio.load(fh) or {}
     except (OSError, yamlio.YAMLError) as exc:
         raise UsageError(f"{path}: cannot read overrides: {exc}") from exc
-    allowed = {"slurm_conf", "cgroup_conf", "node_params", "gres_file_prefix"}
+    allowed = {"slurm_conf", "cgroup_conf", "node_params", "gres_file_prefix", "slurmdbd_conf"}
     if not isinstance(data, dict):
         raise InventoryError("(top level)", "expected a mapping", path)
     for k in data:
@@ -1166,6 +1299,7 @@ def load_overrides(path: str) -> Overrides:
     return Overrides(
         slurm_conf=site_pairs(data.get("slurm_conf"), "slurm_conf", path, slurm_conf=True),
         cgroup_conf=site_pairs(data.get("cgroup_conf"), "cgroup_conf", path),
+        slurmdbd_conf=site_pairs(data.get("slurmdbd_conf"), "slurmdbd_conf", path),
         node_params={str(g): site_pairs(v, f"node_params.{g}", path) for g, v in node_params.items()},
         gres_file_prefix=(site_path(data["gres_file_prefix"], "gres_file_prefix", path)
                           if data.get("gres_file_prefix") else None),

@@ -85,6 +85,9 @@ class LabSite(Site):
     def can_restart_slurmds(self) -> bool:
         return True
 
+    def restart_slurmdbd(self) -> None:
+        self.lab.restart_slurmdbd()
+
     def restart_slurmds(self, names: list[str]) -> None:
         self.lab.restart_slurmds(names)
 

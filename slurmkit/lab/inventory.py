@@ -190,7 +190,9 @@ def lab_inventory(
         inv["partitions"].append({"name": "gpu-short", "groups": list(inv["partitions"][0]["groups"]),
                                   "max_time": "1-00:00:00", "default_time": "00:30:00"})
     if accounting:
-        inv["accounting"] = {"host": "localhost"}
+        # storage: slurmkit writes the lab's slurmdbd.conf (Lab.write_config adds its ports and paths by the overlay),
+        # so every --accounting lab's slurmdbd start judges the generated file; the lab's MariaDB user is root
+        inv["accounting"] = {"host": "localhost", "storage": {"host": "127.0.0.1", "user": "root"}}
         inv["tenants"] = tenants if tenants is not None else lab_tenants(nodes * gpus_per_node)
     if power_command and not hooks_command:
         inv["hooks"] = {"command": power_command}  # how slurmctld's power programs reach slurmkit

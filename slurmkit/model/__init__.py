@@ -12,7 +12,7 @@ from typing import Any
 _LOADERS = ("load_cluster", "load_cluster_dict", "load_cluster_text")
 _MODEL = (
     "CPU", "NIC", "SUPPORTED_SLURM_VERSIONS", "Accounting", "Block", "Cluster", "Controller", "GPUs", "Hooks",
-    "NodeGroup", "Partition", "Policy", "Reserve", "Site", "SubmitPolicy", "Switch", "Topology",
+    "NodeGroup", "Partition", "Policy", "Reserve", "Runtime", "Site", "SubmitPolicy", "Switch", "Topology",
 )
 __all__ = [*_MODEL, *_LOADERS]
 

@@ -273,8 +273,37 @@ class Controller:
 
 @dataclass(frozen=True)
 class Accounting:
+    """``accounting:``: slurmdbd (``host``, ``backup_host``: DbdHost/DbdBackupHost, and slurm.conf's
+    AccountingStorageHost/AccountingStorageBackupHost) and the MariaDB/MySQL it stores in (``storage_*``). The
+    database password never comes from the inventory: the site overlay's ``slurmdbd_conf: {StoragePass: ...}``.
+    ``purge``: slurmdbd.conf Purge<Kind>After, e.g. (("Job", "12month"),)."""
+
     host: str
     port: int = 6819
+    backup_host: str = ""
+    storage_host: str = "localhost"
+    storage_port: int = 3306
+    storage_user: str = "slurm"
+    storage_loc: str = "slurm_acct_db"
+    purge: tuple[tuple[str, str], ...] = ()
+    storage: bool = False  # the inventory has accounting.storage: slurmkit writes slurmdbd.conf
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """``runtime:``: what slurmd and srun add around a job. ``pyxis``: path of spank_pyxis.so (plugstack.conf);
+    ``tmpfs_base``: job_container/tmpfs (namespace/tmpfs from 25.11) BasePath, with ``tmpfs_dirs`` private per job;
+    ``energy``: none | ipmi (acct_gather.conf); ``reboot_program``: RebootProgram; ``mpi_default``: MpiDefault;
+    ``interactive_step``: LaunchParameters=use_interactive_step."""
+
+    pyxis: str = ""
+    pyxis_args: tuple[str, ...] = ()
+    tmpfs_base: str = ""
+    tmpfs_dirs: tuple[str, ...] = ("/tmp", "/dev/shm")
+    energy: str = "none"
+    reboot_program: str = ""
+    mpi_default: str = "none"
+    interactive_step: bool = True
 
 
 @dataclass(frozen=True)
@@ -287,6 +316,7 @@ class Rollout:
     stop_slurmctld: tuple[str, ...] = ("systemctl", "stop", "slurmctld")
     start_slurmctld: tuple[str, ...] = ("systemctl", "start", "slurmctld")
     restart_slurmd: tuple[str, ...] = ()
+    restart_slurmdbd: tuple[str, ...] = ("systemctl", "restart", "slurmdbd")  # run where apply runs (ssh for another host)
     keep_backups: int = 20
 
 
@@ -380,6 +410,7 @@ class Cluster:
     # ``dynamic_nodes.max_node_count``: slurm.conf MaxNodeCount, room for nodes that register themselves
     # (``slurmd -Z``, dynamic_nodes.shtml 22.05+); such a site may have no node group at all
     max_node_count: int | None = None
+    runtime: Runtime = Runtime()
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:

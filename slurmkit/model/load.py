@@ -42,6 +42,7 @@ from slurmkit.model.cluster import (
     Reserve,
     Ring,
     Rollout,
+    Runtime,
     Site,
     SubmitPolicy,
     Switch,
@@ -879,7 +880,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
          "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants", "rollout",
-         "defrag", "monitoring", "adopted", "nodesets", "gres_conf", "dynamic_nodes"},
+         "defrag", "monitoring", "adopted", "nodesets", "gres_conf", "dynamic_nodes", "runtime"},
         {"cluster"},
     )
     ctx.adopted = top.get("adopted") is True
@@ -909,10 +910,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         # makes the backup take over with none of the primary's job state
         raise ctx.err("controller.state_dir", "required with more than one controller host: StateSaveLocation must "
                                               "be a directory both controllers share (e.g. on NFS), slurm.conf(5)")
-    accounting = None
-    if top.get("accounting") is not None:
-        am = _mapping(ctx, top["accounting"], "accounting", {"host", "port"}, {"host"})
-        accounting = Accounting(_hostname(ctx, am["host"], "accounting.host"), _port(ctx, am.get("port", 6819), "accounting.port"))
+    accounting = _accounting(ctx, top["accounting"]) if top.get("accounting") is not None else None
     max_nodes = _dynamic_nodes(ctx, top.get("dynamic_nodes"), top.get("slurm_conf"))
     if "node_groups" not in top and max_nodes is None:
         raise ctx.err("node_groups", "required key is missing (only a dynamic-node site, dynamic_nodes:, has none)")
@@ -1049,6 +1047,95 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         nodesets=nodesets,
         gres_conf=_records(ctx, top.get("gres_conf"), "gres_conf"),
         max_node_count=max_nodes,
+        runtime=_runtime(ctx, top["runtime"]) if top.get("runtime") is not None else Runtime(),
+    )
+
+
+# slurmdbd.conf(5) Purge<Kind>After, the same seven at slurm-22-05-8-1, slurm-24-11-5-1 and slurm-26-05-3-1 (26.05
+# adds PurgeJobScriptAfter/PurgeJobEnvAfter, not offered here): "The time is a numeric value and is a number of
+# months. If you want to purge more often you can include "hours", or "days" behind the numeric value"
+PURGE_KINDS = {"events": "Event", "jobs": "Job", "reservations": "Resv", "steps": "Step", "suspend": "Suspend",
+               "txn": "TXN", "usage": "Usage"}
+_PURGE_RE = re.compile(r"^[1-9][0-9]*(month|months|day|days|hour|hours)?$", re.ASCII)
+# a MariaDB/MySQL database or user name slurmdbd puts into SQL and slurmdbd.conf unquoted
+_DB_NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$", re.ASCII)
+
+
+def _accounting(ctx: _Ctx, raw: Any) -> Accounting:
+    am = _mapping(ctx, raw, "accounting", {"host", "port", "backup_host", "storage", "purge"}, {"host"})
+    host = _hostname(ctx, am["host"], "accounting.host")
+    backup = _hostname(ctx, am["backup_host"], "accounting.backup_host") if am.get("backup_host") else ""
+    if backup == host:
+        raise ctx.err("accounting.backup_host", f"{backup!r} is accounting.host: a backup slurmdbd runs on another host")
+    d = Accounting(host)
+    st = _mapping(ctx, am.get("storage") or {}, "accounting.storage", {"host", "port", "user", "database", "password"})
+    if "password" in st:
+        # slurmdbd.conf is the only place the password belongs (mode 600, owned by SlurmUser: slurmdbd refuses
+        # anything else); an inventory is shared and versioned
+        raise ctx.err("accounting.storage.password", "the database password does not belong in the inventory: put "
+                                                     "'slurmdbd_conf: {StoragePass: ...}' in the site overlay "
+                                                     "(--overrides)")
+    purge: list[tuple[str, str]] = []
+    pm = _mapping(ctx, am.get("purge") or {}, "accounting.purge", set(PURGE_KINDS))
+    for k, v in pm.items():
+        text = _str(ctx, v, f"accounting.purge.{k}")
+        if not _PURGE_RE.fullmatch(text):
+            raise ctx.err(f"accounting.purge.{k}", f"{text!r}: a number of months, or N followed by months, days or "
+                                                   "hours (slurmdbd.conf(5) Purge*After)")
+        purge.append((PURGE_KINDS[k], text))
+    return Accounting(
+        host=host,
+        port=_port(ctx, am.get("port", d.port), "accounting.port"),
+        backup_host=backup,
+        storage_host=_hostname(ctx, st["host"], "accounting.storage.host") if st.get("host") else d.storage_host,
+        storage_port=_port(ctx, st.get("port", d.storage_port), "accounting.storage.port"),
+        storage_user=_str(ctx, st.get("user", d.storage_user), "accounting.storage.user", _DB_NAME_RE),
+        storage_loc=_str(ctx, st.get("database", d.storage_loc), "accounting.storage.database", _DB_NAME_RE),
+        purge=tuple(purge),
+        storage=am.get("storage") is not None,
+    )
+
+
+MPI_DEFAULTS = ("none", "pmi2", "pmix")
+
+
+def _runtime(ctx: _Ctx, raw: Any) -> Runtime:
+    m = _mapping(ctx, raw, "runtime", {"pyxis", "tmpfs", "energy", "reboot_program", "mpi_default", "interactive_step"})
+    d = Runtime()
+    pyxis = ""
+    args: tuple[str, ...] = ()
+    if m.get("pyxis") is not None:
+        pm = _mapping(ctx, m["pyxis"], "runtime.pyxis", {"plugin", "args"}, {"plugin"})
+        pyxis = _path(ctx, pm["plugin"], "runtime.pyxis.plugin")
+        if not pyxis.endswith(".so"):
+            raise ctx.err("runtime.pyxis.plugin", f"{pyxis!r}: the path of spank_pyxis.so (plugstack.conf(5) loads a "
+                                                  "shared object)")
+        args = tuple(_str(ctx, a, f"runtime.pyxis.args[{i}]", _SAFE_WORD_RE)
+                     for i, a in enumerate(_list(ctx, pm.get("args") or [], "runtime.pyxis.args")))
+    base, dirs = "", d.tmpfs_dirs
+    if m.get("tmpfs") is not None:
+        tm = _mapping(ctx, m["tmpfs"], "runtime.tmpfs", {"base_path", "dirs"}, {"base_path"})
+        base = _path(ctx, tm["base_path"], "runtime.tmpfs.base_path")
+        if tm.get("dirs") is not None:
+            dirs = tuple(_path(ctx, x, f"runtime.tmpfs.dirs[{i}]") for i, x in enumerate(_list(ctx, tm["dirs"], "runtime.tmpfs.dirs")))
+            if not dirs:
+                raise ctx.err("runtime.tmpfs.dirs", "at least one directory (the default is /tmp and /dev/shm)")
+    energy = _choice(ctx, m.get("energy", "none"), "runtime.energy", ("none", "ipmi", "gpu"))
+    if energy == "gpu":
+        # acct_gather_energy/gpu asks the GPU plugin, and gpu/nvml's gpu_p_energy_read() is an empty function
+        # returning SLURM_SUCCESS (src/plugins/gpu/nvml/gpu_nvml.c at slurm-22-05-8-1, slurm-24-11-5-1 and
+        # slurm-26-05-3-1); slurm.conf(5): "Only available for rsmi at present" (AMD). On NVIDIA GPUs it records 0.
+        raise ctx.err("runtime.energy", "gpu: Slurm reads GPU energy from AMD's rsmi only (gpu/nvml's energy read is "
+                                        "empty, src/plugins/gpu/nvml/gpu_nvml.c); use ipmi (node power from the BMC)")
+    return Runtime(
+        pyxis=pyxis,
+        pyxis_args=args,
+        tmpfs_base=base,
+        tmpfs_dirs=dirs,
+        energy=energy,
+        reboot_program=_command(ctx, m["reboot_program"], "runtime.reboot_program") if m.get("reboot_program") else "",
+        mpi_default=_choice(ctx, m.get("mpi_default", "none"), "runtime.mpi_default", MPI_DEFAULTS),
+        interactive_step=_bool(ctx, m.get("interactive_step", True), "runtime.interactive_step"),
     )
 
 
@@ -1129,7 +1216,7 @@ def _argv(ctx: _Ctx, value: Any, path: str) -> tuple[str, ...]:
 
 
 def _rollout(ctx: _Ctx, raw: Any) -> Rollout:
-    m = _mapping(ctx, raw, "rollout", {"stop_slurmctld", "start_slurmctld", "restart_slurmd", "keep_backups"})
+    m = _mapping(ctx, raw, "rollout", {"stop_slurmctld", "start_slurmctld", "restart_slurmd", "restart_slurmdbd", "keep_backups"})
     d = Rollout()
     restart = _argv(ctx, m["restart_slurmd"], "rollout.restart_slurmd") if m.get("restart_slurmd") else ()
     if restart and not any("{nodes}" in w for w in restart):
@@ -1139,6 +1226,8 @@ def _rollout(ctx: _Ctx, raw: Any) -> Rollout:
         stop_slurmctld=_argv(ctx, m["stop_slurmctld"], "rollout.stop_slurmctld") if m.get("stop_slurmctld") else d.stop_slurmctld,
         start_slurmctld=_argv(ctx, m["start_slurmctld"], "rollout.start_slurmctld") if m.get("start_slurmctld") else d.start_slurmctld,
         restart_slurmd=restart,
+        restart_slurmdbd=(_argv(ctx, m["restart_slurmdbd"], "rollout.restart_slurmdbd") if m.get("restart_slurmdbd")
+                          else d.restart_slurmdbd),
         keep_backups=_int(ctx, m.get("keep_backups", d.keep_backups), "rollout.keep_backups", 1),
     )
 

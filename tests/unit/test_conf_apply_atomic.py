@@ -46,7 +46,9 @@ r.write_files(spec["files"], sys.argv[1], executable={"slurmkit-prolog"}, remove
 
 
 def _managed(d: Path) -> dict[str, str]:
-    return r.read_dir(d)
+    """The files slurmkit writes here: slurmdbd.conf and plugstack.conf are managed names too (issue 20 item 6), but
+    these tests' hand-written ones are the site's (no slurmkit header) and stay out of the sets compared."""
+    return {k: v for k, v in r.read_dir(d).items() if k not in SITE}
 
 
 def _setup(d: Path) -> None:
@@ -155,6 +157,7 @@ def test_stale_files_are_only_those_slurmkit_wrote(tmp_path: Path) -> None:
     _setup(d)
     (d / "topology.conf").write_text("SwitchName=s1 Nodes=n[1-2]\n")  # hand-written: not ours
     ours, foreign = r.stale_files(d, NEW)
+    # the site's slurmdbd.conf and plugstack.conf (names slurmkit may write) are neither: never removed
     assert ours == ["topology.yaml"] and foreign == ["topology.conf"]
 
 

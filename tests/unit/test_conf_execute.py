@@ -65,6 +65,9 @@ class FakeSite:
         for h in names:
             self.m.slurmd_conf[h] = (self.m.conf_dir / "slurm.conf").read_text()
 
+    def restart_slurmdbd(self) -> None:
+        self.m.ops.append("restart-slurmdbd")
+
     def ctld_log_tail(self, n: int = 5) -> tuple[str, list[str]]:
         from slurmkit.backend.run import log_tail
 
@@ -257,3 +260,30 @@ def test_the_nodes_a_22_05_drain_took_are_resumed(tmp_path: Path) -> None:
     e._alive_after = lambda when, settle=2.0: None  # type: ignore[method-assign]
     e.run(journal)
     assert m.ops[-1] == "resume node[1-8]" and not m.drained, m.ops
+
+
+def test_job_container_change_drains_restarts_slurmd_and_resumes_on_22_05(tmp_path: Path) -> None:
+    """Seen on the 22.05 lab: the resume step compared the stamped reason with the one it set and left every node
+    drained ("done: all 6 steps carried out", sinfo: drain)."""
+    rt = {"tmpfs": {"base_path": "/var/spool/slurmd/job_tmpfs"}}
+    old = files_for(dict(LAB, runtime=rt), "22.05")
+    new = files_for(dict(LAB, runtime={"tmpfs": {"base_path": "/local/job_tmpfs"}}), "22.05")
+    d, m, steps, journal = setup(tmp_path, old, new, "22.05")
+    assert [s.kind for s in steps] == ["drain", "write", "restart-slurmd", "verify", "resume"]
+    e = ex.Executor(FakeSite(m), StampedBackend(m), d, new, timeout=1.0)
+    e._alive_after = lambda when, settle=2.0: None  # type: ignore[method-assign]
+    e.run(journal)
+    assert m.ops == ["drain node[1-8]", "restart-slurmd 8", "resume node[1-8]"]
+    assert not m.drained
+
+
+def test_slurmdbd_conf_change_restarts_slurmdbd_only(tmp_path: Path) -> None:
+    acct = {"host": "localhost", "storage": {"user": "slurm"}}
+    old = files_for(dict(LAB, accounting=acct), "22.05")
+    new = files_for(dict(LAB, accounting=dict(acct, purge={"jobs": "6month"})), "22.05")
+    d, m, steps, journal = setup(tmp_path, old, new, "22.05")
+    assert [s.kind for s in steps] == ["write", "restart-slurmdbd", "verify"]
+    executor(d, m, new).run(journal)
+    assert m.ops == ["restart-slurmdbd"]
+    assert (d / "slurmdbd.conf").read_text() == new["slurmdbd.conf"]
+    assert (d / "slurmdbd.conf").stat().st_mode & 0o777 == 0o600
