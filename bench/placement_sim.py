@@ -47,9 +47,9 @@ moved jobs must fit elsewhere now -- and the cost model of slurmkit.defrag.plan;
 planner on the first N passes and stops if its cost differs). A move loses the work since the job's last periodic
 checkpoint (``--ckpt``) plus ``--restart``; the moved job restarts at once elsewhere. Metrics: waits of leaf jobs,
 all jobs' mean wait, utilisation, goodput (less the lost work), wait of jobs larger than a leaf, moves, GPU-hours
-lost / all jobs' GPU-hours. A third run per policy, ``+defrag-resv``, plans with end times (``defrag watch
---reserve``, slurmkit.defrag.plan.plan_reservation): for a waiting leaf job it takes the leaf that can be freed
-first, counting the time limits of the jobs on it that may not move, reserves it from then (Slurm starts on reserved
+lost / all jobs' GPU-hours. A third run per policy, ``+defrag-resv``, plans with end times
+(slurmkit.defrag.plan.plan_reservation; ``--check`` compares its start too): for a waiting leaf job it takes the
+leaf that can be freed first, counting the time limits of the jobs on it that may not move, reserves it from then (Slurm starts on reserved
 nodes only jobs that end before the reservation starts) and at that time moves only the jobs still running there.
 
 Usage: python bench/placement_sim.py [--sizes 512,2048,8192,16384] [--jobs N] [--load 0.9]
