@@ -603,16 +603,18 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
         assert defrag is not None
         stats["checked"] += 1
         names = [n for leaf in topo.leaf_nodes for n in leaf]
-        rjobs, ends = [], {}
+        rjobs, ends, again = [], {}, {}
         for j, r in running.items():
             free_now = j in movable and unblocked_at(j, now) == now
             rjobs.append(RunningJob(str(j), {names[i]: GPUS_PER_NODE for i in r[2]}, movable=free_now,
                                     cost=r[1] * GPUS_PER_NODE * (lost_of(j, now) + defrag.restart_s)))
-            ends[str(j)] = r[0] if free_now or j not in movable else unblocked_at(j, now)
+            ends[str(j)] = r[0]
+            if j in movable and not free_now:  # protected after a move: may move again when that ends
+                again[str(j)] = moved_at[j] + defrag.protect_s
         states = {n: NodeState(n, "allocated" if st.busy[i] else "idle", 0 if st.busy[i] else GPUS_PER_NODE,
                                GPUS_PER_NODE) for i, n in enumerate(names)}
         h = plan_reservation(topo, states, rjobs, ends, Target(NODES_PER_LEAF, GPUS_PER_NODE), now,
-                             horizon_s=defrag.horizon_s, max_moves=defrag.per_job)
+                             horizon_s=defrag.horizon_s, max_moves=defrag.per_job, movable_from=again)
         if h is not None and h.start == now and (best is None or best[0] != now):
             return  # a leaf free now whose moved jobs have no room now: the simulator skips it, the planner does not
         ok = (h is None and best is None) or (h is not None and best is not None and h.start == best[0])

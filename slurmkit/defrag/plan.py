@@ -393,17 +393,25 @@ class Hold:
     cost: float
 
 
-def clear_at(node: NodeState, here: Sequence[RunningJob], ends: Mapping[str, float], target: Target,
-             now: float) -> float:
-    """When ``node`` serves the target if every movable job on it is moved and every other job runs to its end time
-    (``ends``, e.g. from the time limits); ``inf`` when never (a job that may not move has no end time, or the node is
-    down or too small)."""
+def _blocks_until(j: RunningJob, ends: Mapping[str, float], movable_from: Mapping[str, float]) -> float:
+    """Until when job ``j`` keeps its GPUs from a target without a move it may make: now for a movable job, else its
+    end time or the time it may move (``movable_from``), whichever is first; ``inf`` when neither is known."""
     inf = float("inf")
+    return min(ends.get(j.job_id, inf), movable_from.get(j.job_id, inf))
+
+
+def clear_at(node: NodeState, here: Sequence[RunningJob], ends: Mapping[str, float], target: Target,
+             now: float, movable_from: Mapping[str, float] | None = None) -> float:
+    """When ``node`` serves the target if every movable job on it is moved and every other job runs to its end time
+    (``ends``, e.g. from the time limits) or until it may move (``movable_from``); ``inf`` when never (a job that may
+    not move has no end time, or the node is down or too small)."""
+    inf = float("inf")
+    mf = movable_from or {}
     if not _serves(node, 0, 0, target):
         return inf
     stay = [j for j in here if not j.movable]
-    for t in sorted({now} | {max(now, ends.get(j.job_id, inf)) for j in stay}):
-        left = [j for j in stay if ends.get(j.job_id, inf) > t]
+    for t in sorted({now} | {max(now, _blocks_until(j, ends, mf)) for j in stay}):
+        left = [j for j in stay if _blocks_until(j, ends, mf) > t]
         if _serves(node, sum(j.gpus.get(node.name, 0) for j in left), len(left), target):
             return t
     return inf
@@ -411,10 +419,10 @@ def clear_at(node: NodeState, here: Sequence[RunningJob], ends: Mapping[str, flo
 
 def plan_reservation(topo: PlacementTopology, states: Mapping[str, NodeState], jobs: Sequence[RunningJob],
                      ends: Mapping[str, float], target: Target, now: float, horizon_s: float = float("inf"),
-                     max_moves: int | None = None) -> Hold | None:
+                     max_moves: int | None = None, movable_from: Mapping[str, float] | None = None) -> Hold | None:
     """The leaf that can serve the target first when the movable jobs may be moved and the others run to their end
-    times, or None when none can within ``horizon_s``. A job that may not move *now* but later (one protected after a
-    move) is passed as not movable with its protection's end as its end time.
+    times, or None when none can within ``horizon_s``. A job that may not move *now* but may later (one protected
+    after a move) is passed as not movable with that time in ``movable_from``.
 
     Why: on a busy cluster the jobs that may not move (no checkpoint, or larger than a leaf) hold part of nearly every
     leaf, so moves alone rarely free one (bench/README.md, issue 26); but some leaf's unmovable jobs end soon. Slurm
@@ -424,9 +432,10 @@ def plan_reservation(topo: PlacementTopology, states: Mapping[str, NodeState], j
 
     The order: earliest start, then least cost of the expected moves, then fewest moves, then leaf order. Exact for
     the start time (brute-force tested); inside the leaf the nodes are chosen by their clear time, then by the cost of
-    the movable jobs on them, then node order; the moves themselves are planned again at the start by
+    the jobs to move on them, then node order; the moves themselves are planned again at the start by
     :func:`plan_defrag` on that leaf (the state by then is not known now)."""
     inf = float("inf")
+    mf = movable_from or {}
     jobs_on: dict[str, list[RunningJob]] = {}
     for j in jobs:
         for n in j.gpus:
@@ -435,7 +444,7 @@ def plan_reservation(topo: PlacementTopology, states: Mapping[str, NodeState], j
     for li, members in enumerate(topo.leaf_nodes):
         if len(members) < target.nodes:
             continue
-        clear = {n: clear_at(states[n], jobs_on.get(n, []), ends, target, now) for n in members if n in states}
+        clear = {n: clear_at(states[n], jobs_on.get(n, []), ends, target, now, mf) for n in members if n in states}
         times = sorted(clear.values())
         if len(times) < target.nodes or times[target.nodes - 1] == inf:
             continue
@@ -444,8 +453,9 @@ def plan_reservation(topo: PlacementTopology, states: Mapping[str, NodeState], j
             continue
         order = {n: i for i, n in enumerate(members)}
 
-        def still(n: str, t: float = t) -> list[RunningJob]:
-            return [j for j in jobs_on.get(n, []) if j.movable and ends.get(j.job_id, inf) > t]
+        def still(n: str, t: float = t) -> list[RunningJob]:  # running there at t, and movable by then
+            return [j for j in jobs_on.get(n, []) if ends.get(j.job_id, inf) > t
+                    and (j.movable or mf.get(j.job_id, inf) <= t)]
 
         ready = sorted((n for n, c in clear.items() if c <= t),
                        key=lambda n: (clear[n], sum(j.cost for j in still(n)), order[n]))
@@ -454,9 +464,29 @@ def plan_reservation(topo: PlacementTopology, states: Mapping[str, NodeState], j
         if max_moves is not None and len(moved) > max_moves:
             continue
         waits = sorted({j.job_id for n in chosen for j in jobs_on.get(n, [])
-                        if not j.movable and now < ends.get(j.job_id, inf) <= t})
+                        if not j.movable and now < _blocks_until(j, ends, mf) <= t})
         cost = sum(j.cost for j in moved.values())
         key = (t, cost, len(moved), li)
         if best is None or key < best[0]:
             best = (key, Hold(topo.leaf_names[li], chosen, t, tuple(waits), tuple(sorted(moved)), cost))
     return best[1] if best is not None else None
+
+
+def hold_note(hold: Hold, unit: str, now: float) -> str:
+    """One clause for a blocked job's line: which leaf comes free of jobs that may not move, when, and what a
+    reservation from then would need (``scontrol create reservation ... StartTime=... Flags=IGNORE_JOBS``, which
+    slurmkit does not create by itself yet)."""
+    from datetime import datetime
+
+    from slurmkit import hostlist
+
+    if hold.start <= now:
+        return f"{hold.leaf} holds only jobs that may move"
+    when = datetime.fromtimestamp(hold.start).strftime("%Y-%m-%dT%H:%M:%S")
+    wait = f"{(hold.start - now) / 3600:.1f} h"
+    waits = f" (job(s) {', '.join(hold.waits_for)} end by their time limits or may move by then)" if hold.waits_for else ""
+    moves = (f", then moving {', '.join(hold.moves)} ({hold.cost:.0f} GPU-s as of now)" if hold.moves
+             else ", with nothing to move")
+    return (f"{hold.leaf} ({hostlist.fold(hold.nodes)}) is the first {unit} it can have: at {when}, in {wait}{waits}"
+            f"{moves}; a reservation of those nodes from then (StartTime={when} Flags=IGNORE_JOBS) keeps jobs "
+            f"that would run past it off them")
