@@ -540,8 +540,9 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
         return max(now, min(end, moved_at.get(j, -math.inf) + defrag.protect_s))
 
     def ends_pass(now: float, budget: int) -> None:
-        """``defrag watch`` planning with end times: a leaf whose jobs that may not move all end (by their time limits)
-        within ``horizon_s`` needs no move for them; reserve it for the leaf job from then, and move only the jobs still
+        """Planning with end times (slurmkit.defrag.plan.plan_reservation; ``defrag watch`` reports it, it does not
+        create the reservation yet): a leaf whose jobs that may not move all end (by their time limits) within
+        ``horizon_s`` needs no move for them; reserve it for the leaf job from then, and move only the jobs still
         running there at that time."""
         assert defrag is not None
         for leaf, (t, jid) in sorted(resv.items()):  # reservations that are due: move what is left, start the job
@@ -557,7 +558,7 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
             resv_of.pop(jid)
             budget -= len(js)
             move_and_start(now, leaf, jobs[jid])
-        for job in queue:
+        for job in list(queue):  # move_and_start takes the job out of the queue
             if len(resv) >= defrag.max_held:
                 return
             if not leaf_job(job) or job.jid in resv_of or now - job.arrival < defrag.min_wait_s:
