@@ -427,8 +427,10 @@ def plan_reservation(topo: PlacementTopology, states: Mapping[str, NodeState], j
     Why: on a busy cluster the jobs that may not move (no checkpoint, or larger than a leaf) hold part of nearly every
     leaf, so moves alone rarely free one (bench/README.md, issue 26); but some leaf's unmovable jobs end soon. Slurm
     keeps such a leaf for the target once it is reserved from that time: "As the reservation time approaches, only jobs
-    that can complete by the reservation time will be initiated" (doc/html/reservations.shtml, 22.05 and 24.11), and
-    Flags=IGNORE_JOBS lets the reservation cover the movable jobs still running there (scontrol(1)).
+    that can complete by the reservation time will be initiated" (doc/html/reservations.shtml, 22.05 and 24.11; in
+    src/slurmctld/reservation.c job_test_resv a job outside the reservation loses its nodes when the reservation starts
+    before the job's time limit would end), and Flags=IGNORE_JOBS lets the reservation cover the movable jobs still
+    running there (scontrol(1)).
 
     The order: earliest start, then least cost of the expected moves, then fewest moves, then leaf order. Exact for
     the start time (brute-force tested); inside the leaf the nodes are chosen by their clear time, then by the cost of
