@@ -46,12 +46,16 @@ the same rules -- minimum wait, moves per hour and per blocked job, moved jobs p
 moved jobs must fit elsewhere now -- and the cost model of slurmkit.defrag.plan; ``--check N`` runs the real
 planner on the first N passes and stops if its cost differs). A move loses the work since the job's last periodic
 checkpoint (``--ckpt``) plus ``--restart``; the moved job restarts at once elsewhere. Metrics: waits of leaf jobs,
-all jobs' mean wait, utilisation, goodput (less the lost work), moves, GPU-hours lost / all jobs' GPU-hours.
+all jobs' mean wait, utilisation, goodput (less the lost work), wait of jobs larger than a leaf, moves, GPU-hours
+lost / all jobs' GPU-hours. A third run per policy, ``+defrag-resv``, plans with end times
+(slurmkit.defrag.plan.plan_reservation; ``--check`` compares its start too): for a waiting leaf job it takes the
+leaf that can be freed first, counting the time limits of the jobs on it that may not move, reserves it from then (Slurm starts on reserved
+nodes only jobs that end before the reservation starts) and at that time moves only the jobs still running there.
 
 Usage: python bench/placement_sim.py [--sizes 512,2048,8192,16384] [--jobs N] [--load 0.9]
        [--span-penalty 0.0] [--seed 1] [--policies ours,slurm-tree,slurm-none,first-fit,random]
        [--defrag [--min-wait 600] [--moves-per-hour 32] [--moves-per-job 16] [--protect-h 6] [--ckpt 1800]
-        [--restart 120] [--movable 1.0] [--movable-max 31] [--check 20]]
+        [--restart 120] [--movable 1.0] [--movable-max 31] [--check 20] [--horizon-h 24] [--max-held 1]]
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -275,6 +279,9 @@ class Defrag:
     movable: float = 1.0  # share of the jobs that checkpoint (the rest are never moved)
     movable_max: int = NODES_PER_LEAF - 1  # jobs larger than this are never moved (leaf jobs themselves never)
     check: int = 0  # cross-check the first N plans against slurmkit.defrag.plan.plan_defrag
+    ends: bool = False  # plan with end times: reserve the leaf that comes free first, counting ends (see ends_pass)
+    horizon_s: float = 24 * 3600.0  # ends: reserve a leaf at most this far ahead
+    max_held: int = 1  # ends: leaves reserved at once
 
 
 def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str, penalty: float, seed: int,
@@ -306,36 +313,46 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
     moved_at: dict[int, float] = {}
     move_times: list[float] = []
     stats = {"moves": 0, "lost": 0.0, "checked": 0}
+    resv: dict[int, tuple[float, int]] = {}  # leaf -> (start, leaf job): defrag's reservations (defrag.ends)
+    resv_of: dict[int, int] = {}  # leaf job -> its reserved leaf
     why: dict[str, int] = {}  # per leaf, why a pass could not free it (the README's explanation)
 
     def leaf_job(job: Job) -> bool:
         return strict_leaf and job.size == NODES_PER_LEAF
 
-    def whole_free(hidden: int) -> int:
-        return next((i for i in range(nleaves) if i != hidden and len(st.free[i]) == NODES_PER_LEAF), -1)
+    def held(now: float, dur: float) -> set[int]:
+        """Leaves reserved for a leaf job (``defrag.ends``) from a time before ``now + dur``: a job that would still
+        run then may not start there (reservations.shtml: "As the reservation time approaches, only jobs that can
+        complete by the reservation time will be initiated")."""
+        return {leaf for leaf, (t, _) in resv.items() if t < now + dur}
 
-    def fits(job: Job, hidden: int = -1) -> bool:
+    def whole_free(hidden: set[int] | frozenset[int]) -> int:
+        return next((i for i in range(nleaves) if i not in hidden and len(st.free[i]) == NODES_PER_LEAF), -1)
+
+    def fits(job: Job, hidden: set[int] | frozenset[int] = frozenset()) -> bool:
         if leaf_job(job):
             return whole_free(hidden) >= 0
-        return job.size <= st.nfree - (len(st.free[hidden]) if hidden >= 0 else 0)
+        return job.size <= st.nfree - sum(len(st.free[h]) for h in hidden)
 
-    def place(job: Job, hidden: int) -> list[int]:
+    def place(job: Job, hidden: set[int] | frozenset[int]) -> list[int]:
         if leaf_job(job):
             return list(st.free[whole_free(hidden)])
-        if hidden < 0:
+        if not hidden:
             return pick(st, job.size, rng)
-        kept = st.free[hidden]
-        st.free[hidden] = []
-        st.nfree -= len(kept)
-        for i in kept:
-            st.busy[i] = 1
+        kept = {h: st.free[h] for h in hidden}
+        for h, ids in kept.items():
+            st.free[h] = []
+            st.nfree -= len(ids)
+            for i in ids:
+                st.busy[i] = 1
         try:
             return pick(st, job.size, rng)
         finally:
-            for i in kept:
-                st.busy[i] = 0
-            st.free[hidden] = kept
-            st.nfree += len(kept)
+            for h, ids in kept.items():
+                for i in ids:
+                    st.busy[i] = 0
+                st.free[h] = ids
+                st.nfree += len(ids)
 
     def run(job: Job, now: float, ids: list[int], remaining: float, first: bool) -> None:
         nonlocal busy_nodes, useful_nodes
@@ -363,19 +380,30 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
         useful_nodes -= r[1] * r[3]
         return r
 
-    def start(job: Job, now: float, hidden: int = -1) -> None:
-        run(job, now, place(job, hidden), job.duration, first=True)
+    def start(job: Job, now: float, hidden: set[int] | frozenset[int] = frozenset()) -> None:
+        run(job, now, place(job, hidden | held(now, job.duration)), job.duration, first=True)
+        if job.jid in resv_of:  # it started elsewhere before its reserved leaf came free: the reservation goes
+            del resv[resv_of.pop(job.jid)]
 
     def schedule(now: float) -> None:
-        while queue and fits(queue[0]):
+        while queue and fits(queue[0], held(now, queue[0].duration)):
             start(queue.pop(0), now)
         if len(queue) < 2 or min(j.size for j in queue[1 : BACKFILL_DEPTH + 1]) > st.nfree:
             return
         head = queue[0]
-        hidden = -1
+        hidden: set[int] = set()
         if leaf_job(head):  # it waits for the leaf that drains first; others may use that leaf until then
-            drain = [(max((running[j][0] for j in leaf_jobs[i]), default=now), i) for i in range(nleaves)]
-            shadow, hidden = min(drain)
+            if head.jid in resv_of:
+                leaf = resv_of[head.jid]
+                shadow, hidden = resv[leaf][0], {leaf}
+            else:
+                drain = [(max((running[j][0] for j in leaf_jobs[i]), default=now), i) for i in range(nleaves)
+                         if i not in resv]
+                if drain:
+                    shadow, h = min(drain)
+                    hidden = {h}
+                else:
+                    shadow = math.inf
             extra = 0
         else:
             avail = st.nfree
@@ -388,15 +416,16 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
         k = 1
         while k < len(queue) and k <= BACKFILL_DEPTH:
             job = queue[k]
-            if fits(job):
+            mine = held(now, job.duration)
+            if fits(job, mine):
                 ends_before = now + job.duration <= shadow
                 if ends_before:
                     start(queue.pop(k), now)
                     continue
-                if hidden >= 0 and fits(job, hidden):
+                if hidden and fits(job, hidden | mine):
                     start(queue.pop(k), now, hidden)
                     continue
-                if hidden < 0 and job.size <= extra:
+                if not hidden and job.size <= extra:
                     extra -= job.size
                     start(queue.pop(k), now)
                     continue
@@ -416,6 +445,9 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
         if budget <= 0:
             if move_times:
                 heapq.heappush(events, (move_times[0] + 3600, 2, -1))
+            return
+        if defrag.ends:
+            ends_pass(now, budget)
             return
         job = next((j for j in queue if leaf_job(j) and now - j.arrival >= defrag.min_wait_s), None)
         if job is None or fits(job):
@@ -458,7 +490,7 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
             end, size, _ids, _share, _t = stop(j)
             rest.append((j, size, end - now, lost))
         for j, size, remaining, lost in rest:
-            ids = place(Job(j, size, 0.0, 0.0), leaf)
+            ids = place(Job(j, size, 0.0, 0.0), {leaf} | held(now, remaining + lost + defrag.restart_s))
             run(jobs[j], now, ids, remaining + lost + defrag.restart_s, first=False)
             moved_at[j] = now
             move_times.append(now)
@@ -469,6 +501,126 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
                 lost_in_window += g
         queue.remove(job)
         run(job, now, list(st.free[leaf]), job.duration, first=True)
+
+    def move_and_start(now: float, leaf: int, job: Job) -> None:
+        nonlocal lost_in_window
+        assert defrag is not None
+        rest = []
+        for j in sorted(leaf_jobs[leaf]):
+            lost = lost_of(j, now)
+            _end, size, _ids, _share, _t = stop(j)
+            rest.append((j, size, _end - now, lost))
+        for j, size, remaining, lost in rest:
+            ids = place(Job(j, size, 0.0, 0.0), {leaf} | held(now, remaining + lost + defrag.restart_s))
+            run(jobs[j], now, ids, remaining + lost + defrag.restart_s, first=False)
+            moved_at[j] = now
+            move_times.append(now)
+            stats["moves"] += 1
+            g = size * GPUS_PER_NODE * (lost + defrag.restart_s)
+            stats["lost"] += g
+            if w0 <= now <= w1:
+                lost_in_window += g
+        queue.remove(job)
+        run(job, now, list(st.free[leaf]), job.duration, first=True)
+
+    def room_for(leaf: int, js: set[int], now: float) -> bool:
+        """The jobs on ``leaf`` fit elsewhere now, off every reserved leaf (the moved ones restart at once)."""
+        need = sum(running[j][1] for j in js)
+        back = sum(1 for j in js for i in running[j][2] if i // NODES_PER_LEAF != leaf)
+        off = {leaf} | set(resv)
+        return need <= st.nfree - sum(len(st.free[h]) for h in off) + back
+
+    def unblocked_at(j: int, now: float) -> float:
+        """When running job j stops keeping a leaf from a leaf job without a move it may not make: at once if it may
+        move now, else at its end (a job that may never move) or when its protection ends, whichever is first."""
+        assert defrag is not None
+        end = running[j][0]
+        if j not in movable:
+            return end
+        return max(now, min(end, moved_at.get(j, -math.inf) + defrag.protect_s))
+
+    def ends_pass(now: float, budget: int) -> None:
+        """Planning with end times (slurmkit.defrag.plan.plan_reservation; ``defrag watch`` reports it, it does not
+        create the reservation yet): a leaf whose jobs that may not move all end (by their time limits) within
+        ``horizon_s`` needs no move for them; reserve it for the leaf job from then, and move only the jobs still
+        running there at that time."""
+        assert defrag is not None
+        for leaf, (t, jid) in sorted(resv.items()):  # reservations that are due: move what is left, start the job
+            js = leaf_jobs[leaf]
+            if now < t or any(unblocked_at(j, now) > now for j in js):
+                continue
+            if len(js) > budget or not room_for(leaf, js, now):
+                why["due, waiting for the move caps or room"] = why.get("due, waiting for the move caps or room", 0) + 1
+                if len(js) > budget and move_times:
+                    heapq.heappush(events, (move_times[0] + 3600, 2, -1))
+                continue
+            del resv[leaf]
+            resv_of.pop(jid)
+            budget -= len(js)
+            move_and_start(now, leaf, jobs[jid])
+        for job in list(queue):  # move_and_start takes the job out of the queue
+            if len(resv) >= defrag.max_held:
+                return
+            if not leaf_job(job) or job.jid in resv_of or now - job.arrival < defrag.min_wait_s:
+                continue
+            if fits(job, held(now, job.duration)):
+                continue  # the scheduler starts it
+            best = None
+            for leaf in range(nleaves):
+                if leaf in resv:
+                    continue
+                js = leaf_jobs[leaf]
+                t = max((unblocked_at(j, now) for j in js), default=now)
+                if t - now > defrag.horizon_s:
+                    continue
+                stay = {j for j in js if running[j][0] > t}  # still running at t: moved then
+                if len(stay) > defrag.per_job:
+                    continue
+                if t == now and (len(stay) > budget or not room_for(leaf, stay, now)):
+                    continue
+                cost = sum(running[j][1] * GPUS_PER_NODE * ((t - running[j][4]) % defrag.ckpt_s + defrag.restart_s)
+                           for j in stay)
+                key = (t, cost, len(stay), leaf)
+                if best is None or key < best:
+                    best = key
+            if stats["checked"] < defrag.check and not resv:
+                check_hold(now, best)
+            if best is None:
+                continue
+            t, _, _, leaf = best
+            if t == now:
+                move_and_start(now, leaf, job)
+                budget -= best[2]
+                continue
+            resv[leaf] = (t, job.jid)
+            resv_of[job.jid] = leaf
+            heapq.heappush(events, (t, 2, -1))
+
+    def check_hold(now: float, best: tuple[float, float, int, int] | None) -> None:
+        """The simulator's reservation start equals slurmkit.defrag.plan.plan_reservation's on the same state."""
+        from slurmkit.defrag.plan import RunningJob, Target, plan_reservation
+        from slurmkit.placement.engine import NodeState
+
+        assert defrag is not None
+        stats["checked"] += 1
+        names = [n for leaf in topo.leaf_nodes for n in leaf]
+        rjobs, ends, again = [], {}, {}
+        for j, r in running.items():
+            free_now = j in movable and unblocked_at(j, now) == now
+            rjobs.append(RunningJob(str(j), {names[i]: GPUS_PER_NODE for i in r[2]}, movable=free_now,
+                                    cost=r[1] * GPUS_PER_NODE * (lost_of(j, now) + defrag.restart_s)))
+            ends[str(j)] = r[0]
+            if j in movable and not free_now:  # protected after a move: may move again when that ends
+                again[str(j)] = moved_at[j] + defrag.protect_s
+        states = {n: NodeState(n, "allocated" if st.busy[i] else "idle", 0 if st.busy[i] else GPUS_PER_NODE,
+                               GPUS_PER_NODE) for i, n in enumerate(names)}
+        h = plan_reservation(topo, states, rjobs, ends, Target(NODES_PER_LEAF, GPUS_PER_NODE), now,
+                             horizon_s=defrag.horizon_s, max_moves=defrag.per_job, movable_from=again)
+        if h is not None and h.start == now and (best is None or best[0] != now):
+            return  # a leaf free now whose moved jobs have no room now: the simulator skips it, the planner does not
+        ok = (h is None and best is None) or (h is not None and best is not None and h.start == best[0])
+        if not ok:
+            raise SystemExit(f"reservation check failed at t={now:.0f}: planner {h}, simulator {best}")
 
     def check_plan(now: float, job: Job, best: tuple[tuple[float, int, int], int] | None, budget: int) -> None:
         """The simulator's leaf choice equals slurmkit.defrag.plan's on the same state and cost model."""
@@ -513,7 +665,7 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
             defrag_pass(now)
     span = (w1 - w0) * nodes
     measured = jobs[int(len(jobs) * WARMUP):]
-    name = policy + ("+defrag" if defrag is not None else "")
+    name = policy + ("" if defrag is None else "+defrag-resv" if defrag.ends else "+defrag")
     work = sum(j.size * GPUS_PER_NODE * j.duration for j in jobs)
     return Result(name, measured, busy_int / span, useful_int / span - lost_in_window / GPUS_PER_NODE / span,
                   time.perf_counter() - t_wall, stats["moves"], stats["lost"], work, stats["checked"], why)
@@ -554,16 +706,18 @@ def report(nodes: int, results: list[Result]) -> list[str]:
 def report_defrag(nodes: int, results: list[Result]) -> list[str]:
     lines = [
         "| nodes | policy | leaf jobs | leaf-job wait mean h | p95 h | all jobs wait mean h | GPU util | goodput "
-        "| moves | GPU-h lost to moves | sim s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| wait > leaf mean h | moves | GPU-h lost to moves | sim s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         leaf = [j.start - j.arrival for j in r.jobs if j.size == NODES_PER_LEAF]
         allw = [j.start - j.arrival for j in r.jobs]
+        big = [j.start - j.arrival for j in r.jobs if j.size > NODES_PER_LEAF]
         lost = f"{r.lost_gpu_s / r.work_gpu_s:.2%}" if r.moves else "-"
         lines.append(
             f"| {nodes} | {r.policy} | {len(leaf)} | {sum(leaf) / len(leaf) / 3600:.2f} | {pct(leaf, 0.95) / 3600:.2f} "
-            f"| {sum(allw) / len(allw) / 3600:.2f} | {r.util:.1%} | {r.goodput:.1%} | {r.moves} | {lost} "
+            f"| {sum(allw) / len(allw) / 3600:.2f} | {r.util:.1%} | {r.goodput:.1%} | {sum(big) / len(big) / 3600:.2f} "
+            f"| {r.moves} | {lost} "
             f"| {r.seconds:.1f} |"
         )
     return lines
@@ -589,6 +743,8 @@ def main() -> None:
                     help="defrag: share of the jobs smaller than a leaf that checkpoint")
     ap.add_argument("--movable-max", type=int, default=Defrag.movable_max,
                     help="defrag: jobs of more nodes than this are never moved")
+    ap.add_argument("--horizon-h", type=float, default=Defrag.horizon_s / 3600)
+    ap.add_argument("--max-held", type=int, default=Defrag.max_held)
     ap.add_argument("--check", type=int, default=20, help="defrag: cross-check this many plans with slurmkit's planner")
     args = ap.parse_args()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -605,19 +761,25 @@ def main() -> None:
         topo = fat_tree(nodes)
         if args.defrag:
             d = Defrag(args.min_wait, args.moves_per_hour, args.moves_per_job, args.protect_h * 3600, args.ckpt,
-                       args.restart, args.movable, args.movable_max, args.check)
+                       args.restart, args.movable, args.movable_max, args.check, False, args.horizon_h * 3600,
+                       args.max_held)
+            de = replace(d, ends=True)
             results = [simulate(topo, nodes, trace, p, args.span_penalty, args.seed, strict_leaf=True, defrag=dd)
-                       for p in policies for dd in (None, d)]
+                       for p in policies for dd in (None, d, de)]
             lines = report_defrag(nodes, results)
             for r in results:
-                if r.why:
+                if r.policy.endswith("-resv"):
+                    print(f"{nodes} {r.policy}: passes where a reserved leaf was due but its moves waited for the "
+                          f"move caps or room elsewhere: {sum(r.why.values())}", file=sys.stderr)
+                elif r.why:
                     total = sum(r.why.values())
                     print(f"{nodes} {r.policy}: leaves not freed in passes without a plan: " + ", ".join(
                         f"{k} {v / total:.0%}" for k, v in sorted(r.why.items(), key=lambda kv: -kv[1])),
                         file=sys.stderr)
             checked = sum(r.checked for r in results)
             if checked:
-                print(f"({checked} defrag plans at {nodes} nodes equal slurmkit.defrag.plan's)", file=sys.stderr)
+                print(f"({checked} defrag plans and reservation starts at {nodes} nodes equal slurmkit.defrag.plan's)",
+                      file=sys.stderr)
         else:
             results = [simulate(topo, nodes, trace, p, args.span_penalty, args.seed) for p in policies]
             lines = report(nodes, results)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import click
 
@@ -74,6 +75,17 @@ def _plan_doc(verdict, target, source) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
+def _hold(verdict, topo, states, jobs, target, details):  # type: ignore[no-untyped-def]
+    """When moves alone free no leaf: the leaf the job can have first counting the time limits of the jobs that may
+    not move (slurmkit.defrag.plan.plan_reservation), else None."""
+    from slurmkit.defrag.plan import plan_reservation
+    from slurmkit.defrag.watch import job_ends
+
+    if not verdict.blocked or verdict.plan is not None:
+        return None
+    return plan_reservation(topo, states, jobs, job_ends(details), target, time.time())
+
+
 def _print(verdict, target) -> None:  # type: ignore[no-untyped-def]
     from slurmkit import hostlist
 
@@ -115,12 +127,21 @@ def plan_cmd(for_job: str | None, nodes: int | None, gpus_per_node: int | None, 
     from slurmkit.defrag.plan import plan_defrag
 
     _shape(for_job, nodes, gpus_per_node)
-    _backend, topo, states, jobs, target, source, _ = _gather(for_job, nodes, gpus_per_node, inventory)
+    _backend, topo, states, jobs, target, source, details = _gather(for_job, nodes, gpus_per_node, inventory)
     verdict = plan_defrag(topo, states, jobs, target)
+    hold = _hold(verdict, topo, states, jobs, target, details)
     if as_json:
-        click.echo(json.dumps(_plan_doc(verdict, target, source), indent=1))
+        doc = _plan_doc(verdict, target, source)
+        doc["hold"] = None if hold is None else {
+            "leaf": hold.leaf, "nodes": list(hold.nodes), "start": hold.start, "waits_for": list(hold.waits_for),
+            "moves": list(hold.moves), "cost_gpu_s": hold.cost}
+        click.echo(json.dumps(doc, indent=1))
     else:
         _print(verdict, target)
+        if hold is not None:
+            from slurmkit.defrag.plan import hold_note
+
+            click.echo(f"no move frees a {topo.unit} now: {hold_note(hold, topo.unit, time.time())}")
     sys.exit(0 if verdict.plan else (1 if verdict.blocked else 3))
 
 

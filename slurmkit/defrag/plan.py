@@ -374,3 +374,121 @@ def plan_defrag(topo: PlacementTopology, states: Mapping[str, NodeState], jobs: 
     notes = () if best.exact else ("a component with more than "
                                    f"{MAX_COMPONENT_JOBS} movable jobs was planned greedily",)
     return Verdict(True, why, best, notes)
+
+
+# ---------------------------------------------------------------------------------------------- planning with ends
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Where and from when to reserve for a target when moves alone cannot free a leaf now: ``start`` is when the
+    jobs on ``nodes`` that may not move have all reached their end times; ``moves`` are the movable jobs expected to
+    still run there then (moved at ``start``), ``cost`` their cost as of now (an estimate of the cost then)."""
+
+    leaf: str
+    nodes: tuple[str, ...]
+    start: float
+    waits_for: tuple[str, ...]
+    moves: tuple[str, ...]
+    cost: float
+
+
+def _blocks_until(j: RunningJob, ends: Mapping[str, float], movable_from: Mapping[str, float]) -> float:
+    """Until when job ``j`` keeps its GPUs from a target without a move it may make: now for a movable job, else its
+    end time or the time it may move (``movable_from``), whichever is first; ``inf`` when neither is known."""
+    inf = float("inf")
+    return min(ends.get(j.job_id, inf), movable_from.get(j.job_id, inf))
+
+
+def clear_at(node: NodeState, here: Sequence[RunningJob], ends: Mapping[str, float], target: Target,
+             now: float, movable_from: Mapping[str, float] | None = None) -> float:
+    """When ``node`` serves the target if every movable job on it is moved and every other job runs to its end time
+    (``ends``, e.g. from the time limits) or until it may move (``movable_from``); ``inf`` when never (a job that may
+    not move has no end time, or the node is down or too small)."""
+    inf = float("inf")
+    mf = movable_from or {}
+    if not _serves(node, 0, 0, target):
+        return inf
+    stay = [j for j in here if not j.movable]
+    for t in sorted({now} | {max(now, _blocks_until(j, ends, mf)) for j in stay}):
+        left = [j for j in stay if _blocks_until(j, ends, mf) > t]
+        if _serves(node, sum(j.gpus.get(node.name, 0) for j in left), len(left), target):
+            return t
+    return inf
+
+
+def plan_reservation(topo: PlacementTopology, states: Mapping[str, NodeState], jobs: Sequence[RunningJob],
+                     ends: Mapping[str, float], target: Target, now: float, horizon_s: float = float("inf"),
+                     max_moves: int | None = None, movable_from: Mapping[str, float] | None = None) -> Hold | None:
+    """The leaf that can serve the target first when the movable jobs may be moved and the others run to their end
+    times, or None when none can within ``horizon_s``. A job that may not move *now* but may later (one protected
+    after a move) is passed as not movable with that time in ``movable_from``.
+
+    Why: on a busy cluster the jobs that may not move (no checkpoint, or larger than a leaf) hold part of nearly every
+    leaf, so moves alone rarely free one (bench/README.md, issue 26); but some leaf's unmovable jobs end soon. Slurm
+    keeps such a leaf for the target once it is reserved from that time: "As the reservation time approaches, only jobs
+    that can complete by the reservation time will be initiated" (doc/html/reservations.shtml, 22.05 and 24.11; in
+    src/slurmctld/reservation.c job_test_resv a job outside the reservation loses its nodes when the reservation starts
+    before the job's time limit would end), and Flags=IGNORE_JOBS lets the reservation cover the movable jobs still
+    running there (scontrol(1)).
+
+    The order: earliest start, then least cost of the expected moves, then fewest moves, then leaf order. Exact for
+    the start time (brute-force tested); inside the leaf the nodes are chosen by their clear time, then by the cost of
+    the jobs to move on them, then node order; the moves themselves are planned again at the start by
+    :func:`plan_defrag` on that leaf (the state by then is not known now)."""
+    inf = float("inf")
+    mf = movable_from or {}
+    jobs_on: dict[str, list[RunningJob]] = {}
+    for j in jobs:
+        for n in j.gpus:
+            jobs_on.setdefault(n, []).append(j)
+    best: tuple[tuple[float, float, int, int], Hold] | None = None
+    for li, members in enumerate(topo.leaf_nodes):
+        if len(members) < target.nodes:
+            continue
+        clear = {n: clear_at(states[n], jobs_on.get(n, []), ends, target, now, mf) for n in members if n in states}
+        times = sorted(clear.values())
+        if len(times) < target.nodes or times[target.nodes - 1] == inf:
+            continue
+        t = times[target.nodes - 1]
+        if t - now > horizon_s:
+            continue
+        order = {n: i for i, n in enumerate(members)}
+
+        def still(n: str, t: float = t) -> list[RunningJob]:  # running there at t, and movable by then
+            return [j for j in jobs_on.get(n, []) if ends.get(j.job_id, inf) > t
+                    and (j.movable or mf.get(j.job_id, inf) <= t)]
+
+        ready = sorted((n for n, c in clear.items() if c <= t),
+                       key=lambda n: (clear[n], sum(j.cost for j in still(n)), order[n]))
+        chosen = tuple(sorted(ready[:target.nodes], key=order.__getitem__))
+        moved = {j.job_id: j for n in chosen for j in still(n)}
+        if max_moves is not None and len(moved) > max_moves:
+            continue
+        waits = sorted({j.job_id for n in chosen for j in jobs_on.get(n, [])
+                        if not j.movable and now < _blocks_until(j, ends, mf) <= t})
+        cost = sum(j.cost for j in moved.values())
+        key = (t, cost, len(moved), li)
+        if best is None or key < best[0]:
+            best = (key, Hold(topo.leaf_names[li], chosen, t, tuple(waits), tuple(sorted(moved)), cost))
+    return best[1] if best is not None else None
+
+
+def hold_note(hold: Hold, unit: str, now: float) -> str:
+    """One clause for a blocked job's line: which leaf comes free of jobs that may not move, when, and what a
+    reservation from then would need (``scontrol create reservation ... StartTime=... Flags=IGNORE_JOBS``, which
+    slurmkit does not create by itself yet)."""
+    from datetime import datetime
+
+    from slurmkit import hostlist
+
+    if hold.start <= now:
+        return f"{hold.leaf} holds only jobs that may move"
+    when = datetime.fromtimestamp(hold.start).strftime("%Y-%m-%dT%H:%M:%S")
+    wait = f"{(hold.start - now) / 3600:.1f} h"
+    waits = f" (job(s) {', '.join(hold.waits_for)} end by their time limits or may move by then)" if hold.waits_for else ""
+    moves = (f", then moving {', '.join(hold.moves)} ({hold.cost:.0f} GPU-s as of now)" if hold.moves
+             else ", with nothing to move")
+    return (f"{hold.leaf} ({hostlist.fold(hold.nodes)}) is the first {unit} it can have: at {when}, in {wait}{waits}"
+            f"{moves}; a reservation of those nodes from then (StartTime={when} Flags=IGNORE_JOBS) keeps jobs "
+            f"that would run past it off them")

@@ -105,11 +105,25 @@ def moves_last_hour(state: WatchState, now: float) -> int:
     return sum(1 for m in state.moves if 0 <= now - float(m["t"]) < 3600)
 
 
-def protect(jobs: Sequence[RunningJob], state: WatchState, policy: Policy, now: float) -> list[RunningJob]:
-    """Jobs moved within ``protect_h`` hours become unmovable, saying until when."""
+def _last_moved(state: WatchState) -> dict[str, float]:
     last: dict[str, float] = {}
     for m in state.moves:
         last[str(m["job"])] = max(last.get(str(m["job"]), 0.0), float(m["t"]))
+    return last
+
+
+def movable_again(jobs: Sequence[RunningJob], state: WatchState, policy: Policy, now: float) -> dict[str, float]:
+    """When each job that ``protect`` made unmovable may move again (its protection ends): plan_reservation's
+    ``movable_from``."""
+    last = _last_moved(state)
+    return {j.job_id: last[j.job_id] + policy.protect_h * 3600 for j in jobs
+            if not j.movable and j.job_id in last and now - last[j.job_id] < policy.protect_h * 3600
+            and j.why_not.startswith("moved by")}
+
+
+def protect(jobs: Sequence[RunningJob], state: WatchState, policy: Policy, now: float) -> list[RunningJob]:
+    """Jobs moved within ``protect_h`` hours become unmovable, saying until when."""
+    last = _last_moved(state)
     out = []
     for j in jobs:
         t = last.get(j.job_id)
@@ -298,7 +312,7 @@ def run_pass(snapshot: Callable[[], Snapshot], backend: Any, policy: Policy, sta
     """One pass; False when an action was rolled back. The state file is locked for the pass: a second watch (or
     a ``--once`` beside the service) says so and does nothing."""
     from slurmkit.defrag.gather import running_jobs
-    from slurmkit.defrag.plan import plan_defrag
+    from slurmkit.defrag.plan import hold_note, plan_defrag, plan_reservation
     from slurmkit.health.state import LockTimeout, locked
     from slurmkit.placement.state import partition_nodes
 
@@ -323,7 +337,13 @@ def run_pass(snapshot: Callable[[], Snapshot], backend: Any, policy: Policy, sta
                 target, part = target_of(s.details, p.job_id)
                 topo = s.topo.restrict(partition_nodes(s.partitions, part.split(",")[0])) if part else s.topo
                 jobs = protect(running_jobs(s.details, policy, now=t0), state, policy, t0)
-                return target, plan_defrag(topo, s.states, jobs, target)
+                v = plan_defrag(topo, s.states, jobs, target)
+                if v.blocked and v.plan is None:  # say when a leaf comes free of what may not move (not acted on)
+                    hold = plan_reservation(topo, s.states, jobs, job_ends(s.details), target, t0,
+                                            movable_from=movable_again(jobs, state, policy, t0))
+                    if hold is not None:
+                        v = replace(v, reason=f"{v.reason}; {hold_note(hold, topo.unit, t0)}")
+                return target, v
 
             d = decide(policy, state, t0, minute, pending, plan_for)
             ok = True

@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("argv", [
     ["conf_bench.py", "--sizes", "64,1000", "--repeat", "1"],
     ["placement_sim.py", "--sizes", "64", "--jobs", "200"],
+    # defrag on/off and planning with end times, each pass cross-checked against slurmkit's planners (--check)
+    ["placement_sim.py", "--sizes", "128", "--jobs", "600", "--defrag", "--policies", "ours", "--check", "20"],
     ["placement_decide.py", "--nodes", "256", "--decisions", "10"],
     ["placement_optimal.py", "--instances", "5"],
     ["acceptance_sim.py"],

@@ -25,6 +25,7 @@ from slurmkit.defrag.watch import (
     candidates,
     decide,
     metrics_text,
+    movable_again,
     natural_start,
     protect,
     quiet_now,
@@ -300,6 +301,36 @@ def test_one_pass_moves_records_and_writes_metrics(tmp_path: Path) -> None:
              now=lambda: now + 60, minute_of_day=61)
     assert b2.calls == [] and lines2 == ["rate limit: 1 job(s) moved in the last hour "
                                          "(defrag.max_moves_per_hour 1): nothing done"]
+
+
+def test_a_pass_without_a_move_set_says_which_leaf_comes_free_first(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    now = datetime.fromisoformat("2030-01-01T01:00:00").timestamp()
+    # nothing may move (no movable QOS, not gpusub jobs): job 11 ends first (02:00), so leaf2 is the one
+    b, lines = FakeBackend(), []
+    run_pass(snap, b, Policy(), str(tmp_path / "w.json"), None, lines.append, now=lambda: now, minute_of_day=60)
+    assert b.calls == [] and lines == [
+        "job 20: blocked, and no set of movable jobs frees a whole leaf for it (not movable: 10, 11); leaf2 (n[3-4]) "
+        "is the first leaf it can have: at 2030-01-01T02:00:00, in 1.0 h (job(s) 11 end by their time limits or may "
+        "move by then), with nothing to move; a reservation of those nodes from then "
+        "(StartTime=2030-01-01T02:00:00 Flags=IGNORE_JOBS) keeps jobs that would run past it off them: nothing done"]
+    # both movable but moved 5 minutes ago and protected for 15: either may move at 01:10; 11 costs less
+    state = WatchState(moves=[{"t": now - 300, "job": "10", "for": "x"}, {"t": now - 300, "job": "11", "for": "x"}])
+    state.save(str(tmp_path / "p.json"), now, 3600)
+    pol = Policy(movable_qos=frozenset({"scav"}), protect_h=0.25)
+    b, lines = FakeBackend(), []
+    run_pass(snap, b, pol, str(tmp_path / "p.json"), None, lines.append, now=lambda: now, minute_of_day=60)
+    assert b.calls == [] and "leaf2 (n[3-4]) is the first leaf it can have: at 2030-01-01T01:10:00, in 0.2 h (job(s) " \
+        "11 end by their time limits or may move by then), then moving 11 (" in lines[0], lines
+
+
+def test_movable_again_is_the_end_of_each_protection() -> None:
+    _t, _states, jobs = two_leaves()
+    state = WatchState(moves=[{"t": 1000.0, "job": "11", "for": "x"}])
+    pol = Policy(protect_h=1.0)
+    assert movable_again(protect(jobs, state, pol, 2000.0), state, pol, 2000.0) == {"11": 4600.0}
+    assert movable_again(protect(jobs, state, pol, 5000.0), state, pol, 5000.0) == {}  # protection over
 
 
 def test_dry_run_pass_changes_nothing(tmp_path: Path) -> None:
