@@ -90,6 +90,38 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
     "stanford-power9": {
         r: (["PartitionName=main names unknown nodes or nodesets power9-compute-1"], []) for r in ("22.05", "24.11", "26.05")
     },
+    # Caltech's "central" cluster: HA in the old spelling (ControlMachine/BackupController, still read by
+    # read_config.c _validate_and_set_defaults in 22.05 and 24.11), power saving with 1010 State=CLOUD nodes,
+    # PartitionName=DEFAULT. Its GPU nodes have Gres= and the repository holds no gres.conf: slurmd "Can not stat
+    # gres.conf file (%s), using slurm.conf data" and drops every file-less GPU (as for pydra-ci below; gres.c:2311 at
+    # 22.05, :2745 at 24.11). Not errors: TaskPlugin=affinity,cgroup (task.c task_g_init prefixes "task/",
+    # "backward compatibility", src/slurmd/common/task_plugin.c:132 at 22.05, src/interfaces/task.c:118 at 24.11);
+    # DebugFlags=PowerSave,NO_CONF_HASH (read_config.c debug_str2flags, :5822/:5855 at 22.05, :6158/:6195 at 24.11);
+    # CPUs=8 on a 1 x 8 x 2 node (CPUs may equal Sockets*CoresPerSocket, read_config.c _parse_nodename);
+    # JobSubmitPlugins=require_timelimit (src/plugins/job_submit/require_timelimit in both). AccountingStorageUser is
+    # defunct in 26.05 (read_config.c _defunct_option there), a warning
+    "caltech-central-clima": {
+        r: (["gres.conf is missing but slurm.conf nodes have Gres="],
+            [] if r != "26.05" else ["AccountingStorageUser is defunct in Slurm 26.05"])
+        for r in ("22.05", "24.11", "26.05")
+    },
+    # Slurm's own gres.conf test site (testsuite/expect/test7.17_configs): Nodename=DEFAULT holds the geometry
+    # (2 sockets x 2 cores x 2 threads) and gres=gpu:8 for test_node[0-9]. There is no PartitionName line:
+    # fatal("No PartitionName information available!") in 22.05 (src/slurmctld/read_config.c:887 at
+    # slurm-22-05-8-1), allowed from 23.02.6 on. test7.17.1's Cores=[4-7] names cores 4-7 of a 4-core node: slurmd
+    # converts Cores= with xcpuinfo_abs_to_mac, whose bitmap has sockets * cores bits (src/slurmd/common/xcpuinfo.c
+    # :1025/:1035 at 22.05, :1157/:1167 at 24.11), so bit_unfmt fails and slurmd logs "Invalid GRES data for gpu,
+    # Cores=[4-7]" and binds those GPUs to no core (src/common/gres.c:1342 at 22.05, src/interfaces/gres.c:1566 at
+    # 24.11). test7.17 itself passes because its test program loads gres.conf without that conversion ("Not converting
+    # Cores into machine format is only for testing", same place). test7.17.4 (no Cores=) is valid from 23.02.6
+    "slurm-test7.17.1-gres": {
+        r: (["gres.conf:5: Cores=[4-7] is outside the 4 cores of test_node[0-9]"]
+            + (["no PartitionName line: slurmctld 22.05 exits"] if r == "22.05" else []), [])
+        for r in ("22.05", "24.11", "26.05")
+    },
+    "slurm-test7.17.4-gres": {
+        r: (["no PartitionName line: slurmctld 22.05 exits"] if r == "22.05" else [], []) for r in ("22.05", "24.11", "26.05")
+    },
 }
 
 
