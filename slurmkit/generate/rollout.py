@@ -541,7 +541,13 @@ def _node_table(conf: cp.SlurmConf) -> dict[str, dict[str, str]]:
         for k, dv in slurmdefaults.NODE_DEFAULTS.items():
             if d.get(k, dv) == dv:
                 d.pop(k, None)
-        d.pop("state", None)
+        # State= is mostly the initial state (UNKNOWN, DOWN, DRAIN, ...: slurmctld then keeps the saved one), but CLOUD
+        # and FUTURE say what the node is: "Indicates the node exists in the cloud. Its initial state will be treated
+        # as powered down" / "defined for future use and need not exist when the Slurm daemons are started"
+        # (slurm.conf(5) NODE CONFIGURATION State, 22.05 and 24.11): those are part of the node's definition
+        state = d.pop("state", "").upper()
+        if state in ("CLOUD", "FUTURE"):
+            d["state"] = state
         for h in hostlist.expand(rec.head):
             out[h] = d
     return out
@@ -677,6 +683,9 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
                     act, why = DRAIN, "GRES counts change: drain the nodes first (gres.conf(5))"
                 else:
                     act, why = RECONFIGURE, "GRES types change: reconfigure with every slurmd responding"
+            elif k == "state":
+                # a node becomes or stops being a CLOUD/FUTURE node: a change of the node's definition
+                act, why = rule(ver, "node~").action, rule(ver, "node~").doc
             elif k in _SLURMD_LOCAL:
                 act, why = _slurmd_restart(feats)
             else:

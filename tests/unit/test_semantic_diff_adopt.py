@@ -73,3 +73,17 @@ def test_control_addr_is_the_address_of_slurmctld_host() -> None:
     assert semantic_diff(old, conf("SlurmctldHost=head(10.0.0.1)\nSlurmctldHost=b(10.0.0.2)"), "24.11") == []
     moved = semantic_diff(old, conf("SlurmctldHost=head(10.0.0.9)\nSlurmctldHost=b(10.0.0.2)"), "22.05")
     assert [c.subject for c in moved] == ["SlurmctldHost"]
+
+
+def test_a_node_becoming_or_leaving_cloud_is_a_change_an_initial_state_is_not() -> None:
+    """slurm.conf(5) NODE CONFIGURATION State (22.05, 24.11): CLOUD "Indicates the node exists in the cloud. Its initial
+    state will be treated as powered down", FUTURE "defined for future use": part of what the node is. UNKNOWN, DOWN,
+    DRAIN are initial states slurmctld replaces with the saved one. Found with the Caltech corpus config, whose 1010
+    CLOUD nodes could be turned into ordinary nodes with "nothing to do"."""
+    for release in ("22.05", "24.11"):
+        cloud = conf(geo="CPUs=8 State=CLOUD")
+        changed = semantic_diff(cloud, conf(geo="CPUs=8 State=UNKNOWN"), release)
+        assert [(c.subject, c.old, c.new, c.action) for c in changed] == [("NodeName=n[1-4] state", "CLOUD", "", "drain")]
+        assert semantic_diff(conf(geo="CPUs=8 State=future"), conf(geo="CPUs=8"), release) != []
+        assert semantic_diff(cloud, conf(geo="CPUs=8 State=cloud"), release) == []
+        assert semantic_diff(conf(geo="CPUs=8 State=DOWN"), conf(geo="CPUs=8"), release) == []
