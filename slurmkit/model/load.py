@@ -922,7 +922,9 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     )
     if len({p.name for p in parts}) != len(parts):
         raise ctx.err("partitions", "duplicate partition names")
-    if sum(p.default for p in parts) > 1:
+    if sum(p.default for p in parts) > 1 and not adopted:
+        # an adopted site keeps its Default=YES lines as written: slurmctld makes the last one the default
+        # (read_config.c _build_single_partitionline_info, 22.05 and 24.11); `conf validate` warns
         raise ctx.err("partitions", "more than one partition has default: true")
     compute_nics = {h: sum(1 for n in groups[g].nics if n.role == "compute") for h, g in owner.items()}
     topo = (_topology(ctx, top["topology"], "topology", set(owner), adopted, compute_nics)
