@@ -520,9 +520,18 @@ ORDER_FREE = frozenset({
 })
 
 
+# Plugin lists whose loader takes a name with or without its type prefix: "if (xstrncmp(type, "task/", 5) == 0)
+# type += 5; /* backward compatibility */" (22.05 src/slurmd/common/task_plugin.c:132, 24.11 src/interfaces/task.c:119),
+# the same for "job_submit/" (22.05 src/slurmctld/job_submit.c:111, 24.11 src/interfaces/job_submit.c:109):
+# TaskPlugin=affinity,cgroup is TaskPlugin=task/affinity,task/cgroup
+_PLUGIN_PREFIX = {"taskplugin": "task/", "jobsubmitplugins": "job_submit/"}
+
+
 def _setting(key: str, value: str, version: str) -> object:
     """A global value as the release reads it: unset = its default (slurmdefaults), order-free lists as sets."""
     v = value if value != "" else (slurmdefaults.default(key, version) or "")
+    if key in _PLUGIN_PREFIX:
+        v = ",".join(x.strip().removeprefix(_PLUGIN_PREFIX[key]) for x in v.split(",") if x.strip())
     if key in ORDER_FREE:
         return frozenset(x.strip().lower() for x in v.split(",") if x.strip())
     if key == "clustername":

@@ -95,7 +95,7 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
     # PartitionName=DEFAULT. Its GPU nodes have Gres= and the repository holds no gres.conf: slurmd "Can not stat
     # gres.conf file (%s), using slurm.conf data" and drops every file-less GPU (as for pydra-ci below; gres.c:2311 at
     # 22.05, :2745 at 24.11). Not errors: TaskPlugin=affinity,cgroup (task.c task_g_init prefixes "task/",
-    # "backward compatibility", src/slurmd/common/task_plugin.c:132 at 22.05, src/interfaces/task.c:118 at 24.11);
+    # "backward compatibility", src/slurmd/common/task_plugin.c:132 at 22.05, src/interfaces/task.c:119 at 24.11);
     # DebugFlags=PowerSave,NO_CONF_HASH (read_config.c debug_str2flags, :5822/:5855 at 22.05, :6158/:6195 at 24.11);
     # CPUs=8 on a 1 x 8 x 2 node (CPUs may equal Sockets*CoresPerSocket, read_config.c _parse_nodename);
     # JobSubmitPlugins=require_timelimit (src/plugins/job_submit/require_timelimit in both). AccountingStorageUser is

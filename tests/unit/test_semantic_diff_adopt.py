@@ -87,3 +87,17 @@ def test_a_node_becoming_or_leaving_cloud_is_a_change_an_initial_state_is_not() 
         assert semantic_diff(conf(geo="CPUs=8 State=future"), conf(geo="CPUs=8"), release) != []
         assert semantic_diff(cloud, conf(geo="CPUs=8 State=cloud"), release) == []
         assert semantic_diff(conf(geo="CPUs=8 State=DOWN"), conf(geo="CPUs=8"), release) == []
+
+
+def test_plugin_names_without_their_type_prefix_are_the_same_plugins() -> None:
+    """task_g_init and job_submit_g_init drop a leading "task/" / "job_submit/" and add it back ("backward
+    compatibility": 22.05 src/slurmd/common/task_plugin.c:132 and src/slurmctld/job_submit.c:111, 24.11
+    src/interfaces/task.c:119 and src/interfaces/job_submit.c:109). Found with the Caltech corpus config
+    (TaskPlugin=affinity,cgroup), whose rewrite as task/cgroup,task/affinity was reported as a change."""
+    for release in ("22.05", "24.11"):
+        a, b = conf(), conf()
+        a["slurm.conf"] += "TaskPlugin=affinity,cgroup\nJobSubmitPlugins=lua,require_timelimit\n"
+        b["slurm.conf"] += "TaskPlugin=task/cgroup,task/affinity\nJobSubmitPlugins=job_submit/lua,require_timelimit\n"
+        assert semantic_diff(a, b, release) == [], release
+        b["slurm.conf"] += "JobSubmitPlugins=require_timelimit,lua\n"  # the order they run in: a change
+        assert [c.subject for c in semantic_diff(a, b, release)] == ["JobSubmitPlugins"]
