@@ -558,9 +558,18 @@ ORDER_FREE = frozenset({
 })
 
 
+# Plugin lists whose loader takes a name with or without its type prefix: "if (xstrncmp(type, "task/", 5) == 0)
+# type += 5; /* backward compatibility */" (22.05 src/slurmd/common/task_plugin.c:132, 24.11 src/interfaces/task.c:119),
+# the same for "job_submit/" (22.05 src/slurmctld/job_submit.c:111, 24.11 src/interfaces/job_submit.c:109):
+# TaskPlugin=affinity,cgroup is TaskPlugin=task/affinity,task/cgroup
+_PLUGIN_PREFIX = {"taskplugin": "task/", "jobsubmitplugins": "job_submit/"}
+
+
 def _setting(key: str, value: str, version: str) -> object:
     """A global value as the release reads it: unset = its default (slurmdefaults), order-free lists as sets."""
     v = value if value != "" else (slurmdefaults.default(key, version) or "")
+    if key in _PLUGIN_PREFIX:
+        v = ",".join(x.strip().removeprefix(_PLUGIN_PREFIX[key]) for x in v.split(",") if x.strip())
     if key in ORDER_FREE:
         return frozenset(x.strip().lower() for x in v.split(",") if x.strip())
     if key == "clustername":
@@ -579,7 +588,13 @@ def _node_table(conf: cp.SlurmConf) -> dict[str, dict[str, str]]:
         for k, dv in slurmdefaults.NODE_DEFAULTS.items():
             if d.get(k, dv) == dv:
                 d.pop(k, None)
-        d.pop("state", None)
+        # State= is mostly the initial state (UNKNOWN, DOWN, DRAIN, ...: slurmctld then keeps the saved one), but CLOUD
+        # and FUTURE say what the node is: "Indicates the node exists in the cloud. Its initial state will be treated
+        # as powered down" / "defined for future use and need not exist when the Slurm daemons are started"
+        # (slurm.conf(5) NODE CONFIGURATION State, 22.05 and 24.11): those are part of the node's definition
+        state = d.pop("state", "").upper()
+        if state in ("CLOUD", "FUTURE"):
+            d["state"] = state
         for h in hostlist.expand(rec.head):
             out[h] = d
     return out
@@ -727,6 +742,9 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
                     act, why, scope = DRAIN, "GRES counts change: drain the nodes first; " + rule(ver, "node~").doc, node_scope
                 else:
                     act, why = _gres_type_change(feats)
+            elif k == "state":
+                # a node becomes or stops being a CLOUD/FUTURE node: a change of the node's definition
+                act, why, scope = rule(ver, "node~").action, rule(ver, "node~").doc, node_scope
             elif k in _SLURMD_LOCAL:
                 act, why = _slurmd_restart(feats)
             else:

@@ -741,7 +741,11 @@ def _check_partitions(conf: cp.SlurmConf, shape_of: dict[str, int], hosts: _Host
         nodesets[rec.head] = rec
     defaults = [p.head for p in conf.partitions if (p.get("Default") or "").upper() == "YES"]
     if len(defaults) > 1:
-        err(f"slurm.conf: more than one default partition: {', '.join(defaults)}")
+        # not an error: each later Default=YES replaces the earlier one, logged at info level ("_parse_part_spec:
+        # changing default partition from %s to %s", src/slurmctld/read_config.c _build_single_partitionline_info,
+        # :751 at slurm-22-05-8-1, :780 at slurm-24-11-5-1)
+        rep.warnings.append(f"slurm.conf: more than one default partition ({', '.join(defaults)}): slurmctld makes the "
+                            f"last one, {defaults[-1]}, the default")
     for rec in conf.partitions:
         if feats:
             _check_exclusivity(rec, feats, rep)

@@ -464,7 +464,9 @@ class Cluster:
 
     @property
     def default_partition(self) -> Partition | None:
-        for p in self.partitions:
+        # the last Default=YES wins, as in slurmctld (read_config.c _build_single_partitionline_info "changing
+        # default partition from %s to %s", 22.05 and 24.11); only an adopted inventory can have more than one
+        for p in reversed(self.partitions):
             if p.default:
                 return p
         return self.partitions[0] if self.partitions else None

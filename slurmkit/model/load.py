@@ -941,7 +941,9 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     )
     if len({p.name for p in parts}) != len(parts):
         raise ctx.err("partitions", "duplicate partition names")
-    if sum(p.default for p in parts) > 1:
+    if sum(p.default for p in parts) > 1 and not adopted:
+        # an adopted site keeps its Default=YES lines as written: slurmctld makes the last one the default
+        # (read_config.c _build_single_partitionline_info, 22.05 and 24.11); `conf validate` warns
         raise ctx.err("partitions", "more than one partition has default: true")
     # per host only where a rail-optimized fabric is described (100,000 nodes: no per-host work otherwise)
     rail = isinstance(top.get("topology"), dict) and bool(top["topology"].get("rail_optimized"))

@@ -45,6 +45,10 @@ UNADOPTABLE = {
 } | {
     (name, "22.05"): "slurm_conf.CacheGroups: Slurm 22.05 has no slurm.conf key 'CacheGroups'"
     for name in ("dask-jobqueue-ci-2018", "pydra-ci")
+} | {
+    # no PartitionName line: fatal in 22.05 (src/slurmctld/read_config.c:887 at slurm-22-05-8-1), allowed from 23.02.6
+    (name, "22.05"): "partitions: at least one partition is needed: slurmctld 22.05 exits"
+    for name in ("slurm-test7.17.1-gres", "slurm-test7.17.4-gres")
 }
 
 
@@ -194,3 +198,26 @@ def test_node_names_with_underscores_are_adopted() -> None:
     with pytest.raises(InventoryError, match="is not a hostname"):
         load_cluster_text("cluster: c\nnode_groups:\n  - {name: g, hosts: 'test_node[0-3]', cpu: {sockets: 1, "
                           "cores_per_socket: 2, threads_per_core: 1}, memory_mb: 1000}\n")
+
+
+def test_two_default_partitions_are_a_warning_and_adopted_as_written() -> None:
+    """slurmctld takes each later Default=YES as the new default and logs it at info level ("_parse_part_spec:
+    changing default partition from %s to %s", src/slurmctld/read_config.c _build_single_partitionline_info, :751
+    at slurm-22-05-8-1, :780 at slurm-24-11-5-1): not an error. An adopted inventory keeps both lines, and its
+    default partition is the last one, as Slurm's; an inventory written from scratch still has one default."""
+    from slurmkit.generate.validate import static_check
+    from slurmkit.model.load import InventoryError
+
+    files = {"slurm.conf": "ClusterName=c\nSlurmctldHost=h\nNodeName=n[1-2] CPUs=2\nPartitionName=a Nodes=n1 Default=YES\n"
+                           "PartitionName=b Nodes=n2 Default=YES\n"}
+    for release in RELEASES:
+        rep = static_check(files, release)
+        assert rep.errors == [] and rep.warnings == [
+            "slurm.conf: more than one default partition (a, b): slurmctld makes the last one, b, the default"]
+        assert roundtrip(files, release) == [], release
+    cluster = load_cluster_text(yamlio.dump(import_site(files, "24.11").inventory))
+    assert cluster.default_partition is not None and cluster.default_partition.name == "b"
+    with pytest.raises(InventoryError, match="more than one partition has default: true"):
+        load_cluster_text("cluster: c\nnode_groups:\n  - {name: g, hosts: 'n[1-2]', cpu: {sockets: 1, cores_per_socket: 2, "
+                          "threads_per_core: 1}, memory_mb: 1000}\npartitions:\n  - {name: a, nodes: n1, default: true}\n"
+                          "  - {name: b, nodes: n2, default: true}\n")

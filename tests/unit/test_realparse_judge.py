@@ -104,6 +104,13 @@ def test_release_rules() -> None:
     ("error: Invalid HealthCheckNodeState value BOGUS ignored", "22.05", v.REFUSED, ""),
     ("error: Node gpu1 has invalid GRES configured", "24.11", v.REFUSED, ""),
     ("fatal: The AccountingStorageLoc option has been removed", "22.05", v.FATAL, ""),
+    # topology/tree with a node in no leaf switch (the corpus's slurm-test133.1-topology): 22.05 says so through
+    # error("WARNING: ...") and runs; 24.11 logs it through warning(), which is no error line
+    ("error: WARNING: switches lack access to 1 nodes: peta99999", "22.05", v.WARNING, "topology_tree.c:447"),
+    # no Default=YES partition (the corpus's slurm-test7.17.4-gres has no partition at all): slurmctld goes on
+    ("error: read_slurm_conf: default partition not set.", "24.11", v.WARNING, "read_config.c:1547"),
+    # the same words from job_mgr.c are a job refused, not the config's parse
+    ("error: _get_job_parts: default partition not set", "24.11", v.REFUSED, ""),
     # a release this table has no citation for: the conservative verdict
     ('error: The option "PowerPlugin" is defunct, please remove it from slurm.conf.', "25.05", v.REFUSED, ""),
 ])

@@ -73,3 +73,31 @@ def test_control_addr_is_the_address_of_slurmctld_host() -> None:
     assert semantic_diff(old, conf("SlurmctldHost=head(10.0.0.1)\nSlurmctldHost=b(10.0.0.2)"), "24.11") == []
     moved = semantic_diff(old, conf("SlurmctldHost=head(10.0.0.9)\nSlurmctldHost=b(10.0.0.2)"), "22.05")
     assert [c.subject for c in moved] == ["SlurmctldHost"]
+
+
+def test_a_node_becoming_or_leaving_cloud_is_a_change_an_initial_state_is_not() -> None:
+    """slurm.conf(5) NODE CONFIGURATION State (22.05, 24.11): CLOUD "Indicates the node exists in the cloud. Its initial
+    state will be treated as powered down", FUTURE "defined for future use": part of what the node is. UNKNOWN, DOWN,
+    DRAIN are initial states slurmctld replaces with the saved one. Found with the Caltech corpus config, whose 1010
+    CLOUD nodes could be turned into ordinary nodes with "nothing to do"."""
+    for release in ("22.05", "24.11"):
+        cloud = conf(geo="CPUs=8 State=CLOUD")
+        changed = semantic_diff(cloud, conf(geo="CPUs=8 State=UNKNOWN"), release)
+        assert [(c.subject, c.old, c.new, c.action) for c in changed] == [("NodeName=n[1-4] state", "CLOUD", "", "drain")]
+        assert semantic_diff(conf(geo="CPUs=8 State=future"), conf(geo="CPUs=8"), release) != []
+        assert semantic_diff(cloud, conf(geo="CPUs=8 State=cloud"), release) == []
+        assert semantic_diff(conf(geo="CPUs=8 State=DOWN"), conf(geo="CPUs=8"), release) == []
+
+
+def test_plugin_names_without_their_type_prefix_are_the_same_plugins() -> None:
+    """task_g_init and job_submit_g_init drop a leading "task/" / "job_submit/" and add it back ("backward
+    compatibility": 22.05 src/slurmd/common/task_plugin.c:132 and src/slurmctld/job_submit.c:111, 24.11
+    src/interfaces/task.c:119 and src/interfaces/job_submit.c:109). Found with the Caltech corpus config
+    (TaskPlugin=affinity,cgroup), whose rewrite as task/cgroup,task/affinity was reported as a change."""
+    for release in ("22.05", "24.11"):
+        a, b = conf(), conf()
+        a["slurm.conf"] += "TaskPlugin=affinity,cgroup\nJobSubmitPlugins=lua,require_timelimit\n"
+        b["slurm.conf"] += "TaskPlugin=task/cgroup,task/affinity\nJobSubmitPlugins=job_submit/lua,require_timelimit\n"
+        assert semantic_diff(a, b, release) == [], release
+        b["slurm.conf"] += "JobSubmitPlugins=require_timelimit,lua\n"  # the order they run in: a change
+        assert [c.subject for c in semantic_diff(a, b, release)] == ["JobSubmitPlugins"]
