@@ -101,3 +101,13 @@ def test_metrics_of_a_report_and_of_a_bmc_that_did_not_answer():
     assert find(s, "slurmkit_bmc_sensor_ok", node="n1", kind="fan", sensor="Fan 1") == [0]
     assert find(s, "slurmkit_bmc_up", node="n2", source="redfish") == [0]
     assert find(s, "slurmkit_bmc_finding", node="n2") == []  # nothing known, nothing claimed
+
+
+@pytest.mark.parametrize(("state", "found"), [("Disabled", False), ("Absent", False), ("UnavailableOffline", True),
+                                              ("Enabled", False)])
+def test_a_redundancy_set_not_configured_is_no_lost_redundancy(state, found):
+    """Resource.v1 State: Disabled/Absent = no redundancy set configured (a one-PSU node: nothing lost);
+    UnavailableOffline = present but unusable (the node runs without redundancy)."""
+    doc = {"Redundancy": [{"Name": "PSU set", "Status": {"State": state, "Health": "OK"}}]}
+    got = [f.summary for f in bmc.findings(bmc.parse_redfish_power(doc))]
+    assert got == (["PSU set: critical"] if found else [])
