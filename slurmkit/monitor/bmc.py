@@ -44,6 +44,9 @@ _IPMI_HEALTH = {"ok": "ok", "nc": "warning", "lnc": "warning", "unc": "warning",
 # lib/ipmi_sel.c sensor_specific_event_types / generic_event_types)
 _PSU_BAD = ("Failure detected", "Power Supply AC lost", "AC lost or out-of-range", "Predictive failure")
 _REDUNDANCY_BAD = ("Redundancy Lost", "Redundancy Degraded", "Non-Redundant")
+# entity IDs (ipmitool prints them in decimal, "3.1") that say where a temperature is: IPMI 2.0 Table 43-13 03h
+# processor, 37h air inlet; DCMI 1.5 entity IDs 40h air inlet, 41h processor
+_IPMI_ENTITY_CONTEXT = {"3": "cpu", "65": "cpu", "55": "intake", "64": "intake"}
 _INLET = re.compile(r"inlet|intake|ambient", re.IGNORECASE)
 
 
@@ -89,7 +92,9 @@ def parse_ipmitool_sdr(text: str) -> list[Reading]:
         m = re.fullmatch(r"(-?[0-9.]+) (degrees C|RPM|Watts)", reading)
         if m:
             kind = {"degrees C": "temperature", "RPM": "fan", "Watts": "power"}[m.group(2)]
-            ctx = "intake" if kind == "temperature" and _INLET.search(name) else ""
+            ctx = ""
+            if kind == "temperature":
+                ctx = "intake" if _INLET.search(name) else _IPMI_ENTITY_CONTEXT.get(entity.split(".")[0], "")
             out.append(Reading(kind, name, float(m.group(1)), health, ctx))
             continue
         if reading in ("No Reading", "Disabled") or status == "ns":
