@@ -394,3 +394,21 @@ def add_metrics(ex: Exposition, rep: BmcReport, inlet_max_c: float | None = None
     for c in CHECKS:
         ex.add(M.bmc_finding, {"node": n, "check": c}, int(c in found))
 
+
+VERDICT_FILE = "bmc.json"
+
+
+def write_verdict(state_dir: str, rep: BmcReport, inlet_max_c: float | None = None, now: float | None = None) -> str:
+    """``STATE_DIR/<node>/bmc.json``: the node's findings for its health check (health/checks.py ``eval_bmc``),
+    where STATE_DIR is the hooks' state dir shared with the nodes. Atomic: the check reads the old or the new one."""
+    import json
+    import time
+
+    from slurmkit.health.state import atomic_write, node_dir
+
+    doc = {"node": rep.node, "time": time.time() if now is None else now, "source": rep.source, "error": rep.error,
+           "findings": [] if rep.error else [{"check": f.check, "state": f.state, "summary": f.summary}
+                                             for f in findings(rep.readings, inlet_max_c)]}
+    path = f"{node_dir(state_dir, rep.node)}/{VERDICT_FILE}"
+    atomic_write(path, json.dumps(doc) + "\n", durable=False)
+    return path

@@ -11,6 +11,7 @@ import json
 import shutil
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -207,3 +208,26 @@ def test_a_broken_link_is_one_line_naming_the_bmc(serve: Callable[[Path], str], 
     shutil.rmtree(tree / "Chassis/1U/ThermalSubsystem/Fans/Bay1")
     rep = read_redfish("node1", Power(provider="redfish", bmc=serve(tree), system="{host}", timeout=20))
     assert rep.error.startswith("redfish http://127.0.0.1:") and "Fans/Bay1" in rep.error and "\n" not in rep.error
+
+
+def test_the_cli_writes_the_verdict_the_health_check_reads(serve: Callable[[Path], str], tmp_path: Path) -> None:
+    """`slurmkit bmc node1 --state-dir DIR` against the mockup as DMTF ships it: WARN only (exit 0), DIR/node1/bmc.json
+    holding the finding, the textfile beside."""
+    import yaml
+    from click.testing import CliRunner
+
+    from slurmkit.cli.monitor import bmc as bmc_cmd
+    from slurmkit.health.host import gather_bmc_verdict
+    from tests.conftest import ROOT
+
+    inv = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
+    inv["node_groups"][0]["power"] = {"provider": "redfish", "bmc": serve(MOCKUP), "timeout": 20}
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
+    r = CliRunner().invoke(bmc_cmd, ["node1", "--inventory", str(tmp_path / "inv.yaml"), "--state-dir",
+                                     str(tmp_path / "state"), "--textfile", str(tmp_path / "tf")])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("node1 redfish: psu_redundancy_lost WARN: Power Supply Bay 1: ")
+    v = gather_bmc_verdict(str(tmp_path / "state" / "node1"), time.time())
+    assert v["node"] == "node1" and v["error"] == "" and v["age_s"] < 60
+    assert [(f["check"], f["state"]) for f in v["findings"]] == [("psu_redundancy_lost", "warn")]
+    assert "slurmkit_bmc_finding{" in (tmp_path / "tf" / "slurmkit_bmc.prom").read_text()
