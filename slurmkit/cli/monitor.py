@@ -72,9 +72,12 @@ def exporter(inventory: str, listen: str, cache_s: float, timeout: float, once: 
               help="Also write the series to DIR/slurmkit_bmc.prom (node_exporter's textfile collector).")
 @click.option("--inlet-max", "inlet_max_c", type=float, default=None,
               help="Inlet temperature limit in C (default: the BMC's own critical threshold).")
+@click.option("--state-dir", type=click.Path(file_okay=False),
+              help="Also write each node's verdict to DIR/<node>/bmc.json for its health check (the `bmc` check): "
+                   "the hooks' state dir, shared with the nodes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the readings and findings as JSON.")
 def bmc(nodes: str | None, inventory: str, textfile_dir: str | None, inlet_max_c: float | None,
-        as_json: bool) -> None:
+        state_dir: str | None, as_json: bool) -> None:
     """Read the BMC sensors of NODES (a hostlist; default every node whose group has a redfish or ipmi power
     section), print the findings (fan_failed FAIL, psu_redundancy_lost WARN, inlet_over_limit WARN). Exit 1 when a
     finding is FAIL or a BMC does not answer."""
@@ -108,6 +111,11 @@ def bmc(nodes: str | None, inventory: str, textfile_dir: str | None, inlet_max_c
         found = rep.findings(inlet_max_c)
         bad = bad or bool(rep.error) or any(f.state == "fail" for f in found)
         bmcmod.add_metrics(ex, rep, inlet_max_c)
+        if state_dir:
+            try:
+                bmcmod.write_verdict(state_dir, rep, inlet_max_c)
+            except OSError as exc:
+                raise UsageError(f"--state-dir {state_dir}: {rep.node}: {exc.strerror or exc}") from None
         out.append({"node": rep.node, "source": rep.source, "error": rep.error,
                     "readings": [asdict(r) for r in rep.readings], "findings": [asdict(f) for f in found]})
         if as_json:

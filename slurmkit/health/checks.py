@@ -907,6 +907,29 @@ def eval_topology(data: dict[str, Any], ctx: EvalContext) -> Verdict:
                               "expected", evidence=ev)
 
 
+def eval_bmc(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    """The verdict `slurmkit bmc --state-dir` wrote for this node (monitor/bmc.py ``write_verdict``): its findings'
+    states (fan_failed FAIL; psu_redundancy_lost, inlet_over_limit WARN). Only a fresh verdict fails: a stale one, a
+    BMC that did not answer or an unreadable file warns (none of them says the node is broken)."""
+    if data.get("absent"):
+        return Verdict(Status.SKIP, f"no BMC verdict ({data.get('why')}; `slurmkit bmc --state-dir` writes it)")
+    if data.get("read_error"):
+        return Verdict(Status.WARN, f"BMC verdict unreadable: {data['read_error']}", ["bmc verdict unreadable"])
+    age, max_age = float(data.get("age_s") or 0), float(ctx.policy.get("max_age_s") or 1800)
+    ev = {k: data.get(k) for k in ("path", "age_s", "source", "error", "findings")}
+    if age > max_age:
+        return Verdict(Status.WARN, f"BMC verdict {age:.0f}s old (max_age_s {max_age:g}): `slurmkit bmc` stopped?",
+                       ["bmc verdict stale"], ev)
+    if data.get("error"):
+        return Verdict(Status.WARN, f"BMC did not answer: {data['error']}", ["bmc unreachable"], ev)
+    found = [f for f in data.get("findings") or [] if isinstance(f, dict)]
+    if not found:
+        return Verdict(Status.OK, f"BMC ({data.get('source')}) reports no fault, {age:.0f}s ago", evidence=ev)
+    st = Status.FAIL if any(f.get("state") == "fail" for f in found) else Status.WARN
+    return Verdict(st, "BMC: " + "; ".join(f"{f.get('check')}: {f.get('summary')}" for f in found),
+                   [f"bmc {f.get('check')}" for f in found], ev)
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -946,4 +969,5 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("dstate", "host:procs", eval_dstate),
     Check("firmware", "nvml:firmware", eval_firmware),
     Check("topology", "host", eval_topology),
+    Check("bmc", "host", eval_bmc),
 )}

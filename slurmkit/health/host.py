@@ -6,6 +6,7 @@ Every function takes its roots so tests point them at a temporary tree; each ret
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -355,6 +356,23 @@ def gather_hardware(paths: HostPaths) -> dict[str, Any]:
         except ValueError:
             cpus = None
     return {"cpus": cpus, "online": online, **gather_memory(paths)}
+
+
+def gather_bmc_verdict(node_state_dir: str | None, now: float) -> dict[str, Any]:
+    """The node's BMC verdict file (``bmc.json`` in its state dir, monitor/bmc.py ``write_verdict``) and its age."""
+    if not node_state_dir:
+        return {"absent": True, "why": "no state dir"}
+    path = os.path.join(node_state_dir, "bmc.json")
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        return {"absent": True, "why": f"no {path}"}
+    except (OSError, ValueError) as exc:
+        return {"read_error": f"{path}: {getattr(exc, 'strerror', None) or exc}"}
+    if not isinstance(doc, dict) or not isinstance(doc.get("time"), (int, float)):
+        return {"read_error": f"{path}: not a BMC verdict (no time)"}
+    return {**doc, "path": path, "age_s": round(now - float(doc["time"]), 1)}
 
 
 def gather_pci_numa(paths: HostPaths) -> dict[str, Any]:

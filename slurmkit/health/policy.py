@@ -113,6 +113,10 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
     "firmware": _D(Action.WARN, 1.0, {"driver": None, "vbios": None, "inforom": None}, hooks=_NODE_HOOKS),
     # NUMA node of each GPU (by PCI bus id) and HCA against gpu_numa / hca_numa, else the node's first run
     "topology": _D(Action.WARN, 1.0, {"gpu_numa": None, "hca_numa": None}, hooks=_NODE_HOOKS),
+    # the BMC's verdict on this node, written by `slurmkit bmc --state-dir` on the management host into the node's
+    # (shared) state dir: a failed fan fails (drain); a lost PSU redundancy or a hot inlet warns; no verdict skips;
+    # one older than max_age_s (the writer stopped) warns and never drains
+    "bmc": _D(Action.DRAIN, 1.0, {"max_age_s": 1800}, hooks=_NODE_HOOKS),
 }
 
 COMMON_KEYS = {"enabled", "action", "timeout_s", "hooks"}

@@ -2,10 +2,21 @@
 metrics.
 
 Two sources, one shape (``Reading``):
-- Redfish: the Chassis' ``Thermal`` (Temperatures[], Fans[]) and ``Power`` (PowerSupplies[], PowerControl[],
-  Redundancy[]) resources (DMTF DSP0268 Thermal.v1 / Power.v1: ReadingCelsius, UpperThresholdCritical,
-  PhysicalContext, Reading + ReadingUnits, Status.State/Health, PowerConsumedWatts, LastPowerOutputWatts), read
-  through sushy's connector with the node group's ``power`` BMC settings.
+- Redfish, through sushy's connector with the node group's ``power`` BMC settings, per Chassis:
+  - where the Chassis links them (Chassis v1_15_0, DSP8010 2020.4, which deprecated ``Power``/``Thermal``), the
+    ``ThermalSubsystem`` (ThermalSubsystem.v1_0_0: the ``Fans`` collection, each Fan.v1_0_0 with Status,
+    PhysicalContext, SpeedPercent.SpeedRPM; ``ThermalMetrics`` (ThermalMetrics.v1_0_0: TemperatureReadingsCelsius[]
+    and TemperatureSummaryCelsius, excerpts whose DataSourceUri names the ``Sensors`` member, Sensor.v1_0_0: Name,
+    Reading, PhysicalContext, Status, Thresholds.UpperCritical.Reading -- read for each temperature, so bounded by
+    the temperatures the BMC lists, not by every sensor it has)), the ``PowerSubsystem`` (PowerSubsystem.v1_0_0:
+    the ``PowerSupplies`` collection, each PowerSupply.v1_0_0 with Status (and Status.Conditions[].Message,
+    Resource.v1_14_0) and its ``Metrics`` (PowerSupplyMetrics.v1_0_0 InputPowerWatts.Reading);
+    PowerSupplyRedundancy[] (RedundantGroup: Status)) and ``EnvironmentMetrics`` (EnvironmentMetrics.v1_0_0
+    PowerWatts.Reading: the chassis' power);
+  - else the deprecated ``Thermal`` (Temperatures[], Fans[]) and ``Power`` (PowerSupplies[], PowerControl[],
+    Redundancy[]) resources (Thermal.v1 / Power.v1: ReadingCelsius, UpperThresholdCritical, PhysicalContext,
+    Reading + ReadingUnits, Status.State/Health, PowerConsumedWatts, LastPowerOutputWatts). A BMC serving both
+    (DMTF's public-rackmount1 mockup does) is read once, from the newer resources.
 - IPMI: ``ipmitool sdr elist`` (one line per sensor: name | number | status | entity | reading or asserted states;
   ipmitool lib/ipmi_sdr.c ipmi_sdr_print_sensor_fc, "elist" format): threshold sensors by unit (degrees C, RPM,
   Watts), discrete ones by their states (sensor type 08h Power Supply: "Failure detected", "Power Supply AC lost";
@@ -33,6 +44,9 @@ _IPMI_HEALTH = {"ok": "ok", "nc": "warning", "lnc": "warning", "unc": "warning",
 # lib/ipmi_sel.c sensor_specific_event_types / generic_event_types)
 _PSU_BAD = ("Failure detected", "Power Supply AC lost", "AC lost or out-of-range", "Predictive failure")
 _REDUNDANCY_BAD = ("Redundancy Lost", "Redundancy Degraded", "Non-Redundant")
+# entity IDs (ipmitool prints them in decimal, "3.1") that say where a temperature is: IPMI 2.0 Table 43-13 03h
+# processor, 37h air inlet; DCMI 1.5 entity IDs 40h air inlet, 41h processor
+_IPMI_ENTITY_CONTEXT = {"3": "cpu", "65": "cpu", "55": "intake", "64": "intake"}
 _INLET = re.compile(r"inlet|intake|ambient", re.IGNORECASE)
 
 
@@ -78,7 +92,9 @@ def parse_ipmitool_sdr(text: str) -> list[Reading]:
         m = re.fullmatch(r"(-?[0-9.]+) (degrees C|RPM|Watts)", reading)
         if m:
             kind = {"degrees C": "temperature", "RPM": "fan", "Watts": "power"}[m.group(2)]
-            ctx = "intake" if kind == "temperature" and _INLET.search(name) else ""
+            ctx = ""
+            if kind == "temperature":
+                ctx = "intake" if _INLET.search(name) else _IPMI_ENTITY_CONTEXT.get(entity.split(".")[0], "")
             out.append(Reading(kind, name, float(m.group(1)), health, ctx))
             continue
         if reading in ("No Reading", "Disabled") or status == "ns":
@@ -132,18 +148,41 @@ def _rf_health(item: dict[str, Any]) -> str:
     return {"OK": "ok", "Warning": "warning", "Critical": "critical"}.get(str(st.get("Health") or "OK"), "warning")
 
 
+def _rf_redundancy_health(item: dict[str, Any]) -> str:
+    """A redundancy set's health: ``absent`` where it is not configured (State Absent/Disabled), ``critical`` where
+    it is present but unusable (State UnavailableOffline, Resource.v1 State: "present but cannot be used": the
+    node runs without redundancy), else by Health."""
+    st = item.get("Status") or {}
+    if st.get("State") in ("Absent", "Disabled"):
+        return "absent"
+    if st.get("State") == "UnavailableOffline":
+        return "critical"
+    return _rf_health(item)
+
+
+def _conditions(item: dict[str, Any]) -> tuple[str, ...]:
+    """Status.Conditions[].Message (Resource.v1_14_0): what the BMC says is wrong, in its words."""
+    conds = (item.get("Status") or {}).get("Conditions") or []
+    return tuple(" ".join(str(c["Message"]).split()) for c in conds if isinstance(c, dict) and c.get("Message"))
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _context(physical: Any, name: str) -> str:
+    """``intake`` for an inlet sensor (PhysicalContext Intake, or a name saying inlet/intake/ambient), else the
+    PhysicalContext in lower case (``cpu``, ``gpu``, ``exhaust``, ...) or ""."""
+    ctx = str(physical or "")
+    return "intake" if ctx == "Intake" or _INLET.search(name) else ctx.lower()
 
 
 def parse_redfish_thermal(doc: dict[str, Any]) -> list[Reading]:
     out: list[Reading] = []
     for t in doc.get("Temperatures") or []:
         name = str(t.get("Name") or t.get("MemberId") or "temperature")
-        ctx = str(t.get("PhysicalContext") or "")
-        ctx = "intake" if ctx == "Intake" or _INLET.search(name) else ctx.lower()
-        out.append(Reading("temperature", name, _num(t.get("ReadingCelsius")), _rf_health(t), ctx,
-                           _num(t.get("UpperThresholdCritical"))))
+        out.append(Reading("temperature", name, _num(t.get("ReadingCelsius")), _rf_health(t),
+                           _context(t.get("PhysicalContext"), name), _num(t.get("UpperThresholdCritical"))))
     for f in doc.get("Fans") or []:
         name = str(f.get("Name") or f.get("FanName") or f.get("MemberId") or "fan")
         value = _num(f.get("Reading"))
@@ -163,12 +202,104 @@ def parse_redfish_power(doc: dict[str, Any]) -> list[Reading]:
         if _num(c.get("PowerConsumedWatts")) is not None:
             out.append(Reading("power", str(c.get("Name") or "chassis"), _num(c.get("PowerConsumedWatts"))))
     for r in doc.get("Redundancy") or []:
-        out.append(Reading("redundancy", str(r.get("Name") or r.get("MemberId") or "redundancy"), None, _rf_health(r)))
+        out.append(Reading("redundancy", str(r.get("Name") or r.get("MemberId") or "redundancy"), None,
+                           _rf_redundancy_health(r)))
+    return out
+
+
+# the newer resources (Chassis v1_15_0, 2020.4): one parser per resource, ``walk_chassis`` follows the links
+
+def parse_redfish_sensor(doc: dict[str, Any], excerpt: dict[str, Any] | None = None, hint: str = "") -> Reading:
+    """A temperature from its Sensor resource (Sensor.v1_0_0), falling back to the excerpt that linked it
+    (SensorArrayExcerpt: DeviceName, PhysicalContext, Reading) where the Sensor lacks a property; ``hint`` is the
+    TemperatureSummaryCelsius key (Intake, Internal, Exhaust, Ambient) for a summary entry."""
+    ex = excerpt or {}
+    name = str(doc.get("Name") or ex.get("DeviceName") or doc.get("Id") or hint or "temperature")
+    value = _num(doc.get("Reading"))
+    value = value if value is not None else _num(ex.get("Reading"))
+    physical = doc.get("PhysicalContext") or ex.get("PhysicalContext") or ("Intake" if hint == "Intake" else "")
+    limit = _num(((doc.get("Thresholds") or {}).get("UpperCritical") or {}).get("Reading"))
+    return Reading("temperature", name, value, _rf_health(doc) if doc else "ok", _context(physical, name), limit)
+
+
+def parse_redfish_fan(doc: dict[str, Any]) -> Reading:
+    """A Fan (Fan.v1_0_0): SpeedPercent.SpeedRPM where the BMC gives it (a percentage is no speed in RPM)."""
+    name = str(doc.get("Name") or doc.get("Id") or "fan")
+    rpm = _num((doc.get("SpeedPercent") or {}).get("SpeedRPM"))
+    return Reading("fan", name, rpm, _rf_health(doc), str(doc.get("PhysicalContext") or "").lower())
+
+
+def parse_redfish_power_supply(doc: dict[str, Any], metrics: dict[str, Any] | None = None) -> Reading:
+    """A PowerSupply (PowerSupply.v1_0_0) and its PowerSupplyMetrics (InputPowerWatts.Reading)."""
+    name = str(doc.get("Name") or doc.get("Id") or "psu")
+    watts = _num(((metrics or {}).get("InputPowerWatts") or {}).get("Reading"))
+    return Reading("psu", name, watts, _rf_health(doc), states=_conditions(doc))
+
+
+def parse_redfish_power_subsystem(doc: dict[str, Any]) -> list[Reading]:
+    """PowerSubsystem.PowerSupplyRedundancy[] (RedundantGroup: no Name; named by its index and type)."""
+    out = []
+    for i, r in enumerate(doc.get("PowerSupplyRedundancy") or []):
+        st = (r.get("Status") or {}).get("State")
+        out.append(Reading("redundancy", f"PowerSupplyRedundancy {i} ({r.get('RedundancyType') or 'redundancy'})",
+                           None, _rf_redundancy_health(r), states=(str(st),) if st == "UnavailableOffline" else ()))
+    return out
+
+
+def parse_redfish_environment(doc: dict[str, Any]) -> list[Reading]:
+    """EnvironmentMetrics.PowerWatts (SensorPowerExcerpt): the chassis' power, named by the sensor it comes from."""
+    pw = doc.get("PowerWatts") or {}
+    if _num(pw.get("Reading")) is None:
+        return []
+    src = str(pw.get("DataSourceUri") or "").rstrip("/").rsplit("/", 1)[-1]
+    return [Reading("power", src or "chassis", _num(pw.get("Reading")))]
+
+
+def _members(get: Any, coll: dict[str, Any] | None) -> list[dict[str, Any]]:
+    link = (coll or {}).get("@odata.id")
+    return [get(m["@odata.id"]) for m in (get(link).get("Members") or []) if m.get("@odata.id")] if link else []
+
+
+def walk_chassis(get: Any, chassis: dict[str, Any]) -> list[Reading]:
+    """One Chassis' readings; ``get(path) -> dict`` is the HTTP GET (sushy's connector in ``read_redfish``). The
+    newer resources where the Chassis links them, else the deprecated Thermal/Power (module docstring)."""
+    out: list[Reading] = []
+
+    def link(key: str) -> Any:
+        return (chassis.get(key) or {}).get("@odata.id")
+
+    if link("ThermalSubsystem"):
+        ts = get(link("ThermalSubsystem"))
+        out += [parse_redfish_fan(f) for f in _members(get, ts.get("Fans"))]
+        tm_link = (ts.get("ThermalMetrics") or {}).get("@odata.id")
+        tm = get(tm_link) if tm_link else {}
+        entries = [(e, "") for e in tm.get("TemperatureReadingsCelsius") or []]
+        entries += [(e, k) for k, e in (tm.get("TemperatureSummaryCelsius") or {}).items() if isinstance(e, dict)]
+        seen: set[str] = set()
+        for e, hint in entries:
+            uri = str(e.get("DataSourceUri") or "")
+            if uri and uri in seen:
+                continue  # a summary entry naming a sensor already read
+            seen.add(uri)
+            # a DataSourceUri on this service is read for the sensor's name, health and threshold
+            out.append(parse_redfish_sensor(get(uri) if uri.startswith("/redfish/") else {}, e, hint))
+    elif link("Thermal"):
+        out += parse_redfish_thermal(get(link("Thermal")))
+    if link("PowerSubsystem"):
+        ps = get(link("PowerSubsystem"))
+        for p in _members(get, ps.get("PowerSupplies")):
+            m = (p.get("Metrics") or {}).get("@odata.id")
+            out.append(parse_redfish_power_supply(p, get(m) if m else None))
+        out += parse_redfish_power_subsystem(ps)
+        if link("EnvironmentMetrics"):
+            out += parse_redfish_environment(get(link("EnvironmentMetrics")))
+    elif link("Power"):
+        out += parse_redfish_power(get(link("Power")))
     return out
 
 
 def read_redfish(node: str, power: Any) -> BmcReport:
-    """Every Chassis' Thermal and Power resource of the node's BMC (the ``redfish`` power settings: bmc URL with
+    """Every Chassis' thermal and power resources of the node's BMC (``walk_chassis``) (the ``redfish`` power settings: bmc URL with
     {host}, credentials, verify_tls), through sushy's connector; the session is closed after the read."""
     rep = BmcReport(node, "redfish")
     try:
@@ -193,11 +324,7 @@ def read_redfish(node: str, power: Any) -> BmcReport:
         sushy_main.Sushy(url, auth=auth, connector=conn)  # authenticates (a session where the BMC offers one)
         members = conn.get("/redfish/v1/Chassis").json().get("Members") or []
         for m in members:
-            chassis = conn.get(m["@odata.id"]).json()
-            for key, parse in (("Thermal", parse_redfish_thermal), ("Power", parse_redfish_power)):
-                link = (chassis.get(key) or {}).get("@odata.id")
-                if link:
-                    rep.readings += parse(conn.get(link).json())
+            rep.readings += walk_chassis(lambda path: conn.get(path).json(), conn.get(m["@odata.id"]).json())
     except Exception as exc:  # noqa: BLE001 - sushy's and requests' exception trees: one line for the report
         rep.error = f"redfish {url}: {' '.join(str(exc).split())[:300] or type(exc).__name__}"
     finally:
@@ -227,7 +354,7 @@ def findings(readings: list[Reading], inlet_max_c: float | None = None) -> list[
     psus = [r for r in readings if r.kind == "psu"]
     red = [r for r in readings if r.kind == "redundancy"]
     bad_psu = [r for r in psus if r.health in ("critical", "warning")]
-    bad_red = [r for r in red if r.health != "ok"]
+    bad_red = [r for r in red if r.health in ("critical", "warning")]  # absent: no redundancy configured
     if bad_psu or bad_red:
         why = [f"{r.name}: {', '.join(r.states) or r.health}" for r in bad_psu + bad_red]
         out.append(Finding("psu_redundancy_lost", "warn", "; ".join(why)))
@@ -267,3 +394,21 @@ def add_metrics(ex: Exposition, rep: BmcReport, inlet_max_c: float | None = None
     for c in CHECKS:
         ex.add(M.bmc_finding, {"node": n, "check": c}, int(c in found))
 
+
+VERDICT_FILE = "bmc.json"
+
+
+def write_verdict(state_dir: str, rep: BmcReport, inlet_max_c: float | None = None, now: float | None = None) -> str:
+    """``STATE_DIR/<node>/bmc.json``: the node's findings for its health check (health/checks.py ``eval_bmc``),
+    where STATE_DIR is the hooks' state dir shared with the nodes. Atomic: the check reads the old or the new one."""
+    import json
+    import time
+
+    from slurmkit.health.state import atomic_write, node_dir
+
+    doc = {"node": rep.node, "time": time.time() if now is None else now, "source": rep.source, "error": rep.error,
+           "findings": [] if rep.error else [{"check": f.check, "state": f.state, "summary": f.summary}
+                                             for f in findings(rep.readings, inlet_max_c)]}
+    path = f"{node_dir(state_dir, rep.node)}/{VERDICT_FILE}"
+    atomic_write(path, json.dumps(doc) + "\n", durable=False)
+    return path

@@ -180,9 +180,33 @@ class Panel:
     kind: str = "timeseries"  # timeseries | stat
 
 
+def bmc_sources(cluster: Cluster) -> bool:
+    """Whether any node group names a BMC that `slurmkit bmc` reads (power provider redfish or ipmi)."""
+    return any(g.power is not None and g.power.provider in ("redfish", "ipmi") for g in cluster.node_groups)
+
+
+def bmc_panels() -> list[Panel]:
+    """The BMC dashboard: the ``slurmkit_bmc_*`` series `slurmkit bmc --textfile` writes on the management host."""
+    t = _n(M.bmc_temperature)
+    return [
+        Panel("Inlet temperature", f'{t}{{context="intake"}}', "{{node}} {{sensor}}", "celsius"),
+        # Redfish PhysicalContext CPU, GPU, Accelerator (PhysicalContext.v1); IPMI processor entities (bmc.py)
+        Panel("CPU and GPU temperature (hottest sensor)",
+              f'max by (node, context) ({t}{{context=~"cpu|gpu|accelerator"}})', "{{node}} {{context}}", "celsius"),
+        Panel("Fan speed", _n(M.bmc_fan_rpm), "{{node}} {{fan}}", "rotrpm"),
+        Panel("Power supplies and redundancy sets not OK",
+              f'sum by (node) (1 - {_n(M.bmc_sensor_ok)}{{kind=~"psu|redundancy"}})', "{{node}}"),
+        Panel("Power (chassis)", f'{_n(M.bmc_power_watts)}{{kind="power"}}', "{{node}} {{sensor}}", "watt"),
+        Panel("BMC findings", f"sum by (check) ({_n(M.bmc_finding)})", "{{check}}", kind="stat"),
+        Panel("BMCs not answering", f"sum(1 - {_n(M.bmc_up)})", "not answering", kind="stat"),
+    ]
+
+
 def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
-    """The dashboards' queries (kept as data so a test can run every one against a real Prometheus)."""
-    return {
+    """The dashboards' queries (kept as data so a test can run every one against a real Prometheus). The BMC
+    dashboard only where the inventory names BMCs (``bmc_sources``): without one no ``slurmkit_bmc_*`` series
+    exists, and a dashboard of empty panels would say nothing (the lab has none: its power provider is ``lab``)."""
+    boards = {
         "slurmkit-cluster": [
             Panel("GPUs by state", f"sum by (state) ({_n(M.cluster_gpus)})", "{{state}}", kind="stat"),
             Panel("GPUs by state per partition", f"sum by (partition, state) ({_n(M.cluster_gpus)})",
@@ -223,6 +247,9 @@ def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
             Panel("Jobs per account and state", f"sum by (account, state) ({_n(M.jobs)})", "{{account}} {{state}}"),
         ],
     }
+    if bmc_sources(cluster):
+        boards["slurmkit-bmc"] = bmc_panels()
+    return boards
 
 
 def dashboards(cluster: Cluster) -> dict[str, str]:
@@ -234,7 +261,7 @@ def dashboards(cluster: Cluster) -> dict[str, str]:
 
     ds = DataSourceRef(type_val="prometheus", uid="${datasource}")
     titles = {"slurmkit-cluster": "Cluster overview", "slurmkit-node-health": "Node health",
-              "slurmkit-tenants": "Tenants"}
+              "slurmkit-tenants": "Tenants", "slurmkit-bmc": "BMC sensors"}
     out: dict[str, str] = {}
     for uid, panels in dashboard_panels(cluster).items():
         d = (Dashboard(f"{cluster.name}: {titles[uid]}").uid(uid).tags(["slurmkit"]).refresh("1m")

@@ -129,11 +129,12 @@ class M:
                   "NVML's GPU recovery action (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).",
                   GPU_LABELS, "hook")
 
-    # --- per node, from its BMC (`slurmkit bmc`: Redfish Thermal/Power or IPMI sdr) --------------------------------
+    # --- per node, from its BMC (`slurmkit bmc`: Redfish thermal/power resources or IPMI sdr) ----------------------
     bmc_up = _m("slurmkit_bmc_up", "gauge", "1 when the node's BMC answered the last read (source: redfish, ipmi).",
                 ("node", "source"), "bmc")
     bmc_temperature = _m("slurmkit_bmc_temperature_celsius", "gauge",
-                         "A BMC temperature sensor (context: intake for inlet sensors, else Redfish's PhysicalContext).",
+                         "A BMC temperature sensor (context: intake for inlet sensors, else Redfish's PhysicalContext "
+                         "in lower case (cpu, gpu, exhaust, ...), cpu for an IPMI processor entity).",
                          ("node", "sensor", "context"), "bmc")
     bmc_fan_rpm = _m("slurmkit_bmc_fan_speed_rpm", "gauge", "A BMC fan's speed.", ("node", "fan"), "bmc")
     bmc_power_watts = _m("slurmkit_bmc_power_watts", "gauge",

@@ -22,7 +22,7 @@ from slurmkit.health.result import Action, Status
 from slurmkit.health.runner import RunSpec, run_checks
 
 NVML = Path(__file__).resolve().parents[1] / "data" / "nvml"
-NODE_CHECKS = ("filesystems", "edac", "daemons", "hardware", "dstate", "firmware", "topology")
+NODE_CHECKS = ("filesystems", "edac", "daemons", "hardware", "dstate", "firmware", "topology", "bmc")
 H100 = Expectations(node="node1", gpu_count=8, gpu_type="h100", nvlink=True, mig=(False,) * 8,
                     minors=tuple(range(8)), cpus=64, memory_mb=30000)
 
@@ -247,3 +247,39 @@ def test_node_checks_do_not_run_in_the_prolog_by_default():
 def test_process_scan_reads_real_proc():
     scan = host.scan_processes(HostPaths())
     assert scan["count"] > 0 and any(n.startswith("python") for n in scan["names"]), scan["names"][:20]
+
+
+def test_bmc_verdict_written_by_slurmkit_bmc_drains_on_a_failed_fan_only(tmp_path):
+    """`slurmkit bmc --state-dir` on the management host writes STATE/<node>/bmc.json; the node's health check reads
+    it: a failed fan FAILs (drain), a lost PSU redundancy or a hot inlet WARNs, a stale verdict or a BMC that did not
+    answer WARNs, no verdict SKIPs. Readings: ipmi_sim's recorded sdr (tests/data/bmc)."""
+    from slurmkit.monitor import bmc
+
+    data = Path(__file__).resolve().parents[1] / "data" / "bmc"
+    shared, p = tmp_path / "shared", tree(tmp_path)
+    node = shared / "node1"
+
+    def verdict(rep, **kw):
+        bmc.write_verdict(str(shared), rep, **kw)
+        return run(tmp_path, p, only=("bmc",), state=node)["bmc"]
+
+    node.mkdir(parents=True)
+    r = run(tmp_path, p, only=("bmc",), state=node)["bmc"]
+    assert r.status == Status.SKIP and "no BMC verdict" in r.summary
+    healthy = bmc.parse_ipmitool_sdr((data / "ipmitool_sdr_elist.txt").read_text())
+    faults = bmc.parse_ipmitool_sdr((data / "ipmitool_sdr_elist_faults.txt").read_text())
+    assert verdict(bmc.BmcReport("node1", "ipmi", healthy)).status == Status.OK
+    r = verdict(bmc.BmcReport("node1", "ipmi", faults))
+    assert (r.status, r.action) == (Status.FAIL, Action.DRAIN)
+    assert r.findings == ["bmc fan_failed", "bmc psu_redundancy_lost", "bmc inlet_over_limit"]
+    assert r.summary.startswith("BMC: fan_failed: Fan 1: stopped (critical); psu_redundancy_lost: ")
+    no_fan_fault = [x for x in faults if x.kind != "fan"]
+    r = verdict(bmc.BmcReport("node1", "ipmi", no_fan_fault))
+    assert r.status == Status.WARN and r.findings == ["bmc psu_redundancy_lost", "bmc inlet_over_limit"]
+    r = verdict(bmc.BmcReport("node1", "ipmi", faults), now=time.time() - 3600)
+    assert r.status == Status.WARN and r.findings == ["bmc verdict stale"]
+    r = verdict(bmc.BmcReport("node1", "redfish", error="redfish https://node1-bmc: refused"))
+    assert r.status == Status.WARN and r.summary == "BMC did not answer: redfish https://node1-bmc: refused"
+    (node / "bmc.json").write_text("{half")
+    assert run(tmp_path, p, only=("bmc",), state=node)["bmc"].findings == ["bmc verdict unreadable"]
+

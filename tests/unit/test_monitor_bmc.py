@@ -59,6 +59,19 @@ def test_other_ipmi_sensor_lines(line, kind, health):
     assert (r.kind, r.health) == (kind, health)
 
 
+@pytest.mark.parametrize(("line", "context"), [
+    ("CPU1 Temp        | 30h | ok  |  3.1 | 45 degrees C", "cpu"),  # entity 03h processor
+    ("Temp             | 31h | ok  | 65.1 | 45 degrees C", "cpu"),  # DCMI 41h processor
+    ("Temp             | 32h | ok  | 64.1 | 22 degrees C", "intake"),  # DCMI 40h air inlet
+    ("Front Temp       | 33h | ok  | 55.1 | 22 degrees C", "intake"),  # 37h air inlet
+    ("Ambient Temp     | 34h | ok  |  7.1 | 22 degrees C", "intake"),  # by its name
+    ("Board Temp       | 35h | ok  |  7.1 | 30 degrees C", ""),
+])
+def test_ipmi_temperature_context_from_entity_or_name(line, context):
+    (r,) = bmc.parse_ipmitool_sdr(line)
+    assert (r.kind, r.context) == ("temperature", context)
+
+
 def test_redfish_thermal_of_the_emulator_and_its_faults():
     doc = json.loads((D / "redfish_thermal_sushy_tools.json").read_text())
     rs = bmc.parse_redfish_thermal(doc)
@@ -101,3 +114,13 @@ def test_metrics_of_a_report_and_of_a_bmc_that_did_not_answer():
     assert find(s, "slurmkit_bmc_sensor_ok", node="n1", kind="fan", sensor="Fan 1") == [0]
     assert find(s, "slurmkit_bmc_up", node="n2", source="redfish") == [0]
     assert find(s, "slurmkit_bmc_finding", node="n2") == []  # nothing known, nothing claimed
+
+
+@pytest.mark.parametrize(("state", "found"), [("Disabled", False), ("Absent", False), ("UnavailableOffline", True),
+                                              ("Enabled", False)])
+def test_a_redundancy_set_not_configured_is_no_lost_redundancy(state, found):
+    """Resource.v1 State: Disabled/Absent = no redundancy set configured (a one-PSU node: nothing lost);
+    UnavailableOffline = present but unusable (the node runs without redundancy)."""
+    doc = {"Redundancy": [{"Name": "PSU set", "Status": {"State": state, "Health": "OK"}}]}
+    got = [f.summary for f in bmc.findings(bmc.parse_redfish_power(doc))]
+    assert got == (["PSU set: critical"] if found else [])

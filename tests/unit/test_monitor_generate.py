@@ -106,3 +106,69 @@ def test_promtool_unit_tests_of_every_alert(tmp_path):
     r = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], cwd=d, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _with_bmc(provider: str = "redfish"):
+    inv = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
+    bmc = "https://{host}-bmc" if provider == "redfish" else "{host}-bmc"
+    inv["node_groups"][0]["power"] = {"provider": provider, "bmc": bmc}
+    inv["monitoring"] = {"exporter": ["ctl:9799"]}
+    return load_cluster_dict(inv)
+
+
+def test_the_bmc_dashboard_only_where_the_inventory_names_bmcs():
+    """No BMC, no slurmkit_bmc_* series (the lab's power provider is `lab`): no dashboard of empty panels."""
+    assert "slurmkit-bmc" not in dashboard_panels(cluster())
+    assert "dashboard-slurmkit-bmc.json" not in generate(cluster())
+    for provider in ("redfish", "ipmi"):
+        c = _with_bmc(provider)
+        panels = dashboard_panels(c)["slurmkit-bmc"]
+        d = json.loads(generate(c)["dashboard-slurmkit-bmc.json"])
+        assert d["uid"] == "slurmkit-bmc" and [p["targets"][0]["expr"] for p in d["panels"]] == [p.expr for p in panels]
+        for p in panels:
+            assert metrics_named(p.expr) and metrics_named(p.expr) <= set(BY_NAME), p.expr
+
+
+def _bmc_series() -> list[dict[str, str]]:
+    """promtool input series: what `slurmkit bmc --textfile` writes for a Redfish node (DMTF's public-rackmount1
+    mockup, walked from the recorded files) and an IPMI node (ipmi_sim's recorded faults), plus a BMC that did not
+    answer and a GPU sensor (PhysicalContext GPU, as an HGX baseboard's BMC reports it)."""
+    from slurmkit.monitor import bmc
+    from slurmkit.monitor.metrics import Exposition
+    from tests.unit.test_monitor_textfile import samples
+
+    mock = DATA / "bmc" / "dmtf-public-rackmount1"
+
+    def get(path: str) -> dict:
+        return json.loads((mock / path.removeprefix("/redfish/v1").strip("/") / "index.json").read_text())
+
+    chassis = get("/redfish/v1/Chassis/1U")
+    gpu = bmc.Reading("temperature", "GPU0 Temp", 61.0, context="gpu")
+    ex = Exposition()
+    bmc.add_metrics(ex, bmc.BmcReport("node1", "redfish", [*bmc.walk_chassis(get, chassis), gpu]))
+    ipmi = bmc.parse_ipmitool_sdr((DATA / "bmc" / "ipmitool_sdr_elist_faults.txt").read_text())
+    bmc.add_metrics(ex, bmc.BmcReport("node2", "ipmi", ipmi))
+    bmc.add_metrics(ex, bmc.BmcReport("node3", "redfish", error="redfish https://node3-bmc: refused"))
+    out = []
+    for (name, labels), v in samples(ex.text()).items():
+        sel = ",".join(f'{k}="{val}"' for k, val in sorted(labels))
+        out.append({"series": f"{name}{{{sel}}}", "values": f"{v:g}x5"})
+    return out
+
+
+@needs(shutil.which("promtool") is not None, "promtool (Debian package prometheus) not installed")
+def test_every_bmc_panel_query_returns_series_in_prometheus(tmp_path):
+    """The lab has no BMC, so its every-panel-has-data check never sees this dashboard: here Prometheus's own
+    engine (promtool test rules) evaluates each panel's query over the series `slurmkit bmc` writes for recorded
+    BMCs; one alert per panel fires iff its query returns a series."""
+    panels = dashboard_panels(_with_bmc())["slurmkit-bmc"]
+    rules = [{"alert": f"Panel{i}", "expr": f"count({p.expr}) > 0"} for i, p in enumerate(panels)]
+    (tmp_path / "panels.yml").write_text(yaml.safe_dump({"groups": [{"name": "bmc", "rules": rules}]}))
+    case = {"interval": "1m", "input_series": _bmc_series(),
+            "alert_rule_test": [{"eval_time": "2m", "alertname": f"Panel{i}", "exp_alerts": [{"exp_labels": {}}]}
+                                for i in range(len(panels))]}
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({"rule_files": ["panels.yml"], "evaluation_interval": "1m",
+                                                    "tests": [case]}))
+    r = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
