@@ -99,10 +99,12 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
     # DebugFlags=PowerSave,NO_CONF_HASH (read_config.c debug_str2flags, :5822/:5855 at 22.05, :6158/:6195 at 24.11);
     # CPUs=8 on a 1 x 8 x 2 node (CPUs may equal Sockets*CoresPerSocket, read_config.c _parse_nodename);
     # JobSubmitPlugins=require_timelimit (src/plugins/job_submit/require_timelimit in both). AccountingStorageUser is
-    # defunct in 26.05 (read_config.c _defunct_option there), a warning
+    # defunct in 26.05 (read_config.c _defunct_option there), a warning; its OverSubscribe=EXCLUSIVE partitions are
+    # deprecated in 26.05 for Exclusive= (slurm.conf(5) at slurm-26-05-3-1, still read by read_config.c), a warning
     "caltech-central-clima": {
         r: (["gres.conf is missing but slurm.conf nodes have Gres="],
-            [] if r != "26.05" else ["AccountingStorageUser is defunct in Slurm 26.05"])
+            [] if r != "26.05" else ["AccountingStorageUser is defunct in Slurm 26.05",
+                                     "OverSubscribe=EXCLUSIVE is deprecated in Slurm 26.05"])
         for r in ("22.05", "24.11", "26.05")
     },
     # Slurm's own gres.conf test site (testsuite/expect/test7.17_configs): Nodename=DEFAULT holds the geometry
