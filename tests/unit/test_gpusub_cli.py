@@ -254,3 +254,17 @@ def test_help_imports_neither_jinja_nor_backend_nor_nvml() -> None:
             "assert not bad, bad")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
+
+
+def test_slurm_conf_parser_imports_neither_generator_nor_jinja_nor_yaml() -> None:
+    """gpusub's tenant check reads slurm.conf on every submit (jobs/tenant.py start): the parser alone, not the
+    generator package's Jinja2, PyYAML and inventory model (~40 % of a submit's CPU time when it did)."""
+    code = ("import sys; from slurmkit.generate.confparse import parse_slurm_conf\n"
+            "parse_slurm_conf('ClusterName=x\\nAccountingStorageType=accounting_storage/slurmdbd\\n')\n"
+            "bad = [m for m in ('jinja2', 'yaml', 'slurmkit.generate.slurmconf', 'slurmkit.model.cluster')"
+            " if m in sys.modules]\n"
+            "assert not bad, bad\n"
+            "from slurmkit.generate import generate, Overrides, EXECUTABLE_FILES  # still there, on demand\n"
+            "assert callable(generate) and EXECUTABLE_FILES")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
