@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 
 from slurmkit.backend.base import SubmitRequest
 from slurmkit.backend.parse import JobInfo, NodeInfo, SwitchRecord
-from slurmkit.cli import gpusub
+from slurmkit.cli import gpusub_cmds as gpusub  # the click commands (gpusub.py is the entry point)
 from slurmkit.errors import SlurmTimeout
 from slurmkit.jobs.monitor import Backoff, follow, statuses
 from slurmkit.jobs.spec import JobSpec
@@ -268,3 +269,63 @@ def test_slurm_conf_parser_imports_neither_generator_nor_jinja_nor_yaml() -> Non
             "assert callable(generate) and EXECUTABLE_FILES")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
+
+
+def _help_run(cache: Path, columns: str | None, check_click: bool) -> str:
+    code = ("import sys\nfrom slurmkit.cli import gpusub\ngpusub.main(['--help'])\n"
+            + ("assert 'click' not in sys.modules, 'click imported'\n" if check_click else ""))
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["XDG_CACHE_HOME"] = str(cache)
+    if columns is not None:
+        env["COLUMNS"] = columns
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def _click_help(columns: str | None) -> str:
+    """click's own `gpusub --help`, no cache involved."""
+    code = "from slurmkit.cli import gpusub_cmds\ngpusub_cmds.main(['--help'])\n"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_help_is_served_from_cache_without_click_and_equals_clicks(tmp_path: Path) -> None:
+    """Issue 25 speed goal: `gpusub --help` <= 3x `python -c pass`; click's import was most of it. The second call
+    prints the cached text without importing click, byte for byte what click prints, at each width."""
+    for columns in (None, "60", "200"):
+        want = _click_help(columns)
+        first = _help_run(tmp_path, columns, check_click=False)  # miss: click renders and the text is cached
+        second = _help_run(tmp_path, columns, check_click=True)
+        assert first == want and second == want
+    assert _help_run(tmp_path, "60", check_click=True) != _help_run(tmp_path, "200", check_click=True)
+
+
+def test_help_cache_key_follows_commands_source(tmp_path: Path) -> None:
+    """An edited gpusub_cmds.py (new option, new help string) is a miss: never a stale --help."""
+    from slurmkit.cli import gpusub as entry
+
+    key, path = entry._help_key()
+    assert key and "gpusub_cmds.py" in key and "width=" in key
+    entry._write_help(key, str(tmp_path / "h.txt"), "cached\n")
+    assert entry._read_help(key, str(tmp_path / "h.txt")) == "cached\n"
+    assert entry._read_help(key.replace("width=", "width=9"), str(tmp_path / "h.txt")) is None
+    os.chmod(tmp_path / "h.txt", 0o666)  # a file others may write is never trusted
+    assert entry._read_help(key, str(tmp_path / "h.txt")) is None
+
+
+def test_terminal_columns_is_shutils(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    from slurmkit.cli.gpusub import terminal_columns
+
+    for value in (None, "0", "-3", "abc", "57", "300"):
+        if value is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", value)
+        assert terminal_columns() == shutil.get_terminal_size().columns, value
