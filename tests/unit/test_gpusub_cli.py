@@ -243,8 +243,19 @@ def test_statuses_one_call_for_many_jobs_and_run_dir_fallback(env: dict[str, str
 
 
 def test_backoff_caps() -> None:
-    b = Backoff(first=1, cap=4)
+    b = Backoff(first=1, cap=4, fast_for=0)
     assert [b() for _ in range(5)] == [1, 2, 4, 4, 4]
+
+
+def test_backoff_polls_fast_during_the_first_minute() -> None:
+    """Issue 25: --follow saw a 4 s job end at 7.75 s (0.25 doubling to 5 s); now at most 1 s apart for 60 s of
+    polling, then doubling on to the cap."""
+    b = Backoff()
+    first = [b() for _ in range(6)]
+    assert first == [0.25, 0.5, 1.0, 1.0, 1.0, 1.0]
+    while b.elapsed < 60:
+        assert b() <= 1.0
+    assert b() == 5.0
 
 
 def test_help_imports_neither_jinja_nor_backend_nor_nvml() -> None:
