@@ -173,7 +173,7 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "slurmkit")], check=True,
                    env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
     env = {**os.environ, "SLURM_CONF": conf, "SLURMKIT_INVENTORY": inventory, "PYTHONPATH": str(ROOT),
-           "SLURMKIT_STATE_DIR": f"{work}/state", "GPUSUB_RUN_ROOT": f"{work}/runs"}
+           "SLURMKIT_STATE_DIR": f"{work}/state", "GPUSUB_RUN_ROOT": f"{work}/runs", "XDG_CACHE_HOME": f"{work}/cache"}
     # the `gpusub` console script, as users run it (and as torchx is run), when this interpreter's environment has
     # this source tree installed (the test venv is an editable install); else `python -m`, which adds runpy
     script_gpusub = Path(sys.executable).parent / "gpusub"
@@ -201,7 +201,10 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "compileall", "-q", f"{other}/slurmkit"], check=True,
                            env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
             # what its console script would run (no runpy), with that checkout first on sys.path
-            entry = [sys.executable, "-c", f"import sys; sys.path.insert(0, {other!r}); sys.argv[0] = 'gpusub'; "
+            # with its own cache dir: the facts cache's stamp holds the code's mtimes, so two checkouts sharing one
+            # would throw each other's entries out on every call
+            entry = [sys.executable, "-c", f"import os, sys; os.environ['XDG_CACHE_HOME'] = {work + '/cache-compare'!r}; "
+                     f"sys.path.insert(0, {other!r}); sys.argv[0] = 'gpusub'; "
                      "from slurmkit.cli.gpusub import main; main()"]
             cmds += [("gpusub --dry-run (4x8) [compare]", [*entry, "train.py", "-N", "4", "--dry-run", "--no-query"]),
                      ("gpusub submit (4x8) [compare]", [*entry, "train.py", "-N", "4", "--time", "5"])]

@@ -340,3 +340,38 @@ def test_terminal_columns_is_shutils(monkeypatch) -> None:  # type: ignore[no-un
         else:
             monkeypatch.setenv("COLUMNS", value)
         assert terminal_columns() == shutil.get_terminal_size().columns, value
+
+
+def test_template_loads_while_the_slurm_queries_wait(tmp_path: Path) -> None:
+    """Issue 25 (submit time): Jinja2's import and the job template's load run while the live queries wait on
+    slurmctld, not after them. The fake controller answers the partition query only once the template is loaded
+    (10 s at most): a prepare() that loads it only after the queries would find it missing."""
+    code = f"""
+import os, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+os.environ.update(SLURMKIT_INVENTORY={str(LAB_INV)!r}, XDG_CACHE_HOME={str(tmp_path / 'cache')!r},
+                  SLURM_CONF={str(tmp_path / 'none.conf')!r})
+from tests.unit.test_gpusub_cli import FakeBackend
+from slurmkit.jobs.spec import JobSpec
+from slurmkit.jobs.submit import prepare
+
+class Slow(FakeBackend):
+    def partitions(self):
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            t = sys.modules.get("slurmkit.templates")
+            if t is not None and t.environment.cache_info().currsize and _loaded(t.environment("job_templates")):
+                return super().partitions()
+            time.sleep(0.01)
+        raise SystemExit("the template was not loaded while the queries waited")
+
+def _loaded(env):  # only once environment() is cached (never a second Environment made from this thread)
+    return env.cache is not None and any("torchrun.sh.j2" in str(k) for k in list(env.cache.keys()))
+
+script = {str(tmp_path / 'train.py')!r}
+open(script, "w").write("print(1)\\n")
+p = prepare(JobSpec(script=script, nodes=2), Slow(), cwd={str(tmp_path)!r}, test_only=False)
+assert "torchrun" in p.job.request.script
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-500:]
