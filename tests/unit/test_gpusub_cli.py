@@ -214,8 +214,30 @@ def test_submit_job_unpacks_and_follow_streams_until_done(env: dict[str, str], s
     sleeps: list[float] = []
     st = follow(job_id, fake, out, environ=env, sleep=sleeps.append)
     assert st.state == "COMPLETED" and out.getvalue() == "line one\n"
-    assert sleeps == [0.25, 0.5, 1.0]  # backoff, one scontrol call per poll
+    # backoff 0.25, 0.5, 1.0 between the four polls (one scontrol call each), napped in 0.2 s slices
+    assert round(sum(sleeps), 6) == 1.75 and max(sleeps) <= 0.2 + 1e-9
     assert fake.polls == 4
+
+
+def test_follow_polls_fast_once_the_step_has_exited(env: dict[str, str], script: Path) -> None:
+    """Issue 25 (end to end): the batch script's exit record (attempts/<job>.r<N>.exit) means the job ends within
+    moments: the nap is cut short and the next polls come 0.2 s apart, not after the rest of a 1-5 s backoff."""
+    fake = FakeBackend(states=("RUNNING",) * 6 + ("COMPLETED",))
+    _, run_dir = submit_job(JobSpec(script=str(script), nodes=2), fake, environ=env)
+    record = Path(run_dir) / "attempts" / "42.r0.exit"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        if fake.polls == 3 and len(sleeps) >= 2 and not record.exists():
+            record.write_text("0\n")  # the step exits during the third nap
+
+    st = follow("42", fake, io.StringIO(), run_dir=run_dir, environ=env, sleep=sleep)
+    assert st.state == "COMPLETED" and fake.polls == 7
+    # 0.25 + 0.5 (two polls), one 0.2 s slice of the third nap (1 s) until the record, then 0.2 before each of the
+    # last three polls
+    assert round(sum(sleeps), 6) == round(0.25 + 0.5 + 0.2 + 3 * 0.2, 6), sleeps
 
 
 def test_follow_tolerates_a_few_failed_polls_then_raises(env: dict[str, str], script: Path) -> None:
