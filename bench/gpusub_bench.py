@@ -16,6 +16,10 @@ way a user waits for them:
 * ``sbatch --parsable`` of the very script gpusub rendered (the floor for any submitter)
 * ``torchx run --dryrun -s slurm dist.ddp -j 4x8 --script train.py``
 * a submitit submit of a 4x8 job (``AutoExecutor`` + ``submit``) in its own process
+* with ``--e2e ROUNDS`` (default 3): end to end, submit to COMPLETED, of a 2-node x 2-process gloo job (init, one
+  all_reduce, destroy): ``gpusub ddp.py -N 2 --gpus-per-node 2 --follow`` (torchrun, and ``--launcher srun``)
+  beside submitit's ``submit`` + ``job.results()`` of the same work (one srun task per process,
+  ``helpers.TorchDistributedEnvironment``); the jobs import the test venv's torch (``--torch-python``)
 
 Every command runs once as a warm-up, then ``--repeat`` rounds run each command once in turn (so a shared
 machine's changing load reaches all of them alike). Prints medians of the wall time and of the CPU time (user +
@@ -45,6 +49,45 @@ ex = submitit.AutoExecutor(folder=sys.argv[1], cluster="slurm")
 ex.update_parameters(nodes=4, gpus_per_node=8, tasks_per_node=8, timeout_min=10, slurm_partition="gpu",
                      slurm_signal_delay_s=120)
 print(ex.submit(train).job_id)
+"""
+
+DDP = """\
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print("sum", t.item(), flush=True)
+dist.destroy_process_group()
+"""
+
+SUBMITIT_E2E = """\
+import subprocess, sys, time, submitit
+TORCH_SITE = sys.argv[2]
+def train():
+    import sys
+    sys.path.append(TORCH_SITE)  # the same torch as gpusub's jobs (the bench venv has none)
+    import submitit, torch, torch.distributed as dist
+    submitit.helpers.TorchDistributedEnvironment().export()
+    dist.init_process_group("gloo")
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return t.item()
+ex = submitit.AutoExecutor(folder=sys.argv[1], cluster="slurm")
+ex.update_parameters(nodes=2, gpus_per_node=2, tasks_per_node=2, timeout_min=5, slurm_partition="gpu")
+job = ex.submit(train)
+results = job.results()  # one per task: returns once every task's result pickle exists (submitit's done())
+print("results_at", time.time(), results, flush=True)
+# ... which is before the tasks have exited and before Slurm ends the job: wait for COMPLETED as gpusub --follow
+# does, polling at 0.1 s (finer than gpusub's <= 1 s: in submitit's favour)
+while True:
+    out = subprocess.run(["scontrol", "-o", "show", "job", job.job_id], capture_output=True, text=True).stdout
+    state = next((f.split("=", 1)[1] for f in out.split() if f.startswith("JobState=")), "")
+    if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+        break
+    time.sleep(0.1)
+print("state", state)
+sys.exit(0 if state == "COMPLETED" else 1)
 """
 
 
@@ -86,12 +129,13 @@ def ensure_venv(venv: Path) -> Path | None:
     return py
 
 
-def _installed_from(console_script: Path, root: Path) -> bool:
-    """True when ``console_script`` exists and its interpreter imports slurmkit from ``root``."""
+def _installed_from(console_script: Path, root: Path, env: dict[str, str]) -> bool:
+    """True when ``console_script`` exists and its interpreter, in the bench's environment (PYTHONPATH=root),
+    imports slurmkit from ``root``: then the console script runs this tree's code, as a user's would."""
     if not console_script.exists():
         return False
     res = subprocess.run([str(console_script.parent / "python"), "-c", "import slurmkit; print(slurmkit.__file__)"],
-                         capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+                         capture_output=True, text=True, env=env)
     return res.returncode == 0 and Path(res.stdout.strip()).resolve().is_relative_to(root.resolve())
 
 
@@ -102,6 +146,8 @@ def main() -> None:
     ap.add_argument("--port-base", type=int, default=28817)
     ap.add_argument("--slurm-conf", default=None, help="use this running cluster instead of starting a lab")
     ap.add_argument("--venv", default="/tmp/gpusub-bench-venv")
+    ap.add_argument("--e2e", type=int, default=3, metavar="ROUNDS", help="end-to-end rounds (0: none)")
+    ap.add_argument("--torch-python", default=sys.executable, help="interpreter with torch for the e2e jobs")
     ap.add_argument("--compare", default=None, metavar="ROOT",
                     help="also time gpusub from this other checkout (e.g. a worktree of main), in the same rounds")
     args = ap.parse_args()
@@ -127,15 +173,16 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "slurmkit")], check=True,
                    env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
     env = {**os.environ, "SLURM_CONF": conf, "SLURMKIT_INVENTORY": inventory, "PYTHONPATH": str(ROOT),
-           "SLURMKIT_STATE_DIR": f"{work}/state", "GPUSUB_RUN_ROOT": f"{work}/runs"}
+           "SLURMKIT_STATE_DIR": f"{work}/state", "GPUSUB_RUN_ROOT": f"{work}/runs", "XDG_CACHE_HOME": f"{work}/cache"}
     # the `gpusub` console script, as users run it (and as torchx is run), when this interpreter's environment has
     # this source tree installed (the test venv is an editable install); else `python -m`, which adds runpy
     script_gpusub = Path(sys.executable).parent / "gpusub"
-    gpusub = [str(script_gpusub)] if _installed_from(script_gpusub, ROOT) else [sys.executable, "-m",
+    gpusub = [str(script_gpusub)] if _installed_from(script_gpusub, ROOT, env) else [sys.executable, "-m",
                                                                                    "slurmkit.cli.gpusub"]
     load0 = f"{os.getloadavg()[0]:.2f}"
     rows: list[tuple[str, float]] = []
     cpu_rows: dict[str, float] = {}
+    e2e_rows: dict[str, list[float]] = {}
     try:
         r = args.repeat
         _, script = timed([*gpusub, "train.py", "-N", "4", "--dry-run"], env, 1, work)
@@ -154,7 +201,10 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "compileall", "-q", f"{other}/slurmkit"], check=True,
                            env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
             # what its console script would run (no runpy), with that checkout first on sys.path
-            entry = [sys.executable, "-c", f"import sys; sys.path.insert(0, {other!r}); sys.argv[0] = 'gpusub'; "
+            # with its own cache dir: the facts cache's stamp holds the code's mtimes, so two checkouts sharing one
+            # would throw each other's entries out on every call
+            entry = [sys.executable, "-c", f"import os, sys; os.environ['XDG_CACHE_HOME'] = {work + '/cache-compare'!r}; "
+                     f"sys.path.insert(0, {other!r}); sys.argv[0] = 'gpusub'; "
                      "from slurmkit.cli.gpusub import main; main()"]
             cmds += [("gpusub --dry-run (4x8) [compare]", [*entry, "train.py", "-N", "4", "--dry-run", "--no-query"]),
                      ("gpusub submit (4x8) [compare]", [*entry, "train.py", "-N", "4", "--time", "5"])]
@@ -181,6 +231,7 @@ def main() -> None:
             subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], env=env, capture_output=True)
         rows = [(name, statistics.median(times[name])) for name, _ in cmds]
         cpu_rows = {name: statistics.median(cpu[name]) for name, _ in cmds}
+        e2e_rows = run_e2e(args, gpusub, env, work, py)
     finally:
         subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], env=env, capture_output=True)
         if lab is not None:
@@ -203,6 +254,53 @@ def main() -> None:
             if si and sub:
                 print(f"{label}: gpusub{suffix} submit / submitit submit = {sub / si:.2f}x (target <= 1.0x)")
     print(f"gpusub submit / bare sbatch = {by['gpusub submit (4x8)'] / by['sbatch --parsable (same script)']:.1f}x")
+    if e2e_rows:
+        print("\n| end to end, submit to COMPLETED (2 nodes x 2 processes, gloo) | median wall s | runs (s) |")
+        print("|---|---:|---|")
+        for name, runs in e2e_rows.items():
+            print(f"| {name} | {statistics.median(runs):.2f} | {', '.join(f'{x:.2f}' for x in runs)} |")
+        si = e2e_rows.get("submitit submit + results(), to COMPLETED")
+        for name, runs in e2e_rows.items():
+            if si and name.startswith("gpusub"):
+                print(f"wall: {name} / submitit = {statistics.median(runs) / statistics.median(si):.2f}x "
+                      "(target <= 1.0x)")
+
+
+def run_e2e(args: argparse.Namespace, gpusub: list[str], env: dict[str, str], work: str,
+            py: Path | None) -> dict[str, list[float]]:
+    """Wall seconds from starting the submitting process to its exit once the job is COMPLETED, in rounds."""
+    if args.e2e <= 0:
+        return {}
+    (Path(work) / "ddp.py").write_text(DDP)
+    tpy = Path(args.torch_python)
+    site = subprocess.run([str(tpy), "-c", "import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    # the e2e jobs run under the torch interpreter (gpusub pins the one it runs under: the console script's)
+    e_env = {**env, "PATH": f"{tpy.parent}:{env.get('PATH', '/usr/bin:/bin')}"}
+    cmds: list[tuple[str, list[str]]] = [
+        ("gpusub --follow (torchrun)", [*gpusub, "ddp.py", "-N", "2", "--gpus-per-node", "2", "--time", "5",
+                                        "--follow"]),
+        ("gpusub --follow (--launcher srun)", [*gpusub, "ddp.py", "-N", "2", "--gpus-per-node", "2", "--time", "5",
+                                               "--launcher", "srun", "--follow"]),
+    ]
+    if py is not None:
+        (Path(work) / "submitit_e2e.py").write_text(SUBMITIT_E2E)
+        cmds.append(("submitit submit + results(), to COMPLETED", [str(py), "submitit_e2e.py", f"{work}/submitit-e2e",
+                                                                  site]))
+    runs: dict[str, list[float]] = {name: [] for name, _ in cmds}
+    if py is not None:
+        runs["submitit submit + results(), to results"] = []
+    for _ in range(args.e2e):
+        for name, argv in cmds:
+            t, t0 = time.perf_counter(), time.time()
+            res = subprocess.run(argv, env=e_env, cwd=work, capture_output=True, text=True, timeout=300)
+            runs[name].append(time.perf_counter() - t)
+            if res.returncode != 0:
+                raise SystemExit(f"{name}: exit {res.returncode}: {(res.stderr or res.stdout).strip()[-600:]}")
+            if name.startswith("submitit"):
+                at = next(float(x.split()[1]) for x in res.stdout.splitlines() if x.startswith("results_at"))
+                runs["submitit submit + results(), to results"].append(at - t0)
+    return runs
 
 
 if __name__ == "__main__":

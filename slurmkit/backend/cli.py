@@ -29,13 +29,22 @@ class CLIBackend:
 
     # --- facts -----------------------------------------------------------------------------------------------
     def version(self) -> str:
-        """Slurm release of the installed clients: ``sinfo --version`` (needs no controller)."""
+        """Slurm release of the installed clients: ``sinfo --version`` (needs no controller), remembered per
+        sinfo binary (``_version_cache``): gpusub's node query waited on this one, every submit."""
         if self._version is None:
+            binary, stamp = _sinfo_stamp(self.env)
+            cached = _read_version_cache().get(binary) if binary else None
+            if cached is not None and stamp is not None and cached[0] == list(stamp):
+                self._version = str(cached[1])
+                return self._version
             try:
                 out = self._run(["sinfo", "--version"], timeout=5).stdout
             except SlurmCommandError:
                 out = self._run(["slurmctld", "-V"], timeout=5).stdout  # clients without a config source fail above
+                binary = None  # not sinfo's answer
             self._version = parse.parse_version(out)
+            if binary and stamp is not None:
+                _write_version_cache(binary, stamp, self._version)
         return self._version
 
     def features(self):  # type: ignore[no-untyped-def]
@@ -183,6 +192,70 @@ class CLIBackend:
     def ping(self) -> bool:
         res = self._run(["scontrol", "ping"], check=False, timeout=5)
         return res.rc == 0 and "UP" in res.stdout
+
+
+# --- the Slurm version, per sinfo binary ------------------------------------------------------------------------
+# One small JSON file per user: {real path of sinfo: [[size, mtime_ns, ctime_ns, inode, dev], version]}. An upgrade
+# replaces the binary (a new inode and ctime): asked again. Only an ELF binary is remembered: a site's wrapper script
+# may run another sinfo without changing itself. Any problem: ``sinfo --version``, as before.
+
+def _version_cache_file() -> str:
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "slurmkit", "slurm-version.json")
+
+
+def _sinfo_stamp(env: Mapping[str, str] | None) -> tuple[str | None, tuple[int, ...] | None]:
+    import os
+    from shutil import which
+
+    path = (env or {}).get("PATH") or os.environ.get("PATH")
+    found = which("sinfo", path=path)
+    if not found:
+        return None, None
+    real = os.path.realpath(found)
+    try:
+        with open(real, "rb") as fh:
+            if fh.read(4) != b"\x7fELF":
+                return None, None
+            st = os.fstat(fh.fileno())
+    except OSError:
+        return None, None
+    return real, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+def _read_version_cache() -> dict[str, list[object]]:
+    import json
+    import os
+
+    try:
+        with open(_version_cache_file(), encoding="utf-8") as fh:
+            st = os.fstat(fh.fileno())
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:  # only our own, unshared file
+                return {}
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, list) and len(v) == 2} if isinstance(data, dict) else {}
+
+
+def _write_version_cache(binary: str, stamp: tuple[int, ...], version: str) -> None:
+    import json
+    import os
+
+    data = _read_version_cache()
+    data[binary] = [list(stamp), version]
+    target = _version_cache_file()
+    try:
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        tmp = f"{target}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, target)
+    except OSError:
+        pass
 
 
 def default_backend(env: Mapping[str, str] | None = None, timeout: float = 20.0) -> CLIBackend:

@@ -3,8 +3,10 @@
     gpusub [OPTIONS] SCRIPT [-- SCRIPT_ARGS...]      build, check and submit (or --dry-run)
     gpusub status JOB...   |  gpusub logs [-f] JOB  |  gpusub cancel JOB
 
-The edge: parses options, reads the environment, prints, picks exit codes. Everything else is in
-slurmkit.jobs and imported lazily, so ``gpusub --help`` loads click and nothing else.
+The entry point. The commands (click) are in slurmkit/cli/gpusub_cmds.py, everything else in slurmkit.jobs, all
+imported lazily. ``gpusub --help`` is click's own rendering of it, cached per user and keyed on what it depends on
+(the commands' source, click's installed copy, the terminal width), so a repeated ``--help`` starts no click
+(~30 ms of imports, most of its time).
 """
 
 from __future__ import annotations
@@ -12,281 +14,96 @@ from __future__ import annotations
 import os
 import sys
 
-import click
-
-SUBCOMMANDS = ("status", "logs", "cancel")
-
-CONTRACT = """\b
-Preemption / time-limit contract for the training script:
-  * SIGUSR2 reaches every training process --signal-grace seconds before the
-    time limit, on `scancel --signal=USR2 --batch JOB` and at a QOS
-    preemption, once per process, and the file $GPUSUB_PREEMPT_FILE appears
-    2 s later. Save a checkpoint (e.g. in $GPUSUB_CHECKPOINT_DIR) and exit.
-  * Handle SIGTERM the same way (scontrol requeue, preemption without user
-    signal, scancel, time limit): SIGKILL follows after Slurm's KillWait.
-  * The batch shell then runs `scontrol requeue`, at most --max-restarts times
-    (none when Slurm requeued or is ending the job); a run stopped unfinished
-    exits 75, so `afterok` dependents do not start; --follow exits with the
-    job's own exit code.
-  * On restart $GPUSUB_RESTART_COUNT (= SLURM_RESTART_COUNT) > 0: resume.
-Logs: <run dir>/logs/<job>.r<restart>.log. Defaults come from the site inventory
-($SLURMKIT_INVENTORY, else slurmkit.yaml beside $SLURM_CONF, else
-/etc/slurm/slurmkit.yaml), else from sinfo/scontrol.
-
-\b
-Other commands:
-  gpusub status JOB...       state of jobs (array tasks as JOB_TASK)
-  gpusub logs [-f] JOB       every attempt's log, in order; -f follows
-  gpusub cancel [--signal USR2] JOB
-"""
-
-
-def _backend():  # type: ignore[no-untyped-def]
-    """The CLI backend; pyslurm only with SLURMKIT_BACKEND=pyslurm and a pyslurm matching the running Slurm."""
-    from slurmkit.backend.pyslurm import select_backend
-
-    return select_backend()
-
-
-def _fail(exc: Exception) -> None:
-    from slurmkit.errors import SlurmkitError
-
-    if isinstance(exc, SlurmkitError):
-        for line in getattr(exc, "errors", None) or (exc.one_line(),):  # a preflight: every error, a line each
-            click.echo(f"gpusub: error: {line}", err=True)
-        sys.exit(exc.exit_code)
-    raise exc
-
-
-@click.command(
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
-    epilog=CONTRACT,
-)
-@click.argument("script")
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("-N", "--nodes", type=int, default=1, show_default=True, help="Nodes.")
-@click.option("--gpus-per-node", type=int, default=None, help="GPUs (= processes) per node [partition's GPUs/node].")
-@click.option("-p", "--partition", default=None, help="Partition [site default, else Slurm's default].")
-@click.option("-t", "--time", "time_", default=None, help="Time limit (Slurm syntax), checked against MaxTime.")
-@click.option("--account", default=None)
-@click.option("--qos", default=None)
-@click.option("--name", default=None, help="Job name [script name].")
-@click.option("--launcher", type=click.Choice(["torchrun", "srun", "megatron"]), default="torchrun",
-              show_default=True, help="torchrun (1 task/node), srun (1 task/GPU), megatron (torchrun + Megatron).")
-@click.option("--tp", type=int, default=1, show_default=True, help="Megatron tensor-parallel size.")
-@click.option("--pp", type=int, default=1, show_default=True, help="Megatron pipeline-parallel size.")
-@click.option("--cp", type=int, default=1, show_default=True, help="Megatron context-parallel size.")
-@click.option("--ep", type=int, default=1, show_default=True, help="Megatron expert-parallel size.")
-@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Extra environment (repeatable).")
-@click.option("--container-image", default=None, help="pyxis container image for the step.")
-@click.option("--container-mounts", default=None,
-              help="Extra pyxis mounts (the run dir and the script's directory are always mounted).")
-@click.option("--python", "python", default=None,
-              help="Interpreter for the job [the one gpusub runs under; the image's python3 with --container-image].")
-@click.option("--cpus-per-gpu", type=int, default=None,
-              help="CPUs per GPU [the node's usable CPUs / GPUs, from the inventory or the node records].")
-@click.option("--mem-per-gpu", default=None, metavar="SIZE",
-              help="Memory per GPU, Slurm syntax (16G, 16000M) [the node's usable memory / GPUs].")
-@click.option("--dependency", default=None, help="sbatch --dependency.")
-@click.option("--array", default=None, help="sbatch --array.")
-@click.option("--exclusive", is_flag=True, help="Whole nodes.")
-@click.option("-x", "--exclude", default=None, metavar="HOSTLIST", help="sbatch --exclude: never these nodes.")
-@click.option("-w", "--nodelist", default=None, metavar="HOSTLIST",
-              help="sbatch --nodelist: exactly these nodes (placement then pins nothing of its own).")
-@click.option("-C", "--constraint", default=None, help="sbatch --constraint (node features, e.g. h100&nvlink).")
-@click.option("--reservation", default=None, help="sbatch --reservation [SBATCH_RESERVATION].")
-@click.option("--begin", default=None, help="sbatch --begin (e.g. now+1hour, 2026-12-24T08:00).")
-@click.option("--hold", is_flag=True, help="sbatch --hold: submit held (release with scontrol release).")
-@click.option("--mail-type", default=None, help="sbatch --mail-type (e.g. END,FAIL).")
-@click.option("--mail-user", default=None, help="sbatch --mail-user.")
-@click.option("--comment", default=None, help="sbatch --comment (free text).")
-@click.option("--cpu-bind/--no-cpu-bind", default=True, show_default=True,
-              help="Run each rank on the cores of its GPU's NUMA node (see --explain).")
-@click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="--OPT[=VALUE]",
-              help="Any other sbatch option, passed through (repeatable; options gpusub sets itself are refused).")
-@click.option("--signal-grace", type=int, default=120, show_default=True,
-              help="Seconds between SIGUSR2 and the time limit (0: no signal).")
-@click.option("--max-restarts", type=int, default=3, show_default=True, help="Requeues after a preemption signal.")
-@click.option("--topology", type=click.Choice(["auto", "off", "strict"]), default="auto", show_default=True)
-@click.option("--explain", is_flag=True, help="Print every environment variable with the reason it is set.")
-@click.option("--dry-run", is_flag=True, help="Print the script and the sbatch argv; submit nothing.")
-@click.option("--follow", "-f", "follow_", is_flag=True, help="Tail the log until the job ends.")
-@click.option("--run-dir", default=None, help="Run dir for this job [<run root>/<name>-<time>-<hex>].")
-@click.option("--force", is_flag=True, help="Submit despite preflight errors (layout, memory, --test-only).")
-@click.option("--query/--no-query", default=None,
-              help="--dry-run: plan on Slurm's live node states, queue and reservations, as the submission does "
-                   "[--query when Slurm answers]; --no-query plans offline on an idle cluster.")
-def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_node: int | None,
-               partition: str | None, time_: str | None, account: str | None, qos: str | None, name: str | None,
-               launcher: str, tp: int, pp: int, cp: int, ep: int, env_pairs: tuple[str, ...],
-               container_image: str | None, container_mounts: str | None, python: str | None,
-               cpus_per_gpu: int | None, mem_per_gpu: str | None, dependency: str | None,
-               array: str | None, exclusive: bool, exclude: str | None, nodelist: str | None,
-               constraint: str | None, reservation: str | None, begin: str | None, hold: bool,
-               mail_type: str | None, mail_user: str | None, comment: str | None, cpu_bind: bool, sbatch_args: tuple[str, ...],
-               signal_grace: int, max_restarts: int, topology: str,
-               explain: bool, dry_run: bool, follow_: bool, run_dir: str | None, force: bool,
-               query: bool | None) -> None:
-    """Build, check and submit SCRIPT as a multi-node PyTorch DDP / Megatron-LM job.
-
-    Arguments after `--` go to SCRIPT unchanged, byte for byte.
-    """
-    try:
-        from dataclasses import replace
-
-        from slurmkit.errors import UsageError
-        from slurmkit.jobs.render import explain as explain_lines
-        from slurmkit.jobs.spec import JobSpec, parse_env_pair, parse_mem_mb
-        from slurmkit.jobs.submit import prepare, submit_prepared
-
-        if dry_run and follow_:
-            raise UsageError("--follow: nothing to follow with --dry-run (no job is submitted)")
-
-        spec = JobSpec(
-            script=os.path.abspath(script), args=tuple(script_args), nodes=nodes, gpus_per_node=gpus_per_node,
-            partition=partition, time=time_, account=account, qos=qos, name=name, launcher=launcher,
-            tp=tp, pp=pp, cp=cp, ep=ep, env=tuple(parse_env_pair(p) for p in env_pairs),
-            container_image=container_image, container_mounts=container_mounts, dependency=dependency,
-            array=array, exclusive=exclusive, signal_grace=signal_grace, max_restarts=max_restarts,
-            topology=topology, run_dir=os.path.abspath(run_dir) if run_dir else None,
-            python=os.path.abspath(python) if python and "/" in python else python,
-            cpus_per_gpu=cpus_per_gpu,
-            mem_per_gpu_mb=parse_mem_mb("--mem-per-gpu", mem_per_gpu) if mem_per_gpu is not None else None,
-            exclude=exclude, nodelist=nodelist, constraint=constraint, reservation=reservation, begin=begin,
-            hold=hold, mail_type=mail_type, mail_user=mail_user, comment=comment, sbatch_args=sbatch_args,
-            cpu_bind=cpu_bind,
-        )
-        if dry_run:
-            from slurmkit.errors import SlurmCommandError
-
-            # the dry run is the submission: it plans on the same live states (node states, queue, reservations)
-            # unless --no-query; when Slurm does not answer it plans offline and says so. The same checks and
-            # exit codes as a submit; only sbatch --test-only is left out.
-            backend = _backend() if query is not False else None
-            try:
-                prepared = prepare(spec, backend, force=force, test_only=False)
-            except SlurmCommandError as exc:
-                if query:
-                    raise
-                prepared = prepare(spec, None, force=force, test_only=False)
-                prepared = replace(prepared, warnings=(
-                    *prepared.warnings, f"Slurm did not answer ({exc.one_line()}): planned without live node states; "
-                    "the submission plans on live states and may pin nodes"))
-        else:
-            backend = _backend()
-            prepared = prepare(spec, backend, force=force)
-        job = prepared.job
-        if dry_run:
-            click.echo(job.request.script, nl=False)
-            click.echo("# sbatch argv: " + " ".join(job.request.command()) + "  (script on stdin)")
-            click.echo("# " + job.plan_line())
-            for w in prepared.warnings:
-                click.echo(f"# warning: {w}")
-            if job.memory:
-                for line in job.memory.lines():
-                    click.echo(f"# {line}")
-            if explain:
-                for line in (*prepared.tenant, *explain_lines(job)):
-                    click.echo(f"# {line}")
-            return
-        for w in prepared.warnings:
-            click.echo(f"gpusub: warning: {w}", err=True)
-        if job.memory:
-            for line in job.memory.lines():
-                click.echo(line)
-        if explain:
-            click.echo("\n".join((*prepared.tenant, *explain_lines(job))))
-        assert backend is not None  # a real submit always built one above
-        result = submit_prepared(prepared, backend, ["gpusub", *sys.argv[1:]])
-        click.echo(f"submitted job {result.job_id}")
-        click.echo(job.plan_line())
-        if result.unpinned:
-            click.echo(f"gpusub: {result.unpinned}", err=True)
-        if prepared.start_estimate and prepared.quota_waits:
-            # job_start_data (src/slurmctld/job_scheduler.c, 22.05 and 24.11) tests the nodes only
-            # (select_g_job_test, SELECT_MODE_WILL_RUN), never acct_policy: its time ignores the quota it waits for
-            click.echo("estimated start: left out: sbatch --test-only ignores association and QOS limits "
-                       "(see the warning above)")
-        elif prepared.start_estimate:
-            how = "" if "reservation" in prepared.start_estimate else " (sbatch --test-only)"
-            click.echo(f"estimated start: {prepared.start_estimate}{how}")
-        click.echo(f"run dir: {result.run_dir}")
-        click.echo(f"log: {result.log_path}")
-        if follow_:
-            _follow_and_exit(result.job_id, backend, result.run_dir)
-    except Exception as exc:  # noqa: BLE001 - the edge turns SlurmkitError into one line; others re-raise
-        _fail(exc)
-
-
-def _follow_and_exit(job_id: str, backend, run_dir: str | None) -> None:  # type: ignore[no-untyped-def]
-    from slurmkit.jobs.monitor import exit_status, follow
-
-    st = follow(job_id, backend, sys.stdout, run_dir=run_dir)
-    click.echo(f"gpusub: job {job_id} {st.state}" + (f" exit={st.exit_code}" if st.exit_code else "")
-               + (f": {st.note}" if st.note else ""), err=True)
-    sys.exit(exit_status(st))
-
-
-@click.command("status", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("job_ids", nargs=-1, required=True)
-def status_cmd(job_ids: tuple[str, ...]) -> None:
-    """State of one or more jobs (one scontrol call; sacct or the run dir for finished ones)."""
-    try:
-        from slurmkit.jobs.monitor import statuses
-
-        rows = statuses(list(job_ids), _backend())
-        for r in rows:
-            click.echo(r.line())
-        sys.exit(0 if all(r.state != "UNKNOWN" for r in rows) else 1)
-    except Exception as exc:  # noqa: BLE001
-        _fail(exc)
-
-
-@click.command("logs", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-f", "--follow", "follow_", is_flag=True, help="Keep tailing until the job ends.")
-@click.argument("job_id")
-def logs_cmd(job_id: str, follow_: bool) -> None:
-    """Print the job's logs (every attempt, in order)."""
-    try:
-        from slurmkit.jobs.monitor import find_run_dir, print_logs
-
-        backend = _backend()
-        if follow_:
-            _follow_and_exit(job_id, backend, None)
-        run_dir = find_run_dir(job_id, backend)
-        if not print_logs(job_id, run_dir, sys.stdout):
-            click.echo(f"gpusub: no log yet for job {job_id} in {run_dir}/logs", err=True)
-    except Exception as exc:  # noqa: BLE001
-        _fail(exc)
-
-
-@click.command("cancel", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--signal", "signal_", default=None, help="Send this signal to the batch shell instead (e.g. USR2).")
-@click.argument("job_id")
-def cancel_cmd(job_id: str, signal_: str | None) -> None:
-    """Cancel a job, or signal its batch shell (USR2: checkpoint and requeue)."""
-    try:
-        from slurmkit.jobs.monitor import cancel
-
-        cancel(job_id, _backend(), signal_)
-        click.echo(f"{'signalled' if signal_ else 'cancelled'} job {job_id}")
-    except Exception as exc:  # noqa: BLE001
-        _fail(exc)
-
-
-_COMMANDS = {"status": status_cmd, "logs": logs_cmd, "cancel": cancel_cmd}
-
 
 def main(argv: list[str] | None = None) -> None:
-    """``gpusub status|logs|cancel ...`` dispatch to those commands; anything else is a submit.
-
-    (A script literally named ``status`` is submitted as ``./status``.)
-    """
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in _COMMANDS:
-        _COMMANDS[args[0]].main(args=args[1:], prog_name=f"gpusub {args[0]}")
-    else:
-        submit_cmd.main(args=args, prog_name="gpusub")
+    if args in (["--help"], ["-h"]):
+        key, path = _help_key()
+        text = _read_help(key, path) if key else None
+        if text is not None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        from slurmkit.cli import gpusub_cmds
+
+        if key:
+            _write_help(key, path, gpusub_cmds.help_text())
+        gpusub_cmds.main(args)  # click prints the help itself, the text just cached
+        return
+    from slurmkit.cli import gpusub_cmds
+
+    gpusub_cmds.main(args)
+
+
+def __getattr__(name: str) -> object:  # gpusub.submit_cmd, gpusub.status_cmd ...: the click commands
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from slurmkit.cli import gpusub_cmds
+
+    return getattr(gpusub_cmds, name)
+
+
+def _help_key() -> tuple[str, str]:
+    """The cache key (empty when it cannot be told) and file. click's HelpFormatter wraps at
+    max(min(shutil.get_terminal_size().columns, max_content_width) - 2, 50) (click/formatting.py), so the width
+    is part of the key, as are the stats of the module holding the help strings and of click's installed copy."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("click")
+        if spec is None or not spec.origin:
+            return "", ""
+        parts = []
+        for f in (os.path.join(os.path.dirname(__file__), "gpusub_cmds.py"), spec.origin):
+            st = os.stat(f)
+            parts.append(f"{f}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
+    except (OSError, ImportError, ValueError):
+        return "", ""
+    width = terminal_columns()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return f"gpusub-help v1 width={width} " + " ".join(parts), os.path.join(base, "slurmkit", "gpusub-help.txt")
+
+
+def terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns`` (what click asks), without importing shutil (its bz2/lzma/zlib
+    imports cost more than the rest of a cached ``--help``): $COLUMNS when a positive integer, else the
+    terminal's width on stdout, else 80 (Lib/shutil.py of CPython 3.9-3.13)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+        columns = columns or 80
+    return columns
+
+
+def _read_help(key: str, path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            st = os.fstat(fh.fileno())
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:  # only our own, unshared file
+                return None
+            first, _, text = fh.read().partition("\n")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if first == key and text else None
+
+
+def _write_help(key: str, path: str, text: str) -> None:
+    """One entry (the last width asked); an atomic replace, so a concurrent reader sees the old or the new."""
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(f"{key}\n{text}")
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

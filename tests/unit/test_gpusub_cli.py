@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 
 from slurmkit.backend.base import SubmitRequest
 from slurmkit.backend.parse import JobInfo, NodeInfo, SwitchRecord
-from slurmkit.cli import gpusub
+from slurmkit.cli import gpusub_cmds as gpusub  # the click commands (gpusub.py is the entry point)
 from slurmkit.errors import SlurmTimeout
 from slurmkit.jobs.monitor import Backoff, follow, statuses
 from slurmkit.jobs.spec import JobSpec
@@ -213,8 +214,30 @@ def test_submit_job_unpacks_and_follow_streams_until_done(env: dict[str, str], s
     sleeps: list[float] = []
     st = follow(job_id, fake, out, environ=env, sleep=sleeps.append)
     assert st.state == "COMPLETED" and out.getvalue() == "line one\n"
-    assert sleeps == [0.25, 0.5, 1.0]  # backoff, one scontrol call per poll
+    # backoff 0.25, 0.5, 1.0 between the four polls (one scontrol call each), napped in 0.2 s slices
+    assert round(sum(sleeps), 6) == 1.75 and max(sleeps) <= 0.2 + 1e-9
     assert fake.polls == 4
+
+
+def test_follow_polls_fast_once_the_step_has_exited(env: dict[str, str], script: Path) -> None:
+    """Issue 25 (end to end): the batch script's exit record (attempts/<job>.r<N>.exit) means the job ends within
+    moments: the nap is cut short and the next polls come 0.2 s apart, not after the rest of a 1-5 s backoff."""
+    fake = FakeBackend(states=("RUNNING",) * 6 + ("COMPLETED",))
+    _, run_dir = submit_job(JobSpec(script=str(script), nodes=2), fake, environ=env)
+    record = Path(run_dir) / "attempts" / "42.r0.exit"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        if fake.polls == 3 and len(sleeps) >= 2 and not record.exists():
+            record.write_text("0\n")  # the step exits during the third nap
+
+    st = follow("42", fake, io.StringIO(), run_dir=run_dir, environ=env, sleep=sleep)
+    assert st.state == "COMPLETED" and fake.polls == 7
+    # 0.25 + 0.5 (two polls), one 0.2 s slice of the third nap (1 s) until the record, then 0.2 before each of the
+    # last three polls
+    assert round(sum(sleeps), 6) == round(0.25 + 0.5 + 0.2 + 3 * 0.2, 6), sleeps
 
 
 def test_follow_tolerates_a_few_failed_polls_then_raises(env: dict[str, str], script: Path) -> None:
@@ -242,8 +265,19 @@ def test_statuses_one_call_for_many_jobs_and_run_dir_fallback(env: dict[str, str
 
 
 def test_backoff_caps() -> None:
-    b = Backoff(first=1, cap=4)
+    b = Backoff(first=1, cap=4, fast_for=0)
     assert [b() for _ in range(5)] == [1, 2, 4, 4, 4]
+
+
+def test_backoff_polls_fast_during_the_first_minute() -> None:
+    """Issue 25: --follow saw a 4 s job end at 7.75 s (0.25 doubling to 5 s); now at most 1 s apart for 60 s of
+    polling, then doubling on to the cap."""
+    b = Backoff()
+    first = [b() for _ in range(6)]
+    assert first == [0.25, 0.5, 1.0, 1.0, 1.0, 1.0]
+    while b.elapsed < 60:
+        assert b() <= 1.0
+    assert b() == 5.0
 
 
 def test_help_imports_neither_jinja_nor_backend_nor_nvml() -> None:
@@ -254,3 +288,112 @@ def test_help_imports_neither_jinja_nor_backend_nor_nvml() -> None:
             "assert not bad, bad")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
+
+
+def test_slurm_conf_parser_imports_neither_generator_nor_jinja_nor_yaml() -> None:
+    """gpusub's tenant check reads slurm.conf on every submit (jobs/tenant.py start): the parser alone, not the
+    generator package's Jinja2, PyYAML and inventory model (~40 % of a submit's CPU time when it did)."""
+    code = ("import sys; from slurmkit.generate.confparse import parse_slurm_conf\n"
+            "parse_slurm_conf('ClusterName=x\\nAccountingStorageType=accounting_storage/slurmdbd\\n')\n"
+            "bad = [m for m in ('jinja2', 'yaml', 'slurmkit.generate.slurmconf', 'slurmkit.model.cluster')"
+            " if m in sys.modules]\n"
+            "assert not bad, bad\n"
+            "from slurmkit.generate import generate, Overrides, EXECUTABLE_FILES  # still there, on demand\n"
+            "assert callable(generate) and EXECUTABLE_FILES")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+
+
+def _help_run(cache: Path, columns: str | None, check_click: bool) -> str:
+    code = ("import sys\nfrom slurmkit.cli import gpusub\ngpusub.main(['--help'])\n"
+            + ("assert 'click' not in sys.modules, 'click imported'\n" if check_click else ""))
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["XDG_CACHE_HOME"] = str(cache)
+    if columns is not None:
+        env["COLUMNS"] = columns
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def _click_help(columns: str | None) -> str:
+    """click's own `gpusub --help`, no cache involved."""
+    code = "from slurmkit.cli import gpusub_cmds\ngpusub_cmds.main(['--help'])\n"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_help_is_served_from_cache_without_click_and_equals_clicks(tmp_path: Path) -> None:
+    """Issue 25 speed goal: `gpusub --help` <= 3x `python -c pass`; click's import was most of it. The second call
+    prints the cached text without importing click, byte for byte what click prints, at each width."""
+    for columns in (None, "60", "200"):
+        want = _click_help(columns)
+        first = _help_run(tmp_path, columns, check_click=False)  # miss: click renders and the text is cached
+        second = _help_run(tmp_path, columns, check_click=True)
+        assert first == want and second == want
+    assert _help_run(tmp_path, "60", check_click=True) != _help_run(tmp_path, "200", check_click=True)
+
+
+def test_help_cache_key_follows_commands_source(tmp_path: Path) -> None:
+    """An edited gpusub_cmds.py (new option, new help string) is a miss: never a stale --help."""
+    from slurmkit.cli import gpusub as entry
+
+    key, path = entry._help_key()
+    assert key and "gpusub_cmds.py" in key and "width=" in key
+    entry._write_help(key, str(tmp_path / "h.txt"), "cached\n")
+    assert entry._read_help(key, str(tmp_path / "h.txt")) == "cached\n"
+    assert entry._read_help(key.replace("width=", "width=9"), str(tmp_path / "h.txt")) is None
+    os.chmod(tmp_path / "h.txt", 0o666)  # a file others may write is never trusted
+    assert entry._read_help(key, str(tmp_path / "h.txt")) is None
+
+
+def test_terminal_columns_is_shutils(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    from slurmkit.cli.gpusub import terminal_columns
+
+    for value in (None, "0", "-3", "abc", "57", "300"):
+        if value is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", value)
+        assert terminal_columns() == shutil.get_terminal_size().columns, value
+
+
+def test_template_loads_while_the_slurm_queries_wait(tmp_path: Path) -> None:
+    """Issue 25 (submit time): Jinja2's import and the job template's load run while the live queries wait on
+    slurmctld, not after them. The fake controller answers the partition query only once the template is loaded
+    (10 s at most): a prepare() that loads it only after the queries would find it missing."""
+    code = f"""
+import os, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+os.environ.update(SLURMKIT_INVENTORY={str(LAB_INV)!r}, XDG_CACHE_HOME={str(tmp_path / 'cache')!r},
+                  SLURM_CONF={str(tmp_path / 'none.conf')!r})
+from tests.unit.test_gpusub_cli import FakeBackend
+from slurmkit.jobs.spec import JobSpec
+from slurmkit.jobs.submit import prepare
+
+class Slow(FakeBackend):
+    def partitions(self):
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            t = sys.modules.get("slurmkit.templates")
+            if t is not None and t.environment.cache_info().currsize and _loaded(t.environment("job_templates")):
+                return super().partitions()
+            time.sleep(0.01)
+        raise SystemExit("the template was not loaded while the queries waited")
+
+def _loaded(env):  # only once environment() is cached (never a second Environment made from this thread)
+    return env.cache is not None and any("torchrun.sh.j2" in str(k) for k in list(env.cache.keys()))
+
+script = {str(tmp_path / 'train.py')!r}
+open(script, "w").write("print(1)\\n")
+p = prepare(JobSpec(script=script, nodes=2), Slow(), cwd={str(tmp_path)!r}, test_only=False)
+assert "torchrun" in p.job.request.script
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-500:]

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurmkit.backend.parse import node_from_scontrol, parse_scontrol_records
-from slurmkit.cli import gpusub
+from slurmkit.cli import gpusub_cmds as gpusub  # the click commands (gpusub.py is the entry point)
 from slurmkit.errors import UsageError
 from slurmkit.jobs.facts import from_cluster, node_shape
 from slurmkit.jobs.render import explain, render

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurmkit.backend.parse import JobInfo
-from slurmkit.cli import gpusub
+from slurmkit.cli import gpusub_cmds as gpusub  # the click commands (gpusub.py is the entry point)
 from slurmkit.jobs.spec import JobSpec
 from slurmkit.jobs.submit import submit_job
 from tests.unit.test_gpusub_cli import LAB_INV, FakeBackend, unit_slurm_conf
