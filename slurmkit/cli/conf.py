@@ -328,9 +328,10 @@ def _own_sections(conf_dir: Path) -> dict[str, object]:
 @click.argument("path", type=click.Path(exists=True))
 @click.option("-o", "--output", "out", type=click.Path(dir_okay=False), default=None,
               help="Inventory file to write (default: print it).")
-@click.option("--slurm-version", "version", default="22.05", show_default=True,
-              help="The release the site runs (the inventory's slurm_version).")
-def import_(path: str, out: str | None, version: str) -> int:
+@click.option("--slurm-version", "version", default=None,
+              help="The release the site runs (the inventory's slurm_version). Default: the target in a slurmkit "
+                   "header of slurm.conf, else this host's Slurm (slurmctld -V).")
+def import_(path: str, out: str | None, version: str | None) -> int:
     """An inventory holding the site whose config is PATH (a directory or a slurm.conf, with its Include files,
     gres.conf, cgroup.conf, topology.conf), adopted as is. Exit 1 if something could not be carried (each named
     with its file and line); the inventory is still written."""
@@ -342,13 +343,29 @@ def import_(path: str, out: str | None, version: str) -> int:
     from slurmkit.model import yamlio
     from slurmkit.model.load import load_cluster_text
 
+    files, notes, _d = read_site(path)
+    if "slurm.conf" not in files:
+        raise UsageError(notes[0] if notes else f"{path}: no slurm.conf")
+    if version is None:
+        # Judging a site by the wrong release names good keys "not carried" (a 24.11 site's PreemptParameters read
+        # as 22.05): the release comes from the files' own header, else the Slurm installed here, else the admin
+        from slurmkit.backend.roots import host_release
+        from slurmkit.generate.confparse import header_version
+
+        version = header_version(files["slurm.conf"])
+        if version:
+            notes.append(f"judged for Slurm {version}, the target in slurm.conf's slurmkit header (--slurm-version "
+                         "to change)")
+        else:
+            version = host_release()
+            if not version:
+                raise UsageError("--slurm-version: not given, slurm.conf names no target and no slurmctld here to "
+                                 "ask: name the release the site runs (e.g. --slurm-version 24.11)")
+            notes.append(f"judged for Slurm {version}, this host's slurmctld (--slurm-version to change)")
     try:
         ver = features_for(version).version
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--slurm-version") from exc
-    files, notes, _d = read_site(path)
-    if "slurm.conf" not in files:
-        raise UsageError(notes[0] if notes else f"{path}: no slurm.conf")
     res = import_site(files, ver, _own_sections(Path(path) if Path(path).is_dir() else Path(path).parent))
     text = yamlio.dump(res.inventory)
     try:

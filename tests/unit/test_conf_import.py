@@ -4,11 +4,13 @@ every configuration of the corpus and every preset's generated files, on 22.05 a
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slurmkit.adopt.importer import import_site
 from slurmkit.generate.rollout import semantic_diff
@@ -153,7 +155,7 @@ def test_cli_import_exit_1_when_something_is_lost_and_diff_exit_codes(tmp_path: 
     (d / "slurm.conf").write_text("ClusterName=c\nSlurmctldHost=h\nNodeName=n[1-2] CPUs=2\nDownNodes=n1\n"
                                   "PartitionName=p Nodes=n[1-2]\n")
     site = tmp_path / "site.yaml"
-    r = sk("conf", "import", str(d), "-o", str(site))
+    r = sk("conf", "import", str(d), "-o", str(site), "--slurm-version", "22.05")
     assert r.returncode == 1 and "not carried: slurm.conf:4: DownNodes=n1" in r.stderr and site.is_file()
     assert sk("conf", "diff", str(site), "--against", str(d), "--exit-code").returncode == 0
     site.write_text(site.read_text().replace("memory_mb: 1", "memory_mb: 2000"))
@@ -221,3 +223,33 @@ def test_two_default_partitions_are_a_warning_and_adopted_as_written() -> None:
         load_cluster_text("cluster: c\nnode_groups:\n  - {name: g, hosts: 'n[1-2]', cpu: {sockets: 1, cores_per_socket: 2, "
                           "threads_per_core: 1}, memory_mb: 1000}\npartitions:\n  - {name: a, nodes: n1, default: true}\n"
                           "  - {name: b, nodes: n2, default: true}\n")
+
+
+def test_cli_import_judges_the_release_the_files_name_else_this_hosts_else_asks(tmp_path: Path, monkeypatch) -> None:
+    """Without --slurm-version the release came out as 22.05 whatever the site ran: slurmkit's own 23.11 files (the
+    4,096-node preset) lost PreemptParameters ("Slurm 22.05 has no slurm.conf key"), exit 1. Now: the target in a
+    slurmkit header, else this host's slurmctld, else a one-line refusal naming the flag."""
+    from click.testing import CliRunner
+
+    from slurmkit.backend import roots
+    from slurmkit.cli.main import cli
+
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    files = generate(load_cluster_text((ROOT / "examples" / "fat-tree-4096.yaml").read_text()), version="23.11")
+    for name, text in files.items():
+        (gen / name).write_text(text)
+    r = sk("conf", "import", str(gen), "-o", str(tmp_path / "a.yaml"))
+    assert r.returncode == 0, r.stderr
+    assert "judged for Slurm 23.11, the target in slurm.conf's slurmkit header" in r.stderr
+    assert yaml.safe_load((tmp_path / "a.yaml").read_text())["slurm_version"] == "23.11"
+    foreign = tmp_path / "etc"
+    shutil.copytree(CORPUS / "schedmd-example", foreign)
+    monkeypatch.setattr(roots, "host_release", lambda: "24.11")
+    res = CliRunner().invoke(cli, ["conf", "import", str(foreign), "-o", str(tmp_path / "b.yaml")])
+    assert res.exit_code == 0 and "judged for Slurm 24.11, this host's slurmctld" in res.output, res.output
+    monkeypatch.setattr(roots, "host_release", lambda: None)
+    res = CliRunner().invoke(cli, ["conf", "import", str(foreign), "-o", str(tmp_path / "c.yaml")])
+    # the CLI edge (run_cli) prints a UsageError as one line and exits 2; invoked here below that edge
+    assert res.exit_code != 0 and "--slurm-version: not given" in str(res.exception)
+    assert not (tmp_path / "c.yaml").exists()
