@@ -687,7 +687,7 @@ def acceptance(req: Request, backend: Backend, progress: Progress, environ: Mapp
         parse_sizes(sizes)
     except ValueError as exc:
         raise UsageError(f"--sizes: {exc}") from exc
-    from slurmkit.jobs.spec import parse_time_minutes
+    from slurmkit.slurmtime import parse_time_minutes
 
     try:  # before anything is written or submitted (gpusub's render would refuse it only at the first job)
         parse_time_minutes(req.job_time)

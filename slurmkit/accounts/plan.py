@@ -42,7 +42,7 @@ BUILTIN_USERS = frozenset({"root"})
 
 def time_seconds(text: str) -> str:
     """A Slurm time as sacctmgr prints or takes it -> seconds as text; '' for none (empty, -1, UNLIMITED, 0)."""
-    from slurmkit.jobs.spec import parse_time_seconds
+    from slurmkit.slurmtime import parse_time_seconds
 
     t = (text or "").strip()
     if not t or t in ("-1", "UNLIMITED", "INFINITE", "Partition_Limit"):

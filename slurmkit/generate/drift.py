@@ -32,7 +32,7 @@ class View:
 
 
 def _minutes(value: str | None, none: str) -> str:
-    from slurmkit.jobs.spec import parse_time_minutes
+    from slurmkit.slurmtime import parse_time_minutes
 
     v = (value or "").strip()
     if not v or v.upper() in ("NONE", "(NULL)"):

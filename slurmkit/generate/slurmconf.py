@@ -623,7 +623,7 @@ def node_count(cluster: Cluster) -> int:
 def longest_max_time_minutes(cluster: Cluster) -> int | None:
     """The largest finite partition MaxTime in minutes (None: no partition has one). An UNLIMITED partition has no
     end for the backfill planner to reach, so it does not count."""
-    from slurmkit.jobs.spec import parse_time_minutes
+    from slurmkit.slurmtime import parse_time_minutes
 
     limits = [m for p in cluster.partitions if (m := parse_time_minutes(p.max_time)) is not None]
     return max(limits) if limits else None
