@@ -801,6 +801,22 @@ def eval_edac(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     return Verdict(Status.OK, f"{len(data.get('controllers', {}))} memory controller(s) without errors", evidence=data)
 
 
+def eval_mce(scan: XidScan | None, ctx: EvalContext) -> Verdict:
+    if scan is None:
+        return Verdict(Status.SKIP, "kernel log unreadable")
+    m = scan.mce
+    ue, ce = int(m.get("uncorrected", 0)), int(m.get("corrected", 0))
+    max_ue, max_ce = ctx.policy.get("max_uncorrectable") or 0, ctx.policy.get("max_corrected")
+    ev = {**m, "source": scan.source}
+    if ue > max_ue:
+        return Verdict(Status.FAIL, f"host memory: {ue} uncorrected machine check(s) this boot ({m.get('last', '')})",
+                       [f"mce uncorrected={ue}"], ev)
+    if max_ce is not None and ce > max_ce:
+        return Verdict(Status.WARN, f"host: {ce} corrected machine-check event(s) logged this boot (> {max_ce})",
+                       [f"mce corrected={ce}>{max_ce}"], ev)
+    return Verdict(Status.OK, f"no uncorrected machine check this boot ({ce} corrected)", evidence=ev)
+
+
 # comm is the kernel's 15-character task name (TASK_COMM_LEN 16)
 def _comm15(name: str) -> str:
     return name[:15]
@@ -964,6 +980,7 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("slurmd_oom", "host", eval_slurmd_oom),
     Check("filesystems", "host", eval_filesystems),
     Check("edac", "host", eval_edac),
+    Check("mce", "host:xid", eval_mce),
     Check("daemons", "host:procs", eval_daemons),
     Check("hardware", "host", eval_hardware),
     Check("dstate", "host:procs", eval_dstate),

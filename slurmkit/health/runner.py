@@ -159,7 +159,7 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         # one /proc pass for the daemons and D-state checks
         "procs": lambda: host.scan_processes(spec.paths),
     }
-    shared = {"procs": ("daemons", "dstate")}
+    shared = {"procs": ("daemons", "dstate"), "xid": ("xid", "mce")}
     started = time.monotonic()
     worker: Worker | None = None
     if need_nvml:
@@ -266,7 +266,7 @@ def _evaluate(name: str, source: str, ctx: EvalContext, gathered: GatherResult |
         if isinstance(job.error, LockTimeout):
             return Verdict(Status.WARN, "state lock busy; XIDs will be read by the next run",
                            ["xid lock busy"]), job.elapsed
-        if name == "xid" and isinstance(job.error, OSError):
+        if name in ("xid", "mce") and isinstance(job.error, OSError):
             return Verdict(Status.SKIP, f"kernel log unreadable: {job.error}"), job.elapsed
         return Verdict(Status.WARN, f"gather failed: {type(job.error).__name__}: {job.error}",
                        [f"{name} error"]), job.elapsed

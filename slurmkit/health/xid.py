@@ -30,6 +30,16 @@ _SXID_RE = re.compile(r"SXid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)(
                       r"(Non-fatal|Fatal)", re.IGNORECASE)
 MAX_STICKY = 64  # a GPU spamming XIDs must not grow the state file without bound
 
+# Host machine checks in the same kernel log (the hooks read it once, with one cursor). Linux x86
+# arch/x86/kernel/cpu/mce/core.c: a corrected error the kernel logged prints "mce: [Hardware Error]: Machine check
+# events logged" (mce_notify_irq; pr_fmt "mce: ", HW_ERR "[Hardware Error]: "), an uncorrected memory error a task
+# consumed "mce: Uncorrected hardware memory error in user-access at ..." (kill_me_maybe); mm/memory-failure.c
+# prints "Memory failure: 0x<pfn>: recovery action for ..." (pr_fmt "Memory failure: ") when a page is poisoned and
+# taken out. An EDAC driver (the edac check) counts memory errors where one is loaded; these lines are what a host
+# without one still shows (LBNL NHC's check_hw_mcelog asks mcelog for the same events).
+_MCE_CORRECTED_RE = re.compile(r"\bMachine check events logged\b")
+_MCE_UNCORRECTED_RE = re.compile(r"^Memory failure: 0x[0-9a-f]+: |\bUncorrected hardware memory error\b")
+
 
 def norm_bus_id(bus_id: str) -> str:
     """``00000000:18:00.0`` and ``0000:18:00`` -> ``0000:18:00`` (domain:bus:device, lower case)."""
@@ -114,18 +124,22 @@ class XidState:
     boot_id: str = ""
     seq: int = -1
     sticky: list[dict[str, Any]] = field(default_factory=list)  # critical XIDs seen this boot, not yet cleared
+    # host machine-check lines seen this boot: {"corrected": n, "uncorrected": n, "last": text}
+    mce: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str) -> XidState:
         try:
             with open(path) as f:
                 d = json.load(f)
-            return cls(boot_id=str(d.get("boot_id", "")), seq=int(d.get("seq", -1)), sticky=list(d.get("sticky", [])))
+            mce = d.get("mce") if isinstance(d.get("mce"), dict) else {}
+            return cls(boot_id=str(d.get("boot_id", "")), seq=int(d.get("seq", -1)), sticky=list(d.get("sticky", [])),
+                       mce=mce)
         except (OSError, ValueError, TypeError):
             return cls()  # no cursor yet (or a corrupt one): read the whole ring buffer again, duplicates are de-duped
 
     def to_json(self) -> dict[str, Any]:
-        return {"boot_id": self.boot_id, "seq": self.seq, "sticky": self.sticky}
+        return {"boot_id": self.boot_id, "seq": self.seq, "sticky": self.sticky, **({"mce": self.mce} if self.mce else {})}
 
 
 @dataclass
@@ -135,6 +149,11 @@ class XidScan:
     state: XidState  # what to persist if the caller commits
     source: str
     commit_error: str | None = None  # the cursor could not be saved (state dir read-only/full): bookkeeping only
+
+    @property
+    def mce(self) -> dict[str, Any]:
+        """Host machine checks this boot (the mce check)."""
+        return self.state.mce
 
 
 def scan(records: list[tuple[int, str]], state: XidState, boot_id: str, fail_codes: frozenset[int],
@@ -150,5 +169,14 @@ def scan(records: list[tuple[int, str]], state: XidState, boot_id: str, fail_cod
         if is_critical(e, fail_codes) and (e.seq, e.xid) not in known:
             sticky.append(e.to_json())
     sticky = sticky[-MAX_STICKY:]
-    return XidScan(new=new, sticky=sticky, state=XidState(boot_id=boot_id, seq=max(last, state.seq), sticky=sticky),
-                   source=source)
+    mce = dict(state.mce)
+    for seq, msg in records:
+        if seq <= state.seq:
+            continue
+        for kind, rx in (("corrected", _MCE_CORRECTED_RE), ("uncorrected", _MCE_UNCORRECTED_RE)):
+            if rx.search(msg):
+                mce[kind] = int(mce.get(kind, 0)) + 1
+                if kind == "uncorrected" or "last" not in mce:
+                    mce["last"] = msg.strip()[:200]
+    return XidScan(new=new, sticky=sticky, state=XidState(boot_id=boot_id, seq=max(last, state.seq), sticky=sticky,
+                                                          mce=mce), source=source)

@@ -22,7 +22,7 @@ from slurmkit.health.result import Action, Status
 from slurmkit.health.runner import RunSpec, run_checks
 
 NVML = Path(__file__).resolve().parents[1] / "data" / "nvml"
-NODE_CHECKS = ("filesystems", "edac", "daemons", "hardware", "dstate", "firmware", "topology", "bmc")
+NODE_CHECKS = ("filesystems", "edac", "mce", "daemons", "hardware", "dstate", "firmware", "topology", "bmc")
 H100 = Expectations(node="node1", gpu_count=8, gpu_type="h100", nvlink=True, mig=(False,) * 8,
                     minors=tuple(range(8)), cpus=64, memory_mb=30000)
 
@@ -128,6 +128,38 @@ def test_filesystems_mounted_answering_and_stale(tmp_path, monkeypatch):
     res = run(tmp_path, p, only=("filesystems",), policy={"filesystems": {"timeout_s": 1.0}})
     # "hung" (not ok after the sleep) is the proof the run did not wait for the dead server
     assert res["filesystems"].findings == [f"fs {home} stale", f"fs {scratch} hung >0.95s"]
+
+
+def test_machine_checks_in_the_kernel_log(tmp_path):
+    """Issue 23 item 5, MCE beyond EDAC: the kernel's machine-check lines (x86 mce/core.c, mm/memory-failure.c), read
+    in the XID pass with its cursor: counted once per boot across runs, a poisoned page fails, many corrected events
+    warn, a reboot starts over. The xid check itself is off here: the shared gather still runs for mce."""
+    from slurmkit.health import xid
+
+    d = json.loads((NVML / "healthy-h100x8.json").read_text())
+    d["boot_id"] = "boot-1"
+    d["kmsg"] = [[10, "mce: [Hardware Error]: Machine check events logged"],
+                 [11, "EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#0"]]
+    fx = tmp_path / "nvml.json"
+    fx.write_text(json.dumps(d))
+    p = tree(tmp_path)
+    res = run(tmp_path, p, only=("mce",), fixture=str(fx))
+    assert res["mce"].status == Status.OK and res["mce"].summary.endswith("(1 corrected)"), res["mce"].summary
+    d["kmsg"] += [[12 + i, "mce: [Hardware Error]: Machine check events logged"] for i in range(3)]
+    fx.write_text(json.dumps(d))
+    res = run(tmp_path, p, only=("mce",), fixture=str(fx), policy={"mce": {"max_corrected": 2}})
+    assert res["mce"].status == Status.WARN and res["mce"].findings == ["mce corrected=4>2"]  # 1 + 3, not 1 + 4
+    d["kmsg"].append([20, "Memory failure: 0x12a4f3: recovery action for dirty LRU page: Recovered"])
+    fx.write_text(json.dumps(d))
+    res = run(tmp_path, p, only=("mce",), fixture=str(fx))
+    assert res["mce"].status == Status.FAIL and res["mce"].findings == ["mce uncorrected=1"]
+    assert res["mce"].action == Action.DRAIN and "Memory failure: 0x12a4f3" in res["mce"].summary
+    d["boot_id"], d["kmsg"] = "boot-2", [[1, "mce: [Hardware Error]: Machine check events logged"]]
+    fx.write_text(json.dumps(d))
+    res = run(tmp_path, p, only=("mce",), fixture=str(fx))
+    assert res["mce"].status == Status.OK, res["mce"].summary  # a reboot (new boot id) starts the count again
+    assert xid.XidState.load(str(tmp_path / "state" / "xid.json")).mce == {
+        "corrected": 1, "last": "mce: [Hardware Error]: Machine check events logged"}
 
 
 def test_edac_uncorrectable_drains_correctable_warns(tmp_path):
