@@ -62,6 +62,16 @@ def cgroup_keys(version: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(keys), defunct
 
 
+def _cgroup_key_history(key: str, version: str) -> str:
+    """" (added in X)" / " (removed in X)" for a cgroup.conf key ``version`` does not read, from _CGROUP_DELTAS."""
+    for v, (added, removed) in _CGROUP_DELTAS.items():
+        if key in {k.lower() for k in added} and version_key(v) > version_key(version):
+            return f" (added in {v})"
+        if key in {k.lower() for k in removed} and version_key(v) <= version_key(version):
+            return f" (removed in {v})"
+    return ""
+
+
 _MEM_SELECT = re.compile(r"CR_(Core|CPU|Socket|Board)?_?Memory", re.I)
 
 
@@ -280,7 +290,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
             rep.warnings.append(f"{rec.where}: {k} is defunct in Slurm {feats.version}: slurmd logs 'The option \"{k}\" is "  # type: ignore[union-attr]
                                 "defunct' and ignores it (remove it)")
         elif key not in keys:
-            removed = " (removed in 23.11)" if key in CGROUP_KEYS else ""
+            removed = _cgroup_key_history(key, feats.version) if key in CGROUP_KEYS else ""  # type: ignore[union-attr]
             err(f"{rec.where}: Slurm {feats.version} has no cgroup.conf key {k}{removed}; slurmd refuses to start "  # type: ignore[union-attr]
                 "(unrecognized key: fatal)")
     constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
