@@ -274,3 +274,17 @@ def test_what_slurm_drops_or_accepts_is_not_counted_twice() -> None:
              "gres.conf": "Name=gpu File=/dev/nvidia0\nName=gpu Count=2\n"}
     rep = static_check(files, "24.11")
     assert rep.errors == ["gres.conf:2: GPU line without File= (Slurm drops a GPU it cannot bind to a device file)"], rep.errors
+
+
+def test_reconfig_flags_per_release(lab_files: dict[str, str]) -> None:
+    """read_config.c reconfig_str2flags(): KeepPowerSaveSettings from 23.02 (found with the CycleCloud corpus
+    config, whose 22.05 real parse logs "Invalid ReconfigFlag: KeepPowerSaveSettings"); KeepNodeStateFuture only at
+    slurm-24-11-5-1; an unknown word is fatal ("ReconfigFlags invalid", SLURM_ERROR)."""
+    files = dict(lab_files)
+    files["slurm.conf"] += "ReconfigFlags=KeepPartState,KeepPowerSaveSettings\n"
+    assert any("ReconfigFlags KeepPowerSaveSettings (a value from Slurm 23.02): Slurm 22.05 knows only KeepPartInfo, "
+               "KeepPartState" in e for e in static_check(files, "22.05").errors)
+    assert static_check(files, "24.11").errors == [] and static_check(files, "26.05").errors == []
+    files["slurm.conf"] += "ReconfigFlags=KeepNodeStateFuture\n"
+    assert static_check(files, "24.11").errors == []
+    assert any("ReconfigFlags KeepNodeStateFuture" in e for e in static_check(files, "26.05").errors)
