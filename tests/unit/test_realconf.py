@@ -143,6 +143,24 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
                   ["dynamic nodes on Slurm 22.05 need TreeWidth=65533"]),
         **{r: ([], []) for r in ("24.11", "26.05")},
     },
+    # Azure's CycleCloud Slurm (MIT) as its installer writes it, RENDERED BY HAND (the template's placeholders
+    # substituted as install.py does, the chosen cluster name/host/address and every other value listed in its
+    # PROVENANCE; azure.conf is the dynamic partition as the project's own test expects it): `Include` of five
+    # files, MaxNodeCount=10000 and no NodeName line. Valid on 24.11 and 26.05 (the real slurmctld of each accepts
+    # it; its absent power-saving scripts are host facts). On 22.05 ReconfigFlags=KeepPowerSaveSettings is fatal:
+    # reconfig_str2flags knows only KeepPartInfo and KeepPartState ("Invalid ReconfigFlag", read_config.c:4869
+    # "ReconfigFlags invalid" -> SLURM_ERROR -> "Unable to process configuration file", :3524, at slurm-22-05-8-1;
+    # its 22.05 real parse logs exactly that), and its TreeWidth=16 is below what dynamic nodes want there
+    # (doc/html/dynamic_nodes.shtml:52 at slurm-22-05-8-1, TreeWidth=65533), a warning. Not errors: the key case
+    # `SlurmCtldHost` and cgroup.conf's `ConstrainRamSpace` (s_p keys compare case-insensitively), Prolog globs
+    # (slurm.conf(5) Prolog, 22.05 and 24.11: "A glob pattern ... may also be used"), `HealthCheckProgram=""`
+    # (parse_config.c keyvalue_pattern: a quoted value), no Default=YES partition (read_config.c "default partition
+    # not set": slurmctld goes on), Include files holding only a comment
+    "cyclecloud-slurm-include": {
+        "22.05": (["slurm.conf:44: ReconfigFlags KeepPowerSaveSettings (a value from Slurm 23.02)"],
+                  ["dynamic nodes on Slurm 22.05 need TreeWidth=65533"]),
+        **{r: ([], []) for r in ("24.11", "26.05")},
+    },
     "slurm-test7.17.4-gres": {
         r: (["no PartitionName line: slurmctld 22.05 exits"] if r == "22.05" else [], []) for r in ("22.05", "24.11", "26.05")
     },
