@@ -141,6 +141,21 @@ ERROR_LINES = (
                                     "26.05": "src/slurmctld/controller.c:843"}),
     LineClass(HOST, HOST_FACTS[1], {"22.05": "src/slurmctld/groups.c:240", "24.11": "src/slurmctld/groups.c:223",
                                     "26.05": "src/slurmctld/groups.c:223"}),
+    # power saving: slurmctld checks that an absolute SuspendProgram/ResumeProgram/ResumeFailProgram is executable
+    # here (power_save.c _valid_prog: access(X_OK), stat, mode), then disables power saving for an invalid one and
+    # goes on -- a fact of this host where the site's script is absent, not of the config. A relative path is a
+    # config error ("not absolute pathname") and stays refused. 26.05 moved the check to power_action.c
+    # power_action_valid_prog() and names the program in "Invalid <Key> PowerAction <name> (<program>)".
+    LineClass(HOST, re.compile(r"power_save program /\S* (is not executable|not executable|not found|has group or world "
+                               r"write)"),
+              {"22.05": "src/slurmctld/power_save.c:1004 _valid_prog", "24.11": "src/slurmctld/power_save.c:1089 "
+               "_valid_prog", "26.05": "src/common/power_action.c:122 power_action_valid_prog"}),
+    LineClass(HOST, re.compile(r"Invalid (Reboot|Suspend|Resume|ResumeFail)Program PowerAction \S+ \(/"),
+              {"26.05": "src/slurmctld/power_save.c:1427-1442"}),
+    LineClass(HOST, re.compile(r"power_save module disabled, invalid SuspendProgram /"),
+              {"22.05": "src/slurmctld/power_save.c:975", "24.11": "src/slurmctld/power_save.c:1050"}),
+    LineClass(HOST, re.compile(r"power_save module disabled, invalid ResumeProgram /"),
+              {"22.05": "src/slurmctld/power_save.c:985", "24.11": "src/slurmctld/power_save.c:1058"}),
 )
 
 

@@ -379,7 +379,10 @@ def import_(path: str, out: str | None, version: str | None) -> int:
     for line in res.lost:
         click.echo(f"not carried: {line}", err=True)
     if out:
-        Path(out).write_text(text)
+        try:
+            Path(out).write_text(text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from exc
         click.echo(f"wrote {out}: {len(res.inventory.get('node_groups', []))} node groups, "
                    f"{len(res.inventory.get('partitions', []))} partitions" +
                    (f"; {len(res.lost)} thing(s) not carried, listed above" if res.lost else ""), err=True)

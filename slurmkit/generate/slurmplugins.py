@@ -316,6 +316,11 @@ def check(key: str, value: str, version: str) -> list[str]:
             continue  # MpiDefault=pmix_vN names the pmix plugin built against PMIx N (mpi.conf(5)/mpi_guide)
         if ptype == "topology" and name == "none":
             continue
+        if ptype == "cred" and name == "slurm" and "slurm" in PLUGINS[_release(version)].get("auth", "").split():
+            # src/interfaces/cred.c cred_g_init() from slurm-23-11-0-1 (:145 at slurm-23-11-10-1, :144 at
+            # slurm-24-11-5-1): CredType=cred/slurm (or "slurm") loads the auth/slurm plugin, which provides the
+            # credential ops; 22.05/23.02 have no auth/slurm and no such mapping
+            continue
         if prefix.replace("-", "_") != ptype and "/" in item and ptype not in ("job_submit", "prep", "node_features", "cli_filter"):
             out.append(f"{key}={value}: {item} is not a {ptype} plugin (expected {ptype}/NAME)")
             continue

@@ -62,6 +62,16 @@ def cgroup_keys(version: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(keys), defunct
 
 
+def _cgroup_key_history(key: str, version: str) -> str:
+    """" (added in X)" / " (removed in X)" for a cgroup.conf key ``version`` does not read, from _CGROUP_DELTAS."""
+    for v, (added, removed) in _CGROUP_DELTAS.items():
+        if key in {k.lower() for k in added} and version_key(v) > version_key(version):
+            return f" (added in {v})"
+        if key in {k.lower() for k in removed} and version_key(v) <= version_key(version):
+            return f" (removed in {v})"
+    return ""
+
+
 _MEM_SELECT = re.compile(r"CR_(Core|CPU|Socket|Board)?_?Memory", re.I)
 
 
@@ -173,6 +183,9 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
                     err(f"{rec.where}: {k}: {fatal}")
                 elif (note := obsolete_note(k, v)) is not None:
                     rep.warnings.append(f"{rec.where}: {note}")
+    if feats and "reconfigflags" in conf.settings:
+        k, v, rec = conf.settings["reconfigflags"]
+        _check_reconfig_flags(v, rec.where, feats.version, rep)
     if feats and "healthchecknodestate" in conf.settings:
         k, v, rec = conf.settings["healthchecknodestate"]
         _check_healthcheck_state(v, rec.where, feats, rep)
@@ -280,7 +293,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
             rep.warnings.append(f"{rec.where}: {k} is defunct in Slurm {feats.version}: slurmd logs 'The option \"{k}\" is "  # type: ignore[union-attr]
                                 "defunct' and ignores it (remove it)")
         elif key not in keys:
-            removed = " (removed in 23.11)" if key in CGROUP_KEYS else ""
+            removed = _cgroup_key_history(key, feats.version) if key in CGROUP_KEYS else ""  # type: ignore[union-attr]
             err(f"{rec.where}: Slurm {feats.version} has no cgroup.conf key {k}{removed}; slurmd refuses to start "  # type: ignore[union-attr]
                 "(unrecognized key: fatal)")
     constrain_devices = cgroup.get("constraindevices", ("", "no", None))[1].lower() == "yes"
@@ -792,6 +805,32 @@ def _check_exclusivity(rec: cp.Record, feats: SlurmFeatures, rep: Report) -> Non
             rep.warnings.append(f"{rec.where}: PartitionName={rec.head}: {k}={v} is deprecated in Slurm "
                                 f"{feats.version} (slurm.conf(5)); it still loads: Exclusive="
                                 f"{_NEW_EXCLUSIVE[(lk, v.upper())]} says the same")
+
+
+# ReconfigFlags words per release: read_config.c reconfig_str2flags() (22.05: KeepPartInfo, KeepPartState;
+# KeepPowerSaveSettings from slurm-23-02-0-1; KeepNodeStateFuture in slurm-24-11-5-1 only, gone again at
+# slurm-25-05-0-1, slurm-25-11-0-1 and slurm-26-05-3-1). Any other word: "Invalid ReconfigFlag", then "ReconfigFlags
+# invalid" and SLURM_ERROR from _validate_and_set_defaults (read_config.c:4869 at slurm-22-05-8-1, :5088 at
+# slurm-24-11-5-1), so "Unable to process configuration file" (fatal to every daemon, read_config.c:3524 at 22.05)
+_RECONFIG_FLAGS: dict[str, tuple[str, ...]] = {
+    "22.05": ("KeepPartInfo", "KeepPartState"),
+    "23.02": ("KeepPartInfo", "KeepPartState", "KeepPowerSaveSettings"),
+    "24.11": ("KeepPartInfo", "KeepPartState", "KeepPowerSaveSettings", "KeepNodeStateFuture"),
+    "25.05": ("KeepPartInfo", "KeepPartState", "KeepPowerSaveSettings"),
+}
+
+
+def _check_reconfig_flags(value: str, where: str, version: str, rep: Report) -> None:
+    known: tuple[str, ...] = ()
+    for v, words in _RECONFIG_FLAGS.items():
+        if version_key(v) <= version_key(version):
+            known = words
+    for tok in (t for t in value.split(",") if t):
+        if tok.lower() not in {w.lower() for w in known}:
+            since = next((f" (a value from Slurm {v})" for v, words in _RECONFIG_FLAGS.items()
+                          if tok.lower() in {w.lower() for w in words} and version_key(v) > version_key(version)), "")
+            rep.errors.append(f"{where}: ReconfigFlags {tok}{since}: Slurm {version} knows only {', '.join(known)} "
+                              "('Invalid ReconfigFlag': the config is refused, fatal)")
 
 
 def _check_healthcheck_state(value: str, where: str, feats: SlurmFeatures, rep: Report) -> None:

@@ -165,6 +165,11 @@ def test_cli_import_exit_1_when_something_is_lost_and_diff_exit_codes(tmp_path: 
     site.write_text("cluster: c\nnode_groups: 3\n")
     bad = sk("conf", "diff", str(site), "--against", str(d), "--exit-code")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    # an -o whose directory does not exist: one line naming it, exit 2 (was a traceback)
+    nowhere = sk("conf", "import", str(d), "-o", str(tmp_path / "missing" / "site.yaml"))
+    assert nowhere.returncode == 2 and nowhere.stderr.splitlines()[-1].endswith(
+        f"cannot write {tmp_path / 'missing' / 'site.yaml'}: No such file or directory"), nowhere.stderr
+    assert "Traceback" not in nowhere.stderr
 
 
 def test_readme_adopting_section_runs_exactly(tmp_path: Path) -> None:

@@ -78,6 +78,21 @@ def test_empty_tree_and_removed_cgroup_key(lab_files: dict[str, str]) -> None:
     files = broken(lab_files, "cgroup.conf", "ConstrainCores=yes", "ConstrainKmemSpace=no")
     assert static_check(files, "22.05").errors == []
     assert any("has no cgroup.conf key ConstrainKmemSpace (removed in 23.11)" in e for e in static_check(files, "23.11").errors)
+    # a key newer than the target release is named as added, not removed (found with the Slinky corpus config)
+    files = broken(lab_files, "cgroup.conf", "ConstrainCores=yes", "EnableControllers=yes")
+    assert static_check(files, "24.11").errors == []
+    assert any("has no cgroup.conf key EnableControllers (added in 23.11)" in e for e in static_check(files, "22.05").errors)
+
+
+def test_cred_slurm_is_the_auth_slurm_plugin_from_23_11() -> None:
+    """src/interfaces/cred.c cred_g_init() (slurm-23-11-10-1 :145, slurm-24-11-5-1 :144) loads auth/slurm for
+    CredType=cred/slurm; 22.05 has neither (src/plugins/auth at slurm-22-05-8-1: jwt munge none)."""
+    from slurmkit.generate.slurmplugins import check
+
+    for value in ("cred/slurm", "slurm"):
+        assert check("CredType", value, "24.11") == [] and check("CredType", value, "23.11") == []
+        assert check("CredType", value, "22.05") and check("CredType", value, "23.02")
+    assert check("CredType", "cred/slurmx", "24.11")
 
 
 def test_block_rules() -> None:
@@ -259,3 +274,17 @@ def test_what_slurm_drops_or_accepts_is_not_counted_twice() -> None:
              "gres.conf": "Name=gpu File=/dev/nvidia0\nName=gpu Count=2\n"}
     rep = static_check(files, "24.11")
     assert rep.errors == ["gres.conf:2: GPU line without File= (Slurm drops a GPU it cannot bind to a device file)"], rep.errors
+
+
+def test_reconfig_flags_per_release(lab_files: dict[str, str]) -> None:
+    """read_config.c reconfig_str2flags(): KeepPowerSaveSettings from 23.02 (found with the CycleCloud corpus
+    config, whose 22.05 real parse logs "Invalid ReconfigFlag: KeepPowerSaveSettings"); KeepNodeStateFuture only at
+    slurm-24-11-5-1; an unknown word is fatal ("ReconfigFlags invalid", SLURM_ERROR)."""
+    files = dict(lab_files)
+    files["slurm.conf"] += "ReconfigFlags=KeepPartState,KeepPowerSaveSettings\n"
+    assert any("ReconfigFlags KeepPowerSaveSettings (a value from Slurm 23.02): Slurm 22.05 knows only KeepPartInfo, "
+               "KeepPartState" in e for e in static_check(files, "22.05").errors)
+    assert static_check(files, "24.11").errors == [] and static_check(files, "26.05").errors == []
+    files["slurm.conf"] += "ReconfigFlags=KeepNodeStateFuture\n"
+    assert static_check(files, "24.11").errors == []
+    assert any("ReconfigFlags KeepNodeStateFuture" in e for e in static_check(files, "26.05").errors)

@@ -121,6 +121,46 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
             + (["no PartitionName line: slurmctld 22.05 exits"] if r == "22.05" else []), [])
         for r in ("22.05", "24.11", "26.05")
     },
+    # SchedMD's Slinky Helm chart (slurm-operator, Apache-2.0), RENDERED BY HAND from its template with the chart's
+    # default values (each substitution is listed in its PROVENANCE): a dynamic-node site (MaxNodeCount=1024, no
+    # NodeName line, NodeSet by Feature=, partitions over the NodeSet and ALL). Written for Slurm 25.05; on 24.11
+    # valid: auth/slurm ships (src/plugins/auth/slurm at slurm-24-11-5-1), CredType=cred/slurm loads it
+    # (src/interfaces/cred.c:144 cred_g_init), cgroup.conf's IgnoreSystemd/EnableControllers are in the option table
+    # (src/interfaces/cgroup.c:305/:307), cons_tres is the default SelectType (src/common/read_config.h:137). On 22.05
+    # four real errors: no auth/slurm and no cred/slurm (src/plugins/auth, src/plugins/cred at slurm-22-05-8-1: jwt
+    # munge none / munge none); EnableControllers is not in src/common/cgroup.c's options (unrecognized key:
+    # slurmd fatal); the default SelectType is select/linear (src/common/read_config.h:163), with which slurmctld
+    # refuses every dynamic node ("Node creation only compatible with select/cons_tres", src/slurmctld/node_mgr.c
+    # :4658/:4728); and dynamic nodes want TreeWidth=65533 there (doc/html/dynamic_nodes.shtml:52), a warning.
+    # LogTimeFormat's format_stderr and the newer SlurmctldParameters/CommunicationParameters words are not errors:
+    # 22.05 matches LogTimeFormat by substring (read_config.c:4263) and ignores parameter words it does not know
+    "slinky-helm-dynamic": {
+        "22.05": (["AuthType=auth/slurm: Slurm 22.05 has no auth plugin 'slurm'",
+                   "CredType=cred/slurm: Slurm 22.05 has no cred plugin 'slurm'",
+                   "cgroup.conf:3: Slurm 22.05 has no cgroup.conf key EnableControllers (added in 23.11)",
+                   "MaxNodeCount=1024 leaves room for dynamic nodes, but Slurm 22.05 registers them only with "
+                   "select/cons_tres"],
+                  ["dynamic nodes on Slurm 22.05 need TreeWidth=65533"]),
+        **{r: ([], []) for r in ("24.11", "26.05")},
+    },
+    # Azure's CycleCloud Slurm (MIT) as its installer writes it, RENDERED BY HAND (the template's placeholders
+    # substituted as install.py does, the chosen cluster name/host/address and every other value listed in its
+    # PROVENANCE; azure.conf is the dynamic partition as the project's own test expects it): `Include` of five
+    # files, MaxNodeCount=10000 and no NodeName line. Valid on 24.11 and 26.05 (the real slurmctld of each accepts
+    # it; its absent power-saving scripts are host facts). On 22.05 ReconfigFlags=KeepPowerSaveSettings is fatal:
+    # reconfig_str2flags knows only KeepPartInfo and KeepPartState ("Invalid ReconfigFlag", read_config.c:4869
+    # "ReconfigFlags invalid" -> SLURM_ERROR -> "Unable to process configuration file", :3524, at slurm-22-05-8-1;
+    # its 22.05 real parse logs exactly that), and its TreeWidth=16 is below what dynamic nodes want there
+    # (doc/html/dynamic_nodes.shtml:52 at slurm-22-05-8-1, TreeWidth=65533), a warning. Not errors: the key case
+    # `SlurmCtldHost` and cgroup.conf's `ConstrainRamSpace` (s_p keys compare case-insensitively), Prolog globs
+    # (slurm.conf(5) Prolog, 22.05 and 24.11: "A glob pattern ... may also be used"), `HealthCheckProgram=""`
+    # (parse_config.c keyvalue_pattern: a quoted value), no Default=YES partition (read_config.c "default partition
+    # not set": slurmctld goes on), Include files holding only a comment
+    "cyclecloud-slurm-include": {
+        "22.05": (["slurm.conf:44: ReconfigFlags KeepPowerSaveSettings (a value from Slurm 23.02)"],
+                  ["dynamic nodes on Slurm 22.05 need TreeWidth=65533"]),
+        **{r: ([], []) for r in ("24.11", "26.05")},
+    },
     "slurm-test7.17.4-gres": {
         r: (["no PartitionName line: slurmctld 22.05 exits"] if r == "22.05" else [], []) for r in ("22.05", "24.11", "26.05")
     },

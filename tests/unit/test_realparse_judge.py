@@ -98,6 +98,20 @@ def test_release_rules() -> None:
      v.DEPRECATED, "read_config.c:3919"),
     ("error: Configured MailProg is invalid", "24.11", v.HOST, "controller.c:724"),
     ("error: _get_group_members: Could not find configured group ops", "22.05", v.HOST, "groups.c:240"),
+    # the site's power-saving scripts are absent here (the corpus's cyclecloud-slurm-include): slurmctld disables
+    # power saving on this host and goes on; a relative path is the config's own error
+    ("error: power_save program /opt/azurehpc/slurm/suspend_program.sh not executable", "22.05", v.HOST,
+     "power_save.c:1004 _valid_prog"),
+    ("error: power_save program /opt/azurehpc/slurm/suspend_program.sh not found", "26.05", v.HOST,
+     "power_action.c:122"),
+    ("error: Invalid ResumeFailProgram PowerAction __resumefailprog__ (/opt/azurehpc/slurm/resume_fail_program.sh)",
+     "26.05", v.HOST, "power_save.c:1427-1442"),
+    ("error: Invalid SuspendProgram PowerAction __suspendprog__ (suspend.sh)", "26.05", v.REFUSED, ""),
+    ("error: power_save module disabled, invalid SuspendProgram /opt/azurehpc/slurm/suspend_program.sh", "24.11",
+     v.HOST, "power_save.c:1050"),
+    ("error: power_save module disabled, invalid ResumeProgram /opt/resume.sh", "22.05", v.HOST, "power_save.c:985"),
+    ("error: power_save program suspend.sh not absolute pathname", "24.11", v.REFUSED, ""),
+    ("error: power_save module disabled, invalid SuspendProgram suspend.sh", "24.11", v.REFUSED, ""),
     # 24.11 no longer translates MpiDefault=openmpi (not in slurm-24-11-5-1 read_config.c): whatever it says is its own
     ("error: Translating obsolete 'MpiDefault=openmpi' option to 'MpiDefault=none'. Please update your "
      "configuration.", "24.11", v.REFUSED, ""),
