@@ -150,8 +150,10 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         "disk_space": lambda: host.gather_disk(tuple(pol.check("disk_space").get("paths") or ())),
         "slurmd_oom": lambda: host.gather_slurmd_oom(spec.paths, spec.node, spec.ppid),
         "xid": lambda: _xid_gather(spec, frozenset(pol.check("xid").get("codes") or ())),
+        # the statvfs probes get 80% of the check's timeout: the rest is the margin the gather thread needs to report
+        # a hung mount by name before the runner gives up on the whole gather (50 ms was too thin on a loaded node)
         "filesystems": lambda: host.gather_filesystems(spec.paths, tuple(pol.check("filesystems").get("required") or ()),
-                                                       max(0.05, pol.check("filesystems").timeout_s - 0.05)),
+                                                       max(0.05, 0.8 * pol.check("filesystems").timeout_s)),
         "edac": lambda: host.gather_edac(spec.paths),
         "hardware": lambda: host.gather_hardware(spec.paths),
         "topology": lambda: host.gather_pci_numa(spec.paths),

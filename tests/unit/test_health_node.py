@@ -127,7 +127,7 @@ def test_filesystems_mounted_answering_and_stale(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "statvfs", statvfs)
     res = run(tmp_path, p, only=("filesystems",), policy={"filesystems": {"timeout_s": 1.0}})
     # "hung" (not ok after the sleep) is the proof the run did not wait for the dead server
-    assert res["filesystems"].findings == [f"fs {home} stale", f"fs {scratch} hung >0.95s"]
+    assert res["filesystems"].findings == [f"fs {home} stale", f"fs {scratch} hung >0.8s"]
 
 
 def test_machine_checks_in_the_kernel_log(tmp_path):
