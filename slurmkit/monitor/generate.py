@@ -38,7 +38,7 @@ def _n(metric: Any) -> str:
 
 
 def _xid_new(sel: str) -> str:
-    """XID events in the last 15 minutes. The per-code counter series is born at its first event with the value 1,
+    """XID events in the last 15 minutes (the warning alert's codes: no sticky series carries them). The per-code counter series is born at its first event with the value 1,
     and increase() needs two samples of one series (a series first seen at 1 gives 0: the first XID of each code on
     a GPU would never alert); the second term catches a series that had no sample in the day before those 15
     minutes (a node back after more than a day away alerts once on its old counts)."""
@@ -49,7 +49,10 @@ def _xid_new(sel: str) -> str:
 def alerts(cluster: Cluster) -> list[Alert]:
     mon = cluster.monitoring
     a = [
-        Alert("SlurmkitGpuXidCritical", _xid_new(f'xid=~"{CRITICAL_XIDS}"') + f" or {_n(M.xid_sticky)} == 1",
+        # a critical XID stays sticky in the hooks until the GPU reset (`check --clear-xid`) or a reboot, so the
+        # sticky series carries the first one and the alert resolves with the clear; increase() adds repeats
+        Alert("SlurmkitGpuXidCritical",
+              f'increase({_n(M.xid_errors)}{{xid=~"{CRITICAL_XIDS}"}}[15m]) > 0 or {_n(M.xid_sticky)} == 1',
               "critical", "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }} (reset or reboot "
               "needed)"),
         Alert("SlurmkitGpuXid", _xid_new(f'xid!~"{CRITICAL_XIDS}"'), "warning",
