@@ -8,6 +8,12 @@ unmovable (a moved job is never moved again soon: it would starve); the first wi
 (slurmkit.defrag.run.carry_out: reservation, checkpoint-keeping moves, reservation always removed). At most one
 blocked job per pass; the service repeats passes every ``--interval`` seconds.
 
+When no move set frees a leaf now, the pass *holds* the leaf that comes free first of the jobs that may not move
+(plan_reservation): a reservation from then (``_create_hold``), at most ``max_holds`` at once, kept in the state
+file. Each later pass tends the holds first (``hold_status``): released when the job leaves the queue, runs, or has
+not started ``hold_grace_s`` after the start; carried out when due (``_execute_hold``: the moves planned again on
+those nodes, then carry_out with the hold's reservation).
+
 The state file (JSON, written atomically) keeps the moves of the last hours (the rate limits) and the counters the
 metrics textfile reports, so a restart forgets neither. Every pass says in one line what it did or why it did
 nothing; every action (reserve, move, release) is one line.
@@ -531,6 +537,8 @@ def _tend_holds(get_snap: Callable[[], Snapshot], backend: Any, policy: Policy, 
                 minute: int, dry_run: bool) -> tuple[bool, bool]:
     """Each kept hold: released when its job is gone, runs, or overran the grace period; carried out when due.
     -> (carried one out, ok)."""
+    from slurmkit import hostlist
+
     s = get_snap()
     ok = True
     for h in list(state.holds):
@@ -546,7 +554,7 @@ def _tend_holds(get_snap: Callable[[], Snapshot], backend: Any, policy: Policy, 
                     state.counters["slurmkit_defrag_failed_total"] += 1
                     ok = False
         elif what == "wait":
-            log(f"hold {h['name']} ({', '.join(h['nodes'])} from {_when(float(h['start']))}) for job {h['job']}: "
+            log(f"hold {h['name']} ({hostlist.fold(h['nodes'])} from {_when(float(h['start']))}) for job {h['job']}: "
                 f"{why}")
         else:
             return _execute_hold(h, why, s, backend, policy, state, state_path, keep, log, timeout, t0, now, minute)

@@ -241,3 +241,68 @@ def test_defrag_watch_once_respects_quiet_hours_and_rate_limits_then_unblocks(dl
         assert not set(b.job(mv["job"]).nodes) & c_nodes
     finally:
         f.cleanup(dlab)
+
+
+def test_defrag_watch_holds_the_leaf_that_frees_first_when_nothing_may_move(dlab: Lab, tmp_path: Path) -> None:
+    """Two blockers that may not move (plain sbatch jobs, no checkpoint), one per leaf, the one on leaf1 with a
+    one-minute time limit; a 2-node one-leaf job pends. A `defrag watch --once` pass reserves leaf1 from the
+    blocker's end time (a hold); a top-priority job pinned to leaf1's idle node whose time limit runs past that start
+    stays off it (Slurm's job_test_resv); passes then let the leaf job into the hold once the blocker is gone, and no
+    reservation is left. Costs about 2 minutes per release: the blocker's time limit, plus up to 30 s until
+    slurmctld's time-limit check ends it, is most of it."""
+    f = Frag(dlab, tmp_path)
+    b = f.b
+
+    def sbatch(*argv: str) -> str:
+        r = lab_run(dlab, ["sbatch", "--parsable", "-o", "/dev/null", "-N1", "--exclusive", "--gpus-per-node=8",
+                           *argv, "--wrap", "sleep 600"])
+        f.jobs.append(r.stdout.strip().split(";")[0])
+        return f.jobs[-1]
+
+    try:
+        _wait(lambda: all(n.state == "idle" and not n.flags for n in b.nodes()), 90, "every lab node idle first")
+        x = sbatch("-w", "node1", "--time=1")
+        y = sbatch("-w", "node3", "--time=4")
+        _wait(lambda: f.nodes_of(x) and f.nodes_of(y), 30, "the blockers running")
+        c = f.gpusub(str(f.script), "-N", "2", "--launcher", "srun", "--gpus-per-node", "8", "--time", "10",
+                     "--topology", "strict", "--run-dir", str(tmp_path / "c"))
+        time.sleep(3)
+        assert b.job(c).state == "PENDING", b.job(c).nodes
+        state = tmp_path / "watch.json"
+        inv = _policy_inventory(f, "holds", min_wait_s=0, partitions=[b.job(c).partition])
+        watch = ["defrag", "watch", "--once", "--state-file", str(state), "--inventory", inv, "--timeout", "60"]
+        r = f.slurmkit(*watch)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "defrag watch: reserved node[1-2] (" in r.stdout and f" as slurmkit-hold-{c} from " in r.stdout, r.stdout
+        (h,) = json.loads(state.read_text())["holds"]
+        assert h["waits_for"] == [x] and h["nodes"] == ["node1", "node2"], h
+        shown = lab_run(dlab, ["scontrol", "show", "reservation", f"slurmkit-hold-{c}"]).stdout
+        assert "Flags=IGNORE_JOBS" in shown and "Nodes=node[1-2]" in shown, shown
+
+        # a job that would run past the start stays off the held nodes although node2 is idle and it outranks all
+        d = sbatch("-w", "node2", "--time=5", "--priority=100000000")
+        time.sleep(5)
+        dj = b.job(d)
+        # squeue(1) 22.05/24.11: "ReqNodeNotAvail ... May be reserved for other job" (job_test_resv took node2)
+        assert dj.state == "PENDING" and "reserved" in dj.reason.lower(), (dj.state, dj.reason, dj.nodes, shown)
+        lab_run(dlab, ["scancel", d])
+
+        out: list[str] = []
+
+        def a_pass() -> set[str]:
+            r = f.slurmkit(*watch, timeout=120)
+            out.append(r.stdout)
+            assert r.returncode == 0, r.stdout + r.stderr
+            got = f.nodes_of(c)
+            if not got:
+                time.sleep(3)
+            return got
+
+        got = _wait(a_pass, 240, "the leaf job running")
+        said = "".join(out)
+        assert got == {"node1", "node2"}, said
+        assert f"defrag watch: job {c} started on node[1-2]" in said and f"released slurmkit-hold-{c}" in said, said
+        assert "slurmkit-hold" not in lab_run(dlab, ["scontrol", "show", "reservation"], check=False).stdout
+        assert json.loads(state.read_text())["holds"] == []
+    finally:
+        f.cleanup(dlab)

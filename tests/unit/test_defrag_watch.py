@@ -387,7 +387,7 @@ def test_a_hold_is_kept_across_passes_and_restarts_and_blocks_a_second_one(tmp_p
     b, lines = HoldBackend(), []
     ok = run_pass(snap, b, Policy(), path, str(tmp_path), lines.append, now=lambda: now + 60, minute_of_day=61)
     assert ok and b.calls == []
-    assert lines == ["hold slurmkit-hold-20 (n3, n4 from 2030-01-01T02:00:00) for job 20: waits for job(s) 11",
+    assert lines == ["hold slurmkit-hold-20 (n[3-4] from 2030-01-01T02:00:00) for job 20: waits for job(s) 11",
                      "job 20: waits for its hold slurmkit-hold-20 (n[3-4] from 2030-01-01T02:00:00): nothing done"]
     assert len(WatchState.load(path).holds) == 1
     assert "slurmkit_defrag_holds_total 1\n" in (tmp_path / METRICS_FILE).read_text()
