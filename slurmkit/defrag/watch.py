@@ -392,12 +392,15 @@ def run_pass(snapshot: Callable[[], Snapshot], backend: Any, policy: Policy, sta
                     return target, Verdict(True, f"waits for its hold {h['name']} ({hostlist.fold(h['nodes'])} from "
                                                  f"{_when(float(h['start']))})")
                 topo = s.topo.restrict(partition_nodes(s.partitions, part.split(",")[0])) if part else s.topo
+                # the held nodes are neither a target nor a moved job's destination: the hold's reservation would
+                # refuse another reservation there and a job that runs past its start
+                taken = {n for h in state.holds for n in h["nodes"]}
+                topo = topo.restrict(n for members in topo.leaf_nodes for n in members if n not in taken)
+                states = {n: st for n, st in s.states.items() if n not in taken}
                 jobs = protect(running_jobs(s.details, policy, now=t0), state, policy, t0)
-                v = plan_defrag(topo, s.states, jobs, target)
+                v = plan_defrag(topo, states, jobs, target)
                 if v.blocked and v.plan is None:  # when a leaf comes free of what may not move: a hold from then
-                    taken = {n for h in state.holds for n in h["nodes"]}
-                    free_topo = topo.restrict(n for members in topo.leaf_nodes for n in members if n not in taken)
-                    hold = plan_reservation(free_topo, s.states, jobs, job_ends(s.details), target, t0,
+                    hold = plan_reservation(topo, states, jobs, job_ends(s.details), target, t0,
                                             max_moves=policy.max_moves_per_job,
                                             movable_from=movable_again(jobs, state, policy, t0))
                     if hold is not None:
@@ -547,9 +550,15 @@ def _tend_holds(get_snap: Callable[[], Snapshot], backend: Any, policy: Policy, 
             log(f"hold {h['name']} for job {h['job']}: {what} ({why}): dry run, nothing done")
             continue
         if what in ("gone", "started", "overrun"):
+            inside = what == "started" and "elsewhere" not in why
+            if inside:  # only after a watch died inside carry_out: a reservation in use is not deleted (run.py)
+                try:
+                    backend.update_job(str(h["job"]), ReservationName="")
+                except SlurmkitError as exc:
+                    log(f"could not clear job {h['job']}'s reservation: {exc.one_line()}")
             if _release_hold(h, backend, log, why):
                 state.holds.remove(h)
-                state.counters["slurmkit_defrag_holds_released_total"] += what != "started" or "elsewhere" in why
+                state.counters["slurmkit_defrag_holds_released_total"] += 0 if inside else 1
                 if what == "overrun":
                     state.counters["slurmkit_defrag_failed_total"] += 1
                     ok = False

@@ -472,6 +472,8 @@ def test_a_hold_is_released_when_its_job_leaves_or_starts(tmp_path: Path, record
     path, now = held(tmp_path)
     b, lines = HoldBackend(), []
     assert run_pass(snap_of(*records), b, Policy(), path, None, lines.append, now=lambda: now + 60, minute_of_day=61)
+    if "held nodes" in why:  # a watch that died inside carry_out left the job in it: cleared first
+        assert b.calls.pop(0) == ("update", "20", {"ReservationName": ""})
     assert b.calls[0] == ("delete", "slurmkit-hold-20") and lines[0] == f"released slurmkit-hold-20: {why}"
     st = WatchState.load(path)
     assert st.holds == [] and st.counters["slurmkit_defrag_failed_total"] == failed
@@ -535,3 +537,16 @@ def test_print_unit_is_a_valid_systemd_unit(tmp_path: Path) -> None:
     unit.write_text(r.stdout)
     v = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
     assert v.returncode == 0 and not v.stderr.strip(), v.stderr
+
+
+def test_held_nodes_are_neither_a_target_nor_a_destination_for_other_jobs(tmp_path: Path) -> None:
+    path, now = held(tmp_path)  # 20 holds n[3-4]
+    # 21 blocked too; 10 (n1) and 11 (n3) movable now: freeing leaf2 by moving 11 is cheapest, but leaf2 is held;
+    # freeing leaf1 would send 10 to the held nodes: no plan, nothing done
+    job21 = JOB20.replace("JobId=20", "JobId=21")
+    b, lines = HoldBackend(), []
+    run_pass(snap_of(JOB10, JOB11, JOB20, job21, busy=("n1", "n3")), b, Policy(movable_qos=frozenset({"scav"})), path,
+             None, lines.append, now=lambda: now + 60, minute_of_day=61)
+    assert b.calls == [], lines
+    assert lines[-1].startswith("job 20: waits for its hold slurmkit-hold-20 (n[3-4] from 2030-01-01T02:00:00); "
+                                "job 21: blocked, and no set of movable jobs frees a whole leaf"), lines
