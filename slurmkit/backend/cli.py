@@ -108,8 +108,8 @@ class CLIBackend:
         self._run(["scontrol", "create", "reservation", *(f"{k}={v}" for k, v in fields.items())])
 
     def update_reservation(self, name: str, **fields: str) -> None:
-        """``scontrol update ReservationName=R Key=value ...`` (scontrol(1) 22.05 and 24.11: StartTime of a
-        reservation may be updated)."""
+        """``scontrol update ReservationName=R Key=value ...`` (scontrol(1) 22.05 and 24.11, RESERVATIONS: "You
+        cannot update the StartTime of a reservation in ACTIVE state" -- one that has not started yet can be)."""
         self._run(["scontrol", "update", f"ReservationName={name}", *(f"{k}={v}" for k, v in fields.items())])
 
     def delete_reservation(self, name: str) -> None:

@@ -523,7 +523,8 @@ def _create_hold(p: Pending, hold: Any, backend: Any, policy: Policy, state: Wat
 
 def _release_hold(h: Mapping[str, Any], backend: Any, log: Callable[[str], None], why: str) -> bool:
     """Delete a hold's reservation (never the job's: it was not put into it). True when it is gone (also when it
-    was already gone: ``Requested reservation is invalid``, slurm_errno.c ESLURM_RESERVATION_INVALID)."""
+    was already gone: ``Requested reservation is invalid``, src/common/slurm_errno.c ESLURM_RESERVATION_INVALID,
+    22.05 and 24.11)."""
     try:
         backend.delete_reservation(str(h["name"]))
     except SlurmkitError as exc:
@@ -605,7 +606,8 @@ def _execute_hold(h: dict[str, Any], why: str, s: Snapshot, backend: Any, policy
             log(f"hold {name} for job {job}: due ({why}), {limit}; kept until "
                 f"{_when(float(h['start']) + policy.hold_grace_s)}")
             return False, True
-    if float(h["start"]) > t0:  # the jobs it waited for ended early: start the reservation now
+    if float(h["start"]) > t0:  # the jobs it waited for ended early: start the reservation now (not yet ACTIVE, so
+        # its StartTime may change: scontrol(1) 22.05 and 24.11)
         try:
             backend.update_reservation(name, StartTime="now")
         except SlurmkitError as exc:
