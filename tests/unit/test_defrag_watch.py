@@ -51,9 +51,11 @@ def inv(defrag: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_watch_policy_keys_load_and_parse() -> None:
     d = {"movable_qos": ["scav"], "partitions": ["gpu"], "qos": ["normal"], "min_wait_s": 300,
-         "max_moves_per_hour": 2, "max_moves_per_job": 1, "protect_h": 12, "quiet_hours": ["22:00-06:30", "12:00-13:00"]}
+         "max_moves_per_hour": 2, "max_moves_per_job": 1, "protect_h": 12, "quiet_hours": ["22:00-06:30", "12:00-13:00"],
+         "max_holds": 0, "hold_grace_s": 120}
     load_cluster_dict(inv(d))
     p = policy_from({"defrag": d})
+    assert (p.max_holds, p.hold_grace_s) == (0, 120.0)
     assert p.partitions == {"gpu"} and p.qos == {"normal"} and p.min_wait_s == 300
     assert (p.max_moves_per_hour, p.max_moves_per_job, p.protect_h) == (2, 1, 12.0)
     assert p.quiet_hours == ((22 * 60, 6 * 60 + 30), (12 * 60, 13 * 60))
@@ -68,6 +70,8 @@ def test_the_watch_policy_keys_load_and_parse() -> None:
     ({"max_moves_per_hour": 1.5}, "defrag.max_moves_per_hour", "a whole number >= 0"),
     ({"min_wait_s": -1}, "defrag.min_wait_s", "seconds >= 0"),
     ({"partitions": "gpu"}, "defrag.partitions", "a list of names"),
+    ({"max_holds": -1}, "defrag.max_holds", "a whole number >= 0"),
+    ({"hold_grace_s": "15m"}, "defrag.hold_grace_s", "seconds >= 0"),
 ])
 def test_a_bad_policy_key_is_a_key_path_error(defrag: dict[str, Any], where: str, what: str) -> None:
     with pytest.raises(InventoryError) as e:
@@ -550,3 +554,22 @@ def test_held_nodes_are_neither_a_target_nor_a_destination_for_other_jobs(tmp_pa
     assert b.calls == [], lines
     assert lines[-1].startswith("job 20: waits for its hold slurmkit-hold-20 (n[3-4] from 2030-01-01T02:00:00); "
                                 "job 21: blocked, and no set of movable jobs frees a whole leaf"), lines
+
+
+def test_dry_run_neither_creates_nor_tends_a_hold(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    now = datetime.fromisoformat("2030-01-01T01:00:00").timestamp()
+    b, lines = HoldBackend(), []
+    run_pass(snap, b, Policy(), str(tmp_path / "d.json"), None, lines.append, dry_run=True, now=lambda: now,
+             minute_of_day=60)
+    assert b.calls == [] and lines[-1] == ("would hold n[3-4] for job 20 from 2030-01-01T02:00:00: dry run, "
+                                           "nothing done")
+    assert WatchState.load(str(tmp_path / "d.json")).holds == []
+    path, now = held(tmp_path)
+    b, lines = HoldBackend(), []
+    run_pass(snap_of(JOB10, JOB11), b, Policy(), path, None, lines.append, dry_run=True, now=lambda: now + 60,
+             minute_of_day=61)
+    assert b.calls == [] and lines[0] == ("hold slurmkit-hold-20 for job 20: gone (job 20 left the queue): dry run, "
+                                          "nothing done")
+    assert len(WatchState.load(path).holds) == 1
