@@ -540,8 +540,8 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
         return max(now, min(end, moved_at.get(j, -math.inf) + defrag.protect_s))
 
     def ends_pass(now: float, budget: int) -> None:
-        """Planning with end times (slurmkit.defrag.plan.plan_reservation; ``defrag watch`` reports it, it does not
-        create the reservation yet): a leaf whose jobs that may not move all end (by their time limits) within
+        """Planning with end times (slurmkit.defrag.plan.plan_reservation; ``defrag watch`` creates the same
+        reservation, a hold): a leaf whose jobs that may not move all end (by their time limits) within
         ``horizon_s`` needs no move for them; reserve it for the leaf job from then, and move only the jobs still
         running there at that time."""
         assert defrag is not None

@@ -116,6 +116,11 @@ class CLIBackend:
         Duration, Nodes, Users, Flags)."""
         self._run(["scontrol", "create", "reservation", *(f"{k}={v}" for k, v in fields.items())])
 
+    def update_reservation(self, name: str, **fields: str) -> None:
+        """``scontrol update ReservationName=R Key=value ...`` (scontrol(1) 22.05 and 24.11, RESERVATIONS: "You
+        cannot update the StartTime of a reservation in ACTIVE state" -- one that has not started yet can be)."""
+        self._run(["scontrol", "update", f"ReservationName={name}", *(f"{k}={v}" for k, v in fields.items())])
+
     def delete_reservation(self, name: str) -> None:
         self._run(["scontrol", "delete", f"ReservationName={name}"])
 

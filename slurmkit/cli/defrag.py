@@ -194,7 +194,8 @@ def watch_cmd(once: bool, interval: int, inventory: str | None, state_file: str 
               timeout: int, dry_run: bool, print_unit: bool) -> None:
     """The policy service: each pass acts for the longest-blocked job the inventory's defrag: policy allows
     (partitions, QOS, min_wait_s, max_moves_per_hour, max_moves_per_job, protect_h, quiet_hours), with the safety
-    of `defrag run`. One line per pass and per action."""
+    of `defrag run`; when nothing may move it holds the leaf that frees first with a future reservation (max_holds,
+    hold_grace_s). One line per pass and per action."""
     import signal
     import time
 

@@ -45,6 +45,8 @@ class Policy:
     max_moves_per_job: int = 4  # jobs moved to unblock one job
     protect_h: float = 6.0  # a moved job is not moved again within this many hours
     quiet_hours: tuple[tuple[int, int], ...] = ()  # (start, end) minutes of the local day; end < start wraps
+    max_holds: int = 1  # future reservations (holds) watch keeps at once for jobs moves alone cannot start; 0: none
+    hold_grace_s: float = 900.0  # a hold whose job has not started this long after its start time is given up
 
 
 def _gpus(gres: str) -> int:
@@ -151,4 +153,5 @@ def policy_from(inventory: Mapping[str, object] | None) -> Policy:
                   int(d.get("max_moves_per_hour", base.max_moves_per_hour)),
                   int(d.get("max_moves_per_job", base.max_moves_per_job)),
                   float(d.get("protect_h", base.protect_h)),
-                  tuple(quiet(str(x)) for x in d.get("quiet_hours", []) or []))
+                  tuple(quiet(str(x)) for x in d.get("quiet_hours", []) or []),
+                  int(d.get("max_holds", base.max_holds)), float(d.get("hold_grace_s", base.hold_grace_s)))

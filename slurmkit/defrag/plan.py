@@ -476,8 +476,8 @@ def plan_reservation(topo: PlacementTopology, states: Mapping[str, NodeState], j
 
 def hold_note(hold: Hold, unit: str, now: float) -> str:
     """One clause for a blocked job's line: which leaf comes free of jobs that may not move, when, and what a
-    reservation from then would need (``scontrol create reservation ... StartTime=... Flags=IGNORE_JOBS``, which
-    slurmkit does not create by itself yet)."""
+    reservation from then would need (``scontrol create reservation ... StartTime=... Flags=IGNORE_JOBS``; ``defrag
+    watch`` creates it, slurmkit/defrag/watch.py ``_create_hold``)."""
     from datetime import datetime
 
     from slurmkit import hostlist

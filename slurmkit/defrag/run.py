@@ -35,17 +35,20 @@ class DefragError(SlurmkitError):
 
 def carry_out(plan: DefragPlan, blocked: str, user: str, gpusub_jobs: set[str], backend: CLIBackend,
               log: Callable[[str], None], timeout: float = 300.0, duration: str = "UNLIMITED",
-              poll: float = 1.0, on_move: Callable[[str], None] | None = None) -> str:
+              poll: float = 1.0, on_move: Callable[[str], None] | None = None, reservation: str | None = None) -> str:
     """-> the nodes the blocked job started on. Raises DefragError (after the rollback) when it did not start.
-    ``on_move(job_id)`` is called as soon as each move is sent (defrag watch counts it there)."""
-    name = f"slurmkit-defrag-{blocked}"
+    ``on_move(job_id)`` is called as soon as each move is sent (defrag watch counts it there). ``reservation``: one
+    that already holds ``plan.nodes`` for the user (defrag watch's hold, started by now): used instead of a new one,
+    and removed the same way at the end."""
+    name = reservation or f"slurmkit-defrag-{blocked}"
     nodes = hostlist.fold(plan.nodes)
     created = assigned = False
     try:
-        backend.create_reservation(ReservationName=name, StartTime="now", Duration=duration, Nodes=nodes,
-                                   Users=user, Flags="IGNORE_JOBS")
+        if reservation is None:
+            backend.create_reservation(ReservationName=name, StartTime="now", Duration=duration, Nodes=nodes,
+                                       Users=user, Flags="IGNORE_JOBS")
+            log(f"reserved {nodes} as {name} for job {blocked} (user {user})")
         created = True
-        log(f"reserved {nodes} as {name} for job {blocked} (user {user})")
         backend.update_job(blocked, ReservationName=name)
         assigned = True
         log(f"job {blocked} now waits in {name}")

@@ -8,6 +8,12 @@ unmovable (a moved job is never moved again soon: it would starve); the first wi
 (slurmkit.defrag.run.carry_out: reservation, checkpoint-keeping moves, reservation always removed). At most one
 blocked job per pass; the service repeats passes every ``--interval`` seconds.
 
+When no move set frees a leaf now, the pass *holds* the leaf that comes free first of the jobs that may not move
+(plan_reservation): a reservation from then (``_create_hold``), at most ``max_holds`` at once, kept in the state
+file. Each later pass tends the holds first (``hold_status``): released when the job leaves the queue, runs, or has
+not started ``hold_grace_s`` after the start; carried out when due (``_execute_hold``: the moves planned again on
+those nodes, then carry_out with the hold's reservation).
+
 The state file (JSON, written atomically) keeps the moves of the last hours (the rate limits) and the counters the
 metrics textfile reports, so a restart forgets neither. Every pass says in one line what it did or why it did
 nothing; every action (reserve, move, release) is one line.
@@ -49,7 +55,13 @@ COUNTERS = (
      "Seconds the unblocked jobs started earlier than the running jobs' time limits would have let them."),
     ("slurmkit_defrag_unblocked_total", "Jobs blocked by fragmentation that defrag watch started."),
     ("slurmkit_defrag_failed_total", "Defrag actions rolled back (the blocked job did not start in time)."),
+    ("slurmkit_defrag_holds_total",
+     "Future reservations (holds) created for blocked jobs that moves alone could not start."),
+    ("slurmkit_defrag_holds_released_total",
+     "Holds given up: their job left the queue, started elsewhere, or did not start within defrag.hold_grace_s."),
 )
+HOLD_PREFIX = "slurmkit-hold-"
+HOLD_KEYS = frozenset({"name", "job", "user", "leaf", "nodes", "start", "waits_for"})
 METRICS_FILE = "slurmkit_defrag.prom"
 
 
@@ -60,6 +72,9 @@ METRICS_FILE = "slurmkit_defrag.prom"
 class WatchState:
     moves: list[dict[str, Any]] = field(default_factory=list)  # {"t": epoch, "job": id, "for": blocked id}
     counters: dict[str, float] = field(default_factory=lambda: {n: 0.0 for n, _ in COUNTERS})
+    # the future reservations kept for blocked jobs: {"name", "job", "user", "leaf", "nodes": [...], "start": epoch,
+    # "waits_for": [...], "created": epoch}
+    holds: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: str) -> WatchState:
@@ -77,6 +92,7 @@ class WatchState:
         st = cls()
         st.moves = [m for m in d["moves"] if isinstance(m, dict) and "t" in m and "job" in m]
         st.counters.update({k: float(v) for k, v in (d.get("counters") or {}).items() if k in st.counters})
+        st.holds = [h for h in d.get("holds") or [] if isinstance(h, dict) and HOLD_KEYS <= h.keys()]
         return st
 
     def save(self, path: str, now: float, keep_s: float) -> None:
@@ -84,7 +100,8 @@ class WatchState:
 
         self.moves = [m for m in self.moves if now - float(m["t"]) < keep_s]
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        atomic_write(path, json.dumps({"version": STATE_VERSION, "moves": self.moves, "counters": self.counters},
+        atomic_write(path, json.dumps({"version": STATE_VERSION, "moves": self.moves, "counters": self.counters,
+                                                 "holds": self.holds},
                                       indent=1, sort_keys=True) + "\n")
 
 
@@ -231,6 +248,33 @@ def job_ends(details: str) -> dict[str, float]:
     return out
 
 
+def hold_status(hold: Mapping[str, Any], details: str, now: float, grace_s: float) -> tuple[str, str]:
+    """What a kept hold needs this pass, and why: ``gone`` (its job left the queue), ``started`` (it runs: on the
+    held nodes or elsewhere), ``overrun`` (still pending ``grace_s`` after the start), ``due`` (the start has come,
+    or every job it waited for has ended: carry it out) or ``wait``."""
+    from slurmkit import hostlist
+
+    recs = {r["JobId"]: r for r in parse_scontrol_records(details) if "JobId" in r}
+    job = str(hold["job"])
+    rec = recs.get(job)
+    state = rec.get("JobState", "") if rec else ""
+    if rec is not None and state == "RUNNING":
+        on = set(hostlist.expand(rec.get("NodeList", "")))
+        where = "on the held nodes" if on and on <= set(hold["nodes"]) else f"elsewhere ({rec.get('NodeList', '')})"
+        return "started", f"job {job} runs {where}"
+    if state != "PENDING":
+        return "gone", f"job {job} left the queue" + (f" ({state})" if state else "")
+    if now > float(hold["start"]) + grace_s:
+        return "overrun", (f"job {job} still pending {now - float(hold['start']):.0f} s after the hold's start "
+                           f"(defrag.hold_grace_s {grace_s:.0f})")
+    if now >= float(hold["start"]):
+        return "due", "the hold's start has come"
+    left = [w for w in hold["waits_for"] if recs.get(str(w), {}).get("JobState") == "RUNNING"]
+    if not left:
+        return "due", "the job(s) it waited for have ended"
+    return "wait", f"waits for job(s) {', '.join(map(str, left))}"
+
+
 @dataclass(frozen=True)
 class Decision:
     act_for: Pending | None
@@ -311,8 +355,9 @@ def run_pass(snapshot: Callable[[], Snapshot], backend: Any, policy: Policy, sta
              now: Callable[[], float] = time.time, minute_of_day: int | None = None) -> bool:
     """One pass; False when an action was rolled back. The state file is locked for the pass: a second watch (or
     a ``--once`` beside the service) says so and does nothing."""
+    from slurmkit import hostlist
     from slurmkit.defrag.gather import running_jobs
-    from slurmkit.defrag.plan import hold_note, plan_defrag, plan_reservation
+    from slurmkit.defrag.plan import Hold, hold_note, plan_defrag, plan_reservation
     from slurmkit.health.state import LockTimeout, locked
     from slurmkit.placement.state import partition_nodes
 
@@ -326,35 +371,68 @@ def run_pass(snapshot: Callable[[], Snapshot], backend: Any, policy: Policy, sta
             keep = max(3600.0, policy.protect_h * 3600)
             snap: list[Snapshot] = []
 
+            def get_snap() -> Snapshot:
+                if not snap:
+                    snap.append(snapshot())
+                return snap[0]
+
             def pending() -> list[Pending]:
-                snap.append(snapshot())
-                return pending_jobs(snap[0].details, t0)
+                return pending_jobs(get_snap().details, t0)
+
+            held = {str(h["job"]): h for h in state.holds}
+            found: dict[str, tuple[Pending, Hold]] = {}
 
             def plan_for(p: Pending) -> tuple[Target, Verdict]:
                 from slurmkit.defrag.gather import target_of
 
-                s = snap[0]
+                s = get_snap()
                 target, part = target_of(s.details, p.job_id)
+                if p.job_id in held:  # its hold is carried out when due (the tending above)
+                    h = held[p.job_id]
+                    return target, Verdict(True, f"waits for its hold {h['name']} ({hostlist.fold(h['nodes'])} from "
+                                                 f"{_when(float(h['start']))})")
                 topo = s.topo.restrict(partition_nodes(s.partitions, part.split(",")[0])) if part else s.topo
+                # the held nodes are neither a target nor a moved job's destination: the hold's reservation would
+                # refuse another reservation there and a job that runs past its start
+                taken = {n for h in state.holds for n in h["nodes"]}
+                topo = topo.restrict(n for members in topo.leaf_nodes for n in members if n not in taken)
+                states = {n: st for n, st in s.states.items() if n not in taken}
                 jobs = protect(running_jobs(s.details, policy, now=t0), state, policy, t0)
-                v = plan_defrag(topo, s.states, jobs, target)
-                if v.blocked and v.plan is None:  # say when a leaf comes free of what may not move (not acted on)
-                    hold = plan_reservation(topo, s.states, jobs, job_ends(s.details), target, t0,
+                v = plan_defrag(topo, states, jobs, target)
+                if v.blocked and v.plan is None:  # when a leaf comes free of what may not move: a hold from then
+                    hold = plan_reservation(topo, states, jobs, job_ends(s.details), target, t0,
+                                            max_moves=policy.max_moves_per_job,
                                             movable_from=movable_again(jobs, state, policy, t0))
                     if hold is not None:
                         v = replace(v, reason=f"{v.reason}; {hold_note(hold, topo.unit, t0)}")
+                        found.setdefault(p.job_id, (p, hold))
                 return target, v
 
-            d = decide(policy, state, t0, minute, pending, plan_for)
             ok = True
+            if state.holds:
+                acted, ok = _tend_holds(get_snap, backend, policy, state, state_path, keep, log, timeout, t0, now,
+                                        minute, dry_run)
+                if acted:  # one action per pass: the next pass reads Slurm afresh
+                    state.save(state_path, now(), keep)
+                    if metrics_dir:
+                        write_metrics(metrics_dir, state.counters, now())
+                    return ok
+            d = decide(policy, state, t0, minute, pending, plan_for)
             if d.act_for is None or d.verdict is None or d.verdict.plan is None or d.target is None:
                 log(d.said)
+                new = next(((p, h) for p, h in found.values() if h.start > t0), None)
+                if new is not None and len(state.holds) < policy.max_holds:
+                    if dry_run:
+                        log(f"would hold {hostlist.fold(new[1].nodes)} for job {new[0].job_id} from "
+                            f"{_when(new[1].start)}: dry run, nothing done")
+                    else:
+                        ok = _create_hold(new[0], new[1], backend, policy, state, log, timeout) and ok
             elif dry_run:
                 p = d.verdict.plan
                 log(f"{d.said}; would move {', '.join(p.job_ids)} to free {p.leaf} ({p.cost:.0f} GPU-s): dry run, "
                     "nothing done")
             else:
-                ok = _act(d, snap[0], backend, policy, state, state_path, keep, log, timeout, t0, now)
+                ok = _act(d, get_snap(), backend, policy, state, state_path, keep, log, timeout, t0, now)
             state.save(state_path, now(), keep)
             if metrics_dir:
                 write_metrics(metrics_dir, state.counters, now())
@@ -401,3 +479,162 @@ def _act(d: Decision, s: Snapshot, backend: Any, policy: Policy, state: WatchSta
                                                   f"{s.topo.unit}" if natural is not None else
                                                   "no time limit bounds its wait: no wait saved counted"))
     return True
+
+
+# ---------------------------------------------------------------------------------------------- holds (edge)
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _create_hold(p: Pending, hold: Any, backend: Any, policy: Policy, state: WatchState, log: Callable[[str], None],
+                 timeout: float) -> bool:
+    """Reserve the hold's nodes for the job's user from the hold's start. Why this keeps the leaf: Slurm starts a
+    job outside a reservation on its nodes only when the job's time limit ends before the reservation starts
+    (src/slurmctld/reservation.c job_test_resv, 22.05 and 24.11; doc/html/reservations.shtml "only jobs that can
+    complete by the reservation time will be initiated"); IGNORE_JOBS lets it cover jobs that still run there
+    (scontrol(1)). The job is not put into the reservation yet, so it may still start elsewhere earlier. The
+    reservation lasts the grace period plus the start timeout (and 5 minutes): a watch that dies leaves nothing
+    behind for long."""
+    import math
+
+    from slurmkit import hostlist
+
+    name = HOLD_PREFIX + p.job_id
+    start = math.ceil(hold.start)
+    minutes = math.ceil((policy.hold_grace_s + timeout) / 60) + 5
+    nodes = hostlist.fold(hold.nodes)
+    try:
+        backend.create_reservation(ReservationName=name, StartTime=_when(start), Duration=str(minutes), Nodes=nodes,
+                                   Users=p.user, Flags="IGNORE_JOBS")
+    except SlurmkitError as exc:
+        log(f"could not hold {nodes} for job {p.job_id}: {exc.one_line()}")
+        state.counters["slurmkit_defrag_failed_total"] += 1
+        return False
+    state.holds.append({"name": name, "job": p.job_id, "user": p.user, "leaf": hold.leaf, "nodes": list(hold.nodes),
+                        "start": float(start), "waits_for": list(hold.waits_for), "created": time.time()})
+    state.counters["slurmkit_defrag_holds_total"] += 1
+    waits = f", after job(s) {', '.join(hold.waits_for)}" if hold.waits_for else ""
+    log(f"reserved {nodes} ({hold.leaf}) as {name} from {_when(start)} for {minutes} min for job {p.job_id} "
+        f"(user {p.user}){waits}: jobs that would run past {_when(start)} stay off those nodes")
+    return True
+
+
+def _release_hold(h: Mapping[str, Any], backend: Any, log: Callable[[str], None], why: str) -> bool:
+    """Delete a hold's reservation (never the job's: it was not put into it). True when it is gone (also when it
+    was already gone: ``Requested reservation is invalid``, src/common/slurm_errno.c ESLURM_RESERVATION_INVALID,
+    22.05 and 24.11)."""
+    try:
+        backend.delete_reservation(str(h["name"]))
+    except SlurmkitError as exc:
+        msg = exc.one_line()
+        if "invalid" not in msg.lower() and "not found" not in msg.lower():
+            log(f"could not release {h['name']} ({why}): {msg}; tried again next pass")
+            return False
+    log(f"released {h['name']}: {why}")
+    return True
+
+
+def _tend_holds(get_snap: Callable[[], Snapshot], backend: Any, policy: Policy, state: WatchState, state_path: str,
+                keep: float, log: Callable[[str], None], timeout: float, t0: float, now: Callable[[], float],
+                minute: int, dry_run: bool) -> tuple[bool, bool]:
+    """Each kept hold: released when its job is gone, runs, or overran the grace period; carried out when due.
+    -> (carried one out, ok)."""
+    from slurmkit import hostlist
+
+    s = get_snap()
+    ok = True
+    for h in list(state.holds):
+        what, why = hold_status(h, s.details, t0, policy.hold_grace_s)
+        if dry_run:
+            log(f"hold {h['name']} for job {h['job']}: {what} ({why}): dry run, nothing done")
+            continue
+        if what in ("gone", "started", "overrun"):
+            inside = what == "started" and "elsewhere" not in why
+            if inside:  # only after a watch died inside carry_out: a reservation in use is not deleted (run.py)
+                try:
+                    backend.update_job(str(h["job"]), ReservationName="")
+                except SlurmkitError as exc:
+                    log(f"could not clear job {h['job']}'s reservation: {exc.one_line()}")
+            if _release_hold(h, backend, log, why):
+                state.holds.remove(h)
+                state.counters["slurmkit_defrag_holds_released_total"] += 0 if inside else 1
+                if what == "overrun":
+                    state.counters["slurmkit_defrag_failed_total"] += 1
+                    ok = False
+        elif what == "wait":
+            log(f"hold {h['name']} ({hostlist.fold(h['nodes'])} from {_when(float(h['start']))}) for job {h['job']}: "
+                f"{why}")
+        else:
+            return _execute_hold(h, why, s, backend, policy, state, state_path, keep, log, timeout, t0, now, minute)
+    return False, ok
+
+
+def _execute_hold(h: dict[str, Any], why: str, s: Snapshot, backend: Any, policy: Policy, state: WatchState,
+                  state_path: str, keep: float, log: Callable[[str], None], timeout: float, t0: float,
+                  now: Callable[[], float], minute: int) -> tuple[bool, bool]:
+    """The hold is due: plan the moves on its nodes again (the state now, not the one at its creation), within the
+    policy's limits, and carry them out through ``defrag run``'s path with the hold's reservation; the job then
+    starts in it and the reservation is removed (carry_out). Moves that the limits forbid now, or a job that may not
+    move still there, keep the hold for a later pass (until the grace period ends)."""
+    from slurmkit import hostlist
+    from slurmkit.defrag.gather import gpusub_run_dir, running_jobs, target_of
+    from slurmkit.defrag.plan import DefragPlan, plan_defrag
+    from slurmkit.defrag.run import DefragError, carry_out
+
+    job, name = str(h["job"]), str(h["name"])
+    target, _part = target_of(s.details, job)
+    jobs = protect(running_jobs(s.details, policy, now=t0), state, policy, t0)
+    v = plan_defrag(s.topo.restrict(h["nodes"]), s.states, jobs, target)
+    if not v.blocked and v.reason.startswith("not blocked"):
+        plan = DefragPlan(str(h["leaf"]), tuple(h["nodes"]), (), 0.0)
+    elif v.plan is None:
+        log(f"hold {name} for job {job}: due ({why}), but {v.reason}; kept until "
+            f"{_when(float(h['start']) + policy.hold_grace_s)}")
+        return False, True
+    else:
+        plan = v.plan
+        n, used = len(plan.moves), moves_last_hour(state, t0)
+        q = quiet_now(policy, minute)
+        limit = (f"quiet hours {q}" if q else
+                 f"the plan moves {n} job(s) (defrag.max_moves_per_job {policy.max_moves_per_job})"
+                 if n > policy.max_moves_per_job else
+                 f"rate limit: {used} job(s) moved in the last hour (defrag.max_moves_per_hour "
+                 f"{policy.max_moves_per_hour})" if used + n > policy.max_moves_per_hour else "")
+        if limit:
+            log(f"hold {name} for job {job}: due ({why}), {limit}; kept until "
+                f"{_when(float(h['start']) + policy.hold_grace_s)}")
+            return False, True
+    if float(h["start"]) > t0:  # the jobs it waited for ended early: start the reservation now (not yet ACTIVE, so
+        # its StartTime may change: scontrol(1) 22.05 and 24.11)
+        try:
+            backend.update_reservation(name, StartTime="now")
+        except SlurmkitError as exc:
+            log(f"hold {name} for job {job}: due ({why}), but its start could not be moved to now: "
+                f"{exc.one_line()}; kept")
+            return False, True
+        log(f"{name} starts now ({why})")
+    moves = f"moving {', '.join(plan.job_ids)} ({plan.cost:.0f} GPU-s)" if plan.moves else "nothing to move"
+    log(f"hold {name} for job {job} is due ({why}): {moves}, then job {job} runs in it on {hostlist.fold(plan.nodes)}")
+    recs = {r["JobId"]: r for r in parse_scontrol_records(s.details) if "JobId" in r}
+    gpusub_jobs = {j for j in plan.job_ids if gpusub_run_dir(recs.get(j, {}).get("StdOut", ""))}
+    cost = {m.job_id: m.cost for m in plan.moves}
+
+    def moved(job_id: str) -> None:
+        state.moves.append({"t": now(), "job": job_id, "for": job})
+        state.counters["slurmkit_defrag_moves_total"] += 1
+        state.counters["slurmkit_defrag_gpu_seconds_lost_total"] += cost.get(job_id, 0.0)
+        state.save(state_path, now(), keep)
+
+    state.holds.remove(h)  # carry_out removes the reservation whatever happens
+    try:
+        nodes = carry_out(plan, job, str(h["user"]), gpusub_jobs, backend, log=log, timeout=timeout, on_move=moved,
+                          reservation=name)
+    except DefragError as exc:
+        state.counters["slurmkit_defrag_failed_total"] += 1
+        log(exc.one_line())
+        return True, False
+    state.counters["slurmkit_defrag_unblocked_total"] += 1
+    log(f"job {job} started on {nodes} (held since {_when(float(h.get('created', t0)))})")
+    return True, True

@@ -1308,7 +1308,8 @@ def _kv_env(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, str], ...]:
 
 
 _DEFRAG_KEYS = {"movable_qos", "movable_accounts", "restart_s", "partitions", "qos", "min_wait_s",
-                "max_moves_per_hour", "max_moves_per_job", "protect_h", "quiet_hours"}
+                "max_moves_per_hour", "max_moves_per_job", "protect_h", "quiet_hours", "max_holds",
+                "hold_grace_s"}
 _QUIET = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)-([01]?\d|2[0-3]):([0-5]\d)$")
 
 
@@ -1323,7 +1324,7 @@ def _defrag(ctx: _Ctx, raw: Any) -> None:
         if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
             raise ctx.err(f"defrag.{key}", "expected a list of names")
     for key, least in (("restart_s", 0), ("min_wait_s", 0), ("protect_h", 0), ("max_moves_per_hour", 0),
-                       ("max_moves_per_job", 1)):
+                       ("max_moves_per_job", 1), ("max_holds", 0), ("hold_grace_s", 0)):
         if key not in m:
             continue
         r = m[key]

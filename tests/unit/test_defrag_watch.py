@@ -51,9 +51,11 @@ def inv(defrag: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_watch_policy_keys_load_and_parse() -> None:
     d = {"movable_qos": ["scav"], "partitions": ["gpu"], "qos": ["normal"], "min_wait_s": 300,
-         "max_moves_per_hour": 2, "max_moves_per_job": 1, "protect_h": 12, "quiet_hours": ["22:00-06:30", "12:00-13:00"]}
+         "max_moves_per_hour": 2, "max_moves_per_job": 1, "protect_h": 12, "quiet_hours": ["22:00-06:30", "12:00-13:00"],
+         "max_holds": 0, "hold_grace_s": 120}
     load_cluster_dict(inv(d))
     p = policy_from({"defrag": d})
+    assert (p.max_holds, p.hold_grace_s) == (0, 120.0)
     assert p.partitions == {"gpu"} and p.qos == {"normal"} and p.min_wait_s == 300
     assert (p.max_moves_per_hour, p.max_moves_per_job, p.protect_h) == (2, 1, 12.0)
     assert p.quiet_hours == ((22 * 60, 6 * 60 + 30), (12 * 60, 13 * 60))
@@ -68,6 +70,8 @@ def test_the_watch_policy_keys_load_and_parse() -> None:
     ({"max_moves_per_hour": 1.5}, "defrag.max_moves_per_hour", "a whole number >= 0"),
     ({"min_wait_s": -1}, "defrag.min_wait_s", "seconds >= 0"),
     ({"partitions": "gpu"}, "defrag.partitions", "a list of names"),
+    ({"max_holds": -1}, "defrag.max_holds", "a whole number >= 0"),
+    ({"hold_grace_s": "15m"}, "defrag.hold_grace_s", "seconds >= 0"),
 ])
 def test_a_bad_policy_key_is_a_key_path_error(defrag: dict[str, Any], where: str, what: str) -> None:
     with pytest.raises(InventoryError) as e:
@@ -226,7 +230,7 @@ def test_metrics_textfile_is_prometheus_exposition() -> None:
     assert "slurmkit_defrag_gpu_seconds_lost_total 1234.5\n" in text
     assert "slurmkit_defrag_wait_saved_seconds_total 0\n" in text
     names = [ln.split()[0] for ln in text.splitlines() if not ln.startswith("#")]
-    assert len(names) == len(set(names)) == 6 and text.endswith("\n")
+    assert len(names) == len(set(names)) == 8 and text.endswith("\n")
 
 
 # ------------------------------------------------------------------------------------------ one pass
@@ -307,22 +311,200 @@ def test_a_pass_without_a_move_set_says_which_leaf_comes_free_first(tmp_path: Pa
     from datetime import datetime
 
     now = datetime.fromisoformat("2030-01-01T01:00:00").timestamp()
-    # nothing may move (no movable QOS, not gpusub jobs): job 11 ends first (02:00), so leaf2 is the one
-    b, lines = FakeBackend(), []
+    # nothing may move (no movable QOS, not gpusub jobs): job 11 ends first (02:00), so leaf2 is the one: held
+    b, lines = HoldBackend(), []
     run_pass(snap, b, Policy(), str(tmp_path / "w.json"), None, lines.append, now=lambda: now, minute_of_day=60)
-    assert b.calls == [] and lines == [
+    assert b.calls == [("create", {"ReservationName": "slurmkit-hold-20", "StartTime": "2030-01-01T02:00:00",
+                                   "Duration": "25", "Nodes": "n[3-4]", "Users": "alice", "Flags": "IGNORE_JOBS"})]
+    assert lines == [
         "job 20: blocked, and no set of movable jobs frees a whole leaf for it (not movable: 10, 11); leaf2 (n[3-4]) "
         "is the first leaf it can have: at 2030-01-01T02:00:00, in 1.0 h (job(s) 11 end by their time limits or may "
         "move by then), with nothing to move; a reservation of those nodes from then "
-        "(StartTime=2030-01-01T02:00:00 Flags=IGNORE_JOBS) keeps jobs that would run past it off them: nothing done"]
+        "(StartTime=2030-01-01T02:00:00 Flags=IGNORE_JOBS) keeps jobs that would run past it off them: nothing done",
+        "reserved n[3-4] (leaf2) as slurmkit-hold-20 from 2030-01-01T02:00:00 for 25 min for job 20 (user alice), "
+        "after job(s) 11: jobs that would run past 2030-01-01T02:00:00 stay off those nodes"]
     # both movable but moved 5 minutes ago and protected for 15: either may move at 01:10; 11 costs less
     state = WatchState(moves=[{"t": now - 300, "job": "10", "for": "x"}, {"t": now - 300, "job": "11", "for": "x"}])
     state.save(str(tmp_path / "p.json"), now, 3600)
     pol = Policy(movable_qos=frozenset({"scav"}), protect_h=0.25)
-    b, lines = FakeBackend(), []
+    b, lines = HoldBackend(), []
     run_pass(snap, b, pol, str(tmp_path / "p.json"), None, lines.append, now=lambda: now, minute_of_day=60)
-    assert b.calls == [] and "leaf2 (n[3-4]) is the first leaf it can have: at 2030-01-01T01:10:00, in 0.2 h (job(s) " \
+    assert "leaf2 (n[3-4]) is the first leaf it can have: at 2030-01-01T01:10:00, in 0.2 h (job(s) " \
         "11 end by their time limits or may move by then), then moving 11 (" in lines[0], lines
+    assert [c[0] for c in b.calls] == ["create"] and b.calls[0][1]["StartTime"] == "2030-01-01T01:10:00"
+    # max_holds 0: says when, holds nothing
+    b, lines = HoldBackend(), []
+    run_pass(snap, b, Policy(max_holds=0), str(tmp_path / "z.json"), None, lines.append, now=lambda: now,
+             minute_of_day=60)
+    assert b.calls == [] and len(lines) == 1 and WatchState.load(str(tmp_path / "z.json")).holds == []
+
+
+# ------------------------------------------------------------------------------------------ holds
+
+
+class HoldBackend(FakeBackend):
+    """FakeBackend with the reservation calls' fields and a job that runs where ``runs_on`` says."""
+
+    def __init__(self, runs_on: tuple[str, ...] = ("n3", "n4"), delete_error: str | None = None) -> None:
+        super().__init__()
+        self.runs_on, self.delete_error = runs_on, delete_error
+
+    def create_reservation(self, **kw: str) -> None:
+        self.calls.append(("create", kw))
+
+    def update_reservation(self, name: str, **kw: str) -> None:
+        self.calls.append(("update_resv", name, kw))
+
+    def job(self, job_id: str) -> JobInfo:
+        return JobInfo(job_id, "RUNNING", nodes=self.runs_on)
+
+    def delete_reservation(self, name: str) -> None:
+        self.calls.append(("delete", name))
+        if self.delete_error:
+            raise SlurmkitError(self.delete_error)
+
+
+JOB10, JOB11, JOB20 = DETAILS.splitlines()
+
+
+def snap_of(*records: str, busy: tuple[str, ...] = ("n1",)) -> Any:
+    t, _states, _ = two_leaves()
+    states = {n: NodeState(n, "allocated" if n in busy else "idle", 0 if n in busy else 8, 8)
+              for n in ("n1", "n2", "n3", "n4")}
+    return lambda: Snapshot("\n".join(records) + "\n", states, t, [{"PartitionName": "gpu", "Nodes": "n[1-4]"}])
+
+
+def held(tmp_path: Path) -> tuple[str, float]:
+    """A state file with job 20's hold of n[3-4] from 02:00 (waiting for job 11), made by a real pass."""
+    from datetime import datetime
+
+    now = datetime.fromisoformat("2030-01-01T01:00:00").timestamp()
+    path = str(tmp_path / "w.json")
+    run_pass(snap, HoldBackend(), Policy(), path, None, lambda m: None, now=lambda: now, minute_of_day=60)
+    (h,) = WatchState.load(path).holds
+    assert (h["job"], h["nodes"], h["waits_for"], h["user"]) == ("20", ["n3", "n4"], ["11"], "alice")
+    return path, now
+
+
+def test_a_hold_is_kept_across_passes_and_restarts_and_blocks_a_second_one(tmp_path: Path) -> None:
+    path, now = held(tmp_path)  # the state file is all a new watch process has
+    b, lines = HoldBackend(), []
+    ok = run_pass(snap, b, Policy(), path, str(tmp_path), lines.append, now=lambda: now + 60, minute_of_day=61)
+    assert ok and b.calls == []
+    assert lines == ["hold slurmkit-hold-20 (n[3-4] from 2030-01-01T02:00:00) for job 20: waits for job(s) 11",
+                     "job 20: waits for its hold slurmkit-hold-20 (n[3-4] from 2030-01-01T02:00:00): nothing done"]
+    assert len(WatchState.load(path).holds) == 1
+    assert "slurmkit_defrag_holds_total 1\n" in (tmp_path / METRICS_FILE).read_text()
+    # another blocked job (21) while 20's hold is kept: the policy's one hold is taken, so 21 gets none
+    job21 = JOB20.replace("JobId=20", "JobId=21").replace("UserId=alice(1000)", "UserId=bob(1001)")
+    b, lines = HoldBackend(), []
+    run_pass(snap_of(JOB10, JOB11, JOB20, job21, busy=("n1", "n3")), b, Policy(), path, None, lines.append,
+             now=lambda: now + 60, minute_of_day=61)
+    assert b.calls == [] and len(WatchState.load(path).holds) == 1
+    b, lines = HoldBackend(), []  # two allowed: 21's goes on the other leaf (n[1-2], after job 10)
+    run_pass(snap_of(JOB10, JOB11, JOB20, job21, busy=("n1", "n3")), b, Policy(max_holds=2), path, None,
+             lines.append, now=lambda: now + 60, minute_of_day=61)
+    assert [(c[0], c[1]["Nodes"], c[1]["Users"]) for c in b.calls] == [("create", "n[1-2]", "bob")], lines
+
+
+def test_a_due_hold_lets_its_job_in_then_releases_it(tmp_path: Path) -> None:
+    path, now = held(tmp_path)
+    # 02:00:30: job 11 reached its time limit and is gone; n[3-4] idle; nothing to move
+    b, lines = HoldBackend(), []
+    ok = run_pass(snap_of(JOB10, JOB20), b, Policy(), path, str(tmp_path), lines.append, now=lambda: now + 3630,
+                  minute_of_day=120)
+    assert ok, lines
+    assert b.calls == [("update", "20", {"ReservationName": "slurmkit-hold-20"}),
+                       ("update", "20", {"ReservationName": ""}), ("delete", "slurmkit-hold-20")]
+    assert lines[0] == ("hold slurmkit-hold-20 for job 20 is due (the hold's start has come): nothing to move, then "
+                        "job 20 runs in it on n[3-4]")
+    assert lines[-1] == "job 20 started on n[3-4] (held since " + lines[-1].split("held since ", 1)[1]
+    st = WatchState.load(path)
+    assert st.holds == [] and st.counters["slurmkit_defrag_unblocked_total"] == 1
+
+
+def test_a_hold_whose_blockers_end_early_starts_now_and_moves_what_runs_there(tmp_path: Path) -> None:
+    path, now = held(tmp_path)
+    # 01:30: job 11 ended early; a movable job 12 (QOS scav) now runs on n4: it is moved, the hold starts now
+    job12 = JOB11.replace("JobId=11", "JobId=12").replace("n3", "n4")
+    b, lines = HoldBackend(), []
+    pol = Policy(movable_qos=frozenset({"scav"}))
+    ok = run_pass(snap_of(JOB20, job12, busy=("n4",)), b, pol, path, None, lines.append, now=lambda: now + 1800,
+                  minute_of_day=90)
+    assert ok, lines
+    assert b.calls[:3] == [("update_resv", "slurmkit-hold-20", {"StartTime": "now"}),
+                           ("update", "20", {"ReservationName": "slurmkit-hold-20"}), ("requeue", "12")]
+    assert b.calls[-1] == ("delete", "slurmkit-hold-20")
+    assert "slurmkit-hold-20 starts now (the job(s) it waited for have ended)" in lines
+    st = WatchState.load(path)
+    assert st.holds == [] and [m["job"] for m in st.moves] == ["12"] and st.moves[0]["for"] == "20"
+    # ... but not in quiet hours: kept
+    path2, _ = held(tmp_path / "q")
+    b, lines = HoldBackend(), []
+    run_pass(snap_of(JOB20, job12, busy=("n4",)), b, replace_policy(pol, quiet_hours=((60, 120),)), path2, None,
+             lines.append, now=lambda: now + 1800, minute_of_day=90)
+    assert b.calls == [] and "due (the job(s) it waited for have ended), quiet hours 01:00-02:00; kept" in lines[0]
+
+
+def replace_policy(p: Policy, **kw: Any) -> Policy:
+    from dataclasses import replace
+
+    return replace(p, **kw)
+
+
+def test_a_due_hold_with_a_job_that_may_not_move_still_there_is_kept(tmp_path: Path) -> None:
+    path, now = held(tmp_path)
+    # 02:00:10: job 11 overran its end time for a moment (Slurm kills it shortly); not movable: wait
+    b, lines = HoldBackend(), []
+    run_pass(snap_of(JOB10, JOB11, JOB20, busy=("n1", "n3")), b, Policy(), path, None, lines.append,
+             now=lambda: now + 3610, minute_of_day=120)
+    assert b.calls == [] and lines[0].startswith("hold slurmkit-hold-20 for job 20: due (the hold's start has come), "
+                                                 "but blocked, and no set of movable jobs frees a whole leaf")
+    assert lines[0].endswith("kept until 2030-01-01T02:15:00") and len(WatchState.load(path).holds) == 1
+
+
+@pytest.mark.parametrize(("records", "why", "failed"), [
+    ((JOB10, JOB11), "job 20 left the queue", 0),
+    ((JOB10, JOB11, JOB20.replace("JobState=PENDING", "JobState=CANCELLED")), "job 20 left the queue (CANCELLED)", 0),
+    ((JOB10, JOB11.replace("n3", "n2"), JOB20.replace("JobState=PENDING", "JobState=RUNNING NodeList=n[3-4]")),
+     "job 20 runs on the held nodes", 0),
+    ((JOB11, JOB20.replace("JobState=PENDING", "JobState=RUNNING NodeList=n[1-2]")),
+     "job 20 runs elsewhere (n[1-2])", 0),
+])
+def test_a_hold_is_released_when_its_job_leaves_or_starts(tmp_path: Path, records: tuple[str, ...], why: str,
+                                                           failed: int) -> None:
+    path, now = held(tmp_path)
+    b, lines = HoldBackend(), []
+    assert run_pass(snap_of(*records), b, Policy(), path, None, lines.append, now=lambda: now + 60, minute_of_day=61)
+    if "held nodes" in why:  # a watch that died inside carry_out left the job in it: cleared first
+        assert b.calls.pop(0) == ("update", "20", {"ReservationName": ""})
+    assert b.calls[0] == ("delete", "slurmkit-hold-20") and lines[0] == f"released slurmkit-hold-20: {why}"
+    st = WatchState.load(path)
+    assert st.holds == [] and st.counters["slurmkit_defrag_failed_total"] == failed
+    assert st.counters["slurmkit_defrag_holds_released_total"] == (0 if "held nodes" in why else 1)
+
+
+def test_an_overrun_hold_is_released_and_counted_failed(tmp_path: Path) -> None:
+    path, now = held(tmp_path)
+    b, lines = HoldBackend(), []
+    ok = run_pass(snap_of(JOB10, JOB11, JOB20, busy=("n1", "n3")), b, Policy(hold_grace_s=900), path, None,
+                  lines.append, now=lambda: now + 3600 + 901, minute_of_day=135)
+    assert not ok and b.calls[0] == ("delete", "slurmkit-hold-20")
+    assert lines[0] == ("released slurmkit-hold-20: job 20 still pending 901 s after the hold's start "
+                        "(defrag.hold_grace_s 900)")
+    st = WatchState.load(path)
+    assert st.counters["slurmkit_defrag_failed_total"] == 1 and st.counters["slurmkit_defrag_holds_released_total"] == 1
+
+
+def test_a_hold_whose_reservation_cannot_be_deleted_is_kept_and_one_already_gone_is_dropped(tmp_path: Path) -> None:
+    path, now = held(tmp_path)
+    b, lines = HoldBackend(delete_error="scontrol delete: Unable to contact slurm controller"), []
+    run_pass(snap_of(JOB10, JOB11), b, Policy(), path, None, lines.append, now=lambda: now + 60, minute_of_day=61)
+    assert lines[0].startswith("could not release slurmkit-hold-20 (job 20 left the queue): scontrol delete: Unable")
+    assert len(WatchState.load(path).holds) == 1
+    b, lines = HoldBackend(delete_error="Error deleting the reservation: Requested reservation is invalid"), []
+    run_pass(snap_of(JOB10, JOB11), b, Policy(), path, None, lines.append, now=lambda: now + 60, minute_of_day=61)
+    assert lines[0] == "released slurmkit-hold-20: job 20 left the queue" and WatchState.load(path).holds == []
 
 
 def test_movable_again_is_the_end_of_each_protection() -> None:
@@ -359,3 +541,35 @@ def test_print_unit_is_a_valid_systemd_unit(tmp_path: Path) -> None:
     unit.write_text(r.stdout)
     v = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
     assert v.returncode == 0 and not v.stderr.strip(), v.stderr
+
+
+def test_held_nodes_are_neither_a_target_nor_a_destination_for_other_jobs(tmp_path: Path) -> None:
+    path, now = held(tmp_path)  # 20 holds n[3-4]
+    # 21 blocked too; 10 (n1) and 11 (n3) movable now: freeing leaf2 by moving 11 is cheapest, but leaf2 is held;
+    # freeing leaf1 would send 10 to the held nodes: no plan, nothing done
+    job21 = JOB20.replace("JobId=20", "JobId=21")
+    b, lines = HoldBackend(), []
+    run_pass(snap_of(JOB10, JOB11, JOB20, job21, busy=("n1", "n3")), b, Policy(movable_qos=frozenset({"scav"})), path,
+             None, lines.append, now=lambda: now + 60, minute_of_day=61)
+    assert b.calls == [], lines
+    assert lines[-1].startswith("job 20: waits for its hold slurmkit-hold-20 (n[3-4] from 2030-01-01T02:00:00); "
+                                "job 21: blocked, and no set of movable jobs frees a whole leaf"), lines
+
+
+def test_dry_run_neither_creates_nor_tends_a_hold(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    now = datetime.fromisoformat("2030-01-01T01:00:00").timestamp()
+    b, lines = HoldBackend(), []
+    run_pass(snap, b, Policy(), str(tmp_path / "d.json"), None, lines.append, dry_run=True, now=lambda: now,
+             minute_of_day=60)
+    assert b.calls == [] and lines[-1] == ("would hold n[3-4] for job 20 from 2030-01-01T02:00:00: dry run, "
+                                           "nothing done")
+    assert WatchState.load(str(tmp_path / "d.json")).holds == []
+    path, now = held(tmp_path)
+    b, lines = HoldBackend(), []
+    run_pass(snap_of(JOB10, JOB11), b, Policy(), path, None, lines.append, dry_run=True, now=lambda: now + 60,
+             minute_of_day=61)
+    assert b.calls == [] and lines[0] == ("hold slurmkit-hold-20 for job 20: gone (job 20 left the queue): dry run, "
+                                          "nothing done")
+    assert len(WatchState.load(path).holds) == 1
