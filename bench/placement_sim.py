@@ -482,25 +482,7 @@ def simulate(topo: PlacementTopology, nodes: int, trace: list[Job], policy: str,
             for w in set(seen):
                 why[w] = why.get(w, 0) + seen.count(w)
             return
-        leaf = best[1]
-        moved = sorted(leaf_jobs[leaf])
-        rest = []
-        for j in moved:
-            lost = lost_of(j, now)
-            end, size, _ids, _share, _t = stop(j)
-            rest.append((j, size, end - now, lost))
-        for j, size, remaining, lost in rest:
-            ids = place(Job(j, size, 0.0, 0.0), {leaf} | held(now, remaining + lost + defrag.restart_s))
-            run(jobs[j], now, ids, remaining + lost + defrag.restart_s, first=False)
-            moved_at[j] = now
-            move_times.append(now)
-            stats["moves"] += 1
-            g = size * GPUS_PER_NODE * (lost + defrag.restart_s)
-            stats["lost"] += g
-            if w0 <= now <= w1:
-                lost_in_window += g
-        queue.remove(job)
-        run(job, now, list(st.free[leaf]), job.duration, first=True)
+        move_and_start(now, best[1], job)
 
     def move_and_start(now: float, leaf: int, job: Job) -> None:
         nonlocal lost_in_window

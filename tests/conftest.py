@@ -53,6 +53,20 @@ def _base() -> int:
     return int(os.environ.get("SLURMKIT_TEST_LAB_PORT_BASE", "17817"))
 
 
+def free_tcp_port(offset: int) -> int:
+    """The first loopback TCP port from ``_base() + offset`` that binds (an emulator's or a test server's port)."""
+    import socket
+
+    port = _base() + offset
+    while True:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                port += 1
+
+
 def lab_release() -> str | None:
     """The release the labs of this run use (None: the host's)."""
     return os.environ.get("SLURMKIT_TEST_SLURM") or None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +21,7 @@ import pytest
 from slurmkit.model.cluster import Power
 from slurmkit.monitor.bmc import BmcReport, add_metrics, read_redfish
 from slurmkit.monitor.metrics import BY_NAME, Exposition
-from tests.conftest import DATA, _base, needs
+from tests.conftest import DATA, free_tcp_port, needs
 from tests.unit.test_monitor_textfile import find, samples
 
 try:
@@ -59,16 +58,6 @@ class _Mockup(BaseHTTPRequestHandler):
         pass
 
 
-def _port() -> int:
-    port = _base() + 3500
-    while True:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                port += 1
-
 
 @pytest.fixture
 def serve() -> Iterator[Callable[[Path], str]]:
@@ -77,7 +66,7 @@ def serve() -> Iterator[Callable[[Path], str]]:
 
     def start(tree: Path) -> str:
         handler = type("Handler", (_Mockup,), {"root": tree})
-        srv = ThreadingHTTPServer(("127.0.0.1", _port()), handler)
+        srv = ThreadingHTTPServer(("127.0.0.1", free_tcp_port(3500)), handler)
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(srv)
         return f"http://127.0.0.1:{srv.server_address[1]}"

@@ -20,7 +20,7 @@ from slurmkit.errors import InventoryError
 from slurmkit.model.cluster import Power
 from slurmkit.model.load import load_cluster_dict
 from slurmkit.power.providers import IpmiProvider, PowerError, provider_for
-from tests.conftest import DATA, _base, needs
+from tests.conftest import DATA, _base, free_tcp_port, needs
 
 pytestmark = needs(bool(shutil.which("ipmi_sim") and shutil.which("ipmitool")),
                    "ipmi_sim and ipmitool are not installed (apt-get install openipmi ipmitool)")
@@ -69,16 +69,6 @@ mc_enable 0x20
 """
 
 
-def _free_tcp(start: int) -> int:
-    port = start
-    while True:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                port += 1
-
 
 def sim(bmc: tuple[str, Path], *commands: str) -> None:
     """Run ipmi_sim_cmd(5) commands on the simulator's console (the "hardware" changes)."""
@@ -106,7 +96,7 @@ def _free_udp(start: int) -> int:
 def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     d = tmp_path_factory.mktemp("ipmi")
     port = _free_udp(_base() + 510)
-    console = _free_tcp(_base() + 530)
+    console = free_tcp_port(530)
     (d / "chassis.sh").write_text(CHASSIS)
     (d / "chassis.sh").chmod(0o755)
     (d / "power").write_text("0\n")

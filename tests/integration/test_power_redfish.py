@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,28 +18,18 @@ from slurmkit.model.cluster import Power
 from slurmkit.model.load import load_cluster_dict
 from slurmkit.power import program
 from slurmkit.power.providers import PowerError, RedfishProvider
-from tests.conftest import _base, needs
+from tests.conftest import free_tcp_port, needs
 
 EMULATOR = shutil.which("sushy-emulator") or str(Path(sys.executable).parent / "sushy-emulator")
 pytestmark = needs(Path(EMULATOR).exists(), "sushy-tools is not installed (pip install -e '.[dev]')")
 UUIDS = {"node5": "5e0a5e0a-0000-4000-8000-000000000005", "node6": "5e0a5e0a-0000-4000-8000-000000000006"}
 
 
-def _free_port() -> int:
-    port = _base() + 3400
-    while True:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                port += 1
-
 
 @pytest.fixture(scope="module")
 def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     d = tmp_path_factory.mktemp("redfish")
-    port = _free_port()
+    port = free_tcp_port(3400)
     systems = [{"uuid": u, "name": n, "power_state": "Off", "nics": []} for n, u in UUIDS.items()]
     (d / "emulator.conf").write_text(
         "SUSHY_EMULATOR_FAKE_DRIVER = True\n"
@@ -153,8 +142,11 @@ def _spy_resets(monkeypatch: pytest.MonkeyPatch, drop: tuple[str, ...] = ()) -> 
 
 
 def _spy_closes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import gc
+
     from sushy import auth, connector
 
+    gc.collect()  # sessions earlier tests dropped close when collected: not during this test's count
     closed: list[str] = []
     for cls in (auth.SessionOrBasicAuth, connector.Connector):
         real = cls.close
@@ -208,5 +200,5 @@ def test_bmc_sensors_from_the_emulators_thermal_resource(bmc: str, tmp_path: Pat
 def test_bmc_that_refuses_is_one_line(tmp_path: Path) -> None:
     from slurmkit.monitor.bmc import read_redfish
 
-    rep = read_redfish("node5", Power(provider="redfish", bmc=f"http://127.0.0.1:{_free_port()}", timeout=5))
+    rep = read_redfish("node5", Power(provider="redfish", bmc=f"http://127.0.0.1:{free_tcp_port(3400)}", timeout=5))
     assert rep.error.startswith("redfish http://127.0.0.1:") and "\n" not in rep.error
