@@ -21,22 +21,31 @@ _overrides = click.option("--overrides", type=click.Path(dir_okay=False, exists=
 _no_real = click.option("--no-real-parse", is_flag=True, help="Static checks only; skip the slurmctld parse.")
 
 
+def _release_arg(version: str) -> str:
+    """A --slurm-version (or an inventory's slurm_version) as a supported target release, else a usage error (exit 2)
+    naming the flag: an unknown release's keys and plugins are not in the tables."""
+    from slurmkit.generate.versions import features_for
+    from slurmkit.release import SUPPORTED_SLURM_VERSIONS
+
+    try:
+        ver = features_for(version).version
+    except ValueError as exc:
+        msg = str(exc) if "Slurm" in str(exc) or "version" in str(exc) else f"{version!r} is not a Slurm release (YY.MM)"
+        raise click.BadParameter(msg, param_hint="--slurm-version") from exc
+    if ver not in SUPPORTED_SLURM_VERSIONS:  # a release newer than the tables: its keys and plugins are unknown
+        raise click.BadParameter(f"unsupported Slurm version {version}; supported: "
+                                 f"{', '.join(SUPPORTED_SLURM_VERSIONS)}", param_hint="--slurm-version")
+    return ver
+
+
 def _render(inventory: str, version: str | None, conf_dir: str, templates: str | None,
             overrides: str | None) -> tuple[object, dict[str, str], str]:
     """-> (cluster, files incl. the inventory copy slurmkit.yaml, target version)."""
     from slurmkit.generate.slurmconf import generate, load_overrides
-    from slurmkit.generate.versions import features_for
     from slurmkit.model.load import load_cluster
-    from slurmkit.release import SUPPORTED_SLURM_VERSIONS
 
     cluster = load_cluster(inventory)
-    try:
-        ver = features_for(version or cluster.slurm_version).version
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--slurm-version") from exc
-    if ver not in SUPPORTED_SLURM_VERSIONS:  # a release newer than the tables: its keys and plugins are unknown
-        raise click.BadParameter(f"unsupported Slurm version {version}; supported: "
-                                 f"{', '.join(SUPPORTED_SLURM_VERSIONS)}", param_hint="--slurm-version")
+    ver = _release_arg(version or cluster.slurm_version)
     ov = load_overrides(overrides) if overrides else None
     files = generate(cluster, version=ver, conf_dir=conf_dir, overrides=ov, templates=templates)
     # the inventory copy beside slurm.conf: the hook wrappers exec `slurmkit hook KIND --inventory
@@ -153,7 +162,10 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
         inv = read_dir(path, ["slurmkit.yaml"]).get("slurmkit.yaml")
         if "slurm.conf" not in files:
             raise click.UsageError(f"{path} has no slurm.conf")
-        ver = version or header_version(files["slurm.conf"])
+        ver = _release_arg(version) if version else header_version(files["slurm.conf"])
+        if ver is None:
+            click.echo("note: judged without a target release (no --slurm-version, no slurmkit header in "
+                       "slurm.conf): per-release rules and advice need --slurm-version", err=True)
         if inv is not None:
             from slurmkit.model.load import load_cluster_text
 
@@ -339,7 +351,6 @@ def import_(path: str, out: str | None, version: str | None) -> int:
     from slurmkit.adopt.read import read_site
     from slurmkit.errors import InventoryError, UsageError
     from slurmkit.generate.slurmconf import generate
-    from slurmkit.generate.versions import features_for
     from slurmkit.model import yamlio
     from slurmkit.model.load import load_cluster_text
 
@@ -362,10 +373,7 @@ def import_(path: str, out: str | None, version: str | None) -> int:
                 raise UsageError("--slurm-version: not given, slurm.conf names no target and no slurmctld here to "
                                  "ask: name the release the site runs (e.g. --slurm-version 24.11)")
             notes.append(f"judged for Slurm {version}, this host's slurmctld (--slurm-version to change)")
-    try:
-        ver = features_for(version).version
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--slurm-version") from exc
+    ver = _release_arg(version)
     res = import_site(files, ver, _own_sections(Path(path) if Path(path).is_dir() else Path(path).parent))
     text = yamlio.dump(res.inventory)
     try:

@@ -131,8 +131,9 @@ def recommendations(cluster: Cluster) -> list[Advice]:
     # GPUs on a node line, or in GresTypes (dynamic nodes bring their Gres= when they register)
     gpus = any(g.gpus or any(k.lower() == "gres" for k, _ in g.slurm) for g in cluster.node_groups) or \
         "gpu" in [t.strip() for t in glob.get("grestypes", "").split(",")]
-    task = glob.get("taskplugin", "").lower()
-    if "task/cgroup" not in task:
+    # Slurm's plugin loader adds the "task/" prefix itself (TaskPlugin=affinity,cgroup is task/affinity,task/cgroup)
+    task = {t.strip().lower().removeprefix("task/") for t in glob.get("taskplugin", "").split(",") if t.strip()}
+    if "cgroup" not in task:
         out.append(Advice("TaskPlugin without task/cgroup: cgroup.conf's Constrain* settings confine nothing "
                           "(cgroup.conf(5): enforced by the task/cgroup plugin)",
                           ((("slurm_conf", "TaskPlugin"), "task/cgroup,task/affinity"),)))

@@ -806,7 +806,7 @@ def eval_mce(scan: XidScan | None, ctx: EvalContext) -> Verdict:
         return Verdict(Status.SKIP, "kernel log unreadable")
     m = scan.mce
     ue, ce = int(m.get("uncorrected", 0)), int(m.get("corrected", 0))
-    max_ue, max_ce = ctx.policy.get("max_uncorrectable") or 0, ctx.policy.get("max_corrected")
+    max_ue, max_ce = ctx.policy.get("max_uncorrectable") or 0, ctx.policy.get("max_correctable")
     ev = {**m, "source": scan.source}
     if ue > max_ue:
         return Verdict(Status.FAIL, f"host memory: {ue} uncorrected machine check(s) this boot ({m.get('last', '')})",

@@ -370,8 +370,18 @@ def gather_bmc_verdict(node_state_dir: str | None, now: float) -> dict[str, Any]
         return {"absent": True, "why": f"no {path}"}
     except (OSError, ValueError) as exc:
         return {"read_error": f"{path}: {getattr(exc, 'strerror', None) or exc}"}
-    if not isinstance(doc, dict) or not isinstance(doc.get("time"), (int, float)):
+    import math
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("time"), (int, float)) or isinstance(doc["time"], bool) \
+            or not math.isfinite(doc["time"]):
         return {"read_error": f"{path}: not a BMC verdict (no time)"}
+    if not isinstance(doc.get("findings", []), list):
+        return {"read_error": f"{path}: not a BMC verdict (findings is not a list)"}
+    if doc["time"] > now + 300:  # a clock far ahead would keep a drain fresh for ever
+        return {"read_error": f"{path}: written {doc['time'] - now:.0f}s in the future (the writer's clock?)"}
+    node = os.path.basename(os.path.normpath(node_state_dir))
+    if doc.get("node") not in (None, node):
+        return {"read_error": f"{path}: the verdict of {doc.get('node')!r}, not {node!r}"}
     return {**doc, "path": path, "age_s": round(now - float(doc["time"]), 1)}
 
 

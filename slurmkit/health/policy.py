@@ -101,8 +101,8 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
     # correctable errors above max_correctable warn
     "edac": _D(Action.DRAIN, 1.0, {"max_uncorrectable": 0, "max_correctable": 1000}, hooks=_NODE_HOOKS),
     # machine checks in the kernel log this boot (xid.py, the same pass and cursor as the XIDs): a poisoned page or
-    # an uncorrected memory error fails; logged corrected events above max_corrected warn
-    "mce": _D(Action.DRAIN, 1.0, {"max_uncorrectable": 0, "max_corrected": 10}, hooks=_NODE_HOOKS),
+    # an uncorrected memory error fails; logged corrected events above max_correctable warn (edac's key names)
+    "mce": _D(Action.DRAIN, 1.0, {"max_uncorrectable": 0, "max_correctable": 10}, hooks=_NODE_HOOKS),
     # required daemons alive (NHC check_ps_service): munged always; on a GPU node nvidia-persistenced, nv-fabricmanager
     # where NVML reports an NVSwitch fabric; nvidia-imex / nv-hostengine (DCGM) when imex / dcgm is true
     "daemons": _D(Action.DRAIN, 1.0, {"required": ("munged",), "imex": False, "dcgm": False}, hooks=_NODE_HOOKS),
@@ -275,7 +275,7 @@ def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any
         if not isinstance(v, bool):
             raise _err(path, f"expected true or false, got {v!r}", source)
         return v
-    if key in ("max_count", "max_correctable", "max_corrected"):
+    if key in ("max_count", "max_correctable"):
         return _number(v, path, source, minimum=0, integer=True)
     if key == "memory_fudge_pct":
         n = _number(v, path, source, minimum=0)
@@ -321,6 +321,8 @@ def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any
         if not isinstance(v, (list, tuple)) or not all(isinstance(p, str) and p.startswith("/") for p in v):
             raise _err(path, f"expected a list of absolute paths, got {v!r}", source)
         return tuple(v)
+    if key == "max_age_s":
+        return _number(v, path, source, minimum=0, exclusive_min=True)
     raise AssertionError(f"no validator for {check}.{key}")  # CHECK_DEFAULTS and this function drifted apart
 
 

@@ -38,7 +38,11 @@ MAX_STICKY = 64  # a GPU spamming XIDs must not grow the state file without boun
 # taken out. An EDAC driver (the edac check) counts memory errors where one is loaded; these lines are what a host
 # without one still shows (LBNL NHC's check_hw_mcelog asks mcelog for the same events).
 _MCE_CORRECTED_RE = re.compile(r"\bMachine check events logged\b")
-_MCE_UNCORRECTED_RE = re.compile(r"^Memory failure: 0x[0-9a-f]+: |\bUncorrected hardware memory error\b")
+# Only memory_failure()'s verdict on a poisoned page ("recovery action for <page type>: <result>", action_result)
+# counts: soft-offlining, the kernel's answer to *corrected* errors, prints under the same prefix ("page migration
+# failed", "page was already unpoisoned") and is no uncorrected error.
+_MCE_UNCORRECTED_RE = re.compile(r"^Memory failure: 0x[0-9a-f]+: recovery action for |"
+                                 r"\bUncorrected hardware memory error\b")
 
 
 def norm_bus_id(bus_id: str) -> str:

@@ -1329,9 +1329,11 @@ def _defrag(ctx: _Ctx, raw: Any) -> None:
             continue
         r = m[key]
         whole = key.startswith("max_")
-        if isinstance(r, bool) or not isinstance(r, int if whole else (int, float)) or r < least:
+        # r < least is False for NaN and inf passes it: both reached watch's time arithmetic and crashed it
+        if isinstance(r, bool) or not isinstance(r, int if whole else (int, float)) or not r >= least \
+                or r == float("inf"):
             what = "a whole number" if whole else ("hours" if key.endswith("_h") else "seconds")
-            raise ctx.err(f"defrag.{key}", f"expected {what} >= {least}, got {r!r}")
+            raise ctx.err(f"defrag.{key}", f"expected {what} >= {least} (finite), got {r!r}")
     q = m.get("quiet_hours", [])
     if not isinstance(q, list):
         raise ctx.err("defrag.quiet_hours", "expected a list of HH:MM-HH:MM ranges (local time)")

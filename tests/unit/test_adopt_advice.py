@@ -62,7 +62,7 @@ def test_import_adds_no_recommendation_and_validate_lists_each_with_its_edit_and
         "slurm_conf.PreemptMode: REQUEUE": "reconfigure",
         "slurm_conf.PropagateResourceLimitsExcept: MEMLOCK": "reconfigure",
         # TaskPlugin is not in the rollout table: its default entry (slurm.conf(5) 22.05 TaskPlugin names no restart)
-        "slurm_conf.TaskPlugin: task/cgroup,task/affinity": "reconfigure",
+        "slurm_conf.TaskPlugin: task/cgroup,task/affinity": "restart",  # slurmd loads it at start (22.05)
         # cgroup.conf is read by slurmd at start: a restart on 22.05 (rollout._slurmd_restart)
         "cgroup_conf.ConstrainSwapSpace: 'yes'": "restart",
         "cgroup_conf.ConstrainDevices: 'yes'": "restart",
@@ -139,3 +139,17 @@ def test_a_directory_slurmkit_did_not_write_gets_the_advice_for_its_import(tmp_p
     assert f"note: the advice's edits are to the inventory `slurmkit conf import {d}` writes" in res.stderr
     advice = {ln.split(" -- inventory edit: ")[1] for ln in res.stderr.splitlines() if ln.startswith("advice: ")}
     assert advice == {f"{a.edit_text()} (rollout: {a.action})" for a in advise(site(), "22.05")}, advice
+
+
+def test_task_plugins_are_read_without_their_prefix() -> None:
+    """TaskPlugin=affinity,cgroup is task/affinity,task/cgroup to Slurm's plugin loader: no task/cgroup advice (it
+    was given, and applying it changed nothing); a typo'd cgroupx is no task/cgroup."""
+    from tests.unit.test_adopt_dynamic import FILES
+
+    def edits(task: str) -> set[str]:
+        conf = FILES["slurm.conf"] + f"TaskPlugin={task}\n"
+        inv = import_site({**FILES, "slurm.conf": conf}, "24.11").inventory
+        return {a.edit_text() for a in recommendations(load_cluster_dict(inv))}
+    assert not any("TaskPlugin" in e for e in edits("affinity,cgroup"))
+    assert not any("TaskPlugin" in e for e in edits("task/affinity,task/cgroup"))
+    assert any("TaskPlugin" in e for e in edits("task/affinity,task/cgroupx"))

@@ -255,3 +255,14 @@ def test_a_22_05_proctrack_change_restarts_slurmd_too() -> None:
     new = changed(slurm_conf={"ProctrackType": "proctrack/pgid"})
     kinds = [s.kind for s in r.plan_steps(r.semantic_diff(files_for(LAB), files_for(new), "22.05"), "22.05")]
     assert kinds == [r.WRITE, r.RESTART_CTLD, r.RESTART_SLURMD, r.VERIFY], kinds
+
+
+def test_a_22_05_task_plugin_change_restarts_slurmd() -> None:
+    # slurmd.c (slurm-22-05-8-1) calls slurmd_task_init() in _slurmd_init only: a reconfigured slurmd keeps its task
+    # plugin (found by review: the plan said "reconfigure"); from 23.11 a reconfigure restarts the daemons
+    new = changed(slurm_conf={"TaskPlugin": "task/affinity"})
+    kinds = [s.kind for s in r.plan_steps(r.semantic_diff(files_for(LAB), files_for(new), "22.05"), "22.05")]
+    assert r.RESTART_SLURMD in kinds, kinds
+    kinds = [s.kind for s in r.plan_steps(r.semantic_diff(files_for(LAB, "24.11"), files_for(new, "24.11"), "24.11"),
+                                          "24.11")]
+    assert r.RESTART_SLURMD not in kinds, kinds

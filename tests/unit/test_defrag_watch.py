@@ -72,6 +72,9 @@ def test_the_watch_policy_keys_load_and_parse() -> None:
     ({"partitions": "gpu"}, "defrag.partitions", "a list of names"),
     ({"max_holds": -1}, "defrag.max_holds", "a whole number >= 0"),
     ({"hold_grace_s": "15m"}, "defrag.hold_grace_s", "seconds >= 0"),
+    # NaN and inf passed `r < least` and crashed watch's time arithmetic (OverflowError, ValueError)
+    ({"hold_grace_s": float("nan")}, "defrag.hold_grace_s", "seconds >= 0 (finite)"),
+    ({"protect_h": float("inf")}, "defrag.protect_h", "hours >= 0 (finite)"),
 ])
 def test_a_bad_policy_key_is_a_key_path_error(defrag: dict[str, Any], where: str, what: str) -> None:
     with pytest.raises(InventoryError) as e:

@@ -147,8 +147,13 @@ def test_machine_checks_in_the_kernel_log(tmp_path):
     assert res["mce"].status == Status.OK and res["mce"].summary.endswith("(1 corrected)"), res["mce"].summary
     d["kmsg"] += [[12 + i, "mce: [Hardware Error]: Machine check events logged"] for i in range(3)]
     fx.write_text(json.dumps(d))
-    res = run(tmp_path, p, only=("mce",), fixture=str(fx), policy={"mce": {"max_corrected": 2}})
+    res = run(tmp_path, p, only=("mce",), fixture=str(fx), policy={"mce": {"max_correctable": 2}})
     assert res["mce"].status == Status.WARN and res["mce"].findings == ["mce corrected=4>2"]  # 1 + 3, not 1 + 4
+    # soft-offlining (the answer to corrected errors) prints under the same prefix: not an uncorrected error
+    d["kmsg"].append([19, "Memory failure: 0x1234: page migration failed 1, type 0x2fffff(buddy)"])
+    fx.write_text(json.dumps(d))
+    assert run(tmp_path, p, only=("mce",), fixture=str(fx), policy={"mce": {"max_correctable": 2}})["mce"].findings \
+        == ["mce corrected=4>2"]
     d["kmsg"].append([20, "Memory failure: 0x12a4f3: recovery action for dirty LRU page: Recovered"])
     fx.write_text(json.dumps(d))
     res = run(tmp_path, p, only=("mce",), fixture=str(fx))
@@ -314,4 +319,27 @@ def test_bmc_verdict_written_by_slurmkit_bmc_drains_on_a_failed_fan_only(tmp_pat
     assert r.status == Status.WARN and r.summary == "BMC did not answer: redfish https://node1-bmc: refused"
     (node / "bmc.json").write_text("{half")
     assert run(tmp_path, p, only=("bmc",), state=node)["bmc"].findings == ["bmc verdict unreadable"]
+    # malformed verdicts are unreadable (a WARN), never "no fault" or a drain that stays fresh for ever
+    for doc in ({"time": time.time(), "findings": "oops"}, {"time": float("nan"), "findings": []},
+                {"time": time.time() + 86400, "findings": [{"check": "fan_failed", "state": "fail"}]},
+                {"time": time.time(), "node": "node2", "findings": [{"check": "fan_failed", "state": "fail"}]}):
+        (node / "bmc.json").write_text(json.dumps(doc))
+        r = run(tmp_path, p, only=("bmc",), state=node)["bmc"]
+        assert r.status == Status.WARN and r.findings == ["bmc verdict unreadable"], (doc, r.summary)
+    # max_age_s is a setting of the check (was an AssertionError "no validator" wherever the inventory loaded)
+    r = run(tmp_path, p, only=("bmc",), state=node, policy={"bmc": {"max_age_s": 600}})["bmc"]
+    assert r.findings == ["bmc verdict unreadable"]
+    with pytest.raises(InventoryError, match="hooks.checks.bmc.max_age_s"):
+        parse_policy({"bmc": {"max_age_s": 0}})
+
+
+def test_every_check_setting_has_a_validator():
+    """CHECK_DEFAULTS and policy._setting must not drift apart: a documented setting that reached the AssertionError
+    crashed every hook run (which fails closed: a drain) and every command that loads the inventory."""
+    from slurmkit.health.policy import CHECK_DEFAULTS
+
+    for name, d in CHECK_DEFAULTS.items():
+        for key, value in d.settings.items():
+            if value is not None:
+                parse_policy({name: {key: value}})  # the default value itself must pass its validator
 
