@@ -116,8 +116,79 @@ def import_site(files: Mapping[str, str], version: str, own: Mapping[str, Any] |
                 res.lost.append(f"slurm.conf: NodeName={g['hosts']} Gres={gres}: GPUs carried as written, not "
                                 "modelled (several types, MIG); submit_policy would treat these nodes as CPU-only")
     if "topology.yaml" in files:
-        res.lost.append("topology.yaml:1: topology.yaml is not imported (Slurm 25.05+ only); keep topology.conf")
+        _topology_yaml(files["topology.yaml"], inv, res)
     return res
+
+
+def _ordered_hosts(text: str) -> list[str]:
+    """A topology.yaml ring's ``nodes``: a hostlist walked in the order written (ring_record.c hostlist_shift at
+    slurm-26-05-3-1), so each comma item is expanded on its own and the order kept (NodeSet would sort)."""
+    items = re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text)
+    return [h for it in items if it.strip() for h in hostlist.expand(it.strip())]
+
+
+def _topology_yaml(text: str, inv: dict[str, Any], res: Imported) -> None:
+    """topology.yaml (topology.yaml(5), 25.05+; Slurm reads it instead of topology.conf): the cluster-default topology
+    (tree, block, ring, torus3d, flat) becomes the inventory's topology; the generator writes it back as the one
+    topology ``default``. More topologies, or another name (partitions may name it in Topology=), cannot be carried."""
+    import yaml
+
+    if "topology" in inv:
+        res.lost.append("topology.yaml:1: topology.conf is imported too, but Slurm 25.05+ reads only topology.yaml: "
+                        "remove one")
+        return
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        res.lost.append(f"topology.yaml: not YAML ({getattr(exc, 'problem', exc)})")
+        return
+    if not isinstance(doc, list) or not doc or not all(isinstance(t, dict) for t in doc):
+        res.lost.append("topology.yaml:1: expected a list of topologies (topology.yaml(5))")
+        return
+    chosen = next((t for t in doc if t.get("cluster_default") is True), doc[0])
+    name = chosen.get("topology")
+    for t in doc:
+        if t is not chosen:
+            res.lost.append(f"topology.yaml: topology {t.get('topology')!r}: only the cluster default "
+                            f"({name!r}) is carried")
+    if name != "default":
+        res.lost.append(f"topology.yaml: topology {name!r} would be written back as 'default' (a partition's "
+                        "Topology= naming it would break)")
+    kinds = [k for k in ("tree", "block", "ring", "torus3d", "flat") if k in chosen]
+    if len(kinds) != 1:
+        res.lost.append(f"topology.yaml: topology {name!r}: expected exactly one of tree, block, ring, torus3d, flat")
+        return
+    kind, body = kinds[0], chosen[kinds[0]]
+    try:
+        if kind == "flat":
+            return  # topology/flat: what Slurm does without topology.yaml (the generator writes none)
+        if kind == "tree":
+            sws = []
+            for sw in body["switches"]:
+                if "nodes" in sw:
+                    sws.append({"name": str(sw["switch"]), "nodes": str(sw["nodes"])})
+                else:
+                    ch = sw["children"]
+                    sws.append({"name": str(sw["switch"]), "switches": ",".join(ch) if isinstance(ch, list) else str(ch)})
+            inv["topology"] = {"switches": sws}
+        elif kind == "block":
+            inv["topology"] = {"blocks": [{"name": str(b["block"]), "nodes": str(b["nodes"])} for b in body["blocks"]]}
+            if body.get("block_sizes"):
+                inv["topology"]["block_sizes"] = [int(x) for x in body["block_sizes"]]
+        elif kind == "ring":
+            inv["topology"] = {"rings": [{"name": str(r["ring"]), "nodes": _ordered_hosts(str(r["nodes"]))}
+                                         for r in body["rings"]]}
+        else:
+            def xyz(d: Mapping[str, Any]) -> list[int]:
+                return [int(d["x"]), int(d["y"]), int(d["z"])]
+
+            inv["topology"] = {"toruses": [{"name": str(t["name"]), "dims": xyz(t["dims"]), "nodes": str(t["nodes"]),
+                                            "placements": [xyz(p["dims"]) for p in t.get("placements") or []]}
+                                           for t in body["toruses"]]}
+    except (KeyError, TypeError, ValueError) as exc:
+        inv.pop("topology", None)
+        res.lost.append(f"topology.yaml: topology {name!r}: {kind} not as topology.yaml(5) has it ({type(exc).__name__}: "
+                        f"{exc})")
 
 
 def _globals(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:

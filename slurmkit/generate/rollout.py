@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterable, Mapping
@@ -804,6 +805,8 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         a, b = _body(old.get(name, "")), _body(new.get(name, ""))
         if name == "topology.conf" and _topology_set(a) == _topology_set(b):
             continue
+        if name == "topology.yaml" and _topology_yaml_key(a) == _topology_yaml_key(b) != "unreadable":
+            continue
         if a != b:
             changes.append(Change(name, "topology", _count_lines(a), _count_lines(b), RECONFIGURE, "topology is re-read on reconfigure"))
     # slurmkit's own files (hook wrappers, inventory copy): only those we would write; extra files stay
@@ -921,6 +924,56 @@ def _body(text: str) -> str:
 def _topology_set(text: str) -> frozenset[tuple[tuple[str, str], ...]]:
     """topology.conf as topology/tree reads it: a set of switch records, keys in any order or case."""
     return frozenset(tuple(sorted((k.lower(), v) for k, v in r.pairs)) for r in cp.parse_records(text, "topology.conf"))
+
+
+def _topology_yaml_key(text: str) -> object:
+    """topology.yaml as slurmctld reads it (topology.yaml(5)): each topology's name, default flag and content, node
+    lists as sets (tree leaves, blocks, tori) or in order (rings: walked as written), key order and layout aside; a
+    lone flat topology is what Slurm does without the file."""
+    import yaml
+
+    if not text.strip():
+        return ()
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return "unreadable"
+
+    def hosts(v: object, ordered: bool = False) -> object:
+        try:
+            items = v if isinstance(v, list) else [v]
+            # each comma item on its own (NodeSet sorts a whole list; a ring's order is its meaning)
+            names = [h for x in items for it in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", str(x))
+                     if it.strip() for h in hostlist.expand(it.strip())]
+        except Exception:  # noqa: BLE001 - a value the hostlist parser refuses: compared as written
+            return str(v)
+        return tuple(names) if ordered else frozenset(names)
+
+    def norm(v: object, key: str = "") -> object:
+        if key in ("nodes", "children"):  # a hostlist string or a list of names: the same set of names
+            return hosts(v)
+        if isinstance(v, dict):
+            return tuple(sorted((k, norm(x, k)) for k, x in v.items()))
+        if isinstance(v, list):
+            items = [norm(x, key) for x in v]
+            return tuple(items) if key in ("block_sizes",) else frozenset(items) if all(
+                isinstance(i, (str, int, tuple, frozenset)) for i in items) else tuple(items)
+        return v
+
+    if not isinstance(doc, list):
+        return "unreadable"
+    out = []
+    for t in doc:
+        if not isinstance(t, dict):
+            return "unreadable"
+        if "ring" in t and isinstance(t["ring"], dict):  # ring order is the ring
+            rings = tuple((str(r.get("ring")), hosts(r.get("nodes"), ordered=True)) for r in t["ring"].get("rings") or []
+                          if isinstance(r, dict))
+            t = {**t, "ring": {"rings": rings}}
+        out.append(norm(t))
+    if len(doc) == 1 and doc[0].get("flat") is True:
+        return ()
+    return frozenset(out)
 
 
 def _count_lines(text: str) -> str:

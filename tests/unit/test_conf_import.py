@@ -258,3 +258,57 @@ def test_cli_import_judges_the_release_the_files_name_else_this_hosts_else_asks(
     # the CLI edge (run_cli) prints a UsageError as one line and exits 2; invoked here below that edge
     assert res.exit_code != 0 and "--slurm-version: not given" in str(res.exception)
     assert not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.parametrize(("preset", "release"), [("fat-tree-4096", "25.11"), ("gb200-nvl72", "25.11"),
+                                                 ("dgx-h100-superpod-su", "26.05")])
+def test_topology_yaml_of_a_25_05_plus_site_is_imported_and_round_trips(preset: str, release: str) -> None:
+    """topology.yaml (25.05+, where Slurm reads it instead of topology.conf) was "not imported" (exit 1): a 25.11 or
+    26.05 site could not be adopted. Tree and block here, from the presets' generated files."""
+    files = {k: v for k, v in generate(load_cluster_text((ROOT / "examples" / f"{preset}.yaml").read_text()),
+                                       version=release).items() if not k.startswith("slurmkit")}
+    assert "topology.yaml" in files and "topology.conf" not in files
+    assert roundtrip(files, release) == []
+
+
+def test_a_site_written_topology_yaml_compares_by_meaning_and_rings_keep_their_order() -> None:
+    """A hand-written topology.yaml (other layout, key order, hostlists) equals slurmkit's rendering of the same
+    topology; a ring's order is its meaning; another name or a second topology cannot be carried."""
+    from slurmkit.lab.inventory import lab_inventory
+
+    inv = lab_inventory(8, nodes_per_leaf=4)
+    inv["slurm_version"] = "26.05"
+    files = generate(load_cluster_text(yamlio.dump(inv)), version="26.05")
+    files = {k: v for k, v in files.items() if not k.startswith("slurmkit")}
+    site = dict(files, **{"topology.yaml": "- topology: default\n  cluster_default: true\n  tree:\n    switches:\n"
+                                           "      - {nodes: 'node[1,2,3,4]', switch: leaf1}\n"
+                                           "      - {switch: leaf2, nodes: 'node5,node6,node7,node8'}\n"
+                                           "      - {switch: spine, children: [leaf2, leaf1]}\n"})
+    assert "leaf1" in files["topology.yaml"], files["topology.yaml"]
+    assert roundtrip(site, "26.05") == []
+    ring = dict(files, **{"topology.yaml": "- topology: default\n  cluster_default: true\n  ring:\n    rings:\n"
+                                           "    - {ring: r1, nodes: 'node3,node1,node2,node4'}\n"
+                                           "    - {ring: r2, nodes: 'node[5-8]'}\n"})
+    res = import_site(ring, "26.05")
+    assert res.lost == [] and res.inventory["topology"]["rings"][0]["nodes"] == ["node3", "node1", "node2", "node4"]
+    assert roundtrip(ring, "26.05") == []
+    turned = dict(ring, **{"topology.yaml": ring["topology.yaml"].replace("node3,node1,node2,node4",
+                                                                          "node1,node3,node2,node4")})
+    assert [c.file for c in semantic_diff(ring, turned, "26.05")] == ["topology.yaml"]
+    named = dict(site, **{"topology.yaml": site["topology.yaml"].replace("topology: default", "topology: fabric")
+                          + "- topology: flat1\n  flat: true\n"})
+    lost = import_site(named, "26.05").lost
+    assert any("'flat1': only the cluster default ('fabric') is carried" in x for x in lost), lost
+    assert any("'fabric' would be written back as 'default'" in x for x in lost), lost
+
+
+def test_a_torus3d_topology_yaml_round_trips() -> None:
+    from slurmkit.lab.inventory import lab_inventory
+
+    inv = lab_inventory(8, nodes_per_leaf=4)
+    inv.update(slurm_version="26.05", topology={"toruses": [{"name": "t1", "dims": [2, 2, 2], "nodes": "node[1-8]",
+                                                             "placements": [[1, 1, 1], [2, 1, 1], [2, 2, 2]]}]})
+    files = {k: v for k, v in generate(load_cluster_text(yamlio.dump(inv)), version="26.05").items()
+             if not k.startswith("slurmkit")}
+    assert "torus3d" in files["topology.yaml"]
+    assert roundtrip(files, "26.05") == []
