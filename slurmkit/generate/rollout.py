@@ -431,8 +431,8 @@ RULES_22_05: dict[str, Rule] = {
     "ProctrackType": Rule(RESTART, "all", _CTLD_22 + "; slurmd.c (22.05) loads proctrack only at start (_slurmd_init)"),
     # not in slurm.conf(5), but slurmd loads its task plugin once: slurm-22-05-8-1 src/slurmd/slurmd/slurmd.c calls
     # slurmd_task_init() in _slurmd_init() only, never in _reconfigure(), so a reconfigured slurmd keeps the old one
-    "TaskPlugin": Rule(RESTART, "slurmd", "slurmd.c (22.05) loads the task plugin only at start (_slurmd_init; "
-                                          "_reconfigure does not)"),
+    "TaskPlugin": Rule(RESTART, "all", "slurmd.c (22.05) loads the task plugin only at start (_slurmd_init; "
+                                       "_reconfigure does not); slurmctld restarted with them as for ProctrackType"),
     "SchedulerType": Rule(RESTART, "slurmctld", _CTLD_22 + "; read_config.c keeps the old SchedulerType on reconfigure (ESLURM_INVALID_SCHEDTYPE_CHANGE)"),
     "SelectType": Rule(DRAIN, "jobs", 'slurm.conf(5) 22.05: "A restart of slurmctld and slurmd is required for changes to this parameter to take effect. When changed, all job information (running and pending) will be lost"'),
     "SelectTypeParameters": Rule(DRAIN, "jobs", _CTLD_22 + "; read_config.c _preserve_select_type_param: SelectTypeParameters cannot change on reconfigure"),
