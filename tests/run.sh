@@ -8,7 +8,7 @@
 # SLURMKIT_TEST_SLURM=26.05 picks the release of that pass.
 #
 # Which lab tests run on which release, and why. CI has 2 cores and the whole .ci/run must stay under 60 minutes:
-# the unit tests + every lab test on the host's release take ~27 minutes (1,443 tests, measured on a fresh clone), one
+# the unit tests + every lab test on the host's release take ~34 minutes (1,741 tests, measured on a fresh clone), one
 # more full lab pass ~22, so even two full passes do not fit beside the installs. So:
 # - the host's release: every test (the unit tests need no other release);
 # - every other release (24.11 and 26.05 on a 22.05 host): the tests marked `releases` (-m "lab and releases"): lab up
@@ -16,7 +16,7 @@
 #   (restart vs reconfigure), the health hooks, defragmentation's reservations and the real parse of every preset --
 #   the lab tests whose outcome depends on the release; the rest (cgroups, power, acceptance, monitoring) exercise slurmkit's own
 #   code the same way on every release, and the host's pass covers it.
-# Measured on this 2-core machine: 24.11 `-m "lab and releases"` 75 tests in 8 minutes; root builds 160 s (26.05)
+# Measured on this 2-core machine: 24.11 and 26.05 `-m "lab and releases"` 121 tests in 14 minutes each; root builds 160 s (26.05)
 # and ~2 min (24.11), once per machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
