@@ -2,22 +2,24 @@
 # The whole test suite, on a fresh Debian 12 machine as root (README's second command; .ci/run calls it).
 # Installs what it needs (idempotent), then runs lint and every test. Tests marked `lab` bring up a real
 # Slurm lab (munged, slurmctld, 8 slurmd) once per session and always take it down.
-# A full run (no arguments) then runs lab tests again on the other Slurm releases slurmkit has a root recipe for
+# A full run (no arguments) also runs lab tests on the other Slurm releases slurmkit has a root recipe for
 # (22.05, 24.11, 26.05 in all; release.DEBIAN_SUITES), from root filesystems cached under /var/cache/slurmkit/roots
-# (each built once, 2-3 minutes; see `slurmkit lab image`). With arguments, only the first pass runs, with them;
-# SLURMKIT_TEST_SLURM=26.05 picks the release of that pass.
+# (each built once, 2-3 minutes; see `slurmkit lab image`). With arguments, only one pytest runs, with them;
+# SLURMKIT_TEST_SLURM=26.05 picks the release of its labs.
 #
 # Which lab tests run on which release, and why. CI has 2 cores and the whole .ci/run must stay under 60 minutes:
-# the unit tests + every lab test on the host's release take ~34 minutes (1,741 tests, measured on a fresh clone), one
-# more full lab pass ~22, so even two full passes do not fit beside the installs. So:
+# the unit tests take ~5 minutes, every lab test on the host's release ~30, one more release's full lab pass ~22, so
+# even two full lab passes one after the other do not fit beside the installs. So:
 # - the host's release: every test (the unit tests need no other release);
 # - every other release (24.11 and 26.05 on a 22.05 host): the tests marked `releases` (-m "lab and releases"): lab up
 #   and multi-node jobs, gpusub and its live placement, job_submit.lua, tenants with accounting, nodes add/remove
 #   (restart vs reconfigure), the health hooks, defragmentation's reservations and the real parse of every preset --
-#   the lab tests whose outcome depends on the release; the rest (cgroups, power, acceptance, monitoring) exercise slurmkit's own
-#   code the same way on every release, and the host's pass covers it.
-# Measured on this 2-core machine: 24.11 and 26.05 `-m "lab and releases"` 121 tests in 14 minutes each; root builds 160 s (26.05)
-# and ~2 min (24.11), once per machine.
+#   the lab tests whose outcome depends on the release; the rest (cgroups, power, acceptance, monitoring) exercise
+#   slurmkit's own code the same way on every release, and the host's pass covers it.
+# How: the unit tests first (they use the CPUs), then the lab passes of all releases side by side, each with its own
+# lab dirs (tests/conftest.py suffixes the release), port base and pytest basetemp, output kept in a log each and
+# printed when it ends. A lab pass mostly waits on daemons (registration, jobs, timeouts), so three at once on 2
+# cores take little longer than the longest alone. Measured on this 2-core machine: see README ("Tests").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/setup-env.sh
@@ -32,11 +34,12 @@ if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 fi
 other=$(.venv/bin/python -c "from slurmkit.release import DEBIAN_SUITES; print(*sorted(set(DEBIAN_SUITES) - {'$host'}))")
-echo "== pytest (Slurm $host, the host's)"
-t0=$SECONDS
 rc=0
-.venv/bin/python -m pytest -q -p no:cacheprovider || rc=$?
-echo "== took $((SECONDS - t0))s"
+start=$SECONDS
+echo "== pytest -m 'not lab' (unit tests and emulators)"
+.venv/bin/python -m pytest -q -p no:cacheprovider -m "not lab" || rc=$?
+echo "== took $((SECONDS - start))s"
+passes=("$host")
 for rel in $other; do
   # The lab lays another release's root over the host only when that root's C library is not older than the
   # host's (slurmkit/lab/view.py mount_view): 24.11 over a Debian 12 host runs, 22.05 over a Debian 13 host is
@@ -45,12 +48,37 @@ for rel in $other; do
     echo "== Slurm $rel: no pass on this host (Slurm $host): a $rel root is older than the host's C library"
     continue
   fi
-  marks="lab and releases"
-  echo "== pytest -m '$marks' (Slurm $rel, from a cached root)"
   t0=$SECONDS
   .venv/bin/slurmkit lab image list | grep -q "^$rel " || .venv/bin/slurmkit lab image build "$rel"
-  echo "== root ready after $((SECONDS - t0))s"
-  SLURMKIT_TEST_SLURM=$rel .venv/bin/python -m pytest -q -p no:cacheprovider -m "$marks" || rc=$?
-  echo "== took $((SECONDS - t0))s"
+  echo "== Slurm $rel root ready after $((SECONDS - t0))s"
+  passes+=("$rel")
 done
+logs=$(mktemp -d /tmp/slurmkit-test-passes.XXXXXX)
+base=${SLURMKIT_TEST_LAB_PORT_BASE:-17817}
+t0=$SECONDS
+pids=()
+n=0
+for rel in "${passes[@]}"; do
+  if [ "$rel" = "$host" ]; then
+    marks="lab"; env_rel=()
+  else
+    marks="lab and releases"; env_rel=("SLURMKIT_TEST_SLURM=$rel")
+  fi
+  port=$((base + 4000 * n))  # a lab uses ports base .. base+~3700 (tests/conftest.py offsets); below 32768
+  n=$((n + 1))
+  echo "== pytest -m '$marks' (Slurm $rel$([ "$rel" = "$host" ] && echo ", the host's" || echo ", from a cached root"); port base $port; log $logs/$rel.log)"
+  env "${env_rel[@]}" SLURMKIT_TEST_LAB_PORT_BASE=$port \
+    .venv/bin/python -m pytest -q -p no:cacheprovider -m "$marks" --basetemp="$logs/tmp-$rel" >"$logs/$rel.log" 2>&1 &
+  pids+=($!)
+done
+i=0
+for rel in "${passes[@]}"; do
+  prc=0
+  wait "${pids[$i]}" || prc=$?
+  i=$((i + 1))
+  echo "== Slurm $rel lab pass: exit $prc, done $((SECONDS - t0))s after the passes started"
+  cat "$logs/$rel.log"
+  [ "$prc" = 0 ] || rc=$prc
+done
+echo "== lab passes took $((SECONDS - t0))s; all tests $((SECONDS - start))s"
 exit $rc

@@ -687,6 +687,17 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
     oc = cp.parse_slurm_conf(old.get("slurm.conf", ""), "slurm.conf", old)
     nc = cp.parse_slurm_conf(new.get("slurm.conf", ""), "slurm.conf", new)
 
+    # The running files fail Slurm's own parse (an Include of a file that is gone, a glob): slurmctld and slurmd
+    # are fatal on them at their next start or reconfigure (slurm-24-11-5-1 src/common/parse_config.c
+    # s_p_parse_file: '"Include" failed in file', an error read_config.c _init_slurm_conf returns), so
+    # the daemons cannot be running what DIR holds. That is never "nothing to do": the new files fix it, and only a
+    # restart of slurmctld makes sure it reads them (what it loaded before the file broke is unknown from here).
+    for problem in [p for p in oc.problems if p not in nc.problems]:
+        subject, _sep, what = problem.partition(": ")
+        changes.append(Change("slurm.conf", what.split(":", 1)[0] if "Include" in what else subject,
+                              " ".join(what.split(":", 1)[-1].split()), "", "restart",
+                              "the files in DIR fail Slurm's parse (fatal at the next read: parse_config.c "
+                              "s_p_parse_file); the daemons run files from before they broke", "", "slurmctld"))
     renamed = _namespace_rename(oc, nc, feats)
     if renamed is not None:
         changes.append(renamed)

@@ -101,3 +101,14 @@ def test_plugin_names_without_their_type_prefix_are_the_same_plugins() -> None:
         assert semantic_diff(a, b, release) == [], release
         b["slurm.conf"] += "JobSubmitPlugins=require_timelimit,lua\n"  # the order they run in: a change
         assert [c.subject for c in semantic_diff(a, b, release)] == ["JobSubmitPlugins"]
+
+
+def test_running_files_that_fail_slurms_parse_are_never_nothing_to_do() -> None:
+    # an Include of a file that is gone: parse_config.c s_p_parse_file fails ('"Include" failed in file'), fatal to
+    # slurmctld at its next read; the new files (same settings, no Include) fix it, and the plan restarts slurmctld
+    old = {"slurm.conf": conf()["slurm.conf"] + "Include extra-nodes.conf\n"}
+    changed = semantic_diff(old, conf(), "24.11")
+    assert [(c.subject, c.action, c.scope) for c in changed] == [("Include extra-nodes.conf", "restart", "slurmctld")]
+    assert "file not found" in changed[0].old and changed[0].new == ""
+    # the same Include with its file present and saying nothing new: no change
+    assert semantic_diff({**old, "extra-nodes.conf": "\n"}, conf(), "24.11") == []
