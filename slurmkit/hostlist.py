@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError  # type: ignore[import-untyped]
+from typing import Any
 
 from slurmkit.errors import UsageError
 from slurmkit.indexlist import expand_ints  # noqa: F401 - Slurm index lists, dependency-free
@@ -44,6 +43,14 @@ _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 _ONE_RANGE = re.compile(r"([A-Za-z_][A-Za-z0-9._-]*(?<![0-9]))\[(\d+)-(\d+)\]")  # NodeSet folds a prefix's digits in
 
 
+def _nodeset() -> tuple[Any, type[Exception]]:
+    """ClusterShell's NodeSet and its parse error, imported on first use: the fast shapes above answer a gpusub
+    submit's hostlists, and ClusterShell's import (configparser, logging; ~10 ms of CPU) is left to what needs it."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError  # type: ignore[import-untyped]
+
+    return NodeSet, NodeSetParseError
+
+
 def _one_range(text: str) -> tuple[str, int, int, int] | None:
     """``gpu[0001-0032]`` -> ("gpu", 1, 32, 4); None unless ``text`` is exactly that shape with lo < hi and every
     number of the range the same width (equal-width bounds, or no leading zero)."""
@@ -72,6 +79,7 @@ def expand(hostlist: str, where: str = "hostlist") -> list[str]:
     if one is not None:
         prefix, lo, hi, width = one
         return [f"{prefix}{i:0{width}d}" for i in range(lo, hi + 1)]
+    NodeSet, NodeSetParseError = _nodeset()
     try:
         return list(NodeSet(hostlist.strip()))
     except NodeSetParseError as exc:
@@ -145,7 +153,7 @@ def fold(hosts: Iterable[str]) -> str:
     run = _fold_run(hosts)
     if run is not None:
         return run
-    return str(NodeSet.fromlist(hosts))
+    return str(_nodeset()[0].fromlist(hosts))
 
 
 def canonical(hostlist: str, where: str = "hostlist") -> str:
@@ -154,6 +162,7 @@ def canonical(hostlist: str, where: str = "hostlist") -> str:
     text = hostlist.strip()
     if _PLAIN.fullmatch(text) or _one_range(text) is not None:
         return text  # NodeSet prints these two shapes as they are written
+    NodeSet, NodeSetParseError = _nodeset()
     try:
         return str(NodeSet(hostlist.strip()))
     except NodeSetParseError as exc:
@@ -161,5 +170,5 @@ def canonical(hostlist: str, where: str = "hostlist") -> str:
 
 
 def count(hostlist: str) -> int:
-    return len(NodeSet(hostlist)) if hostlist else 0
+    return len(_nodeset()[0](hostlist)) if hostlist else 0
 

@@ -454,6 +454,7 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
     from slurmkit.elastic.execute import clear_journal, files_hash, new_journal, save_journal, steps_of
     from slurmkit.generate import EXECUTABLE_FILES
     from slurmkit.generate.rollout import (
+        COPY_STATE,
         PUSH,
         RECONFIGURE,
         RESTART_CTLD,
@@ -504,6 +505,12 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
         click.echo(f"refusing: --reconfigure cannot carry this plan (step {i}: {s.text.split(':')[0]}; a reconfigure "
                    "where a restart is needed can kill slurmctld); use --execute, or write without --reconfigure and "
                    "do the steps yourself", err=True)
+        return 3
+    manual = [(i, s) for i, s in enumerate(steps, 1) if s.kind == COPY_STATE]
+    if execute and manual:
+        i, s = manual[0]
+        click.echo(f"refusing: --execute cannot carry this plan: step {i} is by hand "
+                   f"({s.text.split(':', 1)[1].split(', owned')[0].strip()}); follow the plan yourself", err=True)
         return 3
     if execute:
         return _execute(cluster, files, to, stale, steps, run, timeout, keep)

@@ -413,6 +413,15 @@ _SWITCH_OLD = ('slurm.conf(5) 22.05: "All Slurm daemons, commands and running jo
                'SwitchType to take effect."')
 _AUTH = ('slurm.conf(5): "All Slurm daemons and commands must be terminated prior to changing the value of AuthType '
          'and later restarted."')
+# StateSaveLocation holds every job's record: slurmctld recovers its state from the directory slurm.conf names when it
+# starts (22.05: a restart; 23.11+ a reconfigure is a new slurmctld process, which reads the new, empty directory and
+# starts with no jobs: slurm-24-11-5-1 src/slurmctld/controller.c uses slurm_conf.state_save_location as read, no
+# reconfigure check keeps the old one). slurm.conf(5) RELOCATING CONTROLLERS (22.05, 24.11, 26.05): "1. Stop the
+# Slurm daemons ... 3. Copy the files from the StateSaveLocation to the new controller ... There should be no loss of
+# any pending jobs." Scope "state": plan_steps stops slurmctld, writes, copies, starts (a manual step: --execute
+# refuses the plan, it cannot copy between hosts).
+_STATE = ('slurm.conf(5) RELOCATING CONTROLLERS: "Stop the Slurm daemons ... Copy the files from the StateSaveLocation '
+          'to the new controller"; slurmctld recovers jobs only from the directory it starts with')
 
 RULES_22_05: dict[str, Rule] = {
     "*": Rule(RECONFIGURE, "all", _DEFAULT_OLD),
@@ -440,7 +449,7 @@ RULES_22_05: dict[str, Rule] = {
     "SlurmctldParameters": Rule(RESTART, "slurmctld", _CTLD_22),
     "SlurmctldPort": Rule(RESTART, "slurmctld", _CTLD_22),
     "SlurmdPort": Rule(RESTART, "all", _CTLD_22 + " (slurmd listens on it: restart slurmd too)"),
-    "StateSaveLocation": Rule(RESTART, "slurmctld", _CTLD_22),
+    "StateSaveLocation": Rule(RESTART, "state", _STATE),
     "SwitchType": Rule(DRAIN, "jobs", _SWITCH_OLD),
     "ClusterName": Rule(RESTART, "all", "slurmctld compares ClusterName with StateSaveLocation/clustername at start (controller.c _verify_clustername); a new name needs a fresh state or the old one back"),
     # not in slurm.conf(5), but the plugin is loaded once: its init returns at once when a context exists
@@ -471,6 +480,7 @@ RULES_23_11: dict[str, Rule] = {
     "SlurmctldPort": Rule(RESTART, "slurmctld", _TCP),
     "SlurmdPort": Rule(RESTART, "all", _TCP),
     "ClusterName": RULES_22_05["ClusterName"],
+    "StateSaveLocation": RULES_22_05["StateSaveLocation"],
     "node+": Rule(RESTART, "stop-all", _NODE_ADD_OLD),
     "node-": Rule(DRAIN, "stop-all", _NODE_DEL_OLD),
     "node~": Rule(DRAIN, "reconfigure", RULES_22_05["node~"].doc + " (23.11+: a reconfigure restarts them)"),
@@ -997,6 +1007,7 @@ def _count_lines(text: str) -> str:
 DRAIN_STEP, STOP_CTLD, WRITE, RESTART_SLURMD, START_CTLD, RESTART_CTLD, RECONF, VERIFY, RESUME = (
     "drain", "stop-ctld", "write", "restart-slurmd", "start-ctld", "restart-ctld", "reconfigure", "verify", "resume")
 RESTART_DBD = "restart-slurmdbd"
+COPY_STATE = "copy-state"  # by hand: `conf apply --execute` refuses a plan with it (it cannot copy between hosts)
 
 
 @dataclass(frozen=True)
@@ -1035,7 +1046,21 @@ def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
     write = Step(WRITE, "back up and write the new files on the controller and every node (or configless: the controller only)"
                  + ("; slurmdbd.conf (mode 600, owner SlurmUser) on the slurmdbd hosts only" if dbd else ""))
     restart = [c for c in changes if c.action in (RESTART, DRAIN) and c.scope != "reconfigure"]
-    if any(c.scope == "stop-all" for c in changes):
+    state = next((c for c in changes if c.scope == "state"), None)
+    if state is not None:
+        # StateSaveLocation moves (_STATE): slurmctld stopped before the write, the state copied, then started; every
+        # other change rides along (slurmd restarted where one needs it, a reconfigure after for the rest)
+        old, new = state.old or "(the release default)", state.new or "(the release default)"
+        steps += [Step(STOP_CTLD, "stop slurmctld (StateSaveLocation moves: it must not write state meanwhile)"), write,
+                  Step(COPY_STATE, f"by hand, on the controller: copy the files of StateSaveLocation {old} into {new}, "
+                                   "owned by SlurmUser (slurm.conf(5) RELOCATING CONTROLLERS; without them slurmctld "
+                                   "starts with no jobs)")]
+        if any(c.scope not in ("slurmctld", "state") for c in restart):
+            steps.append(Step(RESTART_SLURMD, "restart slurmd on every node", "ALL"))
+        steps.append(Step(START_CTLD, "start slurmctld"))
+        if any(c.action == RECONFIGURE for c in changes):
+            steps.append(Step(RECONF, "scontrol reconfigure (the slurmds read the other changes)"))
+    elif any(c.scope == "stop-all" for c in changes):
         # the FAQ's order for node list changes before 24.11 (RULES_22_05 "node+" / "node-")
         steps += [Step(STOP_CTLD, "stop slurmctld (node list changes before 24.11: faq.shtml #add_nodes / #rem_nodes)"),
                   write, Step(RESTART_SLURMD, "restart slurmd on every node", "ALL"), Step(START_CTLD, "start slurmctld")]

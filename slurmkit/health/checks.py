@@ -941,9 +941,17 @@ def eval_bmc(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     found = [f for f in data.get("findings") or [] if isinstance(f, dict)]
     if not found:
         return Verdict(Status.OK, f"BMC ({data.get('source')}) reports no fault, {age:.0f}s ago", evidence=ev)
-    st = Status.FAIL if any(f.get("state") == "fail" for f in found) else Status.WARN
-    return Verdict(st, "BMC: " + "; ".join(f"{f.get('check')}: {f.get('summary')}" for f in found),
-                   [f"bmc {f.get('check')}" for f in found], ev)
+    fails = [f for f in found if f.get("state") == "fail"]
+    warns = [f for f in found if f.get("state") != "fail"]
+
+    def said(fs: list[dict[str, Any]]) -> str:
+        return "; ".join(f"{f.get('check')}: {f.get('summary')}" for f in fs)
+
+    if fails:
+        # the findings become the drain reason: only what drains is named there; the warnings ride in the summary
+        also = f" (also, not draining: {said(warns)})" if warns else ""
+        return Verdict(Status.FAIL, f"BMC: {said(fails)}{also}", [f"bmc {f.get('check')}" for f in fails], ev)
+    return Verdict(Status.WARN, f"BMC: {said(warns)}", [f"bmc {f.get('check')}" for f in warns], ev)
 
 
 @dataclass(frozen=True)

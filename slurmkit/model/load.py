@@ -1377,6 +1377,10 @@ def _hook_policy(ctx: _Ctx, hooks: Hooks) -> None:
 
     policy = parse_policy(hooks.checks, source=ctx.source)
     ea = policy.epilog_active
+    if ea is not None and not hooks.epilog:
+        # the stage runs only in slurmkit's epilog: without it the key would be silently inert
+        raise ctx.err("hooks.checks.epilog_active", "is set but hooks.epilog is false: only slurmkit's epilog "
+                      "runs the active stage (set hooks.epilog: true, or drop epilog_active)")
     if ea is not None and hooks.epilog:
         need = ea.budget_s + policy.budget_s
         if need >= hooks.prolog_epilog_timeout:

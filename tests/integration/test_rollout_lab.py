@@ -141,7 +141,8 @@ NOT_IN_LAB = {
     "SelectType": "a change loses every job (slurm.conf(5)); the lab's GPUs need select/cons_tres",
     "SlurmctldHost": "a new controller host needs a second machine",
     "SlurmctldPort": "the lab's clients and tests find slurmctld on the port of its port base",
-    "StateSaveLocation": "a new directory is a new, empty state (every job and reservation gone): a site procedure",
+    "StateSaveLocation": "a manual step (copy the state) that --execute refuses: "
+                         "test_a_moved_state_save_location_keeps_the_jobs follows the plan by hand",
     "ClusterName": "slurmctld refuses a new name over the old state (controller.c _verify_clustername)",
 }
 
@@ -204,3 +205,37 @@ def test_the_tables_class_carries_the_change(rlab: dict, case: Case) -> None:  #
     sinfo = subprocess.run(["sinfo", "-h", "-o", "%N %T %E"], capture_output=True, text=True,
                            env={**os.environ, **lab.env}, timeout=30).stdout
     assert not re.search(r"\b(drain|down|inval)", sinfo, re.I), f"{case.key}: nodes not back in service:\n{sinfo}"
+
+
+def test_a_moved_state_save_location_keeps_the_jobs(rlab: dict) -> None:  # type: ignore[no-untyped-def]
+    """StateSaveLocation moves by the plan's steps (RULES_* "StateSaveLocation", scope "state"): --execute refuses
+    the plan (its copy step is by hand); done by hand -- stop slurmctld, write, copy the state, start -- a held job,
+    whose record lives only in the state directory, is still there. Cost: one slurmctld stop and start (~10 s)."""
+    lab = rlab["lab"]
+    env = {**os.environ, **lab.env}
+    held = subprocess.run(["sbatch", "--parsable", "--hold", "-N1", "-o", "/dev/null", "--wrap", "true"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert held.returncode == 0, held.stderr
+    jid = held.stdout.strip().split(";")[0]
+    old_state = Path(re.search(r"(?m)^StateSaveLocation\s+= (\S+)$", _scontrol(lab, "show", "config")).group(1))
+    new_state = Path(lab.dir) / "state-moved"
+    rlab["overlay"].setdefault("slurm_conf", {})["StateSaveLocation"] = str(new_state)
+    inv, ov = rlab["tmp"] / "state.yaml", rlab["tmp"] / "state-overlay.yaml"
+    inv.write_text(yaml.safe_dump(rlab["inv"], sort_keys=False))
+    ov.write_text(yaml.safe_dump(rlab["overlay"], sort_keys=False))
+    argv = ["conf", "apply", str(inv), "--to", str(lab.etc), "--overrides", str(ov), "--allow-disruptive",
+            "--no-real-parse"]
+    res = sk(lab, *argv, "--execute")
+    assert res.returncode == 3 and "step 3 is by hand (copy the files of StateSaveLocation" in res.stderr, res.stderr
+    assert f"{old_state} into {new_state}" in res.stderr
+    lab.stop_slurmctld()  # step 1
+    res = sk(lab, *argv)  # step 2: write
+    assert res.returncode == 0, res.stdout + res.stderr
+    import shutil
+
+    shutil.copytree(old_state, new_state, symlinks=True)  # step 3, by hand (SlurmUser is root in the lab)
+    lab.start_slurmctld()  # step 4
+    got = _scontrol(lab, "show", "job", jid)
+    assert f"JobId={jid} " in got and "JobState=PENDING" in got, got
+    assert re.search(rf"(?m)^StateSaveLocation\s+= {re.escape(str(new_state))}$", _scontrol(lab, "show", "config"))
+    subprocess.run(["scancel", jid], env=env, timeout=30)

@@ -254,3 +254,27 @@ def test_hooks_switched_off_removes_the_wrappers(tmp_path: Path) -> None:
     assert "[push] slurmkit-prolog: file: present -> (absent)" in res.stdout
     assert not any((out / f"slurmkit-{k}").exists() for k in ("prolog", "epilog", "health"))
     assert (out / "slurmkit.yaml").read_text() == plain.read_text()
+
+
+def test_a_moved_state_save_location_is_stop_copy_start_and_execute_refuses_it(tmp_path: Path) -> None:
+    """StateSaveLocation holds every job: a new slurmctld (22.05 restart, 23.11+ even a reconfigure) reads the new,
+    empty directory and starts with no jobs. The plan stops slurmctld, writes, has the admin copy the state (slurm.conf(5)
+    RELOCATING CONTROLLERS), starts it; --execute, which cannot copy between hosts, refuses with nothing written."""
+    from slurmkit.generate.rollout import COPY_STATE, START_CTLD, STOP_CTLD, WRITE, plan_steps, semantic_diff
+
+    for ver in ("22.05", "24.11", "26.05"):
+        old = {"slurm.conf": "ClusterName=c\nSlurmctldHost=h\nStateSaveLocation=/var/spool/slurmctld\n"}
+        new = {"slurm.conf": "ClusterName=c\nSlurmctldHost=h\nStateSaveLocation=/srv/slurm/state\n"}
+        steps = plan_steps(semantic_diff(old, new, ver), ver)
+        assert [s.kind for s in steps][:4] == [STOP_CTLD, WRITE, COPY_STATE, START_CTLD], (ver, steps)
+        assert "/var/spool/slurmctld into /srv/slurm/state" in steps[2].text
+    out = tmp_path / "etc"
+    assert sk("conf", "generate", str(ROOT / "examples" / "lab.yaml"), "-o", str(out), "--no-real-parse").returncode == 0
+    moved = write_inv(tmp_path, mutate("controller.state_dir", "/srv/slurm/state"))
+    before = {p.name: p.read_text() for p in out.iterdir() if p.is_file()}
+    res = sk("conf", "diff", str(moved), "--against", str(out))
+    assert res.returncode == 0 and "by hand, on the controller: copy the files of StateSaveLocation" in res.stdout
+    res = sk("conf", "apply", str(moved), "--to", str(out), "--no-real-parse", "--execute", "--allow-disruptive")
+    assert res.returncode == 3 and ("refusing: --execute cannot carry this plan: step 3 is by hand (copy the files of "
+                                    "StateSaveLocation /var/spool/slurmctld into /srv/slurm/state)") in res.stderr
+    assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == before

@@ -47,9 +47,9 @@ def test_policy_key_paths():
         assert e.value.one_line().startswith(f"slurmkit: error: {path}") or path in e.value.one_line(), e.value
 
 
-def _inventory(tmp_path: Path, epilog_active: object, timeout: int = 60) -> Path:
+def _inventory(tmp_path: Path, epilog_active: object, timeout: int = 60, epilog: bool = True) -> Path:
     inv = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
-    inv["hooks"] = {"prolog": True, "epilog": True, "prolog_epilog_timeout": timeout,
+    inv["hooks"] = {"prolog": True, "epilog": epilog, "prolog_epilog_timeout": timeout,
                     "checks": {"ib": False, "slurmd_oom": False, "epilog_active": epilog_active}}
     p = tmp_path / "etc" / "slurmkit.yaml"
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +66,13 @@ def test_the_stage_must_fit_in_prolog_epilog_timeout(tmp_path):
     with pytest.raises(InventoryError) as e:  # hooks.checks is judged at load, not first on a node
         load_cluster(str(_inventory(tmp_path, {"budgett": 5})))
     assert "hooks.checks.epilog_active.budgett" in e.value.one_line()
+
+
+def test_the_stage_without_slurmkits_epilog_is_refused_not_inert(tmp_path):
+    with pytest.raises(InventoryError) as e:
+        load_cluster(str(_inventory(tmp_path, True, epilog=False)))
+    assert "hooks.checks.epilog_active" in e.value.one_line() and "hooks.epilog is false" in e.value.one_line()
+    load_cluster(str(_inventory(tmp_path, False, epilog=False)))
 
 
 def _fake(tmp_path: Path, slow: dict[int, float]) -> str:
