@@ -120,7 +120,8 @@ def _opts(f):  # type: ignore[no-untyped-def]
 
 @defrag.command("plan")
 @_opts
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="The verdict, the moves and the hold as one JSON document (keys: those of the text output).")
 def plan_cmd(for_job: str | None, nodes: int | None, gpus_per_node: int | None, inventory: str | None,
              as_json: bool) -> None:
     """Whether the job is blocked by fragmentation and the cheapest set of jobs to move."""

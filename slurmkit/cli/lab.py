@@ -131,7 +131,7 @@ def up(directory: str, nodes: int | None, gpus_per_node: int, gpu_type: str, nod
 
 @lab.command()
 @_dir
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="The same as one JSON document.")
 def status(directory: str, as_json: bool) -> None:
     """Daemons and node states of the lab."""
     st = Lab.load(directory).status()
@@ -243,7 +243,7 @@ def image_build(release: str, mirror: str | None) -> None:
 
 
 @image.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="The same as one JSON document.")
 def image_list(as_json: bool) -> None:
     """The cached roots."""
     from dataclasses import asdict

@@ -658,6 +658,19 @@ def _rail_optimized(ctx: _Ctx, raw: Any, path: str, compute_nics: dict[str, int]
     return out
 
 
+def _rail_path(got: str, path: str, n_units: int) -> str:
+    """A key path inside rail_optimized's lowering -> the key the inventory has: ``topology.switches[2].nodes`` ->
+    ``topology.rail_optimized.units[2].nodes``, ``topology.switches`` -> ``topology.rail_optimized.units``; the spine
+    (the switch after the units) -> ``topology.rail_optimized.spine``."""
+    base = _join(path, "rail_optimized")
+    m = re.fullmatch(rf"{re.escape(path)}\.(?:switches|blocks)(?:\[(\d+)\])?(.*)", got)
+    if not m:
+        return base if got == path else got
+    if m.group(1) is not None and int(m.group(1)) >= n_units:
+        return _join(base, "spine")
+    return _join(base, "units") + (f"[{m.group(1)}]" if m.group(1) is not None else "") + m.group(2)
+
+
 def _xyz(ctx: _Ctx, raw: Any, path: str) -> tuple[int, int, int]:
     if isinstance(raw, dict):
         m = _mapping(ctx, raw, path, {"x", "y", "z"}, {"x", "y", "z"})
@@ -733,7 +746,11 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bo
         units = lowered.pop("_units")
         if m.get("block_sizes"):
             raise ctx.err(_join(path, "block_sizes"), "with rail_optimized, give block_sizes inside it")
-        t = _topology(ctx, lowered, path, known_hosts, adopted)
+        try:
+            t = _topology(ctx, lowered, path, known_hosts, adopted)
+        except InventoryError as exc:
+            # the lowered tree/blocks are slurmkit's own: name the key the admin wrote (units[i], spine)
+            raise ctx.err(_rail_path(exc.path, path, len(units)), exc.message) from None
         return Topology(t.switches, t.blocks, t.block_sizes, rail_units=units)
     if m.get("rings") or m.get("toruses"):
         rings = _rings(ctx, m.get("rings") or [], _join(path, "rings"))
