@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,14 +34,25 @@ from slurmkit.backend.parse import SINFO_NODE_FORMAT, parse_sinfo_nodes
 from slurmkit.backend.run import log_tail, run
 from slurmkit.errors import LabError, SlurmCommandError, UsageError
 from slurmkit.lab.inventory import lab_inventory
+from slurmkit.lab.ports import check_ports, port_free, port_list
+from slurmkit.lab.procs import (
+    alive,
+    host_bin,
+    is_program,
+    kill,
+    pids_in_ns,
+    pids_with_arg,
+    read_pid,
+    uts_ns,
+    wait_for,
+)
+from slurmkit.lab.spec import LabSpec, read_yaml
 from slurmkit.release import release_key
 
 if TYPE_CHECKING:
     from slurmkit.model.cluster import Cluster
 
-DEFAULT_DIR = "/tmp/slurmkit-lab"
 OVERRIDES_FILE = "lab-overrides.yaml"
-DEFAULT_PORT_BASE = 16817
 APT_PACKAGES = "slurmctld slurmd slurm-client munge"
 APT_ACCOUNTING = "slurmdbd mariadb-server"
 REQUIRED_BINARIES = ("slurmctld", "slurmd", "munged", "sinfo", "scontrol", "sbatch", "srun", "squeue", "scancel", "unshare")
@@ -80,134 +91,6 @@ def host_mariadbd_version() -> str | None:
     except SlurmCommandError:
         return None
 
-
-@dataclass
-class LabSpec:
-    dir: str = DEFAULT_DIR
-    nodes: int = 8
-    gpus_per_node: int = 8
-    gpu_type: str = "h100"
-    nodes_per_leaf: int = 4
-    accounting: bool = False
-    port_base: int = DEFAULT_PORT_BASE
-    hooks: bool = False  # wire slurmkit's prolog/epilog/health hooks (fake NVML per node)
-    healthcheck_interval: int = 0
-    # with hooks: a recorded NVML state (JSON, see slurmkit/health/fakenvml.py) copied to DIR/fake-nvml/<node>.json
-    # for every node before slurmd starts, trimmed to gpus_per_node devices; edit one node's copy to inject a fault
-    fake_nvml_template: str | None = None
-    # the Slurm release to run ("24.11"); None: the host's own. Another release runs from a cached root filesystem
-    # (slurmkit/lab/image.py) seen through a view of the host (slurmkit/lab/view.py)
-    slurm: str | None = None
-    topology: str = "tree"  # or "block": groups of nodes_per_leaf nodes as topology/block blocks (Slurm 23.11+)
-    submit_policy: bool = False  # JobSubmitPlugins=lua with the job_submit.lua generated from a submit_policy
-    # proctrack/cgroup + task/cgroup (ConstrainCores, ConstrainRAMSpace, ConstrainDevices) on cgroup v1, each node
-    # in its own cgroup namespace under the lab's group (slurmkit/lab/cgroups.py); nodes get the host's core count
-    cgroups: bool = False
-    # room for this many more nodes (node<N+1>..node<N+spare>) that are not in the cluster yet: their ports are
-    # checked free, /etc/hosts, spool dirs and fake NVML states are ready, so `slurmkit nodes add` can bring them in
-    spare: int = 0
-    # the last `power` nodes are a node group powered on demand (slurmctld's power saving, slurmkit's `lab`
-    # provider: their slurmd is stopped when suspended and started when a job needs them)
-    power: int = 0
-    suspend_time: int = 10
-    # slurmd fetch their config from slurmctld (SlurmctldParameters=enable_configless, slurmd --conf-server)
-    configless: bool = False
-    # with accounting: the inventory's tenants section (None: lab_tenants(), two teams over the lab's GPUs), applied
-    # with `slurmkit accounts apply` once the lab is up
-    tenants: dict | None = None
-    # a site inventory (examples/gb200-nvl72.yaml) the lab is shaped after, scaled to `nodes` and `nodes_per_leaf`
-    # (lab/inventory.py lab_from_preset); its GPU count, GPU type and topology kind replace the three fields above
-    preset: str | None = None
-    # Debian's prometheus + one prometheus-node-exporter per node (on its textfile dir) + `slurmkit exporter`, with
-    # the rules `slurmkit monitor generate` makes (slurmkit/lab/monitoring.py); on monitoring_port (0: base+140),
-    # the exporter on +1, nodeI's node_exporter on +1+I
-    monitoring: bool = False
-    monitoring_port: int = 0
-
-    @property
-    def monitoring_port_resolved(self) -> int:
-        return self.monitoring_port or self.port_base + 140
-
-    def apply_preset(self) -> None:
-        """Take the preset's GPU count, GPU type and topology kind (``lab up`` does, before its checks)."""
-        if self.preset:
-            from slurmkit.lab.inventory import preset_shape
-            from slurmkit.model.load import load_cluster
-
-            if self.cgroups or self.power:
-                # both reshape the lab's nodes (the host's core count; a second, power-managed group)
-                raise LabError("--preset takes the preset's node shape; not together with --cgroups or --power")
-            load_cluster(self.preset)  # a bad preset is refused with its key path before anything starts
-            try:
-                _g, self.gpus_per_node, self.gpu_type, self.topology = preset_shape(_read_yaml(self.preset), self.preset)
-            except ValueError as exc:
-                raise LabError(str(exc)) from exc
-
-    @property
-    def ctld_port(self) -> int:
-        return self.port_base
-
-    def slurmd_port(self, i: int) -> int:
-        return self.port_base + i  # node1 -> base+1
-
-    @property
-    def dbd_port(self) -> int:
-        return self.port_base + 1000
-
-    @property
-    def db_port(self) -> int:
-        return self.port_base + 1001
-
-    def ports(self) -> dict[int, str]:
-        """Every TCP port the lab listens on -> what listens there (for messages)."""
-        out = {self.ctld_port: "slurmctld, --port-base"}
-        for i in range(1, self.nodes + self.spare + 1):
-            out[self.slurmd_port(i)] = f"slurmd of node{i}, --port-base+{i}"
-        if self.accounting:
-            out[self.dbd_port] = "slurmdbd, --port-base+1000 with --accounting"
-            out[self.db_port] = "MariaDB, --port-base+1001 with --accounting"
-        return out
-
-    @property
-    def node_names(self) -> list[str]:
-        return [f"node{i}" for i in range(1, self.nodes + 1)]
-
-    @property
-    def all_node_names(self) -> list[str]:
-        """The nodes the lab has room for: those it starts with and the spare ones."""
-        return [f"node{i}" for i in range(1, self.nodes + self.spare + 1)]
-
-    @property
-    def gpu_types(self) -> list[tuple[str, int]]:
-        """(GPU type, nodes) in node order: ``gpu_type`` is one type or ``TYPE:NODES,...`` (lab/inventory.py)."""
-        from slurmkit.lab.inventory import gpu_types
-
-        try:
-            return gpu_types(self.gpu_type, self.nodes)
-        except ValueError as exc:
-            raise LabError(str(exc)) from exc
-
-    def node_gpu_type(self, name: str) -> str:
-        """The GPU type of ``nodeI``; a spare node has the last type."""
-        i = self.node_index(name)
-        for t, n in self.gpu_types:
-            if i <= n:
-                return t
-            i -= n
-        return self.gpu_types[-1][0]
-
-    def node_index(self, name: str) -> int:
-        """nodeI -> I, for a node the lab has room for; LabError otherwise."""
-        if name not in self.all_node_names:
-            raise LabError(f"{name} is not a node this lab has room for ({self.all_node_names[0]}.."
-                           f"{self.all_node_names[-1]}; `slurmkit lab up --spare N` makes room)")
-        return int(name[4:])
-
-
-def _read_yaml(path: str) -> dict:
-    from slurmkit.model.yamlio import load as yload
-
-    return yload(Path(path).read_text())  # type: ignore[no-any-return]
 
 
 class Lab:
@@ -250,7 +133,7 @@ class Lab:
 
         if self.foreign and name in PROGRAMS:
             return str(self.bin_dir / name)
-        return _bin(name)
+        return host_bin(name)
 
     # --- paths ---------------------------------------------------------------------------------------------
     @property
@@ -314,8 +197,8 @@ class Lab:
         signalled."""
         out = {}
         for pf in self._pidfiles():
-            pid = _read_pid(pf)
-            if pid and _alive(pid) and _is_program(pid, pf.stem.split("-", 1)[0]):
+            pid = read_pid(pf)
+            if pid and alive(pid) and is_program(pid, pf.stem.split("-", 1)[0]):
                 out[pf.stem] = pid
         return out
 
@@ -396,7 +279,7 @@ class Lab:
         if s.preset:
             from slurmkit.lab.inventory import lab_from_preset
 
-            inv = lab_from_preset(_read_yaml(s.preset), s.nodes, s.nodes_per_leaf, accounting=s.accounting,
+            inv = lab_from_preset(read_yaml(s.preset), s.nodes, s.nodes_per_leaf, accounting=s.accounting,
                                   hooks_command=hooks_command, healthcheck_interval=s.healthcheck_interval,
                                   slurm_version=self.release, submit_policy=s.submit_policy,
                                   tenants=s.tenants)
@@ -624,7 +507,7 @@ class Lab:
             todo = steps(qos_changes(diff(read_state(t), desired(cluster.tenants))), t.cluster)
             apply_steps(t, todo)
             return len(todo)
-        _wait(registered, timeout, "slurmctld to register the cluster with slurmdbd", self.dir / "log" / "slurmdbd.log")
+        wait_for(registered, timeout, "slurmctld to register the cluster with slurmdbd", self.dir / "log" / "slurmdbd.log")
         todo = steps(diff(read_state(t), desired(cluster.tenants), prune=True), t.cluster)
         apply_steps(t, todo)
         return len(todo)
@@ -689,7 +572,7 @@ class Lab:
             ],
             timeout=15,
         )
-        _wait(lambda: self.munge_socket.exists(), 5, "munged socket")
+        wait_for(lambda: self.munge_socket.exists(), 5, "munged socket")
 
     @property
     def mariadb_root(self) -> str | None:
@@ -703,7 +586,7 @@ class Lab:
         dir is bind-mounted on the root's /mnt and a tmpfs covers its /tmp, in a private mount namespace, so the
         cached root is never written; ``unshare`` and ``chroot`` exec, so the pid is mariadbd's own."""
         if not self.mariadb_root:
-            return [_bin(argv[0]) if argv[0] == "mariadbd" else argv[0], *argv[1:]]
+            return [host_bin(argv[0]) if argv[0] == "mariadbd" else argv[0], *argv[1:]]
         from slurmkit.lab import image
 
         img = image.ensure(self.mariadb_root, progress)
@@ -741,13 +624,13 @@ class Lab:
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )
         (self.run_dir / "mariadbd.pid").write_text(str(proc.pid))
-        _wait(lambda: not _port_free(s.db_port), 20, "mariadb port")
+        wait_for(lambda: not port_free(s.db_port), 20, "mariadb port")
         run([self.exe("slurmdbd")], timeout=20, env={"SLURM_CONF": str(self.conf)})
-        _wait(lambda: not _port_free(s.dbd_port), 20, "slurmdbd port")
+        wait_for(lambda: not port_free(s.dbd_port), 20, "slurmdbd port")
 
     def _start_slurmctld(self) -> None:
         run([self.exe("slurmctld"), "-f", str(self.conf), "-i"], timeout=20, env=self.env)
-        _wait(lambda: self._ping(), 15, "slurmctld to answer `scontrol ping`", self.dir / "log" / "slurmctld.log")
+        wait_for(lambda: self._ping(), 15, "slurmctld to answer `scontrol ping`", self.dir / "log" / "slurmctld.log")
 
     def _ping(self) -> bool:
         try:
@@ -762,7 +645,7 @@ class Lab:
         out: dict[str, tuple[tuple[str, str], ...]] = {}
         for g in cluster.node_groups:
             ports = [self.spec.slurmd_port(self.spec.node_index(h)) for h in hostlist.expand(g.hosts)]
-            out[g.name] = (("NodeAddr", "127.0.0.1"), ("Port", _port_list(ports)))
+            out[g.name] = (("NodeAddr", "127.0.0.1"), ("Port", port_list(ports)))
         return out
 
     def start_slurmds(self, names: list[str], boot: bool = False) -> None:
@@ -782,13 +665,13 @@ class Lab:
         pids = self.running_pids()
         victims = [pids[f"slurmd-{n}"] for n in names if f"slurmd-{n}" in pids]
         for pid in victims:
-            _kill(pid, signal.SIGTERM)
+            kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(_alive(p) for p in victims):
+        while time.monotonic() < deadline and any(alive(p) for p in victims):
             time.sleep(0.02)
         for pid in victims:
-            if _alive(pid):
-                _kill(pid, signal.SIGKILL)
+            if alive(pid):
+                kill(pid, signal.SIGKILL)
         for n in names:
             (self.run_dir / f"slurmd-{n}.pid").unlink(missing_ok=True)
 
@@ -796,8 +679,8 @@ class Lab:
         """Stop slurmctld with SIGTERM: it saves its state first (jobs and node states survive the next start)."""
         pid = self.running_pids().get("slurmctld")
         if pid:
-            _kill(pid, signal.SIGTERM)
-            _wait(lambda: not _alive(pid), timeout, "slurmctld to stop", self.dir / "log" / "slurmctld.log")
+            kill(pid, signal.SIGTERM)
+            wait_for(lambda: not alive(pid), timeout, "slurmctld to stop", self.dir / "log" / "slurmctld.log")
         (self.run_dir / "slurmctld.pid").unlink(missing_ok=True)
 
     def start_slurmctld(self, timeout: float = 60.0) -> None:
@@ -806,7 +689,7 @@ class Lab:
         if "slurmctld" in self.running_pids():
             return
         # the port may linger a moment after the process is gone
-        _wait(lambda: _port_free(self.spec.ctld_port), timeout, f"port {self.spec.ctld_port} to be free")
+        wait_for(lambda: port_free(self.spec.ctld_port), timeout, f"port {self.spec.ctld_port} to be free")
         self._start_slurmctld()
 
     def restart_slurmctld(self, timeout: float = 60.0) -> None:
@@ -821,12 +704,12 @@ class Lab:
             raise LabError("this lab has no slurmdbd (started without --accounting)")
         pid = self.running_pids().get("slurmdbd")
         if pid:
-            _kill(pid, signal.SIGTERM)
-            _wait(lambda: not _alive(pid), timeout, "slurmdbd to stop", self.dir / "log" / "slurmdbd.log")
+            kill(pid, signal.SIGTERM)
+            wait_for(lambda: not alive(pid), timeout, "slurmdbd to stop", self.dir / "log" / "slurmdbd.log")
         (self.run_dir / "slurmdbd.pid").unlink(missing_ok=True)
-        _wait(lambda: _port_free(self.spec.dbd_port), timeout, f"port {self.spec.dbd_port} to be free")
+        wait_for(lambda: port_free(self.spec.dbd_port), timeout, f"port {self.spec.dbd_port} to be free")
         run([self.exe("slurmdbd")], timeout=20, env={"SLURM_CONF": str(self.conf)})
-        _wait(lambda: not _port_free(self.spec.dbd_port), 20, "slurmdbd port", self.dir / "log" / "slurmdbd.log")
+        wait_for(lambda: not port_free(self.spec.dbd_port), 20, "slurmdbd port", self.dir / "log" / "slurmdbd.log")
 
     def restart_slurmds(self, names: list[str], timeout: float = 10.0) -> None:
         """Restart these nodes' slurmd on the files in DIR/etc (a node not running is started); their job steps
@@ -892,7 +775,7 @@ class Lab:
                     f"mount --bind {q(str(self.etc))} /etc/slurm",
                     f"mount --bind {q(str(self.etc / 'hosts'))} /etc/hosts",
                     *(self._configless_steps("") if self.spec.configless else []),
-                    f"exec {q(_bin('slurmd'))}{b} {src} -N {q(name)}",
+                    f"exec {q(host_bin('slurmd'))}{b} {src} -N {q(name)}",
                 ]
             script = "; ".join(["set -e", f"hostname {q(name)}", *steps])
             argv = ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script]
@@ -911,7 +794,7 @@ class Lab:
                 raise LabError(f"slurmd for {name} failed to start (rc={p.returncode}): {out.decode(errors='replace').strip()[-300:]}")
         # what slurmd's systemd unit does (OOMScoreAdjust=-1000): the OOM killer must pick a job, never slurmd
         for name in names if names is not None else self.spec.node_names:
-            pid = _read_pid(self.run_dir / f"slurmd-{name}.pid")
+            pid = read_pid(self.run_dir / f"slurmd-{name}.pid")
             if pid:
                 try:
                     Path(f"/proc/{pid}/oom_score_adj").write_text("-1000\n")
@@ -988,31 +871,31 @@ class Lab:
             except SlurmCommandError:
                 pass
         # leftovers in each node's UTS namespace (linuxproc lets setsid children escape their job)
-        node_ns = {_ns(pid) for name, pid in pids.items() if name.startswith("slurmd-")}
+        node_ns = {uts_ns(pid) for name, pid in pids.items() if name.startswith("slurmd-")}
         node_ns.discard(None)
-        host_ns = _ns(os.getpid())
+        host_ns = uts_ns(os.getpid())
         node_ns.discard(host_ns)
         order = [n for n in pids if n.startswith("slurmd-")] + [n for n in ("slurmctld", "slurmdbd", "mariadbd", "munged") if n in pids]
         order += [n for n in pids if n not in order]
         victims = [pids[n] for n in order]
-        for pid in _pids_in_ns(node_ns):
+        for pid in pids_in_ns(node_ns):
             if pid not in victims:
                 victims.append(pid)
         # a daemon no pid file names: a reconfigure makes slurmd fork a successor that takes over
         # (src/slurmd/slurmd/slurmd.c _try_to_reconfig, slurm-24-11-5-1 and slurm-26-05-3-1) while the exiting one
         # may remove the shared pid file; any process started with this lab's slurm.conf is the lab's
-        strays = [pid for pid in _pids_with_arg(str(self.conf)) if pid not in victims and pid != os.getpid()]
+        strays = [pid for pid in pids_with_arg(str(self.conf)) if pid not in victims and pid != os.getpid()]
         if strays:
             order.append(f"{len(strays)} daemon(s) no pid file named")
             victims += strays
         for pid in victims:
-            _kill(pid, signal.SIGTERM)
+            kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(_alive(p) for p in victims):
+        while time.monotonic() < deadline and any(alive(p) for p in victims):
             time.sleep(0.02)
         for pid in victims:
-            if _alive(pid):
-                _kill(pid, signal.SIGKILL)
+            if alive(pid):
+                kill(pid, signal.SIGKILL)
         stopped = [n for n in order]
         for pf in self._pidfiles():
             pf.unlink(missing_ok=True)
@@ -1034,209 +917,3 @@ def host_cores() -> int:
     """The CPUs this process may run on: the cgroup mode's nodes claim exactly these (a real cpuset each)."""
     return len(os.sched_getaffinity(0))
 
-
-def _port_list(ports: list[int]) -> str:
-    """[29001, 29002, 29003, 29005] -> "[29001-29003,29005]" (one port: "29001")."""
-    if len(ports) == 1:
-        return str(ports[0])
-    runs: list[list[int]] = []
-    for p in ports:
-        if runs and p == runs[-1][1] + 1:
-            runs[-1][1] = p
-        else:
-            runs.append([p, p])
-    return "[" + ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs) + "]"
-
-
-def _bin(name: str) -> str:
-    return shutil.which(name) or str(Path("/usr/sbin") / name)
-
-
-def _read_pid(p: Path) -> int | None:
-    try:
-        return int(p.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    """Alive and not a zombie (daemons are re-parented to an init that reaps lazily)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            st = f.read().rsplit(")", 1)[1].split()[0]
-        return st not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
-# pid file stem (before "-") -> the program: Debian's node_exporter binary; the lab's `slurmkit exporter`
-_PROGRAMS = {"node_exporter": "prometheus-node-exporter", "slurmkit_exporter": "slurmkit"}
-
-
-def _is_program(pid: int, name: str) -> bool:
-    """The process is ``name`` (slurmctld, slurmd, munged, mariadbd, slurmdbd): its ``comm`` (the program name,
-    15 characters at most) or its executable (Debian's alternatives run ``/usr/sbin/slurmctld-wlm``)."""
-    name = _PROGRAMS.get(name, name)
-    try:
-        if name == "slurmkit":  # `python -m slurmkit.cli.main exporter`: the interpreter's comm, our module's argv
-            return b"slurmkit.cli.main" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if Path(f"/proc/{pid}/comm").read_text().strip() == name[:15]:
-            return True
-        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith(name)
-    except OSError:
-        return False
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _ns(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/uts")
-    except OSError:
-        return None
-
-
-def _pids_with_arg(arg: str) -> list[int]:
-    """Processes with ``arg`` as one of their command-line arguments (``slurmd -f <lab>/etc/slurm.conf``)."""
-    want = arg.encode()
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as fh:
-                argv = fh.read().split(b"\0")
-        except OSError:
-            continue
-        if want in argv:
-            out.append(int(d))
-    return out
-
-
-def _pids_in_ns(namespaces: set[str | None]) -> list[int]:
-    if not namespaces:
-        return []
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit() and _ns(int(d)) in namespaces:
-            out.append(int(d))
-    return out
-
-
-# /proc/net/tcp "st" column (include/net/tcp_states.h): 06 TCP_TIME_WAIT, 0A TCP_LISTEN
-_TIME_WAIT = "06"
-# Linux holds a TIME-WAIT socket for TCP_TIMEWAIT_LEN, 60 s (include/net/tcp.h)
-TIME_WAIT_S = 60.0
-
-
-def _tcp_sockets(port: int, proc: Path = Path("/proc/net")) -> list[tuple[str, str]]:
-    """(state, inode) of every TCP socket (IPv4 and IPv6) whose local port is ``port``, from /proc/net/tcp{,6}."""
-    out = []
-    for name in ("tcp", "tcp6"):
-        try:
-            lines = (proc / name).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for ln in lines:
-            f = ln.split()
-            if len(f) > 9 and int(f[1].rsplit(":", 1)[1], 16) == port:
-                out.append((f[3], f[9]))
-    return out
-
-
-def _holders(inodes: set[str]) -> list[str]:
-    """``name (pid N)`` of the processes holding sockets ``inodes`` (their /proc/PID/fd links)."""
-    want = {f"socket:[{i}]" for i in inodes if i != "0"}
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or not want:
-            continue
-        try:
-            fds = os.listdir(f"/proc/{d}/fd")
-            if any(os.readlink(f"/proc/{d}/fd/{fd}") in want for fd in fds):
-                out.append(f"{Path(f'/proc/{d}/comm').read_text().strip()} (pid {d})")
-        except OSError:
-            continue
-    return out
-
-
-def ephemeral_range(proc: Path = Path("/proc/sys/net/ipv4")) -> tuple[int, int, set[int]]:
-    """(first, last, reserved ports) of the host's ephemeral range: ip_local_port_range, ip_local_reserved_ports
-    (ip-sysctl.rst: the ports the kernel picks for an outgoing connection's local end; reserved ones it never picks)."""
-    try:
-        lo, hi = (int(x) for x in (proc / "ip_local_port_range").read_text().split()[:2])
-    except (OSError, ValueError):
-        return 0, -1, set()
-    reserved: set[int] = set()
-    try:
-        for part in (proc / "ip_local_reserved_ports").read_text().strip().split(","):
-            if part:
-                a, _sep, b = part.partition("-")
-                reserved.update(range(int(a), int(b or a) + 1))
-    except (OSError, ValueError):
-        pass
-    return lo, hi, reserved
-
-
-def check_ports(ports: dict[int, str], progress: Callable[[str], None] = lambda m: None,
-                time_wait: float = TIME_WAIT_S) -> None:
-    """Refuse a port inside the host's ephemeral range (any outgoing connection may hold it at any moment, and the
-    lab's daemon then fails to bind), and a port something holds, naming its role and holder. A port held only by
-    TIME-WAIT sockets is not in use: it is waited for (the kernel frees it within 60 s; until then a bind with
-    SO_REUSEADDR, as Slurm's daemons do, fails where the closed socket had not set it)."""
-    lo, hi, reserved = ephemeral_range()
-    eph = sorted(p for p in ports if lo <= p <= hi and p not in reserved)
-    if eph:
-        span = f"{eph[0]}-{eph[-1]}" if len(eph) > 1 else str(eph[0])
-        raise LabError(f"ports {span} ({ports[eph[0]]}) lie in this host's ephemeral range {lo}-{hi} "
-                       "(net.ipv4.ip_local_port_range), where any outgoing connection may take them; pass a "
-                       f"--port-base that keeps every lab port below {lo} (base+1001 with --accounting), or reserve "
-                       "them (net.ipv4.ip_local_reserved_ports)")
-    busy: dict[int, list[str]] = {}
-    waiting: list[int] = []
-    for p in sorted(ports):
-        if _port_free(p):
-            continue
-        socks = _tcp_sockets(p)
-        if socks and all(st == _TIME_WAIT for st, _i in socks):
-            waiting.append(p)
-        else:
-            busy[p] = _holders({i for st, i in socks if st != _TIME_WAIT})
-    if busy:
-        raise LabError("ports in use: " + "; ".join(
-            f"{p} ({ports[p]}){' by ' + ', '.join(h) if h else ''}" for p, h in busy.items())
-            + "; stop what uses them or pass another --port-base")
-    if waiting:
-        progress(f"port(s) {', '.join(map(str, waiting))} held only by TIME-WAIT sockets of closed connections; "
-                 f"waiting up to {time_wait:g}s for the kernel to free them")
-        deadline = time.monotonic() + time_wait
-        while not all(_port_free(p) for p in waiting):
-            if time.monotonic() > deadline:
-                left = [p for p in waiting if not _port_free(p)]
-                raise LabError(f"ports {', '.join(map(str, left))} still held after {time_wait:g}s of TIME-WAIT; "
-                               "pass another --port-base")
-            time.sleep(0.5)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sk:
-        sk.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sk.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _wait(pred: Callable[[], bool], timeout: float, what: str, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            hint = f"; see {log}" if log else ""
-            raise LabError(f"timed out after {timeout:g}s waiting for {what}{hint}")
-        time.sleep(0.01)
