@@ -183,10 +183,10 @@ def env(directory: str) -> None:
 @_dir
 def down(directory: str) -> None:
     """Cancel jobs and stop exactly what `up` started (and processes jobs left behind)."""
-    from slurmkit.lab.lab import _pids_with_arg
+    from slurmkit.lab.procs import pids_with_arg
 
     lab_ = Lab.load(directory)
-    if not lab_.is_up() and not _pids_with_arg(str(lab_.conf)):  # no pid file, and no daemon of its slurm.conf
+    if not lab_.is_up() and not pids_with_arg(str(lab_.conf)):  # no pid file, and no daemon of its slurm.conf
         click.echo(f"lab: nothing running in {lab_.dir}")
         return
     from slurmkit.lab import slow as slowmod

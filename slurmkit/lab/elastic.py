@@ -11,7 +11,8 @@ import yaml
 from slurmkit.backend.cli import CLIBackend
 from slurmkit.elastic.change import Progress, Site
 from slurmkit.generate.slurmconf import Overrides, load_overrides
-from slurmkit.lab.lab import OVERRIDES_FILE, Lab
+from slurmkit.lab.config import OVERRIDES_FILE
+from slurmkit.lab.lab import Lab
 
 
 def lab_for_conf(conf: str | Path) -> Lab | None:

@@ -30,7 +30,7 @@ __all__ = ["DEFAULT_IMAGE_DIR", "Image", "build", "ensure", "find", "host_releas
 # what a lab needs inside the root; slurm-wlm-basic-plugins has job_submit/lua and the other optional plugins
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "slurm-wlm-basic-plugins")
 # what one root carries besides: the bookworm root also gives `lab up --accounting` MariaDB 10.11 where the host's
-# MariaDB does not work with slurmdbd (a Debian 13 host's 11.8; slurmkit/lab/lab.py mariadb_root)
+# MariaDB does not work with slurmdbd (a Debian 13 host's 11.8; slurmkit/lab/accounting.py mariadb_root)
 EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {"22.05": ("mariadb-server",)}
 
 

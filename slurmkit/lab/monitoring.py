@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from slurmkit.errors import LabError
 
 if TYPE_CHECKING:
-    from slurmkit.lab.lab import Lab
+    from slurmkit.lab.base import LabBase
 
 PROMETHEUS = "prometheus"
 NODE_EXPORTER = "prometheus-node-exporter"  # Debian's name for node_exporter
@@ -41,27 +41,27 @@ def binaries_missing() -> list[str]:
     return [b for b in (PROMETHEUS, NODE_EXPORTER) if shutil.which(b) is None]
 
 
-def ports(lab: Lab) -> list[int]:
+def ports(lab: LabBase) -> list[int]:
     p = lab.spec.monitoring_port_resolved
     return [p, p + 1, *(p + 1 + lab.spec.node_index(n) for n in lab.spec.node_names)]
 
 
-def url(lab: Lab) -> str:
+def url(lab: LabBase) -> str:
     return f"http://127.0.0.1:{lab.spec.monitoring_port_resolved}"
 
 
-def inventory_section(lab: Lab) -> dict[str, Any]:
+def inventory_section(lab: LabBase) -> dict[str, Any]:
     """The lab inventory's ``monitoring:``: the lab's exporter and intervals (node_exporter ports are per node here,
     so they go to ``monitor generate`` as targets, not as one port)."""
     return {"exporter": [f"127.0.0.1:{lab.spec.monitoring_port_resolved + 1}"], "scrape_interval_s": SCRAPE_S,
             **LAB_THRESHOLDS}
 
 
-def mon_dir(lab: Lab) -> Path:
+def mon_dir(lab: LabBase) -> Path:
     return lab.dir / "monitoring"
 
 
-def write_config(lab: Lab) -> dict[str, str]:
+def write_config(lab: LabBase) -> dict[str, str]:
     """prometheus.yml and the alert rules from the lab's inventory, as `slurmkit monitor generate` writes them."""
     from slurmkit.model.load import load_cluster
     from slurmkit.monitor.generate import RULES_FILE, prometheus_yaml, rules_yaml
@@ -77,7 +77,7 @@ def write_config(lab: Lab) -> dict[str, str]:
     return files
 
 
-def _spawn(lab: Lab, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+def _spawn(lab: LabBase, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
     log = open(lab.dir / "log" / f"{name}.log", "ab")  # noqa: SIM115 - handed to the daemon
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                             env=env, cwd=str(lab.dir))
@@ -85,7 +85,7 @@ def _spawn(lab: Lab, name: str, argv: list[str], env: dict[str, str] | None = No
     (lab.run_dir / f"{name}.pid").write_text(str(proc.pid))
 
 
-def start(lab: Lab, timeout: float = 60.0) -> None:
+def start(lab: LabBase, timeout: float = 60.0) -> None:
     """Write the config, start node_exporters, the exporter and Prometheus; wait until every target is up."""
     s = lab.spec
     base = s.monitoring_port_resolved
@@ -123,7 +123,7 @@ def start(lab: Lab, timeout: float = 60.0) -> None:
     raise LabError(f"--monitoring: Prometheus targets not all up after {timeout:g}s: {last}; see {lab.dir / 'log'}")
 
 
-def query_api(lab: Lab, path: str, timeout: float = 5.0) -> Any:
+def query_api(lab: LabBase, path: str, timeout: float = 5.0) -> Any:
     """GET the lab Prometheus's HTTP API; the ``data`` of a success, LabError otherwise."""
     with urllib.request.urlopen(url(lab) + path, timeout=timeout) as r:  # noqa: S310 - our own localhost URL
         body = json.loads(r.read())

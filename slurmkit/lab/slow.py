@@ -45,14 +45,14 @@ def lab_group(lab_dir: Path, mount: Path | None = None) -> Path:
 
 def _node_pids(lab, node: str) -> list[int]:  # type: ignore[no-untyped-def]
     """slurmd of ``node`` and every process in its UTS namespace (running job steps)."""
-    from slurmkit.lab.lab import _ns, _pids_in_ns
+    from slurmkit.lab.procs import pids_in_ns, uts_ns
 
     pid = lab.running_pids().get(f"slurmd-{node}")
     if not pid:
         raise LabError(f"--slow-node {node}: no running slurmd for it in {lab.dir} (nodes: "
                        f"{', '.join(lab.spec.node_names)})")
-    ns = _ns(pid)
-    pids = [pid] + [p for p in _pids_in_ns({ns}) if p != pid] if ns and ns != _ns(os.getpid()) else [pid]
+    ns = uts_ns(pid)
+    pids = [pid] + [p for p in pids_in_ns({ns}) if p != pid] if ns and ns != uts_ns(os.getpid()) else [pid]
     return pids
 
 

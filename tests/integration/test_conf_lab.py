@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmkit.lab.lab import OVERRIDES_FILE
+from slurmkit.lab.config import OVERRIDES_FILE
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from slurmkit.generate import rollout as r
-from slurmkit.lab.lab import OVERRIDES_FILE
+from slurmkit.lab.config import OVERRIDES_FILE
 
 pytestmark = [pytest.mark.lab, pytest.mark.releases]  # the table differs by release: each release's lab judges its own
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmkit.lab.lab import OVERRIDES_FILE
+from slurmkit.lab.config import OVERRIDES_FILE
 from slurmkit.release import release_key
 
 pytestmark = [pytest.mark.lab, pytest.mark.releases]

@@ -16,7 +16,7 @@ import yaml
 from slurmkit.elastic import edit, path
 from slurmkit.errors import UsageError
 from slurmkit.lab.inventory import lab_inventory
-from slurmkit.lab.lab import _port_list
+from slurmkit.lab.ports import port_list
 from slurmkit.model.load import load_cluster_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,9 +125,9 @@ def test_why_not_dynamic_nodes_follows_the_release(version: str) -> None:
 
 
 def test_port_list_is_a_slurm_hostlist_of_ports() -> None:
-    assert _port_list([29001]) == "29001"
-    assert _port_list([29001, 29002, 29003, 29004]) == "[29001-29004]"
-    assert _port_list([29001, 29002, 29005]) == "[29001-29002,29005]"
+    assert port_list([29001]) == "29001"
+    assert port_list([29001, 29002, 29003, 29004]) == "[29001-29004]"
+    assert port_list([29001, 29002, 29005]) == "[29001-29002,29005]"
 
 
 def test_cli_bad_input_exits_2_and_changes_nothing(tmp_path: Path) -> None:

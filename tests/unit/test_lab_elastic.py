@@ -13,8 +13,8 @@ import pytest
 
 from slurmkit.errors import UsageError
 from slurmkit.lab import Lab, LabSpec
+from slurmkit.lab.config import OVERRIDES_FILE
 from slurmkit.lab.elastic import LabSite, lab_for_conf
-from slurmkit.lab.lab import OVERRIDES_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -148,7 +148,7 @@ def test_lab_from_a_preset_with_two_gpu_groups_is_refused() -> None:
     (None, "22.05"),  # no MariaDB on the host
 ])
 def test_accounting_mariadb_comes_from_the_host_only_where_it_serves_slurmdbd(printed: str | None, root: str | None) -> None:
-    from slurmkit.lab.lab import mariadb_root
+    from slurmkit.lab.accounting import mariadb_root
 
     assert mariadb_root(printed) == root
     if root:

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-import slurmkit.lab.lab as labmod
+import slurmkit.lab.ports as portsmod
 from slurmkit.errors import LabError
 from slurmkit.lab import LabSpec
-from slurmkit.lab.lab import check_ports, ephemeral_range
+from slurmkit.lab.ports import check_ports, ephemeral_range
 
 
 def _time_wait(port: int) -> None:
@@ -35,7 +35,7 @@ def _time_wait(port: int) -> None:
 
 def _free_port(lo: int = 31900, hi: int = 31999) -> int:
     for p in range(lo, hi):
-        if labmod._port_free(p) and not labmod._tcp_sockets(p):
+        if portsmod.port_free(p) and not portsmod.tcp_sockets(p):
             return p
     pytest.skip("no free port in 31900-31999")
 
@@ -43,8 +43,8 @@ def _free_port(lo: int = 31900, hi: int = 31999) -> int:
 def test_a_time_wait_port_is_waited_for_not_called_in_use():
     port = _free_port()
     _time_wait(port)
-    assert not labmod._port_free(port)  # what the old check judged by: "ports in use"
-    assert [st for st, _i in labmod._tcp_sockets(port)] == ["06"]
+    assert not portsmod.port_free(port)  # what the old check judged by: "ports in use"
+    assert [st for st, _i in portsmod.tcp_sockets(port)] == ["06"]
     said: list[str] = []
     with pytest.raises(LabError) as ei:
         check_ports({port: "slurmctld, --port-base"}, said.append, time_wait=0.5)
@@ -70,7 +70,7 @@ def test_ports_in_the_ephemeral_range_are_refused(monkeypatch, tmp_path):
     (tmp_path / "ip_local_port_range").write_text("32768\t60999\n")
     (tmp_path / "ip_local_reserved_ports").write_text("40000-40009,45000\n")
     assert ephemeral_range(tmp_path) == (32768, 60999, {*range(40000, 40010), 45000})
-    monkeypatch.setattr(labmod, "ephemeral_range", lambda: ephemeral_range(tmp_path))
+    monkeypatch.setattr(portsmod, "ephemeral_range", lambda: ephemeral_range(tmp_path))
     spec = LabSpec(port_base=33000, nodes=2)
     with pytest.raises(LabError) as ei:
         check_ports(spec.ports())

@@ -124,7 +124,7 @@ def test_nodes_path_gives_the_topology_reason_only_before_2511():
 
 
 def test_cgroup_plugin_disabled_is_a_value_from_2405():
-    # the lab's cgroup.conf without --cgroups (lab/lab.py): `nodes add` validated it and refused (issue 21, seen on
+    # the lab's cgroup.conf without --cgroups (lab/config.py): `nodes add` validated it and refused (issue 21, seen on
     # 24.11 and 26.05 labs)
     assert slurmplugins.check("CgroupPlugin", "disabled", "24.11") == []
     assert slurmplugins.check("CgroupPlugin", "disabled", "26.05") == []
