@@ -135,11 +135,16 @@ def test_fault_requeues_the_job_drains_with_our_reason_and_health_resumes(hlab):
     set_fault(hlab, node, ecc=0)
     wait_for(lambda: "DRAIN" not in scontrol_node(hlab, node)["flags"], 8 * INTERVAL,
              f"{node} to be resumed by the health check", lambda: hook_records(hlab, node))
-    rec = json.loads((Path(hlab.dir) / "hookstate" / node / "history.jsonl").read_text().splitlines()[-1])
-    assert rec["hook"] == "health"
-    resumed = [json.loads(line) for line in (Path(hlab.dir) / "hookstate" / node / "history.jsonl").read_text()
-               .splitlines() if '"resume"' in line]
-    assert resumed and resumed[-1]["slurm"]["before"]["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2"
+    history = Path(hlab.dir) / "hookstate" / node / "history.jsonl"
+
+    def resumed() -> list[dict]:
+        return [json.loads(line) for line in history.read_text().splitlines() if '"resume"' in line]
+
+    # the hook records its run after its scontrol call returns: scontrol can show the node resumed a moment before
+    # the record is there (seen on a loaded machine)
+    got = wait_for(resumed, 30, "the health run's resume record", lambda: hook_records(hlab, node))
+    assert got[-1]["hook"] == "health"
+    assert got[-1]["slurm"]["before"]["reason"] == "slurmkit: nvidia1@2a:00.0 ecc-unc=2"
 
 
 def test_admin_drain_is_never_resumed(hlab):
