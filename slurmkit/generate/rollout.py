@@ -589,6 +589,11 @@ def _setting(key: str, value: str, version: str) -> object:
         return frozenset(x.strip().lower() for x in v.split(",") if x.strip())
     if key == "clustername":
         return v.lower()  # read_config.c _validate_and_set_defaults lower-cases it (22.05, 24.11)
+    if key == "statesavelocation":
+        # slurmctld joins it and a file name as "%s/job_state" (src/slurmctld/job_mgr.c, slurm-22-05-8-1,
+        # slurm-24-11-5-1, slurm-26-05-3-1): a trailing, doubled or "." component is the same directory, never a move
+        # (a move is the by-hand copy-state plan, which --execute refuses)
+        return re.sub(r"/+", "/", "/".join(p for p in v.split("/") if p != ".")).rstrip("/") or v
     return slurmdefaults.SYNONYMS.get(v.upper(), v)
 
 
@@ -1050,7 +1055,9 @@ def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
     if state is not None:
         # StateSaveLocation moves (_STATE): slurmctld stopped before the write, the state copied, then started; every
         # other change rides along (slurmd restarted where one needs it, a reconfigure after for the rest)
-        old, new = state.old or "(the release default)", state.new or "(the release default)"
+        # unset: read_config.h DEFAULT_SAVE_STATE_LOC (slurmdefaults), "/var/spool" in 22.05, 24.11 and 26.05
+        dflt = f"{slurmdefaults.default('StateSaveLocation', version) or '(the release default)'} (the default)"
+        old, new = state.old or dflt, state.new or dflt
         steps += [Step(STOP_CTLD, "stop slurmctld (StateSaveLocation moves: it must not write state meanwhile)"), write,
                   Step(COPY_STATE, f"by hand, on the controller: copy the files of StateSaveLocation {old} into {new}, "
                                    "owned by SlurmUser (slurm.conf(5) RELOCATING CONTROLLERS; without them slurmctld "

@@ -278,3 +278,22 @@ def test_a_moved_state_save_location_is_stop_copy_start_and_execute_refuses_it(t
     assert res.returncode == 3 and ("refusing: --execute cannot carry this plan: step 3 is by hand (copy the files of "
                                     "StateSaveLocation /var/spool/slurmctld into /srv/slurm/state)") in res.stderr
     assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == before
+
+
+def test_a_state_save_location_spelled_differently_is_no_move_and_the_default_is_named() -> None:
+    """slurmctld joins StateSaveLocation and a file name with "%s/job_state" (job_mgr.c, 22.05 24.11 26.05): a trailing
+    or doubled slash is the same directory, so no by-hand copy (which --execute refuses) is planned for it. An unset
+    StateSaveLocation is read_config.h DEFAULT_SAVE_STATE_LOC "/var/spool": the copy step names it."""
+    from slurmkit.generate.rollout import COPY_STATE, plan_steps, semantic_diff
+
+    head = "ClusterName=c\nSlurmctldHost=h\n"
+    for ver in ("22.05", "24.11", "26.05"):
+        for spelled in ("/var/spool/slurmctld/", "/var/spool//slurmctld", "/var/spool/./slurmctld"):
+            old = {"slurm.conf": head + f"StateSaveLocation={spelled}\n"}
+            new = {"slurm.conf": head + "StateSaveLocation=/var/spool/slurmctld\n"}
+            assert semantic_diff(old, new, ver) == [], (ver, spelled)
+        assert semantic_diff({"slurm.conf": head}, {"slurm.conf": head + "StateSaveLocation=/var/spool/\n"}, ver) == []
+        steps = plan_steps(semantic_diff({"slurm.conf": head}, {"slurm.conf": head + "StateSaveLocation=/srv/s\n"},
+                                         ver), ver)
+        copy = next(s for s in steps if s.kind == COPY_STATE)
+        assert "StateSaveLocation /var/spool (the default) into /srv/s" in copy.text, copy.text
