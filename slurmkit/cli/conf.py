@@ -538,6 +538,15 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
         click.echo("scontrol reconfigure: done")
         return 0
     rest = steps[written:]
+    by_hand = next((i for i, s in enumerate(steps, 1) if s.kind == COPY_STATE and i > written), None)
+    if by_hand is not None:
+        # --execute refuses a plan with a by-hand step (above): a pending rollout kept for it could never be finished
+        # (every --execute refused, every diff said "pending"); the rest of the plan is the admin's
+        clear_journal(Path(to))
+        click.echo(f"the cluster runs the previous files until steps {written + 1}-{len(steps)} are done; "
+                   f"steps {written + 1}-{len(steps)} are yours (step {by_hand} is by hand, so `slurmkit conf apply "
+                   f"--execute` cannot carry them): {'; '.join(s.text.split(':')[0] for s in rest)}")
+        return 0
     click.echo(f"the cluster runs the previous files until steps {written + 1}-{len(steps)} are done "
                f"({'; '.join(s.text.split(':')[0] for s in rest)}); `slurmkit conf apply --execute` does them")
     return 0

@@ -297,3 +297,21 @@ def test_a_state_save_location_spelled_differently_is_no_move_and_the_default_is
                                          ver), ver)
         copy = next(s for s in steps if s.kind == COPY_STATE)
         assert "StateSaveLocation /var/spool (the default) into /srv/s" in copy.text, copy.text
+
+
+def test_writing_a_state_move_leaves_the_steps_to_the_admin_not_to_an_execute_that_refuses(tmp_path: Path) -> None:
+    """`conf apply --allow-disruptive` (no --execute) writes a StateSaveLocation move: the steps after the write
+    include the by-hand copy, which --execute refuses. It said "`slurmkit conf apply --execute` does them" and kept a
+    pending rollout that every later --execute refused and every diff reported, with no way to finish it."""
+    out = tmp_path / "etc"
+    assert sk("conf", "generate", str(ROOT / "examples" / "lab.yaml"), "-o", str(out), "--no-real-parse").returncode == 0
+    moved = write_inv(tmp_path, mutate("controller.state_dir", "/srv/slurm/state"))
+    res = sk("conf", "apply", str(moved), "--to", str(out), "--no-real-parse", "--allow-disruptive")
+    assert res.returncode == 0, res.stderr
+    assert "StateSaveLocation=/srv/slurm/state" in (out / "slurm.conf").read_text()
+    assert "--execute` does them" not in res.stdout, res.stdout
+    assert "steps 3-5 are yours" in res.stdout and "step 3 is by hand" in res.stdout, res.stdout
+    res = sk("conf", "diff", str(moved), "--against", str(out))
+    assert "a rollout is pending" not in res.stderr, res.stderr
+    res = sk("conf", "apply", str(moved), "--to", str(out), "--no-real-parse", "--execute", "--allow-disruptive")
+    assert res.returncode == 0 and "refusing" not in res.stderr, res.stderr
