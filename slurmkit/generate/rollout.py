@@ -1065,7 +1065,10 @@ def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
         if any(c.scope not in ("slurmctld", "state") for c in restart):
             steps.append(Step(RESTART_SLURMD, "restart slurmd on every node", "ALL"))
         steps.append(Step(START_CTLD, "start slurmctld"))
-        if any(c.action == RECONFIGURE for c in changes):
+        # and the changes a reconfigure carries: RECONFIGURE ones, and 23.11+'s drain + reconfigure node changes
+        # (RULES_23_11 "node~", RULES_24_11 "node-": scope "reconfigure"), which starting slurmctld alone leaves unread
+        # by the slurmds
+        if any(c.action == RECONFIGURE or c.scope == "reconfigure" for c in changes):
             steps.append(Step(RECONF, "scontrol reconfigure (the slurmds read the other changes)"))
     elif any(c.scope == "stop-all" for c in changes):
         # the FAQ's order for node list changes before 24.11 (RULES_22_05 "node+" / "node-")

@@ -315,3 +315,29 @@ def test_writing_a_state_move_leaves_the_steps_to_the_admin_not_to_an_execute_th
     assert "a rollout is pending" not in res.stderr, res.stderr
     res = sk("conf", "apply", str(moved), "--to", str(out), "--no-real-parse", "--execute", "--allow-disruptive")
     assert res.returncode == 0 and "refusing" not in res.stderr, res.stderr
+
+
+def test_a_state_move_beside_a_node_change_of_a_reconfigure_release_still_reconfigures() -> None:
+    """24.11+ node changes are drain + reconfigure (slurm.conf(5) 24.11 NODE CONFIGURATION: "require restarting or
+    reconfiguring all slurmctld and slurmd daemons"). Beside a StateSaveLocation move the plan started slurmctld only:
+    the slurmds never read the new node definitions (a removed node's slurmd kept the old file)."""
+    from slurmkit.generate.rollout import (
+        COPY_STATE,
+        RECONF,
+        RESTART_SLURMD,
+        START_CTLD,
+        plan_steps,
+        semantic_diff,
+    )
+
+    h = "ClusterName=c\nSlurmctldHost=h\n"
+    n2 = "NodeName=n[1-2] CPUs=4 RealMemory=1000\nPartitionName=p Nodes=ALL Default=YES\n"
+    n3 = "NodeName=n[1-3] CPUs=4 RealMemory=1000\nPartitionName=p Nodes=ALL Default=YES\n"
+    less = "NodeName=n[1-3] CPUs=4 RealMemory=900\nPartitionName=p Nodes=ALL Default=YES\n"
+    for ver in ("24.11", "26.05"):
+        for after in (n2, less):
+            old = {"slurm.conf": h + "StateSaveLocation=/a\n" + n3}
+            new = {"slurm.conf": h + "StateSaveLocation=/b\n" + after}
+            kinds = [s.kind for s in plan_steps(semantic_diff(old, new, ver), ver)]
+            assert COPY_STATE in kinds and kinds.index(START_CTLD) > kinds.index(COPY_STATE), kinds
+            assert RECONF in kinds[kinds.index(START_CTLD):] or RESTART_SLURMD in kinds, (ver, after, kinds)
