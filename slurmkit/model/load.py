@@ -663,6 +663,8 @@ def _rail_path(got: str, path: str, n_units: int) -> str:
     ``topology.rail_optimized.units[2].nodes``, ``topology.switches`` -> ``topology.rail_optimized.units``; the spine
     (the switch after the units) -> ``topology.rail_optimized.spine``."""
     base = _join(path, "rail_optimized")
+    if got == _join(path, "block_sizes") or got.startswith(_join(path, "block_sizes") + "["):
+        return base + got[len(path):]  # given inside rail_optimized (a top-level one is refused before the lowering)
     m = re.fullmatch(rf"{re.escape(path)}\.(?:switches|blocks)(?:\[(\d+)\])?(.*)", got)
     if not m:
         return base if got == path else got

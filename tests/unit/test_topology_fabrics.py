@@ -67,6 +67,8 @@ def test_several_sus_sit_under_one_spine_in_tree_and_are_blocks_in_block():
          "node[5-8] are in no leaf switch"),
         ({"rail_optimized": {"units": [{"name": "su1", "nodes": "node[1-4]"}, {"name": "su2", "nodes": "node[5-9]"}]}},
          0, "topology.rail_optimized.units[1].nodes", "'node9' is not in any node group"),
+        ({"rail_optimized": {"plugin": "block", "units": [{"name": "su1", "nodes": "node[1-8]"}], "block_sizes": "8"}},
+         0, "topology.rail_optimized.block_sizes", "expected a list"),
         ({"rail_optimized": {"units": [{"name": "su1", "nodes": "node[1-8]"}], "block_sizes": [8]}}, 0,
          "topology.rail_optimized.block_sizes", "needs plugin: block"),
         ({"rail_optimized": {"units": [{"name": "su1", "nodes": "node[1-8]"}]}, "switches": [{"name": "a", "nodes": "node1"}]},
