@@ -728,6 +728,10 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         name = (nc.settings.get(key) or oc.settings[key])[0]
         r = rule(ver, name)
         nodes = "ALL" if r.scope == "jobs" else ""
+        if r.scope == "state" and not a and oc.problems:
+            # the running files fail Slurm's parse (above): StateSaveLocation may sit in the file that is gone, read
+            # by slurmctld before it went -- the directory it runs with is not the default, it is unknown here
+            a = UNKNOWN_STATE
         changes.append(Change("slurm.conf", name, a, b, r.action, r.doc, nodes, r.scope))
 
     on, nn = _node_table(oc), _node_table(nc)
@@ -1012,6 +1016,7 @@ def _count_lines(text: str) -> str:
 DRAIN_STEP, STOP_CTLD, WRITE, RESTART_SLURMD, START_CTLD, RESTART_CTLD, RECONF, VERIFY, RESUME = (
     "drain", "stop-ctld", "write", "restart-slurmd", "start-ctld", "restart-ctld", "reconfigure", "verify", "resume")
 RESTART_DBD = "restart-slurmdbd"
+UNKNOWN_STATE = "(unknown: the files in DIR fail Slurm's parse)"  # Change.old of a StateSaveLocation they may hide
 COPY_STATE = "copy-state"  # by hand: `conf apply --execute` refuses a plan with it (it cannot copy between hosts)
 
 
@@ -1058,8 +1063,11 @@ def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
         # unset: read_config.h DEFAULT_SAVE_STATE_LOC (slurmdefaults), "/var/spool" in 22.05, 24.11 and 26.05
         dflt = f"{slurmdefaults.default('StateSaveLocation', version) or '(the release default)'} (the default)"
         old, new = state.old or dflt, state.new or dflt
+        what = f"StateSaveLocation {old}" if state.old != UNKNOWN_STATE else (
+            "the StateSaveLocation slurmctld runs with (`scontrol show config` before step 1: the files in DIR fail "
+            f"Slurm's parse, so they do not say; nothing to copy if it is {new} already)")
         steps += [Step(STOP_CTLD, "stop slurmctld (StateSaveLocation moves: it must not write state meanwhile)"), write,
-                  Step(COPY_STATE, f"by hand, on the controller: copy the files of StateSaveLocation {old} into {new}, "
+                  Step(COPY_STATE, f"by hand, on the controller: copy the files of {what} into {new}, "
                                    "owned by SlurmUser (slurm.conf(5) RELOCATING CONTROLLERS; without them slurmctld "
                                    "starts with no jobs)")]
         if any(c.scope not in ("slurmctld", "state") for c in restart):

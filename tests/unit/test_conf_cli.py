@@ -341,3 +341,22 @@ def test_a_state_move_beside_a_node_change_of_a_reconfigure_release_still_reconf
             kinds = [s.kind for s in plan_steps(semantic_diff(old, new, ver), ver)]
             assert COPY_STATE in kinds and kinds.index(START_CTLD) > kinds.index(COPY_STATE), kinds
             assert RECONF in kinds[kinds.index(START_CTLD):] or RESTART_SLURMD in kinds, (ver, after, kinds)
+
+
+def test_a_state_save_location_lost_with_a_broken_include_is_unknown_not_the_default() -> None:
+    """A site keeps StateSaveLocation in an Include'd file that is gone: Slurm's parse of the running files fails
+    (parse_config.c "Include" failed, fatal), so which directory slurmctld runs with is unknown from them -- it read
+    the include before it went. The plan told the admin to copy /var/spool (the default) into the inventory's
+    directory: the whole of /var/spool, into a directory under it, when slurmctld may already run on that directory."""
+    from slurmkit.generate.rollout import COPY_STATE, plan_steps, semantic_diff
+
+    head = "ClusterName=c\nSlurmctldHost=h\n"
+    old = {"slurm.conf": head + "Include state.conf\n"}
+    new = {"slurm.conf": head + "StateSaveLocation=/var/spool/slurmctld\n"}
+    for ver in ("22.05", "24.11", "26.05"):
+        changes = semantic_diff(old, new, ver)
+        state = next(c for c in changes if c.subject == "StateSaveLocation")
+        assert "unknown" in state.line() and "/var/spool (the default)" not in state.line(), state.line()
+        copy = next(s for s in plan_steps(changes, ver) if s.kind == COPY_STATE)
+        assert "/var/spool (the default)" not in copy.text, copy.text
+        assert "scontrol show config" in copy.text and "/var/spool/slurmctld" in copy.text, copy.text
