@@ -1066,13 +1066,17 @@ def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
         what = f"StateSaveLocation {old}" if state.old != UNKNOWN_STATE else (
             "the StateSaveLocation slurmctld runs with (`scontrol show config` before step 1: the files in DIR fail "
             f"Slurm's parse, so they do not say; nothing to copy if it is {new} already)")
-        steps += [Step(STOP_CTLD, "stop slurmctld (StateSaveLocation moves: it must not write state meanwhile)"), write,
+        # every controller: a backup takes control once the primary stops answering (slurm-24-11-5-1
+        # src/slurmctld/backup.c run_backup) and, on the old files, would go on writing the old directory
+        steps += [Step(STOP_CTLD, "stop slurmctld on every controller host, backup ones included (StateSaveLocation "
+                                  "moves: none may write state meanwhile; a backup takes control when the primary "
+                                  "stops answering)"), write,
                   Step(COPY_STATE, f"by hand, on the controller: copy the files of {what} into {new}, "
                                    "owned by SlurmUser (slurm.conf(5) RELOCATING CONTROLLERS; without them slurmctld "
                                    "starts with no jobs)")]
         if any(c.scope not in ("slurmctld", "state") for c in restart):
             steps.append(Step(RESTART_SLURMD, "restart slurmd on every node", "ALL"))
-        steps.append(Step(START_CTLD, "start slurmctld"))
+        steps.append(Step(START_CTLD, "start slurmctld (the primary, then any backup)"))
         # and the changes a reconfigure carries: RECONFIGURE ones, and 23.11+'s drain + reconfigure node changes
         # (RULES_23_11 "node~", RULES_24_11 "node-": scope "reconfigure"), which starting slurmctld alone leaves unread
         # by the slurmds

@@ -360,3 +360,20 @@ def test_a_state_save_location_lost_with_a_broken_include_is_unknown_not_the_def
         copy = next(s for s in plan_steps(changes, ver) if s.kind == COPY_STATE)
         assert "/var/spool (the default)" not in copy.text, copy.text
         assert "scontrol show config" in copy.text and "/var/spool/slurmctld" in copy.text, copy.text
+
+
+def test_a_state_move_stops_every_controller_not_only_the_primary() -> None:
+    """With a backup controller (controller.hosts > 1, a shared state_dir) a stopped primary is taken over by the
+    backup once it stops answering (backup.c run_backup: "assuming control when the primary controller stops
+    responding", slurm-24-11-5-1): the backup, on the old files, keeps writing the old directory while the admin copies
+    it. The plan's stop and start steps name every controller."""
+    from slurmkit.generate.rollout import START_CTLD, STOP_CTLD, plan_steps, semantic_diff
+
+    head = "ClusterName=c\nSlurmctldHost=h1\nSlurmctldHost=h2\n"
+    for ver in ("22.05", "24.11", "26.05"):
+        steps = plan_steps(semantic_diff({"slurm.conf": head + "StateSaveLocation=/a\n"},
+                                         {"slurm.conf": head + "StateSaveLocation=/b\n"}, ver), ver)
+        stop = next(s for s in steps if s.kind == STOP_CTLD)
+        start = next(s for s in steps if s.kind == START_CTLD)
+        assert "every controller" in stop.text and "backup" in stop.text, stop.text
+        assert "backup" in start.text, start.text
