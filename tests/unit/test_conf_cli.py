@@ -377,3 +377,30 @@ def test_a_state_move_stops_every_controller_not_only_the_primary() -> None:
         start = next(s for s in steps if s.kind == START_CTLD)
         assert "every controller" in stop.text and "backup" in stop.text, stop.text
         assert "backup" in start.text, start.text
+
+
+def test_a_pending_rollout_of_a_site_with_include_files_keeps_them_in_its_base(tmp_path: Path) -> None:
+    """A hand-split site (slurm.conf `Include nodes.conf`): `conf apply` keeps a pending rollout whose base (the
+    files the cluster runs) is what the next apply plans against. The base held slurm.conf without nodes.conf, so the
+    next apply read "Include nodes.conf: file not found (fatal)" and every node as added: a restart, and on 22.05 the
+    stop-everything procedure, for a MinJobAge change. --execute's drain and registration checks read the base's
+    nodes too (a drain of nodes defined in an Include drained none)."""
+    from slurmkit.elastic.execute import _hosts_of, load_journal
+
+    out = tmp_path / "etc"
+    assert sk("conf", "generate", str(ROOT / "examples" / "lab.yaml"), "-o", str(out), "--no-real-parse").returncode == 0
+    conf = (out / "slurm.conf").read_text().splitlines()
+    (out / "nodes.conf").write_text("".join(ln + "\n" for ln in conf if ln.startswith("NodeName=")))
+    (out / "slurm.conf").write_text("".join(("Include nodes.conf\n" if ln.startswith("NodeName=") else ln + "\n")
+                                            for ln in conf))
+    assert "nothing to do" in sk("conf", "diff", str(ROOT / "examples" / "lab.yaml"), "--against", str(out)).stdout
+    inv = write_inv(tmp_path, mutate("slurm_conf", {"MinJobAge": 100}))
+    res = sk("conf", "apply", str(inv), "--to", str(out), "--no-real-parse")
+    assert res.returncode == 0 and "scontrol reconfigure" in res.stdout, res.stdout + res.stderr
+    journal = load_journal(out)
+    assert journal is not None and _hosts_of(journal["base"]) == [f"node{i}" for i in range(1, 9)]
+    again = write_inv(tmp_path, mutate("slurm_conf", {"MinJobAge": 200}), "again.yaml")
+    res = sk("conf", "apply", str(again), "--to", str(out), "--no-real-parse")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Include nodes.conf" not in res.stdout and "NodeName" not in res.stdout, res.stdout
+    assert "MinJobAge: (absent) -> 200" in res.stdout and "stop slurmctld" not in res.stdout, res.stdout
