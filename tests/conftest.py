@@ -8,6 +8,7 @@ own one-line reason. Deselect them locally with ``-m 'not lab'``.
 Environment (so several people can run suites on one machine without clashing):
   SLURMKIT_TEST_LAB_DIR        lab directory           (default /tmp/slurmkit-test-lab)
   SLURMKIT_TEST_LAB_PORT_BASE  slurmctld port; slurmd of nodeI on base+I (default 17817, so a demo lab on 16817 can stay up)
+  SLURMKIT_TEST_LAB_PORT_LIMIT make_lab's labs stay below this port (tests/run.sh: the next pass's base; unset: none)
   SLURMKIT_TEST_SLURM          Slurm release the labs run ("24.11"; default: the host's own). tests/run.sh runs
                                the lab tests a second time with the release the host does not have.
 
@@ -141,6 +142,7 @@ def _free_lab_base(kw: dict[str, object]) -> int:
     an earlier make_lab lab of this session nor the fixed-offset ports of other tests. (Plain base + 200k put an
     accounting lab's slurmdbd on the fifth next lab's slurmctld port.)"""
     base = _base()
+    limit = int(os.environ.get("SLURMKIT_TEST_LAB_PORT_LIMIT") or 0)
     reserved = {base + o for lo, hi in _RESERVED_OFFSETS for o in range(lo, hi)}
     k = 1
     while True:
@@ -149,6 +151,11 @@ def _free_lab_base(kw: dict[str, object]) -> int:
         ports = _lab_ports(spec)
         fixed = set(spec.ports())  # a monitoring port the test chose itself may sit in a reserved window
         if not ports & _TAKEN and not fixed & reserved:
+            if limit and max(ports) >= limit:
+                # tests/run.sh: the next release's lab pass, side by side with this one, starts at the limit
+                raise RuntimeError(f"make_lab: lab {k} of this session would need ports up to {max(ports)}, past "
+                                   f"SLURMKIT_TEST_LAB_PORT_LIMIT={limit} (another lab pass's ports); space the "
+                                   "passes further apart in tests/run.sh")
             return cand
         k += 1
 

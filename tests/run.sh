@@ -39,7 +39,7 @@ start=$SECONDS
 echo "== pytest -m 'not lab' (unit tests and emulators)"
 .venv/bin/python -m pytest -q -p no:cacheprovider -m "not lab" || rc=$?
 echo "== took $((SECONDS - start))s"
-passes=("$host")
+passes=()
 for rel in $other; do
   # The lab lays another release's root over the host only when that root's C library is not older than the
   # host's (slurmkit/lab/view.py mount_view): 24.11 over a Debian 12 host runs, 22.05 over a Debian 13 host is
@@ -49,14 +49,28 @@ for rel in $other; do
     continue
   fi
   t0=$SECONDS
-  .venv/bin/slurmkit lab image list | grep -q "^$rel " || .venv/bin/slurmkit lab image build "$rel"
+  # a root that cannot be built (no network, a mirror down) fails that release's pass, not the script: the host's
+  # pass and the other releases still run (under set -e a failed build ended the run before any lab test)
+  if ! { .venv/bin/slurmkit lab image list | grep -q "^$rel " || .venv/bin/slurmkit lab image build "$rel"; }; then
+    echo "== Slurm $rel: FAILED: no root (slurmkit lab image build $rel, above); no pass"
+    rc=1
+    continue
+  fi
   echo "== Slurm $rel root ready after $((SECONDS - t0))s"
   passes+=("$rel")
 done
+passes+=("$host")  # last: its base is the highest (below)
 logs=$(mktemp -d /tmp/slurmkit-test-passes.XXXXXX)
 base=${SLURMKIT_TEST_LAB_PORT_BASE:-17817}
 t0=$SECONDS
 pids=()
+# A pass's ports: its base .. +3700 (tests/conftest.py fixed offsets), and make_lab's labs at +200 per lab made in
+# the session, their slurmdbd +1000 above: a `releases` pass reaches ~+3800, the host's full pass ~+5800. So the
+# other releases take base, base+4000, ..., the host's pass goes last, and each pass's make_lab stops at the next
+# pass's base (SLURMKIT_TEST_LAB_PORT_LIMIT: an error naming it, not another pass's port); the last stays below the
+# ephemeral range (ip_local_port_range, 32768 by default; the lab refuses ports in it).
+# Side by side, SIGINT/SIGTERM go to every pass as SIGINT, so each takes its labs down (pytest's teardown).
+trap 'kill -INT "${pids[@]}" 2>/dev/null; wait; exit 130' INT TERM
 n=0
 for rel in "${passes[@]}"; do
   if [ "$rel" = "$host" ]; then
@@ -64,10 +78,11 @@ for rel in "${passes[@]}"; do
   else
     marks="lab and releases"; env_rel=("SLURMKIT_TEST_SLURM=$rel")
   fi
-  port=$((base + 4000 * n))  # a lab uses ports base .. base+~3700 (tests/conftest.py offsets); below 32768
+  port=$((base + 4000 * n))
   n=$((n + 1))
-  echo "== pytest -m '$marks' (Slurm $rel$([ "$rel" = "$host" ] && echo ", the host's" || echo ", from a cached root"); port base $port; log $logs/$rel.log)"
-  env "${env_rel[@]}" SLURMKIT_TEST_LAB_PORT_BASE=$port \
+  limit=$([ "$n" -lt "${#passes[@]}" ] && echo $((base + 4000 * n)) || cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+  echo "== pytest -m '$marks' (Slurm $rel$([ "$rel" = "$host" ] && echo ", the host's" || echo ", from a cached root"); ports $port-$((limit - 1)); log $logs/$rel.log)"
+  env "${env_rel[@]}" SLURMKIT_TEST_LAB_PORT_BASE=$port SLURMKIT_TEST_LAB_PORT_LIMIT=$limit \
     .venv/bin/python -m pytest -q -p no:cacheprovider -m "$marks" --basetemp="$logs/tmp-$rel" >"$logs/$rel.log" 2>&1 &
   pids+=($!)
 done

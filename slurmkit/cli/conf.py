@@ -252,7 +252,7 @@ def _diff(inventory: str, directory: str, version: str | None, templates: str | 
     written, steps not all done) the cluster may still run the files from before it: apply plans against those
     (``against_base``); diff compares with the files in DIR and says what is pending."""
     from slurmkit.elastic.execute import load_journal, remaining
-    from slurmkit.generate.rollout import read_dir, semantic_diff
+    from slurmkit.generate.rollout import MANAGED_FILES, read_dir, semantic_diff
 
     _warn_pending(directory)
     journal = load_journal(directory)
@@ -263,7 +263,7 @@ def _diff(inventory: str, directory: str, version: str | None, templates: str | 
                    "the files from before it" + ("; the changes below are against those" if against_base else
                                                  "; `slurmkit conf apply --execute` finishes it"), err=True)
     stale = _stale(directory, files)
-    for name in [n for n in current if n not in files and n not in stale]:
+    for name in [n for n in current if n not in files and n not in stale and n in MANAGED_FILES]:
         current.pop(name)  # not ours: apply leaves it, so the diff must not report it forever
     if not (journal and against_base):
         from slurmkit.adopt.read import CONFIG_FILES, read_site
@@ -538,15 +538,31 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
         click.echo("scontrol reconfigure: done")
         return 0
     rest = steps[written:]
+    by_hand = next((i for i, s in enumerate(steps, 1) if s.kind == COPY_STATE and i > written), None)
+    if by_hand is not None:
+        # --execute refuses a plan with a by-hand step (above): a pending rollout kept for it could never be finished
+        # (every --execute refused, every diff said "pending"); the rest of the plan is the admin's
+        clear_journal(Path(to))
+        click.echo(f"the cluster runs the previous files until steps {written + 1}-{len(steps)} are done; "
+                   f"steps {written + 1}-{len(steps)} are yours (step {by_hand} is by hand, so `slurmkit conf apply "
+                   f"--execute` cannot carry them): {'; '.join(s.text.split(':')[0] for s in rest)}")
+        return 0
     click.echo(f"the cluster runs the previous files until steps {written + 1}-{len(steps)} are done "
                f"({'; '.join(s.text.split(':')[0] for s in rest)}); `slurmkit conf apply --execute` does them")
     return 0
 
 
 def _current(directory: str) -> dict[str, str]:
+    """The files the cluster runs now, the ones slurm.conf's Include lines name with them (as ``_diff`` reads DIR): a
+    pending rollout's base without them failed Slurm's parse ("Include nodes.conf: file not found") and lost every
+    node defined there, for the next apply's plan and --execute's drain."""
+    from slurmkit.adopt.read import CONFIG_FILES, read_site
     from slurmkit.generate.rollout import read_dir
 
-    return read_dir(directory)
+    current = read_dir(directory)
+    included, _notes, _d = read_site(directory)
+    current.update({k: v for k, v in included.items() if k not in CONFIG_FILES})
+    return current
 
 
 def _target(to: str, cluster: object):  # type: ignore[no-untyped-def]

@@ -116,7 +116,7 @@ class Executor:
         self.site, self.backend, self.conf_dir = site, backend, conf_dir
         self.files, self.executable, self.remove = dict(files), tuple(executable), tuple(remove)
         self.timeout, self.keep_backups, self.progress = timeout, keep_backups, progress
-        self.new_hosts = _hosts_of(files.get("slurm.conf", ""))
+        self.new_hosts = _hosts_of(files)
 
     def _step(self, i: int, step: ro.Step) -> None:
         """Called before step ``i`` (1-based); fault-injection tests replace it."""
@@ -157,7 +157,7 @@ class Executor:
         before = journal.get("responding")
         if before is None:
             return list(self.new_hosts)
-        base_hosts = set(_hosts_of(journal["base"].get("slurm.conf", "")))
+        base_hosts = set(_hosts_of(journal["base"]))
         return [h for h in self.new_hosts if h in set(before) or h not in base_hosts]
 
     def _registered(self, hosts: list[str]) -> None:
@@ -181,7 +181,7 @@ class Executor:
 
         k = step.kind
         if k == ro.DRAIN_STEP:
-            hosts = [h for h in self._targets(step.nodes) if h in set(_hosts_of(journal["base"].get("slurm.conf", "")))]
+            hosts = [h for h in self._targets(step.nodes) if h in set(_hosts_of(journal["base"]))]
             try:
                 ours = drain_and_wait(self.backend, hosts, requeue=False, timeout=self.timeout,
                                       progress=self.progress, reason=CONF_REASON)
@@ -296,11 +296,13 @@ def _line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _hosts_of(slurm_conf: str) -> list[str]:
+def _hosts_of(files: Mapping[str, str]) -> list[str]:
+    """The nodes of a config set (a journal's base), its Include files followed: a hand-split site keeps its NodeName
+    lines in nodes.conf, and slurm.conf alone named none (the drain step drained nothing)."""
     from slurmkit.generate import confparse as cp
 
     out: list[str] = []
-    for rec in cp.parse_slurm_conf(slurm_conf).nodes:
+    for rec in cp.parse_slurm_conf(files.get("slurm.conf", ""), "slurm.conf", files).nodes:
         if rec.head.upper() != "DEFAULT":
             out.extend(hostlist.expand(rec.head))
     return out

@@ -589,6 +589,11 @@ def _setting(key: str, value: str, version: str) -> object:
         return frozenset(x.strip().lower() for x in v.split(",") if x.strip())
     if key == "clustername":
         return v.lower()  # read_config.c _validate_and_set_defaults lower-cases it (22.05, 24.11)
+    if key == "statesavelocation":
+        # slurmctld joins it and a file name as "%s/job_state" (src/slurmctld/job_mgr.c, slurm-22-05-8-1,
+        # slurm-24-11-5-1, slurm-26-05-3-1): a trailing, doubled or "." component is the same directory, never a move
+        # (a move is the by-hand copy-state plan, which --execute refuses)
+        return re.sub(r"/+", "/", "/".join(p for p in v.split("/") if p != ".")).rstrip("/") or v
     return slurmdefaults.SYNONYMS.get(v.upper(), v)
 
 
@@ -723,6 +728,10 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         name = (nc.settings.get(key) or oc.settings[key])[0]
         r = rule(ver, name)
         nodes = "ALL" if r.scope == "jobs" else ""
+        if r.scope == "state" and not a and oc.problems:
+            # the running files fail Slurm's parse (above): StateSaveLocation may sit in the file that is gone, read
+            # by slurmctld before it went -- the directory it runs with is not the default, it is unknown here
+            a = UNKNOWN_STATE
         changes.append(Change("slurm.conf", name, a, b, r.action, r.doc, nodes, r.scope))
 
     on, nn = _node_table(oc), _node_table(nc)
@@ -1007,6 +1016,7 @@ def _count_lines(text: str) -> str:
 DRAIN_STEP, STOP_CTLD, WRITE, RESTART_SLURMD, START_CTLD, RESTART_CTLD, RECONF, VERIFY, RESUME = (
     "drain", "stop-ctld", "write", "restart-slurmd", "start-ctld", "restart-ctld", "reconfigure", "verify", "resume")
 RESTART_DBD = "restart-slurmdbd"
+UNKNOWN_STATE = "(unknown: the files in DIR fail Slurm's parse)"  # Change.old of a StateSaveLocation they may hide
 COPY_STATE = "copy-state"  # by hand: `conf apply --execute` refuses a plan with it (it cannot copy between hosts)
 
 
@@ -1050,15 +1060,27 @@ def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
     if state is not None:
         # StateSaveLocation moves (_STATE): slurmctld stopped before the write, the state copied, then started; every
         # other change rides along (slurmd restarted where one needs it, a reconfigure after for the rest)
-        old, new = state.old or "(the release default)", state.new or "(the release default)"
-        steps += [Step(STOP_CTLD, "stop slurmctld (StateSaveLocation moves: it must not write state meanwhile)"), write,
-                  Step(COPY_STATE, f"by hand, on the controller: copy the files of StateSaveLocation {old} into {new}, "
+        # unset: read_config.h DEFAULT_SAVE_STATE_LOC (slurmdefaults), "/var/spool" in 22.05, 24.11 and 26.05
+        dflt = f"{slurmdefaults.default('StateSaveLocation', version) or '(the release default)'} (the default)"
+        old, new = state.old or dflt, state.new or dflt
+        what = f"StateSaveLocation {old}" if state.old != UNKNOWN_STATE else (
+            "the StateSaveLocation slurmctld runs with (`scontrol show config` before step 1: the files in DIR fail "
+            f"Slurm's parse, so they do not say; nothing to copy if it is {new} already)")
+        # every controller: a backup takes control once the primary stops answering (slurm-24-11-5-1
+        # src/slurmctld/backup.c run_backup) and, on the old files, would go on writing the old directory
+        steps += [Step(STOP_CTLD, "stop slurmctld on every controller host, backup ones included (StateSaveLocation "
+                                  "moves: none may write state meanwhile; a backup takes control when the primary "
+                                  "stops answering)"), write,
+                  Step(COPY_STATE, f"by hand, on the controller: copy the files of {what} into {new}, "
                                    "owned by SlurmUser (slurm.conf(5) RELOCATING CONTROLLERS; without them slurmctld "
                                    "starts with no jobs)")]
         if any(c.scope not in ("slurmctld", "state") for c in restart):
             steps.append(Step(RESTART_SLURMD, "restart slurmd on every node", "ALL"))
-        steps.append(Step(START_CTLD, "start slurmctld"))
-        if any(c.action == RECONFIGURE for c in changes):
+        steps.append(Step(START_CTLD, "start slurmctld (the primary, then any backup)"))
+        # and the changes a reconfigure carries: RECONFIGURE ones, and 23.11+'s drain + reconfigure node changes
+        # (RULES_23_11 "node~", RULES_24_11 "node-": scope "reconfigure"), which starting slurmctld alone leaves unread
+        # by the slurmds
+        if any(c.action == RECONFIGURE or c.scope == "reconfigure" for c in changes):
             steps.append(Step(RECONF, "scontrol reconfigure (the slurmds read the other changes)"))
     elif any(c.scope == "stop-all" for c in changes):
         # the FAQ's order for node list changes before 24.11 (RULES_22_05 "node+" / "node-")

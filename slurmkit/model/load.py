@@ -663,6 +663,8 @@ def _rail_path(got: str, path: str, n_units: int) -> str:
     ``topology.rail_optimized.units[2].nodes``, ``topology.switches`` -> ``topology.rail_optimized.units``; the spine
     (the switch after the units) -> ``topology.rail_optimized.spine``."""
     base = _join(path, "rail_optimized")
+    if got == _join(path, "block_sizes") or got.startswith(_join(path, "block_sizes") + "["):
+        return base + got[len(path):]  # given inside rail_optimized (a top-level one is refused before the lowering)
     m = re.fullmatch(rf"{re.escape(path)}\.(?:switches|blocks)(?:\[(\d+)\])?(.*)", got)
     if not m:
         return base if got == path else got
@@ -785,11 +787,19 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bo
                 switches=_hosts(ctx, sm["switches"], _join(sp, "switches"), hostnames=False) if sm.get("switches") else "",
             )
         )
-    blocks = []
+    blocks: list[Block] = []
     for i, b in enumerate(_list(ctx, m.get("blocks") or [], _join(path, "blocks"))):
         bp = _join(_join(path, "blocks"), i)
         bm = _mapping(ctx, b, bp, {"name", "nodes"}, {"name", "nodes"})
-        blocks.append(Block(_str(ctx, bm["name"], _join(bp, "name"), _NAME_RE), _hosts(ctx, bm["nodes"], _join(bp, "nodes"))))
+        bname = _str(ctx, bm["name"], _join(bp, "name"), _NAME_RE)
+        prior = next((j for j, x in enumerate(blocks) if x.name == bname), None)
+        if prior is not None:
+            # topology/block block_record.c: fatal("Block (%s) has already been defined") (slurm-24-11-5-1,
+            # slurm-26-05-3-1). Refused here, not only by the generator (slurmconf.py), so that a rail_optimized unit
+            # is named as written (units[i].name), not as the lowered topology.blocks[i]
+            raise ctx.err(_join(bp, "name"), f"{bname!r} is already defined (entry {prior}); slurmctld: \"Block "
+                                             f"({bname}) has already been defined\", fatal")
+        blocks.append(Block(bname, _hosts(ctx, bm["nodes"], _join(bp, "nodes"))))
     sizes = tuple(
         _int(ctx, v, _join(_join(path, "block_sizes"), i), 1)
         for i, v in enumerate(_list(ctx, m.get("block_sizes") or [], _join(path, "block_sizes")))

@@ -278,3 +278,129 @@ def test_a_moved_state_save_location_is_stop_copy_start_and_execute_refuses_it(t
     assert res.returncode == 3 and ("refusing: --execute cannot carry this plan: step 3 is by hand (copy the files of "
                                     "StateSaveLocation /var/spool/slurmctld into /srv/slurm/state)") in res.stderr
     assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == before
+
+
+def test_a_state_save_location_spelled_differently_is_no_move_and_the_default_is_named() -> None:
+    """slurmctld joins StateSaveLocation and a file name with "%s/job_state" (job_mgr.c, 22.05 24.11 26.05): a trailing
+    or doubled slash is the same directory, so no by-hand copy (which --execute refuses) is planned for it. An unset
+    StateSaveLocation is read_config.h DEFAULT_SAVE_STATE_LOC "/var/spool": the copy step names it."""
+    from slurmkit.generate.rollout import COPY_STATE, plan_steps, semantic_diff
+
+    head = "ClusterName=c\nSlurmctldHost=h\n"
+    for ver in ("22.05", "24.11", "26.05"):
+        for spelled in ("/var/spool/slurmctld/", "/var/spool//slurmctld", "/var/spool/./slurmctld"):
+            old = {"slurm.conf": head + f"StateSaveLocation={spelled}\n"}
+            new = {"slurm.conf": head + "StateSaveLocation=/var/spool/slurmctld\n"}
+            assert semantic_diff(old, new, ver) == [], (ver, spelled)
+        assert semantic_diff({"slurm.conf": head}, {"slurm.conf": head + "StateSaveLocation=/var/spool/\n"}, ver) == []
+        steps = plan_steps(semantic_diff({"slurm.conf": head}, {"slurm.conf": head + "StateSaveLocation=/srv/s\n"},
+                                         ver), ver)
+        copy = next(s for s in steps if s.kind == COPY_STATE)
+        assert "StateSaveLocation /var/spool (the default) into /srv/s" in copy.text, copy.text
+
+
+def test_writing_a_state_move_leaves_the_steps_to_the_admin_not_to_an_execute_that_refuses(tmp_path: Path) -> None:
+    """`conf apply --allow-disruptive` (no --execute) writes a StateSaveLocation move: the steps after the write
+    include the by-hand copy, which --execute refuses. It said "`slurmkit conf apply --execute` does them" and kept a
+    pending rollout that every later --execute refused and every diff reported, with no way to finish it."""
+    out = tmp_path / "etc"
+    assert sk("conf", "generate", str(ROOT / "examples" / "lab.yaml"), "-o", str(out), "--no-real-parse").returncode == 0
+    moved = write_inv(tmp_path, mutate("controller.state_dir", "/srv/slurm/state"))
+    res = sk("conf", "apply", str(moved), "--to", str(out), "--no-real-parse", "--allow-disruptive")
+    assert res.returncode == 0, res.stderr
+    assert "StateSaveLocation=/srv/slurm/state" in (out / "slurm.conf").read_text()
+    assert "--execute` does them" not in res.stdout, res.stdout
+    assert "steps 3-5 are yours" in res.stdout and "step 3 is by hand" in res.stdout, res.stdout
+    res = sk("conf", "diff", str(moved), "--against", str(out))
+    assert "a rollout is pending" not in res.stderr, res.stderr
+    res = sk("conf", "apply", str(moved), "--to", str(out), "--no-real-parse", "--execute", "--allow-disruptive")
+    assert res.returncode == 0 and "refusing" not in res.stderr, res.stderr
+
+
+def test_a_state_move_beside_a_node_change_of_a_reconfigure_release_still_reconfigures() -> None:
+    """24.11+ node changes are drain + reconfigure (slurm.conf(5) 24.11 NODE CONFIGURATION: "require restarting or
+    reconfiguring all slurmctld and slurmd daemons"). Beside a StateSaveLocation move the plan started slurmctld only:
+    the slurmds never read the new node definitions (a removed node's slurmd kept the old file)."""
+    from slurmkit.generate.rollout import (
+        COPY_STATE,
+        RECONF,
+        RESTART_SLURMD,
+        START_CTLD,
+        plan_steps,
+        semantic_diff,
+    )
+
+    h = "ClusterName=c\nSlurmctldHost=h\n"
+    n2 = "NodeName=n[1-2] CPUs=4 RealMemory=1000\nPartitionName=p Nodes=ALL Default=YES\n"
+    n3 = "NodeName=n[1-3] CPUs=4 RealMemory=1000\nPartitionName=p Nodes=ALL Default=YES\n"
+    less = "NodeName=n[1-3] CPUs=4 RealMemory=900\nPartitionName=p Nodes=ALL Default=YES\n"
+    for ver in ("24.11", "26.05"):
+        for after in (n2, less):
+            old = {"slurm.conf": h + "StateSaveLocation=/a\n" + n3}
+            new = {"slurm.conf": h + "StateSaveLocation=/b\n" + after}
+            kinds = [s.kind for s in plan_steps(semantic_diff(old, new, ver), ver)]
+            assert COPY_STATE in kinds and kinds.index(START_CTLD) > kinds.index(COPY_STATE), kinds
+            assert RECONF in kinds[kinds.index(START_CTLD):] or RESTART_SLURMD in kinds, (ver, after, kinds)
+
+
+def test_a_state_save_location_lost_with_a_broken_include_is_unknown_not_the_default() -> None:
+    """A site keeps StateSaveLocation in an Include'd file that is gone: Slurm's parse of the running files fails
+    (parse_config.c "Include" failed, fatal), so which directory slurmctld runs with is unknown from them -- it read
+    the include before it went. The plan told the admin to copy /var/spool (the default) into the inventory's
+    directory: the whole of /var/spool, into a directory under it, when slurmctld may already run on that directory."""
+    from slurmkit.generate.rollout import COPY_STATE, plan_steps, semantic_diff
+
+    head = "ClusterName=c\nSlurmctldHost=h\n"
+    old = {"slurm.conf": head + "Include state.conf\n"}
+    new = {"slurm.conf": head + "StateSaveLocation=/var/spool/slurmctld\n"}
+    for ver in ("22.05", "24.11", "26.05"):
+        changes = semantic_diff(old, new, ver)
+        state = next(c for c in changes if c.subject == "StateSaveLocation")
+        assert "unknown" in state.line() and "/var/spool (the default)" not in state.line(), state.line()
+        copy = next(s for s in plan_steps(changes, ver) if s.kind == COPY_STATE)
+        assert "/var/spool (the default)" not in copy.text, copy.text
+        assert "scontrol show config" in copy.text and "/var/spool/slurmctld" in copy.text, copy.text
+
+
+def test_a_state_move_stops_every_controller_not_only_the_primary() -> None:
+    """With a backup controller (controller.hosts > 1, a shared state_dir) a stopped primary is taken over by the
+    backup once it stops answering (backup.c run_backup: "assuming control when the primary controller stops
+    responding", slurm-24-11-5-1): the backup, on the old files, keeps writing the old directory while the admin copies
+    it. The plan's stop and start steps name every controller."""
+    from slurmkit.generate.rollout import START_CTLD, STOP_CTLD, plan_steps, semantic_diff
+
+    head = "ClusterName=c\nSlurmctldHost=h1\nSlurmctldHost=h2\n"
+    for ver in ("22.05", "24.11", "26.05"):
+        steps = plan_steps(semantic_diff({"slurm.conf": head + "StateSaveLocation=/a\n"},
+                                         {"slurm.conf": head + "StateSaveLocation=/b\n"}, ver), ver)
+        stop = next(s for s in steps if s.kind == STOP_CTLD)
+        start = next(s for s in steps if s.kind == START_CTLD)
+        assert "every controller" in stop.text and "backup" in stop.text, stop.text
+        assert "backup" in start.text, start.text
+
+
+def test_a_pending_rollout_of_a_site_with_include_files_keeps_them_in_its_base(tmp_path: Path) -> None:
+    """A hand-split site (slurm.conf `Include nodes.conf`): `conf apply` keeps a pending rollout whose base (the
+    files the cluster runs) is what the next apply plans against. The base held slurm.conf without nodes.conf, so the
+    next apply read "Include nodes.conf: file not found (fatal)" and every node as added: a restart, and on 22.05 the
+    stop-everything procedure, for a MinJobAge change. --execute's drain and registration checks read the base's
+    nodes too (a drain of nodes defined in an Include drained none)."""
+    from slurmkit.elastic.execute import _hosts_of, load_journal
+
+    out = tmp_path / "etc"
+    assert sk("conf", "generate", str(ROOT / "examples" / "lab.yaml"), "-o", str(out), "--no-real-parse").returncode == 0
+    conf = (out / "slurm.conf").read_text().splitlines()
+    (out / "nodes.conf").write_text("".join(ln + "\n" for ln in conf if ln.startswith("NodeName=")))
+    (out / "slurm.conf").write_text("".join(("Include nodes.conf\n" if ln.startswith("NodeName=") else ln + "\n")
+                                            for ln in conf))
+    assert "nothing to do" in sk("conf", "diff", str(ROOT / "examples" / "lab.yaml"), "--against", str(out)).stdout
+    inv = write_inv(tmp_path, mutate("slurm_conf", {"MinJobAge": 100}))
+    res = sk("conf", "apply", str(inv), "--to", str(out), "--no-real-parse")
+    assert res.returncode == 0 and "scontrol reconfigure" in res.stdout, res.stdout + res.stderr
+    journal = load_journal(out)
+    assert journal is not None and _hosts_of(journal["base"]) == [f"node{i}" for i in range(1, 9)]
+    again = write_inv(tmp_path, mutate("slurm_conf", {"MinJobAge": 200}), "again.yaml")
+    res = sk("conf", "apply", str(again), "--to", str(out), "--no-real-parse")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Include nodes.conf" not in res.stdout and "NodeName" not in res.stdout, res.stdout
+    assert "MinJobAge: (absent) -> 200" in res.stdout and "stop slurmctld" not in res.stdout, res.stdout

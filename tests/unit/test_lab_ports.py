@@ -80,3 +80,18 @@ def test_ports_in_the_ephemeral_range_are_refused(monkeypatch, tmp_path):
     spec = LabSpec(port_base=31900, nodes=2, accounting=True)
     with pytest.raises(LabError, match="ports 32900-32901 \\(slurmdbd, --port-base\\+1000 with --accounting\\)"):
         check_ports(spec.ports())
+
+
+def test_make_labs_stay_below_the_port_limit_of_their_pass(monkeypatch):
+    """tests/run.sh runs the releases' lab passes side by side, each from its own port base, the next pass's base its
+    limit. make_lab's labs climb by 200 per lab made in the session (base+4200 .. +5801 in the host's full pass), so
+    without the limit they reached into the next pass's labs (its slurmctld at the next base): a lab that needs a port
+    at or past SLURMKIT_TEST_LAB_PORT_LIMIT is an error naming the limit, never a port another pass holds."""
+    from tests import conftest
+
+    monkeypatch.setenv("SLURMKIT_TEST_LAB_PORT_BASE", "20000")
+    monkeypatch.setattr(conftest, "_TAKEN", set())
+    monkeypatch.setenv("SLURMKIT_TEST_LAB_PORT_LIMIT", "21100")
+    assert conftest._free_lab_base({"nodes": 2, "slurm": None}) == 20200  # 20200..20202
+    with pytest.raises(RuntimeError, match="SLURMKIT_TEST_LAB_PORT_LIMIT=21100"):
+        conftest._free_lab_base({"nodes": 2, "accounting": True, "slurm": None})  # its slurmdbd would be on 21200
