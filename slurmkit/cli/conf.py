@@ -502,7 +502,7 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
     daemon_steps = [(i, s) for i, s in enumerate(steps, 1) if s.kind in (STOP_CTLD, START_CTLD, RESTART_CTLD, RESTART_SLURMD)]
     if reconfigure and not execute and daemon_steps:
         i, s = daemon_steps[0]
-        click.echo(f"refusing: --reconfigure cannot carry this plan (step {i}: {s.text.split(':')[0]}; a reconfigure "
+        click.echo(f"refusing: --reconfigure cannot carry this plan (step {i}: {_step_head(s.text)}; a reconfigure "
                    "where a restart is needed can kill slurmctld); use --execute, or write without --reconfigure and "
                    "do the steps yourself", err=True)
         return 3
@@ -510,7 +510,7 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
     if execute and manual:
         i, s = manual[0]
         click.echo(f"refusing: --execute cannot carry this plan: step {i} is by hand "
-                   f"({s.text.split(':', 1)[1].split(', owned')[0].strip()}); follow the plan yourself", err=True)
+                   f"(copy {s.text.split(':', 1)[1].split(', owned')[0].strip()}); follow the plan yourself", err=True)
         return 3
     if execute:
         return _execute(cluster, files, to, stale, steps, run, timeout, keep)
@@ -545,11 +545,18 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
         clear_journal(Path(to))
         click.echo(f"the cluster runs the previous files until steps {written + 1}-{len(steps)} are done; "
                    f"steps {written + 1}-{len(steps)} are yours (step {by_hand} is by hand, so `slurmkit conf apply "
-                   f"--execute` cannot carry them): {'; '.join(s.text.split(':')[0] for s in rest)}")
+                   f"--execute` cannot carry them): {'; '.join(_step_head(s.text) for s in rest)}")
         return 0
     click.echo(f"the cluster runs the previous files until steps {written + 1}-{len(steps)} are done "
-               f"({'; '.join(s.text.split(':')[0] for s in rest)}); `slurmkit conf apply --execute` does them")
+               f"({'; '.join(_step_head(s.text) for s in rest)}); `slurmkit conf apply --execute` does them")
     return 0
+
+
+def _step_head(text: str) -> str:
+    """A plan step in a few words: its text before the first ':' or ' (' ("stop slurmctld (StateSaveLocation
+    moves: ...)" -> "stop slurmctld"; "drain node[1-2]: scontrol ..." -> "drain node[1-2]")."""
+    cut = [i for i in (text.find(":"), text.find(" (")) if i >= 0]
+    return text[:min(cut)] if cut else text
 
 
 def _current(directory: str) -> dict[str, str]:

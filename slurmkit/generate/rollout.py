@@ -708,9 +708,11 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
     # the daemons cannot be running what DIR holds. That is never "nothing to do": the new files fix it, and only a
     # restart of slurmctld makes sure it reads them (what it loaded before the file broke is unknown from here).
     for problem in [p for p in oc.problems if p not in nc.problems]:
-        subject, _sep, what = problem.partition(": ")
-        changes.append(Change("slurm.conf", what.split(":", 1)[0] if "Include" in what else subject,
-                              " ".join(what.split(":", 1)[-1].split()), "", "restart",
+        where, _sep, what = problem.partition(": ")  # "slurm.conf:5: Include x.conf: file not found (...)"
+        line = where.rsplit(":", 1)[-1]
+        head, _sep, said = what.partition(": ") if what.startswith("Include ") else (f"line {line}", "", what)
+        changes.append(Change(where.rsplit(":", 1)[0] if where.count(":") else "slurm.conf", head,
+                              " ".join(said.split()), "", "restart",
                               "the files in DIR fail Slurm's parse (fatal at the next read: parse_config.c "
                               "s_p_parse_file); the daemons run files from before they broke", "", "slurmctld"))
     renamed = _namespace_rename(oc, nc, feats)
@@ -1071,7 +1073,7 @@ def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
         steps += [Step(STOP_CTLD, "stop slurmctld on every controller host, backup ones included (StateSaveLocation "
                                   "moves: none may write state meanwhile; a backup takes control when the primary "
                                   "stops answering)"), write,
-                  Step(COPY_STATE, f"by hand, on the controller: copy the files of {what} into {new}, "
+                  Step(COPY_STATE, f"copy the state by hand on the controller: the files of {what} into {new}, "
                                    "owned by SlurmUser (slurm.conf(5) RELOCATING CONTROLLERS; without them slurmctld "
                                    "starts with no jobs)")]
         if any(c.scope not in ("slurmctld", "state") for c in restart):

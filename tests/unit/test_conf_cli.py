@@ -273,7 +273,7 @@ def test_a_moved_state_save_location_is_stop_copy_start_and_execute_refuses_it(t
     moved = write_inv(tmp_path, mutate("controller.state_dir", "/srv/slurm/state"))
     before = {p.name: p.read_text() for p in out.iterdir() if p.is_file()}
     res = sk("conf", "diff", str(moved), "--against", str(out))
-    assert res.returncode == 0 and "by hand, on the controller: copy the files of StateSaveLocation" in res.stdout
+    assert res.returncode == 0 and "copy the state by hand on the controller: the files of StateSaveLocation" in res.stdout
     res = sk("conf", "apply", str(moved), "--to", str(out), "--no-real-parse", "--execute", "--allow-disruptive")
     assert res.returncode == 3 and ("refusing: --execute cannot carry this plan: step 3 is by hand (copy the files of "
                                     "StateSaveLocation /var/spool/slurmctld into /srv/slurm/state)") in res.stderr
