@@ -447,7 +447,11 @@ RULES_22_05: dict[str, Rule] = {
     "SelectTypeParameters": Rule(DRAIN, "jobs", _CTLD_22 + "; read_config.c _preserve_select_type_param: SelectTypeParameters cannot change on reconfigure"),
     "SlurmctldHost": Rule(RESTART, "slurmctld", _CTLD_22),
     "SlurmctldParameters": Rule(RESTART, "slurmctld", _CTLD_22),
-    "SlurmctldPort": Rule(RESTART, "slurmctld", _CTLD_22),
+    # slurmd and slurmstepd send to slurmctld on the SlurmctldPort of the config they loaded (slurm-22-05-8-1 and
+    # slurm-24-11-5-1 src/common/slurm_protocol_api.c: the controller address is built from conf->slurmctld_port):
+    # on the 22.05 lab, with slurmctld alone restarted on a new port, every slurmd logged "Unable to register:
+    # Unable to contact slurm controller (connect failure)" and "Error sending prolog completion notification"
+    "SlurmctldPort": Rule(RESTART, "all", _CTLD_22 + "; slurmd sends to it (slurm_protocol_api.c): restart slurmd too"),
     "SlurmdPort": Rule(RESTART, "all", _CTLD_22 + " (slurmd listens on it: restart slurmd too)"),
     "StateSaveLocation": Rule(RESTART, "state", _STATE),
     "SwitchType": Rule(DRAIN, "jobs", _SWITCH_OLD),
@@ -477,7 +481,7 @@ RULES_23_11: dict[str, Rule] = {
                                            'prevent them from completing."'),
     "SelectType": Rule(DRAIN, "jobs", _SELECT),
     "SwitchType": Rule(DRAIN, "jobs", 'slurm.conf(5) 23.11+: "All Slurm daemons, commands and running jobs must be restarted or reconfigured for a change in SwitchType to take effect. If running jobs exist at the time slurmctld is restarted with a new value of SwitchType, records of all jobs in any state may be lost."'),
-    "SlurmctldPort": Rule(RESTART, "slurmctld", _TCP),
+    "SlurmctldPort": Rule(RESTART, "all", _TCP + "; slurmd sends to it (slurm_protocol_api.c): restart slurmd too"),
     "SlurmdPort": Rule(RESTART, "all", _TCP),
     "ClusterName": RULES_22_05["ClusterName"],
     "StateSaveLocation": RULES_22_05["StateSaveLocation"],

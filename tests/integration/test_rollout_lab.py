@@ -140,7 +140,8 @@ NOT_IN_LAB = {
     "AccountingStorageType": "needs a slurmdbd; the accounting lab is its own (test_tenants_lab)",
     "SelectType": "a change loses every job (slurm.conf(5)); the lab's GPUs need select/cons_tres",
     "SlurmctldHost": "a new controller host needs a second machine",
-    "SlurmctldPort": "the lab's clients and tests find slurmctld on the port of its port base",
+    "SlurmctldPort": "changed and put back in test_a_new_slurmctld_port_restarts_the_slurmds_too (the module's other "
+                     "cases find slurmctld on the port of the lab's port base)",
     "StateSaveLocation": "a manual step (copy the state) that --execute refuses: "
                          "test_a_moved_state_save_location_keeps_the_jobs follows the plan by hand",
     "ClusterName": "slurmctld refuses a new name over the old state (controller.c _verify_clustername)",
@@ -239,3 +240,41 @@ def test_a_moved_state_save_location_keeps_the_jobs(rlab: dict) -> None:  # type
     assert f"JobId={jid} " in got and "JobState=PENDING" in got, got
     assert re.search(rf"(?m)^StateSaveLocation\s+= {re.escape(str(new_state))}$", _scontrol(lab, "show", "config"))
     subprocess.run(["scancel", jid], env=env, timeout=30)
+
+
+def test_a_new_slurmctld_port_restarts_the_slurmds_too(rlab: dict) -> None:  # type: ignore[no-untyped-def]
+    """SlurmctldPort (RULES_* "SlurmctldPort", scope all): slurmd sends to slurmctld on the port of the config it
+    loaded, so the plan restarts every slurmd with slurmctld. With slurmctld alone restarted (the table before), the
+    22.05 lab's slurmds logged "Unable to register: Unable to contact slurm controller (connect failure)". Here the
+    plan is carried out by --execute and a 2-node job's slurmds must not log that. The port is put back after.
+    Cost: two rollouts with restarts (~15 s)."""
+    lab = rlab["lab"]
+    env = {**os.environ, **lab.env}
+    logs = sorted((Path(lab.dir) / "log").glob("slurmd-*.log"))
+    ov_path = rlab["tmp"] / "port-overlay.yaml"
+    old_port = str(rlab["overlay"]["slurm_conf"]["SlurmctldPort"])
+    inv = rlab["tmp"] / "port.yaml"
+    inv.write_text(yaml.safe_dump(rlab["inv"], sort_keys=False))
+
+    def apply(port: str) -> str:
+        rlab["overlay"]["slurm_conf"]["SlurmctldPort"] = port
+        ov_path.write_text(yaml.safe_dump(rlab["overlay"], sort_keys=False))
+        res = sk(lab, "conf", "apply", str(inv), "--to", str(lab.etc), "--overrides", str(ov_path), "--execute",
+                 "--allow-disruptive", "--no-real-parse", "--timeout", "90")
+        assert res.returncode == 0, res.stdout + res.stderr
+        return res.stdout
+
+    new_port = str(int(old_port) + 57)  # inside the lab's port block, unused by it (base+57: no node that high)
+    try:
+        out = apply(new_port)
+        assert "restart slurmd on every node" in out.split("rollout plan:", 1)[1], out
+        start = {p: p.stat().st_size for p in logs}
+        job = subprocess.run(["sbatch", "--parsable", "-N2", "-o", "/dev/null", "--wait", "--wrap", "srun true"],
+                             capture_output=True, text=True, env=env, timeout=120)
+        assert job.returncode == 0, job.stderr
+        for p in logs:
+            with p.open() as f:
+                f.seek(start[p])
+                assert "Unable to contact slurm controller" not in f.read(), p
+    finally:
+        apply(old_port)
