@@ -502,7 +502,7 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
     daemon_steps = [(i, s) for i, s in enumerate(steps, 1) if s.kind in (STOP_CTLD, START_CTLD, RESTART_CTLD, RESTART_SLURMD)]
     if reconfigure and not execute and daemon_steps:
         i, s = daemon_steps[0]
-        click.echo(f"refusing: --reconfigure cannot carry this plan (step {i}: {_step_head(s.text)}; a reconfigure "
+        click.echo(f"refusing: --reconfigure cannot carry this plan (step {i}: {_head(s.text)}; a reconfigure "
                    "where a restart is needed can kill slurmctld); use --execute, or write without --reconfigure and "
                    "do the steps yourself", err=True)
         return 3
@@ -545,18 +545,17 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
         clear_journal(Path(to))
         click.echo(f"the cluster runs the previous files until steps {written + 1}-{len(steps)} are done; "
                    f"steps {written + 1}-{len(steps)} are yours (step {by_hand} is by hand, so `slurmkit conf apply "
-                   f"--execute` cannot carry them): {'; '.join(_step_head(s.text) for s in rest)}")
+                   f"--execute` cannot carry them): {'; '.join(_head(s.text) for s in rest)}")
         return 0
     click.echo(f"the cluster runs the previous files until steps {written + 1}-{len(steps)} are done "
-               f"({'; '.join(_step_head(s.text) for s in rest)}); `slurmkit conf apply --execute` does them")
+               f"({'; '.join(_head(s.text) for s in rest)}); `slurmkit conf apply --execute` does them")
     return 0
 
 
-def _step_head(text: str) -> str:
-    """A plan step in a few words: its text before the first ':' or ' (' ("stop slurmctld (StateSaveLocation
-    moves: ...)" -> "stop slurmctld"; "drain node[1-2]: scontrol ..." -> "drain node[1-2]")."""
-    cut = [i for i in (text.find(":"), text.find(" (")) if i >= 0]
-    return text[:min(cut)] if cut else text
+def _head(text: str) -> str:
+    from slurmkit.generate.rollout import step_head
+
+    return step_head(text)
 
 
 def _current(directory: str) -> dict[str, str]:

@@ -96,7 +96,7 @@ def remaining(journal: Mapping[str, Any]) -> str:
     if done >= len(steps):
         return "no step remains"
     rng = f"step {done + 1}" if done + 1 == len(steps) else f"steps {done + 1}-{len(steps)}"
-    return f"{rng} of {len(steps)} remain ({'; '.join(s.text.split(':')[0] for s in steps[done:])})"
+    return f"{rng} of {len(steps)} remain ({'; '.join(ro.step_head(s.text) for s in steps[done:])})"
 
 
 def new_journal(steps: list[ro.Step], files: Mapping[str, str], base: Mapping[str, str], version: str,
@@ -270,7 +270,7 @@ class Executor:
             step = steps[i]
             n = i + 1
             self._step(n, step)
-            where = f"step {n} of {len(steps)} ({step.text.split(':')[0]})"
+            where = f"step {n} of {len(steps)} ({ro.step_head(step.text)})"
             if not ctld_stopped and step.kind not in (ro.START_CTLD, ro.RESTART_CTLD) and not self._ping():
                 exc: SlurmkitError = self._dead(f"before {where}")
                 raise RolloutError(f"{exc.one_line()}; stopped before {where}; {remaining(journal)}")

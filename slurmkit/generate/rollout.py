@@ -1026,6 +1026,13 @@ UNKNOWN_STATE = "(unknown: the files in DIR fail Slurm's parse)"  # Change.old o
 COPY_STATE = "copy-state"  # by hand: `conf apply --execute` refuses a plan with it (it cannot copy between hosts)
 
 
+def step_head(text: str) -> str:
+    """A plan step in a few words: its text before the first ':' or ' (' ("stop slurmctld (StateSaveLocation
+    moves: ...)" -> "stop slurmctld"; "drain node[1-2]: scontrol ..." -> "drain node[1-2]")."""
+    cut = [i for i in (text.find(":"), text.find(" (")) if i >= 0]
+    return text[:min(cut)] if cut else text
+
+
 @dataclass(frozen=True)
 class Step:
     kind: str
@@ -1090,8 +1097,12 @@ def plan_steps(changes: list[Change], version: str = "22.05") -> list[Step]:
             steps.append(Step(RECONF, "scontrol reconfigure (the slurmds read the other changes)"))
     elif any(c.scope == "stop-all" for c in changes):
         # the FAQ's order for node list changes before 24.11 (RULES_22_05 "node+" / "node-")
-        steps += [Step(STOP_CTLD, "stop slurmctld (node list changes before 24.11: faq.shtml #add_nodes / #rem_nodes)"),
-                  write, Step(RESTART_SLURMD, "restart slurmd on every node", "ALL"), Step(START_CTLD, "start slurmctld")]
+        # every controller: a backup takes control once the primary stops answering (backup.c run_backup) and
+        # would run the old node list while the slurmds restart on the new one
+        steps += [Step(STOP_CTLD, "stop slurmctld on every controller host, backup ones included (node list changes "
+                                  "before 24.11: faq.shtml #add_nodes / #rem_nodes)"),
+                  write, Step(RESTART_SLURMD, "restart slurmd on every node", "ALL"),
+                  Step(START_CTLD, "start slurmctld (the primary, then any backup)")]
     elif restart:
         steps.append(write)
         ctld = any(c.scope != "slurmd" for c in restart)

@@ -114,7 +114,7 @@ def test_removing_nodes_before_24_11_stops_slurmctld_first() -> None:
     i = steps.index(next(s for s in steps if s.startswith("stop slurmctld")))
     assert steps[0].startswith("drain node8")
     assert steps[i + 1].startswith("back up and write the new files")
-    assert steps[i + 2] == "restart slurmd on every node" and steps[i + 3] == "start slurmctld"
+    assert steps[i + 2] == "restart slurmd on every node" and steps[i + 3] == "start slurmctld (the primary, then any backup)"
     # 23.11 and 24.05 follow the same (24.11's FAQ corrected 24.05's "23.11 and newer")
     steps24 = r.plan(r.semantic_diff(files_for(LAB, "24.05"), files_for(_removed_node8(), "24.05"), "24.05"), "24.05")
     assert any("stop slurmctld" in s for s in steps24)
@@ -132,8 +132,9 @@ def test_adding_nodes_before_24_11_follows_the_faq_order() -> None:
     new = changed(node_groups__0__hosts="node[1-9]")
     new["topology"]["switches"][1]["nodes"] = "node[5-9]"
     steps = [s.split(". ", 1)[1] for s in r.plan(r.semantic_diff(files_for(LAB), files_for(new), "22.05"), "22.05")]
-    assert steps[:4] == ["stop slurmctld (node list changes before 24.11: faq.shtml #add_nodes / #rem_nodes)",
-                         steps[1], "restart slurmd on every node", "start slurmctld"]
+    assert steps[:4] == ["stop slurmctld on every controller host, backup ones included (node list changes before "
+                         "24.11: faq.shtml #add_nodes / #rem_nodes)", steps[1], "restart slurmd on every node",
+                         "start slurmctld (the primary, then any backup)"]
     assert steps[1].startswith("back up and write")
 
 
