@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slurmkit.errors import UsageError
 from slurmkit.generate import confparse as cp
 
 # the files a Slurm config directory holds that slurmkit reads (slurm.conf's companions, by their fixed names)
@@ -25,6 +26,15 @@ def _cluster_name(text: str) -> str:
     return ""
 
 
+def _read(path: Path) -> str:
+    """A site file's text; one that cannot be read (mode 600 of another user: slurmdbd.conf beside it, an Include
+    of root's) is one line naming it, not a traceback."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it: {exc.strerror or exc} (run as a user who can, e.g. root)") from exc
+
+
 def read_site(path: str | Path) -> tuple[dict[str, str], list[str], Path]:
     """-> (files by the name Slurm resolves them under, notes, the config directory). ``path`` is a directory
     or a slurm.conf."""
@@ -35,10 +45,10 @@ def read_site(path: str | Path) -> tuple[dict[str, str], list[str], Path]:
     notes: list[str] = []
     if not main.is_file():
         return files, [f"{main}: no slurm.conf"], conf_dir
-    files["slurm.conf"] = main.read_text(errors="replace")
+    files["slurm.conf"] = _read(main)
     for name in CONFIG_FILES[1:]:
         if (conf_dir / name).is_file():
-            files[name] = (conf_dir / name).read_text(errors="replace")
+            files[name] = _read(conf_dir / name)
     cluster = _cluster_name(files["slurm.conf"])
     todo = [n for n in CONFIG_FILES if n in files and n != "topology.yaml"]
     seen: set[str] = set()
@@ -58,6 +68,6 @@ def read_site(path: str | Path) -> tuple[dict[str, str], list[str], Path]:
                 notes.append(f"{rec.where}: Include {rec.head}: read {conf_dir / Path(target).name} (the path is absent here)")
                 where = conf_dir / Path(target).name
             if where.is_file():
-                files[target] = where.read_text(errors="replace")
+                files[target] = _read(where)
                 todo.append(target)
     return files, notes, conf_dir

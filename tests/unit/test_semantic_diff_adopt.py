@@ -112,3 +112,28 @@ def test_running_files_that_fail_slurms_parse_are_never_nothing_to_do() -> None:
     assert "file not found" in changed[0].old and changed[0].new == ""
     # the same Include with its file present and saying nothing new: no change
     assert semantic_diff({**old, "extra-nodes.conf": "\n"}, conf(), "24.11") == []
+
+
+def test_an_unreadable_site_file_is_one_line_naming_it(tmp_path, monkeypatch) -> None:
+    # an Include of a file this user cannot read (root's mode 600): conf diff / import say which, no traceback
+    import pathlib
+
+    import pytest
+
+    from slurmkit.adopt.read import read_site
+    from slurmkit.errors import UsageError
+
+    (tmp_path / "slurm.conf").write_text("ClusterName=c\nInclude nodes.conf\n")
+    (tmp_path / "nodes.conf").write_text("NodeName=n1\n")
+    real = pathlib.Path.read_text
+
+    def denied(self, *a, **k):  # type: ignore[no-untyped-def]
+        if self.name == "nodes.conf":
+            raise PermissionError(13, "Permission denied")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", denied)
+    with pytest.raises(UsageError) as e:
+        read_site(tmp_path)
+    assert e.value.one_line() == f"{tmp_path / 'nodes.conf'}: cannot read it: Permission denied " \
+                                 "(run as a user who can, e.g. root)"
