@@ -219,8 +219,11 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
 
 
 def _follow_and_exit(job_id: str, backend, run_dir: str | None) -> None:  # type: ignore[no-untyped-def]
+    import gc
+
     from slurmkit.jobs.monitor import exit_status, follow
 
+    gc.enable()  # gpusub.main turned it off for the short startup; following can last hours
     st = follow(job_id, backend, sys.stdout, run_dir=run_dir)
     click.echo(f"gpusub: job {job_id} {st.state}" + (f" exit={st.exit_code}" if st.exit_code else "")
                + (f": {st.note}" if st.note else ""), err=True)

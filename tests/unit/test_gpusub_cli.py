@@ -397,3 +397,34 @@ assert "torchrun" in p.job.request.script
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-500:]
+
+
+def test_the_collector_is_off_for_the_short_call_and_back_on_for_follow(monkeypatch) -> None:
+    """gpusub.main turns the cyclic GC off (startup speed); --follow / logs -f, which can run for hours, turn it on."""
+    import gc
+
+    import pytest
+
+    from slurmkit.cli import gpusub, gpusub_cmds
+    from slurmkit.jobs import monitor
+
+    seen = {}
+
+    def fake_main(args):  # type: ignore[no-untyped-def]
+        seen["main"] = gc.isenabled()
+
+    def fake_follow(*a, **k):  # type: ignore[no-untyped-def]
+        seen["follow"] = gc.isenabled()
+        return monitor.JobStatus("1", "COMPLETED", "slurmctld")
+
+    monkeypatch.setattr(gpusub_cmds, "main", fake_main)
+    try:
+        gpusub.main(["x.py"])
+        assert seen["main"] is False
+        monkeypatch.setattr(monitor, "follow", fake_follow)
+        monkeypatch.setattr(monitor, "exit_status", lambda st: 0)
+        with pytest.raises(SystemExit):
+            gpusub_cmds._follow_and_exit("1", None, None)
+        assert seen["follow"] is True
+    finally:
+        gc.enable()
