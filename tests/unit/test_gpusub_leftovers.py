@@ -35,7 +35,10 @@ STUB_SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$SCONTROL_LOG"
 case "$*" in
   *"show node"*) echo "NodeName=node1 NodeAddr=127.0.0.1" ;;
-  *"show job"*) if [ -n "${PENDING:-}" ]; then echo "JobId=77 JobState=PENDING Restarts=1"
+  *"show job"*) if [ -n "${KILL_FIRST_SHOW:-}" ] && [ ! -e "$KILL_FIRST_SHOW" ]; then
+                  : >"$KILL_FIRST_SHOW"; kill -TERM $$  # as Slurm's SIGTERM to every process of the step
+                fi
+                if [ -n "${PENDING:-}" ]; then echo "JobId=77 JobState=PENDING Restarts=1"
                 else echo "JobId=77 JobState=${JOBSTATE:-COMPLETING} Restarts=0"; fi ;;
   *"update"*) echo "SLURM_JOBID=${SLURM_JOBID:-unset}" >> "$SCONTROL_LOG"
               [ -n "${PENDING:-}" ] || { echo "Job is no longer pending execution" >&2; exit 1; } ;;
@@ -198,6 +201,29 @@ HOLD = """#!/bin/bash
 touch "$READY"
 while :; do sleep 0.1; done
 """
+
+
+def test_a_requeue_query_killed_by_slurms_sigterm_is_asked_again(tmp_path: Path) -> None:
+    """Slurm requeued the job (a node failed) before its step started: srun fails at once ("Job is pending
+    execution") and Slurm's SIGTERM, which reaches every process of the batch step, kills the shell's `scontrol show
+    job` in flight. Seen on the 24.11 lab: the shell read no Restarts, took the job for an ending one and kept the pin
+    to the down node, so the next attempt waited for it forever. A query killed by a signal is asked again."""
+    failing = tmp_path / "fail.sh"
+    failing.write_text("#!/bin/bash\nexit 1\n")
+    failing.chmod(0o755)
+    job = render(JobSpec(script=str(failing), nodes=2, gpus_per_node=1, launcher="srun"),
+                 facts(live_nodes=live(set())), str(tmp_path / "run"))
+    assert job.topology.pinned
+    proc = _run_batch(tmp_path, job, {"PENDING": "1", "KILL_FIRST_SHOW": str(tmp_path / "killed")})
+    try:
+        proc.wait(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
+    assert (tmp_path / "killed").exists()  # the first query did die of SIGTERM
+    assert "requeued by Slurm" in log and "cleared the node pin" in log, log
+    assert "scontrol update JobId=77 ReqNodeList=" in (tmp_path / "scontrol.log").read_text()
 
 
 @pytest.mark.parametrize("pending", [True, False])
