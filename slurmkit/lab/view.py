@@ -94,8 +94,13 @@ def mount_view(image: Image, lab_dir: Path) -> Path:
         for mnt in sorted(mounts_below(str(inner)), key=len, reverse=True):
             subprocess.run(["umount", "-l", mnt], check=False, capture_output=True)
         for f in HOST_ETC:
-            if Path("/etc", f).is_file() and (target / "etc" / f).exists():
-                _mount(["--bind", f"/etc/{f}", str(target / "etc" / f)])
+            dest = target / "etc" / f
+            # never onto a symlink: mount(8) follows it in the host's namespace, and the root's etc/localtime ->
+            # /usr/share/zoneinfo/Etc/UTC put one bind mount on the HOST's zoneinfo file per view, never unmounted
+            # (391 after a day of labs, and then job_container/tmpfs of the host's 22.05 failed every job: "_create_ns:
+            # ns base mount failed: Invalid argument"). A link resolves inside the view (its /usr) as it is.
+            if Path("/etc", f).is_file() and dest.exists() and not dest.is_symlink():
+                _mount(["--bind", f"/etc/{f}", str(dest)])
     except BaseException:
         unmount_view(lab_dir)
         raise

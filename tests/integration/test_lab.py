@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -225,3 +226,31 @@ def test_block_topology_is_refused_where_the_release_lacks_it(tmp_path):
     odd._host_release = "22.05"
     with pytest.raises(LabError, match=r"multiple of --nodes-per-leaf"):
         odd.preflight()
+
+
+def test_a_release_view_leaves_no_mount_on_the_host(tmp_path):
+    """A view of another release's root (lab/view.py mount_view) mounts only below its own directory: the root's
+    etc/localtime symlink once made mount(8) bind the host's /etc/localtime onto the host's own zoneinfo file, one
+    leaked mount per lab, and after a day of labs the host's job_container/tmpfs failed every job. Cost: ~1 s."""
+    from slurmkit.backend.roots import find, list_images
+    from slurmkit.lab.view import VIEWS, mount_view, unmount_view
+    from tests.conftest import lab_release
+
+    img = find(lab_release()) if lab_release() else next(iter(list_images()), None)
+    if img is None:
+        pytest.skip("no cached root of another release (tests/run.sh builds them)")
+
+    def host_mounts() -> list[str]:
+        targets = [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()]
+        return sorted(t for t in targets if not t.startswith(str(VIEWS)))
+
+    before = host_mounts()
+    lab_dir = tmp_path / "viewlab"
+    lab_dir.mkdir()
+    try:
+        view = mount_view(img, lab_dir)
+        assert (view / "etc" / "localtime").exists()  # the time zone still resolves inside the view
+        assert host_mounts() == before
+    finally:
+        unmount_view(lab_dir)
+    assert host_mounts() == before
