@@ -379,7 +379,7 @@ def test_explain_never_lists_a_variable_as_both_set_and_unset() -> None:
     assert any(line.strip().startswith("NCCL_IB_GID_INDEX") and "= 3" in line for line in lines)
 
 
-def _master_port(tmp_path: Path, job_id: int, listening: list[int]) -> int:
+def _master_port(tmp_path: Path, job_id: int, listening: list[int], conf: str = "") -> int:
     text = render(JobSpec(script="/t.py", gpus_per_node=2), facts(), "/r").request.script
     start = text.index("_gpusub_listening() {")
     block = text[start:text.index('export MASTER_PORT="$_gpusub_port"', start)]
@@ -389,8 +389,8 @@ def _master_port(tmp_path: Path, job_id: int, listening: list[int]) -> int:
         f"   {i}: 00000000:{p:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000\n"
         for i, p in enumerate(listening)))
     block = block.replace("/proc/net/tcp /proc/net/tcp6", str(tcp))
-    res = subprocess.run(["bash", "-c", f"SLURM_JOB_ID={job_id}\n{block}\necho $_gpusub_port"], capture_output=True,
-                         text=True, check=True)
+    res = subprocess.run(["bash", "-c", f"SLURM_CONF={conf}\nSLURM_JOB_ID={job_id}\n{block}\necho $_gpusub_port"],
+                         capture_output=True, text=True, check=True)
     return int(res.stdout)
 
 
@@ -402,6 +402,11 @@ def test_master_port_stays_below_the_ephemeral_range_and_skips_a_busy_port(tmp_p
     assert _master_port(tmp_path, 8, [20008]) == 20008 + 997
     assert _master_port(tmp_path, 8, [20008, 21005]) == 20008 + 2 * 997
     assert 20000 <= _master_port(tmp_path, 11999, [31999]) < 32768
+    # clusters sharing one host (labs side by side, all on 127.0.0.1, each numbering jobs from 1): their job 4 must
+    # not meet at one port; one cluster's jobs keep the job-id spacing
+    a = [_master_port(tmp_path, j, [], "/tmp/lab-a/etc/slurm.conf") for j in (4, 5)]
+    b = _master_port(tmp_path, 4, [], "/tmp/lab-b/etc/slurm.conf")
+    assert a[1] == 20000 + (a[0] - 20000 + 1) % 12000 and b != a[0] and all(20000 <= p < 32000 for p in (*a, b))
 
 
 def test_directory_as_script_and_follow_with_dry_run_are_one_line_errors(env: dict[str, str], tmp_path: Path,
