@@ -5,8 +5,10 @@ gives a job its own /tmp and /dev/shm (on the host's release: a lab of another r
 a view, where the job namespace cannot be made; there the test stops after slurmd has read the file).
 
 Cost: one 1-node lab with --accounting --cgroups (MariaDB + slurmdbd), `srun --mpi=list`, one apply that restarts
-slurmctld, slurmd and slurmdbd, one one-second job: about 40 s on 22.05, 20 s on 24.11 and 26.05. The tmpfs BasePath is /var/tmp/slurmkit-jobtmp-<port base>
-(removed afterwards): slurmd 22.05 refuses one under /tmp, where the lab lives."""
+slurmctld, slurmd and slurmdbd, one one-second job: about 40 s on 22.05, 20 s on 24.11 and 26.05. The tmpfs BasePath is a fresh
+/var/tmp/slurmkit-jobtmp-XXXXXXXX of this run (mkdtemp, removed afterwards): slurmd 22.05 refuses one under /tmp, where
+the lab lives, and a fixed name met what an earlier run's slurmd left there (two runs in a row on one machine used the
+same /var/tmp/slurmkit-jobtmp-<port base>, and the second's job 1 failed: '_create_ns: ns base mount failed')."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +40,8 @@ def sh(lab, argv: list[str], check: bool = True, timeout: float = 60) -> subproc
 @pytest.fixture(scope="module")
 def slab(make_lab) -> Iterator:  # type: ignore[no-untyped-def]
     lab = make_lab(nodes=1, gpus_per_node=1, nodes_per_leaf=1, accounting=True, cgroups=True)
-    base = Path("/var/tmp") / f"slurmkit-jobtmp-{lab.spec.port_base}"
+    base = Path(tempfile.mkdtemp(prefix="slurmkit-jobtmp-", dir="/var/tmp"))
+    base.chmod(0o755)
     lab.jobtmp = base
     yield lab
     shutil.rmtree(base, ignore_errors=True)
