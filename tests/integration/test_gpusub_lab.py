@@ -481,13 +481,15 @@ def test_job_runs_under_the_interpreter_gpusub_ran_under(lab: Lab, env: dict[str
 
 # --- Slurm's own requeue of a pinned job: the pin must not outlive the nodes it named --------------------------------
 
-@pytest.mark.parametrize("how", ["requeue", "node-down"])
+@pytest.mark.parametrize("how", ["requeue", "requeue-at-start", "node-down"])
 def test_slurm_requeue_of_a_pinned_job_is_placed_afresh(env: dict[str, str], backend: CLIBackend, tmp_path: Path,
                                                         how: str) -> None:
     """A pinned job requeued by Slurm itself, not by its batch script: `scontrol requeue` (the code path preemption
     with PreemptMode=REQUEUE takes: job_mgr.c _job_requeue_op) or a node going DOWN (kill_running_job_by_node_name).
     One of its nodes is drained first: with the submit-time --nodelist kept, the next attempt waited for it forever
-    (ReqNodeNotAvail); the batch shell clears the pin when Slurm has made the job pending again."""
+    (ReqNodeNotAvail); the batch shell clears the pin when Slurm has made the job pending again.
+    requeue-at-start: `scontrol requeue` as soon as the attempt's log exists, while the shell is still starting its
+    step (srun then fails, "Job is pending execution", and Slurm's SIGTERM meets whatever the shell runs)."""
     gate = tmp_path / "gate"
     spec = JobSpec(script=str(_hold_script(tmp_path)), nodes=2, gpus_per_node=2, launcher="srun", time="5:00",
                    run_dir=str(tmp_path / "run"), env=(("GATE", str(gate)),))
@@ -497,13 +499,12 @@ def test_slurm_requeue_of_a_pinned_job_is_placed_afresh(env: dict[str, str], bac
         assert "#SBATCH --nodelist=" in (Path(run_dir) / "script.sh").read_text()
         _wait_for(lambda: backend.job(job_id).state == "RUNNING", 90, "the first attempt")
         _wait_for(lambda: (Path(run_dir) / "logs" / f"{job_id}.r0.log").exists(), 60, "the first attempt's log")
-        # the step runs (HOLD prints "hold on NODE" from each task): a requeue while the batch shell is still starting
-        # the step is another case, left open (the shell's Restarts check then missed the requeue on 24.11 and 26.05)
-        _wait_for(lambda: "hold on" in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text(), 60, "the step")
+        if how != "requeue-at-start":  # the step runs (HOLD prints "hold on NODE" from each task)
+            _wait_for(lambda: "hold on" in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text(), 60, "the step")
         first = backend.job(job_id)
         lost = sorted(first.nodes)[-1]
         backend.drain(lost, "gpusub-test: lost while the job ran")
-        if how == "requeue":
+        if how.startswith("requeue"):
             backend.requeue(job_id)
         else:  # drained first, so ReturnToService=2 cannot bring it back when its slurmd answers
             subprocess.run(["scontrol", "update", f"NodeName={lost}", "State=DOWN", "Reason=gpusub-test"], env=env,

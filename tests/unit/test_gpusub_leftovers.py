@@ -226,6 +226,31 @@ def test_a_requeue_query_killed_by_slurms_sigterm_is_asked_again(tmp_path: Path)
     assert "scontrol update JobId=77 ReqNodeList=" in (tmp_path / "scontrol.log").read_text()
 
 
+def test_the_pin_goes_at_sigterm_not_only_when_the_step_has_ended(tmp_path: Path) -> None:
+    """Slurm requeued the job and its step does not end (it ignores the checkpoint request): slurmd SIGKILLs the
+    batch shell KillWait seconds after SIGTERM, so the shell clears the pin when SIGTERM arrives, not after the step."""
+    hold = tmp_path / "hold.sh"
+    hold.write_text(HOLD.replace("touch", "trap '' USR2 TERM; touch"))
+    hold.chmod(0o755)
+    job = render(JobSpec(script=str(hold), nodes=2, gpus_per_node=1, launcher="srun"),
+                 facts(live_nodes=live(set())), str(tmp_path / "run"))
+    proc = _run_batch(tmp_path, job, {"READY": str(tmp_path / "ready"), "PENDING": "1"}, ready=tmp_path / "ready",
+                      send=signal.SIGTERM)
+    calls = tmp_path / "scontrol.log"
+    try:
+        end = time.monotonic() + 20
+        while "ReqNodeList=" not in calls.read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert proc.poll() is None  # the step still runs, and with it the shell: Slurm's SIGKILL would come now
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert "scontrol update JobId=77 ReqNodeList=" in calls.read_text()
+    log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
+    assert "cleared the node pin" in log and "step exited" not in log, log
+
+
 @pytest.mark.parametrize("pending", [True, False])
 def test_sigterm_to_a_pinned_job_clears_the_pin_only_when_slurm_requeued_it(tmp_path: Path, pending: bool) -> None:
     """SIGTERM: Slurm requeued the job (Restarts grew: scontrol requeue, preemption) or is ending it (scancel, time
@@ -240,7 +265,9 @@ def test_sigterm_to_a_pinned_job_clears_the_pin_only_when_slurm_requeued_it(tmp_
     extra = {"READY": str(tmp_path / "ready"), "SLURM_JOBID": "77", **({"PENDING": "1"} if pending else {})}
     proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGTERM)
     try:
-        assert proc.wait(timeout=30) == 0  # the step checkpointed and exited 0
+        rc = proc.wait(timeout=30)
+        log_ = tmp_path / "run" / "logs" / "77.r0.log"
+        assert rc == 0, (log_.read_text() if log_.exists() else "no log", proc.stdout.read() if proc.stdout else "")
     finally:  # the task (hold.sh under the stub srun) outlives the batch shell: it must not outlive the test
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
