@@ -191,8 +191,30 @@ def _live(jid: str, j: JobInfo, index: _Index) -> JobStatus:
     # slurmctld's own record first: the index is per cluster, but a cluster re-created under the same name and
     # controller starts its ids again, so an index entry may still name an older job with this id
     rd = _run_dir_from_stdout(j) or index.run_dir(jid)
-    note = last_reason(rd, jid) if rd and j.finished else None
+    note = last_reason(rd, jid) if rd and j.finished else _kept_pin(jid, j, rd)
     return JobStatus(jid, j.state, "slurmctld", _fold(j.nodes), j.reason, j.exit_code, j.restarts, rd, note=note or "")
+
+
+def _kept_pin(jid: str, j: JobInfo, rd: str | None) -> str | None:
+    """A requeued job still pending on gpusub's own submit-time pin. The batch shell clears it when Slurm requeues
+    the job, but when the batch host itself failed no shell was left to do it, and Slurm keeps ReqNodeList across a
+    requeue (job_mgr.c _job_requeue_op touches no req_nodes, 22.05 to 26.05): the job waits for the lost node.
+    Measured on the 22.05 lab: batch host's slurmd and batch step SIGKILLed, node set DOWN; Restarts=1,
+    ReqNodeList=node[1-2] with node1 DOWN. A pin the user asked for (-w) is theirs and is not mentioned."""
+    pin = j.raw.get("ReqNodeList") or ""
+    if j.state != "PENDING" or not j.restarts or pin in ("", "(null)") or not rd:
+        return None
+    import json
+
+    try:
+        spec = json.loads((Path(rd) / "submit.json").read_text()).get("spec") or {}
+    except (OSError, ValueError):
+        return None
+    if spec.get("nodelist"):
+        return None
+    return (f"requeued still pinned to {pin} (no batch shell cleared the pin: its batch node was lost, or the shell "
+            "was killed first): "
+            f"it waits for those nodes; `scontrol update JobId={jid} ReqNodeList=` lets Slurm place it anew")
 
 
 def _sacct(job_ids: Sequence[str], backend: Backend) -> dict[str, tuple[str, str, str]]:

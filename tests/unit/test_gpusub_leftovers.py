@@ -397,3 +397,29 @@ def test_a_live_jobs_run_dir_comes_from_slurmctld_not_a_stale_index(env: dict[st
     assert statuses(["42"], fake, env)[0].run_dir == str(ours)
     assert find_run_dir("42", fake, env) == str(ours)
     assert find_run_dir("42", None, env) == str(tmp_path / "another-clusters-job-42")  # forgotten: the index
+
+
+@pytest.mark.parametrize("user_pin,restarts,req,noted", [
+    (None, 1, "node[1-2]", True),          # gpusub's pin kept across a requeue: named, with the command that frees it
+    ("node[1-2]", 1, "node[1-2]", False),  # the user's own -w: theirs
+    (None, 0, "node[1-2]", False),         # never started yet: the pin is the plan, not a leftover
+    (None, 1, "(null)", False),            # cleared by the batch shell
+])
+def test_status_names_a_pin_no_batch_shell_cleared(tmp_path: Path, user_pin: str | None, restarts: int, req: str,
+                                                   noted: bool) -> None:
+    """The batch host itself failed (no shell left to clear the pin; Slurm keeps ReqNodeList across a requeue): the
+    job waits for the lost node. `gpusub status` says so and gives the one command that lets Slurm place it."""
+    import json
+
+    from slurmkit.backend.parse import JobInfo
+    from slurmkit.jobs.monitor import _Index, _live
+
+    rd = tmp_path / "run"
+    rd.mkdir()
+    (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": user_pin}}))
+    j = JobInfo("4", "PENDING", reason="ReqNodeNotAvail", restarts=restarts, stdout=str(rd / "logs" / "slurm-4.out"),
+                raw={"ReqNodeList": req})
+    st = _live("4", j, _Index({}, None))
+    assert ("scontrol update JobId=4 ReqNodeList=" in st.note) == noted, st.note
+    if noted:
+        assert "pinned to node[1-2]" in st.line()
