@@ -33,13 +33,21 @@ exec "$@"
 """
 # KILL_FIRST_SHOW / KILL_FIRST_UPDATE: Slurm's SIGTERM lands while that call is in flight, on the call alone or, with
 # KILL_GROUP, on every process of the step (the test's session: the batch shell too, whose TERM trap then runs).
-# SHOW_DELAY: a slurmctld that takes that long to answer a job query.
+# SHOW_DELAY: a slurmctld that takes that long to answer a job query; SHOW_PLAN: see below.
 STUB_SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$SCONTROL_LOG"
 _term() { if [ -n "${KILL_GROUP:-}" ]; then kill -TERM 0; else kill -TERM $$; fi; }
 case "$*" in
   *"show node"*) echo "NodeName=node1 NodeAddr=127.0.0.1" ;;
   *"show job"*) sleep "${SHOW_DELAY:-0}"
+                if [ -n "${SHOW_PLAN:-}" ]; then  # what the Nth job query does: ok, kill (SIGTERM lands on it), fail
+                  n=$(( $(cat "$SCONTROL_LOG.n" 2>/dev/null || echo 0) + 1 )); echo "$n" >"$SCONTROL_LOG.n"
+                  IFS=, read -r -a plan <<<"$SHOW_PLAN"
+                  case "${plan[$((n - 1))]:-ok}" in
+                    kill) _term ;;
+                    fail) echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1 ;;
+                  esac
+                fi
                 if [ -n "${KILL_FIRST_SHOW:-}" ] && [ ! -e "$KILL_FIRST_SHOW" ]; then
                   : >"$KILL_FIRST_SHOW"; _term  # as Slurm's SIGTERM to every process of the step
                 fi
@@ -259,6 +267,29 @@ def test_slurms_sigterm_during_the_final_check_clears_the_pin_once(tmp_path: Pat
     assert "SIGTERM received" in log and "requeued by Slurm (SIGTERM)" in log, log
     assert log.count("cleared the node pin") == 1 and "could not clear" not in log, log
     assert updates == (1 if killed == "query" else 2)
+
+
+def test_the_term_traps_own_query_does_not_answer_for_the_query_it_interrupted(tmp_path: Path) -> None:
+    """After SIGUSR2 the step has ended and the shell asks JobState; Slurm's SIGTERM kills that query, the TERM trap
+    asks Restarts (0: not requeued), and the JobState query asked again fails. The shell must read no state, not the
+    trap's Restarts value as the state (it read "the job is ending (0)"; the same clobber of PreemptTime reads as a
+    preemption Slurm requeues by itself, and the shell would not requeue the job)."""
+    hold = tmp_path / "hold.sh"
+    hold.write_text(HOLD.replace("touch", "trap 'exit 0' USR2; touch"))
+    hold.chmod(0o755)
+    job = render(JobSpec(script=str(hold), nodes=2, gpus_per_node=1, launcher="srun"),
+                 facts(live_nodes=live(set())), str(tmp_path / "run"))
+    # queries: Restarts after the step, JobState (killed), the trap's Restarts, JobState again (fails)
+    extra = {"READY": str(tmp_path / "ready"), "KILL_GROUP": "1", "SHOW_PLAN": "ok,kill,ok,fail"}
+    proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGUSR2)
+    try:
+        assert proc.wait(timeout=30) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
+    assert "SIGUSR2 received" in log and "SIGTERM received; the step was already asked" in log, log
+    assert "the job is ending (state unknown) after SIGTERM: not requeued" in log, log
 
 
 @pytest.mark.parametrize("pending", [True, False])
