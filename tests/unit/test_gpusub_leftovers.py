@@ -31,16 +31,32 @@ STUB_SRUN = """#!/bin/bash
 while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift; done
 exec "$@"
 """
+# KILL_FIRST_SHOW / KILL_FIRST_UPDATE: Slurm's SIGTERM lands while that call is in flight, on the call alone or, with
+# KILL_GROUP, on every process of the step (the test's session: the batch shell too, whose TERM trap then runs).
+# SHOW_DELAY: a slurmctld that takes that long to answer a job query; SHOW_PLAN: see below.
 STUB_SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$SCONTROL_LOG"
+_term() { if [ -n "${KILL_GROUP:-}" ]; then kill -TERM 0; else kill -TERM $$; fi; }
 case "$*" in
   *"show node"*) echo "NodeName=node1 NodeAddr=127.0.0.1" ;;
-  *"show job"*) if [ -n "${KILL_FIRST_SHOW:-}" ] && [ ! -e "$KILL_FIRST_SHOW" ]; then
-                  : >"$KILL_FIRST_SHOW"; kill -TERM $$  # as Slurm's SIGTERM to every process of the step
+  *"show job"*) sleep "${SHOW_DELAY:-0}"
+                if [ -n "${SHOW_PLAN:-}" ]; then  # what the Nth job query does: ok, kill (SIGTERM lands on it), fail
+                  n=$(( $(cat "$SCONTROL_LOG.n" 2>/dev/null || echo 0) + 1 )); echo "$n" >"$SCONTROL_LOG.n"
+                  IFS=, read -r -a plan <<<"$SHOW_PLAN"
+                  case "${plan[$((n - 1))]:-ok}" in
+                    kill) _term ;;
+                    fail) echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1 ;;
+                  esac
+                fi
+                if [ -n "${KILL_FIRST_SHOW:-}" ] && [ ! -e "$KILL_FIRST_SHOW" ]; then
+                  : >"$KILL_FIRST_SHOW"; _term  # as Slurm's SIGTERM to every process of the step
                 fi
                 if [ -n "${PENDING:-}" ]; then echo "JobId=77 JobState=PENDING Restarts=1"
                 else echo "JobId=77 JobState=${JOBSTATE:-COMPLETING} Restarts=0"; fi ;;
   *"update"*) echo "SLURM_JOBID=${SLURM_JOBID:-unset}" >> "$SCONTROL_LOG"
+              if [ -n "${KILL_FIRST_UPDATE:-}" ] && [ ! -e "$KILL_FIRST_UPDATE" ]; then
+                : >"$KILL_FIRST_UPDATE"; _term; sleep 1  # the signal's exit, not the update's
+              fi
               [ -n "${PENDING:-}" ] || { echo "Job is no longer pending execution" >&2; exit 1; } ;;
 esac
 exit 0
@@ -224,6 +240,79 @@ def test_a_requeue_query_killed_by_slurms_sigterm_is_asked_again(tmp_path: Path)
     assert (tmp_path / "killed").exists()  # the first query did die of SIGTERM
     assert "requeued by Slurm" in log and "cleared the node pin" in log, log
     assert "scontrol update JobId=77 ReqNodeList=" in (tmp_path / "scontrol.log").read_text()
+
+
+@pytest.mark.parametrize("killed", ["query", "update"])
+def test_slurms_sigterm_during_the_final_check_clears_the_pin_once(tmp_path: Path, killed: str) -> None:
+    """The step failed at once (Slurm requeued the job as it started) and Slurm's SIGTERM reaches the shell and its
+    scontrol in flight during the final Restarts check. On the query: the TERM trap (run inside the query) clears the
+    pin, and the check must not send the update a second time. On the update: the shell had read Restarts just
+    before the signal; the killed update must be sent again, else the pin stays (the trap takes the job for handled)
+    and the next attempt waits for the lost node."""
+    failing = tmp_path / "fail.sh"
+    failing.write_text("#!/bin/bash\nexit 1\n")
+    failing.chmod(0o755)
+    job = render(JobSpec(script=str(failing), nodes=2, gpus_per_node=1, launcher="srun"),
+                 facts(live_nodes=live(set())), str(tmp_path / "run"))
+    flag = "KILL_FIRST_SHOW" if killed == "query" else "KILL_FIRST_UPDATE"
+    proc = _run_batch(tmp_path, job, {"PENDING": "1", "KILL_GROUP": "1", flag: str(tmp_path / "killed")})
+    try:
+        assert proc.wait(timeout=30) == 1
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert (tmp_path / "killed").exists()
+    log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
+    updates = (tmp_path / "scontrol.log").read_text().count("scontrol update JobId=77 ReqNodeList=")
+    assert "SIGTERM received" in log and "requeued by Slurm (SIGTERM)" in log, log
+    assert log.count("cleared the node pin") == 1 and "could not clear" not in log, log
+    assert updates == (1 if killed == "query" else 2)
+
+
+def test_the_term_traps_own_query_does_not_answer_for_the_query_it_interrupted(tmp_path: Path) -> None:
+    """After SIGUSR2 the step has ended and the shell asks JobState; Slurm's SIGTERM kills that query, the TERM trap
+    asks Restarts (0: not requeued), and the JobState query asked again fails. The shell must read no state, not the
+    trap's Restarts value as the state (it read "the job is ending (0)"; the same clobber of PreemptTime reads as a
+    preemption Slurm requeues by itself, and the shell would not requeue the job)."""
+    hold = tmp_path / "hold.sh"
+    hold.write_text(HOLD.replace("touch", "trap 'exit 0' USR2; touch"))
+    hold.chmod(0o755)
+    job = render(JobSpec(script=str(hold), nodes=2, gpus_per_node=1, launcher="srun"),
+                 facts(live_nodes=live(set())), str(tmp_path / "run"))
+    # queries: Restarts after the step, JobState (killed), the trap's Restarts, JobState again (fails)
+    extra = {"READY": str(tmp_path / "ready"), "KILL_GROUP": "1", "SHOW_PLAN": "ok,kill,ok,fail"}
+    proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGUSR2)
+    try:
+        assert proc.wait(timeout=30) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
+    assert "SIGUSR2 received" in log and "SIGTERM received; the step was already asked" in log, log
+    assert "the job is ending (state unknown) after SIGTERM: not requeued" in log, log
+
+
+@pytest.mark.parametrize("pending", [True, False])
+def test_the_steps_exit_status_survives_a_slow_query_in_the_term_trap(tmp_path: Path, pending: bool) -> None:
+    """The step checkpoints and exits 0 while the TERM trap still waits for slurmctld's answer (a busy controller):
+    the trap's own commands reap it, and the interrupted `wait` returned 143. The batch script exits with the step's
+    status (0) and records it, not the signal's: an ending job read "exit 143, the checkpoint may be incomplete"."""
+    hold = tmp_path / "hold.sh"
+    hold.write_text(HOLD.replace("touch", "trap 'exit 0' USR2; touch"))
+    hold.chmod(0o755)
+    job = render(JobSpec(script=str(hold), nodes=2, gpus_per_node=1, launcher="srun"),
+                 facts(live_nodes=live(set())), str(tmp_path / "run"))
+    extra = {"READY": str(tmp_path / "ready"), "SHOW_DELAY": "2", **({"PENDING": "1"} if pending else {})}
+    proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
+    assert rc == 0, log
+    assert (tmp_path / "run" / "attempts" / "77.r0.exit").read_text().strip() == "0"
+    assert "step exited with 0" in log and "may be incomplete" not in log, log
 
 
 def test_the_pin_goes_at_sigterm_not_only_when_the_step_has_ended(tmp_path: Path) -> None:
