@@ -198,7 +198,10 @@ def _live(jid: str, j: JobInfo, index: _Index) -> JobStatus:
 def _kept_pin(jid: str, j: JobInfo, rd: str | None) -> str | None:
     """A requeued job still pending on gpusub's own submit-time pin. The batch shell clears it when Slurm requeues
     the job, but when the batch host itself failed no shell was left to do it, and Slurm keeps ReqNodeList across a
-    requeue (job_mgr.c _job_requeue_op touches no req_nodes, 22.05 to 26.05): the job waits for the lost node.
+    requeue (job_mgr.c _job_requeue_op touches no req_nodes, 22.05 to 26.05): the job waits for the lost node. From
+    24.05 a job preempted inside a QOS GraceTime is requeued by slurmctld once its batch script has ended
+    (proc_req.c _slurm_rpc_complete_batch_script, GRACE_PREEMPT), when no shell is left either: it waits for the
+    preemptor's nodes.
     Measured on the 22.05 lab: batch host's slurmd and batch step SIGKILLed, node set DOWN; Restarts=1,
     ReqNodeList=node[1-2] with node1 DOWN. A pin the user asked for (-w) is theirs and is not mentioned."""
     pin = j.raw.get("ReqNodeList") or ""
@@ -212,8 +215,9 @@ def _kept_pin(jid: str, j: JobInfo, rd: str | None) -> str | None:
         return None
     if spec.get("nodelist"):
         return None
-    return (f"requeued still pinned to {pin} (no batch shell cleared the pin: its batch node was lost, or the shell "
-            "was killed first): "
+    return (f"requeued still pinned to {pin} (no batch shell could clear the pin: its batch node was lost, the "
+            "shell was killed first, or Slurm requeued it after the shell ended, as for a preemption inside a "
+            "GraceTime from 24.05): "
             f"it waits for those nodes; `scontrol update JobId={jid} ReqNodeList=` lets Slurm place it anew")
 
 
