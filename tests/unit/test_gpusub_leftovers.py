@@ -87,6 +87,16 @@ def _run_batch(tmp_path: Path, job, extra_env: dict[str, str] | None = None,  # 
     return proc
 
 
+
+def _ended(proc: subprocess.Popen, timeout: float = 30) -> int:
+    """The batch shell's exit status; its whole session is killed afterwards (the task, run in place by the stub
+    srun, outlives a shell that a signal ended, and must not outlive the test)."""
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
 # --- 1: OMP_NUM_THREADS = the CPUs each rank gets -----------------------------------------------------------------
 
 OMP_WORKER = """import json, os, sys
@@ -256,11 +266,7 @@ def test_slurms_sigterm_during_the_final_check_clears_the_pin_once(tmp_path: Pat
                  facts(live_nodes=live(set())), str(tmp_path / "run"))
     flag = "KILL_FIRST_SHOW" if killed == "query" else "KILL_FIRST_UPDATE"
     proc = _run_batch(tmp_path, job, {"PENDING": "1", "KILL_GROUP": "1", flag: str(tmp_path / "killed")})
-    try:
-        assert proc.wait(timeout=30) == 1
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    assert _ended(proc) == 1
     assert (tmp_path / "killed").exists()
     log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
     updates = (tmp_path / "scontrol.log").read_text().count("scontrol update JobId=77 ReqNodeList=")
@@ -282,11 +288,7 @@ def test_the_term_traps_own_query_does_not_answer_for_the_query_it_interrupted(t
     # queries: Restarts after the step, JobState (killed), the trap's Restarts, JobState again (fails)
     extra = {"READY": str(tmp_path / "ready"), "KILL_GROUP": "1", "SHOW_PLAN": "ok,kill,ok,fail"}
     proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGUSR2)
-    try:
-        assert proc.wait(timeout=30) == 0
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    assert _ended(proc) == 0
     log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
     assert "SIGUSR2 received" in log and "SIGTERM received; the step was already asked" in log, log
     assert "the job is ending (state unknown) after SIGTERM: not requeued" in log, log
@@ -386,11 +388,7 @@ def test_sigterm_while_the_job_still_runs_is_a_grace_notice_and_the_shell_requeu
     job = render(JobSpec(script=str(hold), nodes=1, gpus_per_node=1, launcher="srun"), facts(), str(tmp_path / "run"))
     extra = {"READY": str(tmp_path / "ready"), "JOBSTATE": "RUNNING"}
     proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGTERM)
-    try:
-        assert proc.wait(timeout=30) == 0
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    assert _ended(proc) == 0
     assert "scontrol requeue 77" in (tmp_path / "scontrol.log").read_text()
     assert "preempted (SIGTERM): step exit 0, requeued" in (tmp_path / "run" / "attempts" / "77.r0.reason").read_text()
 
