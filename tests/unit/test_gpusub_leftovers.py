@@ -33,7 +33,8 @@ exec "$@"
 """
 # KILL_FIRST_SHOW / KILL_FIRST_UPDATE: Slurm's SIGTERM lands while that call is in flight, on the call alone or, with
 # KILL_GROUP, on every process of the step (the test's session: the batch shell too, whose TERM trap then runs).
-# SHOW_DELAY: a slurmctld that takes that long to answer a job query; SHOW_PLAN: see below.
+# SHOW_DELAY: a slurmctld that takes that long to answer a job query; SHOW_PLAN: see below; SHOW_WARN: a line on
+# stderr before the record (the shell captures both), then a blank line.
 STUB_SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$SCONTROL_LOG"
 _term() { if [ -n "${KILL_GROUP:-}" ]; then kill -TERM 0; else kill -TERM $$; fi; }
@@ -51,6 +52,7 @@ case "$*" in
                 if [ -n "${KILL_FIRST_SHOW:-}" ] && [ ! -e "$KILL_FIRST_SHOW" ]; then
                   : >"$KILL_FIRST_SHOW"; _term  # as Slurm's SIGTERM to every process of the step
                 fi
+                if [ -n "${SHOW_WARN:-}" ]; then echo "$SHOW_WARN" >&2; echo; fi  # stderr first, a blank line
                 if [ -n "${PENDING:-}" ]; then echo "JobId=77 JobState=PENDING Restarts=1"
                 else echo "JobId=77 JobState=${JOBSTATE:-COMPLETING} Restarts=0"; fi ;;
   *"update"*) echo "SLURM_JOBID=${SLURM_JOBID:-unset}" >> "$SCONTROL_LOG"
@@ -510,3 +512,20 @@ def test_status_names_a_pin_no_batch_shell_cleared(tmp_path: Path, user_pin: str
     assert ("scontrol update JobId=4 ReqNodeList=" in st.note) == noted, st.note
     if noted:
         assert "pinned to node[1-2]" in st.line()
+
+
+def test_only_the_records_line_is_read_not_a_warning_before_it(tmp_path: Path) -> None:
+    """scontrol's stderr is captured with the record: a warning holding `Restarts=9` must not read as a requeue by
+    Slurm, and the blank line after it must not stop the shell (bash before 4.4: an empty array is unbound under
+    set -u). Only the record's line (JobId= first) is read: the job is taken for an ending one, pin kept."""
+    hold = tmp_path / "hold.sh"
+    hold.write_text(HOLD.replace("touch", "trap 'echo task: checkpoint; exit 0' USR2; touch"))
+    hold.chmod(0o755)
+    job = render(JobSpec(script=str(hold), nodes=2, gpus_per_node=1, launcher="srun"),
+                 facts(live_nodes=live(set())), str(tmp_path / "run"))
+    extra = {"READY": str(tmp_path / "ready"), "SHOW_WARN": "scontrol: warning: Restarts=9 JobState=PENDING"}
+    proc = _run_batch(tmp_path, job, extra, ready=tmp_path / "ready", send=signal.SIGTERM)
+    assert _ended(proc) == 0
+    log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
+    assert "the job is ending (COMPLETING) after SIGTERM: not requeued" in log, log
+    assert "update" not in (tmp_path / "scontrol.log").read_text()
