@@ -150,6 +150,8 @@ def fold(hosts: Iterable[str]) -> str:
     hosts = list(hosts)
     if not hosts:
         return ""
+    if _PLAIN.fullmatch(hosts[0]) and all(h == hosts[0] for h in hosts):
+        return hosts[0]  # one name (a job's one leaf switch, on every submit): NodeSet prints a plain name as it is
     run = _fold_run(hosts)
     if run is not None:
         return run
