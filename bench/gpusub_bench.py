@@ -7,6 +7,8 @@ a separate venv under /tmp with TorchX 0.7.0 and submitit 1.5.4 (``--venv``), an
 way a user waits for them:
 
 * ``python -c pass``: interpreter start, the floor for every Python tool
+* ``python -c 'import click, jinja2'``: the floor for gpusub (the CLI library and the template engine the product
+  card requires), beside submitit's whole submit
 * ``gpusub --help``: must stay fast (lazy imports)
 * ``gpusub train.py -N 4 --dry-run --no-query``: inventory read, placement plan, render; no Slurm call (what TorchX's
   dry run does: the comparison line)
@@ -190,6 +192,9 @@ def main() -> None:
         (Path(work) / "job.sh").write_text(body)
         cmds: list[tuple[str, list[str]]] = [
             ("python -c pass", [sys.executable, "-c", "pass"]),
+            # the floor under any gpusub call: the two libraries the product card requires (the CLI and the job
+            # templates), imported and nothing else
+            ("python -c 'import click, jinja2'", [sys.executable, "-c", "import click, jinja2"]),
             ("gpusub --help", [*gpusub, "--help"]),
             ("gpusub --dry-run (4x8)", [*gpusub, "train.py", "-N", "4", "--dry-run", "--no-query"]),
             ("gpusub --dry-run live (4x8)", [*gpusub, "train.py", "-N", "4", "--dry-run"]),

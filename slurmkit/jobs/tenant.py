@@ -9,10 +9,13 @@ import pwd
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from slurmkit.accounts.quota import TenantCheck, check, parse_assoc_mgr, parse_qos_per_user, parse_user_qos
 from slurmkit.backend.run import run
 from slurmkit.errors import SlurmkitError
+
+if TYPE_CHECKING:  # the judge is imported when a cluster enforces accounting (not on every submit: ~3 ms here)
+    from slurmkit.accounts.quota import TenantCheck
 
 TIMEOUT = 20.0
 
@@ -45,6 +48,14 @@ class TenantQuery:
             self._err.append(exc.one_line())
 
     def result(self, account: str | None, qos: str | None, gpus: int) -> TenantCheck:
+        from slurmkit.accounts.quota import (
+            TenantCheck,
+            check,
+            parse_assoc_mgr,
+            parse_qos_per_user,
+            parse_user_qos,
+        )
+
         for t in self._threads:
             t.join()
         if self._err:
