@@ -84,16 +84,25 @@ class Job:
 
     def wait(self, timeout: float | None = None, poll_cap: float = 2.0) -> JobStatus:
         """Until the job ends (COMPLETED, FAILED, ... -- a requeue is not an end): its final status. One scontrol
-        query per poll, with a backoff up to ``poll_cap`` seconds; TimeoutError after ``timeout`` seconds."""
+        query per poll, with a backoff up to ``poll_cap`` seconds; TimeoutError after ``timeout`` seconds.
+
+        A job requeued still pending on gpusub's own submit-time node pin, which no batch shell was left to clear
+        (its batch node was lost), is unpinned here as ``gpusub --follow`` does; the line goes to stderr."""
+        import sys
+
         from slurmkit.backend.parse import TERMINAL_STATES
-        from slurmkit.jobs.monitor import Backoff
+        from slurmkit.jobs.monitor import Backoff, clear_kept_pin
 
         backoff = Backoff(cap=poll_cap)
         end = None if timeout is None else time.monotonic() + timeout
+        unpinned: set[int] = set()
         while True:
             st = self.status()
             if st.state in TERMINAL_STATES or st.state == "UNKNOWN":
                 return st
+            if st.kept_pin and st.restarts not in unpinned:
+                print(clear_kept_pin(self.job_id, st.kept_pin, self.backend), file=sys.stderr)
+                unpinned.add(st.restarts)
             if end is not None and time.monotonic() > end:
                 raise TimeoutError(f"job {self.job_id} still {st.state} after {timeout} s")
             time.sleep(backoff())

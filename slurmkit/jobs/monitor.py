@@ -48,6 +48,7 @@ class JobStatus:
     restarts: int = 0
     run_dir: str | None = None
     note: str = ""  # why the last attempt ended, as the batch shell recorded it (preempted, requeued, ...)
+    kept_pin: str = ""  # a requeued job still pending on gpusub's own submit-time --nodelist (see _kept_pin)
 
     def line(self) -> str:
         parts = [f"{self.job_id}", self.state]
@@ -191,12 +192,38 @@ def _live(jid: str, j: JobInfo, index: _Index) -> JobStatus:
     # slurmctld's own record first: the index is per cluster, but a cluster re-created under the same name and
     # controller starts its ids again, so an index entry may still name an older job with this id
     rd = _run_dir_from_stdout(j) or index.run_dir(jid)
-    note = last_reason(rd, jid) if rd and j.finished else _kept_pin(jid, j, rd)
-    return JobStatus(jid, j.state, "slurmctld", _fold(j.nodes), j.reason, j.exit_code, j.restarts, rd, note=note or "")
+    pin = None if j.finished else _kept_pin(j, rd)
+    note = last_reason(rd, jid) if rd and j.finished else (_kept_pin_note(jid, pin) if pin else None)
+    return JobStatus(jid, j.state, "slurmctld", _fold(j.nodes), j.reason, j.exit_code, j.restarts, rd, note=note or "",
+                     kept_pin=pin or "")
 
 
-def _kept_pin(jid: str, j: JobInfo, rd: str | None) -> str | None:
-    """A requeued job still pending on gpusub's own submit-time pin. The batch shell clears it when Slurm requeues
+def _kept_pin_note(jid: str, pin: str) -> str:
+    return (f"requeued still pinned to {pin} (no batch shell could clear the pin: its batch node was lost, the "
+            "shell was killed first, or Slurm requeued it after the shell ended, as for a preemption inside a "
+            "GraceTime from 24.05): "
+            f"it waits for those nodes; `scontrol update JobId={jid} ReqNodeList=` lets Slurm place it anew "
+            "(`gpusub --follow` and the API's Job.wait() do it)")
+
+
+def clear_kept_pin(job_id: str, pin: str, backend: Backend) -> str:
+    """Clear a kept pin (``_kept_pin``) as the batch shell would have: ``scontrol update JobId=N ReqNodeList=``, which
+    slurmctld takes for any pending job (job_mgr.c _update_job, 22.05, 24.11, 26.05; a second one is harmless, so a
+    shell that clears it too, or two followers, do no harm). -> the line to show the user."""
+    update = getattr(backend, "update_job", None)
+    if update is None:
+        return f"gpusub: job {job_id}: requeued still pinned to {pin}; this backend cannot clear the pin"
+    try:
+        update(job_id, ReqNodeList="")
+    except SlurmkitError as exc:
+        return (f"gpusub: job {job_id}: requeued still pinned to {pin}; clearing the pin failed: {exc.one_line()} "
+                f"(`scontrol update JobId={job_id} ReqNodeList=`)")
+    return (f"gpusub: job {job_id}: requeued still pinned to {pin} with no batch shell left to clear it (its batch "
+            "node lost, or a requeue after the shell ended): pin cleared, Slurm places it anew")
+
+
+def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
+    """The pin of a requeued job still pending on gpusub's own submit-time pin. The batch shell clears it when Slurm requeues
     the job, but when the batch host itself failed no shell was left to do it, and Slurm keeps ReqNodeList across a
     requeue (job_mgr.c _job_requeue_op touches no req_nodes, 22.05 to 26.05): the job waits for the lost node. From
     24.05 a job preempted inside a QOS GraceTime is requeued by slurmctld once its batch script has ended
@@ -215,10 +242,7 @@ def _kept_pin(jid: str, j: JobInfo, rd: str | None) -> str | None:
         return None
     if spec.get("nodelist"):
         return None
-    return (f"requeued still pinned to {pin} (no batch shell could clear the pin: its batch node was lost, the "
-            "shell was killed first, or Slurm requeued it after the shell ended, as for a preemption inside a "
-            "GraceTime from 24.05): "
-            f"it waits for those nodes; `scontrol update JobId={jid} ReqNodeList=` lets Slurm place it anew")
+    return pin
 
 
 def _sacct(job_ids: Sequence[str], backend: Backend) -> dict[str, tuple[str, str, str]]:
@@ -307,6 +331,7 @@ def follow(
     failures = 0
     seen = False
     info: JobInfo | None = None
+    unpinned: set[int] = set()  # the attempts (Restarts) whose kept pin this follower cleared
     while True:
         try:
             found = backend.jobs([job_id])
@@ -335,6 +360,12 @@ def follow(
             break
         if info.finished:
             break
+        if info.restarts not in unpinned and info.state == "PENDING" and info.restarts:
+            pin = _kept_pin(info, rd)
+            if pin:  # requeued with no shell left to clear gpusub's pin: it would wait for the lost nodes forever
+                out.write(clear_kept_pin(job_id, pin, backend) + "\n")
+                out.flush()
+                unpinned.add(info.restarts)
         exit_record = Path(rd) / "attempts" / f"{_log_id(job_id, info)}.r{info.restarts}.exit"
         if exit_record.exists():  # the step has ended: the job ends within moments (or is requeued)
             sleep(ENDING_POLL)

@@ -7,9 +7,11 @@ gloo on the CPU; the fake GPUs only make Slurm hand out GRES.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from slurmkit.backend.cli import CLIBackend
+from slurmkit.errors import SlurmkitError
 from slurmkit.jobs import JobSpec, follow, submit_job
 from slurmkit.jobs.monitor import statuses
 from slurmkit.lab import Lab
@@ -521,3 +524,66 @@ def test_slurm_requeue_of_a_pinned_job_is_placed_afresh(env: dict[str, str], bac
             backend.cancel(job_id)
         if lost:
             backend.resume(lost)
+
+
+def test_follow_clears_the_pin_when_the_batch_host_is_lost(lab: Lab, env: dict[str, str], backend: CLIBackend,
+                                                           tmp_path: Path) -> None:
+    """The batch host dies with its slurmd, batch shell and step (every process of that node, SIGKILLed), then goes
+    DOWN: Slurm requeues the job and keeps its --nodelist (job_mgr.c _job_requeue_op touches no req_nodes, 22.05 to
+    26.05), and no batch shell is left to clear it, so the job would wait for the dead node forever.
+    `gpusub --follow` (monitor.follow, here in a thread) sees the requeued job pending on gpusub's own pin, clears
+    it, and the next attempt runs on other nodes to COMPLETED. ~60 s."""
+    import threading
+
+    from slurmkit.lab.slow import _node_pids
+
+    gate = tmp_path / "gate"
+    spec = JobSpec(script=str(_hold_script(tmp_path)), nodes=2, gpus_per_node=2, launcher="srun", time="5:00",
+                   run_dir=str(tmp_path / "run"), env=(("GATE", str(gate)),))
+    job_id, run_dir = submit_job(spec, backend, environ=env)
+    log = io.StringIO()
+    result: list[object] = []
+    follower = threading.Thread(target=lambda: result.append(follow(job_id, backend, log, environ=env, cap=1.0)),
+                                daemon=True)
+    lost = ""
+    try:
+        assert "#SBATCH --nodelist=" in (Path(run_dir) / "script.sh").read_text()
+        follower.start()
+        _wait_for(lambda: backend.job(job_id).state == "RUNNING", 90, "the first attempt")
+        _wait_for(lambda: (Path(run_dir) / "logs" / f"{job_id}.r0.log").exists()
+                  and "hold on" in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text(), 60, "the step")
+        lost = backend.job(job_id).raw["BatchHost"]
+        pids = _node_pids(lab, lost)
+        if len(pids) < 2:
+            pytest.skip(f"{lost}'s processes share the host's UTS namespace here: its batch shell cannot be told "
+                        "from the other nodes' processes")
+        for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: no process of the node reacts to the others'
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        subprocess.run(["scontrol", "update", f"NodeName={lost}", "State=DOWN", "Reason=gpusub-test: host lost"],
+                       env=env, check=True, capture_output=True, timeout=30)
+        _wait_for(lambda: backend.job(job_id).restarts >= 1, 90, "Slurm's requeue")
+        _wait_for(lambda: backend.job(job_id).state == "RUNNING", 180, "the next attempt on other nodes")
+        again = backend.job(job_id)
+        assert lost not in again.nodes, (lost, again.nodes)
+        assert "pin cleared" in log.getvalue(), log.getvalue()[-2000:]
+        assert "cleared the node pin" not in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text()  # no shell did
+        gate.touch()
+        follower.join(120)
+        assert result and getattr(result[0], "state", "") == "COMPLETED", (result, log.getvalue()[-2000:])
+    finally:
+        gate.touch()
+        if not backend.job(job_id).finished:
+            backend.cancel(job_id)
+        if lost:  # the node comes back for the module's other tests: its slurmd again, resumed unless it came idle
+            lab.start_slurmds([lost])
+
+            def back() -> bool:
+                n = backend.node(lost)
+                if n.state.lower() == "down":
+                    with contextlib.suppress(SlurmkitError):  # "Invalid node state" once ReturnToService did it
+                        backend.resume(lost)
+                return n.state.lower() == "idle" and not n.flags
+
+            _wait_for(back, 90, f"{lost} back, idle and responding")

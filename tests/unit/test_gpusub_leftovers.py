@@ -529,3 +529,54 @@ def test_only_the_records_line_is_read_not_a_warning_before_it(tmp_path: Path) -
     log = (tmp_path / "run" / "logs" / "77.r0.log").read_text()
     assert "the job is ending (COMPLETING) after SIGTERM: not requeued" in log, log
     assert "update" not in (tmp_path / "scontrol.log").read_text()
+
+
+class _RequeuedPinned:
+    """Scripted polls of a job whose batch host was lost: pending on gpusub's own pin after a requeue, then (once
+    unpinned) running elsewhere and completed. Records every scontrol update."""
+
+    env = None
+
+    def __init__(self, rd: Path, polls: list[tuple[str, int, str]]):
+        self.rd, self.polls, self.updates = rd, list(polls), []  # type: ignore[var-annotated]
+
+    def jobs(self, job_ids=None):  # type: ignore[no-untyped-def]
+        from slurmkit.backend.parse import JobInfo
+
+        state, restarts, req = self.polls.pop(0) if len(self.polls) > 1 else self.polls[0]
+        return [JobInfo("4", state, restarts=restarts, exit_code="0:0", stdout=str(self.rd / "logs" / "slurm-4.out"),
+                        raw={"ReqNodeList": req})]
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        self.updates.append((job_id, fields))
+
+
+@pytest.mark.parametrize("user_pin", [None, "node[1-2]"])
+def test_follow_and_wait_clear_a_pin_no_batch_shell_cleared(tmp_path: Path, user_pin: str | None) -> None:
+    """The batch host failed: Slurm requeued the job and kept gpusub's submit-time --nodelist (job_mgr.c
+    _job_requeue_op), so it would wait for the lost node forever. `gpusub --follow` and Job.wait() clear it once per
+    attempt, as the batch shell would have; the user's own -w is theirs and stays."""
+    import io
+
+    from slurmkit.jobs.api import Job
+    from slurmkit.jobs.monitor import follow
+
+    rd = tmp_path / "run"
+    (rd / "logs").mkdir(parents=True)
+    (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": user_pin}}))
+    polls = [("RUNNING", 0, "node[1-2]"), ("PENDING", 1, "node[1-2]"), ("PENDING", 1, "node[1-2]"),
+             ("RUNNING", 1, "(null)"), ("COMPLETED", 1, "(null)")]
+    fake = _RequeuedPinned(rd, polls)
+    out = io.StringIO()
+    st = follow("4", fake, out, run_dir=str(rd), environ={}, sleep=lambda s: None)  # type: ignore[arg-type]
+    assert st.state == "COMPLETED"
+    if user_pin:
+        assert fake.updates == [] and "pin cleared" not in out.getvalue()
+    else:
+        assert fake.updates == [("4", {"ReqNodeList": ""})], fake.updates  # once, though seen twice
+        assert "requeued still pinned to node[1-2]" in out.getvalue() and "pin cleared" in out.getvalue()
+
+    fake = _RequeuedPinned(rd, polls)
+    job = Job("4", str(rd), fake, environ={})  # type: ignore[arg-type]
+    assert job.wait(poll_cap=0.01).state == "COMPLETED"
+    assert fake.updates == ([] if user_pin else [("4", {"ReqNodeList": ""})])
