@@ -16,6 +16,7 @@ way a user waits for them:
   is the submission), one round of side-by-side queries more
 * ``gpusub train.py -N 4``: preflight (scontrol partition + nodes, sbatch --test-only), run dir, sbatch
 * ``sbatch --parsable`` of the very script gpusub rendered (the floor for any submitter)
+* the eight Slurm client calls of a pinned gpusub submit, from a shell (gpusub's floor on the Slurm side)
 * ``torchx run --dryrun -s slurm dist.ddp -j 4x8 --script train.py``
 * a submitit submit of a 4x8 job (``AutoExecutor`` + ``submit``) in its own process
 * with ``--e2e ROUNDS`` (default 3): end to end, submit to COMPLETED, of a 2-node x 2-process gloo job (init, one
@@ -91,6 +92,14 @@ while True:
 print("state", state)
 sys.exit(0 if state == "COMPLETED" else 1)
 """
+
+
+# What `gpusub train.py -N 4` runs on a 22.05 lab (strace -f -e execve), in the order it runs them; the node query
+# is scontrol's JSON from 24.11 on
+SLURM_CALLS = ("squeue -h -t PD -o '%i|%D|%P|%n|%x|%v|%r' >/dev/null; scontrol -o show reservation >/dev/null; "
+               "scontrol -o show partition >/dev/null; scontrol -o -d show node >/dev/null; "
+               "sbatch --test-only job.sh 2>/dev/null; sbatch --parsable job.sh >/dev/null; "
+               "squeue -h -t PD -o '%i|%D|%P|%n|%x|%v|%r' >/dev/null; scontrol -o -d show node >/dev/null")
 
 
 def timed(argv: list[str], env: dict[str, str], repeat: int, cwd: str, check: bool = True) -> tuple[float, str]:
@@ -200,6 +209,9 @@ def main() -> None:
             ("gpusub --dry-run live (4x8)", [*gpusub, "train.py", "-N", "4", "--dry-run"]),
             ("gpusub submit (4x8)", [*gpusub, "train.py", "-N", "4", "--time", "5"]),
             ("sbatch --parsable (same script)", ["sbatch", "--parsable", "job.sh"]),
+            # the other floor: the Slurm clients a pinned submit runs (live placement's four queries, sbatch
+            # --test-only, sbatch, the pin check's two), one after another, without any Python
+            ("the Slurm calls of a pinned submit (8 clients)", ["sh", "-c", SLURM_CALLS]),
         ]
         if args.compare:
             other = str(Path(args.compare).resolve())
