@@ -27,7 +27,7 @@ A='import signal, sys
 keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal
 for s in keep: real(s, lambda *_: None)
 signal.signal = lambda s, h: signal.getsignal(s) if s in keep else real(s, h)
-import os
+import os, socket, time
 from datetime import timedelta
 from torch.distributed import PrefixStore, TCPStore
 from torch.distributed.elastic import rendezvous as rdzv
@@ -46,8 +46,16 @@ class GpusubRendezvous(rdzv.RendezvousHandler):
     def get_backend(self): return "gpusub"
     @property
     def use_agent_store(self): return True
+    def listening(self):
+        end = time.monotonic() + self.timeout.total_seconds()
+        while True:
+            try: return socket.create_connection((self.addr, self.port), timeout=5).close()
+            except OSError as e:
+                if time.monotonic() > end: raise SystemExit(f"gpusub rendezvous: nothing listens on {self.addr}:{self.port} after {self.timeout.total_seconds():.0f} s (the store on the first node): {e}")
+            time.sleep(0.05)
     def next_rendezvous(self):
         if self.tcp is None:
+            if not self.host: self.listening()
             self.tcp = TCPStore(self.addr, self.port, is_master=self.host, timeout=self.timeout, multi_tenant=True)
         store = PrefixStore(self.run_id, self.tcp)
         if not hasattr(rdzv, "RendezvousInfo"): return store, self.rank, self.world
