@@ -46,10 +46,10 @@ SIGNALS = ('import signal, sys\n'
 # Slurm requeue: a new step, a new store), so c10d's elastic membership (dynamic_rendezvous.py) is never used, and it
 # costs about a second per job: torch 2.13's ``_DistributedRendezvousOpExecutor.run`` sleeps ``_delay(seconds=1)``
 # on every SYNC action (each poll of the shared state), ``next_rendezvous`` a random ``_delay(seconds=(0, 0.3))``
-# first, and ``shutdown()`` runs a close op through the same executor (store round trips after the exit barrier). Here nothing polls: the node's group rank is Slurm's ``SLURM_NODEID`` (set
-# in every srun task), the world is ``--nnodes`` (``params.max_nodes``), and the store is a TCPStore client of the one
-# at ``--rdzv-endpoint`` (the batch shell's), or the server itself where ``--rdzv-conf is_host=1`` (one node, a
-# container image: env.py). As torch's own static backend (static_tcp_rendezvous.py, 2.13) it returns the store
+# first, and ``shutdown()`` runs a close op through the same executor (store round trips after the exit barrier).
+# Here nothing polls: the node's group rank is Slurm's ``SLURM_NODEID`` (set in every srun task), the world is
+# ``--nnodes`` (``params.max_nodes``), and the store is a TCPStore client of the one at ``--rdzv-endpoint`` (the
+# batch shell's), or the server itself where ``--rdzv-conf is_host=1`` (one node, a container image: env.py). As torch's own static backend (static_tcp_rendezvous.py, 2.13) it returns the store
 # under a PrefixStore of the run id, says ``use_agent_store`` (workers reach the same store as clients, at
 # MASTER_ADDR:MASTER_PORT = the endpoint: local_elastic_agent.py ``_start_workers`` sets
 # TORCHELASTIC_USE_AGENT_STORE from it, and torch/distributed/rendezvous.py ``_create_c10d_store`` then opens a
