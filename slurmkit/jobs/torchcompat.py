@@ -41,28 +41,28 @@ SIGNALS = ('import signal, sys\n'
            'signal.signal = lambda s, h: signal.getsignal(s) if s in keep else real(s, h)\n')
 
 # torchrun's rendezvous backend of gpusub's own, registered (torch's public
-# ``torch.distributed.elastic.rendezvous.rendezvous_handler_registry``, rendezvous/api.py) before ``main()`` and
-# chosen with ``--rdzv-backend=gpusub``. gpusub runs torchrun with ``--nnodes=N --max-restarts=0`` (a restart is a
-# Slurm requeue: a new step, a new store), so c10d's elastic membership (dynamic_rendezvous.py) is never used, and it
-# costs about a second per job: torch 2.13's ``_DistributedRendezvousOpExecutor.run`` sleeps ``_delay(seconds=1)``
-# on every SYNC action (each poll of the shared state), ``next_rendezvous`` a random ``_delay(seconds=(0, 0.3))``
-# first, and ``shutdown()`` runs a close op through the same executor (store round trips after the exit barrier).
-# Here nothing polls: the node's group rank is Slurm's ``SLURM_NODEID`` (set in every srun task), the world is
-# ``--nnodes`` (``params.max_nodes``), and the store is a TCPStore client of the one at ``--rdzv-endpoint`` (the
-# batch shell's), or the server itself where ``--rdzv-conf is_host=1`` (one node, a container image: env.py). As torch's own static backend (static_tcp_rendezvous.py, 2.13) it returns the store
-# under a PrefixStore of the run id, says ``use_agent_store`` (workers reach the same store as clients, at
-# MASTER_ADDR:MASTER_PORT = the endpoint: local_elastic_agent.py ``_start_workers`` sets
-# TORCHELASTIC_USE_AGENT_STORE from it, and torch/distributed/rendezvous.py ``_create_c10d_store`` then opens a
-# client, never a server), ``num_nodes_waiting`` 0 (agent/server/api.py ``_invoke_run`` restarts the workers when it
-# is > 0) and a ``shutdown()`` that only returns. Releases whose rendezvous api.py has no ``RendezvousInfo`` (the
-# older ones gpusub supports) take ``(store, rank, world_size)`` from ``next_rendezvous``, pick MASTER_ADDR/PORT on
-# group rank 0 themselves and give the workers the agent store only for the backend named "static"
-# (local_elastic_agent.py ``get_backend() == "static"`` in those releases, pytorch/pytorch history): there the
-# workers' store stays torch's own choice, as with c10d. The timeout of the store's waits (the other agents'
-# start, the rank exchange) is torch's rendezvous ``timeout`` (launcher/api.py: 900 s unless --rdzv-conf says).
-# A client first waits for the store's port itself, 50 ms apart: the batch shell's store imports torch while the
-# agents do, and TCPStore's own client retries a refused connect with growing, jittered delays (measured with
-# torch 2.13.0: a server up 0.6 s after the client started was reached at 1.57 s; 0.14 s late when it was up at 1.2 s).
+# ``torch.distributed.elastic.rendezvous.rendezvous_handler_registry``, rendezvous/api.py) before ``main()`` and chosen
+# with ``--rdzv-backend=gpusub``. gpusub runs torchrun with ``--nnodes=N --max-restarts=0`` (a restart is a Slurm
+# requeue: a new step, a new store), so c10d's elastic membership (dynamic_rendezvous.py) is never used, and it costs
+# about a second per job: torch 2.13's ``_DistributedRendezvousOpExecutor.run`` sleeps ``_delay(seconds=1)`` on every
+# SYNC action (each poll of the shared state), ``next_rendezvous`` a random ``_delay(seconds=(0, 0.3))`` first, and
+# ``shutdown()`` runs a close op through the same executor (store round trips after the exit barrier). Here nothing
+# polls: the node's group rank is Slurm's ``SLURM_NODEID`` (set in every srun task), the world is ``--nnodes``
+# (``params.max_nodes``), and the store is a TCPStore client of the one at ``--rdzv-endpoint`` (the batch shell's), or
+# the server itself where ``--rdzv-conf is_host=1`` (one node, a container image: env.py). As torch's own static backend
+# (static_tcp_rendezvous.py, 2.13) it returns the store under a PrefixStore of the run id, says ``use_agent_store``
+# (workers reach the same store as clients, at MASTER_ADDR:MASTER_PORT = the endpoint: local_elastic_agent.py
+# ``_start_workers`` sets TORCHELASTIC_USE_AGENT_STORE from it, and torch/distributed/rendezvous.py
+# ``_create_c10d_store`` then opens a client, never a server), ``num_nodes_waiting`` 0 (agent/server/api.py
+# ``_invoke_run`` restarts the workers when it is > 0) and a ``shutdown()`` that only returns. Releases whose rendezvous
+# api.py has no ``RendezvousInfo`` (the older ones gpusub supports) take ``(store, rank, world_size)`` from
+# ``next_rendezvous``, pick MASTER_ADDR/PORT on group rank 0 themselves and give the workers the agent store only for
+# the backend named "static" (local_elastic_agent.py ``get_backend() == "static"`` in those releases, pytorch/pytorch
+# history): there the workers' store stays torch's own choice, as with c10d. The timeout of the store's waits (the other
+# agents' start, the rank exchange) is torch's rendezvous ``timeout`` (launcher/api.py: 900 s unless --rdzv-conf says).
+# A client first waits for the store's port itself, 50 ms apart: the batch shell's store imports torch while the agents
+# do, and TCPStore's own client retries a refused connect with growing, jittered delays (measured with torch 2.13.0: a
+# server up 0.6 s after the client started was reached at 1.57 s; 0.14 s late when it was up at 1.2 s).
 RDZV = ('import os, socket, time\n'
         'from datetime import timedelta\n'
         'from torch.distributed import PrefixStore, TCPStore\n'
