@@ -154,7 +154,7 @@ def test_torchrun_agent_runs_under_the_pinned_interpreter_and_ignores_usr2() -> 
     assert "--wait=150" in job.request.script
 
 
-def test_the_batch_shell_hosts_the_c10d_store_and_every_agent_is_a_client() -> None:
+def test_the_batch_shell_hosts_the_rendezvous_store_and_every_agent_is_a_client() -> None:
     from slurmkit.jobs.torchcompat import STORE
 
     job = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=2, python="/venv/bin/python"), facts(), "/r")
