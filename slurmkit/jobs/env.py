@@ -72,7 +72,7 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
     v = parse_version(tf.version)
     if v is not None and v < MIN_SUPPORTED and spec.launcher != "srun":
         raise UsageError(f"{spec.python or 'the interpreter'} has torch {tf.version}: gpusub needs torch >= "
-                         f"{MIN_SUPPORTED[0]}.{MIN_SUPPORTED[1]} (TORCH_NCCL_* names, torchrun c10d rendezvous)")
+                         f"{MIN_SUPPORTED[0]}.{MIN_SUPPORTED[1]} (TORCH_NCCL_* names)")
 
     def add(name: str, value: str, reason: str, kind: str = "batch", origin: str = "gpusub",
             optional: bool = False) -> None:
@@ -120,17 +120,17 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
     not_set.append(("NCCL_ASYNC_ERROR_HANDLING / NCCL_BLOCKING_WAIT", "deprecated since torch 2.2: warnings only"))
 
     if spec.launcher in ("torchrun", "megatron"):
-        # torchrun reads PET_<FLAG> for each flag; the c10d store is hosted by node 0 (the batch host, whose
-        # address is the endpoint) instead of by whichever agent guesses the endpoint is local.
+        # torchrun reads PET_<FLAG> for each flag; gpusub's rendezvous (torchcompat.RDZV) reads is_host: the store is
+        # hosted on node 0 (the batch host, whose address is the endpoint), by the batch shell or node 0's agent.
         # one node: its agent is the only client, nothing can outlive it; in a container the batch shell, outside
         # the image, has no torch to host the store with
         if spec.nodes == 1 or spec.container_image:
             add("PET_RDZV_CONF", "is_host=$([ \"${SLURM_NODEID:-0}\" = 0 ] && echo 1 || echo 0)",
-                "torchrun --rdzv-conf: the first node's agent hosts the c10d store (no hostname guessing)",
+                "torchrun --rdzv-conf: the first node's agent hosts the rendezvous' TCPStore (no hostname guessing)",
                 kind="task")
         else:
             add("PET_RDZV_CONF", "is_host=0",
-                "torchrun --rdzv-conf: every agent is a client of the c10d store the batch shell hosts on the first "
+                "torchrun --rdzv-conf: every agent is a client of the TCPStore the batch shell hosts on the first "
                 "node; an agent that hosted it and reached the exit barrier last (rank 0 finishing a checkpoint) "
                 "took it down while the others still waited on it (\"Broken pipe\" tracebacks after a clean end)")
         not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",

@@ -15,7 +15,7 @@ from slurmkit.jobs.env import EnvPlan, plan_env
 from slurmkit.jobs.rundir import STOPPED_EXIT
 from slurmkit.jobs.spec import ClusterFacts, JobSpec, parse_time_minutes, sbatch_value
 from slurmkit.jobs.topology import TopologyPlan, plan_topology
-from slurmkit.jobs.torchcompat import AGENT, STORE, TorchFeatures, features_for
+from slurmkit.jobs.torchcompat import AGENT, RDZV_BACKEND, STORE, TorchFeatures, features_for
 
 if TYPE_CHECKING:  # imported when the launcher is megatron: a DDP submit does not pay for it
     from slurmkit.jobs import megatron
@@ -272,6 +272,7 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "python": python,
         "agent": AGENT,
         "store": STORE,
+        "rdzv_backend": RDZV_BACKEND,
         "store_in_batch": spec.nodes > 1 and not spec.container_image,  # env.py: PET_RDZV_CONF is_host=0
         "shutdown_timeout": spec.signal_grace if tf.shutdown_timeout_flag and spec.signal_grace else 0,
         "pinned": topo.pinned,

@@ -35,11 +35,82 @@ _V = re.compile(r"^(\d+)\.(\d+)")
 # (TORCHELASTIC_SIGNALS_TO_HANDLE, default SIGTERM,SIGINT,SIGHUP,SIGQUIT; always SIGTERM before 2.10), after this
 # code runs, so ``signal.signal`` is wrapped to keep these two no-op. exec() resets a caught signal to its default,
 # so the workers start with the default dispositions and install their own handlers.
-AGENT = ('import signal, sys\n'
-         'keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal\n'
-         'for s in keep: real(s, lambda *_: None)\n'
-         'signal.signal = lambda s, h: signal.getsignal(s) if s in keep else real(s, h)\n'
-         'from torch.distributed.run import main; sys.argv[0] = "torchrun"; sys.exit(main())')
+SIGNALS = ('import signal, sys\n'
+           'keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal\n'
+           'for s in keep: real(s, lambda *_: None)\n'
+           'signal.signal = lambda s, h: signal.getsignal(s) if s in keep else real(s, h)\n')
+
+# torchrun's rendezvous backend of gpusub's own, registered (torch's public
+# ``torch.distributed.elastic.rendezvous.rendezvous_handler_registry``, rendezvous/api.py) before ``main()`` and chosen
+# with ``--rdzv-backend=gpusub``. gpusub runs torchrun with ``--nnodes=N --max-restarts=0`` (a restart is a Slurm
+# requeue: a new step, a new store), so c10d's elastic membership (dynamic_rendezvous.py) is never used, and it costs
+# about a second per job: torch 2.13's ``_DistributedRendezvousOpExecutor.run`` sleeps ``_delay(seconds=1)`` on every
+# SYNC action (each poll of the shared state), ``next_rendezvous`` a random ``_delay(seconds=(0, 0.3))`` first, and
+# ``shutdown()`` runs a close op through the same executor (store round trips after the exit barrier). Here nothing
+# polls: the node's group rank is Slurm's ``SLURM_NODEID`` (set in every srun task), the world is ``--nnodes``
+# (``params.max_nodes``), and the store is a TCPStore client of the one at ``--rdzv-endpoint`` (the batch shell's), or
+# the server itself where ``--rdzv-conf is_host=1`` (one node, a container image: env.py). As torch's own static backend
+# (static_tcp_rendezvous.py, 2.13) it returns the store under a PrefixStore of the run id, says ``use_agent_store``
+# (workers reach the same store as clients, at MASTER_ADDR:MASTER_PORT = the endpoint: local_elastic_agent.py
+# ``_start_workers`` sets TORCHELASTIC_USE_AGENT_STORE from it, and torch/distributed/rendezvous.py
+# ``_create_c10d_store`` then opens a client, never a server), ``num_nodes_waiting`` 0 (agent/server/api.py
+# ``_invoke_run`` restarts the workers when it is > 0) and a ``shutdown()`` that only returns. Releases whose rendezvous
+# api.py has no ``RendezvousInfo`` (the older ones gpusub supports) take ``(store, rank, world_size)`` from
+# ``next_rendezvous``, pick MASTER_ADDR/PORT on group rank 0 themselves and give the workers the agent store only for
+# the backend named "static" (local_elastic_agent.py ``get_backend() == "static"`` in those releases, pytorch/pytorch
+# history): there the workers' store stays torch's own choice, as with c10d. The timeout of the store's waits (the other
+# agents' start, the rank exchange) is torch's rendezvous ``timeout`` (launcher/api.py: 900 s unless --rdzv-conf says).
+# A client first waits for the store's port itself, 50 ms apart: the batch shell's store imports torch while the agents
+# do, and TCPStore's own client retries a refused connect with growing, jittered delays (measured with torch 2.13.0: a
+# server up 0.6 s after the client started was reached at 1.57 s; 0.14 s late when it was up at 1.2 s).
+RDZV = ('import os, socket, time\n'
+        'from datetime import timedelta\n'
+        'from torch.distributed import PrefixStore, TCPStore\n'
+        'from torch.distributed.elastic import rendezvous as rdzv\n'
+        'class GpusubRendezvous(rdzv.RendezvousHandler):\n'
+        '    def __init__(self, params):\n'
+        '        node, world = os.environ.get("SLURM_NODEID", ""), params.max_nodes\n'
+        '        if not (node.isascii() and node.isdigit() and int(node) < world):\n'
+        '            raise SystemExit(f"gpusub rendezvous: SLURM_NODEID={node!r} is not a node index below '
+        '--nnodes={world} (the agent runs as a task of the step gpusub started)")\n'
+        '        addr, _, port = params.endpoint.rpartition(":")\n'
+        '        if not (addr and port.isascii() and port.isdigit()):\n'
+        '            raise SystemExit(f"gpusub rendezvous: --rdzv-endpoint={params.endpoint!r} is not HOST:PORT")\n'
+        '        self.rank, self.world, self.run_id, self.addr, self.port = int(node), world, params.run_id, addr, '
+        'int(port)\n'
+        '        self.host = bool(params.get_as_bool("is_host", False))\n'
+        '        self.timeout = timedelta(seconds=params.get_as_int("timeout", 900))\n'
+        '        self.tcp = None\n'
+        '    def get_backend(self): return "gpusub"\n'
+        '    @property\n'
+        '    def use_agent_store(self): return True\n'
+        '    def listening(self):\n'
+        '        end = time.monotonic() + self.timeout.total_seconds()\n'
+        '        while True:\n'
+        '            try: return socket.create_connection((self.addr, self.port), timeout=5).close()\n'
+        '            except OSError as e:\n'
+        '                if time.monotonic() > end: raise SystemExit(f"gpusub rendezvous: nothing listens on '
+        '{self.addr}:{self.port} after {self.timeout.total_seconds():.0f} s (the store on the first node): {e}")\n'
+        '            time.sleep(0.05)\n'
+        '    def next_rendezvous(self):\n'
+        '        if self.tcp is None:\n'
+        '            if not self.host: self.listening()\n'
+        '            self.tcp = TCPStore(self.addr, self.port, is_master=self.host, timeout=self.timeout, '
+        'multi_tenant=True)\n'
+        '        store = PrefixStore(self.run_id, self.tcp)\n'
+        '        if not hasattr(rdzv, "RendezvousInfo"): return store, self.rank, self.world\n'
+        '        return rdzv.RendezvousInfo(store, self.rank, self.world, rdzv.RendezvousStoreInfo(self.addr, '
+        'self.port))\n'
+        '    def is_closed(self): return False\n'
+        '    def set_closed(self): pass\n'
+        '    def num_nodes_waiting(self): return 0\n'
+        '    def get_run_id(self): return self.run_id\n'
+        '    def shutdown(self): return True\n'
+        'rdzv.rendezvous_handler_registry.register("gpusub", GpusubRendezvous)\n')
+RDZV_BACKEND = "gpusub"
+
+AGENT = SIGNALS + RDZV + 'from torch.distributed.run import main; sys.argv[0] = "torchrun"; sys.exit(main())'
+
 
 
 # The c10d store for torchrun's rendezvous, hosted by the batch shell (one process on the first node) for the

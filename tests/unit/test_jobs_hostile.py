@@ -48,8 +48,8 @@ os.execvpe(args[0], args, env)
 """
 STUB_RECORD = r"""#!/usr/bin/env python3
 import json, os, sys
-if len(sys.argv) > 2 and "TCPStore" in sys.argv[2]:
-    sys.exit(0)  # the batch shell's c10d store (torchrun launchers): not the program
+if len(sys.argv) > 2 and sys.argv[2].startswith("import sys, time; from torch.distributed import TCPStore"):
+    sys.exit(0)  # the batch shell's rendezvous store (torchrun launchers): not the program
 with open(os.environ["STUB_OUT"], "w", encoding="utf-8", errors="surrogateescape") as f:
     json.dump({"argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in
               ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "NCCL_DEBUG", "USER_VAR",

@@ -21,7 +21,7 @@ from slurmkit.jobs.render import explain, render
 from slurmkit.jobs.spec import JobSpec, parse_mem_mb, parse_time_seconds
 from slurmkit.jobs.submit import PreflightError, prepare
 from slurmkit.jobs.topology import plan_topology
-from slurmkit.jobs.torchcompat import AGENT, features_for
+from slurmkit.jobs.torchcompat import AGENT, SIGNALS, features_for
 from slurmkit.model.load import load_cluster
 from tests.unit.test_gpusub_cli import CLUSTER_KEY, FakeBackend, unit_slurm_conf
 from tests.unit.test_jobs_render import facts, live
@@ -154,7 +154,7 @@ def test_torchrun_agent_runs_under_the_pinned_interpreter_and_ignores_usr2() -> 
     assert "--wait=150" in job.request.script
 
 
-def test_the_batch_shell_hosts_the_c10d_store_and_every_agent_is_a_client() -> None:
+def test_the_batch_shell_hosts_the_rendezvous_store_and_every_agent_is_a_client() -> None:
     from slurmkit.jobs.torchcompat import STORE
 
     job = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=2, python="/venv/bin/python"), facts(), "/r")
@@ -163,16 +163,16 @@ def test_the_batch_shell_hosts_the_c10d_store_and_every_agent_is_a_client() -> N
     assert store < text.index("srun --kill-on-bad-exit") < text.index('kill "$_gpusub_store"')
     assert {v.name: v.value for v in job.env.vars}["PET_RDZV_CONF"] == "is_host=0"
     boxed = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=2, container_image="img:1"), facts(), "/r")
-    assert "TCPStore" not in boxed.request.script  # the image's torch is not on the batch host: node 0 hosts it
+    assert "_gpusub_store=" not in boxed.request.script  # the image's torch is not on the batch host: node 0's agent
     assert "SLURM_NODEID" in {v.name: v.value for v in boxed.env.vars}["PET_RDZV_CONF"]
     single = render(JobSpec(script="/t.py", gpus_per_node=2), facts(), "/r")
-    assert "TCPStore" not in single.request.script  # one agent: no other agent can be left waiting on it
+    assert "_gpusub_store=" not in single.request.script  # one agent: no other agent can be left waiting on it
     compile(STORE, "store", "exec")
 
 
 def test_agent_code_is_valid_python_with_a_no_op_usr2_handler() -> None:
-    code = AGENT.replace("from torch.distributed.run import main; ", "").replace("sys.exit(main())",
-                                                                                    "print(signal.getsignal(12))")
+    assert AGENT.startswith(SIGNALS)  # before torch is imported (the rendezvous backend, then main)
+    code = SIGNALS + "print(signal.getsignal(12))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "lambda" in out
 
@@ -745,11 +745,11 @@ def test_logs_of_an_array_job_id_print_every_tasks_logs(tmp_path: Path) -> None:
 def test_agent_keeps_sigterm_and_sigusr2_no_op_when_torch_installs_its_handlers() -> None:
     """torch's PContext.start() calls signal.signal(SIGTERM, _terminate_process_handler) after the agent code ran:
     the agent must stay out of SIGTERM (it would SIGKILL the checkpointing workers 30 s later) and SIGUSR2."""
-    code = AGENT.replace("from torch.distributed.run import main; ", "").replace(
-        "sys.exit(main())", "signal.signal(signal.SIGTERM, print); signal.signal(signal.SIGUSR2, print); "
-        "signal.signal(signal.SIGINT, print); "
-        "print(signal.getsignal(signal.SIGTERM) is not print, signal.getsignal(signal.SIGUSR2) is not print, "
-        "signal.getsignal(signal.SIGINT) is print)")
+    assert AGENT.startswith(SIGNALS)
+    code = SIGNALS + ("signal.signal(signal.SIGTERM, print); signal.signal(signal.SIGUSR2, print); "
+                      "signal.signal(signal.SIGINT, print); "
+                      "print(signal.getsignal(signal.SIGTERM) is not print, signal.getsignal(signal.SIGUSR2) is not "
+                      "print, signal.getsignal(signal.SIGINT) is print)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True", "True"]
 
