@@ -23,50 +23,8 @@ while not got: time.sleep(0.05)
 t=time.time(); time.sleep(40)
 print(json.dumps({"rank":r,"signals":len(got),"saved_s":round(time.time()-t)}),flush=True)
 EOF
-A='import signal, sys
-keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal
-for s in keep: real(s, lambda *_: None)
-signal.signal = lambda s, h: signal.getsignal(s) if s in keep else real(s, h)
-import os, socket, time
-from datetime import timedelta
-from torch.distributed import PrefixStore, TCPStore
-from torch.distributed.elastic import rendezvous as rdzv
-class GpusubRendezvous(rdzv.RendezvousHandler):
-    def __init__(self, params):
-        node, world = os.environ.get("SLURM_NODEID", ""), params.max_nodes
-        if not (node.isascii() and node.isdigit() and int(node) < world):
-            raise SystemExit(f"gpusub rendezvous: SLURM_NODEID={node!r} is not a node index below --nnodes={world} (the agent runs as a task of the step gpusub started)")
-        addr, _, port = params.endpoint.rpartition(":")
-        if not (addr and port.isascii() and port.isdigit()):
-            raise SystemExit(f"gpusub rendezvous: --rdzv-endpoint={params.endpoint!r} is not HOST:PORT")
-        self.rank, self.world, self.run_id, self.addr, self.port = int(node), world, params.run_id, addr, int(port)
-        self.host = bool(params.get_as_bool("is_host", False))
-        self.timeout = timedelta(seconds=params.get_as_int("timeout", 900))
-        self.tcp = None
-    def get_backend(self): return "gpusub"
-    @property
-    def use_agent_store(self): return True
-    def listening(self):
-        end = time.monotonic() + self.timeout.total_seconds()
-        while True:
-            try: return socket.create_connection((self.addr, self.port), timeout=5).close()
-            except OSError as e:
-                if time.monotonic() > end: raise SystemExit(f"gpusub rendezvous: nothing listens on {self.addr}:{self.port} after {self.timeout.total_seconds():.0f} s (the store on the first node): {e}")
-            time.sleep(0.05)
-    def next_rendezvous(self):
-        if self.tcp is None:
-            if not self.host: self.listening()
-            self.tcp = TCPStore(self.addr, self.port, is_master=self.host, timeout=self.timeout, multi_tenant=True)
-        store = PrefixStore(self.run_id, self.tcp)
-        if not hasattr(rdzv, "RendezvousInfo"): return store, self.rank, self.world
-        return rdzv.RendezvousInfo(store, self.rank, self.world, rdzv.RendezvousStoreInfo(self.addr, self.port))
-    def is_closed(self): return False
-    def set_closed(self): pass
-    def num_nodes_waiting(self): return 0
-    def get_run_id(self): return self.run_id
-    def shutdown(self): return True
-rdzv.rendezvous_handler_registry.register("gpusub", GpusubRendezvous)
-from torch.distributed.run import main; sys.argv[0] = "torchrun"; sys.exit(main())'
+# the agent exactly as gpusub renders it, from this checkout (python3 needs no slurmkit dependency for this module)
+A=$(cd "$(dirname "$0")/.." && python3 -c 'import sys; sys.path.insert(0, "."); from slurmkit.jobs.torchcompat import AGENT; print(AGENT)')
 python3 -c 'import torch; print("torch", torch.__version__)'
 echo "torchrun knows: $(python3 -m torch.distributed.run --help | grep -o -E -- '--signals-to-handle|--shutdown-timeout' | sort -u | tr '\n' ' ')"
 go() {

@@ -19,7 +19,7 @@ import pytest
 
 from slurmkit.jobs.render import render
 from slurmkit.jobs.spec import JobSpec
-from slurmkit.jobs.torchcompat import AGENT, RDZV, RDZV_BACKEND, SIGNALS
+from slurmkit.jobs.torchcompat import AGENT, MAIN, RDZV, RDZV_BACKEND, SIGNALS
 from tests.unit.test_jobs_render import facts
 
 pytest.importorskip("torch.distributed")
@@ -50,8 +50,7 @@ def test_torchrun_is_rendered_with_gpusubs_backend_registered_in_the_agent() -> 
     job = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=2, python="/venv/bin/python"), facts(), "/r")
     text = job.request.script
     assert '--rdzv-backend=gpusub --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"' in text and "c10d" not in text
-    assert AGENT == SIGNALS + RDZV + ('from torch.distributed.run import main; sys.argv[0] = "torchrun"; '
-                                      'sys.exit(main())')
+    assert AGENT == SIGNALS + RDZV + MAIN and MAIN.rstrip().endswith("os._exit(rc)")
     assert 'rdzv.rendezvous_handler_registry.register("gpusub", GpusubRendezvous)' in RDZV
 
 
@@ -177,3 +176,25 @@ def test_two_agents_rendezvous_run_gloo_workers_and_pass_the_exit_barrier(tmp_pa
                      "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(batch.port), "TORCHELASTIC_RUN_ID": "77",
                      "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0",
                      "TORCHELASTIC_MAX_RESTARTS": "0", "sum": 3.0}
+
+
+@pytest.mark.parametrize("worker,rc,said", [
+    ("import sys; sys.exit(0)", 0, ""),
+    ("import sys; sys.exit(3)", 1, "ChildFailedError"),  # torchrun: a failed worker is the agent's exit 1
+    ("raise SystemExit('no')", 1, "ChildFailedError"),
+])
+def test_the_agent_exits_with_torchruns_status_without_the_teardown(tmp_path: Path, worker: str, rc: int,
+                                                                    said: str) -> None:
+    """The agent ends with os._exit after torchrun's main(): its exit status and its failure report are those of
+    ``sys.exit(main())``, and its output is flushed (one node, the agent hosting the store)."""
+    (tmp_path / "w.py").write_text(worker + "\n")
+    port = _free_port()
+    res = subprocess.run(
+        [sys.executable, "-c", AGENT, "--nnodes=1", "--nproc-per-node=1", f"--rdzv-backend={RDZV_BACKEND}",
+         f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=5", "--rdzv-conf=is_host=1", "--max-restarts=0",
+         "--monitor-interval=0.1", str(tmp_path / "w.py")],
+        env={**os.environ, "SLURM_NODEID": "0", "LOGLEVEL": "INFO"}, cwd=tmp_path, capture_output=True, text=True,
+        timeout=120)
+    assert res.returncode == rc, res.stderr[-2000:]
+    assert said in res.stderr
+    assert "Done waiting for other agents" in res.stderr or rc  # the log handlers were flushed before os._exit
