@@ -230,7 +230,9 @@ def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
     (proc_req.c _slurm_rpc_complete_batch_script, GRACE_PREEMPT), when no shell is left either: it waits for the
     preemptor's nodes.
     Measured on the 22.05 lab: batch host's slurmd and batch step SIGKILLed, node set DOWN; Restarts=1,
-    ReqNodeList=node[1-2] with node1 DOWN. A pin the user asked for (-w) is theirs and is not mentioned."""
+    ReqNodeList=node[1-2] with node1 DOWN. Only gpusub's own pin counts, the nodes of the run dir's script.sh
+    ``#SBATCH --nodelist=`` (what the batch shell clears): a pin the user asked for (-w) is theirs, and so is one a
+    user or admin set by hand (`scontrol update ReqNodeList=`) on a job gpusub did not pin or after the requeue."""
     pin = j.raw.get("ReqNodeList") or ""
     if j.state != "PENDING" or not j.restarts or pin in ("", "(null)") or not rd:
         return None
@@ -242,7 +244,34 @@ def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
         return None
     if spec.get("nodelist"):
         return None
-    return pin
+    own = _script_pin(Path(rd) / "script.sh")
+    if own is None:
+        return None
+    from slurmkit.hostlist import expand
+
+    try:  # Slurm prints the list it keeps, folded its own way: the nodes decide
+        same = set(expand(pin)) == set(expand(own))
+    except SlurmkitError:
+        return None
+    return pin if same else None
+
+
+def _script_pin(path: Path) -> str | None:
+    """The ``--nodelist`` of the #SBATCH lines of the script given to sbatch (sbatch(1) 22.05 and 24.11: "sbatch will
+    stop processing further #SBATCH directives once the first non-comment non-whitespace line has been reached");
+    None when it has none or cannot be read."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = None
+    for line in lines[1:]:
+        text = line.strip()
+        if text and not text.startswith("#"):
+            break
+        if text.startswith("#SBATCH --nodelist="):
+            found = text.split("=", 1)[1].strip()
+    return found or None
 
 
 def _sacct(job_ids: Sequence[str], backend: Backend) -> dict[str, tuple[str, str, str]]:

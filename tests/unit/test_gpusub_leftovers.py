@@ -506,6 +506,7 @@ def test_status_names_a_pin_no_batch_shell_cleared(tmp_path: Path, user_pin: str
     rd = tmp_path / "run"
     rd.mkdir()
     (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": user_pin}}))
+    (rd / "script.sh").write_text("#!/bin/bash\n#SBATCH --nodelist=node[1-2]\n#\necho\n")
     j = JobInfo("4", "PENDING", reason="ReqNodeNotAvail", restarts=restarts, stdout=str(rd / "logs" / "slurm-4.out"),
                 raw={"ReqNodeList": req})
     st = _live("4", j, _Index({}, None))
@@ -564,6 +565,7 @@ def test_follow_and_wait_clear_a_pin_no_batch_shell_cleared(tmp_path: Path, user
     rd = tmp_path / "run"
     (rd / "logs").mkdir(parents=True)
     (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": user_pin}}))
+    (rd / "script.sh").write_text("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --nodelist=node[1-2]\n#\necho\n")
     polls = [("RUNNING", 0, "node[1-2]"), ("PENDING", 1, "node[1-2]"), ("PENDING", 1, "node[1-2]"),
              ("RUNNING", 1, "(null)"), ("COMPLETED", 1, "(null)")]
     fake = _RequeuedPinned(rd, polls)
@@ -580,3 +582,34 @@ def test_follow_and_wait_clear_a_pin_no_batch_shell_cleared(tmp_path: Path, user
     job = Job("4", str(rd), fake, environ={})  # type: ignore[arg-type]
     assert job.wait(poll_cap=0.01).state == "COMPLETED"
     assert fake.updates == ([] if user_pin else [("4", {"ReqNodeList": ""})])
+
+
+@pytest.mark.parametrize("script_pin, req", [
+    (None, "node7"),  # gpusub pinned nothing (an array, a job that could not start at once): the pin is a person's
+    ("node[1-2]", "node[5-6]"),  # gpusub's pin, then re-pinned elsewhere by hand (scontrol update) after the requeue
+])
+def test_a_pin_gpusub_did_not_set_is_left_alone(tmp_path: Path, script_pin: str | None, req: str) -> None:
+    """Only gpusub's own submit-time pin (the script's #SBATCH --nodelist, what the batch shell clears) is cleared
+    by a follower: a requeued job that a user or admin pinned by hand with `scontrol update ReqNodeList=` keeps it,
+    and `gpusub status` does not call it a pin no batch shell could clear."""
+    import io
+
+    from slurmkit.jobs.api import Job
+    from slurmkit.jobs.monitor import follow, statuses
+
+    rd = tmp_path / "run"
+    (rd / "logs").mkdir(parents=True)
+    (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": None}}))
+    pin_line = f"#SBATCH --nodelist={script_pin}\n" if script_pin else ""
+    (rd / "script.sh").write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n{pin_line}#\necho\n")
+    polls = [("RUNNING", 0, ""), ("PENDING", 1, req), ("PENDING", 1, req), ("RUNNING", 1, req), ("COMPLETED", 1, req)]
+    fake = _RequeuedPinned(rd, polls)
+    out = io.StringIO()
+    assert follow("4", fake, out, run_dir=str(rd), environ={}, sleep=lambda s: None).state == "COMPLETED"  # type: ignore[arg-type]
+    assert fake.updates == [] and "pinned" not in out.getvalue(), (fake.updates, out.getvalue())
+    fake = _RequeuedPinned(rd, polls[1:2])
+    st = statuses(["4"], fake, {})[0]  # type: ignore[arg-type]
+    assert st.state == "PENDING" and st.kept_pin == "" and "pinned" not in st.note, st
+    fake = _RequeuedPinned(rd, polls)
+    assert Job("4", str(rd), fake, environ={}).wait(poll_cap=0.01).state == "COMPLETED"  # type: ignore[arg-type]
+    assert fake.updates == []
