@@ -206,20 +206,39 @@ def _kept_pin_note(jid: str, pin: str) -> str:
             "(`gpusub --follow` and the API's Job.wait() do it)")
 
 
-def clear_kept_pin(job_id: str, pin: str, backend: Backend) -> str:
-    """Clear a kept pin (``_kept_pin``) as the batch shell would have: ``scontrol update JobId=N ReqNodeList=``, which
-    slurmctld takes for any pending job (job_mgr.c _update_job, 22.05, 24.11, 26.05; a second one is harmless, so a
-    shell that clears it too, or two followers, do no harm). -> the line to show the user."""
-    update = getattr(backend, "update_job", None)
-    if update is None:
-        return f"gpusub: job {job_id}: requeued still pinned to {pin}; this backend cannot clear the pin"
-    try:
-        update(job_id, ReqNodeList="")
-    except SlurmkitError as exc:
-        return (f"gpusub: job {job_id}: requeued still pinned to {pin}; clearing the pin failed: {exc.one_line()} "
-                f"(`scontrol update JobId={job_id} ReqNodeList=`)")
-    return (f"gpusub: job {job_id}: requeued still pinned to {pin} with no batch shell left to clear it (its batch "
-            "node lost, or a requeue after the shell ended): pin cleared, Slurm places it anew")
+UNPIN_TRIES = 3  # per attempt: a busy slurmctld that times out one update must not leave the job waiting
+
+
+class Unpinner:
+    """What a follower (``follow``, ``Job.wait``) does about a kept pin (``_kept_pin``): clears it as the batch shell
+    would have, ``scontrol update JobId=N ReqNodeList=``, which slurmctld takes for any pending job (job_mgr.c
+    _update_job, 22.05, 24.11, 26.05; a second one is harmless, so a shell that clears it too, or two followers, do
+    no harm). Once per attempt (Restarts) when it succeeds; a failure (a slurmctld timeout) is tried again on the
+    next polls, UNPIN_TRIES in all."""
+
+    def __init__(self) -> None:
+        self.done: set[int] = set()
+        self.tries: dict[int, int] = {}
+
+    def wants(self, restarts: int) -> bool:
+        return restarts not in self.done and self.tries.get(restarts, 0) < UNPIN_TRIES
+
+    def clear(self, job_id: str, pin: str, restarts: int, backend: Backend) -> str:
+        """-> the line to show the user."""
+        self.tries[restarts] = self.tries.get(restarts, 0) + 1
+        update = getattr(backend, "update_job", None)
+        if update is None:
+            self.done.add(restarts)
+            return f"gpusub: job {job_id}: requeued still pinned to {pin}; this backend cannot clear the pin"
+        try:
+            update(job_id, ReqNodeList="")
+        except SlurmkitError as exc:
+            again = " (tried again)" if self.tries[restarts] < UNPIN_TRIES else ""
+            return (f"gpusub: job {job_id}: requeued still pinned to {pin}; clearing the pin failed{again}: "
+                    f"{exc.one_line()} (`scontrol update JobId={job_id} ReqNodeList=`)")
+        self.done.add(restarts)
+        return (f"gpusub: job {job_id}: requeued still pinned to {pin} with no batch shell left to clear it (its "
+                "batch node lost, or a requeue after the shell ended): pin cleared, Slurm places it anew")
 
 
 def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
@@ -360,7 +379,7 @@ def follow(
     failures = 0
     seen = False
     info: JobInfo | None = None
-    unpinned: set[int] = set()  # the attempts (Restarts) whose kept pin this follower cleared
+    unpin = Unpinner()
     while True:
         try:
             found = backend.jobs([job_id])
@@ -389,12 +408,11 @@ def follow(
             break
         if info.finished:
             break
-        if info.restarts not in unpinned and info.state == "PENDING" and info.restarts:
+        if info.state == "PENDING" and info.restarts and unpin.wants(info.restarts):
             pin = _kept_pin(info, rd)
             if pin:  # requeued with no shell left to clear gpusub's pin: it would wait for the lost nodes forever
-                out.write(clear_kept_pin(job_id, pin, backend) + "\n")
+                out.write(unpin.clear(job_id, pin, info.restarts, backend) + "\n")
                 out.flush()
-                unpinned.add(info.restarts)
         exit_record = Path(rd) / "attempts" / f"{_log_id(job_id, info)}.r{info.restarts}.exit"
         if exit_record.exists():  # the step has ended: the job ends within moments (or is requeued)
             sleep(ENDING_POLL)

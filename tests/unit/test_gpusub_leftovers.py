@@ -613,3 +613,43 @@ def test_a_pin_gpusub_did_not_set_is_left_alone(tmp_path: Path, script_pin: str 
     fake = _RequeuedPinned(rd, polls)
     assert Job("4", str(rd), fake, environ={}).wait(poll_cap=0.01).state == "COMPLETED"  # type: ignore[arg-type]
     assert fake.updates == []
+
+
+def test_a_failed_unpin_is_tried_again_on_a_later_poll(tmp_path: Path) -> None:
+    """A busy slurmctld that times out the follower's `scontrol update ReqNodeList=` once must not leave the job
+    waiting for the lost nodes while `gpusub --follow` / Job.wait() go on watching: the clear is tried again on the
+    next polls of the same attempt (three tries at most, each failure said with the command that frees it)."""
+    import io
+
+    from slurmkit.errors import SlurmTimeout
+    from slurmkit.jobs.api import Job
+    from slurmkit.jobs.monitor import follow
+
+    class Busy(_RequeuedPinned):
+        def __init__(self, rd: Path, polls: list[tuple[str, int, str]], fail: int):
+            super().__init__(rd, polls)
+            self.fail = fail
+
+        def update_job(self, job_id: str, **fields: str) -> None:
+            self.updates.append((job_id, fields))
+            if len(self.updates) <= self.fail:
+                raise SlurmTimeout(["scontrol", "update", f"JobId={job_id}", "ReqNodeList="], 20.0)
+            self.polls = [p if p[0] != "PENDING" else ("PENDING", p[1], "(null)") for p in self.polls]
+
+    rd = tmp_path / "run"
+    (rd / "logs").mkdir(parents=True)
+    (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": None}}))
+    (rd / "script.sh").write_text("#!/bin/bash\n#SBATCH --nodelist=node[1-2]\n#\necho\n")
+    polls = [("RUNNING", 0, "node[1-2]")] + [("PENDING", 1, "node[1-2]")] * 6 + [("COMPLETED", 1, "(null)")]
+    fake = Busy(rd, polls, fail=1)
+    out = io.StringIO()
+    assert follow("4", fake, out, run_dir=str(rd), environ={}, sleep=lambda s: None).state == "COMPLETED"  # type: ignore[arg-type]
+    assert len(fake.updates) == 2, (fake.updates, out.getvalue())
+    assert "clearing the pin failed" in out.getvalue() and "pin cleared" in out.getvalue()
+    fake = Busy(rd, polls, fail=99)  # never answers: three tries, then the user has the command
+    out = io.StringIO()
+    follow("4", fake, out, run_dir=str(rd), environ={}, sleep=lambda s: None)  # type: ignore[arg-type]
+    assert len(fake.updates) == 3 and out.getvalue().count("clearing the pin failed") == 3, out.getvalue()
+    fake = Busy(rd, polls, fail=1)
+    assert Job("4", str(rd), fake, environ={}).wait(poll_cap=0.01).state == "COMPLETED"  # type: ignore[arg-type]
+    assert len(fake.updates) == 2
