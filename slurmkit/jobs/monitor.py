@@ -251,7 +251,8 @@ def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
     Measured on the 22.05 lab: batch host's slurmd and batch step SIGKILLed, node set DOWN; Restarts=1,
     ReqNodeList=node[1-2] with node1 DOWN. Only gpusub's own pin counts, the nodes of the run dir's script.sh
     ``#SBATCH --nodelist=`` (what the batch shell clears): a pin the user asked for (-w) is theirs, and so is one a
-    user or admin set by hand (`scontrol update ReqNodeList=`) on a job gpusub did not pin or after the requeue."""
+    user or admin set by hand (`scontrol update ReqNodeList=`) on a job gpusub did not pin, or after the batch shell
+    cleared gpusub's at any requeue so far (it leaves ``attempts/<job>.r<N>.unpinned``), even on the same nodes."""
     pin = j.raw.get("ReqNodeList") or ""
     if j.state != "PENDING" or not j.restarts or pin in ("", "(null)") or not rd:
         return None
@@ -266,6 +267,9 @@ def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
     own = _script_pin(Path(rd) / "script.sh")
     if own is None:
         return None
+    for k in range(j.restarts):
+        if (Path(rd) / "attempts" / f"{j.job_id}.r{k}.unpinned").exists():
+            return None  # a batch shell cleared gpusub's pin at an earlier requeue: the pin now is a person's
     from slurmkit.hostlist import expand
 
     try:  # Slurm prints the list it keeps, folded its own way: the nodes decide

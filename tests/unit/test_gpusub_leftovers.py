@@ -252,6 +252,7 @@ def test_a_requeue_query_killed_by_slurms_sigterm_is_asked_again(tmp_path: Path)
     assert (tmp_path / "killed").exists()  # the first query did die of SIGTERM
     assert "requeued by Slurm" in log and "cleared the node pin" in log, log
     assert "scontrol update JobId=77 ReqNodeList=" in (tmp_path / "scontrol.log").read_text()
+    assert (tmp_path / "run" / "attempts" / "77.r0.unpinned").exists()  # a pin on attempt 1 is then a person's
 
 
 @pytest.mark.parametrize("killed", ["query", "update"])
@@ -587,6 +588,7 @@ def test_follow_and_wait_clear_a_pin_no_batch_shell_cleared(tmp_path: Path, user
 @pytest.mark.parametrize("script_pin, req", [
     (None, "node7"),  # gpusub pinned nothing (an array, a job that could not start at once): the pin is a person's
     ("node[1-2]", "node[5-6]"),  # gpusub's pin, then re-pinned elsewhere by hand (scontrol update) after the requeue
+    ("node[1-2]", "same"),  # the shell cleared gpusub's pin (attempts/4.r0.unpinned), a person set the same one again
 ])
 def test_a_pin_gpusub_did_not_set_is_left_alone(tmp_path: Path, script_pin: str | None, req: str) -> None:
     """Only gpusub's own submit-time pin (the script's #SBATCH --nodelist, what the batch shell clears) is cleared
@@ -602,7 +604,13 @@ def test_a_pin_gpusub_did_not_set_is_left_alone(tmp_path: Path, script_pin: str 
     (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": None}}))
     pin_line = f"#SBATCH --nodelist={script_pin}\n" if script_pin else ""
     (rd / "script.sh").write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n{pin_line}#\necho\n")
-    polls = [("RUNNING", 0, ""), ("PENDING", 1, req), ("PENDING", 1, req), ("RUNNING", 1, req), ("COMPLETED", 1, req)]
+    restarts = 1
+    if req == "same":  # a batch shell cleared gpusub's pin at the first requeue; then a person pinned the same nodes
+        req, restarts = "node[1-2]", 2  # again by hand, and that attempt's batch host was lost too
+        (rd / "attempts").mkdir()
+        (rd / "attempts" / "4.r0.unpinned").touch()
+    polls = [("RUNNING", 0, ""), ("PENDING", restarts, req), ("PENDING", restarts, req), ("RUNNING", restarts, req),
+             ("COMPLETED", restarts, req)]
     fake = _RequeuedPinned(rd, polls)
     out = io.StringIO()
     assert follow("4", fake, out, run_dir=str(rd), environ={}, sleep=lambda s: None).state == "COMPLETED"  # type: ignore[arg-type]
