@@ -518,6 +518,7 @@ def test_slurm_requeue_of_a_pinned_job_is_placed_afresh(env: dict[str, str], bac
         assert lost not in again.nodes, (lost, again.nodes)
         assert again.raw.get("ReqNodeList") in (None, "", "(null)"), again.raw.get("ReqNodeList")
         assert "cleared the node pin" in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text()
+        assert (Path(run_dir) / "attempts" / f"{job_id}.r0.unpinned").exists()  # a later pin is a person's
     finally:
         gate.touch()
         if not backend.job(job_id).finished:
@@ -569,6 +570,7 @@ def test_follow_clears_the_pin_when_the_batch_host_is_lost(lab: Lab, env: dict[s
         assert lost not in again.nodes, (lost, again.nodes)
         assert "pin cleared" in log.getvalue(), log.getvalue()[-2000:]
         assert "cleared the node pin" not in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text()  # no shell did
+        assert not (Path(run_dir) / "attempts" / f"{job_id}.r0.unpinned").exists()
         gate.touch()
         follower.join(120)
         assert result and getattr(result[0], "state", "") == "COMPLETED", (result, log.getvalue()[-2000:])
