@@ -529,8 +529,8 @@ def test_slurm_requeue_of_a_pinned_job_is_placed_afresh(env: dict[str, str], bac
 
 def test_follow_clears_the_pin_when_the_batch_host_is_lost(lab: Lab, env: dict[str, str], backend: CLIBackend,
                                                            tmp_path: Path) -> None:
-    """The batch host dies with its slurmd, batch shell and step (every process of that node, SIGKILLed), then goes
-    DOWN: Slurm requeues the job and keeps its --nodelist (job_mgr.c _job_requeue_op touches no req_nodes, 22.05 to
+    """The batch host is drained, dies with its slurmd, batch shell and step (every process of that node,
+    SIGKILLed), then goes DOWN: Slurm requeues the job and keeps its --nodelist (job_mgr.c _job_requeue_op touches no req_nodes, 22.05 to
     26.05), and no batch shell is left to clear it, so the job would wait for the dead node forever.
     `gpusub --follow` (monitor.follow, here in a thread) sees the requeued job pending on gpusub's own pin, clears
     it, and the next attempt runs on other nodes to COMPLETED. ~60 s."""
