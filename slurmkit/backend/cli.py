@@ -108,8 +108,12 @@ class CLIBackend:
         return parse.parse_mpi_list(res.stdout) if res.rc == 0 else []
 
     def update_job(self, job_id: str, **fields: str) -> None:
-        """``scontrol update JobId=J Key=value ...`` (scontrol(1): ReqNodeList= clears a pending job's pin)."""
-        self._run(["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())])
+        """``scontrol update JobId=J Key=value ...`` (scontrol(1): ReqNodeList= clears a pending job's pin).
+        Without SLURM_JOBID, as the batch shell sends it: called inside an allocation (a follower in salloc), scontrol
+        looks up J's allocation after a NodeList/ReqNodeList update and, once J runs, writes slurm_job_J_resize.sh and
+        .csh into the cwd (update_job.c _update_job_size, 22.05 and 24.11)."""
+        self._run(["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())],
+                  unset=("SLURM_JOBID",))
 
     def create_reservation(self, **fields: str) -> None:
         """``scontrol create reservation Key=value ...`` (scontrol(1) 22.05 and 24.11: ReservationName, StartTime,

@@ -91,18 +91,17 @@ class Job:
         import sys
 
         from slurmkit.backend.parse import TERMINAL_STATES
-        from slurmkit.jobs.monitor import Backoff, clear_kept_pin
+        from slurmkit.jobs.monitor import Backoff, Unpinner
 
         backoff = Backoff(cap=poll_cap)
         end = None if timeout is None else time.monotonic() + timeout
-        unpinned: set[int] = set()
+        unpin = Unpinner()
         while True:
             st = self.status()
             if st.state in TERMINAL_STATES or st.state == "UNKNOWN":
                 return st
-            if st.kept_pin and st.restarts not in unpinned:
-                print(clear_kept_pin(self.job_id, st.kept_pin, self.backend), file=sys.stderr)
-                unpinned.add(st.restarts)
+            if st.kept_pin and unpin.wants(st.restarts):
+                print(unpin.clear(self.job_id, st.kept_pin, st.restarts, self.backend), file=sys.stderr)
             if end is not None and time.monotonic() > end:
                 raise TimeoutError(f"job {self.job_id} still {st.state} after {timeout} s")
             time.sleep(backoff())

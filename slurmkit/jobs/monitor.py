@@ -206,20 +206,39 @@ def _kept_pin_note(jid: str, pin: str) -> str:
             "(`gpusub --follow` and the API's Job.wait() do it)")
 
 
-def clear_kept_pin(job_id: str, pin: str, backend: Backend) -> str:
-    """Clear a kept pin (``_kept_pin``) as the batch shell would have: ``scontrol update JobId=N ReqNodeList=``, which
-    slurmctld takes for any pending job (job_mgr.c _update_job, 22.05, 24.11, 26.05; a second one is harmless, so a
-    shell that clears it too, or two followers, do no harm). -> the line to show the user."""
-    update = getattr(backend, "update_job", None)
-    if update is None:
-        return f"gpusub: job {job_id}: requeued still pinned to {pin}; this backend cannot clear the pin"
-    try:
-        update(job_id, ReqNodeList="")
-    except SlurmkitError as exc:
-        return (f"gpusub: job {job_id}: requeued still pinned to {pin}; clearing the pin failed: {exc.one_line()} "
-                f"(`scontrol update JobId={job_id} ReqNodeList=`)")
-    return (f"gpusub: job {job_id}: requeued still pinned to {pin} with no batch shell left to clear it (its batch "
-            "node lost, or a requeue after the shell ended): pin cleared, Slurm places it anew")
+UNPIN_TRIES = 3  # per attempt: a busy slurmctld that times out one update must not leave the job waiting
+
+
+class Unpinner:
+    """What a follower (``follow``, ``Job.wait``) does about a kept pin (``_kept_pin``): clears it as the batch shell
+    would have, ``scontrol update JobId=N ReqNodeList=``, which slurmctld takes for any pending job (job_mgr.c
+    _update_job, 22.05, 24.11, 26.05; a second one is harmless, so a shell that clears it too, or two followers, do
+    no harm). Once per attempt (Restarts) when it succeeds; a failure (a slurmctld timeout) is tried again on the
+    next polls, UNPIN_TRIES in all."""
+
+    def __init__(self) -> None:
+        self.done: set[int] = set()
+        self.tries: dict[int, int] = {}
+
+    def wants(self, restarts: int) -> bool:
+        return restarts not in self.done and self.tries.get(restarts, 0) < UNPIN_TRIES
+
+    def clear(self, job_id: str, pin: str, restarts: int, backend: Backend) -> str:
+        """-> the line to show the user."""
+        self.tries[restarts] = self.tries.get(restarts, 0) + 1
+        update = getattr(backend, "update_job", None)
+        if update is None:
+            self.done.add(restarts)
+            return f"gpusub: job {job_id}: requeued still pinned to {pin}; this backend cannot clear the pin"
+        try:
+            update(job_id, ReqNodeList="")
+        except SlurmkitError as exc:
+            again = " (tried again)" if self.tries[restarts] < UNPIN_TRIES else ""
+            return (f"gpusub: job {job_id}: requeued still pinned to {pin}; clearing the pin failed{again}: "
+                    f"{exc.one_line()} (`scontrol update JobId={job_id} ReqNodeList=`)")
+        self.done.add(restarts)
+        return (f"gpusub: job {job_id}: requeued still pinned to {pin} with no batch shell left to clear it (its "
+                "batch node lost, or a requeue after the shell ended): pin cleared, Slurm places it anew")
 
 
 def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
@@ -230,7 +249,10 @@ def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
     (proc_req.c _slurm_rpc_complete_batch_script, GRACE_PREEMPT), when no shell is left either: it waits for the
     preemptor's nodes.
     Measured on the 22.05 lab: batch host's slurmd and batch step SIGKILLed, node set DOWN; Restarts=1,
-    ReqNodeList=node[1-2] with node1 DOWN. A pin the user asked for (-w) is theirs and is not mentioned."""
+    ReqNodeList=node[1-2] with node1 DOWN. Only gpusub's own pin counts, the nodes of the run dir's script.sh
+    ``#SBATCH --nodelist=`` (what the batch shell clears): a pin the user asked for (-w) is theirs, and so is one a
+    user or admin set by hand (`scontrol update ReqNodeList=`) on a job gpusub did not pin, or after the batch shell
+    cleared gpusub's at any requeue so far (it leaves ``attempts/<job>.r<N>.unpinned``), even on the same nodes."""
     pin = j.raw.get("ReqNodeList") or ""
     if j.state != "PENDING" or not j.restarts or pin in ("", "(null)") or not rd:
         return None
@@ -242,7 +264,37 @@ def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
         return None
     if spec.get("nodelist"):
         return None
-    return pin
+    own = _script_pin(Path(rd) / "script.sh")
+    if own is None:
+        return None
+    for k in range(j.restarts):
+        if (Path(rd) / "attempts" / f"{j.job_id}.r{k}.unpinned").exists():
+            return None  # a batch shell cleared gpusub's pin at an earlier requeue: the pin now is a person's
+    from slurmkit.hostlist import expand
+
+    try:  # Slurm prints the list it keeps, folded its own way: the nodes decide
+        same = set(expand(pin)) == set(expand(own))
+    except SlurmkitError:
+        return None
+    return pin if same else None
+
+
+def _script_pin(path: Path) -> str | None:
+    """The ``--nodelist`` of the #SBATCH lines of the script given to sbatch (sbatch(1) 22.05 and 24.11: "sbatch will
+    stop processing further #SBATCH directives once the first non-comment non-whitespace line has been reached");
+    None when it has none or cannot be read."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = None
+    for line in lines[1:]:
+        text = line.strip()
+        if text and not text.startswith("#"):
+            break
+        if text.startswith("#SBATCH --nodelist="):
+            found = text.split("=", 1)[1].strip()
+    return found or None
 
 
 def _sacct(job_ids: Sequence[str], backend: Backend) -> dict[str, tuple[str, str, str]]:
@@ -331,7 +383,7 @@ def follow(
     failures = 0
     seen = False
     info: JobInfo | None = None
-    unpinned: set[int] = set()  # the attempts (Restarts) whose kept pin this follower cleared
+    unpin = Unpinner()
     while True:
         try:
             found = backend.jobs([job_id])
@@ -360,12 +412,11 @@ def follow(
             break
         if info.finished:
             break
-        if info.restarts not in unpinned and info.state == "PENDING" and info.restarts:
+        if info.state == "PENDING" and info.restarts and unpin.wants(info.restarts):
             pin = _kept_pin(info, rd)
             if pin:  # requeued with no shell left to clear gpusub's pin: it would wait for the lost nodes forever
-                out.write(clear_kept_pin(job_id, pin, backend) + "\n")
+                out.write(unpin.clear(job_id, pin, info.restarts, backend) + "\n")
                 out.flush()
-                unpinned.add(info.restarts)
         exit_record = Path(rd) / "attempts" / f"{_log_id(job_id, info)}.r{info.restarts}.exit"
         if exit_record.exists():  # the step has ended: the job ends within moments (or is requeued)
             sleep(ENDING_POLL)

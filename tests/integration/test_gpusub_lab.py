@@ -518,6 +518,7 @@ def test_slurm_requeue_of_a_pinned_job_is_placed_afresh(env: dict[str, str], bac
         assert lost not in again.nodes, (lost, again.nodes)
         assert again.raw.get("ReqNodeList") in (None, "", "(null)"), again.raw.get("ReqNodeList")
         assert "cleared the node pin" in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text()
+        assert (Path(run_dir) / "attempts" / f"{job_id}.r0.unpinned").exists()  # a later pin is a person's
     finally:
         gate.touch()
         if not backend.job(job_id).finished:
@@ -528,8 +529,8 @@ def test_slurm_requeue_of_a_pinned_job_is_placed_afresh(env: dict[str, str], bac
 
 def test_follow_clears_the_pin_when_the_batch_host_is_lost(lab: Lab, env: dict[str, str], backend: CLIBackend,
                                                            tmp_path: Path) -> None:
-    """The batch host dies with its slurmd, batch shell and step (every process of that node, SIGKILLed), then goes
-    DOWN: Slurm requeues the job and keeps its --nodelist (job_mgr.c _job_requeue_op touches no req_nodes, 22.05 to
+    """The batch host is drained, dies with its slurmd, batch shell and step (every process of that node,
+    SIGKILLed), then goes DOWN: Slurm requeues the job and keeps its --nodelist (job_mgr.c _job_requeue_op touches no req_nodes, 22.05 to
     26.05), and no batch shell is left to clear it, so the job would wait for the dead node forever.
     `gpusub --follow` (monitor.follow, here in a thread) sees the requeued job pending on gpusub's own pin, clears
     it, and the next attempt runs on other nodes to COMPLETED. ~60 s."""
@@ -557,6 +558,10 @@ def test_follow_clears_the_pin_when_the_batch_host_is_lost(lab: Lab, env: dict[s
         if len(pids) < 2:
             pytest.skip(f"{lost}'s processes share the host's UTS namespace here: its batch shell cannot be told "
                         "from the other nodes' processes")
+        # drained first: with ReturnToService=2 a DOWN node returns to service when slurmctld credits it with any
+        # answer, and one still in flight from the killed slurmd did so 0.6 s after the DOWN on the 24.11 lab
+        # ("node_did_resp: node node1 returned to service"): the unpinned job went back to the dead node
+        backend.drain(lost, "gpusub-test: host lost")
         for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: no process of the node reacts to the others'
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
@@ -569,6 +574,7 @@ def test_follow_clears_the_pin_when_the_batch_host_is_lost(lab: Lab, env: dict[s
         assert lost not in again.nodes, (lost, again.nodes)
         assert "pin cleared" in log.getvalue(), log.getvalue()[-2000:]
         assert "cleared the node pin" not in (Path(run_dir) / "logs" / f"{job_id}.r0.log").read_text()  # no shell did
+        assert not (Path(run_dir) / "attempts" / f"{job_id}.r0.unpinned").exists()
         gate.touch()
         follower.join(120)
         assert result and getattr(result[0], "state", "") == "COMPLETED", (result, log.getvalue()[-2000:])
@@ -581,7 +587,7 @@ def test_follow_clears_the_pin_when_the_batch_host_is_lost(lab: Lab, env: dict[s
 
             def back() -> bool:
                 n = backend.node(lost)
-                if n.state.lower() == "down":
+                if n.state.lower() == "down" or n.drained:
                     with contextlib.suppress(SlurmkitError):  # "Invalid node state" once ReturnToService did it
                         backend.resume(lost)
                 return n.state.lower() == "idle" and not n.flags

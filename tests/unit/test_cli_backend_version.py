@@ -61,3 +61,19 @@ def test_wrapper_script_is_asked_every_time(tmp_path: Path, asked: list[str]) ->
     assert CLIBackend(env=env).version() == "22.05.8"
     assert CLIBackend(env=env).version() == "24.11.5"
     assert not asked
+
+
+def test_update_job_runs_scontrol_without_the_callers_job_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpusub --follow, Job.wait() and a pinned submit run `scontrol update JobId=N ReqNodeList=` from wherever the
+    user is, often inside an allocation (salloc, an interactive srun, a driver job). There scontrol, after a
+    NodeList/ReqNodeList update, looks up job N's allocation because SLURM_JOBID is set and, once N runs, writes
+    slurm_job_N_resize.sh/.csh into the cwd (update_job.c _update_job_size, 22.05 and 24.11). The batch shell drops
+    SLURM_JOBID for the same call; so does the backend."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    seen = tmp_path / "seen"
+    (bindir / "scontrol").write_text(f'#!/bin/sh\necho "${{SLURM_JOBID-unset}} $*" > {seen}\n')
+    (bindir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("SLURM_JOBID", "99")
+    CLIBackend(env={"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}).update_job("4", ReqNodeList="")
+    assert seen.read_text().split() == ["unset", "update", "JobId=4", "ReqNodeList="]

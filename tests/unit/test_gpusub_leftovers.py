@@ -252,6 +252,7 @@ def test_a_requeue_query_killed_by_slurms_sigterm_is_asked_again(tmp_path: Path)
     assert (tmp_path / "killed").exists()  # the first query did die of SIGTERM
     assert "requeued by Slurm" in log and "cleared the node pin" in log, log
     assert "scontrol update JobId=77 ReqNodeList=" in (tmp_path / "scontrol.log").read_text()
+    assert (tmp_path / "run" / "attempts" / "77.r0.unpinned").exists()  # a pin on attempt 1 is then a person's
 
 
 @pytest.mark.parametrize("killed", ["query", "update"])
@@ -506,6 +507,7 @@ def test_status_names_a_pin_no_batch_shell_cleared(tmp_path: Path, user_pin: str
     rd = tmp_path / "run"
     rd.mkdir()
     (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": user_pin}}))
+    (rd / "script.sh").write_text("#!/bin/bash\n#SBATCH --nodelist=node[1-2]\n#\necho\n")
     j = JobInfo("4", "PENDING", reason="ReqNodeNotAvail", restarts=restarts, stdout=str(rd / "logs" / "slurm-4.out"),
                 raw={"ReqNodeList": req})
     st = _live("4", j, _Index({}, None))
@@ -564,6 +566,7 @@ def test_follow_and_wait_clear_a_pin_no_batch_shell_cleared(tmp_path: Path, user
     rd = tmp_path / "run"
     (rd / "logs").mkdir(parents=True)
     (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": user_pin}}))
+    (rd / "script.sh").write_text("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --nodelist=node[1-2]\n#\necho\n")
     polls = [("RUNNING", 0, "node[1-2]"), ("PENDING", 1, "node[1-2]"), ("PENDING", 1, "node[1-2]"),
              ("RUNNING", 1, "(null)"), ("COMPLETED", 1, "(null)")]
     fake = _RequeuedPinned(rd, polls)
@@ -580,3 +583,81 @@ def test_follow_and_wait_clear_a_pin_no_batch_shell_cleared(tmp_path: Path, user
     job = Job("4", str(rd), fake, environ={})  # type: ignore[arg-type]
     assert job.wait(poll_cap=0.01).state == "COMPLETED"
     assert fake.updates == ([] if user_pin else [("4", {"ReqNodeList": ""})])
+
+
+@pytest.mark.parametrize("script_pin, req", [
+    (None, "node7"),  # gpusub pinned nothing (an array, a job that could not start at once): the pin is a person's
+    ("node[1-2]", "node[5-6]"),  # gpusub's pin, then re-pinned elsewhere by hand (scontrol update) after the requeue
+    ("node[1-2]", "same"),  # the shell cleared gpusub's pin (attempts/4.r0.unpinned), a person set the same one again
+])
+def test_a_pin_gpusub_did_not_set_is_left_alone(tmp_path: Path, script_pin: str | None, req: str) -> None:
+    """Only gpusub's own submit-time pin (the script's #SBATCH --nodelist, what the batch shell clears) is cleared
+    by a follower: a requeued job that a user or admin pinned by hand with `scontrol update ReqNodeList=` keeps it,
+    and `gpusub status` does not call it a pin no batch shell could clear."""
+    import io
+
+    from slurmkit.jobs.api import Job
+    from slurmkit.jobs.monitor import follow, statuses
+
+    rd = tmp_path / "run"
+    (rd / "logs").mkdir(parents=True)
+    (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": None}}))
+    pin_line = f"#SBATCH --nodelist={script_pin}\n" if script_pin else ""
+    (rd / "script.sh").write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n{pin_line}#\necho\n")
+    restarts = 1
+    if req == "same":  # a batch shell cleared gpusub's pin at the first requeue; then a person pinned the same nodes
+        req, restarts = "node[1-2]", 2  # again by hand, and that attempt's batch host was lost too
+        (rd / "attempts").mkdir()
+        (rd / "attempts" / "4.r0.unpinned").touch()
+    polls = [("RUNNING", 0, ""), ("PENDING", restarts, req), ("PENDING", restarts, req), ("RUNNING", restarts, req),
+             ("COMPLETED", restarts, req)]
+    fake = _RequeuedPinned(rd, polls)
+    out = io.StringIO()
+    assert follow("4", fake, out, run_dir=str(rd), environ={}, sleep=lambda s: None).state == "COMPLETED"  # type: ignore[arg-type]
+    assert fake.updates == [] and "pinned" not in out.getvalue(), (fake.updates, out.getvalue())
+    fake = _RequeuedPinned(rd, polls[1:2])
+    st = statuses(["4"], fake, {})[0]  # type: ignore[arg-type]
+    assert st.state == "PENDING" and st.kept_pin == "" and "pinned" not in st.note, st
+    fake = _RequeuedPinned(rd, polls)
+    assert Job("4", str(rd), fake, environ={}).wait(poll_cap=0.01).state == "COMPLETED"  # type: ignore[arg-type]
+    assert fake.updates == []
+
+
+def test_a_failed_unpin_is_tried_again_on_a_later_poll(tmp_path: Path) -> None:
+    """A busy slurmctld that times out the follower's `scontrol update ReqNodeList=` once must not leave the job
+    waiting for the lost nodes while `gpusub --follow` / Job.wait() go on watching: the clear is tried again on the
+    next polls of the same attempt (three tries at most, each failure said with the command that frees it)."""
+    import io
+
+    from slurmkit.errors import SlurmTimeout
+    from slurmkit.jobs.api import Job
+    from slurmkit.jobs.monitor import follow
+
+    class Busy(_RequeuedPinned):
+        def __init__(self, rd: Path, polls: list[tuple[str, int, str]], fail: int):
+            super().__init__(rd, polls)
+            self.fail = fail
+
+        def update_job(self, job_id: str, **fields: str) -> None:
+            self.updates.append((job_id, fields))
+            if len(self.updates) <= self.fail:
+                raise SlurmTimeout(["scontrol", "update", f"JobId={job_id}", "ReqNodeList="], 20.0)
+            self.polls = [p if p[0] != "PENDING" else ("PENDING", p[1], "(null)") for p in self.polls]
+
+    rd = tmp_path / "run"
+    (rd / "logs").mkdir(parents=True)
+    (rd / "submit.json").write_text(json.dumps({"spec": {"nodes": 2, "nodelist": None}}))
+    (rd / "script.sh").write_text("#!/bin/bash\n#SBATCH --nodelist=node[1-2]\n#\necho\n")
+    polls = [("RUNNING", 0, "node[1-2]")] + [("PENDING", 1, "node[1-2]")] * 6 + [("COMPLETED", 1, "(null)")]
+    fake = Busy(rd, polls, fail=1)
+    out = io.StringIO()
+    assert follow("4", fake, out, run_dir=str(rd), environ={}, sleep=lambda s: None).state == "COMPLETED"  # type: ignore[arg-type]
+    assert len(fake.updates) == 2, (fake.updates, out.getvalue())
+    assert "clearing the pin failed" in out.getvalue() and "pin cleared" in out.getvalue()
+    fake = Busy(rd, polls, fail=99)  # never answers: three tries, then the user has the command
+    out = io.StringIO()
+    follow("4", fake, out, run_dir=str(rd), environ={}, sleep=lambda s: None)  # type: ignore[arg-type]
+    assert len(fake.updates) == 3 and out.getvalue().count("clearing the pin failed") == 3, out.getvalue()
+    fake = Busy(rd, polls, fail=1)
+    assert Job("4", str(rd), fake, environ={}).wait(poll_cap=0.01).state == "COMPLETED"  # type: ignore[arg-type]
+    assert len(fake.updates) == 2
