@@ -87,8 +87,9 @@ class Job:
         query per poll, with a backoff up to ``poll_cap`` seconds; TimeoutError after ``timeout`` seconds.
 
         A job requeued still pending on gpusub's own submit-time node pin, which no batch shell was left to clear
-        (its batch node was lost), is unpinned here as ``gpusub --follow`` does; the line goes to stderr."""
-        import sys
+        (its batch node was lost), is unpinned here as ``gpusub --follow`` does; what was done is logged as a
+        warning of the ``slurmkit.jobs`` logger (stderr unless the program configures logging)."""
+        import logging
 
         from slurmkit.backend.parse import TERMINAL_STATES
         from slurmkit.jobs.monitor import Backoff, Unpinner
@@ -101,7 +102,8 @@ class Job:
             if st.state in TERMINAL_STATES or st.state == "UNKNOWN":
                 return st
             if st.kept_pin and unpin.wants(st.restarts):
-                print(unpin.clear(self.job_id, st.kept_pin, st.restarts, self.backend), file=sys.stderr)
+                logging.getLogger("slurmkit.jobs").warning(
+                    "%s", unpin.clear(self.job_id, st.kept_pin, st.restarts, self.backend))
             if end is not None and time.monotonic() > end:
                 raise TimeoutError(f"job {self.job_id} still {st.state} after {timeout} s")
             time.sleep(backoff())

@@ -554,7 +554,8 @@ class _RequeuedPinned:
 
 
 @pytest.mark.parametrize("user_pin", [None, "node[1-2]"])
-def test_follow_and_wait_clear_a_pin_no_batch_shell_cleared(tmp_path: Path, user_pin: str | None) -> None:
+def test_follow_and_wait_clear_a_pin_no_batch_shell_cleared(tmp_path: Path, user_pin: str | None,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
     """The batch host failed: Slurm requeued the job and kept gpusub's submit-time --nodelist (job_mgr.c
     _job_requeue_op), so it would wait for the lost node forever. `gpusub --follow` and Job.wait() clear it once per
     attempt, as the batch shell would have; the user's own -w is theirs and stays."""
@@ -581,8 +582,10 @@ def test_follow_and_wait_clear_a_pin_no_batch_shell_cleared(tmp_path: Path, user
 
     fake = _RequeuedPinned(rd, polls)
     job = Job("4", str(rd), fake, environ={})  # type: ignore[arg-type]
-    assert job.wait(poll_cap=0.01).state == "COMPLETED"
+    with caplog.at_level("WARNING", logger="slurmkit.jobs"):
+        assert job.wait(poll_cap=0.01).state == "COMPLETED"
     assert fake.updates == ([] if user_pin else [("4", {"ReqNodeList": ""})])
+    assert ("pin cleared" in caplog.text) == (not user_pin), caplog.text  # a warning of the library's logger
 
 
 @pytest.mark.parametrize("script_pin, req", [
