@@ -299,6 +299,9 @@ def run_e2e(args: argparse.Namespace, gpusub: list[str], env: dict[str, str], wo
                                         "--follow"]),
         ("gpusub --follow (--launcher srun)", [*gpusub, "ddp.py", "-N", "2", "--gpus-per-node", "2", "--time", "5",
                                                "--launcher", "srun", "--follow"]),
+        # what torchrun adds by design: its agent (one per node) imports torch before it starts the workers, which
+        # then import it again; one import, alone, in the same rounds
+        ("python -c 'import torch' (a torchrun agent's import)", [str(tpy), "-c", "import torch"]),
     ]
     if py is not None:
         (Path(work) / "submitit_e2e.py").write_text(SUBMITIT_E2E)
