@@ -630,8 +630,13 @@ def test_logs_follow_of_a_job_slurmctld_forgot_uses_the_run_dir(env: dict[str, s
 
 
 def test_the_torchrun_bench_check_runs_gpusubs_own_agent() -> None:
-    text = (ROOT / "bench" / "torchrun_preempt_check.sh").read_text()
-    assert f"A='{AGENT}'" in text
+    """The check's agent is the rendered one, read from this checkout (no copy to drift): its A= line, run by bash
+    as the script would run it, gives AGENT."""
+    path = ROOT / "bench" / "torchrun_preempt_check.sh"
+    line = next(x for x in path.read_text().splitlines() if x.startswith("A="))
+    got = subprocess.run(["bash", "-c", f'{line}; printf %s "$A"', str(path)], capture_output=True, text=True,
+                         check=True, cwd="/").stdout
+    assert got == AGENT.rstrip("\n")
 
 
 def test_slurm_queries_side_by_side_keep_order_and_raise_the_first_error() -> None:
