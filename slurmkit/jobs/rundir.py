@@ -272,7 +272,8 @@ def _atomic(path: Path, text: str) -> None:
     """Write and rename: a reader (the job, `gpusub status`, another submit) sees the old file or the new one, never
     a torn one. No fsync: it bought durability across a crash of the submit host only, for records Slurm does not
     need (sbatch gets the script on stdin; the job recreates its directories), and cost a disk flush per file, five
-    per submit -- ~90 ms of a submit's wall time measured on this VM's ext4 (19 ms each), more on an NFS home."""
+    per submit -- ~90 ms of a submit's wall time on this VM's ext4 while another process loaded the disk (19 ms
+    each; little on an idle disk), and a COMMIT round trip each on an NFS home."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
