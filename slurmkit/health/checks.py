@@ -603,20 +603,49 @@ def _eval_leftovers(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     return per_gpu(data, "compute_processes", judge, "gpu processes")
 
 
+def node_gpu_buses(ctx: EvalContext) -> tuple[set[str], str | None]:
+    """The bus ids of this node's GPUs: NVML's, and the expected boards' (the inventory's hooks.checks.gpu_count
+    .bus_ids, else the node's first healthy run), which still name a GPU NVML lost. The second value is None when
+    that list is complete, else why an XID on a bus outside it may still be one of this node's GPUs."""
+    devices = [d for d in ctx.init.get("devices", []) if isinstance(d, dict)]
+    nvml = {b for d in devices if (b := norm_bus_id(str(d.get("pci_bus_id") or "")))}
+    base = [g for g in ctx.extra.get("gpu_baseline") or () if isinstance(g, dict)]
+    known = nvml | {b for g in base if (b := norm_bus_id(str(g.get("pci_bus_id") or "")))}
+    if base:
+        return known, None
+    if not ctx.init:
+        return known, "NVML did not answer and no GPU list is recorded"
+    expected = ctx.extra.get("gpu_expected")
+    if not isinstance(expected, int):
+        return known, "no expected GPU count or bus ids for this node"
+    short = max(expected - len(nvml), len(devices) - len(nvml))
+    if short > 0:
+        return known, f"{short} of the node's {expected} GPU(s) without a known bus id"
+    return known, None
+
+
 def eval_xid(scan: XidScan | None, ctx: EvalContext) -> Verdict:
+    """XIDs and SXids since the cursor, and the critical ones still standing. Only a GPU of this node fails (or,
+    in a prolog, only the job's GPUs): an XID whose bus id none of the node's GPUs has is a WARN naming that bus
+    id, never a drain (issue 32 item 1; xid.py keeps out every record that is not a driver's own)."""
     if scan is None:
         return Verdict(Status.SKIP, "kernel log unreadable")
     fail_codes = set(ctx.policy.get("codes") or ())
     bus_to_idx = {norm_bus_id(str(d.get("pci_bus_id", ""))): d["index"] for d in ctx.init.get("devices", [])
                   if isinstance(d.get("pci_bus_id"), str)}
     in_scope = set(ctx.init.get("selected", [])) if ctx.hook == "prolog" else None
+    known, unverified = node_gpu_buses(ctx)
+    foreign: set[str] = set()
 
     def label(bus: str, kind: str = "xid") -> tuple[str, bool]:
         if kind == "sxid":
             return f"nvswitch{bus}", True  # an NVSwitch serves every GPU's NVLink: in every job's scope
         idx = bus_to_idx.get(bus)
         if idx is None:
-            return f"pci{bus}", True  # unknown bus: the GPU may be the one that vanished; count it
+            if unverified is None and bus not in known:
+                foreign.add(bus)
+                return f"pci{bus}", False
+            return f"pci{bus}", True  # the GPU may be the one that vanished (expected, or unaccounted for): count it
         return f"gpu{idx}", in_scope is None or idx in in_scope
 
     findings: list[str] = []
@@ -633,9 +662,20 @@ def eval_xid(scan: XidScan | None, ctx: EvalContext) -> Verdict:
             if scoped:
                 findings.append(f"{name} {e.kind}{e.xid}")
                 status = max(status, Status.WARN)
-    findings = list(dict.fromkeys(findings))  # de-duplicate, keep order
+    not_ours = [f"pci{e['bus_id']} xid{e['xid']} (no GPU of this node has bus {e['bus_id']}: not counted)"
+                for e in [*scan.sticky, *(x.to_json() for x in scan.new)]
+                if e.get("kind", "xid") == "xid" and e["bus_id"] in foreign]
+    findings = list(dict.fromkeys(findings + not_ours))  # de-duplicate, keep order
+    if not_ours:
+        status = max(status, Status.WARN)
     ev: dict[str, Any] = {"new": [e.to_json() for e in scan.new][-20:], "sticky": scan.sticky,
                           "source": scan.source, "cursor": scan.state.seq}
+    if foreign:
+        ev["foreign_bus"] = sorted(foreign)  # the metrics leave these out: no GPU of this node, no XID series
+        ev["gpu_buses"] = sorted(known)
+    elif unverified and any(e.get("kind", "xid") == "xid" and e["bus_id"] not in known
+                            for e in [*scan.sticky, *(x.to_json() for x in scan.new)]):
+        ev["bus_unverified"] = unverified  # counted, and said so: the bus id could not be checked
     if scan.sticky:
         ev["way_out"] = ("sticky until the node reboots (new boot id) or, after a GPU reset, "
                          "`slurmkit check --clear-xid --node <node>`")
@@ -646,6 +686,8 @@ def eval_xid(scan: XidScan | None, ctx: EvalContext) -> Verdict:
     summary = "; ".join(findings)
     if status == Status.FAIL and scan.sticky:
         summary += f" ({ev['way_out']})"
+    if "bus_unverified" in ev:
+        summary += f" (bus id unverified: {unverified})"
     return Verdict(status, summary, findings, ev)
 
 

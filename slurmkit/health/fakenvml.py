@@ -6,6 +6,7 @@ a real GPU (``slurmkit check --record-fixture``), so a fault is injected by edit
     {"driver_version": "550.54.15", "boot_id": "...", "init_error": null,
      "hang": {"call": "nvmlDeviceGetTotalEccErrors", "device": 3, "seconds": 3600},   # optional
      "kmsg": [[seq, "NVRM: Xid (PCI:0000:18:00): 79, ..."], ...],                      # the node's kernel log
+              # a row [seq, text, prio] carries /dev/kmsg's prio (facility << 3 | level; 14 = a user's line)
      "devices": [{"index": 0, "minor": 0, "name": "...", "uuid": "...", "pci_bus_id": "00000000:18:00.0",
                   "ecc_volatile_uncorrected": 0, "temperature_c": 31, "nvlink_state": [1, 1, ...], ...}]}
 

@@ -74,7 +74,9 @@ def _xid_gather(spec: RunSpec, fail_codes: frozenset[int]) -> xid.XidScan:
         from slurmkit.health.fakenvml import load_state
 
         st = load_state(spec.fake_nvml, spec.node)
-        records = [(int(s), str(m)) for s, m in st.get("kmsg", [])]
+        # [seq, text] is a kernel record; [seq, text, prio] carries the /dev/kmsg prefix's prio (facility << 3 | level)
+        records = [xid.Record(int(row[0]), str(row[1]).split("\n", 1)[0], int(row[2]) >> 3 if len(row) > 2 else 0)
+                   for row in st.get("kmsg", [])]
         boot_id, source = str(st.get("boot_id", "fake-boot")), "fake kmsg"
     else:
         records, boot_id, source = None, xid.read_boot_id(), spec.paths.kmsg
@@ -121,10 +123,13 @@ def _boot_id(spec: RunSpec) -> str:
     return xid.read_boot_id()
 
 
-def gpus_expected(spec: RunSpec) -> bool:
+def _expected_count(spec: RunSpec) -> int | None:
     n = spec.policy.check("gpu_count").get("expected")
-    if n is None:
-        n = spec.expect.gpu_count
+    return n if n is not None else spec.expect.gpu_count
+
+
+def gpus_expected(spec: RunSpec) -> bool:
+    n = _expected_count(spec)
     if n is not None:
         return n > 0
     return host.gpus_expected_by_devices(spec.paths)
@@ -207,8 +212,12 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
             extra["jobs_running"] = bool(host.running_jobs(spec.paths.proc_root))
     if between is not None:
         extra = {**(extra or {}), **between(gathered, (extra or {}).get("owners", {}))}
-    if "gpu_count" in enabled and init and not init.get("error"):
+    if ("gpu_count" in enabled and init and not init.get("error")) or "xid" in enabled:
         extra = {**(extra or {}), **_expected_gpus(spec)}
+    if "xid" in enabled:
+        # which bus ids are this node's GPUs (an XID on another bus drains nothing): NVML's, the expected boards'
+        # (above), and how many GPUs the node should have (a GPU NVML no longer lists may be the XID's)
+        extra = {**(extra or {}), "gpu_expected": _expected_count(spec)}
     if any(n in enabled for n in ("hardware", "daemons", "topology")):
         extra = {**(extra or {}), **_node_facts(spec, gathered, jobs)}
     results: list[CheckResult] = []

@@ -102,7 +102,8 @@ def render(report: Any, xid_counts: dict[str, int] | None = None, expected_gpus:
     if xid is not None:
         by_bus = {_bus(str(d.get("pci_bus_id", ""))): str(d.get("index")) for d in devices}
         for s in xid.evidence.get("sticky", []) or []:
-            ex.add(M.xid_sticky, {"node": node, "gpu": xid_target(s, by_bus), "xid": str(s.get("xid"))}, 1)
+            if not _foreign(s, xid.evidence):
+                ex.add(M.xid_sticky, {"node": node, "gpu": xid_target(s, by_bus), "xid": str(s.get("xid"))}, 1)
     return ex.text()
 
 
@@ -110,6 +111,11 @@ def _bus(bus_id: str) -> str:
     from slurmkit.health.xid import norm_bus_id
 
     return norm_bus_id(bus_id)
+
+
+def _foreign(event: dict[str, Any], evidence: dict[str, Any]) -> bool:
+    """An XID on a bus id none of the node's GPUs has (the xid check's WARN): no GPU's series, no XID alert."""
+    return event.get("kind", "xid") == "xid" and event.get("bus_id") in (evidence.get("foreign_bus") or ())
 
 
 def xid_target(event: dict[str, Any], by_bus: dict[str, str]) -> str:
@@ -213,7 +219,7 @@ def xid_labels_of_run(report: Any) -> list[str]:
     by_bus = {_bus(str(d.get("pci_bus_id", ""))): str(d.get("index")) for d in init.get("devices", [])
               if isinstance(d, dict)}
     return [f"{xid_target(e, by_bus)}/{e.get('xid')}" for e in xid.evidence.get("new", []) or []
-            if isinstance(e, dict)]
+            if isinstance(e, dict) and not _foreign(e, xid.evidence)]
 
 
 def update_xid_counts(path: str, new: list[str], lock_timeout: float = 0.5) -> dict[str, int]:
