@@ -131,6 +131,14 @@ def parse_record(seq: int, msg: str, facility: int = LOG_KERN) -> XidEvent | Non
     return None
 
 
+def _still_counts(sticky: dict[str, Any]) -> bool:
+    """A sticky XID kept by a slurmkit that searched the whole message (before issue 32) is judged again by its
+    text: one a user's segfault record forged starts with that record's comm, not with the driver's text, and is
+    dropped, so a node it drained resumes without `--clear-xid`. An entry without its text is kept."""
+    text = sticky.get("text")
+    return not isinstance(text, str) or parse_record(0, text) is not None
+
+
 def is_critical(e: XidEvent, fail_codes: frozenset[int]) -> bool:
     return e.fatal if e.kind == "sxid" else e.xid in fail_codes
 
@@ -220,7 +228,7 @@ def scan(records: list[Record], state: XidState, boot_id: str, fail_codes: froze
         state = XidState(boot_id=boot_id)  # reboot: sequence numbers restarted and a reboot clears GPU faults
     new = [e for r in records if r.seq > state.seq and (e := parse_record(*r)) is not None]
     last = max((r.seq for r in records), default=state.seq)
-    sticky = list(state.sticky)
+    sticky = [s for s in state.sticky if _still_counts(s)]
     known = {(s["seq"], s["xid"]) for s in sticky}
     for e in new:
         if is_critical(e, fail_codes) and (e.seq, e.xid) not in known:

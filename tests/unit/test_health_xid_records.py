@@ -160,3 +160,18 @@ def test_fixture_rows_may_carry_the_kmsg_prio(tmp_path):
     fx = edited(tmp_path / "b", "healthy-h100x8.json", lambda d: d.update(kmsg=[[10, line, 4]]))
     res, _ = run(tmp_path / "b", fx)
     assert res["xid"].status == Status.FAIL and res["xid"].findings == ["nvidia0@18:00.0 xid79"]
+
+
+def test_a_sticky_xid_an_older_slurmkit_kept_from_a_forged_record_is_dropped(tmp_path):
+    """A node drained (sticky) by a forged record before the fix: its state file still holds the record. The next
+    scan judges each sticky entry again by its text and keeps only the driver's own, so the health check resumes
+    the node without `--clear-xid`; the real one stays."""
+    forged = RECORDS["forged"][0]["raw"].split(";", 1)[1].rstrip("\n")
+    real = RECORDS["driver"][0]["raw"].split(";", 1)[1].rstrip("\n")
+    old = xid.XidState(boot_id="boot-1", seq=400, sticky=[
+        {"seq": 344, "xid": 79, "bus_id": "0000:ee:00", "text": forged[:200]},
+        {"seq": 390, "xid": 79, "bus_id": "0000:5d:00", "text": real}])
+    (tmp_path / "xid.json").write_text(json.dumps(old.to_json()))
+    s = xid.scan([], xid.XidState.load(str(tmp_path / "xid.json")), "boot-1", CRITICAL, "test")
+    assert [e["seq"] for e in s.sticky] == [390] and s.state.sticky == s.sticky
+    assert judge(s, gpus(":ee:00", ":5d:00")).findings == ["gpu1 xid79"]
