@@ -31,6 +31,7 @@ import pytest
 from slurmkit.health import xid
 from slurmkit.health.checks import CHECKS, EvalContext
 from slurmkit.health.expect import Expectations
+from slurmkit.health.hooks import HookEnv, run_hook
 from slurmkit.health.host import HostPaths
 from slurmkit.health.policy import parse_policy
 from slurmkit.health.result import Status
@@ -186,6 +187,18 @@ def test_a_users_segfault_records_are_no_xid_and_no_machine_check(tmp_path, atta
         assert (v_xid.status, v_mce.status) == (Status.OK, Status.OK), (v_xid.summary, v_mce.summary)
     # the health run moved the cursor past them: they are never read again
     assert json.loads((tmp_path / "state" / "xid.json").read_text())["seq"] >= last
+
+    # the repro command, `slurmkit check` (its run_hook, without the site's inventory: a fresh state dir, so
+    # it reads the whole ring buffer, this run's forged records and any earlier run's)
+    rep = run_hook(HookEnv(hook="check", node="node1", state_dir=str(tmp_path / "check")))
+    res = {r.name: r for r in rep.results}
+    seqs = {seq for _, seq, _ in forged}
+    assert not seqs & {e["seq"] for e in res["xid"].evidence.get("new", []) + res["xid"].evidence.get("sticky", [])}
+    assert res["mce"].evidence.get("last") not in {msg for _, _, msg in forged}
+    if not os.path.exists("/proc/driver/nvidia"):  # no GPU driver here: nothing else in the log is an XID
+        assert (res["xid"].status, res["mce"].status) == (Status.OK, Status.OK), (res["xid"].summary,
+                                                                                  res["mce"].summary)
+        assert "xid" not in rep.reason and "mce" not in rep.reason, rep.reason
 
 
 def test_the_drivers_own_records_still_count_through_the_same_reader(tmp_path):
