@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -117,17 +118,24 @@ def test_filesystems_mounted_answering_and_stale(tmp_path, monkeypatch):
     assert res["filesystems"].findings == ["fs /gpfs/projects not mounted"] and res["filesystems"].action == Action.DRAIN
 
     real = os.statvfs
+    dead_server = threading.Event()  # set at the end: the abandoned thread must not outlive the test
 
     def statvfs(path):
         if str(path) == str(home):
             raise OSError(errno.ESTALE, "Stale file handle")
         if str(path) == str(scratch):
-            time.sleep(20)  # a dead Lustre server: the thread is abandoned, the check answers in its budget
+            dead_server.wait(20)  # a dead Lustre server: the thread is abandoned, the check answers in its budget
         return real(path)
     monkeypatch.setattr(os, "statvfs", statvfs)
-    res = run(tmp_path, p, only=("filesystems",), policy={"filesystems": {"timeout_s": 1.0}})
-    # "hung" (not ok after the sleep) is the proof the run did not wait for the dead server
+    try:
+        res = run(tmp_path, p, only=("filesystems",), policy={"filesystems": {"timeout_s": 1.0}})
+    finally:
+        dead_server.set()
+    # "hung" (not ok after the wait) is the proof the run did not wait for the dead server
     assert res["filesystems"].findings == [f"fs {home} stale", f"fs {scratch} hung >0.8s"]
+    for th in threading.enumerate():
+        if th.name == f"statvfs {scratch}":
+            th.join(5)  # a hook run in-process later in the session (exit_now) sees no stray thread
 
 
 def test_machine_checks_in_the_kernel_log(tmp_path):
