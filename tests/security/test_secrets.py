@@ -28,7 +28,7 @@ from click.testing import CliRunner
 
 from slurmkit.cli.conf import conf
 from tests.security.conftest import ATTACKER, USER_PYTHON, as_user
-from tests.security.userfs import reachable, user_dir
+from tests.security.userfs import user_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 READER = Path(__file__).with_name("inotify_reader.py")
@@ -86,8 +86,8 @@ def _secret_bytes(seen: dict) -> dict[str, int]:
             if n and (Path(p).name == "slurmdbd.conf" or Path(p).name.startswith("journal.json"))}
 
 
-def test_an_inotify_reader_beside_conf_generate_reads_no_password(tmp_path: Path) -> None:
-    work = reachable(tmp_path)
+def test_an_inotify_reader_beside_conf_generate_reads_no_password(open_tmp: Path) -> None:
+    work = open_tmp
     out = work / "out"
     out.mkdir(mode=0o755)
     inventory = _inventory(work)
@@ -109,10 +109,10 @@ def test_an_inotify_reader_beside_conf_generate_reads_no_password(tmp_path: Path
     assert all((f.stat().st_mode & 0o777) == 0o600 for f in backups.glob("*/slurmdbd.conf"))
 
 
-def test_a_pending_rollout_journal_is_root_s_alone(tmp_path: Path) -> None:
+def test_a_pending_rollout_journal_is_root_s_alone(open_tmp: Path) -> None:
     """`conf apply` of a new StoragePass writes the files and leaves steps 2-3 (restart slurmdbd, verify) pending:
     their journal, with the base config the rollout started from, stays in DIR/.slurmkit-rollout meanwhile."""
-    work = reachable(tmp_path)
+    work = open_tmp
     out = work / "out"
     out.mkdir(mode=0o755)
     inventory = _inventory(work)
@@ -150,11 +150,11 @@ def test_the_umask_never_widens_a_secret_and_a_wider_one_is_narrowed(tmp_path: P
     assert saved.parent.stat().st_mode & 0o777 == 0o700
 
 
-def test_a_staging_dir_planted_in_a_writable_output_dir_is_refused(tmp_path: Path) -> None:
+def test_a_staging_dir_planted_in_a_writable_output_dir_is_refused(open_tmp: Path) -> None:
     """An output dir others can write (``-o /tmp/x``): the attacker plants DIR/.slurmkit-txn with a journal that
     "rolls back" a file outside DIR to their own copy. Before: root's next write carried it out (os.replace of the
     attacker's file over ../victim.conf). After: refused in one line naming the dir, nothing outside touched."""
-    work = reachable(tmp_path)
+    work = open_tmp
     victim = work / "victim.conf"
     victim.write_text("root's\n")
     out = user_dir(work / "out", ATTACKER, 0o1777)
@@ -183,3 +183,4 @@ def test_a_staging_dir_planted_in_a_writable_output_dir_is_refused(tmp_path: Pat
 def _slurmkit(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurmkit.cli.main", *args], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
