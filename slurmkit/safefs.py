@@ -225,3 +225,78 @@ def newest_mtime(top_fd: int, walk: Walk) -> float | None:
     for _fd, _name, st in walk.files(top_fd):
         newest = st.st_mtime if newest is None or st.st_mtime > newest else newest
     return newest if walk.complete else None
+
+
+class Budget:
+    """What a bounded job may still do: ``entries`` directory entries and ``seconds`` of time from now."""
+
+    def __init__(self, entries: int, seconds: float) -> None:
+        self.entries = entries
+        self.deadline = time.monotonic() + seconds
+        self.seconds = seconds
+        self.used = 0
+        self.spent = ""
+
+    def take(self) -> bool:
+        """One entry more; False (and ``spent`` says why) once the entries or the time are gone."""
+        if not self.spent:
+            if self.used >= self.entries:
+                self.spent = f"stopped after {self.entries} entries"
+            elif time.monotonic() > self.deadline:
+                self.spent = f"stopped after {self.seconds:g}s"
+        if self.spent:
+            return False
+        self.used += 1
+        return True
+
+
+def remove_user_tree(parent_fd: int, name: str, uid: int, budget: Budget, max_depth: int = 64) -> bool:
+    """Remove the directory ``name`` of ``parent_fd`` when it is ``uid``'s, as that user could: every file and link
+    in it unlinked (a link is never followed), its subdirectories of ``uid`` removed the same way from fds opened
+    with O_NOFOLLOW relative to their parent, a subdirectory of another user left (its owner's contents), all within
+    ``budget`` and ``max_depth`` levels. True when the directory is gone."""
+    fd = open_owned_dir(name, uid, dir_fd=parent_fd)
+    if fd is None:
+        return False
+    whole = True
+    try:
+        while True:
+            batch: list[tuple[str, bool]] = []
+            with os.scandir(fd) as it:
+                for e in it:
+                    if not budget.take():
+                        break  # what is collected is still removed
+                    try:
+                        is_dir = stat.S_ISDIR(e.stat(follow_symlinks=False).st_mode)
+                    except OSError:
+                        continue
+                    batch.append((e.name, is_dir))
+                    if len(batch) >= 1024:
+                        break
+            if not batch:
+                break
+            progress = False
+            for child, is_dir in batch:
+                try:
+                    if not is_dir:
+                        os.unlink(child, dir_fd=fd)
+                        progress = True
+                    elif max_depth > 0 and remove_user_tree(fd, child, uid, budget, max_depth - 1):
+                        progress = True
+                    else:
+                        whole = False
+                except OSError:
+                    whole = False
+            if budget.spent:
+                return False
+            if not progress:
+                break
+    finally:
+        os.close(fd)
+    if not whole:
+        return False
+    try:
+        os.rmdir(name, dir_fd=parent_fd)
+    except OSError:
+        return False
+    return True

@@ -218,3 +218,50 @@ def test_a_huge_tree_costs_one_bound_for_all_of_a_users_jobs(home: Path) -> None
     assert ages[:2] != [None, None] and ages[2:] == [None, None, None], ages
     assert all(got[str(10 + i)].movable for i in range(5))
 
+
+
+def test_shm_cleanup_removes_only_what_the_user_could_and_follows_nothing(open_tmp: Path) -> None:
+    """The epilog's /dev/shm cleanup (root) of a shm dir the attacker filled: links to a root dir at the top and deep
+    inside their dir, and a directory the victim made inside the attacker's wide-open one. Root removes the
+    attacker's entries, follows no link, and leaves the victim's directory (the attacker could not empty it)."""
+    from slurmkit.health.cleanup import clean_shm
+
+    shm = open_tmp / "shm"
+    shm.mkdir()
+    shm.chmod(0o1777)
+    keep = open_tmp / "root-dir"
+    keep.mkdir()
+    (keep / "precious").write_text("root's")
+    as_user(ATTACKER, ["mkdir", "-p", str(shm / "mine" / "sub")])
+    as_user(ATTACKER, ["chmod", "777", str(shm / "mine")])
+    as_user(ATTACKER, ["ln", "-s", str(keep), str(shm / "mine" / "sub" / "link")])
+    as_user(ATTACKER, ["ln", "-s", str(keep), str(shm / "toplink")])
+    as_user(VICTIM, ["mkdir", str(shm / "mine" / "victims")])
+    as_user(VICTIM, [USER_PYTHON, "-c", "import sys; open(sys.argv[1], 'w').write('v')", str(shm / "mine" / "victims" / "v")])
+    with counted() as reads:
+        res = clean_shm(uid(ATTACKER), str(shm))
+    assert (keep / "precious").read_text() == "root's"
+    assert (shm / "mine" / "victims" / "v").read_text() == "v"  # before: root's rmtree removed it
+    assert not os.path.lexists(shm / "toplink") and not os.path.lexists(shm / "mine" / "sub")
+    assert "toplink" in res["removed"] and any(e.startswith("mine:") for e in res["errors"]), res
+    assert reads.n < 50, reads.n
+
+
+def test_shm_cleanup_of_a_huge_tree_is_bounded(open_tmp: Path) -> None:
+    """5,000 files of the attacker's under /dev/shm, a cleanup allowed 1,000 entries: it stops there, says what is
+    left, and the next cleanup goes on."""
+    from slurmkit.health.cleanup import clean_shm
+
+    shm = open_tmp / "shm"
+    shm.mkdir()
+    shm.chmod(0o1777)
+    as_user(ATTACKER, [USER_PYTHON, "-c", "import os, sys\nos.mkdir(sys.argv[1])\nfor i in range(5000): "
+                       "open(os.path.join(sys.argv[1], f'f{i}'), 'w').close()", str(shm / "big")])
+    with counted() as reads:
+        res = clean_shm(uid(ATTACKER), str(shm), max_entries=1000)
+    assert reads.n <= 1100, reads.n
+    assert res["removed"] == [] and any("stopped after 1000 entries" in e for e in res["errors"]), res
+    left = len(os.listdir(shm / "big"))
+    assert 4000 <= left < 5000
+    passes = [clean_shm(uid(ATTACKER), str(shm), max_entries=1100)["removed"] for _ in range(4)]
+    assert passes == [[], [], [], ["big"]] and os.listdir(shm) == []  # ~1,100 entries a pass
