@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -265,3 +267,44 @@ def test_shm_cleanup_of_a_huge_tree_is_bounded(open_tmp: Path) -> None:
     assert 4000 <= left < 5000
     passes = [clean_shm(uid(ATTACKER), str(shm), max_entries=1100)["removed"] for _ in range(4)]
     assert passes == [[], [], [], ["big"]] and os.listdir(shm) == []  # ~1,100 entries a pass
+
+
+@pytest.mark.lab
+def test_on_a_lab_root_prices_a_users_job_without_following_their_tree(sec_lab) -> None:  # type: ignore[no-untyped-def]
+    """The real path: jobs of the attacker submitted on the suite's lab with -o into their own run dir (whose
+    checkpoints/ links to /) and into the victim's; root's defrag gather reads the lab's `scontrol -o -d show job`."""
+    from slurmkit.backend.cli import CLIBackend
+
+    work = user_dir(Path(sec_lab.dir) / "rundirs-item4", ATTACKER)
+    backend = CLIBackend(env=sec_lab.env)
+    jids: list[str] = []
+    try:
+        run = run_dir(work, ATTACKER)
+        as_user(ATTACKER, ["rmdir", str(run / "checkpoints")])
+        as_user(ATTACKER, ["ln", "-s", "/", str(run / "checkpoints")])
+        victims = user_dir(Path(sec_lab.dir) / "rundirs-item4-victim", VICTIM)
+        theirs = run_dir(victims, VICTIM)
+        as_user(VICTIM, ["chmod", "-R", "a+rwX", str(theirs)])
+        as_user(VICTIM, ["touch", str(theirs / "checkpoints" / "just-now")])
+        for out in (f"{run}/logs/slurm-%j.out", f"{theirs}/logs/slurm-%j.out"):
+            r = as_user(ATTACKER, ["sbatch", "--parsable", "--requeue", "-n1", "--mem=100M", f"--chdir={work}",
+                                   "-o", out, "--wrap", "exec sleep 300"], env=sec_lab.env)
+            jids.append(r.stdout.strip().split(";")[0])
+        deadline = time.monotonic() + 90
+        while not all(backend.job(j).state == "RUNNING" for j in jids):
+            assert time.monotonic() < deadline, [backend.job(j) for j in jids]
+            time.sleep(0.5)
+        details = backend.job_details()
+        assert f"UserId={ATTACKER}({uid(ATTACKER)})" in details and f"StdOut={run}/logs/slurm-{jids[0]}.out" in details
+        with counted() as reads:
+            got = {j.job_id: j for j in gather.running_jobs(details, gather.Policy(), now=time.time())}
+        assert reads.n <= 100, reads.n
+        own, into_victims = got[jids[0]], got[jids[1]]
+        assert own.movable and own.checkpoint_age_s is None  # their gpusub-shaped dir; the link to / not followed
+        assert not into_victims.movable and into_victims.checkpoint_age_s is None  # the victim's dir is not theirs
+        assert gather.job_run_dir({"StdOut": f"{theirs}/logs/slurm-1.out", "UserId": f"{VICTIM}({uid(VICTIM)})"})
+    finally:
+        for j in jids:
+            subprocess.run(["scancel", j], env={**os.environ, **sec_lab.env}, capture_output=True, timeout=30)
+        shutil.rmtree(Path(sec_lab.dir) / "rundirs-item4", ignore_errors=True)
+        shutil.rmtree(Path(sec_lab.dir) / "rundirs-item4-victim", ignore_errors=True)
