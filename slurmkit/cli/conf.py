@@ -238,10 +238,13 @@ def _stale(directory: str, files: dict[str, str]) -> list[str]:
 
 def _warn_pending(directory: str) -> None:
     """One line when an interrupted write (an apply killed mid-swap) left DIR with a mix of old and new files."""
-    from slurmkit.generate.rollout import pending
+    from slurmkit.generate.rollout import FOREIGN, TXN_DIR, pending
 
     state = pending(directory)
-    if state:
+    if state == FOREIGN:
+        click.echo(f"warning: {Path(directory) / TXN_DIR} was not left by slurmkit's writer (a symlink, a file or "
+                   "another user's directory): writes to the directory are refused until it is removed", err=True)
+    elif state:
         click.echo(f"warning: an interrupted write is pending in {directory} ({state}); the next "
                    "`slurmkit conf apply` finishes it before anything else", err=True)
 

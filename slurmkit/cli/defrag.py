@@ -156,7 +156,7 @@ def run_cmd(for_job: str, inventory: str | None, timeout: int, dry_run: bool) ->
     """Carry the plan out: reserve the leaf's nodes for the job, move the planned jobs (checkpoint + requeue), wait
     for the job to start there, release the reservation. A failure or Ctrl-C rolls back the reservation."""
     from slurmkit.backend.parse import parse_scontrol_records
-    from slurmkit.defrag.gather import gpusub_run_dir
+    from slurmkit.defrag.gather import job_run_dir
     from slurmkit.defrag.plan import plan_defrag
     from slurmkit.defrag.run import carry_out
 
@@ -167,7 +167,7 @@ def run_cmd(for_job: str, inventory: str | None, timeout: int, dry_run: bool) ->
         sys.exit(1 if verdict.blocked else 3)
     recs = {r["JobId"]: r for r in parse_scontrol_records(details) if "JobId" in r}
     user = recs[for_job].get("UserId", "").split("(", 1)[0]
-    gpusub_jobs = {j for j in verdict.plan.job_ids if gpusub_run_dir(recs.get(j, {}).get("StdOut", ""))}
+    gpusub_jobs = {j for j in verdict.plan.job_ids if job_run_dir(recs.get(j, {}))}
     if dry_run:
         click.echo("dry run: nothing changed")
         return

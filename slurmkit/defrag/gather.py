@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from slurmkit import hostlist
+from slurmkit import hostlist, safefs
 from slurmkit.backend.parse import parse_scontrol_records
 from slurmkit.defrag.plan import RunningJob, Target
 from slurmkit.errors import UsageError
@@ -60,29 +60,61 @@ def _epoch(v: str) -> float | None:
         return None
 
 
-def gpusub_run_dir(stdout: str) -> Path | None:
-    """The gpusub run dir of a job whose StdOut is <run dir>/logs/slurm-<id>.out (render.directives --output)."""
+# What root reads of a job's run dir (issue 32 item 4): the job's user writes all of it, so nothing there is followed
+# or trusted -- the run dir and checkpoints/ must be directories of the job's user opened with O_NOFOLLOW (a
+# `checkpoints -> /` link made root stat 784k files and priced the job as "just checkpointed"), submit.json a regular
+# file of theirs, and the walk of checkpoints/ counts only their regular files, never follows a symlink, and stops at
+# CKPT_ENTRIES entries (all of one user's jobs in one call together), CKPT_DEPTH levels or CKPT_SECONDS; a walk that
+# stops proves nothing and the job is priced from its start. A real checkpoints/ holds a few steps of a few files
+# per rank.
+CKPT_ENTRIES = 10_000
+CKPT_DEPTH = 6
+CKPT_SECONDS = 1.0
+
+
+def gpusub_run_dir(stdout: str, uid: int | None) -> Path | None:
+    """The gpusub run dir of a job whose StdOut is <run dir>/logs/slurm-<id>.out (render.directives --output),
+    when it is a directory of the job's user (``uid``, from its UserId) with their submit.json in it; None for a
+    job whose uid is unknown."""
     p = Path(stdout)
-    if p.parent.name == "logs" and (p.parent.parent / "submit.json").is_file():
-        return p.parent.parent
-    return None
+    if uid is None or p.parent.name != "logs":
+        return None
+    fd = safefs.open_owned_dir(p.parent.parent, uid)
+    if fd is None:
+        return None
+    try:
+        return p.parent.parent if safefs.owned_file(fd, "submit.json", uid) is not None else None
+    finally:
+        os.close(fd)
 
 
-def last_checkpoint(run_dir: Path) -> float | None:
-    newest = None
-    for root, _dirs, files in os.walk(run_dir / "checkpoints"):
-        for f in files:
-            try:
-                t = os.stat(os.path.join(root, f)).st_mtime
-            except OSError:
-                continue
-            newest = t if newest is None or t > newest else newest
-    return newest
+def job_run_dir(rec: Mapping[str, str]) -> Path | None:
+    """``gpusub_run_dir`` of a job record (its StdOut= and UserId=)."""
+    return gpusub_run_dir(rec.get("StdOut", ""), safefs.uid_of_record(rec.get("UserId")))
+
+
+def last_checkpoint(run_dir: Path, uid: int, walk: safefs.Walk | None = None) -> float | None:
+    """The newest mtime of the job user's files under ``run_dir``/checkpoints/ (bounded: see CKPT_ENTRIES)."""
+    walk = walk or safefs.Walk(uid, CKPT_ENTRIES, CKPT_DEPTH, CKPT_SECONDS)
+    top = safefs.open_owned_dir(run_dir, uid)
+    if top is None:
+        return None
+    try:
+        ck = safefs.open_owned_dir("checkpoints", uid, dir_fd=top)
+    finally:
+        os.close(top)
+    if ck is None:
+        return None
+    try:
+        return safefs.newest_mtime(ck, walk)
+    finally:
+        os.close(ck)
 
 
 def running_jobs(text: str, policy: Policy = Policy(), now: float | None = None) -> list[RunningJob]:
     now = time.time() if now is None else now
     out = []
+    budget: dict[int, int] = {}  # checkpoint-walk entries left to each user in this call
     for line in text.splitlines():
         if "JobState=RUNNING" not in line:
             continue
@@ -94,7 +126,8 @@ def running_jobs(text: str, policy: Policy = Policy(), now: float | None = None)
         if not gpus:
             for n in hostlist.expand(rec.get("NodeList", "")) if rec.get("NodeList") not in (None, "(null)") else []:
                 gpus[n] = 0
-        run_dir = gpusub_run_dir(rec.get("StdOut", ""))
+        uid = safefs.uid_of_record(rec.get("UserId"))
+        run_dir = gpusub_run_dir(rec.get("StdOut", ""), uid)
         requeue = rec.get("Requeue") == "1"
         site = rec.get("QOS") in policy.movable_qos or rec.get("Account") in policy.movable_accounts
         why = ""
@@ -103,7 +136,11 @@ def running_jobs(text: str, policy: Policy = Policy(), now: float | None = None)
         elif run_dir is None and not site:
             why = "not a gpusub job and not marked movable (defrag.movable_qos/movable_accounts)"
         started = _epoch(rec.get("StartTime", "")) or now
-        ckpt = last_checkpoint(run_dir) if run_dir is not None else None
+        ckpt = None
+        if run_dir is not None and uid is not None:
+            walk = safefs.Walk(uid, max(0, budget.get(uid, CKPT_ENTRIES)), CKPT_DEPTH, CKPT_SECONDS)
+            ckpt = last_checkpoint(run_dir, uid, walk)
+            budget[uid] = budget.get(uid, CKPT_ENTRIES) - walk.entries
         since = max(0.0, now - (ckpt if ckpt is not None and ckpt >= started else started))
         total = sum(gpus.values())
         cost = max(1, total) * (since + policy.restart_s)

@@ -445,7 +445,7 @@ def run_pass(snapshot: Callable[[], Snapshot], backend: Any, policy: Policy, sta
 def _act(d: Decision, s: Snapshot, backend: Any, policy: Policy, state: WatchState, state_path: str, keep: float,
          log: Callable[[str], None], timeout: float, t0: float, now: Callable[[], float]) -> bool:
     from slurmkit import hostlist
-    from slurmkit.defrag.gather import gpusub_run_dir, running_jobs
+    from slurmkit.defrag.gather import job_run_dir, running_jobs
     from slurmkit.defrag.run import DefragError, carry_out
 
     assert d.act_for is not None and d.verdict is not None and d.verdict.plan is not None and d.target is not None
@@ -453,7 +453,7 @@ def _act(d: Decision, s: Snapshot, backend: Any, policy: Policy, state: WatchSta
     log(f"{d.said}; moving {', '.join(plan.job_ids)} ({plan.cost:.0f} GPU-s) to free {plan.leaf} "
         f"({hostlist.fold(plan.nodes)})")
     recs = {r["JobId"]: r for r in parse_scontrol_records(s.details) if "JobId" in r}
-    gpusub_jobs = {j for j in plan.job_ids if gpusub_run_dir(recs.get(j, {}).get("StdOut", ""))}
+    gpusub_jobs = {j for j in plan.job_ids if job_run_dir(recs.get(j, {}))}
     natural = natural_start(s.topo, s.states, running_jobs(s.details, policy, now=t0), job_ends(s.details),
                             d.target, t0)
     cost = {m.job_id: m.cost for m in plan.moves}
@@ -579,7 +579,7 @@ def _execute_hold(h: dict[str, Any], why: str, s: Snapshot, backend: Any, policy
     starts in it and the reservation is removed (carry_out). Moves that the limits forbid now, or a job that may not
     move still there, keep the hold for a later pass (until the grace period ends)."""
     from slurmkit import hostlist
-    from slurmkit.defrag.gather import gpusub_run_dir, running_jobs, target_of
+    from slurmkit.defrag.gather import job_run_dir, running_jobs, target_of
     from slurmkit.defrag.plan import DefragPlan, plan_defrag
     from slurmkit.defrag.run import DefragError, carry_out
 
@@ -618,7 +618,7 @@ def _execute_hold(h: dict[str, Any], why: str, s: Snapshot, backend: Any, policy
     moves = f"moving {', '.join(plan.job_ids)} ({plan.cost:.0f} GPU-s)" if plan.moves else "nothing to move"
     log(f"hold {name} for job {job} is due ({why}): {moves}, then job {job} runs in it on {hostlist.fold(plan.nodes)}")
     recs = {r["JobId"]: r for r in parse_scontrol_records(s.details) if "JobId" in r}
-    gpusub_jobs = {j for j in plan.job_ids if gpusub_run_dir(recs.get(j, {}).get("StdOut", ""))}
+    gpusub_jobs = {j for j in plan.job_ids if job_run_dir(recs.get(j, {}))}
     cost = {m.job_id: m.cost for m in plan.moves}
 
     def moved(job_id: str) -> None:

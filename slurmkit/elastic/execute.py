@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from slurmkit import hostlist
+from slurmkit import hostlist, safefs
 from slurmkit.errors import SlurmCommandError, SlurmkitError
 from slurmkit.generate import rollout as ro
 
@@ -61,13 +61,13 @@ def load_journal(conf_dir: str | Path) -> dict[str, Any] | None:
 
 
 def save_journal(conf_dir: Path, journal: Mapping[str, Any]) -> None:
+    # the journal's base holds every file the rollout started from, the old slurmdbd.conf (StoragePass) with them:
+    # a 0700 dir and a file created 0600 by its open (issue 32 item 3; before, 0644 in a 0755 dir for the whole run)
     d = conf_dir / JOURNAL_DIR
-    d.mkdir(exist_ok=True)
+    safefs.private_dir(d)
     tmp = d / "journal.json.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(journal))
-        fh.flush()
-        os.fsync(fh.fileno())
+    tmp.unlink(missing_ok=True)  # a run killed between its write and the rename
+    safefs.write_new(tmp, json.dumps(journal), 0o600)
     os.replace(tmp, d / "journal.json")
     fd = os.open(d, os.O_RDONLY)
     try:

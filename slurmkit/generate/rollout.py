@@ -10,17 +10,19 @@ if the new one fails) and from 24.11 new nodes need only a reconfigure.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shutil
+import stat as statmod
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from slurmkit import hostlist
+from slurmkit import hostlist, safefs
 from slurmkit.errors import SlurmkitError
 from slurmkit.generate import confparse as cp
 from slurmkit.generate import slurmdefaults
@@ -51,7 +53,7 @@ class WriteError(SlurmkitError):
             where = directory / where.name
         state = pending(directory)
         after = (f"an interrupted write is pending in {directory / TXN_DIR} ({state}); the next apply finishes it"
-                 if state else f"no file in {directory} was changed")
+                 if state and state != FOREIGN else f"no file in {directory} was changed")
         super().__init__(f"cannot write {where}: {exc.strerror or exc}; {after}")
 
 
@@ -92,18 +94,14 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def _write_durable(path: Path, body: str, mode: int) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(body)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(path, mode)
+def _write_durable(path: Path, body: str, mode: int, uid: int | None = None) -> None:
+    # created with its final mode and owner by the open (issue 32 item 3): a file chmod'ed after its write was
+    # readable by anyone who opened it meanwhile -- an inotify watcher of the directory read StoragePass that way
+    safefs.write_new(path, body, mode, uid=-1 if uid is None else uid)
 
 
 def _copy_durable(src: Path, dst: Path) -> None:
-    shutil.copy2(src, dst)
-    with open(dst, "rb") as fh:
-        os.fsync(fh.fileno())
+    safefs.copy_new(src, dst)  # the old file's mode and owner from the open on (shutil.copy2 chmods after the copy)
 
 
 def _backup_dir(d: Path) -> Path:
@@ -118,11 +116,19 @@ def _backup_dir(d: Path) -> Path:
     return root / f"{stem}.{n}"
 
 
+FOREIGN = "not slurmkit's"
+
+
 def pending(directory: str | Path) -> str | None:
-    """What an interrupted write left in ``directory`` ("commit", "rollback", "staging", "cleanup"), or None."""
+    """What an interrupted write left in ``directory`` ("commit", "rollback", "staging", "cleanup"), or None;
+    ``FOREIGN`` for a staging dir no writer of slurmkit's left (a symlink, a file, another user's directory)."""
     txn = Path(directory) / TXN_DIR
-    if not txn.is_dir():
+    try:
+        st = os.lstat(txn)
+    except FileNotFoundError:
         return None
+    if not statmod.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()):
+        return FOREIGN
     j = txn / _JOURNAL
     if not j.is_file():
         return "staging" if (txn / "new").exists() else "cleanup"
@@ -140,12 +146,13 @@ def recover(directory: str | Path) -> str | None:
     if state is None:
         return None
     txn = d / TXN_DIR
+    _own_txn(txn)
     if state in ("staging", "cleanup"):
         shutil.rmtree(txn)
         if state == "cleanup":
             return "removed what a finished write left behind"
         return "dropped a write that was interrupted while staging (no file had changed)"
-    journal = json.loads((txn / _JOURNAL).read_text())
+    journal = _journal_of(txn)
     if state == "rollback":
         _roll_back(d, txn, journal)
         shutil.rmtree(txn)
@@ -153,6 +160,27 @@ def recover(directory: str | Path) -> str | None:
     _roll_forward(d, txn, journal)
     _finish(d, txn, journal)
     return "finished an interrupted write (the new files are in place)"
+
+
+def _own_txn(txn: Path) -> None:
+    """An interrupted write's staging dir is finished only when this writer's user made it: a directory or symlink
+    someone else put there (a writable output dir) would steer root's renames and unlinks (its journal names the
+    files, its old/ holds what a rollback puts back)."""
+    st = os.lstat(txn)
+    if not statmod.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        what = ("a symlink" if statmod.S_ISLNK(st.st_mode) else f"a directory of uid {st.st_uid}"
+                if statmod.S_ISDIR(st.st_mode) else "not a directory")
+        raise OSError(errno.EPERM, f"{what}, not left by this writer (look at it, then remove it)", str(txn))
+
+
+def _journal_of(txn: Path) -> dict:
+    """The staging dir's journal, each name in it a plain file name (as write_files checked them)."""
+    journal = json.loads((txn / _JOURNAL).read_text())
+    for key in ("replace", "remove", "existed"):
+        for name in journal.get(key, []):
+            if not isinstance(name, str) or "/" in name or name.startswith(".") or not name:
+                raise OSError(errno.EINVAL, f"journal names {name!r}, not a file of the directory", str(txn / _JOURNAL))
+    return journal
 
 
 def _roll_forward(d: Path, txn: Path, journal: dict) -> None:
@@ -191,7 +219,7 @@ def _finish(d: Path, txn: Path, journal: dict) -> Path | None:
     old = txn / "old"
     if journal.get("backup") and old.is_dir() and any(old.iterdir()):
         bdir = _backup_dir(d)
-        bdir.parent.mkdir(parents=True, exist_ok=True)
+        safefs.private_dir(bdir.parent)  # 0700: the saved files include the old slurmdbd.conf
         _step("backup")
         os.rename(old, bdir)
     _step("cleanup")
@@ -234,16 +262,17 @@ def _write_locked(files: Mapping[str, str], d: Path, execs: set[str], backup: bo
     existed = [n for n in [*replace, *gone] if (d / n).is_file()]
     txn = d / TXN_DIR
     try:
-        (txn / "new").mkdir(parents=True)
-        (txn / "old").mkdir()
+        os.mkdir(txn, 0o700)  # recover() removed any earlier one; a name planted meanwhile fails here (EEXIST)
+        safefs.private_dir(txn)
+        safefs.private_dir(txn / "new")
+        safefs.private_dir(txn / "old")
         for name in replace:
             mode = 0o755 if name in execs else 0o644
             if (d / name).exists():
                 mode = ((d / name).stat().st_mode & 0o777) | (0o111 if name in execs else 0)
             mode = PRIVATE_FILES.get(name, mode)
             _step(f"stage {name}")
-            _write_durable(txn / "new" / name, files[name], mode)
-            _own(txn / "new" / name, files[name])
+            _write_durable(txn / "new" / name, files[name], mode, _owner(files[name]) if name in PRIVATE_FILES else None)
         for name in existed:
             _step(f"save {name}")
             _copy_durable(d / name, txn / "old" / name)
@@ -308,13 +337,6 @@ def _owner(body: str) -> int | None:
         return pwd.getpwnam(user).pw_uid
     except KeyError:
         return None
-
-
-def _own(path: Path, body: str) -> None:
-    if path.name in PRIVATE_FILES:
-        uid = _owner(body)
-        if uid is not None:
-            os.chown(path, uid, -1)
 
 
 class _locked:

@@ -10,7 +10,6 @@ it cannot, nothing is removed).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import stat
 import time
@@ -98,27 +97,51 @@ def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_r
     return {"killed": killed, "survivors": survivors, "foreign": foreign, "held": held, "unproven": unproven}
 
 
-def clean_shm(uid: int, shm_dir: str = "/dev/shm") -> dict[str, Any]:
-    """Remove top-level entries of ``shm_dir`` owned by ``uid`` (never following symlinks)."""
+# the epilog's /dev/shm cleanup is root acting on a tree the user built (issue 32 item 4): it follows no link, removes
+# only what the user could, and is bounded -- a user's million-file tree must not hold the epilog past its timeout
+# (slurmd drains the node "Epilog error"); what is left is said, and the next epilog of theirs goes on
+SHM_ENTRIES = 200_000
+SHM_SECONDS = 5.0
+
+
+def clean_shm(uid: int, shm_dir: str = "/dev/shm", max_entries: int = SHM_ENTRIES,
+              seconds: float = SHM_SECONDS) -> dict[str, Any]:
+    """Remove top-level entries of ``shm_dir`` owned by ``uid``: files and links unlinked (never followed), the
+    user's directories by ``safefs.remove_user_tree`` (from fds, O_NOFOLLOW, only what the user could remove),
+    within ``max_entries`` directory entries and ``seconds``."""
+    from slurmkit import safefs
+
     removed: list[str] = []
     errors: list[str] = []
     if uid == 0:
         return {"removed": [], "errors": ["refusing to clean root's files"]}
+    budget = safefs.Budget(max_entries, seconds)
     try:
-        names = os.listdir(shm_dir)
+        top = os.open(shm_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         return {"removed": [], "errors": [f"{shm_dir}: {exc.strerror}"]}
-    for name in names:
-        path = os.path.join(shm_dir, name)
-        try:
-            st = os.lstat(path)
-            if st.st_uid != uid:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-            removed.append(name)
-        except OSError as exc:
-            errors.append(f"{name}: {exc.strerror}")
+    try:
+        names = os.listdir(top)
+        for name in names:
+            if not budget.take():
+                break
+            try:
+                st = os.stat(name, dir_fd=top, follow_symlinks=False)
+                if st.st_uid != uid:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    if not safefs.remove_user_tree(top, name, uid, budget):
+                        errors.append(f"{name}: {budget.spent or 'not all of it was theirs to remove'}; left in part")
+                        continue
+                else:
+                    os.unlink(name, dir_fd=top)
+                removed.append(name)
+            except OSError as exc:
+                errors.append(f"{name}: {exc.strerror}")
+        if budget.spent:
+            errors.append(f"{shm_dir}: {budget.spent}; the rest is left")
+    except OSError as exc:
+        errors.append(f"{shm_dir}: {exc.strerror}")
+    finally:
+        os.close(top)
     return {"removed": removed, "errors": errors}

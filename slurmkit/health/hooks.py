@@ -412,7 +412,7 @@ def _epilog_cleanup(env: HookEnv, gathered: GatherResult | None, deadline: float
     """Kill the job's leftover GPU processes, then remove the user's /dev/shm files if no other job of theirs runs
     here. Local facts only (no squeue): the user's other jobs are the running slurmstepds' jobs that own one of the
     user's processes (``host.other_jobs_of_uid``)."""
-    from slurmkit.health.cleanup import clean_shm, kill_gpu_leftovers
+    from slurmkit.health.cleanup import SHM_SECONDS, clean_shm, kill_gpu_leftovers
     from slurmkit.health.host import other_jobs_of_uid
 
     procs: dict[str, Any] = {}
@@ -429,7 +429,8 @@ def _epilog_cleanup(env: HookEnv, gathered: GatherResult | None, deadline: float
             others = None
             notes.append(f"shm cleanup skipped: /proc unreadable: {exc}")
         if others == []:
-            result["shm"] = clean_shm(env.job_uid, env.shm_dir)  # type: ignore[arg-type]
+            result["shm"] = clean_shm(env.job_uid, env.shm_dir,  # type: ignore[arg-type]
+                                      seconds=max(0.5, min(SHM_SECONDS, _remaining(deadline) - 0.5)))
         elif others:
             result["shm"] = {"skipped": f"user has other jobs here: {others}"}
     return result

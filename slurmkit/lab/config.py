@@ -159,15 +159,18 @@ class ConfigMixin(HooksMixin):
         )
         files = generate(cluster, conf_dir=str(self.etc), overrides=ov)
         self.etc.mkdir(parents=True, exist_ok=True)
+        from slurmkit import safefs
         from slurmkit.generate.rollout import PRIVATE_FILES
 
         for name, body in files.items():
             p = self.etc / name
+            if name in PRIVATE_FILES:  # slurmdbd.conf: its mode from the open on, never readable meanwhile
+                p.unlink(missing_ok=True)
+                safefs.write_new(p, body, PRIVATE_FILES[name], durable=False)
+                continue
             p.write_text(body)
             if name in EXECUTABLE_FILES:
                 p.chmod(0o755)
-            if name in PRIVATE_FILES:
-                p.chmod(PRIVATE_FILES[name])
         (self.etc / "slurmkit.yaml").write_text(text)
         # the lab's own overlay, in `conf generate|diff|apply --overrides` form: the inventory + this file reproduce
         # the running config exactly (what `conf apply` on the lab needs)

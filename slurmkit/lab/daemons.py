@@ -22,9 +22,13 @@ from slurmkit.lab.procs import alive, host_bin, kill, read_pid, wait_for
 
 class DaemonsMixin(LabBase):
     def _start_munged(self) -> None:
+        from slurmkit import safefs
+
         key = self.dir / "munge" / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o400)
+        # 0400 from its open on (issue 32 item 3): a key written 0644 and chmod'ed after could be opened meanwhile
+        # by any user of this machine, who would then mint credentials for any uid, root's, to the lab's Slurm
+        key.unlink(missing_ok=True)
+        safefs.write_new(key, os.urandom(1024), 0o400)
         (self.dir / "munge").chmod(0o711)
         run(
             [

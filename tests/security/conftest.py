@@ -14,8 +14,11 @@ readable by them).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +47,16 @@ def sec_lab(make_lab) -> Iterator:  # type: ignore[no-untyped-def]
     leaves node[1-2] and node[3-4], slurmkit's hooks wired (fake NVML per node, no periodic health check: a test
     that wants one runs `slurmkit hook health` itself). Tests leave every node as they found it."""
     yield make_lab(nodes=4, nodes_per_leaf=2, gpus_per_node=2, hooks=True)
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A fresh 0755 directory other users can reach and list, removed at the end. Not under pytest's tmp_path:
+    its /tmp/pytest-of-root is 0700 and every pytest session that starts (another suite on the machine) makes it
+    0700 again, so search bits given to it do not last."""
+    d = Path(tempfile.mkdtemp(prefix="slurmkit-sec-", dir="/tmp"))
+    try:
+        d.chmod(0o755)
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

@@ -34,9 +34,11 @@ def test_a_gpusub_job_is_movable_and_costs_its_gpus_times_the_checkpoint_age(tmp
     import os
 
     os.utime(ck, (1000.0, 1000.0))
-    line = (f"JobId=7 JobState=RUNNING Requeue=1 StartTime=1970-01-01T00:00:10 StdOut={run}/logs/slurm-7.out "
+    line = (f"JobId=7 UserId=me({os.geteuid()}) JobState=RUNNING Requeue=1 StartTime=1970-01-01T00:00:10 "
+            f"StdOut={run}/logs/slurm-7.out "
             "NodeList=n1 JOB_GRES=gpu:h100:8   Nodes=n1 CPU_IDs=0-7 Mem=31000 GRES=gpu:h100:8(IDX:0-7) Features=(null)")
-    assert gpusub_run_dir(f"{run}/logs/slurm-7.out") == run
+    assert gpusub_run_dir(f"{run}/logs/slurm-7.out", os.geteuid()) == run
+    assert gpusub_run_dir(f"{run}/logs/slurm-7.out", None) is None  # a job whose user is unknown: not trusted
     (j,) = running_jobs(line, Policy(restart_s=60), now=1100.0)
     assert j.movable and j.gpus == {"n1": 8} and j.checkpoint_age_s == 100.0
     assert j.cost == 8 * (100 + 60)
