@@ -317,9 +317,101 @@ def gather_edac(paths: HostPaths) -> dict[str, Any]:
     return {"controllers": out}
 
 
-def scan_processes(paths: HostPaths) -> dict[str, Any]:
-    """One pass over /proc/<pid>/stat: the command names running (daemons) and the processes in D state."""
+def proc_uids(proc_root: str, pid: int) -> tuple[int, ...] | None:
+    """Real, effective, saved and filesystem uid of ``pid`` (the ``Uid:`` line of /proc/<pid>/status), as root's
+    namespace sees them (a process in a user namespace shows its real uid here, not the namespace's 0)."""
+    text = _read(os.path.join(proc_root, str(pid), "status"))
+    for line in (text or "").splitlines():
+        if line.startswith("Uid:"):
+            try:
+                return tuple(int(x) for x in line.split()[1:5])
+            except ValueError:
+                return None
+    return None
+
+
+def _root_controlled_dir(path: str) -> str:
+    """"" when no one but root can change what ``path`` (an absolute directory) holds: every directory from / down
+    is root's and not writable by group or others, unless sticky (/tmp: others cannot rename or remove root's
+    entries there, and the next component is checked in its turn). Else the first directory that fails, and why."""
+    import stat as st_
+
+    cur = "/"
+    parts = [p for p in path.split("/") if p]
+    for i in range(len(parts) + 1):
+        if i:
+            cur = os.path.join(cur, parts[i - 1])
+        try:
+            s = os.lstat(cur)
+        except OSError as exc:
+            return f"{cur}: {exc.strerror}"
+        if not st_.S_ISDIR(s.st_mode):
+            return f"{cur}: not a directory"
+        if s.st_uid != 0:
+            return f"{cur}: owned by uid {s.st_uid}"
+        if s.st_mode & 0o022 and not s.st_mode & st_.S_ISVTX:
+            return f"{cur}: writable by {'group' if s.st_mode & 0o020 else 'others'}"
+    return ""
+
+
+def exe_identity(proc_root: str, pid: int) -> dict[str, Any]:
+    """What ``pid`` runs (the kernel's /proc/<pid>/exe link) and whether only root could have put it there:
+    ``{"exe": path, "trusted": bool, "why": reason when not}``. Trusted: the executable's inode (stat through the
+    link, so a binary replaced by a package upgrade, "(deleted)", is still the one that runs) is root's and not
+    writable by group or others, and its directory is root-controlled (``_root_controlled_dir``). A process name is
+    no identity: comm is the basename of any file a user executes (``cp /bin/sleep nvidia-imex``) or anything a
+    process sets with prctl(PR_SET_NAME) (proc(5), /proc/pid/comm)."""
+    link = os.path.join(proc_root, str(pid), "exe")
+    try:
+        exe = os.readlink(link)
+        s = os.stat(link)
+    except OSError as exc:
+        return {"exe": None, "trusted": False, "why": f"exe unreadable: {exc.strerror}"}
+    # proc(5): "If the pathname has been unlinked, the symbolic link will contain the string '(deleted)' appended"
+    path = exe[:-len(" (deleted)")] if exe.endswith(" (deleted)") else exe
+    path = os.path.realpath(path) if os.path.isabs(path) else path
+    if not os.path.isabs(path):
+        return {"exe": exe, "trusted": False, "why": "exe is not a path"}
+    if s.st_uid != 0:
+        return {"exe": exe, "trusted": False, "why": f"{path} owned by uid {s.st_uid}"}
+    if s.st_mode & 0o022:
+        return {"exe": exe, "trusted": False, "why": f"{path} writable by group or others"}
+    why = _root_controlled_dir(os.path.dirname(path))
+    return {"exe": exe, "trusted": not why, **({"why": why} if why else {})}
+
+
+def process_identity(proc_root: str, pid: int) -> dict[str, Any]:
+    """``pid``'s uids (real first), the executable behind it and its start time: who runs it and what, as only the
+    kernel and root could have made them (never its name, arguments or environment)."""
+    uids = proc_uids(proc_root, pid)
+    ident: dict[str, Any] = {"pid": pid, "uid": uids[0] if uids else None,
+                             "all_root": bool(uids) and not any(uids or ()), **exe_identity(proc_root, pid),
+                             "start": process_start_ticks(proc_root, pid)}
+    return ident
+
+
+def _note_daemon(seen: dict[str, Any], comm: str, ident: dict[str, Any]) -> None:
+    """Keep one pid per uid of the processes that run a root-controlled executable of that name, and a few samples
+    of the rest: a name any user can take a thousand times costs a bounded record, and never hides the real one."""
+    exe = ident.get("exe") or ""
+    base = os.path.basename(exe[:-len(" (deleted)")] if exe.endswith(" (deleted)") else exe)
+    if ident.get("trusted") and base[:15] != comm:
+        ident = {**ident, "trusted": False, "why": f"runs {exe}, not a file named {comm}"}
+    if ident.get("trusted") and ident.get("uid") is not None:
+        seen["by_uid"].setdefault(str(ident["uid"]), ident["pid"])
+    elif len(seen["untrusted"]) < 5:
+        seen["untrusted"].append({k: ident.get(k) for k in ("pid", "uid", "exe", "why")})
+
+
+def scan_processes(paths: HostPaths, verify: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """One pass over /proc/<pid>/stat: the command names running (daemons) and the processes in D state.
+
+    For each process whose name is one of ``verify`` (daemon names, cut to comm's 15 characters), also who runs it
+    and what (``process_identity``, under ``daemons``): the daemons check believes the kernel's exe link and uid,
+    not the name. Only those few processes cost more than the one stat read."""
     names: set[str] = set()
+    want = {v[:15] for v in verify}
+    daemons: dict[str, dict[str, Any]] = {}
     dstate: list[dict[str, Any]] = []
     try:
         pids = [d for d in os.listdir(paths.proc_root) if d.isdigit()]
@@ -340,9 +432,12 @@ def scan_processes(paths: HostPaths) -> dict[str, Any]:
             continue
         comm = raw[lp + 1:rp].decode(errors="replace")
         names.add(comm)
+        if comm in want:
+            _note_daemon(daemons.setdefault(comm, {"by_uid": {}, "untrusted": []}), comm,
+                         process_identity(paths.proc_root, int(d)))
         if raw[rp + 2:rp + 3] == b"D":
             dstate.append({"pid": int(d), "comm": comm})
-    return {"names": sorted(names), "dstate": dstate, "count": len(pids)}
+    return {"names": sorted(names), "dstate": dstate, "count": len(pids), "daemons": daemons}
 
 
 def gather_hardware(paths: HostPaths) -> dict[str, Any]:

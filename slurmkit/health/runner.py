@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmkit.health import gpuid, host, xid
-from slurmkit.health.checks import CHECKS, EvalContext, Verdict
+from slurmkit.health.checks import CHECKS, EvalContext, Verdict, daemon_names
 from slurmkit.health.expect import Expectations
 from slurmkit.health.nvmlworker import PROBES, GatherResult, Worker
 from slurmkit.health.policy import Policy
@@ -159,7 +159,7 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         "topology": lambda: host.gather_pci_numa(spec.paths),
         "bmc": lambda: host.gather_bmc_verdict(spec.node_state_dir, time.time()),
         # one /proc pass for the daemons and D-state checks
-        "procs": lambda: host.scan_processes(spec.paths),
+        "procs": lambda: host.scan_processes(spec.paths, daemon_names(pol.check("daemons"))),
     }
     shared = {"procs": ("daemons", "dstate"), "xid": ("xid", "mce")}
     started = time.monotonic()

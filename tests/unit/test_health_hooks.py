@@ -23,6 +23,7 @@ from slurmkit.health.host import HostPaths
 from slurmkit.health.result import Action, CheckResult, Status, drain_reason
 from slurmkit.health.slurmctl import NodeState, parse_node
 from tests.conftest import needs
+from tests.unit.fakeproc import fake_daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 NVML = ROOT / "tests" / "data" / "nvml"
@@ -91,7 +92,7 @@ def host(tmp_path: Path) -> HostPaths:
     proc.mkdir(parents=True, exist_ok=True)
     (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
     (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
-    (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+    fake_daemon(proc, 333, "munged")
     return HostPaths(sys_root=str(tmp_path / "sys"), proc_root=str(proc), kmsg=str(tmp_path / "kmsg"),
                      dev_root=str(tmp_path / "dev"))
 
@@ -575,7 +576,7 @@ def test_shm_is_kept_while_the_user_has_another_job_here(tmp_path, inventory):
     fake_proc(proc, 901, uid=JOB_UID, job="78")
     (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
     (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
-    (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+    fake_daemon(proc, 333, "munged")
     slurm = FakeSlurm()
     rep = run_hook(env(tmp_path, inventory, slurm, "epilog", job_id="77", job_uid=JOB_UID, job_user="alice",
                        job_gpus=[0], shm_dir=str(shm)))
@@ -788,7 +789,7 @@ def test_prolog_on_a_shared_gpu_leaves_the_running_jobs_processes_alone(tmp_path
     fake_proc(proc, 10, uid=JOB_UID, job="55")
     (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
     (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
-    (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+    fake_daemon(proc, 333, "munged")
     slurm = FakeSlurm(state="MIXED")
     e = env(tmp_path, inventory, slurm, "prolog", fake_nvml=str(fixture(tmp_path, "healthy-h100x8.json",
                                                                          busy_gpu0(10))), job_id="56", job_gpus=[0])
@@ -813,7 +814,7 @@ def test_epilog_never_kills_a_process_of_a_job_that_still_runs(tmp_path, invento
         fake_proc(proc, unowned, uid=JOB_UID)
         (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
         (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
-        (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+        fake_daemon(proc, 333, "munged")
 
         def edit(d):
             d["devices"][0]["compute_processes"] = [{"pid": a}, {"pid": unowned}]

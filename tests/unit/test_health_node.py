@@ -20,6 +20,7 @@ from slurmkit.health.host import HostPaths
 from slurmkit.health.policy import parse_policy
 from slurmkit.health.result import Action, Status
 from slurmkit.health.runner import RunSpec, run_checks
+from tests.unit.fakeproc import fake_daemon
 
 NVML = Path(__file__).resolve().parents[1] / "data" / "nvml"
 NODE_CHECKS = ("filesystems", "edac", "mce", "daemons", "hardware", "dstate", "firmware", "topology", "bmc")
@@ -40,8 +41,7 @@ def tree(tmp: Path, *, procs: dict[int, tuple[str, str]] | None = None, mounts: 
     (proc / "meminfo").write_text(f"MemTotal: {mem_kb} kB\nMemAvailable: {mem_kb // 2} kB\n")
     (proc / "self" / "mounts").write_text(mounts or "/dev/sda1 / ext4 rw 0 0\nproc /proc proc rw 0 0\n")
     for pid, (comm, state) in (procs if procs is not None else {333: ("munged", "S")}).items():
-        (proc / str(pid)).mkdir(exist_ok=True)
-        (proc / str(pid) / "stat").write_text(stat_line(pid, comm, state))
+        fake_daemon(proc, pid, comm, state)
     for mc, (ce, ue) in (edac or {}).items():
         d = sys_root / "devices/system/edac/mc" / mc
         d.mkdir(parents=True, exist_ok=True)
@@ -344,3 +344,22 @@ def test_every_check_setting_has_a_validator():
             if value is not None:
                 parse_policy({name: {key: value}})  # the default value itself must pass its validator
 
+
+
+def test_daemons_count_only_their_users_and_root_controlled_files(tmp_path):
+    """Issue 32 item 6: a process of the daemon's name counts only as one of its users (DAEMON_USERS, plus the
+    policy's ``users``) running a root-controlled file of that name."""
+    paths = tree(tmp_path, procs={})
+    fake_daemon(Path(paths.proc_root), 333, "munged", uid=4242)
+    res = run(tmp_path, paths, only=("daemons",), simulated=True)
+    assert res["daemons"].findings == ["munged down"], res["daemons"].summary
+    assert res["daemons"].evidence["impostors"]["munged"] == [{"pid": 333, "uid": 4242, "why": "not one of its users"}]
+    res = run(tmp_path / "b", paths, only=("daemons",), simulated=True, policy={"daemons": {"users": {"munged": [4242]}}})
+    assert res["daemons"].status == Status.OK, res["daemons"].summary
+    # the same process, its file now writable by others: a file anyone could have replaced proves nothing
+    (Path(paths.proc_root).parent / "bin" / "munged").chmod(0o777)
+    res = run(tmp_path / "c", paths, only=("daemons",), simulated=True, policy={"daemons": {"users": {"munged": [4242]}}})
+    assert res["daemons"].findings == ["munged down"], res["daemons"].summary
+    assert "writable by group or others" in res["daemons"].evidence["impostors"]["munged"][0]["why"]
+    with pytest.raises(InventoryError, match="daemon name -> list of users"):
+        parse_policy({"daemons": {"users": {"munged": "munge"}}})
