@@ -560,6 +560,8 @@ def _eval_epilog_procs(ctx: EvalContext) -> Verdict:
     cleanup = ctx.extra.get("cleanup", {})
     job = ctx.extra.get("job_id") or "?"
     ev = {k: cleanup.get(k, []) for k in ("killed", "survivors", "foreign", "held", "unproven")}
+    if cleanup.get("changed"):  # the pid names another process than the one judged (it exited; the pid was reused)
+        ev["changed"] = cleanup["changed"]
     if ev["survivors"]:
         return Verdict(Status.FAIL, f"job {job}'s processes survived SIGKILL: {_procs_text(ev['survivors'])}",
                        [f"gpu{s['gpu']} unkillable pid {s['pid']}" for s in ev["survivors"]], ev)
@@ -568,13 +570,15 @@ def _eval_epilog_procs(ctx: EvalContext) -> Verdict:
         left.append(f"not job {job}'s, other users' processes left running: {_procs_text(ev['foreign'])}")
     if ev["unproven"]:
         left.append(f"job {job} ran as root; root processes that /proc does not tie to it (no job cgroup, no "
-                    f"SLURM_JOB_ID) left running: {_procs_text(ev['unproven'])}")
+                    f"slurmstepd ancestor, no SLURM_JOB_ID) left running: {_procs_text(ev['unproven'])}")
     killed = f"killed {len(ev['killed'])} leftover process(es) of job {job}" if ev["killed"] else ""
     if left:
         return Verdict(Status.WARN, "; ".join(x for x in (killed, *left, _NEXT) if x),
                        [f"gpu{e['gpu']} {'foreign' if e in ev['foreign'] else 'root'} pid {e['pid']}"
                         for e in ev["foreign"] + ev["unproven"]], ev)
     held = f"; left {len(ev['held'])} process(es) of running jobs alone" if ev["held"] else ""
+    if ev.get("changed"):
+        held += f"; {len(ev['changed'])} pid(s) taken over by another process since judged, not signalled"
     return Verdict(Status.OK, (killed or "no leftover processes") + held, evidence=ev)
 
 

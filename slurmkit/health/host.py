@@ -162,9 +162,40 @@ def gpus_expected_by_devices(paths: HostPaths) -> bool:
 # slurmstepd names itself "slurmstepd: [<job>.<step>]" (slurm-22-05-8-1 src/slurmd/slurmstepd/slurmstepd.c
 # _set_job_log_prefix: setproctitle("[%s]") of the step id; het jobs print "<job>+<offset>.<step>").
 _STEPD_RE = re.compile(r"\[(\d+)(?:\+\d+)?\.[^\]]*\]")
-# cgroup v1 (.../slurm/uid_1000/job_42/step_0) and v2 (.../slurmstepd.scope/job_42/step_0/user/task_0); 26.05's v2
-# names it by SLUID unless cgroup.conf has CgroupJobIdPaths=yes, which slurmkit's cgroup.conf sets from 26.05
-_CGROUP_JOB_RE = re.compile(r"/job_(\d+)(?:/|$)")
+# Slurm's own job cgroups, as its plugins name them: cgroup v1 ``/slurm/uid_1000/job_42/step_0`` (slurm-22-05-8-1
+# src/plugins/cgroup/v1/cgroup_v1.c: "%s/uid_%u" under CgroupSlurmPrefix "slurm", "slurm_<node>" with
+# multiple-slurmd, then "job_%u"), v2 ``.../slurmstepd.scope/job_42/step_0/user/task_0`` (cgroup/v2/cgroup_v2.c:
+# "job_%u" under the slurmstepd scope). Only those layouts: under cgroup v2 an ordinary user may create cgroups of
+# any name in the subtree systemd delegates to them (user@UID.service), so a bare ``/job_42/`` proves nothing.
+# 26.05's v2 names it by SLUID unless cgroup.conf has CgroupJobIdPaths=yes, which slurmkit's cgroup.conf sets.
+_CGROUP_JOB_RE = re.compile(r"^\d+:[^:]*:(?:/[^/]+)*?(?:/slurm(?:_[^/]+)?/uid_\d+|/slurmstepd\.scope)/job_(\d+)(?:/|$)",
+                            re.MULTILINE)
+_MAX_ANCESTORS = 64
+
+
+def _ppid(proc_root: str, pid: int) -> int | None:
+    text = _read(os.path.join(proc_root, str(pid), "stat"))
+    try:
+        return int(text.rsplit(")", 1)[1].split()[1]) if text else None
+    except (IndexError, ValueError):
+        return None
+
+
+def stepd_job(proc_root: str, pid: int) -> str | None:
+    """The job ``pid`` is the slurmstepd of, when it is a real one: named slurmstepd, every uid root and the
+    executable a root-controlled file named slurmstepd (``exe_identity``); its "[job.step]" title is then root's.
+    Any user can name a process slurmstepd and give it that title."""
+    if _comm(proc_root, pid) != "slurmstepd":
+        return None
+    uids = proc_uids(proc_root, pid)
+    if not uids or uids[0] != 0:  # real uid root: only root makes one (slurmstepd seteuid()s to the user at times)
+        return None
+    ident = exe_identity(proc_root, pid)
+    exe = str(ident.get("exe") or "")
+    if not ident.get("trusted") or os.path.basename(exe.removesuffix(" (deleted)")) != "slurmstepd":
+        return None
+    m = _STEPD_RE.search(" ".join(_cmdline(proc_root, pid)))
+    return m.group(1) if m else None
 
 
 def running_jobs(proc_root: str) -> set[str]:
@@ -175,20 +206,35 @@ def running_jobs(proc_root: str) -> set[str]:
     except OSError:
         return jobs
     for d in names:
-        if not d.isdigit() or _comm(proc_root, int(d)) != "slurmstepd":
-            continue
-        m = _STEPD_RE.search(" ".join(_cmdline(proc_root, int(d))))
-        if m:
-            jobs.add(m.group(1))
+        if d.isdigit() and _comm(proc_root, int(d)) == "slurmstepd":
+            job = stepd_job(proc_root, int(d))
+            if job:
+                jobs.add(job)
     return jobs
 
 
 def job_of_pid(proc_root: str, pid: int) -> str | None:
-    """The Slurm job a process runs in: its cgroup path (proctrack/cgroup), else SLURM_JOB_ID in its environment."""
+    """The Slurm job a process runs in, from what only Slurm and root could have made: its job cgroup
+    (proctrack/cgroup: Slurm's own layout, ``_CGROUP_JOB_RE``), else the real slurmstepd it descends from
+    (proctrack/linuxproc: the parent chain up to a root slurmstepd, ``stepd_job``), else -- for a process that is
+    root's in every uid, whose environment only root wrote -- the SLURM_JOB_ID in its environment (a root job's
+    leftover that left its step). Never an ordinary user's environment: any user can start a process with
+    SLURM_JOB_ID=<another user's running job> and so claim that job's protection."""
     text = _read(os.path.join(proc_root, str(pid), "cgroup")) or ""
     m = _CGROUP_JOB_RE.search(text)
     if m:
         return m.group(1)
+    cur: int | None = pid
+    for _ in range(_MAX_ANCESTORS):
+        cur = _ppid(proc_root, cur) if cur is not None else None
+        if cur is None or cur <= 1:
+            break
+        job = stepd_job(proc_root, cur)
+        if job:
+            return job
+    uids = proc_uids(proc_root, pid)
+    if not uids or any(uids):
+        return None
     try:
         with open(os.path.join(proc_root, str(pid), "environ"), "rb") as f:
             env = f.read()
@@ -212,7 +258,9 @@ def gpu_process_owners(proc_root: str, procs_by_gpu: dict[str, Any]) -> dict[str
     out: dict[str, Any] = {}
     for pid in sorted(pids):
         job = job_of_pid(proc_root, pid)
-        out[str(pid)] = {"job": job, "running": job is not None and job in live}
+        # ``start``: with the pid, which process this judgement is about (a kill later checks it is still that one)
+        out[str(pid)] = {"job": job, "running": job is not None and job in live,
+                         "start": process_start_ticks(proc_root, pid)}
     return out
 
 

@@ -118,3 +118,154 @@ def test_the_real_daemon_still_counts_and_the_wrong_user_does_not(tmp_path):
                 p.kill()
                 p.wait()
         shutil.rmtree(root_dir, ignore_errors=True)
+
+
+# --- (b) whose job a process is in: never its own environment --------------------------------------------------
+
+def _stepd(bindir: Path, title: str, owner: str | None = None) -> subprocess.Popen:
+    """A process that looks like slurmstepd to /proc: a copy of sleep named slurmstepd under the step's title
+    ("slurmstepd: [job.step]", what setproctitle leaves in cmdline). Root's in a root-owned dir is what a real one
+    looks like; ``owner``'s is the attacker's imitation."""
+    exe = bindir / "slurmstepd"
+    if not exe.exists():
+        shutil.copy("/bin/sleep", exe)
+    argv = ["bash", "-c", f'exec -a "{title}" {exe} 120']
+    return _spawn_as(owner, argv) if owner else subprocess.Popen(argv)
+
+
+@pytest.fixture
+def root_bin() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="slurmkit-sec-bin-"))  # root's, 0755
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_leftover_cannot_claim_another_users_running_job_by_its_environment(root_bin, attacker_dir):
+    """proctrack/linuxproc: the victim's job 4242 runs here (a root slurmstepd [4242.batch]); the attacker's job 77
+    ends leaving a process on its GPU that carries SLURM_JOB_ID=4242. Before: gpu_process_owners took the
+    environment's word, the epilog filed the process under the victim's running job and left it alive ("held").
+    Now only Slurm's cgroup or a real (root, root-owned binary) slurmstepd ancestor says whose it is: the leftover
+    is job 77's user's, not another job's, and dies; an imitation slurmstepd of the attacker proves nothing."""
+    from slurmkit.health.cleanup import kill_gpu_leftovers
+    from slurmkit.health.host import gpu_process_owners, job_of_pid, running_jobs
+
+    uid = pwd.getpwnam(ATTACKER).pw_uid
+    stepd = _stepd(root_bin, "slurmstepd: [4242.batch]")
+    fake_stepd = None
+    leftover = subprocess.Popen(["setpriv", f"--reuid={ATTACKER}", f"--regid={pwd.getpwnam(ATTACKER).pw_gid}",
+                                 "--clear-groups", "--", "sleep", "120"], env={"PATH": "/usr/bin:/bin",
+                                                                                "SLURM_JOB_ID": "4242"},
+                                stdin=subprocess.DEVNULL)
+    try:
+        _wait_comm(stepd, "slurmstepd")
+        _wait_comm(leftover, "sleep")
+        assert "4242" in running_jobs("/proc")  # the real one counts
+        procs = {"0": [{"pid": leftover.pid}]}
+        owners = gpu_process_owners("/proc", procs)
+        assert owners[str(leftover.pid)]["job"] is None, owners
+        res = kill_gpu_leftovers(procs, uid, "/proc", wait_s=2.0, owners=owners, job_id="77")
+        assert [k["pid"] for k in res["killed"]] == [leftover.pid] and not res["held"], res
+        assert leftover.wait(timeout=5) == -9
+        # the attacker's own "slurmstepd [4243.batch]" adds no running job
+        shutil.copy("/bin/sleep", attacker_dir / "slurmstepd")
+        fake_stepd = _spawn_as(ATTACKER, ["bash", "-c", f'exec -a "slurmstepd: [4243.batch]" '
+                                                        f'{attacker_dir / "slurmstepd"} 120'])
+        _wait_comm(fake_stepd, "slurmstepd")
+        assert "4243" not in running_jobs("/proc")
+        # a task a real slurmstepd started is that job's (its parent chain), whatever its environment says: a root
+        # slurmstepd [4242.0] (a root-owned copy of python named so) with the attacker's task as its child
+        shutil.copy(os.path.realpath(USER_PYTHON), root_bin / "slurmstepd-py")
+        os.rename(root_bin / "slurmstepd-py", root_bin / "slurmstepd")  # the sleep copy's running inode stays
+        gid = pwd.getpwnam(ATTACKER).pw_gid
+        step = subprocess.Popen(["bash", "-c", f'exec -a "slurmstepd: [4242.0]" {root_bin / "slurmstepd"} -c '
+                                               f'"import subprocess, time; subprocess.Popen([\'setpriv\', '
+                                               f'\'--reuid={uid}\', \'--regid={gid}\', \'--clear-groups\', '
+                                               f'\'sleep\', \'120\'], env={{\'SLURM_JOB_ID\': \'9\'}}); '
+                                               f'time.sleep(120)"'])
+        try:
+            end = time.monotonic() + 10
+            kid = None
+            while kid is None:
+                assert time.monotonic() < end, "the step's task never started"
+                kids = Path(f"/proc/{step.pid}/task/{step.pid}/children").read_text().split()
+                kid = next((int(k) for k in kids if _comm(int(k)) == "sleep"), None)
+                time.sleep(0.02)
+            assert job_of_pid("/proc", kid) == "4242"
+            procs = {"0": [{"pid": kid}]}
+            owners = gpu_process_owners("/proc", procs)
+            assert owners[str(kid)]["job"] == "4242" and owners[str(kid)]["running"], owners
+            res = kill_gpu_leftovers(procs, uid, "/proc", wait_s=0.2, owners=owners, job_id="77")
+            assert [h["pid"] for h in res["held"]] == [kid] and not res["killed"], res
+            assert Path(f"/proc/{kid}").exists()
+            os.kill(kid, 9)  # the child this test started, by its pid
+        finally:
+            step.kill()
+            step.wait()
+    finally:
+        for p in (stepd, fake_stepd, leftover):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+# --- (d) a kill reaches the process that was judged, not whoever has its pid now --------------------------------
+
+def _take_pid(pid: int, spawn) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+    """A new process at ``pid`` (free again): root sets the kernel's last pid (ns_last_pid, proc(5)) and forks, as
+    a long-lived node's pid counter wraps into old numbers. Other forks on the machine may take it first: retried."""
+    for _ in range(200):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        p = spawn()
+        if p.pid == pid:
+            return p
+        p.kill()
+        p.wait()
+    raise AssertionError(f"pid {pid} could not be taken again (a busy machine forks too often?)")
+
+
+def test_the_epilogs_kill_never_reaches_a_process_that_took_the_pid_over():
+    """The epilog judges a GPU process (its owner, from /proc, at gather time) and kills it later by number. The
+    process exits meanwhile and its pid goes to another process of the same user (here a fresh one at that very
+    pid). Before: os.kill after a uid re-read killed the newcomer. Now the kill pins the pid (pidfd_open), checks
+    the start time judged at gather time and signals through the pidfd: the newcomer lives."""
+    from slurmkit.health.cleanup import kill_gpu_leftovers
+    from slurmkit.health.host import gpu_process_owners, process_start_ticks
+
+    uid = pwd.getpwnam(ATTACKER).pw_uid
+
+    def sleeper() -> subprocess.Popen:
+        return _spawn_as(ATTACKER, ["sleep", "120"])
+    judged = sleeper()
+    newcomer = None
+    try:
+        _wait_comm(judged, "sleep")
+        pid = judged.pid
+        procs = {"0": [{"pid": pid}]}
+        owners = gpu_process_owners("/proc", procs)
+        judged_start = process_start_ticks("/proc", pid)
+        judged.kill()
+        judged.wait()
+        newcomer = _take_pid(pid, sleeper)
+        _wait_comm(newcomer, "sleep")
+        res = kill_gpu_leftovers(procs, uid, "/proc", wait_s=0.2, owners=owners, job_id="77")
+        assert not res["killed"] and [c["pid"] for c in res["changed"]] == [pid], res
+        assert newcomer.poll() is None and owners[str(pid)]["start"] == judged_start
+        # the mechanism itself: the wrong uid or start time is refused, the right one is signalled through the pidfd
+        from slurmkit.health.cleanup import signal_if_same
+
+        start = process_start_ticks("/proc", pid)
+        assert signal_if_same(pid, 9, uid + 1, start) == "changed"
+        assert signal_if_same(pid, 9, uid, (start or 0) + 1) == "changed"
+        assert newcomer.poll() is None
+        assert signal_if_same(pid, 9, uid, start) == "sent"
+        assert newcomer.wait(timeout=5) == -9
+        assert signal_if_same(pid, 9, uid, start) == "gone"
+    finally:
+        for p in (judged, newcomer):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()

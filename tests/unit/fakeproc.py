@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 
-def fake_daemon(proc: Path, pid: int, comm: str, state: str = "S", uid: int = 0) -> None:
+def fake_daemon(proc: Path, pid: int, comm: str, state: str = "S", uid: int = 0, ppid: int = 1) -> None:
     d = proc / str(pid)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "stat").write_text(f"{pid} ({comm}) {state} 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+    (d / "stat").write_text(f"{pid} ({comm}) {state} {ppid} 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
     (d / "status").write_text(f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
     exe = proc.parent / "bin" / comm
     exe.parent.mkdir(exist_ok=True)
