@@ -222,7 +222,8 @@ def job_of_pid(proc_root: str, pid: int) -> str | None:
     SLURM_JOB_ID=<another user's running job> and so claim that job's protection."""
     text = _read(os.path.join(proc_root, str(pid), "cgroup")) or ""
     m = _CGROUP_JOB_RE.search(text)
-    if m:
+    # never under a user's systemd instance (user@UID.service), the subtree systemd delegates to that user
+    if m and "/user@" not in text[text.rfind("\n", 0, m.start()) + 1:m.end()]:
         return m.group(1)
     cur: int | None = pid
     for _ in range(_MAX_ANCESTORS):

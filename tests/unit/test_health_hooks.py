@@ -709,11 +709,14 @@ def test_gpu_process_owners_from_proc_alone(tmp_path):
     fake_proc(proc, 14, uid=JOB_UID, job="55")  # claims running job 55 by its environment alone: not 55's
     fake_proc(proc, 15, uid=0, job="44")  # root's environment is root's: a root job's leftover
     fake_proc(proc, 16, uid=JOB_UID, cgroup="0::/user.slice/user-1000.slice/user@1000.service/job_55/x\n")
+    # a user's own cgroups (systemd delegates user@UID.service's subtree to that user), named like Slurm's
+    fake_proc(proc, 17, uid=JOB_UID, cgroup="0::/user.slice/user-1000.slice/user@1000.service/slurmstepd.scope/"
+                                            "job_55/step_0\n")
     fake_proc(proc, 13, uid=JOB_UID)  # no evidence at all
     owners = gpu_process_owners(str(proc), {"0": [{"pid": 10}, {"pid": 11}], "1": [{"pid": 12}, {"pid": 13}],
-                                            "2": {"error": "NotSupported"}, "3": [{"pid": p} for p in (14, 15, 16)]})
+                                            "2": {"error": "NotSupported"}, "3": [{"pid": p} for p in (14, 15, 16, 17)]})
     assert {p: o["job"] for p, o in owners.items()} == {"10": "55", "11": "60", "12": None, "13": None, "14": None,
-                                                        "15": "44", "16": None}
+                                                        "15": "44", "16": None, "17": None}
     assert [p for p, o in owners.items() if o["running"]] == ["10", "11"]
     assert all(o["start"] == 0 for o in owners.values())  # the fake stat's start time: the kill checks it
     assert gpu_process_owners(str(proc), {"0": []}) == {}
