@@ -20,7 +20,7 @@ from slurmkit.health.expect import Expectations
 from slurmkit.health.nvmlworker import PROBES, GatherResult, Worker
 from slurmkit.health.policy import Policy
 from slurmkit.health.result import Action, CheckResult, Status
-from slurmkit.health.state import LockTimeout, atomic_write, locked_or_unwritable, write_error
+from slurmkit.health.state import LockTimeout, atomic_write, locked_or_unwritable, record_mode, write_error
 
 
 @dataclass
@@ -104,7 +104,8 @@ def _xid_gather(spec: RunSpec, fail_codes: frozenset[int]) -> xid.XidScan:
             import json  # most runs see nothing new: no write
 
             try:
-                atomic_write(path, json.dumps(result.state.to_json()))
+                # the sticky records quote kernel lines (a user's program can appear in one): a record's mode
+                atomic_write(path, json.dumps(result.state.to_json()), mode=record_mode())
             except OSError as exc:
                 result.commit_error = write_error(path, exc)
     return result

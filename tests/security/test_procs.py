@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slurmkit.health.expect import Expectations
 from slurmkit.health.host import HostPaths
 from slurmkit.health.policy import CHECK_DEFAULTS, parse_policy
 from slurmkit.health.result import Status
 from slurmkit.health.runner import RunSpec, run_checks
-from tests.security.conftest import ATTACKER, USER_PYTHON
+from tests.security.conftest import ATTACKER, USER_PYTHON, as_user
 
 NVML = Path(__file__).resolve().parents[1] / "data" / "nvml"
 
@@ -269,3 +270,49 @@ def test_the_epilogs_kill_never_reaches_a_process_that_took_the_pid_over():
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+# --- (c) the hooks' records are root's to read -----------------------------------------------------------------
+
+@pytest.mark.parametrize("private", [False, True])
+def test_hook_records_are_not_readable_by_other_users(tmp_path, monkeypatch, private):
+    """An epilog's record names the job, its user's uid and the pids it killed. Before: last-epilog.json and
+    history.jsonl were 0644 and any user on the node read them (cat works from a traversable state dir). Now 0640,
+    0600 where slurm.conf says PrivateData=jobs; a history an older version left 0644 is narrowed on the next line."""
+    from slurmkit.health.hooks import run_hook, write_claim
+    from tests.unit.test_health_hooks import FakeSlurm, env
+
+    inv = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "lab.yaml").read_text())
+    inv["hooks"] = {"prolog": True, "epilog": True, "checks": {"ib": False, "slurmd_oom": False}}
+    inventory = tmp_path / "etc" / "slurmkit.yaml"
+    inventory.parent.mkdir()
+    inventory.write_text(yaml.safe_dump(inv))
+    conf = tmp_path / "etc" / "slurm.conf"
+    conf.write_text("ClusterName=lab\nInclude private.conf\n")
+    (tmp_path / "etc" / "private.conf").write_text("PrivateData=accounts,jobs\n" if private else "# none\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    # a state dir every user can walk into (the attacker's reach is then the files' own modes)
+    sdir = Path(tempfile.mkdtemp(prefix="slurmkit-sec-state-"))
+    try:
+        sdir.chmod(0o755)
+        ndir = sdir / "node1"
+        ndir.mkdir(mode=0o755)
+        ndir.chmod(0o755)
+        (ndir / "history.jsonl").write_text('{"old": 1}\n')
+        (ndir / "history.jsonl").chmod(0o644)  # what an older slurmkit left
+        e = env(tmp_path, inventory, FakeSlurm(), "epilog", job_id="4242", job_uid=pwd.getpwnam("bin").pw_uid,
+                job_user="bin", job_gpus=[0], shm_dir=str(tmp_path / "noshm"))
+        e.state_dir = str(sdir)
+        rep = run_hook(e)
+        assert rep.job_id == "4242"
+        write_claim(str(ndir), "epilog", "4242", "x")
+        want = 0o600 if private else 0o640
+        files = [ndir / "last-epilog.json", ndir / "history.jsonl", ndir / "claim-epilog.json"]
+        assert {f.name: oct(f.stat().st_mode & 0o777) for f in files} == {f.name: oct(want) for f in files}
+        assert all(f.stat().st_uid == 0 and f.stat().st_gid == 0 for f in files)
+        assert "4242" in (ndir / "last-epilog.json").read_text()
+        for f in files:
+            r = as_user(ATTACKER, ["cat", str(f)], check=False)
+            assert r.returncode != 0 and "Permission denied" in r.stderr, (f, r.stdout[:200])
+    finally:
+        shutil.rmtree(sdir, ignore_errors=True)

@@ -915,7 +915,7 @@ def test_full_disk_during_outputs_never_fails_the_job(tmp_path, inventory, monke
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(path, text, *a, **kw)
 
-    def full_append(path, rec):
+    def full_append(path, rec, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(st, "atomic_write", full)
     monkeypatch.setattr(st, "append_history", full_append)
