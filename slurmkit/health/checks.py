@@ -987,7 +987,8 @@ def eval_bmc(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     if data.get("read_error"):
         return Verdict(Status.WARN, f"BMC verdict unreadable: {data['read_error']}", ["bmc verdict unreadable"])
     age, max_age = float(data.get("age_s") or 0), float(ctx.policy.get("max_age_s") or 1800)
-    ev = {k: data.get(k) for k in ("path", "age_s", "source", "error", "findings")}
+    ev = {k: data.get(k) for k in ("path", "age_s", "seen_s", "stamped_age_s", "clock_note", "source", "error",
+                                   "findings") if data.get(k) is not None}
     if age > max_age:
         return Verdict(Status.WARN, f"BMC verdict {age:.0f}s old (max_age_s {max_age:g}): `slurmkit bmc` stopped?",
                        ["bmc verdict stale"], ev)

@@ -502,8 +502,22 @@ def gather_hardware(paths: HostPaths) -> dict[str, Any]:
     return {"cpus": cpus, "online": online, **gather_memory(paths)}
 
 
-def gather_bmc_verdict(node_state_dir: str | None, now: float) -> dict[str, Any]:
-    """The node's BMC verdict file (``bmc.json`` in its state dir, monitor/bmc.py ``write_verdict``) and its age."""
+# Clock skew a stamped age may carry without changing a verdict: a verdict first seen here is at least its stamped
+# age (this node's clock minus the writer's stamp) less this old. Skews beyond NTP's usual failures (minutes) exist.
+BMC_SKEW_ALLOWANCE_S = 600.0
+BMC_SEEN_FILE = "bmc-seen.json"
+
+
+def gather_bmc_verdict(node_state_dir: str | None, now: float, remember: bool = True) -> dict[str, Any]:
+    """The node's BMC verdict file (``bmc.json`` in its state dir, monitor/bmc.py ``write_verdict``) and its age.
+
+    The age is judged on this node's clock alone: how long this node has seen that same verdict (``bmc-seen.json``:
+    the verdict's stamp and when this node first saw it), at least the stamped age less ``BMC_SKEW_ALLOWANCE_S``
+    (``now`` minus the writer's ``time``, which compares two machines' clocks). Before, a verdict stamped more than
+    300 s ahead of this node's clock was unreadable, so a node whose clock ran 6 minutes behind the management
+    host's turned every failed fan into a WARN; and a writer's clock far ahead cannot keep a drain fresh for ever
+    either, since a verdict that does not change goes stale after max_age_s of this node's time. ``remember``: keep
+    the sighting (a read-only ``check`` does not write)."""
     if not node_state_dir:
         return {"absent": True, "why": "no state dir"}
     path = os.path.join(node_state_dir, "bmc.json")
@@ -521,12 +535,35 @@ def gather_bmc_verdict(node_state_dir: str | None, now: float) -> dict[str, Any]
         return {"read_error": f"{path}: not a BMC verdict (no time)"}
     if not isinstance(doc.get("findings", []), list):
         return {"read_error": f"{path}: not a BMC verdict (findings is not a list)"}
-    if doc["time"] > now + 300:  # a clock far ahead would keep a drain fresh for ever
-        return {"read_error": f"{path}: written {doc['time'] - now:.0f}s in the future (the writer's clock?)"}
     node = os.path.basename(os.path.normpath(node_state_dir))
     if doc.get("node") not in (None, node):
         return {"read_error": f"{path}: the verdict of {doc.get('node')!r}, not {node!r}"}
-    return {**doc, "path": path, "age_s": round(now - float(doc["time"]), 1)}
+    stamp = float(doc["time"])
+    stamped_age = now - stamp
+    seen_path = os.path.join(node_state_dir, BMC_SEEN_FILE)
+    seen: dict[str, Any] = {}
+    try:
+        with open(seen_path) as f:
+            seen = json.load(f)
+    except (OSError, ValueError):
+        seen = {}
+    first = seen.get("first_seen") if isinstance(seen, dict) and seen.get("time") == stamp else None
+    if not isinstance(first, (int, float)) or isinstance(first, bool) or not math.isfinite(first) or first > now:
+        first = now  # a new verdict (or this node's clock stepped back past its sighting): seen from now on
+        if remember:
+            from slurmkit.health.state import atomic_write
+
+            try:
+                atomic_write(seen_path, json.dumps({"time": stamp, "first_seen": now}), durable=False)
+            except OSError:
+                pass  # not remembered: the next run sees it anew (fresh again), the stamped age still bounds it
+    age = max(now - float(first), stamped_age - BMC_SKEW_ALLOWANCE_S, 0.0)
+    out = {**doc, "path": path, "age_s": round(age, 1), "seen_s": round(now - float(first), 1),
+           "stamped_age_s": round(stamped_age, 1)}
+    if abs(stamped_age) > 300 and now - float(first) < abs(stamped_age):
+        out["clock_note"] = (f"stamped {abs(stamped_age):.0f}s {'ahead of' if stamped_age < 0 else 'behind'} this "
+                             "node's clock: the age is this node's own time since it first saw the verdict")
+    return out
 
 
 def gather_pci_numa(paths: HostPaths) -> dict[str, Any]:

@@ -158,7 +158,7 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         "edac": lambda: host.gather_edac(spec.paths),
         "hardware": lambda: host.gather_hardware(spec.paths),
         "topology": lambda: host.gather_pci_numa(spec.paths),
-        "bmc": lambda: host.gather_bmc_verdict(spec.node_state_dir, time.time()),
+        "bmc": lambda: host.gather_bmc_verdict(spec.node_state_dir, time.time(), remember=spec.commit_xid),
         # one /proc pass for the daemons and D-state checks
         "procs": lambda: host.scan_processes(spec.paths, daemon_names(pol.check("daemons"))),
     }
