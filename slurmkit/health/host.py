@@ -192,7 +192,8 @@ def stepd_job(proc_root: str, pid: int) -> str | None:
         return None
     ident = exe_identity(proc_root, pid)
     exe = str(ident.get("exe") or "")
-    if not ident.get("trusted") or os.path.basename(exe.removesuffix(" (deleted)")) != "slurmstepd":
+    # Debian installs it as slurmstepd-wlm behind an alternatives link: comm is the name exec'd, exe the file
+    if not ident.get("trusted") or not os.path.basename(exe.removesuffix(" (deleted)")).startswith("slurmstepd"):
         return None
     m = _STEPD_RE.search(" ".join(_cmdline(proc_root, pid)))
     return m.group(1) if m else None
@@ -444,7 +445,9 @@ def _note_daemon(seen: dict[str, Any], comm: str, ident: dict[str, Any]) -> None
     of the rest: a name any user can take a thousand times costs a bounded record, and never hides the real one."""
     exe = ident.get("exe") or ""
     base = os.path.basename(exe[:-len(" (deleted)")] if exe.endswith(" (deleted)") else exe)
-    if ident.get("trusted") and base[:15] != comm:
+    # comm is the basename exec'd (cut to 15): the file itself may carry a suffix behind a link (Debian's
+    # alternatives: /usr/sbin/slurmstepd -> /etc/alternatives/slurmstepd -> /usr/sbin/slurmstepd-wlm)
+    if ident.get("trusted") and not base.startswith(comm):
         ident = {**ident, "trusted": False, "why": f"runs {exe}, not a file named {comm}"}
     if ident.get("trusted") and ident.get("uid") is not None:
         seen["by_uid"].setdefault(str(ident["uid"]), ident["pid"])
