@@ -214,7 +214,30 @@ def running_jobs(proc_root: str) -> set[str]:
     return jobs
 
 
-def job_of_pid(proc_root: str, pid: int) -> str | None:
+def _ancestor_job(proc_root: str, pid: int, memo: dict[int, str | None]) -> str | None:
+    """The job of the nearest real slurmstepd above ``pid`` (not ``pid`` itself); ``memo`` keeps each walked
+    process's answer, so a scan over many processes reads each shared ancestor once."""
+    walked: list[int] = []
+    cur: int | None = pid
+    job: str | None = None
+    for _ in range(_MAX_ANCESTORS):
+        cur = _ppid(proc_root, cur) if cur is not None else None
+        if cur is None or cur <= 1:
+            break
+        if cur in memo:
+            job = memo[cur]
+            break
+        walked.append(cur)
+        job = stepd_job(proc_root, cur)
+        if job:
+            break
+    # a walked process's answer is the job found at or above it (the stepd found is its own answer)
+    for w in walked:
+        memo[w] = job
+    return job
+
+
+def job_of_pid(proc_root: str, pid: int, memo: dict[int, str | None] | None = None) -> str | None:
     """The Slurm job a process runs in, from what only Slurm and root could have made: its job cgroup
     (proctrack/cgroup: Slurm's own layout, ``_CGROUP_JOB_RE``), else the real slurmstepd it descends from
     (proctrack/linuxproc: the parent chain up to a root slurmstepd, ``stepd_job``), else -- for a process that is
@@ -226,14 +249,9 @@ def job_of_pid(proc_root: str, pid: int) -> str | None:
     # never under a user's systemd instance (user@UID.service), the subtree systemd delegates to that user
     if m and "/user@" not in text[text.rfind("\n", 0, m.start()) + 1:m.end()]:
         return m.group(1)
-    cur: int | None = pid
-    for _ in range(_MAX_ANCESTORS):
-        cur = _ppid(proc_root, cur) if cur is not None else None
-        if cur is None or cur <= 1:
-            break
-        job = stepd_job(proc_root, cur)
-        if job:
-            return job
+    job = _ancestor_job(proc_root, pid, {} if memo is None else memo)
+    if job:
+        return job
     uids = proc_uids(proc_root, pid)
     if not uids or any(uids):
         return None
@@ -272,6 +290,7 @@ def other_jobs_of_uid(proc_root: str, uid: int, exclude_job: str | None) -> list
     if not live:
         return []
     found: set[str] = set()
+    memo: dict[int, str | None] = {}
     for d in os.listdir(proc_root):
         if not d.isdigit():
             continue
@@ -280,7 +299,7 @@ def other_jobs_of_uid(proc_root: str, uid: int, exclude_job: str | None) -> list
         parts = line.split()
         if len(parts) < 2 or parts[1] != str(uid):
             continue
-        job = job_of_pid(proc_root, int(d))
+        job = job_of_pid(proc_root, int(d), memo)
         if job in live:
             found.add(job)
     return sorted(found, key=int)
