@@ -177,6 +177,12 @@ def _rotate_and_append(path: str, line: str, rotate: bool, mode: int = RECORD_MO
     try:
         if os.fstat(fd).st_mode & 0o777 & ~mode:
             os.fchmod(fd, mode)
+            with contextlib.suppress(OSError):  # its rotated half, written by the same older version
+                old = os.open(path + ".1", os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    os.fchmod(old, mode)
+                finally:
+                    os.close(old)
         os.write(fd, line.encode())
     finally:
         os.close(fd)

@@ -299,7 +299,9 @@ def test_hook_records_are_not_readable_by_other_users(tmp_path, monkeypatch, pri
         ndir.mkdir(mode=0o755)
         ndir.chmod(0o755)
         (ndir / "history.jsonl").write_text('{"old": 1}\n')
-        (ndir / "history.jsonl").chmod(0o644)  # what an older slurmkit left
+        (ndir / "history.jsonl").chmod(0o644)  # what an older slurmkit left, its rotated half too
+        (ndir / "history.jsonl.1").write_text('{"older": 1}\n')
+        (ndir / "history.jsonl.1").chmod(0o644)
         e = env(tmp_path, inventory, FakeSlurm(), "epilog", job_id="4242", job_uid=pwd.getpwnam("bin").pw_uid,
                 job_user="bin", job_gpus=[0], shm_dir=str(tmp_path / "noshm"))
         e.state_dir = str(sdir)
@@ -307,7 +309,7 @@ def test_hook_records_are_not_readable_by_other_users(tmp_path, monkeypatch, pri
         assert rep.job_id == "4242"
         write_claim(str(ndir), "epilog", "4242", "x")
         want = 0o600 if private else 0o640
-        files = [ndir / "last-epilog.json", ndir / "history.jsonl", ndir / "claim-epilog.json"]
+        files = [ndir / "last-epilog.json", ndir / "history.jsonl", ndir / "history.jsonl.1", ndir / "claim-epilog.json"]
         assert {f.name: oct(f.stat().st_mode & 0o777) for f in files} == {f.name: oct(want) for f in files}
         assert all(f.stat().st_uid == 0 and f.stat().st_gid == 0 for f in files)
         assert "4242" in (ndir / "last-epilog.json").read_text()
