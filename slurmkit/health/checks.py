@@ -560,6 +560,8 @@ def _eval_epilog_procs(ctx: EvalContext) -> Verdict:
     cleanup = ctx.extra.get("cleanup", {})
     job = ctx.extra.get("job_id") or "?"
     ev = {k: cleanup.get(k, []) for k in ("killed", "survivors", "foreign", "held", "unproven")}
+    if cleanup.get("changed"):  # the pid names another process than the one judged (it exited; the pid was reused)
+        ev["changed"] = cleanup["changed"]
     if ev["survivors"]:
         return Verdict(Status.FAIL, f"job {job}'s processes survived SIGKILL: {_procs_text(ev['survivors'])}",
                        [f"gpu{s['gpu']} unkillable pid {s['pid']}" for s in ev["survivors"]], ev)
@@ -568,13 +570,15 @@ def _eval_epilog_procs(ctx: EvalContext) -> Verdict:
         left.append(f"not job {job}'s, other users' processes left running: {_procs_text(ev['foreign'])}")
     if ev["unproven"]:
         left.append(f"job {job} ran as root; root processes that /proc does not tie to it (no job cgroup, no "
-                    f"SLURM_JOB_ID) left running: {_procs_text(ev['unproven'])}")
+                    f"slurmstepd ancestor, no SLURM_JOB_ID) left running: {_procs_text(ev['unproven'])}")
     killed = f"killed {len(ev['killed'])} leftover process(es) of job {job}" if ev["killed"] else ""
     if left:
         return Verdict(Status.WARN, "; ".join(x for x in (killed, *left, _NEXT) if x),
                        [f"gpu{e['gpu']} {'foreign' if e in ev['foreign'] else 'root'} pid {e['pid']}"
                         for e in ev["foreign"] + ev["unproven"]], ev)
     held = f"; left {len(ev['held'])} process(es) of running jobs alone" if ev["held"] else ""
+    if ev.get("changed"):
+        held += f"; {len(ev['changed'])} pid(s) taken over by another process since judged, not signalled"
     return Verdict(Status.OK, (killed or "no leftover processes") + held, evidence=ev)
 
 
@@ -864,7 +868,45 @@ def _comm15(name: str) -> str:
     return name[:15]
 
 
+# Who each daemon runs as, where it is not root (a site adds its own with the daemons check's ``users``):
+# - munged: Debian's munge.service has ``User=munge`` (the lab and some sites run it as root);
+# - nvidia-persistenced drops to the user its --user names: NVIDIA's unit template (nvidia-persistenced's
+#   init/systemd/nvidia-persistenced.service.template, the CUDA repository's package) ``--user nvidia-persistenced``,
+#   Debian's nvidia-persistenced package ``--user nvpd``; many sites run it ``--user root``.
+# nvidia-imex, nv-fabricmanager and nv-hostengine (DCGM) run as root in NVIDIA's units.
+DAEMON_USERS: dict[str, tuple[str, ...]] = {
+    "munged": ("munge", "root"),
+    "nvidia-persistenced": ("root", "nvidia-persistenced", "nvpd"),
+}
+# the GPU daemons _node_facts may add to a real GPU node's list, and the optional ones
+GPU_DAEMONS = ("nvidia-persistenced", "nv-fabricmanager", "nvidia-imex", "nv-hostengine")
+
+
+def daemon_names(policy: Any) -> frozenset[str]:
+    """Every name the daemons check may ask for under ``policy``: the processes whose identity the /proc pass reads."""
+    return frozenset((*(policy.get("required") or ()), *GPU_DAEMONS))
+
+
+def _daemon_uids(name: str, users: dict[str, tuple[str, ...]]) -> set[int]:
+    import pwd
+
+    out: set[int] = set()
+    for u in (*DAEMON_USERS.get(name, ("root",)), *users.get(name, ())):
+        if u.isdigit():
+            out.add(int(u))
+            continue
+        try:
+            out.add(pwd.getpwnam(u).pw_uid)
+        except KeyError:
+            continue  # that package's user is not on this node
+    return out
+
+
 def eval_daemons(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    """A required daemon runs when some process of its name runs a root-controlled executable named so
+    (``host.exe_identity``: a file only root could have put there) as one of the daemon's users
+    (``DAEMON_USERS`` + the policy's ``users``). A name alone proves nothing: any user can run a copy of
+    /bin/sleep called nvidia-imex, or rename a process with prctl."""
     if data.get("error"):
         return Verdict(Status.WARN, f"/proc unreadable: {data['error']}", ["daemons unreadable"])
     want = list(ctx.policy.get("required") or ())
@@ -873,11 +915,24 @@ def eval_daemons(data: dict[str, Any], ctx: EvalContext) -> Verdict:
         want.append("nvidia-imex")
     if ctx.policy.get("dcgm"):
         want.append("nv-hostengine")
-    running = set(data.get("names", ()))
-    missing = [d for d in want if _comm15(d) not in running]
-    ev = {"required": want, "missing": missing}
+    users = ctx.policy.get("users") or {}
+    seen = data.get("daemons") or {}
+    missing: list[str] = []
+    impostors: dict[str, list[dict[str, Any]]] = {}
+    for d in want:
+        rec = seen.get(_comm15(d)) or {}
+        uids = _daemon_uids(d, users)
+        if not any(int(u) in uids for u in rec.get("by_uid") or {}):
+            missing.append(d)
+            others = [{"pid": p, "uid": int(u), "why": "not one of its users"} for u, p in
+                      (rec.get("by_uid") or {}).items()] + list(rec.get("untrusted") or [])
+            if others:
+                impostors[d] = others[:5]
+    ev = {"required": want, "missing": missing, **({"impostors": impostors} if impostors else {})}
     if missing:
-        return Verdict(Status.FAIL, "not running: " + ", ".join(missing), [f"{d} down" for d in missing], ev)
+        fake = [d for d in missing if d in impostors]
+        note = f" (only processes that merely carry the name: {', '.join(fake)})" if fake else ""
+        return Verdict(Status.FAIL, "not running: " + ", ".join(missing) + note, [f"{d} down" for d in missing], ev)
     return Verdict(Status.OK, "running: " + ", ".join(want) if want else "no daemons required", evidence=ev)
 
 
@@ -974,7 +1029,8 @@ def eval_bmc(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     if data.get("read_error"):
         return Verdict(Status.WARN, f"BMC verdict unreadable: {data['read_error']}", ["bmc verdict unreadable"])
     age, max_age = float(data.get("age_s") or 0), float(ctx.policy.get("max_age_s") or 1800)
-    ev = {k: data.get(k) for k in ("path", "age_s", "source", "error", "findings")}
+    ev = {k: data.get(k) for k in ("path", "age_s", "seen_s", "stamped_age_s", "clock_note", "source", "error",
+                                   "findings") if data.get(k) is not None}
     if age > max_age:
         return Verdict(Status.WARN, f"BMC verdict {age:.0f}s old (max_age_s {max_age:g}): `slurmkit bmc` stopped?",
                        ["bmc verdict stale"], ev)

@@ -1,8 +1,9 @@
 """Epilog cleanup: the job user's leftover GPU processes and /dev/shm files.
 
 Conservative by construction: only processes whose real uid is the job's uid are killed, and only those NVML reports
-on the job's GPUs; a root process only when /proc proves it the ending job's (its job cgroup or SLURM_JOB_ID, a root
-job's leftover), never an unproven one (a root daemon may hold a GPU); /dev/shm entries are removed only
+on the job's GPUs; a root process only when /proc proves it the ending job's (its job cgroup, a slurmstepd ancestor,
+or, root's own environment, SLURM_JOB_ID: a root job's leftover), never an unproven one (a root daemon may hold a
+GPU); each kill goes through a pidfd to the very process judged (``signal_if_same``); /dev/shm entries are removed only
 when they belong to the job's uid *and* no other job of that user is on the node (a bounded squeue answers that; if
 it cannot, nothing is removed).
 """
@@ -25,6 +26,44 @@ def _uid_of(proc_root: str, pid: int) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _start_ticks(proc_root: str, pid: int) -> int | None:
+    from slurmkit.health.host import process_start_ticks
+
+    return process_start_ticks(proc_root, pid)
+
+
+def signal_if_same(pid: int, sig: int, uid: int | None, start: int | None, proc_root: str = "/proc") -> str:
+    """Send ``sig`` to ``pid`` only if it is still the process that was judged: real uid ``uid`` and start time
+    ``start`` (/proc/<pid>/stat field 22; None: not checked). "sent", "gone" (exited), "changed" (the pid now names
+    another process: refused) or "denied".
+
+    The pid is pinned first (pidfd_open(2), Linux 5.3): from then on the pidfd names that one process, a pid the
+    kernel hands out again names another, and pidfd_send_signal(2) reaches the pinned one or fails with ESRCH. The
+    identity is read after the pin, so what was checked is what gets the signal: a kill by number after a separate
+    uid read (os.kill) can land on a process that took the pid over in between."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return "gone"
+    except PermissionError:
+        return "denied"
+    try:
+        got_uid, got_start = _uid_of(proc_root, pid), _start_ticks(proc_root, pid)
+        if got_uid is None:
+            return "gone"
+        if (uid is not None and got_uid != uid) or (start is not None and got_start != start):
+            return "changed"
+        try:
+            signal.pidfd_send_signal(fd, sig)
+        except ProcessLookupError:
+            return "gone"  # the pinned process exited after the read: its pid may be another's now, not signalled
+        except PermissionError:
+            return "denied"
+        return "sent"
+    finally:
+        os.close(fd)
 
 
 def _alive(proc_root: str, pid: int) -> bool:
@@ -50,6 +89,7 @@ def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_r
     foreign: list[dict[str, Any]] = []
     held: list[dict[str, Any]] = []
     unproven: list[dict[str, Any]] = []
+    changed: list[dict[str, Any]] = []
     owners = owners or {}
     if job_uid is None:
         return {"killed": [], "survivors": [], "foreign": [], "held": [], "unproven": [],
@@ -82,19 +122,21 @@ def kill_gpu_leftovers(procs_by_gpu: dict[str, Any], job_uid: int | None, proc_r
             if uid == 0 and job != job_id:
                 unproven.append(entry)  # root's, and the job ran as root: not provably the job's
                 continue
-            try:
-                os.kill(pid, signal.SIGKILL)
+            start = (owners.get(str(pid)) or {}).get("start")
+            how = signal_if_same(pid, signal.SIGKILL, uid, start if isinstance(start, int) else None, proc_root)
+            if how == "sent":
                 killed.append(entry)
-            except ProcessLookupError:
-                continue
-            except PermissionError:
+            elif how == "changed":
+                changed.append(entry)  # not the process whose owner was judged: left alone
+            elif how == "denied":
                 foreign.append(entry)
     end = time.monotonic() + wait_s
     survivors = [k for k in killed if _alive(proc_root, k["pid"])]
     while survivors and time.monotonic() < end:
         time.sleep(0.02)
         survivors = [k for k in survivors if _alive(proc_root, k["pid"])]
-    return {"killed": killed, "survivors": survivors, "foreign": foreign, "held": held, "unproven": unproven}
+    out = {"killed": killed, "survivors": survivors, "foreign": foreign, "held": held, "unproven": unproven}
+    return {**out, "changed": changed} if changed else out
 
 
 # the epilog's /dev/shm cleanup is root acting on a tree the user built (issue 32 item 4): it follows no link, removes

@@ -295,7 +295,7 @@ def _drain_landed(slurm_log: dict[str, Any]) -> bool:
 def write_claim(ndir: str, hook: str, job_id: str | None, reason: str) -> None:
     """Raises OSError (the caller reports it as bookkeeping)."""
     state.atomic_write(claim_path(ndir, hook), json.dumps({"hook": hook, "job_id": job_id, "reason": reason,
-                                                           "at": round(time.time(), 3)}))
+                                                           "at": round(time.time(), 3)}), mode=state.record_mode())
 
 
 def slurm_drain_was_ours(node: NodeState, ndir: str | None) -> bool:
@@ -445,9 +445,10 @@ def write_outputs(report: Report, ndir: str | None, textfile_dir: str | None) ->
     if ndir is not None:
         last = os.path.join(ndir, f"last-{report.hook}.json")
         hist = os.path.join(ndir, "history.jsonl")
+        mode = state.record_mode()  # 0640, 0600 under PrivateData: other users' jobs, uids and pids are in it
         for path, write in ((last, lambda rec: state.atomic_write(last, json.dumps(rec, indent=1, sort_keys=True),
-                                                                  durable=False)),
-                            (hist, lambda rec: state.append_history(hist, rec))):
+                                                                  mode=mode, durable=False)),
+                            (hist, lambda rec: state.append_history(hist, rec, mode=mode))):
             try:
                 write(report.to_json())
             except OSError as exc:
@@ -482,9 +483,10 @@ def record_internal_error(state_dir: str, node: str, hook: str, job_id: str | No
            "notes": [line], "bookkeeping": [], "checks": []}
     try:
         ndir = state.node_dir(state_dir, node)
+        mode = state.record_mode()
         state.atomic_write(os.path.join(ndir, f"last-{hook}.json"), json.dumps(rec, indent=1, sort_keys=True),
-                           durable=False)
-        state.append_history(os.path.join(ndir, "history.jsonl"), rec)
+                           mode=mode, durable=False)
+        state.append_history(os.path.join(ndir, "history.jsonl"), rec, mode=mode)
     except OSError:
         pass
     if exit_code != 0:
@@ -502,7 +504,7 @@ def clear_xid(state_dir: str, node: str) -> int:
         st = XidState.load(path)
         n = len(st.sticky)
         st.sticky = []
-        state.atomic_write(path, json.dumps(st.to_json()))
+        state.atomic_write(path, json.dumps(st.to_json()), mode=state.record_mode())
     return n
 
 

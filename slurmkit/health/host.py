@@ -162,9 +162,41 @@ def gpus_expected_by_devices(paths: HostPaths) -> bool:
 # slurmstepd names itself "slurmstepd: [<job>.<step>]" (slurm-22-05-8-1 src/slurmd/slurmstepd/slurmstepd.c
 # _set_job_log_prefix: setproctitle("[%s]") of the step id; het jobs print "<job>+<offset>.<step>").
 _STEPD_RE = re.compile(r"\[(\d+)(?:\+\d+)?\.[^\]]*\]")
-# cgroup v1 (.../slurm/uid_1000/job_42/step_0) and v2 (.../slurmstepd.scope/job_42/step_0/user/task_0); 26.05's v2
-# names it by SLUID unless cgroup.conf has CgroupJobIdPaths=yes, which slurmkit's cgroup.conf sets from 26.05
-_CGROUP_JOB_RE = re.compile(r"/job_(\d+)(?:/|$)")
+# Slurm's own job cgroups, as its plugins name them: cgroup v1 ``/slurm/uid_1000/job_42/step_0`` (slurm-22-05-8-1
+# src/plugins/cgroup/v1/cgroup_v1.c: "%s/uid_%u" under CgroupSlurmPrefix "slurm", "slurm_<node>" with
+# multiple-slurmd, then "job_%u"), v2 ``.../slurmstepd.scope/job_42/step_0/user/task_0`` (cgroup/v2/cgroup_v2.c:
+# "job_%u" under the slurmstepd scope). Only those layouts: under cgroup v2 an ordinary user may create cgroups of
+# any name in the subtree systemd delegates to them (user@UID.service), so a bare ``/job_42/`` proves nothing.
+# 26.05's v2 names it by SLUID unless cgroup.conf has CgroupJobIdPaths=yes, which slurmkit's cgroup.conf sets.
+_CGROUP_JOB_RE = re.compile(r"^\d+:[^:]*:(?:/[^/]+)*?(?:/slurm(?:_[^/]+)?/uid_\d+|/slurmstepd\.scope)/job_(\d+)(?:/|$)",
+                            re.MULTILINE)
+_MAX_ANCESTORS = 64
+
+
+def _ppid(proc_root: str, pid: int) -> int | None:
+    text = _read(os.path.join(proc_root, str(pid), "stat"))
+    try:
+        return int(text.rsplit(")", 1)[1].split()[1]) if text else None
+    except (IndexError, ValueError):
+        return None
+
+
+def stepd_job(proc_root: str, pid: int) -> str | None:
+    """The job ``pid`` is the slurmstepd of, when it is a real one: named slurmstepd, every uid root and the
+    executable a root-controlled file named slurmstepd (``exe_identity``); its "[job.step]" title is then root's.
+    Any user can name a process slurmstepd and give it that title."""
+    if _comm(proc_root, pid) != "slurmstepd":
+        return None
+    uids = proc_uids(proc_root, pid)
+    if not uids or uids[0] != 0:  # real uid root: only root makes one (slurmstepd seteuid()s to the user at times)
+        return None
+    ident = exe_identity(proc_root, pid)
+    exe = str(ident.get("exe") or "")
+    # Debian installs it as slurmstepd-wlm behind an alternatives link: comm is the name exec'd, exe the file
+    if not ident.get("trusted") or not os.path.basename(exe.removesuffix(" (deleted)")).startswith("slurmstepd"):
+        return None
+    m = _STEPD_RE.search(" ".join(_cmdline(proc_root, pid)))
+    return m.group(1) if m else None
 
 
 def running_jobs(proc_root: str) -> set[str]:
@@ -175,20 +207,54 @@ def running_jobs(proc_root: str) -> set[str]:
     except OSError:
         return jobs
     for d in names:
-        if not d.isdigit() or _comm(proc_root, int(d)) != "slurmstepd":
-            continue
-        m = _STEPD_RE.search(" ".join(_cmdline(proc_root, int(d))))
-        if m:
-            jobs.add(m.group(1))
+        if d.isdigit() and _comm(proc_root, int(d)) == "slurmstepd":
+            job = stepd_job(proc_root, int(d))
+            if job:
+                jobs.add(job)
     return jobs
 
 
-def job_of_pid(proc_root: str, pid: int) -> str | None:
-    """The Slurm job a process runs in: its cgroup path (proctrack/cgroup), else SLURM_JOB_ID in its environment."""
+def _ancestor_job(proc_root: str, pid: int, memo: dict[int, str | None]) -> str | None:
+    """The job of the nearest real slurmstepd above ``pid`` (not ``pid`` itself); ``memo`` keeps each walked
+    process's answer, so a scan over many processes reads each shared ancestor once."""
+    walked: list[int] = []
+    cur: int | None = pid
+    job: str | None = None
+    for _ in range(_MAX_ANCESTORS):
+        cur = _ppid(proc_root, cur) if cur is not None else None
+        if cur is None or cur <= 1:
+            break
+        if cur in memo:
+            job = memo[cur]
+            break
+        walked.append(cur)
+        job = stepd_job(proc_root, cur)
+        if job:
+            break
+    # a walked process's answer is the job found at or above it (the stepd found is its own answer)
+    for w in walked:
+        memo[w] = job
+    return job
+
+
+def job_of_pid(proc_root: str, pid: int, memo: dict[int, str | None] | None = None) -> str | None:
+    """The Slurm job a process runs in, from what only Slurm and root could have made: its job cgroup
+    (proctrack/cgroup: Slurm's own layout, ``_CGROUP_JOB_RE``), else the real slurmstepd it descends from
+    (proctrack/linuxproc: the parent chain up to a root slurmstepd, ``stepd_job``), else -- for a process that is
+    root's in every uid, whose environment only root wrote -- the SLURM_JOB_ID in its environment (a root job's
+    leftover that left its step). Never an ordinary user's environment: any user can start a process with
+    SLURM_JOB_ID=<another user's running job> and so claim that job's protection."""
     text = _read(os.path.join(proc_root, str(pid), "cgroup")) or ""
     m = _CGROUP_JOB_RE.search(text)
-    if m:
+    # never under a user's systemd instance (user@UID.service), the subtree systemd delegates to that user
+    if m and "/user@" not in text[text.rfind("\n", 0, m.start()) + 1:m.end()]:
         return m.group(1)
+    job = _ancestor_job(proc_root, pid, {} if memo is None else memo)
+    if job:
+        return job
+    uids = proc_uids(proc_root, pid)
+    if not uids or any(uids):
+        return None
     try:
         with open(os.path.join(proc_root, str(pid), "environ"), "rb") as f:
             env = f.read()
@@ -212,7 +278,9 @@ def gpu_process_owners(proc_root: str, procs_by_gpu: dict[str, Any]) -> dict[str
     out: dict[str, Any] = {}
     for pid in sorted(pids):
         job = job_of_pid(proc_root, pid)
-        out[str(pid)] = {"job": job, "running": job is not None and job in live}
+        # ``start``: with the pid, which process this judgement is about (a kill later checks it is still that one)
+        out[str(pid)] = {"job": job, "running": job is not None and job in live,
+                         "start": process_start_ticks(proc_root, pid)}
     return out
 
 
@@ -222,6 +290,7 @@ def other_jobs_of_uid(proc_root: str, uid: int, exclude_job: str | None) -> list
     if not live:
         return []
     found: set[str] = set()
+    memo: dict[int, str | None] = {}
     for d in os.listdir(proc_root):
         if not d.isdigit():
             continue
@@ -230,7 +299,7 @@ def other_jobs_of_uid(proc_root: str, uid: int, exclude_job: str | None) -> list
         parts = line.split()
         if len(parts) < 2 or parts[1] != str(uid):
             continue
-        job = job_of_pid(proc_root, int(d))
+        job = job_of_pid(proc_root, int(d), memo)
         if job in live:
             found.add(job)
     return sorted(found, key=int)
@@ -317,9 +386,103 @@ def gather_edac(paths: HostPaths) -> dict[str, Any]:
     return {"controllers": out}
 
 
-def scan_processes(paths: HostPaths) -> dict[str, Any]:
-    """One pass over /proc/<pid>/stat: the command names running (daemons) and the processes in D state."""
+def proc_uids(proc_root: str, pid: int) -> tuple[int, ...] | None:
+    """Real, effective, saved and filesystem uid of ``pid`` (the ``Uid:`` line of /proc/<pid>/status), as root's
+    namespace sees them (a process in a user namespace shows its real uid here, not the namespace's 0)."""
+    text = _read(os.path.join(proc_root, str(pid), "status"))
+    for line in (text or "").splitlines():
+        if line.startswith("Uid:"):
+            try:
+                return tuple(int(x) for x in line.split()[1:5])
+            except ValueError:
+                return None
+    return None
+
+
+def _root_controlled_dir(path: str) -> str:
+    """"" when no one but root can change what ``path`` (an absolute directory) holds: every directory from / down
+    is root's and not writable by group or others, unless sticky (/tmp: others cannot rename or remove root's
+    entries there, and the next component is checked in its turn). Else the first directory that fails, and why."""
+    import stat as st_
+
+    cur = "/"
+    parts = [p for p in path.split("/") if p]
+    for i in range(len(parts) + 1):
+        if i:
+            cur = os.path.join(cur, parts[i - 1])
+        try:
+            s = os.lstat(cur)
+        except OSError as exc:
+            return f"{cur}: {exc.strerror}"
+        if not st_.S_ISDIR(s.st_mode):
+            return f"{cur}: not a directory"
+        if s.st_uid != 0:
+            return f"{cur}: owned by uid {s.st_uid}"
+        if s.st_mode & 0o022 and not s.st_mode & st_.S_ISVTX:
+            return f"{cur}: writable by {'group' if s.st_mode & 0o020 else 'others'}"
+    return ""
+
+
+def exe_identity(proc_root: str, pid: int) -> dict[str, Any]:
+    """What ``pid`` runs (the kernel's /proc/<pid>/exe link) and whether only root could have put it there:
+    ``{"exe": path, "trusted": bool, "why": reason when not}``. Trusted: the executable's inode (stat through the
+    link, so a binary replaced by a package upgrade, "(deleted)", is still the one that runs) is root's and not
+    writable by group or others, and its directory is root-controlled (``_root_controlled_dir``). A process name is
+    no identity: comm is the basename of any file a user executes (``cp /bin/sleep nvidia-imex``) or anything a
+    process sets with prctl(PR_SET_NAME) (proc(5), /proc/pid/comm)."""
+    link = os.path.join(proc_root, str(pid), "exe")
+    try:
+        exe = os.readlink(link)
+        s = os.stat(link)
+    except OSError as exc:
+        return {"exe": None, "trusted": False, "why": f"exe unreadable: {exc.strerror}"}
+    # proc(5): "If the pathname has been unlinked, the symbolic link will contain the string '(deleted)' appended"
+    path = exe[:-len(" (deleted)")] if exe.endswith(" (deleted)") else exe
+    path = os.path.realpath(path) if os.path.isabs(path) else path
+    if not os.path.isabs(path):
+        return {"exe": exe, "trusted": False, "why": "exe is not a path"}
+    if s.st_uid != 0:
+        return {"exe": exe, "trusted": False, "why": f"{path} owned by uid {s.st_uid}"}
+    if s.st_mode & 0o022:
+        return {"exe": exe, "trusted": False, "why": f"{path} writable by group or others"}
+    why = _root_controlled_dir(os.path.dirname(path))
+    return {"exe": exe, "trusted": not why, **({"why": why} if why else {})}
+
+
+def process_identity(proc_root: str, pid: int) -> dict[str, Any]:
+    """``pid``'s uids (real first), the executable behind it and its start time: who runs it and what, as only the
+    kernel and root could have made them (never its name, arguments or environment)."""
+    uids = proc_uids(proc_root, pid)
+    ident: dict[str, Any] = {"pid": pid, "uid": uids[0] if uids else None,
+                             "all_root": bool(uids) and not any(uids or ()), **exe_identity(proc_root, pid),
+                             "start": process_start_ticks(proc_root, pid)}
+    return ident
+
+
+def _note_daemon(seen: dict[str, Any], comm: str, ident: dict[str, Any]) -> None:
+    """Keep one pid per uid of the processes that run a root-controlled executable of that name, and a few samples
+    of the rest: a name any user can take a thousand times costs a bounded record, and never hides the real one."""
+    exe = ident.get("exe") or ""
+    base = os.path.basename(exe[:-len(" (deleted)")] if exe.endswith(" (deleted)") else exe)
+    # comm is the basename exec'd (cut to 15): the file itself may carry a suffix behind a link (Debian's
+    # alternatives: /usr/sbin/slurmstepd -> /etc/alternatives/slurmstepd -> /usr/sbin/slurmstepd-wlm)
+    if ident.get("trusted") and not base.startswith(comm):
+        ident = {**ident, "trusted": False, "why": f"runs {exe}, not a file named {comm}"}
+    if ident.get("trusted") and ident.get("uid") is not None:
+        seen["by_uid"].setdefault(str(ident["uid"]), ident["pid"])
+    elif len(seen["untrusted"]) < 5:
+        seen["untrusted"].append({k: ident.get(k) for k in ("pid", "uid", "exe", "why")})
+
+
+def scan_processes(paths: HostPaths, verify: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """One pass over /proc/<pid>/stat: the command names running (daemons) and the processes in D state.
+
+    For each process whose name is one of ``verify`` (daemon names, cut to comm's 15 characters), also who runs it
+    and what (``process_identity``, under ``daemons``): the daemons check believes the kernel's exe link and uid,
+    not the name. Only those few processes cost more than the one stat read."""
     names: set[str] = set()
+    want = {v[:15] for v in verify}
+    daemons: dict[str, dict[str, Any]] = {}
     dstate: list[dict[str, Any]] = []
     try:
         pids = [d for d in os.listdir(paths.proc_root) if d.isdigit()]
@@ -340,9 +503,12 @@ def scan_processes(paths: HostPaths) -> dict[str, Any]:
             continue
         comm = raw[lp + 1:rp].decode(errors="replace")
         names.add(comm)
+        if comm in want:
+            _note_daemon(daemons.setdefault(comm, {"by_uid": {}, "untrusted": []}), comm,
+                         process_identity(paths.proc_root, int(d)))
         if raw[rp + 2:rp + 3] == b"D":
             dstate.append({"pid": int(d), "comm": comm})
-    return {"names": sorted(names), "dstate": dstate, "count": len(pids)}
+    return {"names": sorted(names), "dstate": dstate, "count": len(pids), "daemons": daemons}
 
 
 def gather_hardware(paths: HostPaths) -> dict[str, Any]:
@@ -358,8 +524,22 @@ def gather_hardware(paths: HostPaths) -> dict[str, Any]:
     return {"cpus": cpus, "online": online, **gather_memory(paths)}
 
 
-def gather_bmc_verdict(node_state_dir: str | None, now: float) -> dict[str, Any]:
-    """The node's BMC verdict file (``bmc.json`` in its state dir, monitor/bmc.py ``write_verdict``) and its age."""
+# Clock skew a stamped age may carry without changing a verdict: a verdict first seen here is at least its stamped
+# age (this node's clock minus the writer's stamp) less this old. Skews beyond NTP's usual failures (minutes) exist.
+BMC_SKEW_ALLOWANCE_S = 600.0
+BMC_SEEN_FILE = "bmc-seen.json"
+
+
+def gather_bmc_verdict(node_state_dir: str | None, now: float, remember: bool = True) -> dict[str, Any]:
+    """The node's BMC verdict file (``bmc.json`` in its state dir, monitor/bmc.py ``write_verdict``) and its age.
+
+    The age is judged on this node's clock alone: how long this node has seen that same verdict (``bmc-seen.json``:
+    the verdict's stamp and when this node first saw it), at least the stamped age less ``BMC_SKEW_ALLOWANCE_S``
+    (``now`` minus the writer's ``time``, which compares two machines' clocks). Before, a verdict stamped more than
+    300 s ahead of this node's clock was unreadable, so a node whose clock ran 6 minutes behind the management
+    host's turned every failed fan into a WARN; and a writer's clock far ahead cannot keep a drain fresh for ever
+    either, since a verdict that does not change goes stale after max_age_s of this node's time. ``remember``: keep
+    the sighting (a read-only ``check`` does not write)."""
     if not node_state_dir:
         return {"absent": True, "why": "no state dir"}
     path = os.path.join(node_state_dir, "bmc.json")
@@ -377,12 +557,35 @@ def gather_bmc_verdict(node_state_dir: str | None, now: float) -> dict[str, Any]
         return {"read_error": f"{path}: not a BMC verdict (no time)"}
     if not isinstance(doc.get("findings", []), list):
         return {"read_error": f"{path}: not a BMC verdict (findings is not a list)"}
-    if doc["time"] > now + 300:  # a clock far ahead would keep a drain fresh for ever
-        return {"read_error": f"{path}: written {doc['time'] - now:.0f}s in the future (the writer's clock?)"}
     node = os.path.basename(os.path.normpath(node_state_dir))
     if doc.get("node") not in (None, node):
         return {"read_error": f"{path}: the verdict of {doc.get('node')!r}, not {node!r}"}
-    return {**doc, "path": path, "age_s": round(now - float(doc["time"]), 1)}
+    stamp = float(doc["time"])
+    stamped_age = now - stamp
+    seen_path = os.path.join(node_state_dir, BMC_SEEN_FILE)
+    seen: dict[str, Any] = {}
+    try:
+        with open(seen_path) as f:
+            seen = json.load(f)
+    except (OSError, ValueError):
+        seen = {}
+    first = seen.get("first_seen") if isinstance(seen, dict) and seen.get("time") == stamp else None
+    if not isinstance(first, (int, float)) or isinstance(first, bool) or not math.isfinite(first) or first > now:
+        first = now  # a new verdict (or this node's clock stepped back past its sighting): seen from now on
+        if remember:
+            from slurmkit.health.state import atomic_write
+
+            try:
+                atomic_write(seen_path, json.dumps({"time": stamp, "first_seen": now}), durable=False)
+            except OSError:
+                pass  # not remembered: the next run sees it anew (fresh again), the stamped age still bounds it
+    age = max(now - float(first), stamped_age - BMC_SKEW_ALLOWANCE_S, 0.0)
+    out = {**doc, "path": path, "age_s": round(age, 1), "seen_s": round(now - float(first), 1),
+           "stamped_age_s": round(stamped_age, 1)}
+    if abs(stamped_age) > 300 and now - float(first) < abs(stamped_age):
+        out["clock_note"] = (f"stamped {abs(stamped_age):.0f}s {'ahead of' if stamped_age < 0 else 'behind'} this "
+                             "node's clock: the age is this node's own time since it first saw the verdict")
+    return out
 
 
 def gather_pci_numa(paths: HostPaths) -> dict[str, Any]:

@@ -105,7 +105,10 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
     "mce": _D(Action.DRAIN, 1.0, {"max_uncorrectable": 0, "max_correctable": 10}, hooks=_NODE_HOOKS),
     # required daemons alive (NHC check_ps_service): munged always; on a GPU node nvidia-persistenced, nv-fabricmanager
     # where NVML reports an NVSwitch fabric; nvidia-imex / nv-hostengine (DCGM) when imex / dcgm is true
-    "daemons": _D(Action.DRAIN, 1.0, {"required": ("munged",), "imex": False, "dcgm": False}, hooks=_NODE_HOOKS),
+    # (a process counts only where it runs a root-controlled file of that name as one of the daemon's users: checks.py
+    # DAEMON_USERS, ``users`` adds a site's: {name: [user or uid, ...]})
+    "daemons": _D(Action.DRAIN, 1.0, {"required": ("munged",), "imex": False, "dcgm": False, "users": None},
+                  hooks=_NODE_HOOKS),
     # online CPUs and physical memory not below the inventory's (NHC check_hw_cpuinfo, check_hw_physmem); the
     # fudge is MemTotal's shortfall against memory_mb the kernel's own reservations explain
     "hardware": _D(Action.DRAIN, 1.0, {"memory_fudge_pct": 0.0}, hooks=_NODE_HOOKS),
@@ -271,6 +274,14 @@ def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any
         if not isinstance(v, (list, tuple)) or not all(isinstance(p, str) and p for p in v):
             raise _err(path, f"expected a list of process names such as 'munged', got {v!r}", source)
         return tuple(v)
+    if key == "users" and check == "daemons":
+        if not isinstance(v, Mapping) or not all(
+                isinstance(k, str) and k and isinstance(us, (list, tuple)) and us
+                and all(isinstance(u, (str, int)) and not isinstance(u, bool) and str(u) for u in us)
+                for k, us in v.items()):
+            raise _err(path, f"expected a mapping of daemon name -> list of users (names or uids), such as "
+                             f"{{'munged': ['munge']}}, got {v!r}", source)
+        return {k: tuple(str(u) for u in us) for k, us in v.items()}
     if key in ("imex", "dcgm"):
         if not isinstance(v, bool):
             raise _err(path, f"expected true or false, got {v!r}", source)

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmkit.health import gpuid, host, xid
-from slurmkit.health.checks import CHECKS, EvalContext, Verdict
+from slurmkit.health.checks import CHECKS, EvalContext, Verdict, daemon_names
 from slurmkit.health.expect import Expectations
 from slurmkit.health.nvmlworker import PROBES, GatherResult, Worker
 from slurmkit.health.policy import Policy
 from slurmkit.health.result import Action, CheckResult, Status
-from slurmkit.health.state import LockTimeout, atomic_write, locked_or_unwritable, write_error
+from slurmkit.health.state import LockTimeout, atomic_write, locked_or_unwritable, record_mode, write_error
 
 
 @dataclass
@@ -106,7 +106,8 @@ def _xid_gather(spec: RunSpec, fail_codes: frozenset[int]) -> xid.XidScan:
             import json  # most runs see nothing new: no write
 
             try:
-                atomic_write(path, json.dumps(result.state.to_json()))
+                # the sticky records quote kernel lines (a user's program can appear in one): a record's mode
+                atomic_write(path, json.dumps(result.state.to_json()), mode=record_mode())
             except OSError as exc:
                 result.commit_error = write_error(path, exc)
     return result
@@ -162,9 +163,9 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         "edac": lambda: host.gather_edac(spec.paths),
         "hardware": lambda: host.gather_hardware(spec.paths),
         "topology": lambda: host.gather_pci_numa(spec.paths),
-        "bmc": lambda: host.gather_bmc_verdict(spec.node_state_dir, time.time()),
+        "bmc": lambda: host.gather_bmc_verdict(spec.node_state_dir, time.time(), remember=spec.commit_xid),
         # one /proc pass for the daemons and D-state checks
-        "procs": lambda: host.scan_processes(spec.paths),
+        "procs": lambda: host.scan_processes(spec.paths, daemon_names(pol.check("daemons"))),
     }
     shared = {"procs": ("daemons", "dstate"), "xid": ("xid", "mce")}
     started = time.monotonic()

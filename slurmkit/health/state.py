@@ -23,6 +23,49 @@ from typing import Any
 
 MAX_HISTORY_BYTES = 4 * 1024 * 1024
 
+# The hooks' run records (last-<hook>.json, history.jsonl, claim-<hook>.json) name jobs, their users' uids, the pids
+# on the GPUs and what was killed: root's (and root's group's) to read, never every local user's; and root's alone
+# where slurm.conf hides jobs or users from other users (PrivateData=jobs|users: slurm.conf(5) of 22.05,
+# "PrivateData ... jobs: prevents users from viewing jobs or job steps belonging to other users ... users: prevents
+# users from viewing any information on the users"), so a node's disk does not tell what squeue would not.
+RECORD_MODE = 0o640
+PRIVATE_RECORD_MODE = 0o600
+_PRIVATE_KINDS = frozenset({"jobs", "users"})
+
+
+def _private_data_in(path: str, depth: int = 0) -> bool | None:
+    """PrivateData in ``path`` (slurm.conf) or a file it Includes: True/False, None when unreadable."""
+    try:
+        with open(path) as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return None
+    found = False
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        key, eq, value = line.partition("=")
+        if eq and key.strip().lower() == "privatedata":
+            found = found or bool(_PRIVATE_KINDS & {v.strip().lower() for v in value.split(",")})
+        elif depth < 2 and line[:8].lower() == "include ":  # slurm.conf(5): "Include <file>", relative to its dir
+            inc = os.path.join(os.path.dirname(path), line[8:].strip())
+            found = found or bool(_private_data_in(inc, depth + 1))
+    return found
+
+
+def private_data() -> bool:
+    """slurm.conf hides jobs or users (PrivateData=jobs or users): $SLURM_CONF (the hook's edge sets it beside the
+    inventory), else Slurm's default /etc/slurm/slurm.conf, else the configless cache slurmd links at
+    /run/slurm/conf. A conf that cannot be read counts as private (the narrower mode). A few KB read per record
+    written: no cache, so a PrivateData change holds from the next run on."""
+    env = os.environ.get("SLURM_CONF")
+    paths = [env] if env else ["/etc/slurm/slurm.conf", "/run/slurm/conf/slurm.conf"]
+    found = next((r for r in (_private_data_in(p) for p in paths) if r is not None), None)
+    return True if found is None else found
+
+
+def record_mode() -> int:
+    return PRIVATE_RECORD_MODE if private_data() else RECORD_MODE
+
 
 def node_dir(state_dir: str, node: str) -> str:
     d = os.path.join(state_dir, node or "localhost")
@@ -109,19 +152,19 @@ def read_json(path: str, default: dict[str, Any]) -> dict[str, Any]:
         return default
 
 
-def append_history(path: str, record: dict[str, Any], lock_timeout: float = 1.0) -> None:
+def append_history(path: str, record: dict[str, Any], lock_timeout: float = 1.0, mode: int = RECORD_MODE) -> None:
     """One line per run; past MAX_HISTORY_BYTES the file becomes ``.1``. Size check, rotation and append happen under
     one flock: two writers that both saw a full file used to rotate twice, the second rename throwing away the first
     one's ``.1`` (all its records). A writer that cannot get the lock in time appends without rotating."""
     line = json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n"
     try:
         with locked(path + ".lock", timeout=lock_timeout):
-            _rotate_and_append(path, line, rotate=True)
+            _rotate_and_append(path, line, rotate=True, mode=mode)
     except LockTimeout:
-        _rotate_and_append(path, line, rotate=False)
+        _rotate_and_append(path, line, rotate=False, mode=mode)
 
 
-def _rotate_and_append(path: str, line: str, rotate: bool) -> None:
+def _rotate_and_append(path: str, line: str, rotate: bool, mode: int = RECORD_MODE) -> None:
     if rotate:
         try:
             if os.path.getsize(path) > MAX_HISTORY_BYTES:
@@ -129,8 +172,17 @@ def _rotate_and_append(path: str, line: str, rotate: bool) -> None:
         except FileNotFoundError:
             pass
     # one write() of one line with O_APPEND: concurrent appenders do not interleave within a line
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    # created with its final mode; one an older slurmkit left wider (0644) is narrowed before anything is added
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, mode)
     try:
+        if os.fstat(fd).st_mode & 0o777 & ~mode:
+            os.fchmod(fd, mode)
+            with contextlib.suppress(OSError):  # its rotated half, written by the same older version
+                old = os.open(path + ".1", os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    os.fchmod(old, mode)
+                finally:
+                    os.close(old)
         os.write(fd, line.encode())
     finally:
         os.close(fd)

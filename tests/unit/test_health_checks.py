@@ -17,6 +17,7 @@ from slurmkit.health.host import HostPaths
 from slurmkit.health.policy import CHECK_DEFAULTS, parse_policy
 from slurmkit.health.result import Action, Status, drain_reason, worst_action
 from slurmkit.health.runner import RunSpec, run_checks
+from tests.unit.fakeproc import fake_daemon
 
 NVML = Path(__file__).resolve().parents[1] / "data" / "nvml"
 H100 = Expectations(node="node1", gpu_count=8, gpu_type="h100", nvlink=True, mig=(False,) * 8,
@@ -25,8 +26,7 @@ H100 = Expectations(node="node1", gpu_count=8, gpu_type="h100", nvlink=True, mig
 
 def munged(proc: Path, pid: int = 333) -> None:
     """Slurm's auth daemon, which the daemons check requires on every node."""
-    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
-    (proc / str(pid) / "stat").write_text(f"{pid} (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+    fake_daemon(proc, pid, "munged")
 
 
 def host_tree(tmp: Path, *, ib: dict[str, tuple[str, str, str]] | None = None, governor: str | None = None) -> HostPaths:

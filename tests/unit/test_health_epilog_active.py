@@ -16,6 +16,7 @@ from slurmkit.health.hooks import HookEnv, claim_path, run_hook
 from slurmkit.health.policy import job_failed_on_its_own, parse_policy
 from slurmkit.health.result import Status
 from slurmkit.model.load import load_cluster
+from tests.unit.fakeproc import fake_daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 NVML = ROOT / "tests" / "data" / "nvml"
@@ -89,7 +90,7 @@ def _env(tmp_path: Path, inv: Path, fake: str, job_exit: str | None, gpus: list[
     proc = tmp_path / "proc"
     (proc / "333").mkdir(parents=True, exist_ok=True)
     (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
-    (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+    fake_daemon(proc, 333, "munged")
     from slurmkit.health.host import HostPaths
 
     def no_slurm(argv, **kw):  # an epilog calls no Slurm command

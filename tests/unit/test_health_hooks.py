@@ -23,6 +23,7 @@ from slurmkit.health.host import HostPaths
 from slurmkit.health.result import Action, CheckResult, Status, drain_reason
 from slurmkit.health.slurmctl import NodeState, parse_node
 from tests.conftest import needs
+from tests.unit.fakeproc import fake_daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 NVML = ROOT / "tests" / "data" / "nvml"
@@ -91,7 +92,7 @@ def host(tmp_path: Path) -> HostPaths:
     proc.mkdir(parents=True, exist_ok=True)
     (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
     (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
-    (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+    fake_daemon(proc, 333, "munged")
     return HostPaths(sys_root=str(tmp_path / "sys"), proc_root=str(proc), kmsg=str(tmp_path / "kmsg"),
                      dev_root=str(tmp_path / "dev"))
 
@@ -564,7 +565,7 @@ def test_epilog_of_a_root_job_kills_its_own_leftover_and_names_what_it_leaves(tm
 @needs(os.geteuid() == 0, "chown needs root")
 def test_shm_is_kept_while_the_user_has_another_job_here(tmp_path, inventory):
     """Decided from local facts (issue 11 item 7): job 78 of the same user still runs here (its slurmstepd is alive
-    and one of the user's processes carries SLURM_JOB_ID=78), so job 77's epilog leaves /dev/shm alone; once 78 is
+    and one of the user's processes descends from it), so job 77's epilog leaves /dev/shm alone; once 78 is
     gone, the next epilog removes the user's files. No squeue, no scontrol."""
     shm = tmp_path / "shm"
     shm.mkdir()
@@ -572,16 +573,17 @@ def test_shm_is_kept_while_the_user_has_another_job_here(tmp_path, inventory):
     os.chown(shm / "f", JOB_UID, JOB_UID)
     proc = tmp_path / "proc"
     fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [78.batch]")
-    fake_proc(proc, 901, uid=JOB_UID, job="78")
+    fake_proc(proc, 901, uid=JOB_UID, ppid=900)  # a task of job 78's step
     (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
     (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
-    (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+    fake_daemon(proc, 333, "munged")
     slurm = FakeSlurm()
     rep = run_hook(env(tmp_path, inventory, slurm, "epilog", job_id="77", job_uid=JOB_UID, job_user="alice",
                        job_gpus=[0], shm_dir=str(shm)))
     assert rep.exit_code == 0 and os.listdir(shm) == ["f"] and slurm.calls == []
     assert rep.cleanup["shm"] == {"skipped": "user has other jobs here: ['78']"}
     (proc / "900" / "cmdline").write_bytes(b"slurmstepd: [79.batch]\0")  # 78 ended; 79 is another user's job
+    fake_proc(proc, 901, uid=JOB_UID, job="78")  # 78's task outlived its step (init's child now), claiming 78
     rep = run_hook(env(tmp_path, inventory, slurm, "epilog", job_id="77", job_uid=JOB_UID, job_user="alice",
                        job_gpus=[0], shm_dir=str(shm)))
     assert os.listdir(shm) == [] and rep.cleanup["shm"]["removed"] == ["f"] and slurm.calls == []
@@ -684,12 +686,12 @@ def test_unreadable_slurm_job_gpus_widens_the_checks_instead_of_failing():
 # --- a job's GPU scope: exactly the GPUs Slurm gave it (issue 11 item 1) ------------------------------------------
 
 def fake_proc(root: Path, pid: int, *, uid: int, comm: str = "python", job: str | None = None,
-              cgroup: str | None = None, cmdline: str | None = None) -> None:
+              cgroup: str | None = None, cmdline: str | None = None, ppid: int = 1) -> None:
+    """A process in a fake /proc: ``job`` puts SLURM_JOB_ID in its environment (root's believed, a user's not),
+    ``ppid`` its parent (a fake slurmstepd's pid: a process of that job's step under proctrack/linuxproc)."""
+    fake_daemon(root, pid, comm, uid=uid, ppid=ppid)  # stat, status, exe (a root-owned file named ``comm``)
     d = root / str(pid)
-    d.mkdir(parents=True, exist_ok=True)
     (d / "comm").write_text(comm + "\n")
-    (d / "status").write_text(f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
-    (d / "stat").write_text(f"{pid} ({comm}) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
     (d / "environ").write_bytes(b"PATH=/bin\0" + (f"SLURM_JOB_ID={job}\0".encode() if job else b""))
     (d / "cgroup").write_text(cgroup or "0::/user.slice\n")
     (d / "cmdline").write_bytes((cmdline or comm).encode() + b"\0")
@@ -701,14 +703,22 @@ def test_gpu_process_owners_from_proc_alone(tmp_path):
     proc = tmp_path / "proc"
     fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [55.batch]")
     fake_proc(proc, 901, uid=0, comm="slurmstepd", cmdline="slurmstepd: [60+1.0]")  # het job component
-    fake_proc(proc, 10, uid=JOB_UID, job="55")  # environ evidence, job running
+    fake_proc(proc, 10, uid=JOB_UID, ppid=900)  # a task of running job 55's slurmstepd (proctrack/linuxproc)
     fake_proc(proc, 11, uid=JOB_UID, cgroup="0::/system.slice/slurmstepd.scope/job_60/step_0/user/task_0\n")
-    fake_proc(proc, 12, uid=JOB_UID, job="44")  # a leftover of a job that ended
+    fake_proc(proc, 12, uid=JOB_UID, job="44")  # a leftover of a job that ended: a user's environ proves nothing
+    fake_proc(proc, 14, uid=JOB_UID, job="55")  # claims running job 55 by its environment alone: not 55's
+    fake_proc(proc, 15, uid=0, job="44")  # root's environment is root's: a root job's leftover
+    fake_proc(proc, 16, uid=JOB_UID, cgroup="0::/user.slice/user-1000.slice/user@1000.service/job_55/x\n")
+    # a user's own cgroups (systemd delegates user@UID.service's subtree to that user), named like Slurm's
+    fake_proc(proc, 17, uid=JOB_UID, cgroup="0::/user.slice/user-1000.slice/user@1000.service/slurmstepd.scope/"
+                                            "job_55/step_0\n")
     fake_proc(proc, 13, uid=JOB_UID)  # no evidence at all
     owners = gpu_process_owners(str(proc), {"0": [{"pid": 10}, {"pid": 11}], "1": [{"pid": 12}, {"pid": 13}],
-                                            "2": {"error": "NotSupported"}})
-    assert owners == {"10": {"job": "55", "running": True}, "11": {"job": "60", "running": True},
-                      "12": {"job": "44", "running": False}, "13": {"job": None, "running": False}}
+                                            "2": {"error": "NotSupported"}, "3": [{"pid": p} for p in (14, 15, 16, 17)]})
+    assert {p: o["job"] for p, o in owners.items()} == {"10": "55", "11": "60", "12": None, "13": None, "14": None,
+                                                        "15": "44", "16": None, "17": None}
+    assert [p for p, o in owners.items() if o["running"]] == ["10", "11"]
+    assert all(o["start"] == 0 for o in owners.values())  # the fake stat's start time: the kill checks it
     assert gpu_process_owners(str(proc), {"0": []}) == {}
 
 
@@ -717,7 +727,7 @@ def test_health_keeps_a_busy_drain_while_the_ended_jobs_process_is_there(tmp_pat
     while the process is there, resume after N passes once it is gone. A running job's process, or one without a
     job while some job runs, is never judged; one without a job on an idle node is a leftover."""
     proc = tmp_path / "proc"
-    fake_proc(proc, 4242, uid=1000, job="50")
+    fake_proc(proc, 4242, uid=1000, job="50")  # its environment says 50: a user's environment is no evidence
 
     def on_gpu0(*pids):
         return str(fixture(tmp_path, "healthy-h100x8.json", lambda d: d["devices"][0].update(
@@ -730,11 +740,11 @@ def test_health_keeps_a_busy_drain_while_the_ended_jobs_process_is_there(tmp_pat
     for _ in range(3):
         rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=on_gpu0(4242)))
         gp = next(r for r in rep.results if r.name == "gpu_procs")
-        assert gp.status == Status.FAIL and gp.evidence["gpus"]["0"]["leftovers"] == [{"pid": 4242, "job": "50"}]
+        assert gp.status == Status.FAIL and gp.evidence["gpus"]["0"]["leftovers"] == [{"pid": 4242, "job": None}]
         assert rep.slurm["decision"] == "none" and slurm.reason == "slurmkit: nvidia0@18:00.0 busy pid 4242"
     # job 50's process is gone; job 60 runs here with a process on gpu0 and an unknown one beside it: not judged
     fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [60.batch]")
-    fake_proc(proc, 700, uid=1000, job="60")
+    fake_proc(proc, 700, uid=1000, ppid=900)
     fake_proc(proc, 701, uid=1000)
     for _ in range(2):
         rep = run_hook(env(tmp_path, inventory, slurm, "health", fake_nvml=on_gpu0(700, 701)))
@@ -785,10 +795,10 @@ def test_prolog_on_a_shared_gpu_leaves_the_running_jobs_processes_alone(tmp_path
     """Shards/MPS: job A (running, slurmstepd alive) has a process on gpu0; job B is given a shard of gpu0."""
     proc = tmp_path / "proc"
     fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [55.0]")
-    fake_proc(proc, 10, uid=JOB_UID, job="55")
+    fake_proc(proc, 10, uid=JOB_UID, ppid=900)
     (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
     (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
-    (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+    fake_daemon(proc, 333, "munged")
     slurm = FakeSlurm(state="MIXED")
     e = env(tmp_path, inventory, slurm, "prolog", fake_nvml=str(fixture(tmp_path, "healthy-h100x8.json",
                                                                          busy_gpu0(10))), job_id="56", job_gpus=[0])
@@ -806,14 +816,14 @@ def test_epilog_never_kills_a_process_of_a_job_that_still_runs(tmp_path, invento
         a, leftover, unowned = (p.pid for p in procs)
         proc = tmp_path / "proc"
         fake_proc(proc, 900, uid=0, comm="slurmstepd", cmdline="slurmstepd: [55.batch]")
-        fake_proc(proc, a, uid=JOB_UID, job="55")
+        fake_proc(proc, a, uid=JOB_UID, ppid=900)
         fake_proc(proc, leftover, uid=JOB_UID, job="77")
         (proc / str(leftover) / "stat").unlink()
         (proc / str(leftover) / "stat").symlink_to(f"/proc/{leftover}/stat")  # shows the kill (a zombie: Z)
         fake_proc(proc, unowned, uid=JOB_UID)
         (proc / "meminfo").write_text("MemTotal: 32000000 kB\nMemAvailable: 30000000 kB\n")
         (proc / "333").mkdir(exist_ok=True)  # munged: the daemons check requires Slurm's auth daemon
-        (proc / "333" / "stat").write_text("333 (munged) S 1 1 1 0 -1 0 " + " ".join(["0"] * 20) + "\n")
+        fake_daemon(proc, 333, "munged")
 
         def edit(d):
             d["devices"][0]["compute_processes"] = [{"pid": a}, {"pid": unowned}]
@@ -905,7 +915,7 @@ def test_full_disk_during_outputs_never_fails_the_job(tmp_path, inventory, monke
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(path, text, *a, **kw)
 
-    def full_append(path, rec):
+    def full_append(path, rec, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(st, "atomic_write", full)
     monkeypatch.setattr(st, "append_history", full_append)

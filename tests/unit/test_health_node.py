@@ -21,6 +21,7 @@ from slurmkit.health.host import HostPaths
 from slurmkit.health.policy import parse_policy
 from slurmkit.health.result import Action, Status
 from slurmkit.health.runner import RunSpec, run_checks
+from tests.unit.fakeproc import fake_daemon
 
 NVML = Path(__file__).resolve().parents[1] / "data" / "nvml"
 NODE_CHECKS = ("filesystems", "edac", "mce", "daemons", "hardware", "dstate", "firmware", "topology", "bmc")
@@ -41,8 +42,7 @@ def tree(tmp: Path, *, procs: dict[int, tuple[str, str]] | None = None, mounts: 
     (proc / "meminfo").write_text(f"MemTotal: {mem_kb} kB\nMemAvailable: {mem_kb // 2} kB\n")
     (proc / "self" / "mounts").write_text(mounts or "/dev/sda1 / ext4 rw 0 0\nproc /proc proc rw 0 0\n")
     for pid, (comm, state) in (procs if procs is not None else {333: ("munged", "S")}).items():
-        (proc / str(pid)).mkdir(exist_ok=True)
-        (proc / str(pid) / "stat").write_text(stat_line(pid, comm, state))
+        fake_daemon(proc, pid, comm, state)
     for mc, (ce, ue) in (edac or {}).items():
         d = sys_root / "devices/system/edac/mc" / mc
         d.mkdir(parents=True, exist_ok=True)
@@ -330,7 +330,6 @@ def test_bmc_verdict_written_by_slurmkit_bmc_drains_on_a_failed_fan_only(tmp_pat
     assert run(tmp_path, p, only=("bmc",), state=node)["bmc"].findings == ["bmc verdict unreadable"]
     # malformed verdicts are unreadable (a WARN), never "no fault" or a drain that stays fresh for ever
     for doc in ({"time": time.time(), "findings": "oops"}, {"time": float("nan"), "findings": []},
-                {"time": time.time() + 86400, "findings": [{"check": "fan_failed", "state": "fail"}]},
                 {"time": time.time(), "node": "node2", "findings": [{"check": "fan_failed", "state": "fail"}]}):
         (node / "bmc.json").write_text(json.dumps(doc))
         r = run(tmp_path, p, only=("bmc",), state=node)["bmc"]
@@ -352,3 +351,50 @@ def test_every_check_setting_has_a_validator():
             if value is not None:
                 parse_policy({name: {key: value}})  # the default value itself must pass its validator
 
+
+
+def test_daemons_count_only_their_users_and_root_controlled_files(tmp_path):
+    """Issue 32 item 6: a process of the daemon's name counts only as one of its users (DAEMON_USERS, plus the
+    policy's ``users``) running a root-controlled file of that name."""
+    paths = tree(tmp_path, procs={})
+    fake_daemon(Path(paths.proc_root), 333, "munged", uid=4242)
+    res = run(tmp_path, paths, only=("daemons",), simulated=True)
+    assert res["daemons"].findings == ["munged down"], res["daemons"].summary
+    assert res["daemons"].evidence["impostors"]["munged"] == [{"pid": 333, "uid": 4242, "why": "not one of its users"}]
+    res = run(tmp_path / "b", paths, only=("daemons",), simulated=True, policy={"daemons": {"users": {"munged": [4242]}}})
+    assert res["daemons"].status == Status.OK, res["daemons"].summary
+    # the same process, its file now writable by others: a file anyone could have replaced proves nothing
+    (Path(paths.proc_root).parent / "bin" / "munged").chmod(0o777)
+    res = run(tmp_path / "c", paths, only=("daemons",), simulated=True, policy={"daemons": {"users": {"munged": [4242]}}})
+    assert res["daemons"].findings == ["munged down"], res["daemons"].summary
+    assert "writable by group or others" in res["daemons"].evidence["impostors"]["munged"][0]["why"]
+    with pytest.raises(InventoryError, match="daemon name -> list of users"):
+        parse_policy({"daemons": {"users": {"munged": "munge"}}})
+
+
+@pytest.mark.parametrize("skew_s", [-360, 360, -86400])
+def test_a_failed_fan_drains_whatever_the_clocks_say_and_goes_stale_on_the_nodes_own_time(tmp_path, skew_s):
+    """Issue 32 item 6: the management host stamps the verdict with its clock, the node judges its age with its own.
+    Before: a stamp more than 300 s ahead of the node's clock (the node 6 minutes behind) made the verdict
+    unreadable: a failed fan WARNed instead of draining. Now the age is the node's own time since it first saw that
+    verdict (at least the stamped age less 10 minutes of allowed skew): a failed fan drains with the node's clock 6
+    minutes behind or ahead, and a verdict stamped a day ahead (a writer's clock far off) still goes stale once the
+    node has seen it unchanged for max_age_s."""
+    fail = [{"check": "fan_failed", "state": "fail", "summary": "Fan 1: stopped (critical)"}]
+    shared, p = tmp_path / "shared", tree(tmp_path)
+    node = shared / "node1"
+    node.mkdir(parents=True)
+    (node / "bmc.json").write_text(json.dumps({"node": "node1", "time": time.time() - skew_s, "source": "ipmi",
+                                               "error": "", "findings": fail}))
+    r = run(tmp_path, p, only=("bmc",), state=node)["bmc"]
+    assert (r.status, r.findings) == (Status.FAIL, ["bmc fan_failed"]), r.summary
+    assert r.evidence["seen_s"] < 5 and r.evidence["age_s"] < 5, r.evidence
+    seen = json.loads((node / "bmc-seen.json").read_text())
+    # the same verdict, seen unchanged for longer than max_age_s (1800 s) of this node's time: stale, whatever its stamp
+    (node / "bmc-seen.json").write_text(json.dumps({**seen, "first_seen": seen["first_seen"] - 2000}))
+    r = run(tmp_path, p, only=("bmc",), state=node)["bmc"]
+    assert (r.status, r.findings) == (Status.WARN, ["bmc verdict stale"]), r.summary
+    # a new verdict (the writer runs again) is fresh again
+    (node / "bmc.json").write_text(json.dumps({"node": "node1", "time": time.time() - skew_s + 60, "source": "ipmi",
+                                               "error": "", "findings": fail}))
+    assert run(tmp_path, p, only=("bmc",), state=node)["bmc"].status == Status.FAIL
