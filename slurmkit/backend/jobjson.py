@@ -53,7 +53,8 @@ class JobRecord(dict[str, str]):
 class _Job:
     """Typed reads of one job object; every failure names the command, the job and the field."""
 
-    def __init__(self, what: str, obj: object, index: int):
+    def __init__(self, what: str, obj: object, index: int, raw_paths: bool = False):
+        self.raw_paths = raw_paths  # 22.05's openapi: --output/--error as given, not expanded
         if not isinstance(obj, dict):
             raise JobRecordError(f"{what}: jobs[{index}]: expected an object, got {type(obj).__name__}")
         self.what, self.obj = what, obj
@@ -209,6 +210,17 @@ def _state(j: _Job) -> str:
     return flags[0].upper() if flags else "UNKNOWN"
 
 
+def _reason(j: _Job) -> str:
+    """scontrol's Reason=: the state description when there is one, whitespace as "_" ("ReqNodeNotAvail,_May_be_
+    reserved_for_other_job"), else the reason's name (src/api/job_info.c slurm_sprint_job_info at slurm-22-05-8-1,
+    src/scontrol/info_job.c at slurm-24-11-5-1 and slurm-26-05-3-1). Both JSON dialects give the two apart
+    (state_description, state_reason)."""
+    desc = j.text("state_description")
+    if desc:
+        return "".join("_" if c in " \t\n\v\f\r" else c for c in desc)  # C isspace()
+    return j.text("state_reason") or "None"
+
+
 def _nodes_text(j: _Job, key: str) -> str:
     v = j.text(key)
     return v or "(null)"
@@ -230,7 +242,7 @@ _FIELDS: tuple[tuple[str, Callable[[_Job], str]], ...] = (
     ("Account", lambda j: j.text("account") or "(null)"),
     ("QOS", lambda j: j.text("qos") or "(null)"),
     ("JobState", _state),
-    ("Reason", lambda j: j.text("state_reason") or "None"),
+    ("Reason", _reason),
     ("Requeue", lambda j: "1" if j.obj.get("requeue") is True else "0"),
     ("Restarts", lambda j: _text_num(j, "restart_cnt")),
     ("ExitCode", _exit_code),
@@ -241,7 +253,7 @@ _FIELDS: tuple[tuple[str, Callable[[_Job], str]], ...] = (
     ("Partition", lambda j: j.text("partition")),
     ("ReqNodeList", lambda j: _nodes_text(j, "required_nodes")),
     ("ExcNodeList", lambda j: _nodes_text(j, "excluded_nodes")),
-    ("NodeList", lambda j: _nodes_text(j, "nodes")),
+    ("NodeList", lambda j: j.text("nodes")),
     ("BatchHost", lambda j: j.text("batch_host")),
     ("NumNodes", lambda j: _text_num(j, "node_count", "1")),
     ("NumCPUs", lambda j: _text_num(j, "cpus")),
@@ -252,9 +264,39 @@ _FIELDS: tuple[tuple[str, Callable[[_Job], str]], ...] = (
     ("OverSubscribe", _oversubscribe),
     ("WorkDir", lambda j: j.text("current_working_directory")),
     ("Comment", lambda j: j.text("comment")),
-    ("StdErr", lambda j: j.text("standard_error")),
-    ("StdOut", lambda j: j.text("standard_output")),
+    ("StdErr", lambda j: _std_path(j, "standard_error")),
+    ("StdOut", lambda j: _std_path(j, "standard_output")),
 )
+# printed only when set (src/api/job_info.c at slurm-22-05-8-1, src/scontrol/info_job.c at slurm-24-11-5-1): left out
+# when empty, as scontrol's record leaves them out
+_ONLY_WHEN_SET = ("TresPerJob", "TresPerNode", "TresPerTask", "Comment", "BatchHost")
+# data_parser versions whose job "shared" is add_removed (dumped as [] whatever the job asked: parsers.c of v0.0.45 at
+# slurm-26-05-3-1; recorded): no OverSubscribe from them (release.JOB_LISTINGS reads 26.05's Exclusive beside)
+_NO_SHARED = frozenset({"v0.0.45"})
+
+
+def _std_path(j: _Job, key: str) -> str:
+    """A job's stdout/stderr path as scontrol prints it. data_parser (23.02+) dumps slurm_get_job_stdout()/
+    slurm_get_job_stderr()'s answer (parsers.c JOB_INFO_STDOUT, v0.0.39 .. v0.0.45); 22.05's openapi dumps the raw
+    --output/--error (jobs.c: job->std_out), so here it is expanded as slurm_get_job_stdout() and _fname_format()
+    do (src/api/job_info.c at slurm-22-05-8-1): %A %a %j %u %x, relative to WorkDir; unset: stderr follows stdout,
+    a batch job's default is WorkDir/slurm-%j.out (slurm-%A_%a.out for an array task)."""
+    v = j.text(key)
+    if not j.raw_paths:
+        return v
+    if not v and key == "standard_error":
+        v = j.text("standard_output")
+        key = "standard_output"
+    jid, array_id, task = j.num("job_id") or 0, j.num("array_job_id") or 0, j.num("array_task_id")
+    work = j.text("current_working_directory")
+    if not v:
+        if j.obj.get("batch_flag") is not True:
+            return ""
+        return f"{work}/slurm-{array_id}_{task}.out" if array_id else f"{work}/slurm-{jid}.out"
+    no_task = 4294967294  # NO_VAL: what %a prints for a job that is not an array's
+    v = v.replace("%A", str(jid if task is None else array_id)).replace("%a", str(no_task if task is None else task))
+    v = v.replace("%j", str(jid)).replace("%u", j.text("user_name")).replace("%x", j.text("name"))
+    return v if v.startswith("/") else f"{work}/{v}"
 
 
 def _depth(v: object, limit: int) -> int:
@@ -285,7 +327,7 @@ def parse_jobs_json(text: str, what: str) -> list[JobRecord]:
     if not isinstance(data, dict):
         raise JobRecordError(f"{what}: expected a JSON object, got {type(data).__name__}")
     try:
-        data_parser_of(data, what)
+        dialect = data_parser_of(data, what)
     except (AttributeError, TypeError) as exc:
         raise JobRecordError(f"{what}: meta: not an object of objects") from exc
     jobs = data.get("jobs")
@@ -297,10 +339,18 @@ def parse_jobs_json(text: str, what: str) -> list[JobRecord]:
     for i, obj in enumerate(jobs):
         if _depth(obj, _MAX_DEPTH) > _MAX_DEPTH:
             raise JobRecordError(f"{what}: jobs[{i}]: nested deeper than {_MAX_DEPTH}")
-        j = _Job(what, obj, i)
+        j = _Job(what, obj, i, raw_paths=dialect is None)
         if j.num("job_id") is None:
             raise j.fail("job_id", "missing")
-        out.append(JobRecord(((k, read(j)) for k, read in _FIELDS), _gres_by_node(j)))
+        rec = JobRecord(((k, read(j)) for k, read in _FIELDS), _gres_by_node(j))
+        if rec["ArrayJobId"] == "0":  # scontrol names ArrayJobId/ArrayTaskId for an array's job only
+            del rec["ArrayJobId"], rec["ArrayTaskId"]
+        for k in _ONLY_WHEN_SET:
+            if rec[k] in ("", "(null)"):
+                del rec[k]
+        if dialect in _NO_SHARED:
+            del rec["OverSubscribe"]
+        out.append(rec)
     return out
 
 

@@ -77,6 +77,37 @@ def test_the_text_record_is_forged_by_the_same_jobs(rel: str) -> None:
     assert recs["2"]["UserId"] == "bin(2)" and recs["2"]["EligibleTime"].startswith("2020")
 
 
+@pytest.mark.parametrize("rel", RELEASES)
+def test_a_record_without_free_text_reads_as_scontrol_prints_it(rel: str) -> None:
+    """For jobs whose text no user wrote into (root's job 1; job 4, whose account holds no space), the JSON record
+    is scontrol's record, key for key: the readers written for scontrol's records read the same values (a pending
+    job's NumNodes is scontrol's "2-2" range, its minimum here, which is what target_of reads)."""
+    text = {r["JobId"]: r for r in parse_scontrol_records((DATA / f"jobs_hostile_{rel}.txt").read_text())
+            if "JobId" in r}
+    recs = records(rel)
+    for jid in ("1", "4"):
+        want = {k: text[jid][k] for k in recs[jid]}
+        if want["NumNodes"] != recs[jid]["NumNodes"]:
+            assert want["NumNodes"] == f"{recs[jid]['NumNodes']}-{recs[jid]['NumNodes']}"
+            want["NumNodes"] = recs[jid]["NumNodes"]
+        assert dict(recs[jid]) == want, rel
+
+
+def test_2205s_raw_output_path_is_expanded_as_scontrol_does() -> None:
+    """22.05's openapi dumps --output as given; scontrol expands it (src/api/job_info.c _fname_format)."""
+    job = {"job_id": 7, "array_job_id": 0, "array_task_id": None, "name": "train", "user_name": "u",
+           "current_working_directory": "/w", "batch_flag": True, "standard_output": "logs/%x-%j-%u.out",
+           "standard_error": ""}
+    (r,) = parse_jobs_json(json.dumps({"jobs": [job]}), "squeue --json")
+    assert r["StdOut"] == r["StdErr"] == "/w/logs/train-7-u.out"
+    (r,) = parse_jobs_json(json.dumps({"jobs": [{**job, "standard_output": "", "array_job_id": 6,
+                                                 "array_task_id": 1}]}), "squeue --json")
+    assert r["StdOut"] == "/w/slurm-6_1.out" and r["ArrayJobId"] == "6" and r["ArrayTaskId"] == "1"
+    dp = {"meta": {"plugin": {"data_parser": "data_parser/v0.0.42"}}}
+    (r,) = parse_jobs_json(json.dumps({**dp, "jobs": [{**job, "standard_output": "/x/%j"}]}), "scontrol --json")
+    assert r["StdOut"] == "/x/%j"  # data_parser dumps slurm_get_job_stdout()'s answer: taken as it is
+
+
 def _with(data: dict, rel: str, name: str, comment: str, account: str) -> str:
     d = copy.deepcopy(data)
     job = next(j for j in d["jobs"] if j["job_id"] == 2)
@@ -183,3 +214,22 @@ def test_each_release_lists_jobs_as_json() -> None:
     assert job_listing("27.11") == JOB_LISTINGS[-1]
     with pytest.raises(ValueError):
         job_listing("21.08")
+
+
+# --- accounts apply's squeue -o "%i|%a|%u|%T" (what holds back a delete) ------------------------------------------
+
+@settings(max_examples=150, deadline=None)
+@given(account=hostile)
+def test_no_account_forges_a_job_that_holds_back_a_delete(account: str) -> None:
+    """The attacker's --account (lower-cased by slurmctld) either reads whole as its job's account, or the
+    listing is refused in one line: never another job, user or state."""
+    from slurmkit.accounts.plan import Job, JobListError, parse_jobs
+
+    acct = account.lower()
+    text = f"4|{acct}|games|PENDING\n6|team-a|bin|RUNNING\n"
+    try:
+        jobs = parse_jobs(text)
+    except JobListError as exc:
+        assert len(f"x{acct}x".splitlines()) > 1 and "\n" not in str(exc)  # refused only for a broken line
+        return
+    assert jobs == [Job("4", acct, "games", "PENDING"), Job("6", "team-a", "bin", "RUNNING")]
