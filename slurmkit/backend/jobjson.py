@@ -33,8 +33,6 @@ from collections.abc import Callable, Iterable, Sequence
 from slurmkit import hostlist
 from slurmkit.backend.parse import ParseError
 
-_MAX_DEPTH = 64  # job JSON nests 6 deep; deeper is not a job listing (and json's recursion limit is ~1000)
-
 
 class JobRecordError(ParseError):
     """A job listing that is not one of the JSON shapes slurmkit reads: ``<command>: job <id>: <field>: <why>``."""
@@ -299,21 +297,6 @@ def _std_path(j: _Job, key: str) -> str:
     return v if v.startswith("/") else f"{work}/{v}"
 
 
-def _depth(v: object, limit: int) -> int:
-    stack = [(v, 1)]
-    deepest = 0
-    while stack:
-        x, d = stack.pop()
-        deepest = max(deepest, d)
-        if deepest > limit:
-            return deepest
-        if isinstance(x, dict):
-            stack.extend((y, d + 1) for y in x.values())
-        elif isinstance(x, list):
-            stack.extend((y, d + 1) for y in x)
-    return deepest
-
-
 def parse_jobs_json(text: str, what: str) -> list[JobRecord]:
     """A JSON job listing (``release.job_listing(...).argv``'s answer; ``what`` names the command) -> records."""
     from slurmkit.backend.parse import data_parser_of
@@ -337,8 +320,6 @@ def parse_jobs_json(text: str, what: str) -> list[JobRecord]:
         raise JobRecordError(f"{what}: jobs: expected a list, got {type(jobs).__name__}")
     out = []
     for i, obj in enumerate(jobs):
-        if _depth(obj, _MAX_DEPTH) > _MAX_DEPTH:
-            raise JobRecordError(f"{what}: jobs[{i}]: nested deeper than {_MAX_DEPTH}")
         j = _Job(what, obj, i, raw_paths=dialect is None)
         if j.num("job_id") is None:
             raise j.fail("job_id", "missing")
