@@ -232,11 +232,13 @@ def _tres(j: _Job, key: str) -> str:
 _FIELDS: tuple[tuple[str, Callable[[_Job], str]], ...] = (
     ("JobId", lambda j: _text_num(j, "job_id", "")),
     ("ArrayJobId", lambda j: _text_num(j, "array_job_id")),
-    ("ArrayTaskId", lambda j: _text_num(j, "array_task_id", "N/A")),
+    # a pending array's record names its tasks ("1-3%2": array_task_str), a task its number (job_info.c above)
+    ("ArrayTaskId", lambda j: j.text("array_task_string") or _text_num(j, "array_task_id", "N/A")),
     ("JobName", lambda j: j.text("name")),
     ("UserId", lambda j: _user(j, "user_name", "user_id")),
     ("GroupId", lambda j: _user(j, "group_name", "group_id")),
     ("Priority", lambda j: _text_num(j, "priority")),
+    ("Nice", lambda j: _text_num(j, "nice")),
     ("Account", lambda j: j.text("account") or "(null)"),
     ("QOS", lambda j: j.text("qos") or "(null)"),
     ("JobState", _state),
@@ -256,6 +258,10 @@ _FIELDS: tuple[tuple[str, Callable[[_Job], str]], ...] = (
     ("NumNodes", lambda j: _text_num(j, "node_count", "1")),
     ("NumCPUs", lambda j: _text_num(j, "cpus")),
     ("NumTasks", lambda j: _text_num(j, "tasks", "1")),
+    ("CPUs/Task", lambda j: _text_num(j, "cpus_per_task", "1")),
+    ("ReqTRES", lambda j: _tres(j, "tres_req_str")),
+    ("AllocTRES", lambda j: _tres(j, "tres_alloc_str")),
+    ("Features", lambda j: j.text("features") or "(null)"),
     ("TresPerJob", lambda j: _tres(j, "tres_per_job")),
     ("TresPerNode", lambda j: _tres(j, "tres_per_node")),
     ("TresPerTask", lambda j: _tres(j, "tres_per_task")),
@@ -329,6 +335,10 @@ def parse_jobs_json(text: str, what: str) -> list[JobRecord]:
         for k in _ONLY_WHEN_SET:
             if rec[k] in ("", "(null)"):
                 del rec[k]
+        for key, name in (("memory_per_node", "MinMemoryNode"), ("memory_per_cpu", "MinMemoryCPU")):
+            mb = j.num(key)  # scontrol: MinMemoryCPU=3875M or MinMemoryNode=7750M, whichever the job asked for
+            if mb is not None and mb > 0:
+                rec[name] = f"{mb}M"
         if dialect in _NO_SHARED:
             del rec["OverSubscribe"]
         out.append(rec)
