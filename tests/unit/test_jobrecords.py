@@ -106,6 +106,10 @@ def test_2205s_raw_output_path_is_expanded_as_scontrol_does() -> None:
     (r,) = parse_jobs_json(json.dumps({"jobs": [{**job, "standard_output": "", "array_job_id": 6,
                                                  "array_task_id": 1}]}), "squeue --json")
     assert r["StdOut"] == "/w/slurm-6_1.out" and r["ArrayJobId"] == "6" and r["ArrayTaskId"] == "1"
+    (r,) = parse_jobs_json(json.dumps({"jobs": [{**job, "array_job_id": 6, "array_task_string": "1-3%2"}]}), "squeue")
+    assert r["ArrayTaskId"] == "1-3%2"  # a pending array's record names its tasks, as scontrol's does
+    (r,) = parse_jobs_json(json.dumps({"jobs": [job]}), "squeue")
+    assert "ArrayJobId" not in r and "ArrayTaskId" not in r  # scontrol names them for an array's job only
     dp = {"meta": {"plugin": {"data_parser": "data_parser/v0.0.42"}}}
     (r,) = parse_jobs_json(json.dumps({**dp, "jobs": [{**job, "standard_output": "/x/%j"}]}), "scontrol --json")
     assert r["StdOut"] == "/x/%j"  # data_parser dumps slurm_get_job_stdout()'s answer: taken as it is
