@@ -264,23 +264,34 @@ def features_for(version: str) -> SlurmFeatures:
 #   slurm-26-05-3-1), neither replacement is in JOB_INFO, and the recorded 26.05.5 listing has "shared": [] for an
 #   --exclusive job. squeue -O's "Exclusive" type prints job_exclusive_display_string() (src/squeue/opts.c and
 #   print.c at slurm-26-05-3-1: NO|NODE|USER|MCS|TOPO, what scontrol's Exclusive= says), beside JobID: no free text.
+# - 22.05's openapi writes cpus_per_task as null whenever cpu_freq_min is unset (jobs.c _dump_job_info at
+#   slurm-22-05-8-1 tests the wrong field), so CPUs/Task comes from squeue -O "cpus-per-task" there (print.c
+#   _print_job_cpus_per_task: a number or N/A).
+# ``extra``: (squeue -O type, scontrol key) pairs read beside the JSON, one `squeue -h -t all -O JobID:|,T:|...` call.
 @dataclass(frozen=True)
 class JobListing:
     since: tuple[int, int]  # first release this entry describes
     argv: tuple[str, ...]  # every job slurmctld holds, JSON
     by_id: bool  # argv + (job id,) lists that one job (else: filter argv's answer)
     source: str
-    exclusive_argv: tuple[str, ...] | None = None  # "JobID|Exclusive|" lines where the JSON lacks it
+    extra: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def extra_argv(self) -> tuple[str, ...] | None:
+        if not self.extra:
+            return None
+        return ("squeue", "--all", "-h", "-t", "all", "-O", ",".join(f"{t}:|" for t in ("JobID", *(t for t, _ in self.extra))))
 
 
 JOB_LISTINGS: tuple[JobListing, ...] = (
     JobListing((22, 5), ("squeue", "--json"), False,
-               "slurm-22-05-8-1 src/plugins/openapi/v0.0.38/jobs.c _dump_job_info"),
+               "slurm-22-05-8-1 src/plugins/openapi/v0.0.38/jobs.c _dump_job_info",
+               extra=(("cpus-per-task", "CPUs/Task"),)),
     JobListing((23, 2), ("scontrol", "--all", "--json", "show", "job"), True,
                "slurm-23-02-7-1 doc/man/man1/scontrol.1 --json; src/plugins/data_parser/v0.0.39 job_info"),
     JobListing((26, 5), ("scontrol", "--all", "--json", "show", "job"), True,
                "slurm-26-05-3-1 src/plugins/data_parser/v0.0.45/parsers.c JOB_INFO; src/squeue/opts.c Exclusive",
-               exclusive_argv=("squeue", "--all", "-h", "-t", "all", "-O", "JobID:|,Exclusive:|")),
+               extra=(("Exclusive", "Exclusive"),)),
 )
 
 

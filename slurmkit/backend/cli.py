@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from slurmkit.backend import parse
 from slurmkit.backend.base import SubmitRequest
-from slurmkit.backend.jobjson import JobRecord, parse_exclusive, parse_jobs_json
+from slurmkit.backend.jobjson import JobRecord, parse_extra, parse_jobs_json
 from slurmkit.backend.parse import JobInfo, NodeInfo, SwitchRecord
 from slurmkit.backend.run import run
 from slurmkit.errors import SlurmCommandError, SlurmkitError
@@ -147,11 +147,12 @@ class CLIBackend:
         recs = parse_jobs_json(res.stdout, " ".join(listing.argv))
         if job_id is not None:
             recs = [r for r in recs if r.get("JobId") == str(job_id)]
-        if listing.exclusive_argv and recs:
-            excl = parse_exclusive(self._run(list(listing.exclusive_argv)).stdout, " ".join(listing.exclusive_argv))
+        if listing.extra_argv and recs:
+            types = [t for t, _ in listing.extra]
+            extra = parse_extra(self._run(list(listing.extra_argv)).stdout, types, " ".join(listing.extra_argv))
             for r in recs:
-                if r["JobId"] in excl:
-                    r["Exclusive"] = excl[r["JobId"]]
+                for (_t, key), v in zip(listing.extra, extra.get(r["JobId"], ()), strict=False):
+                    r[key] = v
         return recs
 
     # --- jobs ------------------------------------------------------------------------------------------------

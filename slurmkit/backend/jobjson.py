@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -351,8 +352,6 @@ def job_table(details: str | Sequence[JobRecord]) -> list[JobRecord]:
     are NOT to be trusted (never a live listing: ``CLIBackend.job_details`` gives records)."""
     if not isinstance(details, str):
         return list(details)
-    import re
-
     from slurmkit.backend.parse import parse_scontrol_records
 
     alloc = re.compile(r"\bNodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S*)")
@@ -369,19 +368,25 @@ def job_table(details: str | Sequence[JobRecord]) -> list[JobRecord]:
     return out
 
 
-_EXCLUSIVE = frozenset({"NO", "NODE", "USER", "MCS", "TOPO"})  # job_exclusive_display_string(), slurm-26-05-3-1
+# what each squeue -O type read beside the JSON may print (release.JOB_LISTINGS ``extra``): none is free text
+_EXTRA_VALUES = {
+    "Exclusive": re.compile(r"NO|NODE|USER|MCS|TOPO"),  # job_exclusive_display_string(), slurm-26-05-3-1
+    "cpus-per-task": re.compile(r"\d+|N/A"),  # _print_job_cpus_per_task(), src/squeue/print.c
+}
 
 
-def parse_exclusive(text: str, what: str) -> dict[str, str]:
-    """``squeue -h -O JobID:|,Exclusive:|`` -> {job id: NO|NODE|USER|MCS|TOPO}: neither field is free text (the
-    job id is a number or an array's ``12_3``/``12_[1-3]``)."""
-    out: dict[str, str] = {}
+def parse_extra(text: str, types: Sequence[str], what: str) -> dict[str, list[str]]:
+    """``squeue -h -O JobID:|,T1:|,...`` -> {job id: [v1, ...]} for plain job ids (an array's ``12_3`` or
+    ``12_[1-3]`` is not the JSON's job_id: its record keeps what the JSON says); one line naming the line for
+    output of another shape."""
+    out: dict[str, list[str]] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line:
             continue
         f = line.split("|")
-        if len(f) != 3 or f[2] or f[1] not in _EXCLUSIVE:
-            raise JobRecordError(f"{what}: line {n}: expected 'JOBID|NO|NODE|USER|MCS|TOPO|', got {line[:80]!r}")
-        if f[0].isdigit():  # an array's "12_3" / "12_[1-3]" is not the JSON's job_id: its record keeps OverSubscribe
-            out[f[0]] = f[1]
+        if len(f) != len(types) + 2 or f[-1] or not all(_EXTRA_VALUES[t].fullmatch(v) for t, v in zip(types, f[1:-1],
+                                                                                                     strict=False)):
+            raise JobRecordError(f"{what}: line {n}: expected JOBID|{'|'.join(types)}|, got {line[:80]!r}")
+        if f[0].isdigit():
+            out[f[0]] = f[1:-1]
     return out

@@ -70,17 +70,17 @@ def test_target_of_reads_2605s_exclusive_field() -> None:
 
 def _hostile(rel: str):  # type: ignore[no-untyped-def]
     """The recorded jobs of tests/data/slurm/record_hostile_jobs.py as the backend reads them (CLIBackend.
-    job_details: the release's JSON listing, 26.05's Exclusive beside it)."""
-    from slurmkit.backend.jobjson import parse_exclusive, parse_jobs_json
+    job_details: the release's JSON listing, its squeue -O extra fields beside it)."""
+    from slurmkit.backend.jobjson import parse_extra, parse_jobs_json
     from slurmkit.release import job_listing
 
     listing = job_listing(rel)
     name = f"jobs_hostile_{rel}.squeue.json" if listing.argv[0] == "squeue" else f"jobs_hostile_{rel}.json"
     recs = parse_jobs_json((DATA / name).read_text(), "test")
-    if listing.exclusive_argv:
-        excl = parse_exclusive((DATA / f"jobs_hostile_{rel}.exclusive.txt").read_text(), "test")
+    if listing.extra:
+        extra = parse_extra((DATA / f"jobs_hostile_{rel}.extra.txt").read_text(), [t for t, _ in listing.extra], "t")
         for r in recs:
-            r["Exclusive"] = excl[r["JobId"]]
+            r.update(zip([k for _, k in listing.extra], extra[r["JobId"]], strict=True))
     return recs
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmkit.backend.jobjson import JobRecordError, parse_exclusive, parse_jobs_json
+from slurmkit.backend.jobjson import JobRecordError, parse_extra, parse_jobs_json
 from slurmkit.backend.parse import ParseError, parse_scontrol_records, parse_squeue_jobs
 from slurmkit.release import JOB_LISTINGS, job_listing
 
@@ -207,18 +207,24 @@ def test_a_malformed_listing_is_one_line(text: str, message: str) -> None:
         assert message == "" and [r["JobId"] for r in recs] in ([], ["7"])  # read, not refused
 
 
-def test_the_2605_exclusive_listing() -> None:
-    excl = parse_exclusive((DATA / "jobs_hostile_26.05.exclusive.txt").read_text(), "squeue")
-    assert excl == {str(i): "NODE" for i in range(1, 6)}
-    assert parse_exclusive("12_[1-3]|NO|\n", "squeue") == {}
-    with pytest.raises(JobRecordError, match="squeue -O: line 1: expected"):
-        parse_exclusive("12|maybe|\n", "squeue -O")
+@pytest.mark.parametrize("rel", ["22.05", "26.05"])
+def test_the_fields_read_beside_the_json(rel: str) -> None:
+    """22.05's CPUs/Task and 26.05's Exclusive, which their JSON does not carry, from squeue -O (recorded)."""
+    types = [t for t, _ in job_listing(rel).extra]
+    extra = parse_extra((DATA / f"jobs_hostile_{rel}.extra.txt").read_text(), types, "squeue")
+    assert extra == {str(i): ["1" if rel == "22.05" else "NODE"] for i in range(1, 6)}
+    assert parse_extra("12_[1-3]|NO|\n", ["Exclusive"], "squeue") == {}
+    with pytest.raises(JobRecordError, match=r"squeue -O: line 1: expected JOBID\|Exclusive\|"):
+        parse_extra("12|maybe|\n", ["Exclusive"], "squeue -O")
+    with pytest.raises(JobRecordError, match="line 2"):
+        parse_extra("1|2|\n12|x y|\n", ["cpus-per-task"], "squeue -O")
 
 
 def test_each_release_lists_jobs_as_json() -> None:
     assert job_listing("22.05").argv == ("squeue", "--json") and not job_listing("22.05").by_id
     assert job_listing("24.11").argv[:3] == ("scontrol", "--all", "--json") and job_listing("24.11").by_id
-    assert job_listing("26.05").exclusive_argv and not job_listing("25.11").exclusive_argv
+    assert job_listing("26.05").extra == (("Exclusive", "Exclusive"),) and not job_listing("25.11").extra
+    assert job_listing("22.05").extra_argv == ("squeue", "--all", "-h", "-t", "all", "-O", "JobID:|,cpus-per-task:|")
     assert job_listing("27.11") == JOB_LISTINGS[-1]
     with pytest.raises(ValueError):
         job_listing("21.08")

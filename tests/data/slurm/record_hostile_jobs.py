@@ -6,7 +6,7 @@ tests/unit/test_jobrecords.py, from a lab of the given release.
 Brings up a 4-node x 2-GPU lab; root fills every node with one job (-N4 --exclusive, requeueable); the ordinary user
 ``games`` then submits pending jobs whose name, --comment and --account (the lab has no accounting, so any account
 is taken) hold what a forger would write: other fields' keys, ``=``, ``|``, spaces and a newline. Writes
-jobs_hostile_<release>.{txt,json,squeue.json,squeue_O.txt,exclusive.txt} to tests/data/slurm/ and takes the lab down.
+jobs_hostile_<release>.{txt,json,squeue.json,squeue_O.txt,extra.txt} to tests/data/slurm/ and takes the lab down.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def main() -> int:
         if scontrol_json(rel):
             save(f"jobs_hostile_{rel}.json", sh("scontrol", "--json", "show", "job"))
         listing = job_listing(rel)
-        if listing.exclusive_argv:
-            save(f"jobs_hostile_{rel}.exclusive.txt", sh(*listing.exclusive_argv))
+        if listing.extra_argv:
+            save(f"jobs_hostile_{rel}.extra.txt", sh(*listing.extra_argv))
         save(f"jobs_hostile_{rel}.squeue_O.txt",
              sh("squeue", "--all", "-h", "-t", "PENDING,RUNNING", "-O", SQUEUE_JOB_FORMAT))
     finally:
