@@ -243,3 +243,62 @@ def features_for(version: str) -> SlurmFeatures:
         job_tmpfs_dirs=v >= (23, 2),
         namespace_type=v >= (25, 11),
     )
+
+
+# --- where a release lists its jobs in a form no job's user can forge (issue 32 item 2) ---------------------------
+# `scontrol -o show job` and `squeue -o/-O` print a job's name, comment, paths and account as they were given,
+# between other fields' "Key=" or "|" and with their newlines: a name "x UserId=bin(2)" or an account "a\n999|..."
+# reads as another user's field or a whole other job (recorded: tests/data/slurm/jobs_hostile_*). JSON quotes every
+# string, so slurmkit reads jobs from the JSON each release has:
+# - 22.05: `squeue --json` (src/squeue/opts.c of slurm-22-05-8-1: --json dumps through openapi/v0.0.38's
+#   jobs.c _dump_job_info, one object per job with name, user_id, priority, eligible_time, gres_detail per node,
+#   job_resources); scontrol has no --json there (scontrol.1 of slurm-22-05-8-1). 22.05's squeue --json ignores
+#   every other option (src/squeue/data.c dump_data() calls the openapi handler, which loads every job with
+#   SHOW_ALL|SHOW_DETAIL: jobs.c _op_handler_jobs): the listing is every job, hidden partitions' too, filtered in
+#   Python.
+# - 23.02+: `scontrol --json show job [ID]` (scontrol.1 of slurm-23-02-7-1: "implicitly sets the --details
+#   option"; data_parser v0.0.39+ job_info with gres_detail and job_resources), which takes a job id.
+#   --all: jobs of hidden partitions too (scontrol(1) -a).
+# - 26.05: the same, but its data_parser v0.0.45 no longer dumps a job's sharing: JOB_INFO's "shared" is
+#   add_removed ("Replaced by 'oversubscribe' and 'exclusive'", src/plugins/data_parser/v0.0.45/parsers.c at
+#   slurm-26-05-3-1), neither replacement is in JOB_INFO, and the recorded 26.05.5 listing has "shared": [] for an
+#   --exclusive job. squeue -O's "Exclusive" type prints job_exclusive_display_string() (src/squeue/opts.c and
+#   print.c at slurm-26-05-3-1: NO|NODE|USER|MCS|TOPO, what scontrol's Exclusive= says), beside JobID: no free text.
+# - 22.05's openapi writes cpus_per_task as null whenever cpu_freq_min is unset (jobs.c _dump_job_info at
+#   slurm-22-05-8-1 tests the wrong field), so CPUs/Task comes from squeue -O "cpus-per-task" there (print.c
+#   _print_job_cpus_per_task: a number or N/A).
+# ``extra``: (squeue -O type, scontrol key) pairs read beside the JSON, one `squeue -h -t all -O JobID:|,T:|...` call.
+@dataclass(frozen=True)
+class JobListing:
+    since: tuple[int, int]  # first release this entry describes
+    argv: tuple[str, ...]  # every job slurmctld holds, JSON
+    by_id: bool  # argv + (job id,) lists that one job (else: filter argv's answer)
+    source: str
+    extra: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def extra_argv(self) -> tuple[str, ...] | None:
+        if not self.extra:
+            return None
+        return ("squeue", "--all", "-h", "-t", "all", "-O", ",".join(f"{t}:|" for t in ("JobID", *(t for t, _ in self.extra))))
+
+
+JOB_LISTINGS: tuple[JobListing, ...] = (
+    JobListing((22, 5), ("squeue", "--json"), False,
+               "slurm-22-05-8-1 src/plugins/openapi/v0.0.38/jobs.c _dump_job_info",
+               extra=(("cpus-per-task", "CPUs/Task"),)),
+    JobListing((23, 2), ("scontrol", "--all", "--json", "show", "job"), True,
+               "slurm-23-02-7-1 doc/man/man1/scontrol.1 --json; src/plugins/data_parser/v0.0.39 job_info"),
+    JobListing((26, 5), ("scontrol", "--all", "--json", "show", "job"), True,
+               "slurm-26-05-3-1 src/plugins/data_parser/v0.0.45/parsers.c JOB_INFO; src/squeue/opts.c Exclusive",
+               extra=(("Exclusive", "Exclusive"),)),
+)
+
+
+def job_listing(release: str) -> JobListing:
+    """The newest ``JOB_LISTINGS`` entry at or before ``release`` (a release newer than the table gets the last)."""
+    key = release_key(release)
+    found = [e for e in JOB_LISTINGS if e.since <= key]
+    if not found:
+        raise ValueError(f"unsupported Slurm version {release}; supported: {', '.join(SUPPORTED_SLURM_VERSIONS)}")
+    return found[-1]

@@ -12,9 +12,11 @@ the flags; adding a user to an account creates the association and, for a new us
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from slurmkit.errors import SlurmkitError
 from slurmkit.model.tenants import GpuQuota, Tenants
 
 Record = dict[str, str]
@@ -408,13 +410,32 @@ class Job:
     state: str
 
 
+# %a is the one field here a user writes (any --account where associations are not enforced, "|" and newlines too:
+# tests/data/slurm/jobs_hostile_*.squeue_O.txt), and slurmctld lower-cases it (job_mgr.c
+# xstrtolower(job_desc->account) at slurm-22-05-8-1, slurm-24-11-5-1, slurm-26-05-3-1). So the id is read from the
+# left, user and state from the right, the account is what lies between; and since a line broken inside an account
+# ends in lower-case account text, a line whose last field is not an upper-case state name is refused.
+_JOB_ID = re.compile(r"\d+(?:_(?:\d+|\[[0-9,%\-]+\]))?(?:\+\d+)?")
+_JOB_STATE = re.compile(r"[A-Z][A-Z_]*")
+
+
+class JobListError(SlurmkitError):
+    pass
+
+
 def parse_jobs(text: str) -> list[Job]:
-    """``squeue -h --all -o JOBS_FORMAT`` -> the jobs not yet ended."""
+    """``squeue -h --all -o JOBS_FORMAT`` -> the jobs not yet ended; JobListError, one line, for a line no job
+    prints (an account holding a newline)."""
     out = []
-    for line in text.splitlines():
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
         f = line.strip().split("|")
-        if len(f) >= 4 and f[0] and f[3].upper() not in _ENDED:
-            out.append(Job(f[0], f[1].lower(), f[2], f[3].upper()))
+        if len(f) < 4 or not _JOB_ID.fullmatch(f[0]) or not _JOB_STATE.fullmatch(f[-1]):
+            raise JobListError(f"squeue -o {JOBS_FORMAT}: line {n} is no job's line ({line.strip()[:60]!r}): an "
+                               "account holding a newline? (squeue -o %a prints it as given)")
+        if f[-1] not in _ENDED:
+            out.append(Job(f[0], "|".join(f[1:-2]).lower(), f[-2], f[-1]))
     return out
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from slurmkit.backend import parse
 from slurmkit.backend.base import SubmitRequest
+from slurmkit.backend.jobjson import JobRecord, parse_extra, parse_jobs_json
 from slurmkit.backend.parse import JobInfo, NodeInfo, SwitchRecord
 from slurmkit.backend.run import run
 from slurmkit.errors import SlurmCommandError, SlurmkitError
@@ -128,10 +129,31 @@ class CLIBackend:
     def delete_reservation(self, name: str) -> None:
         self._run(["scontrol", "delete", f"ReservationName={name}"])
 
-    def job_details(self) -> str:
-        """``scontrol -o -d show job``: every job with its per-node allocation (GRES=...(IDX:...))."""
-        out = self._run(["scontrol", "-o", "-d", "show", "job"]).stdout
-        return "" if "No jobs" in out else out
+    def job_details(self) -> list[JobRecord]:
+        """Every job with its per-node allocation (``gres_by_node``), from the release's JSON job listing
+        (``release.JOB_LISTINGS``): fields no job name or comment can forge."""
+        return self._job_records()
+
+    def _job_records(self, job_id: str | None = None) -> list[JobRecord]:
+        from slurmkit.release import job_listing
+
+        listing = job_listing(self.version())
+        argv = [*listing.argv, *((job_id,) if job_id is not None and listing.by_id else ())]
+        res = self._run(argv, check=False)
+        if res.rc != 0:
+            if job_id is not None and "Invalid job id" in res.stderr:
+                return []
+            raise SlurmCommandError(res.argv, res.rc, res.stderr)
+        recs = parse_jobs_json(res.stdout, " ".join(listing.argv))
+        if job_id is not None:
+            recs = [r for r in recs if r.get("JobId") == str(job_id)]
+        if listing.extra_argv and recs:
+            types = [t for t, _ in listing.extra]
+            extra = parse_extra(self._run(list(listing.extra_argv)).stdout, types, " ".join(listing.extra_argv))
+            for r in recs:
+                for (_t, key), v in zip(listing.extra, extra.get(r["JobId"], ()), strict=False):
+                    r[key] = v
+        return recs
 
     # --- jobs ------------------------------------------------------------------------------------------------
     def submit(self, request: SubmitRequest) -> str:
@@ -147,8 +169,7 @@ class CLIBackend:
 
     def jobs(self, job_ids: Sequence[str] | None = None) -> list[JobInfo]:
         """Queued and recently finished jobs (slurmctld keeps finished ones for MinJobAge), one call."""
-        out = self._run(["scontrol", "-o", "show", "job"]).stdout
-        jobs = parse.parse_scontrol_jobs(out) if "No jobs" not in out else []
+        jobs = [parse.job_from_scontrol(r) for r in self._job_records()]
         if job_ids is not None:
             want = {str(j) for j in job_ids}
             jobs = [j for j in jobs if j.job_id in want]
@@ -162,15 +183,10 @@ class CLIBackend:
         return parse.parse_squeue_jobs(out)
 
     def job(self, job_id: str) -> JobInfo:
-        res = self._run(["scontrol", "-o", "show", "job", str(job_id)], check=False)
-        if res.rc != 0:
-            if "Invalid job id" in res.stderr:
-                raise JobNotFound(f"job {job_id} not found (finished more than MinJobAge ago, or never existed)")
-            raise SlurmCommandError(res.argv, res.rc, res.stderr)
-        jobs = parse.parse_scontrol_jobs(res.stdout)
-        if not jobs:
-            raise JobNotFound(f"job {job_id} not found")
-        return jobs[0]
+        recs = self._job_records(str(job_id))
+        if not recs:
+            raise JobNotFound(f"job {job_id} not found (finished more than MinJobAge ago, or never existed)")
+        return parse.job_from_scontrol(recs[0])
 
     def cancel(self, job_id: str, signal: str | None = None, batch: bool = False) -> None:
         argv = ["scancel"]

@@ -230,30 +230,45 @@ def parse_scontrol_jobs(text: str) -> list[JobInfo]:
 # lists every one of these types for jobs (src/squeue/opts.c long-format table: JobID, State, Reason, Account, QOS,
 # UserName, SubmitTime, NumNodes, NumTasks, tres-per-job, tres-per-node, tres-per-task). Each is written "Type:|":
 # _parse_long_token reads size 0 and suffix "|", and _print_str prints a width-0 field whole, unpadded and uncut
-# (src/squeue/opts.c and print.c, both releases), so "|" separates the values; Reason is free of "|" (an enum name)
-# and goes last all the same.
-SQUEUE_JOB_FIELDS = (("JobID", "JobId"), ("State", "JobState"), ("Account", "Account"), ("QOS", "QOS"),
+# (src/squeue/opts.c and print.c, both releases), so "|" separates the values.
+# Only Account is text a user writes (without AccountingStorageEnforce any --account is taken, "|" and newlines
+# too: recorded in tests/data/slurm/jobs_hostile_*.squeue_O.txt, where "a|pending|normal|bin|..." shifted UserName
+# to bin and "b\n999|pending|..." made a job 999 of its own); QOS and UserName are printed from slurmctld's records
+# (qos_id, uid), the rest are numbers, times and enum names. So Account goes last, where the split leaves every "|"
+# it holds to it, and a line whose State is not an upper-case state name is the rest of an account's newline:
+# slurmctld lower-cases every account it takes (job_mgr.c xstrtolower(job_desc->account) in _job_create and
+# update_job, at slurm-22-05-8-1, slurm-24-11-5-1 and slurm-26-05-3-1), so no account can write one.
+SQUEUE_JOB_FIELDS = (("JobID", "JobId"), ("State", "JobState"), ("QOS", "QOS"),
                      ("UserName", "UserId"), ("SubmitTime", "SubmitTime"), ("NumNodes", "NumNodes"),
                      ("NumTasks", "NumTasks"), ("tres-per-job", "TresPerJob"), ("tres-per-node", "TresPerNode"),
-                     ("tres-per-task", "TresPerTask"), ("Reason", "Reason"))
+                     ("tres-per-task", "TresPerTask"), ("Reason", "Reason"), ("Account", "Account"))
 SQUEUE_JOB_FORMAT = ",".join(f"{t}:|" for t, _ in SQUEUE_JOB_FIELDS)
 _SQUEUE_KEYS = tuple(k for _, k in SQUEUE_JOB_FIELDS)
+# squeue's JobID: "12", an array task "12_3", a pending array "12_[1-3%2]", a het job component "12+1"
+_SQUEUE_JOBID = re.compile(r"\d+(?:_(?:\d+|\[[0-9,%\-]+\]))?(?:\+\d+)?")
+_SQUEUE_STATE = re.compile(r"[A-Z_]+")
 
 
 def parse_squeue_jobs(text: str) -> list[JobInfo]:
     """``squeue -h -O SQUEUE_JOB_FORMAT`` -> JobInfo with ``raw`` under scontrol's key names (what a caller of
-    ``parse_scontrol_jobs`` reads); squeue prints N/A for an unset TRES field, which counts as unset here too."""
+    ``parse_scontrol_jobs`` reads); squeue prints N/A for an unset TRES field, which counts as unset here too.
+    A line that is not a job's (an account's newline: see SQUEUE_JOB_FIELDS) is skipped; output with no job line
+    at all is a ParseError."""
     n = len(_SQUEUE_KEYS)
     out = []
+    bad = None
     for line in text.splitlines():
         if not line:
             continue
         f = line.split("|", n - 1)
-        if len(f) != n:
-            raise ParseError(f"unexpected squeue -O line: {line!r}")
+        if len(f) != n or not _SQUEUE_JOBID.fullmatch(f[0]) or not _SQUEUE_STATE.fullmatch(f[1]):
+            bad = bad or line
+            continue
         f[-1] = f[-1].removesuffix("|")
         raw = dict(zip(_SQUEUE_KEYS, f, strict=True))
         out.append(JobInfo(job_id=raw["JobId"], state=raw["JobState"], reason=raw["Reason"], raw=raw))
+    if bad is not None and not out:
+        raise ParseError(f"unexpected squeue -O line: {bad!r}")
     return out
 
 

@@ -155,7 +155,7 @@ def plan_cmd(for_job: str | None, nodes: int | None, gpus_per_node: int | None, 
 def run_cmd(for_job: str, inventory: str | None, timeout: int, dry_run: bool) -> None:
     """Carry the plan out: reserve the leaf's nodes for the job, move the planned jobs (checkpoint + requeue), wait
     for the job to start there, release the reservation. A failure or Ctrl-C rolls back the reservation."""
-    from slurmkit.backend.parse import parse_scontrol_records
+    from slurmkit.backend.jobjson import job_table
     from slurmkit.defrag.gather import job_run_dir
     from slurmkit.defrag.plan import plan_defrag
     from slurmkit.defrag.run import carry_out
@@ -165,7 +165,7 @@ def run_cmd(for_job: str, inventory: str | None, timeout: int, dry_run: bool) ->
     _print(verdict, target)
     if verdict.plan is None:
         sys.exit(1 if verdict.blocked else 3)
-    recs = {r["JobId"]: r for r in parse_scontrol_records(details) if "JobId" in r}
+    recs: dict[str, dict[str, str]] = {r["JobId"]: r for r in job_table(details) if "JobId" in r}
     user = recs[for_job].get("UserId", "").split("(", 1)[0]
     gpusub_jobs = {j for j in verdict.plan.job_ids if job_run_dir(recs.get(j, {}))}
     if dry_run:

@@ -1,4 +1,5 @@
-"""The running jobs and the blocked job as the defrag planner needs them, from ``scontrol -o -d show job`` (I/O at
+"""The running jobs and the blocked job as the defrag planner needs them, from the backend's job records
+(``CLIBackend.job_details``: the release's JSON job listing, whose fields no job name or comment can forge; I/O at
 the edge of the pure plan).
 
 A job is movable when Slurm may requeue it (``Requeue=1``) and it keeps its work across a requeue: a gpusub job
@@ -13,19 +14,16 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from slurmkit import hostlist, safefs
-from slurmkit.backend.parse import parse_scontrol_records
+from slurmkit.backend.jobjson import JobRecord, job_table
 from slurmkit.defrag.plan import RunningJob, Target
 from slurmkit.errors import UsageError
 
-# the per-node allocation detail of `scontrol -o -d show job` (22.05 and 24.11 alike, recorded from the labs):
-# "Nodes=node[3-4] CPU_IDs=0-2 Mem=11625 GRES=gpu:h100:3(IDX:0-2)", once per group of nodes
-_ALLOC = re.compile(r"\bNodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S*)")
 _GPU = re.compile(r"(?:^|,)gpu(?::[^:(,]+)?:(\d+)")
 RESTART_S = 60.0
 
@@ -111,18 +109,19 @@ def last_checkpoint(run_dir: Path, uid: int, walk: safefs.Walk | None = None) ->
         os.close(ck)
 
 
-def running_jobs(text: str, policy: Policy = Policy(), now: float | None = None) -> list[RunningJob]:
+def running_jobs(details: str | Sequence[JobRecord], policy: Policy = Policy(),
+                 now: float | None = None) -> list[RunningJob]:
+    """The running jobs of ``details`` (the backend's records; text only in tests: ``jobjson.job_table``), each
+    with its GPUs per node from the record's ``gres_by_node`` (the JSON's gres_detail), never from free text."""
     now = time.time() if now is None else now
     out = []
     budget: dict[int, int] = {}  # checkpoint-walk entries left to each user in this call
-    for line in text.splitlines():
-        if "JobState=RUNNING" not in line:
+    for rec in job_table(details):
+        if rec.get("JobState") != "RUNNING":
             continue
-        rec = parse_scontrol_records(line)[0]
         gpus: dict[str, int] = {}
-        for m in _ALLOC.finditer(line):
-            for n in hostlist.expand(m.group(1)):
-                gpus[n] = gpus.get(n, 0) + _gpus(m.group(2))
+        for n, gres in rec.gres_by_node.items():
+            gpus[n] = gpus.get(n, 0) + _gpus(gres)
         if not gpus:
             for n in hostlist.expand(rec.get("NodeList", "")) if rec.get("NodeList") not in (None, "(null)") else []:
                 gpus[n] = 0
@@ -149,9 +148,9 @@ def running_jobs(text: str, policy: Policy = Policy(), now: float | None = None)
     return out
 
 
-def target_of(text: str, job_id: str) -> tuple[Target, str | None]:
+def target_of(details: str | Sequence[JobRecord], job_id: str) -> tuple[Target, str | None]:
     """A pending job's shape: (Target, partition)."""
-    for rec in parse_scontrol_records(text):
+    for rec in job_table(details):
         if rec.get("JobId") != job_id:
             continue
         if rec.get("JobState") != "PENDING":

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from slurmkit.backend.parse import parse_scontrol_records
+from slurmkit.backend.jobjson import JobRecord, job_table
 from slurmkit.defrag.gather import Policy
 from slurmkit.defrag.plan import RunningJob, Target, Verdict, _serves
 from slurmkit.errors import SlurmkitError
@@ -169,11 +169,11 @@ def _epoch(v: str) -> float | None:
         return None
 
 
-def pending_jobs(details: str, now: float) -> list[Pending]:
+def pending_jobs(details: str | Sequence[JobRecord], now: float) -> list[Pending]:
     """Every pending job of ``scontrol -o -d show job`` with how long it has been eligible (EligibleTime, else
     SubmitTime) and why it waits."""
     out = []
-    for rec in parse_scontrol_records(details):
+    for rec in job_table(details):
         if rec.get("JobState") != "PENDING" or "JobId" not in rec:
             continue
         since = _epoch(rec.get("EligibleTime", "")) or _epoch(rec.get("SubmitTime", "")) or now
@@ -238,9 +238,9 @@ def natural_start(topo: PlacementTopology, states: Mapping[str, NodeState], jobs
     return best
 
 
-def job_ends(details: str) -> dict[str, float]:
+def job_ends(details: str | Sequence[JobRecord]) -> dict[str, float]:
     out = {}
-    for rec in parse_scontrol_records(details):
+    for rec in job_table(details):
         if rec.get("JobState") == "RUNNING" and "JobId" in rec:
             t = _epoch(rec.get("EndTime", ""))
             if t is not None:
@@ -248,13 +248,13 @@ def job_ends(details: str) -> dict[str, float]:
     return out
 
 
-def hold_status(hold: Mapping[str, Any], details: str, now: float, grace_s: float) -> tuple[str, str]:
+def hold_status(hold: Mapping[str, Any], details: str | Sequence[JobRecord], now: float, grace_s: float) -> tuple[str, str]:
     """What a kept hold needs this pass, and why: ``gone`` (its job left the queue), ``started`` (it runs: on the
     held nodes or elsewhere), ``overrun`` (still pending ``grace_s`` after the start), ``due`` (the start has come,
     or every job it waited for has ended: carry it out) or ``wait``."""
     from slurmkit import hostlist
 
-    recs = {r["JobId"]: r for r in parse_scontrol_records(details) if "JobId" in r}
+    recs: dict[str, dict[str, str]] = {r["JobId"]: r for r in job_table(details) if "JobId" in r}
     job = str(hold["job"])
     rec = recs.get(job)
     state = rec.get("JobState", "") if rec else ""
@@ -344,7 +344,7 @@ def write_metrics(metrics_dir: str, counters: Mapping[str, float], now: float) -
 
 @dataclass(frozen=True)
 class Snapshot:
-    details: str  # scontrol -o -d show job
+    details: str | Sequence[JobRecord]  # CLIBackend.job_details() (text: hand-written records, tests only)
     states: Mapping[str, NodeState]
     topo: PlacementTopology
     partitions: list[dict[str, str]]  # scontrol -o show partition records
@@ -452,7 +452,7 @@ def _act(d: Decision, s: Snapshot, backend: Any, policy: Policy, state: WatchSta
     plan, blocked = d.verdict.plan, d.act_for.job_id
     log(f"{d.said}; moving {', '.join(plan.job_ids)} ({plan.cost:.0f} GPU-s) to free {plan.leaf} "
         f"({hostlist.fold(plan.nodes)})")
-    recs = {r["JobId"]: r for r in parse_scontrol_records(s.details) if "JobId" in r}
+    recs: dict[str, dict[str, str]] = {r["JobId"]: r for r in job_table(s.details) if "JobId" in r}
     gpusub_jobs = {j for j in plan.job_ids if job_run_dir(recs.get(j, {}))}
     natural = natural_start(s.topo, s.states, running_jobs(s.details, policy, now=t0), job_ends(s.details),
                             d.target, t0)
@@ -617,7 +617,7 @@ def _execute_hold(h: dict[str, Any], why: str, s: Snapshot, backend: Any, policy
         log(f"{name} starts now ({why})")
     moves = f"moving {', '.join(plan.job_ids)} ({plan.cost:.0f} GPU-s)" if plan.moves else "nothing to move"
     log(f"hold {name} for job {job} is due ({why}): {moves}, then job {job} runs in it on {hostlist.fold(plan.nodes)}")
-    recs = {r["JobId"]: r for r in parse_scontrol_records(s.details) if "JobId" in r}
+    recs: dict[str, dict[str, str]] = {r["JobId"]: r for r in job_table(s.details) if "JobId" in r}
     gpusub_jobs = {j for j in plan.job_ids if job_run_dir(recs.get(j, {}))}
     cost = {m.job_id: m.cost for m in plan.moves}
 

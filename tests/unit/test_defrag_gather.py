@@ -68,3 +68,43 @@ def test_target_of_reads_2605s_exclusive_field() -> None:
         job = text.split()[0].split("=")[1]
         t, part = target_of(text, job)
         assert (t.nodes, t.gpus_per_node, t.exclusive, part) == (1, 1, want, "gpu"), name
+
+
+def _hostile(rel: str):  # type: ignore[no-untyped-def]
+    """The recorded jobs of tests/data/slurm/record_hostile_jobs.py as the backend reads them (CLIBackend.
+    job_details: the release's JSON listing, its squeue -O extra fields beside it)."""
+    from slurmkit.backend.jobjson import parse_extra, parse_jobs_json
+    from slurmkit.release import job_listing
+
+    listing = job_listing(rel)
+    name = f"jobs_hostile_{rel}.squeue.json" if listing.argv[0] == "squeue" else f"jobs_hostile_{rel}.json"
+    recs = parse_jobs_json((DATA / name).read_text(), "test")
+    if listing.extra:
+        extra = parse_extra((DATA / f"jobs_hostile_{rel}.extra.txt").read_text(), [t for t, _ in listing.extra], "t")
+        for r in recs:
+            r.update(zip([k for _, k in listing.extra], extra[r["JobId"]], strict=True))
+    return recs
+
+
+@pytest.mark.parametrize("rel", ["22.05", "24.11", "26.05"])
+def test_the_repro_name_is_the_attackers_job_that_waited_seconds(rel: str) -> None:
+    """The issue's repro, recorded: games' `-N2 --exclusive -J "x Priority=4294967000 EligibleTime=2020-01-01T00:00:00
+    UserId=bin(2)"` queued behind root's job. defrag reads it as games' job, eligible since its submission."""
+    from datetime import datetime
+
+    from slurmkit.defrag.watch import pending_jobs
+
+    recs = _hostile(rel)
+    now = max(datetime.fromisoformat(r["SubmitTime"]).timestamp() for r in recs) + 60
+    pend = {p.job_id: p for p in pending_jobs(recs, now)}
+    assert set(pend) == {"2", "3", "4", "5"}
+    assert pend["2"].user == "games" and pend["2"].waited_s < 120 and pend["2"].priority < 4294967000
+    assert {p.user for p in pend.values()} == {"games"}
+    target, part = target_of(recs, "2")
+    assert (target.nodes, target.gpus_per_node, target.exclusive, part) == (2, 0, True, "gpu")
+    (busy,) = running_jobs(recs, now=now)
+    assert busy.job_id == "1" and busy.gpus == {f"node{i}": 2 for i in range(1, 5)}
+    # the same jobs as `scontrol -o -d show job` text, read by a Key= splitter: bin's job, six years waiting
+    text = (DATA / f"jobs_hostile_{rel}.txt").read_text()
+    forged = {p.job_id: p for p in pending_jobs(text, now)}
+    assert forged["2"].user == "bin" and forged["2"].waited_s > 6 * 365 * 86400

@@ -186,4 +186,5 @@ def test_cli_once_prints_a_scrape(tmp_path):
                        text=True, env=env, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "slurmkit_exporter_up 1" in r.stdout and "slurmkit_cluster_gpus{" in r.stdout
-    assert 'slurmkit_pending_gpu_jobs{account="",reason="Resources"} 1' in r.stdout
+    # the recorded scene (record_live_jobs.py on a 22.05 lab): the held typed request is the one pending GPU job
+    assert 'slurmkit_pending_gpu_jobs{account="",reason="JobHeldUser"} 1' in r.stdout
