@@ -269,11 +269,11 @@ class _Conn:
     sock: socket.socket
     task: asyncio.Task[None] | None = None
     transport: asyncio.BaseTransport | None = None
-    before_request: bool = True
+    phase: str = "head"  # head (before its request: idle or slow), work (its scrape runs), write (answering)
 
     def drop(self) -> None:
         """Close now, whatever phase it is in (a handshake in flight is cancelled, which closes it)."""
-        self.before_request = False
+        self.phase = "gone"
         if self.transport is not None:
             self.transport.abort()  # type: ignore[attr-defined]
         elif self.task is not None:
@@ -382,8 +382,10 @@ class Server:
         self.stats.accepted += 1
         over = len(self._conns) - self.max_connections
         if over > 0:
-            # the oldest not-yet-requested connections of the peer holding the most: a flood evicts its own
-            waiting = [c for c in self._conns.values() if c.before_request and c is not conn] or [conn]
+            # the oldest connections still before their request (else the oldest still taking their answer) of
+            # the peer holding the most: a flood evicts its own; a scrape in progress is never cut
+            waiting = ([c for c in self._conns.values() if c.phase == "head" and c is not conn]
+                       or [c for c in self._conns.values() if c.phase == "write"] or [conn])
             per_peer = Counter(c.peer for c in waiting)
             top = max(per_peer.values())
             for c in [c for c in waiting if per_peer[c.peer] == top][:over]:  # dicts keep accept order
@@ -418,6 +420,7 @@ class Server:
             return
         writer = asyncio.StreamWriter(conn.transport, protocol, reader, loop)  # type: ignore[arg-type]
         try:
+            conn.phase = "write"
             if head is None:
                 await self._answer(writer, 408, b"request timeout\n")
             elif head == b"":
@@ -426,8 +429,9 @@ class Server:
                 self.stats.refused_auth += 1
                 await self._answer(writer, 403, b"client certificate SAN not allowed\n")
             else:
-                conn.before_request = False
+                conn.phase = "work"
                 status, body, ctype = await self._respond(head)
+                conn.phase = "write"
                 await self._answer(writer, status, body, ctype)
         finally:
             writer.close()
