@@ -227,31 +227,36 @@ def fd_room(reserve: int = 96) -> int:
 DEFAULT_PORT = 9799
 
 
-def _local(host: str) -> bool:
-    """Whether ``host`` names an address of this machine (one this process can bind)."""
+def _local(host: str) -> str:
+    """The address of this machine ``host`` names (one this process can bind; a loopback one only when it names
+    no other, as Debian's /etc/hosts maps the host's own name to 127.0.1.1), or ""."""
+    import ipaddress
+
     try:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
-        return False
-    for family, _t, _p, _c, addr in infos:
+        return ""
+    addrs = sorted({(i[0], str(i[4][0])) for i in infos}, key=lambda fa: ipaddress.ip_address(fa[1]).is_loopback)
+    for family, addr in addrs:
         with socket.socket(family, socket.SOCK_STREAM) as s:
             try:
-                s.bind((addr[0], 0))
-                return True
+                s.bind((addr, 0))
+                return addr
             except OSError:
                 continue
-    return False
+    return ""
 
 
 def default_listen(exporters: tuple[str, ...]) -> tuple[str, int, str]:
-    """(host, port, why) to serve on without --web.listen-address: the first of the inventory's
-    ``monitoring.exporter`` entries (the addresses Prometheus scrapes) that is an address of this machine, else
+    """(address, port, why) to serve on without --web.listen-address: the first of the inventory's
+    ``monitoring.exporter`` entries (the addresses Prometheus scrapes) that names an address of this machine, else
     127.0.0.1:9799 -- never every interface by default."""
     for e in exporters:
         host, _, port = e.rpartition(":")
         host = host.strip("[]")
-        if port.isdigit() and host and _local(host):
-            return host, int(port), f"monitoring.exporter {e}"
+        addr = _local(host) if port.isdigit() and host else ""
+        if addr:
+            return addr, int(port), f"monitoring.exporter {e}"
     return "127.0.0.1", DEFAULT_PORT, "no monitoring.exporter entry is an address of this host"
 
 

@@ -99,18 +99,16 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def hold_idle(host: str, port: int, n: int, source: str = "", wait_s: float = 60) -> list[socket.socket]:
-    """``n`` connected sockets that never send a byte (what a user's script leaves), one after another (each
-    accepted before the next, as a thread-per-connection server would until its fds run out); a connect the
-    server no longer accepts gives up after 0.5 s, the whole after ``wait_s``."""
+def hold_idle(host: str, port: int, n: int, source: str = "", wait_s: float = 120) -> list[socket.socket]:
+    """``n`` connected sockets that never send a byte (what a user's script leaves), one after another (a
+    thread-per-connection server takes them in until its fds run out); a connect not taken within 0.5 s is tried
+    again, for ``wait_s`` at most."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < n + 200:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 1000), hard))
     held: list[socket.socket] = []
     deadline = time.monotonic() + wait_s
-    for _ in range(n):
-        if time.monotonic() > deadline:
-            break
+    while len(held) < n and time.monotonic() < deadline:
         s = socket.socket()
         if source:
             s.bind((source, 0))
