@@ -73,6 +73,10 @@ def exporter(inventory: str, listen: str | None, web_config: str | None, request
                         "-o", "Account,ElapsedRaw,AllocTRES"], timeout=timeout).stdout
 
     scraper = Scraper(cluster, backend, cache_s, sacct)
+    if cluster.monitoring.per_user_labels and not once and (web is None or not web.authenticated):
+        click.echo(f"slurmkit exporter: warning: monitoring.per_user_labels: true serves user names to anyone who "
+                   f"reaches {host}:{port}, PrivateData or not; give --web.config.file basic_auth_users or "
+                   "RequireAndVerifyClientCert", err=True)
     if once:
         click.echo(scraper.text(), nl=False)
         return

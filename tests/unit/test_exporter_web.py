@@ -502,3 +502,43 @@ def test_clients_that_never_read_their_answer_do_not_lock_out_a_scrape():
         for s in stalled:
             s.close()
         close(srv)
+
+
+def test_a_silent_connection_is_closed_at_the_deadline_plain_and_tls(tmp_path):
+    """No byte at all: 408 and closed at request_timeout_s (plain); a TLS port closes a client that never sends
+    its ClientHello at the same deadline (the handshake is inside it)."""
+    srv, addr = server(limits=Limits(request_timeout_s=0.5))
+    host, port = addr.split(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            assert s.recv(100).startswith(b"HTTP/1.1 408")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"GARBAGE\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 400")
+        assert srv.stats.timed_out == 1
+    finally:
+        close(srv)
+    if not shutil.which("openssl"):
+        return
+    crt, key = make_cert(tmp_path, "server", "IP:127.0.0.1")
+    web = load_web_config(web_config(tmp_path, {"tls_server_config": {"cert_file": str(crt), "key_file": str(key)}}))
+    srv, addr = server(web, Limits(request_timeout_s=0.5))
+    try:
+        with socket.create_connection((host, srv.server_address[1]), timeout=10) as s:
+            assert s.recv(100) == b""  # closed, not held
+        ctx = ssl.create_default_context(cafile=str(crt))
+        assert scrape(f"https://{addr}/metrics", timeout=5, context=ctx)[0] == 200
+    finally:
+        close(srv)
+
+
+def test_per_user_labels_forced_on_without_auth_is_warned(tmp_path):
+    port = free_port()
+    p = start_exporter(tmp_path, "--listen", f"127.0.0.1:{port}", inv=inventory(tmp_path, per_user_labels=True))
+    try:
+        wait_listening("127.0.0.1", port, p, tmp_path / "exporter.log")
+        status, body = scrape(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert status == 200 and users_in(body.decode()) - {""}  # PrivateData=none here, and forced on anyway
+    finally:
+        stop(p)
+    assert "warning: monitoring.per_user_labels: true serves user names" in (tmp_path / "exporter.log").read_text()
