@@ -29,20 +29,40 @@ def generate(inventory: str, out: str) -> None:
 
 @click.command()
 @click.argument("inventory", type=click.Path(exists=True, dir_okay=False))
-@click.option("--listen", default="0.0.0.0:9799", show_default=True, help="host:port to serve /metrics on.")
+@click.option("--web.listen-address", "--listen", "listen", default=None,
+              help="host:port to serve /metrics on (default: the inventory's monitoring.exporter entry that is an "
+                   "address of this host, else 127.0.0.1:9799; never every interface unless you say 0.0.0.0).")
+@click.option("--web.config.file", "web_config", type=click.Path(dir_okay=False), default=None,
+              help="Prometheus exporter-toolkit web config: tls_server_config, basic_auth_users (bcrypt), "
+                   "http_server_config.headers.")
+@click.option("--web.request-timeout", "request_timeout", default=10.0, show_default=True,
+              help="Seconds from connect to a whole request (TLS handshake included), and again to take the answer.")
+@click.option("--web.max-connections", "max_connections", default=256, show_default=True,
+              help="Open connections at most (also bounded by the fd limit); one more closes the oldest idle one.")
 @click.option("--cache", "cache_s", default=15.0, show_default=True,
               help="Seconds a scrape's answer is reused (one batch of Slurm queries per period).")
 @click.option("--timeout", default=10.0, show_default=True, help="Seconds each Slurm query may take.")
 @click.option("--once", is_flag=True, help="Print one scrape and exit.")
-def exporter(inventory: str, listen: str, cache_s: float, timeout: float, once: bool) -> None:
+def exporter(inventory: str, listen: str | None, web_config: str | None, request_timeout: float,
+             max_connections: int, cache_s: float, timeout: float, once: bool) -> None:
     """Serve the cluster's view for Prometheus: GPUs by state per partition/group/type, jobs and GPUs per
-    account/QOS/user, pending GPU jobs by reason, free nodes per leaf, GPU-hours per account (with accounting)."""
+    account/QOS/user (user= only where PrivateData and monitoring.per_user_labels allow), pending GPU jobs by reason,
+    free nodes per leaf, GPU-hours per account (with accounting)."""
     from slurmkit.backend.cli import default_backend
     from slurmkit.errors import UsageError
     from slurmkit.model.load import load_cluster
     from slurmkit.monitor.exporter import Scraper, serve
+    from slurmkit.monitor.web import Limits, default_listen, load_web_config, parse_listen
 
     cluster = load_cluster(inventory)
+    web = load_web_config(web_config) if web_config else None
+    if request_timeout <= 0 or max_connections < 1:
+        raise UsageError("--web.request-timeout and --web.max-connections must be positive")
+    if listen is not None:
+        host, port = parse_listen(listen)
+        why = "--web.listen-address"
+    else:
+        host, port, why = default_listen(cluster.monitoring.exporter)
     backend = default_backend(timeout=timeout)
     sacct = None
     if cluster.accounting is not None:
@@ -53,14 +73,22 @@ def exporter(inventory: str, listen: str, cache_s: float, timeout: float, once: 
                         "-o", "Account,ElapsedRaw,AllocTRES"], timeout=timeout).stdout
 
     scraper = Scraper(cluster, backend, cache_s, sacct)
+    if cluster.monitoring.per_user_labels and not once and (web is None or not web.authenticated):
+        click.echo(f"slurmkit exporter: warning: monitoring.per_user_labels: true serves user names to anyone who "
+                   f"reaches {host}:{port}, PrivateData or not; give --web.config.file basic_auth_users or "
+                   "RequireAndVerifyClientCert", err=True)
     if once:
         click.echo(scraper.text(), nl=False)
         return
-    host, _, port = listen.rpartition(":")
-    if not port.isdigit():
-        raise UsageError(f"--listen: expected host:port, got {listen!r}")
-    srv = serve(scraper, host or "0.0.0.0", int(port))
-    click.echo(f"slurmkit exporter on http://{listen}/metrics", err=True)
+    try:
+        srv = serve(scraper, host, port, web, Limits(request_timeout_s=request_timeout,
+                                                     max_connections=max_connections))
+    except OSError as exc:
+        raise UsageError(f"--web.listen-address {host}:{port}: {exc.strerror or exc}") from None
+    scheme = "https" if web is not None and web.tls is not None else "http"
+    auth = " (basic auth)" if web is not None and web.users else ""
+    click.echo(f"slurmkit exporter on {scheme}://{host}:{port}/metrics{auth} ({why}; at most "
+               f"{srv.max_connections} connections)", err=True)
     srv.serve_forever()
 
 

@@ -381,6 +381,10 @@ class Monitoring:
     gpu_temp_max_c: int = 85
     hook_slow_s: float = 10.0  # a health hook run longer than this is "slow"
     quota_pending_for_s: int = 1800  # a tenant at quota with GPU jobs pending this long
+    # the exporter's user= labels (slurmkit_jobs, slurmkit_job_gpus): None (auto) publishes them unless the running
+    # slurmctld's PrivateData hides other users' jobs or users (slurm.conf(5) PrivateData jobs/users); True or
+    # False is the site's own decision
+    per_user_labels: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,43 @@ class Usage:
     gpu_hours: dict[str, float] = field(default_factory=dict)
 
 
+# slurm.conf(5) PrivateData (22.05): "jobs" prevents users from viewing jobs belonging to other users, "users"
+# information of any user other than themselves, "usage" usage of any other user (sshare, sreport). `scontrol show
+# config` prints the set comma-separated, or "none" (private_data_string(), src/common/slurm_protocol_defs.c and
+# src/api/config_info.c, 22.05).
+HIDES_USERS = frozenset({"jobs", "users"})
+
+
+def private_data(show_config: str) -> frozenset[str]:
+    """PrivateData's values from ``scontrol show config`` (``PrivateData = jobs,usage``); ValueError without it."""
+    for line in show_config.splitlines():
+        k, sep, v = line.partition("=")
+        if sep and k.strip() == "PrivateData":
+            return frozenset(x.strip().lower() for x in v.split(",") if x.strip() and x.strip().lower() != "none")
+    raise ValueError("scontrol show config: no PrivateData line")
+
+
+def inventory_private_data(cluster: Cluster) -> frozenset[str]:
+    """PrivateData as the inventory's ``slurm_conf:`` sets it (slurm.conf keys are case-insensitive)."""
+    for k, v in cluster.slurm_conf:
+        if k.lower() == "privatedata":
+            return frozenset(x.strip().lower() for x in v.split(",") if x.strip() and x.strip().lower() != "none")
+    return frozenset()
+
+
+def label_policy(setting: bool | None, private: frozenset[str] | None) -> tuple[bool, bool]:
+    """(user= labels, per-account usage) to publish: ``setting`` is monitoring.per_user_labels (None: auto);
+    ``private`` the PrivateData in force, None when it could not be read (then auto publishes neither)."""
+    usage = private is not None and "usage" not in private
+    if setting is not None:
+        return setting, usage
+    return private is not None and not (private & HIDES_USERS), usage
+
+
 def render(cluster: Cluster, nodes: Iterable[NodeInfo], jobs: Iterable[JobInfo], now: float,
            usage: Usage | None = None, query_s: float = 0.0, errors: dict[str, int] | None = None,
-           ok: bool = True) -> str:
+           ok: bool = True, per_user: bool = True) -> str:
+    """``per_user`` False: jobs and GPUs per account/QOS/state with user="" (one series per account, no names)."""
     ex = Exposition()
     ex.add(M.up, {}, int(ok))
     ex.add(M.scrape_s, {}, round(query_s, 6))
@@ -117,7 +151,8 @@ def render(cluster: Cluster, nodes: Iterable[NodeInfo], jobs: Iterable[JobInfo],
             continue
         raw = j.raw
         acct, qos = raw.get("Account", "") or "", raw.get("QOS", "") or ""
-        key = (acct if acct != "(null)" else "", qos if qos != "(null)" else "", _user(raw), state)
+        key = (acct if acct != "(null)" else "", qos if qos != "(null)" else "", _user(raw) if per_user else "",
+               state)
         ngpu = job_gpus(j)
         counts[key] += 1
         gpu_counts[key] += ngpu
@@ -186,6 +221,7 @@ class Scraper:
     def __init__(self, cluster: Cluster, backend: Any, cache_s: float = 15.0,
                  sacct: Callable[[], str] | None = None, clock: Callable[[], float] = time.time):
         self.cluster, self.backend, self.cache_s, self.sacct, self.clock = cluster, backend, cache_s, sacct, clock
+        self.per_user = False  # what the last batch published (user= labels)
         self._lock = threading.Lock()
         self._text = ""
         self._at = float("-inf")
@@ -213,6 +249,8 @@ class Scraper:
                 except Exception:  # noqa: BLE001 - a failed query is a series (exporter_up 0), never a crash
                     ok = False
                     self.errors[name] += 1
+            private = self._private_data()
+            self.per_user, show_usage = label_policy(self.cluster.monitoring.per_user_labels, private)
             if self.sacct is not None and now - self._usage_at >= max(self.cache_s, 300.0):
                 try:  # the day's usage moves slowly: sacct at most every 5 minutes
                     self._usage = parse_sacct_usage(self.sacct())
@@ -220,29 +258,31 @@ class Scraper:
                 except Exception:  # noqa: BLE001
                     ok = False
                     self.errors["sacct"] += 1
-            self._text = render(self.cluster, nodes, jobs, now, self._usage, time.monotonic() - t0,
-                                dict(self.errors), ok)
+            self._text = render(self.cluster, nodes, jobs, now, self._usage if show_usage else None,
+                                time.monotonic() - t0, dict(self.errors), ok, self.per_user)
             self._at = now
             return self._text
 
 
-def serve(scraper: Scraper, host: str, port: int) -> Any:
-    """An HTTP server answering /metrics (text format 0.0.4); returns the server (serve_forever is the caller's)."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    def _private_data(self) -> frozenset[str] | None:
+        """PrivateData as the running slurmctld says (a reconfigure that turns it on counts from the next batch);
+        the inventory's where the backend cannot say; None (publish no names) when the query fails."""
+        show = getattr(self.backend, "show_config", None)
+        if show is None:
+            return inventory_private_data(self.cluster)
+        try:
+            return private_data(show())
+        except Exception:  # noqa: BLE001 - unknown privacy: fail closed, count it
+            self.errors["config"] += 1
+            return None
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path.split("?")[0] not in ("/metrics", "/"):
-                self.send_error(404)
-                return
-            body = scraper.text().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - scrapes are not worth a log line
-            return
+def serve(scraper: Scraper, host: str, port: int, web: Any = None, limits: Any = None) -> Any:
+    """The /metrics server (text format 0.0.4; monitor/web.py: bounded connections, deadlines, TLS, basic auth);
+    returns it bound (serve_forever is the caller's)."""
+    from slurmkit.monitor.web import Server
 
-    return ThreadingHTTPServer((host, port), Handler)
+    def metrics() -> tuple[str, bytes]:
+        return "text/plain; version=0.0.4; charset=utf-8", scraper.text().encode()
+
+    return Server(metrics, host, port, web, limits)

@@ -158,10 +158,12 @@ class M:
                       ("partition", "group", "gpu_type", "state"), "exporter")
     cluster_nodes = _m("slurmkit_cluster_nodes", "gauge", "Nodes by Slurm base state per partition.",
                        ("partition", "state"), "exporter")
-    jobs = _m("slurmkit_jobs", "gauge", "Jobs by state (running, pending) per account, QOS and user.",
+    jobs = _m("slurmkit_jobs", "gauge", "Jobs by state (running, pending) per account, QOS and user (user=\"\" "
+              "where PrivateData or monitoring.per_user_labels hides users).",
               ("account", "qos", "user", "state"), "exporter")
     job_gpus = _m("slurmkit_job_gpus", "gauge", "GPUs of jobs by state (running: allocated; pending: requested) per "
-                  "account, QOS and user.", ("account", "qos", "user", "state"), "exporter")
+                  "account, QOS and user (user=\"\" where PrivateData or monitoring.per_user_labels hides users).",
+                  ("account", "qos", "user", "state"), "exporter")
     pending_reason = _m("slurmkit_pending_gpu_jobs", "gauge", "Pending jobs that ask for GPUs, by Slurm's reason.",
                         ("account", "reason"), "exporter")
     pending_oldest = _m("slurmkit_pending_gpu_job_oldest_seconds", "gauge",
