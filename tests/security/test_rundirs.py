@@ -272,7 +272,7 @@ def test_shm_cleanup_of_a_huge_tree_is_bounded(open_tmp: Path) -> None:
 @pytest.mark.lab
 def test_on_a_lab_root_prices_a_users_job_without_following_their_tree(sec_lab) -> None:  # type: ignore[no-untyped-def]
     """The real path: jobs of the attacker submitted on the suite's lab with -o into their own run dir (whose
-    checkpoints/ links to /) and into the victim's; root's defrag gather reads the lab's `scontrol -o -d show job`."""
+    checkpoints/ links to /) and into the victim's; root's defrag gather reads the lab's job records (the backend's job_details)."""
     from slurmkit.backend.cli import CLIBackend
 
     work = user_dir(Path(sec_lab.dir) / "rundirs-item4", ATTACKER)
@@ -294,8 +294,10 @@ def test_on_a_lab_root_prices_a_users_job_without_following_their_tree(sec_lab) 
         while not all(backend.job(j).state == "RUNNING" for j in jids):
             assert time.monotonic() < deadline, [backend.job(j) for j in jids]
             time.sleep(0.5)
-        details = backend.job_details()
-        assert f"UserId={ATTACKER}({uid(ATTACKER)})" in details and f"StdOut={run}/logs/slurm-{jids[0]}.out" in details
+        details = backend.job_details()  # records read from Slurm's JSON (item 2)
+        mine = {r["JobId"]: r for r in details if r.get("JobId") in jids}
+        assert mine[jids[0]]["UserId"] == f"{ATTACKER}({uid(ATTACKER)})", mine
+        assert mine[jids[0]]["StdOut"] == f"{run}/logs/slurm-{jids[0]}.out", mine
         with counted() as reads:
             got = {j.job_id: j for j in gather.running_jobs(details, gather.Policy(), now=time.time())}
         assert reads.n <= 100, reads.n
