@@ -34,6 +34,10 @@ class InventoryError(UsageError):
         super().__init__(f"{where}{path}: {message}" if path else f"{where}{message}")
 
 
+class ParseError(SlurmkitError):
+    """Output of a Slurm command (or a file in Slurm's format) that slurmkit cannot read as that command prints it."""
+
+
 class ConfigValidationError(SlurmkitError):
     """Generated or on-disk Slurm config failed validation; ``problems`` lists every finding."""
 

@@ -68,11 +68,40 @@ def _one_range(text: str) -> tuple[str, int, int, int] | None:
     return None
 
 
-def expand(hostlist: str, where: str = "hostlist") -> list[str]:
-    """``gpu[01-03]`` -> ``['gpu01', 'gpu02', 'gpu03']`` in NodeSet order (sorted, numerically)."""
+_BRACKET_BODY = re.compile(r"\[([^\[\]]*)\]")
+_RANGE_NUMS = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", re.ASCII)
+
+
+def size_bound(text: str) -> int:
+    """How many names ``text`` can expand to at most, counted on its brackets without making one (each comma item:
+    the product of its brackets' range sizes); a bracket that is not plain ranges counts 1 and is left to the
+    parser. What keeps ``a[0-999999999]`` from output a command printed from being expanded into memory
+    (ClusterShell's RangeSet is a set of every index)."""
+    total = 0
+    for item in split_top(text):
+        n = 1
+        for body in _BRACKET_BODY.findall(item):
+            size = 0
+            for r in body.split(","):
+                m = _RANGE_NUMS.fullmatch(r)
+                if m:
+                    lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+                    size += max(0, hi - lo + 1)
+                else:
+                    size += 1
+            n *= max(size, 1)
+        total += n
+    return total
+
+
+def expand(hostlist: str, where: str = "hostlist", limit: int | None = None) -> list[str]:
+    """``gpu[01-03]`` -> ``['gpu01', 'gpu02', 'gpu03']`` in NodeSet order (sorted, numerically). ``limit``: a
+    UsageError, before anything is expanded, for a list of more hosts than that."""
     if not hostlist or not hostlist.strip():
         return []
     text = hostlist.strip()
+    if limit is not None and "[" in text and size_bound(text) > limit:
+        raise UsageError(f"{where}: hostlist {text[:60]!r} names more than {limit:,} hosts")
     if _PLAIN.fullmatch(text):
         return [text]
     one = _one_range(text)
