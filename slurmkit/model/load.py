@@ -1373,6 +1373,8 @@ def _defrag(ctx: _Ctx, raw: Any) -> None:
 def load_cluster_text(text: str, source: str | None = None) -> Cluster:
     try:
         data = yamlio.load(text)
+    except yamlio.DuplicateKeyError as exc:
+        raise InventoryError(exc.path, exc.message, source) from None
     except yamlio.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "YAML"
