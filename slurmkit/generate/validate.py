@@ -403,9 +403,9 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
             auto_nodes.update(nodes)
         name, gtype = d["name"], d.get("type", "")
         try:
-            for k, key in (("file", "File"), ("files", "Files"), ("multiplefiles", "MultipleFiles")):
-                if k in d:
-                    cp.expand_files(d[k], rec.where, key)
+            for fk, fkey in (("file", "File"), ("files", "Files"), ("multiplefiles", "MultipleFiles")):
+                if fk in d:
+                    cp.expand_files(d[fk], rec.where, fkey)
             if "multiplefiles" in d:
                 count = 1  # one device made of several files (MIG: GPU + two nvidia-caps)
             elif "file" in d:
