@@ -113,11 +113,11 @@ def test_signal_while_slurmctld_runs(site: Path, tmp_path: Path, sig: signal.Sig
         assert _slurmctld_under(tmp), "the real parse never started its slurmctld"
         p.send_signal(sig)
         out, err = p.communicate(timeout=60)
+        assert not _settle(tmp), _procs_under(tmp)
+        assert not [d.name for d in tmp.iterdir()], "the real parse's temp dir was left behind"
         assert p.returncode == code, err
         assert err.strip().splitlines()[-1] == f"slurmkit: interrupted by {sig.name}", err
         assert "Traceback" not in err
-        assert not _settle(tmp), _procs_under(tmp)
-        assert not [d.name for d in tmp.iterdir()], "the real parse's temp dir was left behind"
     finally:
         if p.poll() is None:
             p.kill()
@@ -144,10 +144,10 @@ def test_signals_at_random_points(site: Path, tmp_path: Path) -> None:
             p.send_signal(sig)
             _out, err = p.communicate(timeout=60)
             where = f"seed {seed}, run {i}: {sig.name} after {delay:.2f}s of {span:.2f}s"
-            assert p.returncode in (code, 0), f"{where}: rc {p.returncode}: {err}"
-            assert "Traceback" not in err, f"{where}: {err}"
             assert not _settle(tmp), f"{where}: {_procs_under(tmp)}"
             assert not [d.name for d in tmp.iterdir()], f"{where}: left {[d.name for d in tmp.iterdir()]}"
+            assert p.returncode in (code, 0), f"{where}: rc {p.returncode}: {err}"
+            assert "Traceback" not in err, f"{where}: {err}"
         finally:
             if p.poll() is None:
                 p.kill()
