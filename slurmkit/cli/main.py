@@ -78,13 +78,10 @@ def _unwind_on_signals() -> None:
     a second signal while the first unwinds is noted, not raised, so the cleanup finishes. A signal this process
     was started ignoring (nohup, a shell's background job) stays ignored; one a command handles itself (defrag watch)
     is its own."""
-    import signal
-    import threading
+    import signal  # no threading import on the hooks' path: signal.signal refuses a thread (ValueError) itself
 
     from slurmkit.errors import Interrupted
 
-    if threading.current_thread() is not threading.main_thread():
-        return
     fired: list[int] = []
 
     def handler(signum: int, _frame: object) -> None:
@@ -94,7 +91,10 @@ def _unwind_on_signals() -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
-            signal.signal(sig, handler)
+            try:
+                signal.signal(sig, handler)
+            except ValueError:  # not the main thread (run_cli called from a test's thread): leave them be
+                return
 
 
 def run_cli(command: click.Command, argv: list[str] | None = None, prog: str | None = None) -> None:
