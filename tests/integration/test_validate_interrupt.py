@@ -146,7 +146,9 @@ def test_signals_at_random_points(site: Path, tmp_path: Path) -> None:
             where = f"seed {seed}, run {i}: {sig.name} after {delay:.2f}s of {span:.2f}s"
             assert not _settle(tmp), f"{where}: {_procs_under(tmp)}"
             assert not [d.name for d in tmp.iterdir()], f"{where}: left {[d.name for d in tmp.iterdir()]}"
-            assert p.returncode in (code, 0), f"{where}: rc {p.returncode}: {err}"
+            # 0: it had finished; -sig: the signal came while Python was still starting, before the edge's handler
+            # (nothing started yet, so the default action leaves nothing: the assertions above hold it)
+            assert p.returncode in (code, 0, -sig), f"{where}: rc {p.returncode}: {err}"
             assert "Traceback" not in err, f"{where}: {err}"
         finally:
             if p.poll() is None:
