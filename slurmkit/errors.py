@@ -34,6 +34,10 @@ class InventoryError(UsageError):
         super().__init__(f"{where}{path}: {message}" if path else f"{where}{message}")
 
 
+class ParseError(SlurmkitError):
+    """Output of a Slurm command (or a file in Slurm's format) that slurmkit cannot read as that command prints it."""
+
+
 class ConfigValidationError(SlurmkitError):
     """Generated or on-disk Slurm config failed validation; ``problems`` lists every finding."""
 
@@ -73,3 +77,17 @@ class SlurmTimeout(SlurmCommandError):
 
 class LabError(SlurmkitError):
     """The local Slurm lab could not be started, queried or stopped."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, SIGINT or SIGHUP reached a slurmkit CLI (``timeout 1 slurmkit ...``, a CI step cancelled, Ctrl-C, a
+    closed terminal): raised in the main thread by the edge's handler (cli/main.py) so that every ``finally`` and
+    ``with`` runs -- the real parse stops its slurmctld and removes its temp dir -- where the default action would end
+    Python on the spot. A KeyboardInterrupt, so code that already stops cleanly on Ctrl-C does the same here."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)

@@ -14,6 +14,13 @@ from typing import Any
 from slurmkit.errors import UsageError
 from slurmkit.indexlist import expand_ints  # noqa: F401 - Slurm index lists, dependency-free
 
+# Slurm's hostlist parser refuses a bracket range of more than MAX_RANGE hosts: src/common/hostlist.c at
+# slurm-22-05-8-1, `#define MAX_RANGE (64*1024)` and _parse_single_range(): `if (range->hi - range->lo + 1 >
+# MAX_RANGE) { error("%s: Too many hosts in range `%s'", ...); return 0; }` (every release 22.05-25.11; 24.11+ spell
+# it MAX_SLURM_NODES, slurm/slurm.h). The loader refuses such a range as written (model/load.py ranges_problem);
+# fold and canonical never write one: a longer run is split into ranges of at most MAX_RANGE hosts.
+MAX_RANGE = 64 * 1024
+
 
 def split_top(text: str) -> list[str]:
     """Split on commas outside brackets: ``a[1-2,5],b`` -> ``['a[1-2,5]', 'b']`` (empty items kept). Written by hand:
@@ -68,11 +75,40 @@ def _one_range(text: str) -> tuple[str, int, int, int] | None:
     return None
 
 
-def expand(hostlist: str, where: str = "hostlist") -> list[str]:
-    """``gpu[01-03]`` -> ``['gpu01', 'gpu02', 'gpu03']`` in NodeSet order (sorted, numerically)."""
+_BRACKET_BODY = re.compile(r"\[([^\[\]]*)\]")
+_RANGE_NUMS = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", re.ASCII)
+
+
+def size_bound(text: str) -> int:
+    """How many names ``text`` can expand to at most, counted on its brackets without making one (each comma item:
+    the product of its brackets' range sizes); a bracket that is not plain ranges counts 1 and is left to the
+    parser. What keeps ``a[0-999999999]`` from output a command printed from being expanded into memory
+    (ClusterShell's RangeSet is a set of every index)."""
+    total = 0
+    for item in split_top(text):
+        n = 1
+        for body in _BRACKET_BODY.findall(item):
+            size = 0
+            for r in body.split(","):
+                m = _RANGE_NUMS.fullmatch(r)
+                if m:
+                    lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+                    size += max(0, hi - lo + 1)
+                else:
+                    size += 1
+            n *= max(size, 1)
+        total += n
+    return total
+
+
+def expand(hostlist: str, where: str = "hostlist", limit: int | None = None) -> list[str]:
+    """``gpu[01-03]`` -> ``['gpu01', 'gpu02', 'gpu03']`` in NodeSet order (sorted, numerically). ``limit``: a
+    UsageError, before anything is expanded, for a list of more hosts than that."""
     if not hostlist or not hostlist.strip():
         return []
     text = hostlist.strip()
+    if limit is not None and "[" in text and size_bound(text) > limit:
+        raise UsageError(f"{where}: hostlist {text[:60]!r} names more than {limit:,} hosts")
     if _PLAIN.fullmatch(text):
         return [text]
     one = _one_range(text)
@@ -107,7 +143,10 @@ def _fold_run(hosts: list[str]) -> str | None:
     lo, hi = nums[0], nums[-1]
     if hi - lo + 1 != len(nums) or len(set(nums)) != len(nums):
         return None
-    return f"{prefix}[{lo:0{width}d}-{hi:0{width}d}]"
+    # a run of more than MAX_RANGE hosts: ranges of MAX_RANGE each (a last one of a single host is its name, as
+    # NodeSet prints one)
+    return ",".join(f"{prefix}[{a:0{width}d}-{min(a + MAX_RANGE - 1, hi):0{width}d}]" if a < hi else f"{prefix}{a:0{width}d}"
+                    for a in range(lo, hi + 1, MAX_RANGE))
 
 
 def exact_cover(parts: Iterable[str], whole: Iterable[str]) -> int | None:
@@ -155,18 +194,47 @@ def fold(hosts: Iterable[str]) -> str:
     run = _fold_run(hosts)
     if run is not None:
         return run
-    return str(_nodeset()[0].fromlist(hosts))
+    return _within_max_range(_nodeset()[0].fromlist(hosts))
+
+
+_RANGE_SPAN = re.compile(r"(\d+)-(\d+)", re.ASCII)
+
+
+def _longest_range(text: str) -> int:
+    """The most hosts one bracket range of a NodeSet-printed list spans (``a[1-70000,70002]`` -> 70,000)."""
+    return max((int(b) - int(a) + 1 for body in _BRACKET_BODY.findall(text) for a, b in _RANGE_SPAN.findall(body)),
+               default=1)
+
+
+def _within_max_range(ns: Any) -> str:
+    """A NodeSet as Slurm can read it: NodeSet's own fold where no range in it passes MAX_RANGE; else its hosts, in
+    NodeSet's order, folded MAX_RANGE at a time and joined by commas (no range of a fold of n hosts spans more than
+    n). Only a list of more than 65,536 hosts pays for the expansion."""
+    text = str(ns)
+    if len(ns) <= MAX_RANGE or _longest_range(text) <= MAX_RANGE:
+        return text
+    out = []
+    for piece in ns.contiguous():  # each contiguous run of one pattern, in NodeSet's order
+        if len(piece) <= MAX_RANGE or _longest_range(str(piece)) <= MAX_RANGE:
+            out.append(str(piece))
+        else:
+            names = list(piece)
+            out += [str(type(ns).fromlist(names[i:i + MAX_RANGE])) for i in range(0, len(names), MAX_RANGE)]
+    return ",".join(out)
 
 
 def canonical(hostlist: str, where: str = "hostlist") -> str:
     """Any hostlist -> its folded, sorted form (``node3,node[1-2]`` -> ``node[1-3]``), parsed once as a set:
     much faster than expand + fold on 100k-node inventories."""
     text = hostlist.strip()
-    if _PLAIN.fullmatch(text) or _one_range(text) is not None:
+    if _PLAIN.fullmatch(text):
+        return text
+    one = _one_range(text)
+    if one is not None and one[2] - one[1] < MAX_RANGE:
         return text  # NodeSet prints these two shapes as they are written
     NodeSet, NodeSetParseError = _nodeset()
     try:
-        return str(NodeSet(hostlist.strip()))
+        return _within_max_range(NodeSet(hostlist.strip()))
     except NodeSetParseError as exc:
         raise UsageError(f"{where}: invalid hostlist {hostlist!r}: {exc}") from exc
 

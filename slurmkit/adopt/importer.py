@@ -274,6 +274,9 @@ def _gres_records(files: Mapping[str, str], nodes: list[str], inv: dict[str, Any
         if not all(_KEY_RE.fullmatch(k) and _value_ok(v) for k, v in pairs):
             res.lost.append(f"{rec.where}: a gres.conf key or value the inventory cannot hold")
             continue
+        for k, v in pairs:
+            if k.lower() in cp.FILE_KEYS:
+                cp.expand_files(v, rec.where, k)  # UsageError naming the line: never carried, never written
         spec = rec.get("NodeName")
         if not any(k.lower() == "name" for k, _ in pairs):
             if spec is None:

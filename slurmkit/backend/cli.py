@@ -56,7 +56,8 @@ class CLIBackend:
     def nodes(self, names: Sequence[str] | None = None) -> list[NodeInfo]:
         if scontrol_json(self.version()):
             # every field per node, typed; the text form needs -d for GresUsed (the JSON implies it)
-            nodes = parse.parse_nodes_json(self._run(["scontrol", "--json", "show", "node"]).stdout)
+            nodes = parse.parse_nodes_json(self._run(["scontrol", "--json", "show", "node"]).stdout,
+                                           what="scontrol --json show node")
         else:
             nodes = parse.parse_scontrol_nodes(self._run(["scontrol", "-o", "-d", "show", "node"]).stdout)
         if names is not None:
@@ -66,7 +67,8 @@ class CLIBackend:
 
     def node(self, name: str) -> NodeInfo:
         if scontrol_json(self.version()):
-            nodes = parse.parse_nodes_json(self._run(["scontrol", "--json", "show", "node", name]).stdout)
+            nodes = parse.parse_nodes_json(self._run(["scontrol", "--json", "show", "node", name]).stdout,
+                                           what=f"scontrol --json show node {name}")
         else:
             nodes = parse.parse_scontrol_nodes(self._run(["scontrol", "-o", "-d", "show", "node", name]).stdout)
         if not nodes:

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from slurmkit import hostlist
+from slurmkit.backend import jsonread
+from slurmkit.backend.jsonread import JSONReadError
 from slurmkit.backend.records import parse_oneline, split_state, strip_reason_stamp
-from slurmkit.errors import SlurmkitError
+from slurmkit.errors import ParseError
 
-__all__ = ["split_state", "strip_reason_stamp"]  # re-exported: callers and tests import them from here
-
-
-class ParseError(SlurmkitError):
-    pass
+# re-exported: callers and tests import them from here
+__all__ = ["JSONReadError", "ParseError", "split_state", "strip_reason_stamp"]
 
 
 # --- sbatch --------------------------------------------------------------------------------------------------
@@ -320,25 +318,26 @@ def parse_squeue(text: str) -> list[JobInfo]:
 
 # --- --json (openapi v0.0.38 in 22.05; filters ignored there: filter in Python) ---------------------------------
 
-def parse_squeue_json(text: str, job_ids: Iterable[str] | None = None, states: Iterable[str] | None = None) -> list[JobInfo]:
-    data = _json(text, "squeue --json")
-    data_parser_of(data, "squeue --json")
+def parse_squeue_json(text: str, job_ids: Iterable[str] | None = None, states: Iterable[str] | None = None,
+                      what: str = "squeue --json") -> list[JobInfo]:
+    """Jobs of ``squeue --json``; every field read through ``jsonread`` (one line naming ``what`` and the field for
+    anything that is not what squeue prints)."""
+    doc = jsonread.loads(text, what)
+    data_parser_of(doc, what)
     want_ids = set(job_ids) if job_ids is not None else None
     want_states = {s.upper() for s in states} if states is not None else None
     out = []
-    for j in data.get("jobs", []):
-        jid = str(j.get("job_id"))
-        state = _state_str(j.get("job_state"))
+    for j in doc.items("jobs"):
+        jid = j.ident("job_id", required=True)
+        state = _state_str(j, "job_state")
         if want_ids is not None and jid not in want_ids:
             continue
         if want_states is not None and state not in want_states:
             continue
-        nodes = j.get("nodes") or ""
         out.append(
             JobInfo(
-                job_id=jid, state=state, reason=str(j.get("state_reason", "")),
-                nodes=tuple(hostlist.expand(nodes)) if nodes else (), name=str(j.get("name", "")),
-                partition=str(j.get("partition", "")), restarts=int(j.get("restart_cnt", 0) or 0),
+                job_id=jid, state=state, reason=j.str("state_reason"), nodes=j.hostlist("nodes"),
+                name=j.str("name"), partition=j.str("partition"), restarts=j.int("restart_cnt", lo=0),
             )
         )
     return out
@@ -353,22 +352,23 @@ def parse_squeue_json(text: str, job_ids: Iterable[str] | None = None, states: I
 KNOWN_DATA_PARSERS = frozenset(f"v0.0.{n}" for n in range(39, 46))
 
 
-def data_parser_of(data: dict, what: str) -> str | None:
+def data_parser_of(data: jsonread.Reader | dict, what: str) -> str | None:
     """The data_parser version a JSON answer carries ("v0.0.42"), None where it names none (22.05's openapi);
-    ParseError, one line, for a version slurmkit does not read."""
-    meta = data.get("meta") or {}
-    plugin = (meta.get("plugin") or meta.get("plugins") or {}) if isinstance(meta, dict) else {}
-    name = plugin.get("data_parser") if isinstance(plugin, dict) else None
+    ParseError (a JSONReadError), one line, for a version slurmkit does not read."""
+    doc = data if isinstance(data, jsonread.Reader) else jsonread.Reader(data, what, "")
+    meta = doc.obj("meta")
+    plugin = meta.obj("plugin") if meta.has("plugin") else meta.obj("plugins")
+    name = plugin.str("data_parser")
     if not name:
         return None
-    version = str(name).rsplit("/", 1)[-1]
+    version = name.rsplit("/", 1)[-1]
     if version not in KNOWN_DATA_PARSERS:
-        raise ParseError(f"{what}: data_parser {name} is not one slurmkit reads (v0.0.39-v0.0.45); a newer Slurm "
-                         "than this slurmkit knows")
+        raise JSONReadError(what, "", f"data_parser {name} is not one slurmkit reads (v0.0.39-v0.0.45); a newer "
+                            "Slurm than this slurmkit knows")
     return version
 
 
-def parse_nodes_json(text: str, names: Iterable[str] | None = None) -> list[NodeInfo]:
+def parse_nodes_json(text: str, names: Iterable[str] | None = None, what: str = "node JSON") -> list[NodeInfo]:
     """Nodes from any of Slurm's JSON node listings, one NodeInfo each (the same as ``parse_scontrol_nodes`` gives
     for the same nodes, except that a reason carries no ``[user@time]`` stamp):
 
@@ -377,43 +377,45 @@ def parse_nodes_json(text: str, names: Iterable[str] | None = None) -> list[Node
       (data_parser v0.0.39+: ``state`` a list, base state first, then flags; ``features`` a list);
     - ``{"sinfo": [...]}``, 23.02+'s ``sinfo --json``: one record per group of nodes in the same state and
       partition (``nodes.nodes`` lists the names, ``node.state`` the state, ``reason.description`` the reason).
-    Recorded: tests/data/slurm/sinfo.json (22.05), tests/data/slurm/24.11/{sinfo,scontrol_show_node}.json."""
-    data = _json(text, "node JSON")
-    data_parser_of(data, "node JSON")
+    Recorded: tests/data/slurm/sinfo.json (22.05), tests/data/slurm/24.11/{sinfo,scontrol_show_node}.json.
+    Every field is read through ``jsonread``: a wrong type, a number that is none (1e400, NaN), a missing name
+    is one JSONReadError naming ``what`` (the command) and the field (``nodes[2].cpus``)."""
+    doc = jsonread.loads(text, what)
+    data_parser_of(doc, what)
     want = set(names) if names is not None else None
     out: dict[str, NodeInfo] = {}
-    for n in data.get("nodes", []) or []:
-        name = str(n.get("name", ""))
-        base, flags = _json_state(n.get("state"), n.get("state_flags"))
+    for n in doc.items("nodes"):
+        name = n.str("name", required=True)
+        base, flags = _json_state(n, "state", "state_flags")
         out[name] = NodeInfo(
-            name=name, state=base, flags=flags, reason=str(n.get("reason") or ""),
-            cpus=_int(n.get("cpus")), sockets=_int(n.get("sockets")), cores_per_socket=_int(n.get("cores")),
-            threads_per_core=_int(n.get("threads")), real_memory=_int(n.get("real_memory")),
-            gres=str(n.get("gres") or ""), gres_used=str(n.get("gres_used") or ""),
-            features=_csv_any(n.get("features") or n.get("active_features")), partitions=_csv_any(n.get("partitions")),
-            addr=str(n.get("address") or ""), alloc_cpus=_int(n.get("alloc_cpus")),
-            spec_cores=_int(n.get("specialized_cores")), mem_spec_mb=_int(n.get("specialized_memory")),
-            weight=_int(n.get("weight")),
+            name=name, state=base, flags=flags, reason=n.str("reason"),
+            cpus=n.int("cpus", lo=0), sockets=n.int("sockets", lo=0), cores_per_socket=n.int("cores", lo=0),
+            threads_per_core=n.int("threads", lo=0), real_memory=n.int("real_memory", lo=0),
+            gres=n.str("gres"), gres_used=n.str("gres_used"),
+            features=n.strs("features") or n.strs("active_features"), partitions=n.strs("partitions"),
+            addr=n.str("address"), alloc_cpus=n.int("alloc_cpus", lo=0),
+            spec_cores=n.int("specialized_cores", lo=0), mem_spec_mb=n.int("specialized_memory", lo=0),
+            weight=n.int("weight", lo=0),
         )
-    for g in data.get("sinfo", []) or []:
-        base, flags = _json_state((g.get("node") or {}).get("state"), None)
-        part = str((g.get("partition") or {}).get("name") or "")
-        gres = g.get("gres") or {}
-        members = (g.get("nodes") or {}).get("nodes") or []
+    for g in doc.items("sinfo"):
+        base, flags = _json_state(g.obj("node"), "state", None)
+        part = g.obj("partition").str("name")
+        gres = g.obj("gres")
+        members = g.obj("nodes").strs("nodes")
         # a group's reason is one node's: 24.11 put drained node7 ("admin maintenance") and node8 ("slurmkit: ...")
         # in one record with node7's reason (recorded). Trust it only for a group of one node.
-        reason = str((g.get("reason") or {}).get("description") or "") if len(members) == 1 else ""
+        reason = g.obj("reason").str("description") if len(members) == 1 else ""
         for name in members:
             prev = out.get(name)
             parts = (prev.partitions if prev else ()) + ((part,) if part else ())
             out[name] = NodeInfo(
                 name=name, state=base, flags=flags, reason=reason,
-                cpus=_int((g.get("cpus") or {}).get("maximum")), sockets=_int((g.get("sockets") or {}).get("maximum")),
-                cores_per_socket=_int((g.get("cores") or {}).get("maximum")),
-                threads_per_core=_int((g.get("threads") or {}).get("maximum")),
-                real_memory=_int((g.get("memory") or {}).get("maximum")),
-                gres=str(gres.get("total") or ""), gres_used=str(gres.get("used") or ""),
-                features=_csv_any((g.get("features") or {}).get("total")), partitions=tuple(dict.fromkeys(parts)),
+                cpus=g.obj("cpus").int("maximum", lo=0), sockets=g.obj("sockets").int("maximum", lo=0),
+                cores_per_socket=g.obj("cores").int("maximum", lo=0),
+                threads_per_core=g.obj("threads").int("maximum", lo=0),
+                real_memory=g.obj("memory").int("maximum", lo=0),
+                gres=gres.str("total"), gres_used=gres.str("used"),
+                features=g.obj("features").strs("total"), partitions=tuple(dict.fromkeys(parts)),
             )
     return [n for name, n in out.items() if want is None or name in want]
 
@@ -421,33 +423,17 @@ def parse_nodes_json(text: str, names: Iterable[str] | None = None) -> list[Node
 parse_sinfo_json = parse_nodes_json  # the name callers and tests know
 
 
-def _json_state(state: object, state_flags: object) -> tuple[str, frozenset[str]]:
-    states = [str(x).upper() for x in state] if isinstance(state, list) else [str(state or "UNKNOWN").upper()]
+def _json_state(rec: jsonread.Reader, key: str, flags_key: str | None) -> tuple[str, frozenset[str]]:
+    """22.05: ``"state": "idle"`` and ``"state_flags": ["DRAIN"]``; 23.02+: ``"state": ["IDLE", "DRAIN"]``."""
+    states = [x.upper() for x in rec.str_or_strs(key)]
     base = (states[0] if states else "UNKNOWN").lower()
-    flags = [*states[1:], *(str(x).upper() for x in (state_flags if isinstance(state_flags, list) else []))]
-    return base, frozenset(flags)
+    more = rec.strs(flags_key) if flags_key else ()
+    return base, frozenset([*states[1:], *(x.upper() for x in more)])
 
 
-def _csv_any(v: object) -> tuple[str, ...]:
-    if isinstance(v, list):
-        return tuple(str(x) for x in v if x)
-    return _csv(v if isinstance(v, str) else None)
-
-
-def _state_str(v: object) -> str:
-    if isinstance(v, list):  # newer openapi versions give a list of states
-        return str(v[0]).upper() if v else "UNKNOWN"
-    return str(v or "UNKNOWN").upper()
-
-
-def _json(text: str, what: str) -> dict:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"{what}: not JSON ({exc.msg} at line {exc.lineno})") from exc
-    if not isinstance(data, dict):
-        raise ParseError(f"{what}: expected a JSON object")
-    return data
+def _state_str(rec: jsonread.Reader, key: str) -> str:
+    states = rec.str_or_strs(key)  # newer openapi versions give a list of states
+    return states[0].upper() if states else "UNKNOWN"
 
 
 # --- scontrol show topology ----------------------------------------------------------------------------------

@@ -300,10 +300,15 @@ def _namespaces() -> tuple[list[str] | None, str, str]:
         return None, "", f"{'unshare (util-linux)' if not path else 'ip (iproute2)'} is not installed"
     argv = [path, *([] if os.geteuid() == 0 else ["--map-root-user"]), "--uts", "--mount", "--net",
             "--propagation", "private"]
-    res = run([*argv, "true"], timeout=10, check=False)
-    if res.rc != 0:
-        return None, "", f"cannot create private namespaces: {(res.stderr or res.stdout).strip()[:120]}"
-    return argv, ip, ""
+    # and a pid namespace whose first process dies with unshare (--kill-child, util-linux 2.32+: SIGKILL to the
+    # forked child when unshare terminates; the kernel then kills every process of the namespace): with the
+    # PR_SET_PDEATHSIG run.stream sets on unshare, a `conf validate` ended by any signal, SIGKILL included, leaves no
+    # slurmctld behind (issue 32 item 7: one was left per interrupted run)
+    for extra in (["--pid", "--fork", "--kill-child"], []):
+        res = run([*argv, *extra, "true"], timeout=10, check=False)
+        if res.rc == 0:
+            return [*argv, *extra], ip, ""
+    return None, "", f"cannot create private namespaces: {(res.stderr or res.stdout).strip()[:120]}"
 
 
 def controller_host(name: str) -> tuple[str, str]:
@@ -657,7 +662,7 @@ def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[
         conf = str(tmp / "etc" / "slurm.conf")
         exe = "/usr/sbin/slurmd" if judge.root else judge.path("slurmd")
         script = _script(judge, tmp, ip, node, [exe, "-G", "-f", conf, "-N", node], devices)
-        res = run([*ns, "sh", "-c", script], timeout=30, check=False)
+        res = run([*ns, "sh", "-c", script], timeout=30, check=False, die_with_parent=True)
         for line in (res.stdout + res.stderr).splitlines():
             line = line.strip()
             if re.search(r"\b(error|fatal):", line) and not any(n.search(line) for n in GRES_NODE_NOISE):

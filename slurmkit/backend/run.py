@@ -17,6 +17,24 @@ from pathlib import Path
 from slurmkit.errors import SlurmCommandError, SlurmTimeout
 
 DEFAULT_TIMEOUT = 30.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent_hook() -> Callable[[], None]:
+    """A preexec_fn that makes the child get SIGKILL when this process dies, however it dies (prctl(2)
+    PR_SET_PDEATHSIG): a SIGKILLed `conf validate` must not leave its slurmctld running. libc is loaded here, before
+    the fork; the child only calls into it. If this process died between fork and prctl, the child exits at once."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def hook() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return hook
 
 
 @dataclass(frozen=True)
@@ -36,10 +54,12 @@ def run(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     unset: Sequence[str] = (),
+    die_with_parent: bool = False,
 ) -> Result:
     """Run ``argv`` and return its output.
 
     ``env`` entries are added to (not substituted for) the current environment; ``unset`` names are removed.
+    ``die_with_parent``: the child gets SIGKILL when this process dies (a real-parse daemon in namespaces).
     Raises SlurmTimeout after ``timeout`` seconds and SlurmCommandError on a non-zero exit when ``check``.
     A missing executable is a SlurmCommandError with rc 127.
     """
@@ -62,6 +82,7 @@ def run(
             env=full_env,
             cwd=cwd,
             stdin=None if input is not None else subprocess.DEVNULL,
+            preexec_fn=_die_with_parent_hook() if die_with_parent else None,
         )
     except subprocess.TimeoutExpired as exc:
         raise SlurmTimeout(argv, timeout) from exc
@@ -78,12 +99,14 @@ def run(
 def stream(argv: Sequence[str], timeout: float, on_line: Callable[[str], float | None]) -> tuple[int | None, bool]:
     """Run ``argv`` (stdout and stderr together) and hand each line to ``on_line`` as it comes, for a child that
     may never exit on its own (``slurmctld -D``): ``on_line`` may return a new deadline, in seconds from now.
-    At EOF or the deadline the child's process group is stopped (TERM, then KILL after 5 s) and always reaped.
+    At EOF or the deadline the child's process group is stopped (TERM, then KILL after 5 s) and always reaped --
+    on every way out, an exception too (the CLI edge turns SIGTERM/SIGINT/SIGHUP into one: cli/main.py); and the
+    child gets SIGKILL from the kernel if this process dies without that (PR_SET_PDEATHSIG).
     -> (its return code, whether the deadline ended it). List argv, no shell."""
     if isinstance(argv, str):
         raise TypeError("stream() takes a list argv, not a string")
     proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent_hook())
     timed_out = False
     try:
         assert proc.stdout is not None
@@ -111,16 +134,23 @@ def stream(argv: Sequence[str], timeout: float, on_line: Callable[[str], float |
                 if later is not None:
                     deadline = time.monotonic() + later
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        _stop_group(proc)
         if proc.stdout:
             proc.stdout.close()
     return proc.returncode, timed_out
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """TERM the child's process group, KILL it after 5 s, reap the child. Only while the child is unreaped: its pid,
+    which is the group's id, cannot belong to anyone else until then. (The real parse's child is unshare with
+    --kill-child over a pid namespace: when it goes, everything under it goes.)"""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def log_tail(path: Path, n: int = 5) -> list[str]:

@@ -72,16 +72,47 @@ def cli() -> None:
     """slurmkit: Slurm config, topology-aware jobs and GPU health hooks for GPU clusters."""
 
 
+def _unwind_on_signals() -> None:
+    """SIGTERM, SIGINT and SIGHUP raise ``Interrupted`` in the main thread instead of ending Python at once (their
+    default action runs no ``finally``: an interrupted `conf validate` left its slurmctld and temp dir behind). Once:
+    a second signal while the first unwinds is noted, not raised, so the cleanup finishes. A signal this process
+    was started ignoring (nohup, a shell's background job) stays ignored; one a command handles itself (defrag watch)
+    is its own."""
+    import signal  # no threading import on the hooks' path: signal.signal refuses a thread (ValueError) itself
+
+    from slurmkit.errors import Interrupted
+
+    fired: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        fired.append(signum)
+        if len(fired) == 1:
+            raise Interrupted(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+            try:
+                signal.signal(sig, handler)
+            except ValueError:  # not the main thread (run_cli called from a test's thread): leave them be
+                return
+
+
 def run_cli(command: click.Command, argv: list[str] | None = None, prog: str | None = None) -> None:
     """Run a click command; library errors become one line on stderr and their exit code (the edge's job)."""
-    from slurmkit.errors import SlurmkitError
+    from slurmkit.errors import Interrupted, SlurmkitError
 
+    _unwind_on_signals()
     try:
         rv = command.main(args=argv, prog_name=prog, standalone_mode=False)
     except SlurmkitError as exc:
         click.echo(f"{prog or 'slurmkit'}: error: {exc.one_line()}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, Interrupted) as exc:
+        # click turns a KeyboardInterrupt (Interrupted is one) into Abort; the signal's exit code, as a shell has it
+        sig = exc if isinstance(exc, Interrupted) else exc.__cause__ or exc.__context__
+        if isinstance(sig, Interrupted):
+            click.echo(f"{prog or 'slurmkit'}: interrupted by {sig.name}", err=True)
+            sys.exit(128 + sig.signum)
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:

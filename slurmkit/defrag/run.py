@@ -35,9 +35,12 @@ class DefragError(SlurmkitError):
 
 def carry_out(plan: DefragPlan, blocked: str, user: str, gpusub_jobs: set[str], backend: CLIBackend,
               log: Callable[[str], None], timeout: float = 300.0, duration: str = "UNLIMITED",
-              poll: float = 1.0, on_move: Callable[[str], None] | None = None, reservation: str | None = None) -> str:
+              poll: float = 1.0, before_move: Callable[[str], None] | None = None,
+              reservation: str | None = None) -> str:
     """-> the nodes the blocked job started on. Raises DefragError (after the rollback) when it did not start.
-    ``on_move(job_id)`` is called as soon as each move is sent (defrag watch counts it there). ``reservation``: one
+    ``before_move(job_id)`` is called before each move is sent (defrag watch records it there: record first, then
+    act); whatever it raises (the state disk full) stops carry_out before that move, with the same rollback, so a
+    move is never sent that is not recorded. ``reservation``: one
     that already holds ``plan.nodes`` for the user (defrag watch's hold, started by now): used instead of a new one,
     and removed the same way at the end."""
     name = reservation or f"slurmkit-defrag-{blocked}"
@@ -53,6 +56,8 @@ def carry_out(plan: DefragPlan, blocked: str, user: str, gpusub_jobs: set[str], 
         assigned = True
         log(f"job {blocked} now waits in {name}")
         for m in plan.moves:
+            if before_move is not None:
+                before_move(m.job_id)
             if m.job_id in gpusub_jobs:
                 backend.cancel(m.job_id, signal="USR2", batch=True)
                 log(f"moving job {m.job_id}: USR2 to its batch shell (checkpoint, requeue), expected on "
@@ -60,8 +65,6 @@ def carry_out(plan: DefragPlan, blocked: str, user: str, gpusub_jobs: set[str], 
             else:
                 backend.requeue(m.job_id)
                 log(f"moving job {m.job_id}: scontrol requeue, expected on {hostlist.fold(m.goes_to)}")
-            if on_move is not None:
-                on_move(m.job_id)
         deadline = time.monotonic() + timeout
         while True:
             j = backend.job(blocked)

@@ -96,13 +96,44 @@ class WatchState:
         return st
 
     def save(self, path: str, now: float, keep_s: float) -> None:
+        """Atomically (the old file or the new one, never half). A write that fails -- a full or read-only state
+        disk -- is one StateWriteError line, and the temp file is gone (health.state.atomic_write)."""
         from slurmkit.health.state import atomic_write
 
         self.moves = [m for m in self.moves if now - float(m["t"]) < keep_s]
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        atomic_write(path, json.dumps({"version": STATE_VERSION, "moves": self.moves, "counters": self.counters,
-                                                 "holds": self.holds},
-                                      indent=1, sort_keys=True) + "\n")
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            atomic_write(path, json.dumps({"version": STATE_VERSION, "moves": self.moves, "counters": self.counters,
+                                                     "holds": self.holds},
+                                          indent=1, sort_keys=True) + "\n")
+        except OSError as exc:
+            raise StateWriteError(path, exc) from None
+
+    def record_move(self, path: str, now: float, keep_s: float, job: str, blocked: str, cost: float) -> None:
+        """Record a move before it is sent (carry_out's before_move): saved, or StateWriteError and the state as it
+        was -- the caller then sends nothing. A move recorded whose send then fails stays counted: the rate limits
+        err towards moving less."""
+        entry = {"t": now, "job": job, "for": blocked}
+        before = dict(self.counters)
+        self.moves.append(entry)
+        self.counters["slurmkit_defrag_moves_total"] += 1
+        self.counters["slurmkit_defrag_gpu_seconds_lost_total"] += cost
+        try:
+            self.save(path, now, keep_s)
+        except StateWriteError:
+            self.moves.remove(entry)
+            self.counters = before
+            raise
+
+
+class StateWriteError(SlurmkitError):
+    """The defrag watch state could not be written (ENOSPC, EROFS, EIO ...): one line; the pass stops before it
+    sends a move it could not record."""
+
+    def __init__(self, path: str, exc: OSError):
+        self.errno = exc.errno
+        super().__init__(f"{path}: cannot write defrag watch state ({exc.strerror or exc}); no job moved: free the "
+                         "disk, the next pass tries again")
 
 
 # ---------------------------------------------------------------------------------------------- pure policy
@@ -336,7 +367,11 @@ def metrics_text(counters: Mapping[str, float], now: float) -> str:
 def write_metrics(metrics_dir: str, counters: Mapping[str, float], now: float) -> None:
     from slurmkit.health.state import atomic_write
 
-    atomic_write(os.path.join(metrics_dir, METRICS_FILE), metrics_text(counters, now), durable=False)
+    target = os.path.join(metrics_dir, METRICS_FILE)
+    try:
+        atomic_write(target, metrics_text(counters, now), durable=False)
+    except OSError as exc:
+        raise SlurmkitError(f"{target}: cannot write the defrag metrics ({exc.strerror or exc})") from None
 
 
 # ---------------------------------------------------------------------------------------------- the pass (edge)
@@ -361,7 +396,11 @@ def run_pass(snapshot: Callable[[], Snapshot], backend: Any, policy: Policy, sta
     from slurmkit.health.state import LockTimeout, locked
     from slurmkit.placement.state import partition_nodes
 
-    os.makedirs(os.path.dirname(state_path) or ".", exist_ok=True)
+    try:  # the state dir and the lock file, before anything is read or done: a disk that cannot take them is one line
+        os.makedirs(os.path.dirname(state_path) or ".", exist_ok=True)
+        os.close(os.open(state_path + ".lock", os.O_RDWR | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise StateWriteError(state_path + ".lock", exc) from None
     try:
         with locked(state_path + ".lock", timeout=0):
             t0 = now()
@@ -426,7 +465,8 @@ def run_pass(snapshot: Callable[[], Snapshot], backend: Any, policy: Policy, sta
                         log(f"would hold {hostlist.fold(new[1].nodes)} for job {new[0].job_id} from "
                             f"{_when(new[1].start)}: dry run, nothing done")
                     else:
-                        ok = _create_hold(new[0], new[1], backend, policy, state, log, timeout) and ok
+                        ok = _create_hold(new[0], new[1], backend, policy, state, log, timeout,
+                                          lambda: state.save(state_path, now(), keep)) and ok
             elif dry_run:
                 p = d.verdict.plan
                 log(f"{d.said}; would move {', '.join(p.job_ids)} to free {p.leaf} ({p.cost:.0f} GPU-s): dry run, "
@@ -458,15 +498,13 @@ def _act(d: Decision, s: Snapshot, backend: Any, policy: Policy, state: WatchSta
                             d.target, t0)
     cost = {m.job_id: m.cost for m in plan.moves}
 
-    def moved(job_id: str) -> None:  # recorded as soon as the move is sent: a crash later still counts it
-        state.moves.append({"t": now(), "job": job_id, "for": blocked})
-        state.counters["slurmkit_defrag_moves_total"] += 1
-        state.counters["slurmkit_defrag_gpu_seconds_lost_total"] += cost.get(job_id, 0.0)
-        state.save(state_path, now(), keep)
+    def moving(job_id: str) -> None:  # recorded before the move is sent: a crash after it still counts it, and a
+        # state disk that cannot take the record stops the move (StateWriteError, carry_out rolls back)
+        state.record_move(state_path, now(), keep, job_id, blocked, cost.get(job_id, 0.0))
 
     try:
         nodes = carry_out(plan, blocked, d.act_for.user, gpusub_jobs, backend, log=log, timeout=timeout,
-                          on_move=moved)
+                          before_move=moving)
     except DefragError as exc:
         state.counters["slurmkit_defrag_failed_total"] += 1
         log(exc.one_line())
@@ -489,7 +527,7 @@ def _when(t: float) -> str:
 
 
 def _create_hold(p: Pending, hold: Any, backend: Any, policy: Policy, state: WatchState, log: Callable[[str], None],
-                 timeout: float) -> bool:
+                 timeout: float, save: Callable[[], None]) -> bool:
     """Reserve the hold's nodes for the job's user from the hold's start. Why this keeps the leaf: Slurm starts a
     job outside a reservation on its nodes only when the job's time limit ends before the reservation starts
     (src/slurmctld/reservation.c job_test_resv, 22.05 and 24.11; doc/html/reservations.shtml "only jobs that can
@@ -505,15 +543,24 @@ def _create_hold(p: Pending, hold: Any, backend: Any, policy: Policy, state: Wat
     start = math.ceil(hold.start)
     minutes = math.ceil((policy.hold_grace_s + timeout) / 60) + 5
     nodes = hostlist.fold(hold.nodes)
+    # recorded first, then created: a state disk that cannot take the record stops it (StateWriteError, no
+    # reservation made); a watch that dies in between finds a hold with no reservation and drops it (_tend_holds)
+    entry = {"name": name, "job": p.job_id, "user": p.user, "leaf": hold.leaf, "nodes": list(hold.nodes),
+             "start": float(start), "waits_for": list(hold.waits_for), "created": time.time()}
+    state.holds.append(entry)
+    try:
+        save()
+    except StateWriteError:
+        state.holds.remove(entry)
+        raise
     try:
         backend.create_reservation(ReservationName=name, StartTime=_when(start), Duration=str(minutes), Nodes=nodes,
                                    Users=p.user, Flags="IGNORE_JOBS")
     except SlurmkitError as exc:
+        state.holds.remove(entry)
         log(f"could not hold {nodes} for job {p.job_id}: {exc.one_line()}")
         state.counters["slurmkit_defrag_failed_total"] += 1
         return False
-    state.holds.append({"name": name, "job": p.job_id, "user": p.user, "leaf": hold.leaf, "nodes": list(hold.nodes),
-                        "start": float(start), "waits_for": list(hold.waits_for), "created": time.time()})
     state.counters["slurmkit_defrag_holds_total"] += 1
     waits = f", after job(s) {', '.join(hold.waits_for)}" if hold.waits_for else ""
     log(f"reserved {nodes} ({hold.leaf}) as {name} from {_when(start)} for {minutes} min for job {p.job_id} "
@@ -621,16 +668,13 @@ def _execute_hold(h: dict[str, Any], why: str, s: Snapshot, backend: Any, policy
     gpusub_jobs = {j for j in plan.job_ids if job_run_dir(recs.get(j, {}))}
     cost = {m.job_id: m.cost for m in plan.moves}
 
-    def moved(job_id: str) -> None:
-        state.moves.append({"t": now(), "job": job_id, "for": job})
-        state.counters["slurmkit_defrag_moves_total"] += 1
-        state.counters["slurmkit_defrag_gpu_seconds_lost_total"] += cost.get(job_id, 0.0)
-        state.save(state_path, now(), keep)
+    def moving(job_id: str) -> None:  # recorded before it is sent, as in _act
+        state.record_move(state_path, now(), keep, job_id, job, cost.get(job_id, 0.0))
 
     state.holds.remove(h)  # carry_out removes the reservation whatever happens
     try:
-        nodes = carry_out(plan, job, str(h["user"]), gpusub_jobs, backend, log=log, timeout=timeout, on_move=moved,
-                          reservation=name)
+        nodes = carry_out(plan, job, str(h["user"]), gpusub_jobs, backend, log=log, timeout=timeout,
+                          before_move=moving, reservation=name)
     except DefragError as exc:
         state.counters["slurmkit_defrag_failed_total"] += 1
         log(exc.one_line())

@@ -454,9 +454,30 @@ def gres_totals(gres: Mapping[tuple[str, str], int]) -> dict[str, int]:
     return out
 
 
-def expand_files(spec: str) -> list[str]:
-    """``/dev/nvidia[0-3],/dev/nvidia7`` -> paths (hostlist syntax, which gres.conf uses for File=)."""
-    return hostlist.expand(spec, "File")
+# gres.conf's File=, Files= and MultipleFiles= are hostlists of paths: gres.c _validate_file() of slurm-22-05-8-1 runs
+# hostlist_create() on them (fatal "can't parse File=%s" only when that returns NULL). Slurm's hostlist parser does
+# not refuse an unclosed bracket: it reads `/dev/nvidia[0-` as the one path `/dev/nvidia]` (src/common/hostlist.c,
+# _next_tok/_hostlist_create_bracketed; `scontrol show hostnames '/dev/nvidia[0-'` prints `/dev/nvidia]` on 22.05.8),
+# which slurmd then stats for 20 s and dies on (gres.c _my_stat(): fatal "can't stat gres.conf file %s"). So a File=
+# list ClusterShell cannot parse is an error at its gres.conf line here, never passed on.
+FILE_KEYS = ("file", "files", "multiplefiles")
+
+
+def expand_files(spec: str, where: str = "gres.conf", key: str = "File") -> list[str]:
+    """``/dev/nvidia[0-3],/dev/nvidia7`` -> paths (hostlist syntax, which gres.conf uses for File=). UsageError, one
+    line naming ``where`` (``gres.conf:2``) and the key, for a list that is not one (an unclosed or backwards
+    bracket: see FILE_KEYS)."""
+    from slurmkit.errors import UsageError
+
+    try:
+        return hostlist.expand(spec, where)
+    except UsageError:
+        pass
+    if spec.count("[") != spec.count("]"):
+        why = "an unclosed bracket: Slurm's hostlist parser reads it as another path, which slurmd waits for and dies on"
+    else:
+        why = "a bracket that is not a range like [0-7]: slurmd dies on it, \"can't parse File=\""
+    raise UsageError(f"{where}: {key}={spec}: not a list of device files ({why})")
 
 
 def header_version(text: str) -> str | None:

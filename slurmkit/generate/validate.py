@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from slurmkit import hostlist
+from slurmkit.errors import UsageError
 from slurmkit.generate import confparse as cp
 from slurmkit.generate.versions import SlurmFeatures, features_for, version_key
 
@@ -402,10 +403,13 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
             auto_nodes.update(nodes)
         name, gtype = d["name"], d.get("type", "")
         try:
+            for fk, fkey in (("file", "File"), ("files", "Files"), ("multiplefiles", "MultipleFiles")):
+                if fk in d:
+                    cp.expand_files(d[fk], rec.where, fkey)
             if "multiplefiles" in d:
                 count = 1  # one device made of several files (MIG: GPU + two nvidia-caps)
             elif "file" in d:
-                count = len(cp.expand_files(d["file"]))
+                count = len(cp.expand_files(d["file"], rec.where))
                 if "count" in d and cp.parse_count(d["count"]) != count and name != "shard":
                     err(f"{rec.where}: Count={d['count']} but File= names {count} files")
                 if name == "shard" and "count" in d:
@@ -414,6 +418,9 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
                 count = cp.parse_count(d["count"])
             else:
                 count = 1
+        except UsageError as exc:  # a File= list that is none (confparse.expand_files): the line is named
+            err(exc.one_line())
+            continue
         except ValueError as exc:
             err(f"{rec.where}: bad Count/File: {exc}")
             continue

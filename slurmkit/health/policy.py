@@ -464,6 +464,8 @@ def load_site_policy(path: str) -> Policy:
             data = yamlio.load(f)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read policy: {exc.strerror}") from exc
+    except yamlio.DuplicateKeyError as exc:
+        raise InventoryError(exc.path, exc.message, path) from None
     except yamlio.YAMLError as exc:
         raise InventoryError("", f"not valid YAML: {exc}", path) from exc
     return parse_policy(data or {}, path="checks", source=path)

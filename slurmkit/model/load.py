@@ -68,8 +68,9 @@ _NODE_LABEL_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$
 # parsers do not (they go straight into a GRES type or a MaxTime otherwise)
 _RANGE_ITEM_RE = re.compile(r"^(\d+)(?:-(\d+))?$", re.ASCII)
 # Slurm's hostlist parser refuses a bracket range of more than MAX_RANGE = 64*1024 hosts ("Too many hosts in
-# range", src/common/hostlist.c, every release 22.05-25.11; 24.11+ spell it MAX_SLURM_NODES, slurm/slurm.h).
-MAX_RANGE = 65536
+# range", src/common/hostlist.c, every release 22.05-25.11; 24.11+ spell it MAX_SLURM_NODES, slurm/slurm.h);
+# hostlist.fold/canonical split a longer run at it, so what the loader folds never has such a range either.
+MAX_RANGE = hostlist.MAX_RANGE
 # slurmkit's own bound on one hostlist (all brackets multiplied out): far above any cluster, and what keeps a
 # typo like gpu[1-9999]-[1-9999] from expanding 10^8 names into memory.
 MAX_HOSTS = 1 << 20
@@ -1376,6 +1377,8 @@ def _defrag(ctx: _Ctx, raw: Any) -> None:
 def load_cluster_text(text: str, source: str | None = None) -> Cluster:
     try:
         data = yamlio.load(text)
+    except yamlio.DuplicateKeyError as exc:
+        raise InventoryError(exc.path, exc.message, source) from None
     except yamlio.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "YAML"

@@ -120,7 +120,7 @@ def test_100k_nodes_findings_are_folded() -> None:
          "partitions": [{"name": "p", "groups": ["g"]}]}
     files = generate(load_cluster_dict(d))
     rep = static_check(broken(files, "slurm.conf", "Gres=gpu:a:2", "Gres=gpu:a:3"))
-    assert len(rep.errors) == 1 and "n[000001-100000]" in rep.errors[0]
+    assert len(rep.errors) == 1 and "n[000001-065536],n[065537-100000]" in rep.errors[0]  # Slurm's MAX_RANGE
 
 
 # --- any valid inventory renders files that pass -----------------------------------------------------------
