@@ -133,9 +133,15 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
                 "torchrun --rdzv-conf: every agent is a client of the TCPStore the batch shell hosts on the first "
                 "node; an agent that hosted it and reached the exit barrier last (rank 0 finishing a checkpoint) "
                 "took it down while the others still waited on it (\"Broken pipe\" tracebacks after a clean end)")
-        not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
-                        "SIGUSR2 stays out of torchrun's agent (a no-op handler in the agent): Slurm delivers it once to "
-                        "every worker, and the agent neither forwards it again nor kills workers mid-checkpoint"))
+        if spec.launcher == "megatron":
+            not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
+                            "torch's handlers stay out of the agent: its own pass SIGUSR2/SIGTERM to each Megatron "
+                            "rank once as the --exit-signal-handler signal, and it never kills ranks mid-checkpoint"))
+        else:
+            not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
+                            "SIGUSR2 stays out of torchrun's agent (a no-op handler in the agent): Slurm delivers it "
+                            "once to every worker, and the agent neither forwards it again nor kills workers "
+                            "mid-checkpoint"))
         if tf.shutdown_timeout_flag:
             not_set.append(("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
                             f"passed as torchrun --shutdown-timeout={spec.signal_grace} ({tf.label})"))

@@ -15,7 +15,14 @@ from slurmkit.jobs.env import EnvPlan, plan_env
 from slurmkit.jobs.rundir import STOPPED_EXIT
 from slurmkit.jobs.spec import ClusterFacts, JobSpec, parse_time_minutes, sbatch_value
 from slurmkit.jobs.topology import TopologyPlan, plan_topology
-from slurmkit.jobs.torchcompat import AGENT, RDZV_BACKEND, STORE, TorchFeatures, features_for
+from slurmkit.jobs.torchcompat import (
+    AGENT,
+    RDZV_BACKEND,
+    STORE,
+    TorchFeatures,
+    features_for,
+    forwarding_agent,
+)
 
 if TYPE_CHECKING:  # imported when the launcher is megatron: a DDP submit does not pay for it
     from slurmkit.jobs import megatron
@@ -221,17 +228,21 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
     findings: list[megatron.Finding] = []
     memory = None
     args = spec.args
+    exit_sig = ""  # megatron: the signal its --exit-signal-handler waits for, delivered by the agent
     ctx_extra: dict[str, object] = {}
     if spec.launcher == "megatron":
         from slurmkit.jobs import megatron
 
         sizes = {"tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep}
-        args = spec.args + megatron.parallel_args(sizes, spec.args)
+        args = spec.args + megatron.parallel_args(sizes, spec.args) + megatron.signal_args(spec.args)
         found, memory = megatron.check_layout(
             nodes=spec.nodes, gpus_per_node=gpus, tp=spec.tp, pp=spec.pp, cp=spec.cp, ep=spec.ep,
             args=args, gpu_memory_mb=facts.gpu_memory_mb,
         )
-        findings += found
+        findings += megatron.signal_findings(args) + found
+        exit_sig = megatron.exit_signal(args)
+        if exit_sig not in megatron.EXIT_SIGNALS:  # an error finding (signal_findings): forced, it gets the default
+            exit_sig = "SIGTERM"
         world = spec.nodes * gpus
         mp = spec.tp * spec.pp * spec.cp
         ctx_extra = {
@@ -246,7 +257,8 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
     # bash's taskset), not without GPUs, not when asked not to
     cpu_bind = bool(gpus) and spec.cpu_bind and not spec.container_image
     prog = program(spec, args)
-    if cpu_bind and spec.launcher != "srun":  # torchrun --no-python runs the binding wrapper, which runs the program
+    wrapper = rank_wrapper(spec.launcher, cpu_bind, exit_sig if spec.launcher == "megatron" else "")
+    if wrapper:  # torchrun --no-python runs the wrapper, which runs the program
         prog = ([python, "-u"] if spec.is_python else []) + [spec.script, *args]
     ctx = {
         "header": header_line(facts.inventory_sha256),
@@ -270,7 +282,9 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "container_image": spec.container_image,
         "container_mounts": mounts,
         "python": python,
-        "agent": AGENT,
+        "agent": forwarding_agent(exit_sig) if exit_sig else AGENT,
+        "rank_wrapper": wrapper,
+        "exit_signal": exit_sig,
         "store": STORE,
         "rdzv_backend": RDZV_BACKEND,
         "store_in_batch": spec.nodes > 1 and not spec.container_image,  # env.py: PET_RDZV_CONF is_host=0
@@ -303,6 +317,20 @@ def container_mounts(spec: JobSpec, run_dir: str) -> str:
     if spec.container_mounts:
         entries.append(spec.container_mounts)
     return ",".join(entries)
+
+
+def rank_wrapper(launcher: str, cpu_bind: bool, exit_sig: str) -> str:
+    """The bash text torchrun runs each rank under (``--no-python bash -c TEXT gpusub-rank PROGRAM...``), or "".
+
+    cpu_bind: the rank runs on its GPU's cores (base.sh.j2 _gpusub_exec_bound). megatron: the rank starts with SIGUSR2
+    ignored (an ignored signal stays ignored across exec, POSIX execve(2); bash's ``trap ''`` sets SIG_IGN), unless
+    it is Megatron's exit signal: with proctrack/linuxproc Slurm's SIGUSR2 reaches every process of the step, and
+    Megatron-LM, which does not handle it, would die of it with nothing saved. Megatron's own handler for its exit
+    signal is installed over whatever the rank inherits, so --exit-signal SIGUSR2 keeps working."""
+    ignore = 'trap "" USR2; ' if launcher == "megatron" and exit_sig != "SIGUSR2" else ""
+    if launcher == "srun" or not (cpu_bind or ignore):
+        return ""
+    return ignore + ('_gpusub_exec_bound "$LOCAL_RANK" "$@"' if cpu_bind else 'exec "$@"')
 
 
 def program(spec: JobSpec, args: tuple[str, ...]) -> list[str]:
