@@ -6,6 +6,7 @@ submit hands the same ``request`` to the backend.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -204,7 +205,10 @@ def directives(spec: JobSpec, facts: ClusterFacts, run_dir: str, gpus: int, topo
     return out
 
 
-def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None = None) -> RenderedJob:
+def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None = None,
+           environ: Mapping[str, str] | None = None) -> RenderedJob:
+    """``environ``: the submitting environment, whose values of the variables gpusub manages are kept (env.py);
+    None renders without it."""
     from slurmkit.templates import environment, header_line
 
     sbatch_value("--run-dir", run_dir)
@@ -223,7 +227,7 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
     topo = plan_topology(spec, facts, gpus)
     tf = features_for(facts.torch_version)
     res = plan_resources(spec, facts, gpus)
-    envp = plan_env(spec, facts, run_dir, tf, cpus_per_rank=res.cpus_per_gpu, ranks_per_node=gpus)
+    envp = plan_env(spec, facts, run_dir, tf, cpus_per_rank=res.cpus_per_gpu, ranks_per_node=gpus, environ=environ)
     python = spec.python or "python3"
     findings: list[megatron.Finding] = []
     memory = None
@@ -271,7 +275,7 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "env_batch": envp.batch(),
         "env_task": envp.task(),
         "hca_static": ",".join(facts.ib_hca_exclude),
-        "socket_ifname": facts.socket_ifname or "",
+        "socket_ifname": envp.socket_ifname,
         "nodes": spec.nodes,
         "nproc_per_node": gpus,
         "tasks_per_node": res.tasks_per_node,
@@ -368,11 +372,18 @@ def explain(job: RenderedJob) -> list[str]:
     out = [f"environment ({job.spec.launcher}; facts from {job.facts.source}):"]
     width = max((len(v.name) for v in job.env.vars), default=10)
     for v in job.env.vars:
-        where = "per node at start" if v.kind == "task" else v.origin
-        value = "(computed on each node)" if v.name == "NCCL_IB_HCA" else v.value
-        out.append(f"  {v.name:<{width}} = {value}  [{where}] {v.reason}")
+        value = "(computed on each node)" if v.name == "NCCL_IB_HCA" and v.kind == "task" else v.value
+        if v.origin == "env":
+            out.append(f"  {v.name:<{width}} = {value}  (yours, kept: from the submitting environment; slurmkit's "
+                       f"would be {v.instead})")
+            continue
+        who = {"gpusub": "slurmkit's default", "site": "the site's", "user": "yours, --env"}.get(v.origin, v.origin)
+        when = ", computed per node at start" if v.kind == "task" else ""
+        out.append(f"  {v.name:<{width}} = {value}  ({who}{when}: {v.reason})")
     for name, why in job.env.not_set:
-        out.append(f"  {name:<{width}}   not set: {why}")
+        out.append(f"  {name:<{width}}   not set (slurmkit's default: {why}; a value you export is kept)")
+    for w in job.env.warnings:
+        out.append(f"  warning: {w}")
     out.append(f"  {'MASTER_ADDR':<{width}} = first node's address (site interface, else its Slurm NodeAddr), "
                "resolved on that node at start")
     out.append(f"  {'MASTER_PORT':<{width}} = 20000 + job id % 12000 (below Linux's ephemeral range 32768-60999), "
