@@ -141,3 +141,10 @@ def test_kept_values_in_torchrun_launchers_too(launcher: str) -> None:
         assert f"export {k}={v}" in text or f"export {k}='{v}'" in text, k
     assert "export NCCL_IB_HCA=\"$_v\"" not in text  # no per-node computation that would drop it
     assert 'export PET_RDZV_CONF="is_host=' in text  # the rendezvous wiring is gpusub's
+
+
+def test_a_hostile_exported_value_reaches_the_job_byte_for_byte_and_runs_nothing(tmp_path: Path) -> None:
+    canary = tmp_path / "pwned"
+    value = f"$(touch {canary})'\"`touch {canary}`\n; touch {canary}"
+    seen = _run(tmp_path, JobSpec(script="/t.py", launcher="srun", gpus_per_node=1), {"NCCL_DEBUG": value})
+    assert seen["NCCL_DEBUG"] == value and not canary.exists()
