@@ -394,6 +394,14 @@ def explain(job: RenderedJob) -> list[str]:
         out.append(f"resources: {job.resources.summary()}; sbatch --cpus-per-task/--mem, srun --cpus-per-task "
                    "(22.05+ srun does not inherit it); override with --cpus-per-gpu / --mem-per-gpu")
     out.append(cpu_binding_line(job))
+    if job.spec.launcher == "megatron":
+        from slurmkit.jobs import megatron
+
+        sig = megatron.exit_signal(job.script_args)
+        added = "" if megatron.EXIT_HANDLER_FLAG in job.spec.args else " (added by gpusub)"
+        out.append(f"preemption: SIGUSR2/SIGTERM to the batch shell or the agent -> {sig} once to each Megatron rank "
+                   f"(--exit-signal-handler{added}): Megatron saves to --save after the current iteration and exits 0; "
+                   "the ranks ignore SIGUSR2" + (" (their exit signal excepted)" if sig == "SIGUSR2" else ""))
     for f in job.facts.notes:
         out.append(f"  note: {f}")
     return out

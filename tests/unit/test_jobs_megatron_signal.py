@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from slurmkit.jobs import megatron
-from slurmkit.jobs.render import rank_wrapper, render
+from slurmkit.jobs.render import explain, rank_wrapper, render
 from slurmkit.jobs.spec import ClusterFacts, JobSpec
 from slurmkit.jobs.torchcompat import forwarding_agent
 
@@ -165,6 +165,8 @@ def test_flag_added_once_and_signal_read_from_the_arguments() -> None:
                                                args=("--save", "/c", "--exit-signal", "SIGUSR1")), FACTS,
                                        "/r").request.script
     assert not [f for f in _findings("--save", "/c") if f[0] != "info"]
+    line = next(x for x in explain(job) if x.startswith("preemption:"))
+    assert "SIGTERM once to each Megatron rank" in line and "added by gpusub" not in line, line
 
 
 def test_arguments_that_disable_the_save_are_warned_about() -> None:
