@@ -24,4 +24,13 @@ if ! .venv/bin/python -c 'import slurmkit, pytest, hypothesis, ruff, torch, matp
   echo "== pip install torch==2.13.0 (from PyPI this is the CUDA build: ~2.9 GB download, several minutes)"
   .venv/bin/pip install --disable-pip-version-check --progress-bar on torch==2.13.0 numpy
 fi
+# Megatron-LM's own signal handler, for the megatron launcher's tests (tests/data/megatron/train_signal.py loads
+# megatron/training/dist_signal_handler.py by file): megatron-core ships megatron.training from 0.17 on. Not in the
+# dev extra: its wheels say Requires-Python >= 3.12 (cp311 builds are there all the same) and require torch, which
+# would pull PyPI's CUDA build before the CPU one above; --no-deps keeps that torch. The package itself is never
+# imported (its __init__ needs transformer engine and triton).
+if ! .venv/bin/python -c 'import importlib.util as u, os, sys; s = u.find_spec("megatron"); sys.exit(not (s and any(os.path.exists(os.path.join(p, "training", "dist_signal_handler.py")) for p in s.submodule_search_locations)))' >/dev/null 2>&1; then
+  echo "== pip install --no-deps megatron-core==0.19.2"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --ignore-requires-python megatron-core==0.19.2
+fi
 export PATH="$PWD/.venv/bin:$PATH"

@@ -29,6 +29,10 @@ Preemption / time-limit contract for the training script:
     exits 75, so `afterok` dependents do not start; --follow exits with the
     job's own exit code.
   * On restart $GPUSUB_RESTART_COUNT (= SLURM_RESTART_COUNT) > 0: resume.
+  * --launcher megatron: each rank gets SIGTERM (or its --exit-signal) once
+    instead, and Megatron's --exit-signal-handler (added) saves to --save.
+Environment: a value you exported for a variable gpusub sets is kept
+(--env wins over it); --explain says whose value won and why.
 Logs: <run dir>/logs/<job>.r<restart>.log. Defaults come from the site inventory
 ($SLURMKIT_INVENTORY, else slurmkit.yaml beside $SLURM_CONF, else
 /etc/slurm/slurmkit.yaml), else from sinfo/scontrol.
@@ -108,7 +112,7 @@ def _fail(exc: Exception) -> None:
               help="Seconds between SIGUSR2 and the time limit (0: no signal).")
 @click.option("--max-restarts", type=int, default=3, show_default=True, help="Requeues after a preemption signal.")
 @click.option("--topology", type=click.Choice(["auto", "off", "strict"]), default="auto", show_default=True)
-@click.option("--explain", is_flag=True, help="Print every environment variable with the reason it is set.")
+@click.option("--explain", is_flag=True, help="Print every environment variable with the reason it is set and whose value won.")
 @click.option("--dry-run", is_flag=True, help="Print the script and the sbatch argv; submit nothing.")
 @click.option("--follow", "-f", "follow_", is_flag=True, help="Tail the log until the job ends.")
 @click.option("--run-dir", default=None, help="Run dir for this job [<run root>/<name>-<time>-<hex>].")

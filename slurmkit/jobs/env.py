@@ -13,6 +13,7 @@ Where a value is computed:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slurmkit.errors import UsageError
@@ -38,14 +39,17 @@ class EnvVar:
     value: str  # for kind "batch": the literal value (shell-quoted when rendered); "task": shell text
     reason: str
     kind: str = "batch"  # batch | task
-    origin: str = "gpusub"  # gpusub | site | user
+    origin: str = "gpusub"  # gpusub | site | user (--env) | env (the submitting environment's value, kept)
     optional: bool = False  # task values only: exported when non-empty, else left unset
+    instead: str = ""  # origin env: what slurmkit would have set ("NAME=value: why" or "left unset: why")
 
 
 @dataclass(frozen=True)
 class EnvPlan:
     vars: tuple[EnvVar, ...]
     not_set: tuple[tuple[str, str], ...]  # (name, why it is deliberately left unset)
+    socket_ifname: str = ""  # the NCCL_SOCKET_IFNAME the job runs with (--env, yours, else the site's): gloo's source
+    warnings: tuple[str, ...] = ()  # values of yours, kept, that are known to break the job
 
     def batch(self) -> list[EnvVar]:
         return [v for v in self.vars if v.kind == "batch"]
@@ -62,10 +66,24 @@ def uses_fsdp(args: tuple[str, ...]) -> bool:
     return any(a in ("--use-megatron-fsdp", "--use-torch-fsdp2", "--use-custom-fsdp") for a in args)
 
 
+# The submitting environment (issue 34 item 4). gpusub runs on the login node and the job inherits that environment
+# (sbatch --export defaults to ALL, sbatch(1)); the script's own `export NAME=...` lines come later and win. So for
+# every variable gpusub would set or deliberately leave unset, a value the user exported is written into the script
+# as theirs (kept, whatever --export the site or --sbatch-arg chooses), --explain says what slurmkit would have
+# set instead and why, and gpusub warns only where that value is known to break the job (known_to_break). --env
+# still wins over it, and the site profile gives way to it. The job's wiring is gpusub's whatever the shell holds:
+# a RANK or PET_RDZV_CONF exported in the shell (gpusub run from inside another job's task) would make every rank
+# the same rank.
+WIRING = frozenset({"PET_RDZV_CONF", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK"})
+
+
 def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatures | None = None, *,
-             cpus_per_rank: int = 0, ranks_per_node: int = 0) -> EnvPlan:
+             cpus_per_rank: int = 0, ranks_per_node: int = 0, environ: Mapping[str, str] | None = None) -> EnvPlan:
     """``cpus_per_rank``: the CPUs each rank gets (the per-GPU share); 0 when unknown.
-    ``ranks_per_node``: processes per node (GPUs per node)."""
+    ``ranks_per_node``: processes per node (GPUs per node).
+    ``environ``: the submitting environment (None: not known, as in a pure render; nothing of it is kept)."""
+    submitted: Mapping[str, str] = environ or {}
+    given = dict(spec.env)
     out: list[EnvVar] = []
     not_set: list[tuple[str, str]] = []
     tf = torch if torch is not None else features_for(facts.torch_version)
@@ -94,19 +112,24 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
         f"flight-recorder dumps go to the run dir (shared) instead of each node's /tmp ({tf.label})")
     add("NCCL_DEBUG", "WARN", "NCCL warnings in the log; INFO is for triage only (NCCL env docs: no debug vars in production)")
 
+    # the interface NCCL will use: --env, else the submitting environment's, else the site's; gloo follows it
+    ifname = given.get("NCCL_SOCKET_IFNAME") or submitted.get("NCCL_SOCKET_IFNAME") or facts.socket_ifname or ""
     if facts.socket_ifname:
         add("NCCL_SOCKET_IFNAME", facts.socket_ifname,
             "site profile names the interface that routes between nodes (NCCL's own choice would be wrong here)",
             origin="site")
+    else:
+        not_set.append(("NCCL_SOCKET_IFNAME",
+                        "no site socket_ifname: NCCL picks ib* / the first non-docker, non-lo interface itself"))
+    if ifname:
         # gloo takes exact interface names only (no ^ exclusion, no = , no prefixes: it fails at
         # init_process_group with "Unable to find address for: ^docker0"): resolved on each node at start
         add("GLOO_SOCKET_IFNAME", "$(_gpusub_gloo_ifname)",
             f"gloo (torch's CPU collectives and barriers) needs an exact name: the first up interface on the node "
-            f"that NCCL's {facts.socket_ifname!r} selects, read from /sys/class/net at start; unset when none "
-            "matches (gloo then uses the hostname's address)", kind="task", origin="site", optional=True)
+            f"that NCCL's {ifname!r} selects, read from /sys/class/net at start; unset when none "
+            "matches (gloo then uses the hostname's address)", kind="task",
+            origin="site" if ifname == facts.socket_ifname else "gpusub", optional=True)
     else:
-        not_set.append(("NCCL_SOCKET_IFNAME",
-                        "no site socket_ifname: NCCL picks ib* / the first non-docker, non-lo interface itself"))
         not_set.append(("GLOO_SOCKET_IFNAME", "set only together with NCCL_SOCKET_IFNAME"))
 
     # Exclude-only HCA list: NCCL uses every HCA by default, which is right unless one is a storage HCA or its port
@@ -133,9 +156,15 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
                 "torchrun --rdzv-conf: every agent is a client of the TCPStore the batch shell hosts on the first "
                 "node; an agent that hosted it and reached the exit barrier last (rank 0 finishing a checkpoint) "
                 "took it down while the others still waited on it (\"Broken pipe\" tracebacks after a clean end)")
-        not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
-                        "SIGUSR2 stays out of torchrun's agent (a no-op handler in the agent): Slurm delivers it once to "
-                        "every worker, and the agent neither forwards it again nor kills workers mid-checkpoint"))
+        if spec.launcher == "megatron":
+            not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
+                            "torch's handlers stay out of the agent: its own pass SIGUSR2/SIGTERM to each Megatron "
+                            "rank once as the --exit-signal-handler signal, and it never kills ranks mid-checkpoint"))
+        else:
+            not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
+                            "SIGUSR2 stays out of torchrun's agent (a no-op handler in the agent): Slurm delivers it "
+                            "once to every worker, and the agent neither forwards it again nor kills workers "
+                            "mid-checkpoint"))
         if tf.shutdown_timeout_flag:
             not_set.append(("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
                             f"passed as torchrun --shutdown-timeout={spec.signal_grace} ({tf.label})"))
@@ -162,6 +191,20 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
 
     for name, value in facts.site_env:
         add(name, value, "site profile (inventory site.env)", origin="site")
+    # the submitting environment's value of every name slurmkit sets or leaves unset on purpose: kept
+    planned: dict[str, EnvVar] = {}
+    for var in out:
+        planned[var.name] = var
+    unset_why = {n: why for names, why in not_set for n in names.split(" / ")}
+    for name in [*planned, *unset_why]:
+        if name not in submitted or name in WIRING or name in given:
+            continue
+        was = planned.get(name)
+        instead = (f"{name}={'(computed on each node)' if was.kind == 'task' else was.value}: {was.reason}" if was
+                   else f"left unset: {unset_why[name]}")
+        origin = "slurmkit's default" if was is None or was.origin == "gpusub" else "the site's value"
+        out.append(EnvVar(name, submitted[name], f"your value from the submitting environment, kept ({origin} "
+                                                 f"would be {instead})", origin="env", instead=instead))
     for name, value in spec.env:
         add(name, value, "--env on the command line", origin="user")
 
@@ -169,13 +212,42 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
     if bad:
         raise UsageError(f"deprecated NCCL variable(s) {', '.join(bad)}: torch 2.2+ only warns about them")
 
-    # later entries win (user over site over gpusub); a dict keeps each name's first position: a stable script
+    # later entries win (--env over yours over site over gpusub); a dict keeps each name's first position: a stable
+    # script
     merged: dict[str, EnvVar] = {}
     for var in out:
         merged[var.name] = var
     # a name set by the site or the user is not also "not set"
-    unset = tuple((n, why) for n, why in not_set if n not in merged)
-    return EnvPlan(tuple(merged.values()), unset)
+    unset = tuple((n, why) for n, why in not_set if not any(x in merged for x in n.split(" / ")))
+    kept = {v.name: v.value for v in merged.values() if v.origin == "env"}
+    return EnvPlan(tuple(merged.values()), unset, ifname, tuple(known_to_break(kept, spec, submitted)))
+
+
+def known_to_break(kept: Mapping[str, str], spec: JobSpec, environ: Mapping[str, str]) -> list[str]:
+    """Warnings for values of the user's that are known to break the job; nothing for a value that is merely not
+    slurmkit's choice (NCCL_DEBUG=INFO is verbose, TORCH_NCCL_ASYNC_ERROR_HANDLING=0 hangs on a failed collective
+    instead of failing: choices the user may make, and --explain says what they cost)."""
+    out = []
+    ifn = kept.get("NCCL_SOCKET_IFNAME")
+    if ifn and spec.nodes > 1 and not ifn.startswith("^"):
+        items = [i for i in ifn.lstrip("=").split(",") if i]
+        # NCCL env docs (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html, NCCL_SOCKET_IFNAME): a prefix
+        # list, "=" exact names, "^" exclusions; lo is used only when nothing else matches. A list of nothing but
+        # the loopback interface gives each rank a 127.x address no other node can reach
+        if items and all(i.startswith("lo") for i in items):
+            out.append(f"NCCL_SOCKET_IFNAME={ifn} (from your environment, kept): NCCL's sockets would use the "
+                       f"loopback interface, which the other {spec.nodes - 1} node(s) cannot reach (NCCL env docs, "
+                       "NCCL_SOCKET_IFNAME); unset it or name the interface that routes between nodes")
+    dbg = environ.get("NCCL_DEBUG_FILE")
+    if dbg and "~" in dbg:
+        # NCCL env docs, NCCL_DEBUG_FILE: the path "does not accept the ~ character"; the job inherits it
+        out.append(f"NCCL_DEBUG_FILE={dbg} (from your environment, inherited by the job): NCCL does not expand '~' "
+                   "(NCCL env docs, NCCL_DEBUG_FILE): give an absolute path")
+    if kept.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1" and spec.launcher == "megatron" and uses_fsdp(spec.args):
+        # Megatron-LM arguments.py (d98e8a64dd, Torch-FSDP2 and Megatron-FSDP): assert ... != "1"
+        out.append("CUDA_DEVICE_MAX_CONNECTIONS=1 (from your environment, kept) with FSDP in the arguments: "
+                   "Megatron-LM refuses to start (arguments.py: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset)")
+    return out
 
 
 def deprecated_in(pairs: tuple[tuple[str, str], ...]) -> list[str]:

@@ -413,3 +413,50 @@ def check_layout(
             found.append(Finding("warning", f"estimated {est.total_gib:.1f} GiB per GPU is over 90% of "
                                             f"{est.gpu_gib:.1f} GiB: likely out of memory{hint}"))
     return found, est
+
+
+# --- save on preemption: what Megatron-LM handles -------------------------------------------------------------------
+# Read in NVIDIA/Megatron-LM (git history, d98e8a64dd and before):
+#   * --exit-signal-handler (dbe6c7285d, 2021, "Add support for signal-based dynamic checkpointing"; in every release
+#     since 23.04): global_vars.py installs megatron/training/dist_signal_handler.py's DistributedSignalHandler for one
+#     signal; its handler only sets a flag. After every iteration training.py (checkpoint_and_decide_exit) all-gathers
+#     the flag over the ranks (signals_received) and, when any rank has it, saves (with --save) and leaves the loop;
+#     the process exits 0. Without the flag the signal keeps its default action: the process dies, nothing is saved.
+#   * the signal: SIGTERM only until 265af20c16 (core_v0.16.0), which added --exit-signal with the choices SIGTERM,
+#     SIGINT, SIGUSR1, SIGUSR2 (earlier parsers refuse the flag); since 72230d25ca any signal.Signals name. SIGUSR2,
+#     Slurm's warning signal, is not handled unless --exit-signal SIGUSR2 says so: its default action kills the rank.
+#   * --exit-signal-handler-for-training (a61ce5f6fa, 26.04): installed after the exit handler, it replaces the SIGINT
+#     and SIGTERM handlers with _graceful_shutdown (barrier, destroy the process group, exit): no save on those signals.
+#   * no Megatron-LM commit has an --exit-signal-handler-interval (searched every ref): the flag is checked every
+#     iteration, so a rank saves at most one iteration after the signal.
+EXIT_HANDLER_FLAG = "--exit-signal-handler"
+EXIT_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")  # core_v0.16.0's choices, accepted by every later parser
+
+
+def exit_signal(args: tuple[str, ...]) -> str:
+    """The signal Megatron's handler waits for: --exit-signal in the script arguments, else SIGTERM."""
+    return arg_value(args, "--exit-signal") or "SIGTERM"
+
+
+def signal_args(args: tuple[str, ...]) -> tuple[str, ...]:
+    """Megatron arguments gpusub adds so that a preemption is a save: --exit-signal-handler when it is not there."""
+    return () if EXIT_HANDLER_FLAG in args else (EXIT_HANDLER_FLAG,)
+
+
+def signal_findings(args: tuple[str, ...]) -> list[Finding]:
+    """What in the script arguments stops Megatron from saving when gpusub delivers the exit signal."""
+    sig = exit_signal(args)
+    if sig not in EXIT_SIGNALS:
+        return [Finding("error", f"--exit-signal {sig}: gpusub delivers one of {', '.join(EXIT_SIGNALS)} to the ranks "
+                                 "(Megatron-LM's own choices, core_v0.16.0)")]
+    out = []
+    if "--exit-signal-handler-for-training" in args and sig in ("SIGTERM", "SIGINT"):
+        out.append(Finding("warning", f"--exit-signal-handler-for-training replaces Megatron's {sig} handler with an "
+                                      "exit that saves nothing (global_vars.py _graceful_shutdown): a preemption, "
+                                      "requeue or time limit loses the work since the last --save-interval; drop it "
+                                      "or give --exit-signal SIGUSR1"))
+    if arg_value(args, "--save") is None:
+        out.append(Finding("warning", "no --save in the script arguments: on a preemption, requeue or time limit "
+                                      "Megatron exits without a checkpoint (training.py checkpoint_and_decide_exit "
+                                      "saves only with --save) and the requeued job starts over"))
+    return out

@@ -6,6 +6,7 @@ submit hands the same ``request`` to the backend.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,14 @@ from slurmkit.jobs.env import EnvPlan, plan_env
 from slurmkit.jobs.rundir import STOPPED_EXIT
 from slurmkit.jobs.spec import ClusterFacts, JobSpec, parse_time_minutes, sbatch_value
 from slurmkit.jobs.topology import TopologyPlan, plan_topology
-from slurmkit.jobs.torchcompat import AGENT, RDZV_BACKEND, STORE, TorchFeatures, features_for
+from slurmkit.jobs.torchcompat import (
+    AGENT,
+    RDZV_BACKEND,
+    STORE,
+    TorchFeatures,
+    features_for,
+    forwarding_agent,
+)
 
 if TYPE_CHECKING:  # imported when the launcher is megatron: a DDP submit does not pay for it
     from slurmkit.jobs import megatron
@@ -197,7 +205,10 @@ def directives(spec: JobSpec, facts: ClusterFacts, run_dir: str, gpus: int, topo
     return out
 
 
-def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None = None) -> RenderedJob:
+def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None = None,
+           environ: Mapping[str, str] | None = None) -> RenderedJob:
+    """``environ``: the submitting environment, whose values of the variables gpusub manages are kept (env.py);
+    None renders without it."""
     from slurmkit.templates import environment, header_line
 
     sbatch_value("--run-dir", run_dir)
@@ -216,22 +227,26 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
     topo = plan_topology(spec, facts, gpus)
     tf = features_for(facts.torch_version)
     res = plan_resources(spec, facts, gpus)
-    envp = plan_env(spec, facts, run_dir, tf, cpus_per_rank=res.cpus_per_gpu, ranks_per_node=gpus)
+    envp = plan_env(spec, facts, run_dir, tf, cpus_per_rank=res.cpus_per_gpu, ranks_per_node=gpus, environ=environ)
     python = spec.python or "python3"
     findings: list[megatron.Finding] = []
     memory = None
     args = spec.args
+    exit_sig = ""  # megatron: the signal its --exit-signal-handler waits for, delivered by the agent
     ctx_extra: dict[str, object] = {}
     if spec.launcher == "megatron":
         from slurmkit.jobs import megatron
 
         sizes = {"tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep}
-        args = spec.args + megatron.parallel_args(sizes, spec.args)
+        args = spec.args + megatron.parallel_args(sizes, spec.args) + megatron.signal_args(spec.args)
         found, memory = megatron.check_layout(
             nodes=spec.nodes, gpus_per_node=gpus, tp=spec.tp, pp=spec.pp, cp=spec.cp, ep=spec.ep,
             args=args, gpu_memory_mb=facts.gpu_memory_mb,
         )
-        findings += found
+        findings += megatron.signal_findings(args) + found
+        exit_sig = megatron.exit_signal(args)
+        if exit_sig not in megatron.EXIT_SIGNALS:  # an error finding (signal_findings): forced, it gets the default
+            exit_sig = "SIGTERM"
         world = spec.nodes * gpus
         mp = spec.tp * spec.pp * spec.cp
         ctx_extra = {
@@ -246,7 +261,8 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
     # bash's taskset), not without GPUs, not when asked not to
     cpu_bind = bool(gpus) and spec.cpu_bind and not spec.container_image
     prog = program(spec, args)
-    if cpu_bind and spec.launcher != "srun":  # torchrun --no-python runs the binding wrapper, which runs the program
+    wrapper = rank_wrapper(spec.launcher, cpu_bind, exit_sig if spec.launcher == "megatron" else "")
+    if wrapper:  # torchrun --no-python runs the wrapper, which runs the program
         prog = ([python, "-u"] if spec.is_python else []) + [spec.script, *args]
     ctx = {
         "header": header_line(facts.inventory_sha256),
@@ -259,7 +275,7 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "env_batch": envp.batch(),
         "env_task": envp.task(),
         "hca_static": ",".join(facts.ib_hca_exclude),
-        "socket_ifname": facts.socket_ifname or "",
+        "socket_ifname": envp.socket_ifname,
         "nodes": spec.nodes,
         "nproc_per_node": gpus,
         "tasks_per_node": res.tasks_per_node,
@@ -270,7 +286,9 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "container_image": spec.container_image,
         "container_mounts": mounts,
         "python": python,
-        "agent": AGENT,
+        "agent": forwarding_agent(exit_sig) if exit_sig else AGENT,
+        "rank_wrapper": wrapper,
+        "exit_signal": exit_sig,
         "store": STORE,
         "rdzv_backend": RDZV_BACKEND,
         "store_in_batch": spec.nodes > 1 and not spec.container_image,  # env.py: PET_RDZV_CONF is_host=0
@@ -303,6 +321,20 @@ def container_mounts(spec: JobSpec, run_dir: str) -> str:
     if spec.container_mounts:
         entries.append(spec.container_mounts)
     return ",".join(entries)
+
+
+def rank_wrapper(launcher: str, cpu_bind: bool, exit_sig: str) -> str:
+    """The bash text torchrun runs each rank under (``--no-python bash -c TEXT gpusub-rank PROGRAM...``), or "".
+
+    cpu_bind: the rank runs on its GPU's cores (base.sh.j2 _gpusub_exec_bound). megatron: the rank starts with SIGUSR2
+    ignored (an ignored signal stays ignored across exec, POSIX execve(2); bash's ``trap ''`` sets SIG_IGN), unless
+    it is Megatron's exit signal: with proctrack/linuxproc Slurm's SIGUSR2 reaches every process of the step, and
+    Megatron-LM, which does not handle it, would die of it with nothing saved. Megatron's own handler for its exit
+    signal is installed over whatever the rank inherits, so --exit-signal SIGUSR2 keeps working."""
+    ignore = 'trap "" USR2; ' if launcher == "megatron" and exit_sig != "SIGUSR2" else ""
+    if launcher == "srun" or not (cpu_bind or ignore):
+        return ""
+    return ignore + ('_gpusub_exec_bound "$LOCAL_RANK" "$@"' if cpu_bind else 'exec "$@"')
 
 
 def program(spec: JobSpec, args: tuple[str, ...]) -> list[str]:
@@ -340,11 +372,18 @@ def explain(job: RenderedJob) -> list[str]:
     out = [f"environment ({job.spec.launcher}; facts from {job.facts.source}):"]
     width = max((len(v.name) for v in job.env.vars), default=10)
     for v in job.env.vars:
-        where = "per node at start" if v.kind == "task" else v.origin
-        value = "(computed on each node)" if v.name == "NCCL_IB_HCA" else v.value
-        out.append(f"  {v.name:<{width}} = {value}  [{where}] {v.reason}")
+        value = "(computed on each node)" if v.name == "NCCL_IB_HCA" and v.kind == "task" else v.value
+        if v.origin == "env":
+            out.append(f"  {v.name:<{width}} = {value}  (yours, kept: from the submitting environment; slurmkit's "
+                       f"would be {v.instead})")
+            continue
+        who = {"gpusub": "slurmkit's default", "site": "the site's", "user": "yours, --env"}.get(v.origin, v.origin)
+        when = ", computed per node at start" if v.kind == "task" else ""
+        out.append(f"  {v.name:<{width}} = {value}  ({who}{when}: {v.reason})")
     for name, why in job.env.not_set:
-        out.append(f"  {name:<{width}}   not set: {why}")
+        out.append(f"  {name:<{width}}   not set (slurmkit's default: {why}; a value you export is kept)")
+    for w in job.env.warnings:
+        out.append(f"  warning: {w}")
     out.append(f"  {'MASTER_ADDR':<{width}} = first node's address (site interface, else its Slurm NodeAddr), "
                "resolved on that node at start")
     out.append(f"  {'MASTER_PORT':<{width}} = 20000 + job id % 12000 (below Linux's ephemeral range 32768-60999), "
@@ -355,6 +394,14 @@ def explain(job: RenderedJob) -> list[str]:
         out.append(f"resources: {job.resources.summary()}; sbatch --cpus-per-task/--mem, srun --cpus-per-task "
                    "(22.05+ srun does not inherit it); override with --cpus-per-gpu / --mem-per-gpu")
     out.append(cpu_binding_line(job))
+    if job.spec.launcher == "megatron":
+        from slurmkit.jobs import megatron
+
+        sig = megatron.exit_signal(job.script_args)
+        added = "" if megatron.EXIT_HANDLER_FLAG in job.spec.args else " (added by gpusub)"
+        out.append(f"preemption: SIGUSR2/SIGTERM to the batch shell or the agent -> {sig} once to each Megatron rank "
+                   f"(--exit-signal-handler{added}): Megatron saves to --save after the current iteration and exits 0; "
+                   "the ranks ignore SIGUSR2" + (" (their exit signal excepted)" if sig == "SIGUSR2" else ""))
     for f in job.facts.notes:
         out.append(f"  note: {f}")
     return out

@@ -123,10 +123,10 @@ def prepare(
     if torch_version and not f.torch_version:
         f = replace(f, torch_version=torch_version)
     run_dir = spec.run_dir or new_run_dir(default_run_root(f.run_root, env, cwd), spec.job_name)
-    job = render(spec, f, os.path.abspath(run_dir), workdir=cwd)
+    job = render(spec, f, os.path.abspath(run_dir), workdir=cwd, environ=env)
     if env_unset:
         job = replace(job, request=replace(job.request, env_unset=env_unset))
-    warnings: list[str] = list(env_warnings)
+    warnings: list[str] = list(env_warnings) + list(job.env.warnings)
     errors = interp_errors + [x.message for x in job.findings if x.level == "error"]
     warnings += [x.message for x in job.findings if x.level == "warning"]
     if f.node_gpus:

@@ -135,6 +135,38 @@ MAIN = ('import logging, os, traceback\n'
 
 AGENT = SIGNALS + RDZV + MAIN
 
+# The megatron launcher's agent: the same, except that SIGUSR2 or SIGTERM to the agent (the batch shell's request
+# through srun, Slurm's own SIGTERM at a requeue or preemption) is passed to each of its workers, once each, as the
+# signal Megatron-LM's --exit-signal-handler waits for (megatron.py EXIT_SIGNALS: SIGTERM unless --exit-signal says
+# otherwise). With proctrack/cgroup Slurm signals only slurmstepd's children (the agent), so without this the ranks
+# never heard of the preemption; with proctrack/linuxproc they got SIGUSR2 itself, which Megatron does not handle
+# (its default action killed them, nothing saved). The workers are the agent's children (torch's SubprocessHandler:
+# Popen, start_new_session; bash/taskset in between exec), read from /proc. A worker that starts after the request
+# is not asked (it is signalled by the next one); the agent still neither kills nor restarts anyone.
+_FORWARD = ('import os, signal, sys\n'
+            'keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal; told = set()\n'
+            'def ask(*_):\n'
+            '    me = str(os.getpid())\n'
+            '    for d in os.listdir("/proc"):\n'
+            '        if not d.isdigit() or d in told: continue\n'
+            '        try:\n'
+            '            with open("/proc/" + d + "/stat") as f: ppid = f.read().rpartition(")")[2].split()[1]\n'
+            '        except (OSError, IndexError): continue\n'
+            '        if ppid != me: continue\n'
+            '        told.add(d)\n'
+            '        try: os.kill(int(d), signal.@SIG@)\n'
+            '        except OSError: pass\n'
+            'for s in keep: real(s, ask)\n'
+            'signal.signal = lambda s, h: signal.getsignal(s) if s in keep else real(s, h)\n')
+FORWARDED = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
+
+
+def forwarding_agent(sig: str) -> str:
+    """The torchrun agent that passes a preemption to its workers as ``sig`` (one of FORWARDED)."""
+    if sig not in FORWARDED:
+        raise ValueError(f"forwarding_agent: {sig!r} is not one of {', '.join(FORWARDED)}")
+    return _FORWARD.replace("@SIG@", sig) + RDZV + MAIN
+
 
 
 # The c10d store for torchrun's rendezvous, hosted by the batch shell (one process on the first node) for the

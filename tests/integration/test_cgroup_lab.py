@@ -304,3 +304,35 @@ def test_scontrol_requeue_gives_the_job_a_last_checkpoint(clab: Lab, tmp_path: P
         assert "SIGTERM" in r0 or "file" in r0
     finally:
         lab_run(clab, ["scancel", job], check=False)
+
+
+def test_megatron_ranks_save_on_scontrol_requeue(clab: Lab, tmp_path: Path):
+    """Issue 34 item 1, on the cgroup lab: proctrack/cgroup signals only slurmstepd's children, i.e. torchrun's agent,
+    never the Megatron ranks. `scontrol requeue` (the path preemption with PreemptMode=REQUEUE takes) sends SIGTERM
+    to the agent and the batch shell; the megatron launcher's agent passes it to each rank as Megatron-LM's exit
+    signal, Megatron's own DistributedSignalHandler (tests/data/megatron/train_signal.py) saves within KillWait, and
+    the requeued attempt starts from that save. Before, the ranks never heard of it and were SIGKILLed unsaved."""
+    tmp_path.chmod(0o755)
+    train = ROOT / "tests" / "data" / "megatron" / "train_signal.py"
+    run, save = tmp_path / "run", tmp_path / "ckpt"
+    env = {**os.environ, **clab.env, "SLURMKIT_INVENTORY": str(clab.etc / "slurmkit.yaml"),
+           "SLURMKIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.gpusub", str(train), "-N", "1", "--gpus-per-node", "2",
+                        "--launcher", "megatron", "--time", "10", "--run-dir", str(run), "--",
+                        "--save", str(save), "--train-iters", "100000", "--iter-seconds", "0.05"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = r.stdout.split("submitted job ", 1)[1].split()[0]
+    try:
+        log0 = run / "logs" / f"{job}.r0.log"
+        _wait(lambda: all((save / "ranks" / f"{i}.running").exists() for i in (0, 1)), 150, "the ranks to train")
+        time.sleep(1.0)
+        lab_run(clab, ["scontrol", "requeue", job])
+        log1 = run / "logs" / f"{job}.r1.log"
+        _until_file(log1, "rank 0/2: start at iteration", timeout=150)
+        r0, r1 = log0.read_text(), log1.read_text()
+        assert r0.count("exiting program after receiving SIGTERM") == 2, r0[-3000:]
+        saved = json.loads((save / "ranks" / "0.json").read_text())["end"]
+        assert saved > 0 and f"start at iteration {saved}," in r1, (saved, r1[-2000:])
+    finally:
+        lab_run(clab, ["scancel", job], check=False)

@@ -593,3 +593,33 @@ def test_follow_clears_the_pin_when_the_batch_host_is_lost(lab: Lab, env: dict[s
                 return n.state.lower() == "idle" and not n.flags
 
             _wait_for(back, 90, f"{lost} back, idle and responding")
+
+
+# --- Megatron-LM keeps its work (issue 34 item 1) ----------------------------------------------------------------
+
+def test_megatron_rank_saves_on_slurms_signal_and_the_requeue_resumes(env: dict[str, str], backend: CLIBackend,
+                                                                     tmp_path: Path) -> None:
+    """--launcher megatron, 2 gloo ranks of a Megatron-shaped loop around Megatron-LM's own DistributedSignalHandler
+    (tests/data/megatron/train_signal.py): the signal Slurm sends before the time limit (--signal=B:USR2, here
+    `scancel --signal=USR2 --batch`) must end in Megatron's save and exit 0, the requeue, and a resume from that
+    save. Before: SIGUSR2 reached the ranks (proctrack/linuxproc), which Megatron does not handle: they died
+    (exitcode -12), nothing saved, the requeue restarted from iteration 0."""
+    train = ROOT / "tests" / "data" / "megatron" / "train_signal.py"
+    run_dir, save = tmp_path / "run", tmp_path / "ckpt"
+    spec = JobSpec(script=str(train), nodes=1, gpus_per_node=2, launcher="megatron", max_restarts=1,
+                   run_dir=str(run_dir), time="10:00",
+                   args=("--save", str(save), "--train-iters", "100", "--iter-seconds", "0.2"))
+    job_id, _ = submit_job(spec, backend, environ=env)
+    _wait_for(lambda: all((save / "ranks" / f"{r}.running").exists() for r in (0, 1)), 150, "the ranks to train")
+    backend.cancel(job_id, signal="USR2", batch=True)
+    _wait_for(lambda: backend.job(job_id).restarts >= 1, 90, "the requeue")
+    log = io.StringIO()
+    st = follow(job_id, backend, log, environ=env, cap=1.0)
+    r0 = (run_dir / "logs" / f"{job_id}.r0.log").read_text()
+    assert st.state == "COMPLETED", r0[-3000:] + log.getvalue()[-2000:]
+    assert r0.count("exiting program after receiving SIGTERM") == 2, r0[-3000:]
+    assert "requeueing (restart 1 of at most 1)" in r0 and "exitcode" not in r0, r0[-3000:]
+    ranks = [json.loads((save / "ranks" / f"{r}.json").read_text()) for r in (0, 1)]
+    assert all(r["restart"] == 1 and 0 < r["start"] < 100 and r["end"] == 100 for r in ranks), ranks
+    r1 = (run_dir / "logs" / f"{job_id}.r1.log").read_text()
+    assert f"start at iteration {ranks[0]['start']}" in r1

@@ -14,7 +14,7 @@ import pytest
 
 from slurmkit.jobs.render import render
 from slurmkit.jobs.spec import ClusterFacts, JobSpec
-from slurmkit.jobs.torchcompat import AGENT
+from slurmkit.jobs.torchcompat import AGENT, forwarding_agent
 
 HOSTILE = (
     "plain",
@@ -112,7 +112,8 @@ def test_hostile_arguments_reach_the_program_byte_for_byte(launcher: str, tmp_pa
         assert got["env"]["RANK"] == "0" and got["env"]["WORLD_SIZE"] == "2" and got["env"]["LOCAL_RANK"] == "0"
     else:
         i = argv.index(str(script))
-        assert argv[:2] == ["-c", AGENT]  # torchrun's agent, run by the pinned interpreter (python3 here)
+        # torchrun's agent, run by the pinned interpreter (python3 here); megatron's passes a preemption on as SIGTERM
+        assert argv[:2] == ["-c", forwarding_agent("SIGTERM") if launcher == "megatron" else AGENT]
         assert "--rdzv-id=4242" in argv[:i]
         assert "--rdzv-endpoint=10.1.2.3:24242" in argv[:i]
         assert not any(a.startswith("--signals-to-handle") for a in argv[:i])
@@ -120,7 +121,8 @@ def test_hostile_arguments_reach_the_program_byte_for_byte(launcher: str, tmp_pa
     if launcher == "megatron":
         assert received[: len(args)] == list(args)
         assert received[len(args):] == ["--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1",
-                                        "--context-parallel-size", "1", "--expert-model-parallel-size", "1"]
+                                        "--context-parallel-size", "1", "--expert-model-parallel-size", "1",
+                                        "--exit-signal-handler"]
         assert got["env"]["TRITON_CACHE_DIR"] == "/tmp/triton_cache_4242_0"
     else:
         assert received == list(args)
