@@ -406,6 +406,11 @@ class Server:
             pass
         finally:
             self._conns.pop(id(conn), None)
+            # a client gone before its request (EOF, a reset, a TLS error) or cut at the deadline leaves the
+            # transport open: left to the garbage collector, its fd outlived the cap (a connect-and-close flood from
+            # one host held the process at its fd limit and no scrape got through)
+            if conn.transport is not None and not conn.transport.is_closing():
+                conn.transport.abort()  # type: ignore[attr-defined]
 
     async def _serve(self, conn: _Conn) -> None:
         lim = self.limits
