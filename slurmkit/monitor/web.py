@@ -379,6 +379,9 @@ class Server:
             conn.task = asyncio.ensure_future(self._client(conn))
             conn.task.add_done_callback(conn.done)
             self._admit(conn)
+            # sock_accept returns at once while the backlog holds connections, without yielding: under a connect
+            # flood this loop accepted up to the fd limit before the connections it evicted could run their close
+            await asyncio.sleep(0)
 
     # --- one connection -----------------------------------------------------------------------------------
 

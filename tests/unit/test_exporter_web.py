@@ -574,3 +574,38 @@ def test_clients_gone_before_their_request_leave_no_fd_behind():
     finally:
         gc.enable()
         close(srv)
+
+
+_CHURN = """
+import socket, sys, time
+port, keep, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+held, end = [], time.time() + secs
+while time.time() < end:
+    s = socket.socket(); s.setblocking(False)
+    try: s.connect(("127.0.0.1", port))
+    except BlockingIOError: pass
+    held.append(s)
+    if len(held) > keep: held.pop(0).close()
+"""
+
+
+def test_a_connect_flood_keeps_the_open_fds_near_the_cap():
+    """sock_accept returns at once while the backlog holds connections, so the accept loop admitted a whole
+    backlog (and more) before the connections it evicted ran their close: under a connect-and-hold churn from one
+    host the exporter reached its fd limit (1,024 under a 256 cap) and scrapes failed. Each accept now yields."""
+    srv = Server(lambda: ("text/plain", b"ok 1\n"), "127.0.0.1", 0, limits=Limits(max_connections=32))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    port = srv.server_address[1]
+    base = len(os.listdir("/proc/self/fd"))
+    flood = subprocess.Popen([sys.executable, "-c", _CHURN, str(port), "600", "4"])
+    peak = 0
+    try:
+        while flood.poll() is None:
+            peak = max(peak, len(os.listdir("/proc/self/fd")) - base)
+            time.sleep(0.01)
+        assert srv.stats.accepted > 200, srv.stats  # the flood was one
+        assert peak <= 32 + 24, (peak, srv.stats)
+    finally:
+        flood.kill()
+        flood.wait(10)
+        close(srv)
