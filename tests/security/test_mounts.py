@@ -54,8 +54,9 @@ def test_users_fuse_mount_that_never_answers_drains_nothing(open_tmp):
         fd_gone = _mount_fuse(str(gone), pw.pw_uid, pw.pw_gid)
         os.close(fd_gone)  # the attacker's daemon exited: the connection is gone
         # the attacker's "daemon": holds the fuse fd and never reads a request
-        daemon = subprocess.Popen(["runuser", "-u", ATTACKER, "--", USER_PYTHON, "-c", "import time; time.sleep(120)"],
-                                  pass_fds=[fd_held])
+        # (Popen's user=: the attacker's uid itself, so the kill at the end reaches it, not a runuser between)
+        daemon = subprocess.Popen([USER_PYTHON, "-c", "import time; time.sleep(120)"], pass_fds=[fd_held],
+                                  user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
         os.close(fd_held)
         fd_held = -1
         with pytest.raises(OSError) as e:
