@@ -324,13 +324,37 @@ NETWORK_FS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs
 
 def read_mounts(paths: HostPaths) -> list[tuple[str, str, str]]:
     """(device, mount point, type) of every mount (/proc/self/mounts, octal escapes undone)."""
+    return [m[:3] for m in _read_mounts(paths)]
+
+
+def _read_mounts(paths: HostPaths) -> list[tuple[str, str, str, str]]:
+    """(device, mount point, type, options) of every mount (/proc/self/mounts, octal escapes undone)."""
     text = _read(os.path.join(paths.proc_root, "self", "mounts")) or ""
     out = []
     for line in text.splitlines():
         f = line.split()
         if len(f) >= 3:
-            out.append((f[0], f[1].replace("\\040", " ").replace("\\011", "\t"), f[2]))
+            out.append((f[0], f[1].replace("\\040", " ").replace("\\011", "\t"), f[2], f[3] if len(f) > 3 else ""))
     return out
+
+
+def users_fuse_mount(fstype: str, options: str) -> int | None:
+    """The uid of the ordinary user who mounted this FUSE filesystem, None when root did (or it is no FUSE mount).
+
+    Any user can mount FUSE where setuid fusermount3 is installed (Apptainer, enroot and sshfs need it), choosing
+    the subtype (``-o subtype=sshfs`` makes the type ``fuse.sshfs``, one of NETWORK_FS), the device text and the
+    mount point; the kernel stores the mounting user as ``user_id=`` (fs/fuse/inode.c, fuse_show_options).
+    Without ``allow_other`` the kernel answers root's statfs itself (fuse_statfs: a process
+    fuse_allow_current_process refuses gets a zeroed answer), but where /etc/fuse.conf has ``user_allow_other``
+    the user's daemon answers root's statvfs, or never does, or is gone (ENOTCONN): a user's mount says nothing
+    about the node and must never drain it."""
+    if not (fstype == "fuse" or fstype == "fuseblk" or fstype.startswith(("fuse.", "fuseblk."))):
+        return None
+    for opt in options.split(","):
+        key, _, val = opt.partition("=")
+        if key == "user_id":
+            return int(val) if val.isdigit() and int(val) != 0 else None
+    return None
 
 
 def gather_filesystems(paths: HostPaths, required: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
@@ -339,11 +363,15 @@ def gather_filesystems(paths: HostPaths, required: tuple[str, ...], timeout_s: f
     import threading
     import time
 
-    mounts = read_mounts(paths)
+    mounts = _read_mounts(paths)
     by_point = {m[1]: m for m in mounts}
     targets: dict[str, dict[str, Any]] = {}
-    for dev, point, fstype in mounts:
+    users_mounts = 0
+    for dev, point, fstype, opts in mounts:
         if fstype in NETWORK_FS:
+            if users_fuse_mount(fstype, opts) is not None:
+                users_mounts += 1  # an ordinary user's FUSE mount (fusermount3): theirs, not the node's
+                continue
             targets[point] = {"type": fstype, "device": dev, "required": False}
     for p in required:
         m = by_point.get(p)
@@ -371,7 +399,7 @@ def gather_filesystems(paths: HostPaths, required: tuple[str, ...], timeout_s: f
         th.join(max(0.0, end - time.monotonic()))
     for point, info in targets.items():
         info.update(results.get(point, {"ok": False, "hung": True} if info.get("mounted") is not False else {}))
-    return {"mounts": targets, "timeout_s": timeout_s}
+    return {"mounts": targets, "timeout_s": timeout_s, **({"users_fuse_mounts": users_mounts} if users_mounts else {})}
 
 
 def gather_edac(paths: HostPaths) -> dict[str, Any]:

@@ -379,6 +379,9 @@ class Server:
             conn.task = asyncio.ensure_future(self._client(conn))
             conn.task.add_done_callback(conn.done)
             self._admit(conn)
+            # sock_accept returns at once while the backlog holds connections, without yielding: under a connect
+            # flood this loop accepted up to the fd limit before the connections it evicted could run their close
+            await asyncio.sleep(0)
 
     # --- one connection -----------------------------------------------------------------------------------
 
@@ -406,6 +409,11 @@ class Server:
             pass
         finally:
             self._conns.pop(id(conn), None)
+            # a client gone before its request (EOF, a reset, a TLS error) or cut at the deadline leaves the
+            # transport open: left to the garbage collector, its fd outlived the cap (a connect-and-close flood from
+            # one host held the process at its fd limit and no scrape got through)
+            if conn.transport is not None and not conn.transport.is_closing():
+                conn.transport.abort()  # type: ignore[attr-defined]
 
     async def _serve(self, conn: _Conn) -> None:
         lim = self.limits

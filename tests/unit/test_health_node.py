@@ -398,3 +398,27 @@ def test_a_failed_fan_drains_whatever_the_clocks_say_and_goes_stale_on_the_nodes
     (node / "bmc.json").write_text(json.dumps({"node": "node1", "time": time.time() - skew_s + 60, "source": "ipmi",
                                                "error": "", "findings": fail}))
     assert run(tmp_path, p, only=("bmc",), state=node)["bmc"].status == Status.FAIL
+
+
+def test_an_ordinary_users_fuse_mount_never_fails_the_filesystems_check(tmp_path, monkeypatch):
+    """fusermount3 lets any user mount FUSE with a subtype of their choosing (fuse.sshfs is one of NETWORK_FS); the
+    kernel records the mounting user as user_id=. A user's mount whose daemon is gone or never answers is theirs, not
+    the node's: it is not probed and drains nothing, while root's own FUSE mounts (user_id=0) still count."""
+    mine, roots = tmp_path / "games-m", tmp_path / "gluster"
+    mine.mkdir()
+    roots.mkdir()
+    mounts = (f"/dev/sda1 / ext4 rw 0 0\n"
+              f"gw:/data {mine} fuse.sshfs rw,nosuid,nodev,relatime,user_id=5,group_id=60,allow_other 0 0\n"
+              f"gl1:/vol {roots} fuse.glusterfs rw,relatime,user_id=0,group_id=0,allow_other 0 0\n")
+    p = tree(tmp_path, mounts=mounts)
+    real = os.statvfs
+
+    def statvfs(path):
+        if str(path) in (str(mine), str(roots)):
+            raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+        return real(path)
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    res = run(tmp_path, p, only=("filesystems",))
+    assert res["filesystems"].findings == [f"fs {roots} Transport endpoint is not connected"]
+    assert str(mine) not in res["filesystems"].evidence["mounts"]
+    assert res["filesystems"].evidence["users_fuse_mounts"] == 1
