@@ -336,8 +336,13 @@ def parse_jobs_json(text: str, what: str) -> list[JobRecord]:
         for k in _ONLY_WHEN_SET:
             if rec[k] in ("", "(null)"):
                 del rec[k]
-        for key, name in (("memory_per_node", "MinMemoryNode"), ("memory_per_cpu", "MinMemoryCPU")):
-            mb = j.num(key)  # scontrol: MinMemoryCPU=3875M or MinMemoryNode=7750M, whichever the job asked for
+        # scontrol prints MinMemoryTRES= when the job has a mem_per_tres (--mem-per-gpu), MinMemoryCPU= when
+        # pn_min_memory has MEM_PER_CPU, else MinMemoryNode=, all from pn_min_memory (src/scontrol/info_job.c at
+        # slurm-24-11-5-1, "If there is a mem_per_tres job->pn_min_memory will not be set"): the JSON's
+        # memory_per_node is that same pn_min_memory (data_parser v0.0.42 parsers.c), the per-GPU value then
+        per_tres = "TRES" if j.text("memory_per_tres") not in ("", "(null)") else None
+        for key, name in (("memory_per_node", f"MinMemory{per_tres or 'Node'}"), ("memory_per_cpu", "MinMemoryCPU")):
+            mb = j.num(key)
             if mb is not None and mb > 0:
                 rec[name] = f"{mb}M"
         if dialect in _NO_SHARED:

@@ -94,6 +94,9 @@ def test_a_record_without_free_text_reads_as_scontrol_prints_it(rel: str) -> Non
             assert want["NumNodes"] == f"{recs[jid]['NumNodes']}-{recs[jid]['NumNodes']}"
             want["NumNodes"] = recs[jid]["NumNodes"]
         assert {k: recs[jid][k] for k in common} == want, rel
+        # the memory request under the key scontrol prints (MinMemoryTRES for --mem-per-gpu, not MinMemoryNode)
+        assert ({k: v for k, v in recs[jid].items() if k.startswith("MinMemory")} ==
+                {k: v for k, v in text[jid].items() if k.startswith("MinMemory") and v != "0"}), rel
 
 
 def test_2205s_raw_output_path_is_expanded_as_scontrol_does() -> None:
