@@ -1,0 +1,158 @@
+"""The first apply keeps an adopted site's own files (issue 33 item 1).
+
+Real public configurations from tests/data/realconf (provenance and licence in each PROVENANCE): SchedMD's commented
+slurm.conf.example (3 KB of comments around 40 settings) and CycleCloud's Include-split slurm.conf (partitions in
+azure.conf). Each is imported, one thing is changed in the inventory, and `conf apply` writes to a tmp copy: the
+unified diff of every file is exactly the plan's lines, nothing else changes byte for byte, Slurm's parse of the
+result is the plan (`conf diff --exit-code` is 0 after; where this host has slurmctld, the real parse ran in apply).
+"""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmkit.adopt.inplace import CannotEdit, edit_pairs, edit_site
+from slurmkit.generate.rollout import semantic_diff
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "data" / "realconf"
+REAL = bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists())
+
+
+def sk(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slurmkit.cli.main", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=180)
+
+
+def site(tmp: Path, name: str, ver: str = "22.05") -> tuple[Path, Path, dict[str, bytes]]:
+    d = tmp / "etc"
+    shutil.copytree(CORPUS / name, d)
+    (d / "PROVENANCE").unlink()
+    inv = tmp / "inv.yaml"
+    r = sk("conf", "import", str(d), "--slurm-version", ver, "-o", str(inv))
+    assert r.returncode == 0, r.stderr
+    return d, inv, {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()}
+
+
+def edit_inventory(inv: Path, fn) -> None:  # type: ignore[no-untyped-def]
+    data = yaml.safe_load(inv.read_text())
+    fn(data)
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def apply(inv: Path, d: Path, *extra: str, ver: str = "22.05") -> subprocess.CompletedProcess:
+    r = sk("conf", "apply", str(inv), "--to", str(d), "--slurm-version", ver, *extra,
+           *(() if REAL else ("--no-real-parse",)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def changed_lines(before: bytes, after: bytes) -> list[str]:
+    """The -/+ lines of the unified diff (no context)."""
+    diff = difflib.unified_diff(before.decode().splitlines(), after.decode().splitlines(), lineterm="", n=0)
+    return [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+
+
+def others_unchanged(d: Path, before: dict[str, bytes], changed: set[str]) -> None:
+    # no new file beside the site's (slurmkit.yaml is slurmkit's inventory copy, the journal and backup are hidden)
+    assert sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) == sorted({*before, "slurmkit.yaml"})
+    for name, body in before.items():
+        if name not in changed:
+            assert (d / name).read_bytes() == body, f"{name} changed"
+
+
+def diff_clean(inv: Path, d: Path, ver: str = "22.05") -> None:
+    r = sk("conf", "diff", str(inv), "--against", str(d), "--slurm-version", ver, "--exit-code")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_one_partition_on_a_commented_site_adds_its_line_only(tmp_path: Path) -> None:
+    d, inv, before = site(tmp_path, "schedmd-example")
+    edit_inventory(inv, lambda x: x["partitions"].append({"name": "short", "nodes": "linux[1-4]", "max_time": "1:00:00"}))
+    apply(inv, d)
+    assert changed_lines(before["slurm.conf"], (d / "slurm.conf").read_bytes()) == [
+        "+PartitionName=short Nodes=linux[1-4] MaxTime=1:00:00"]
+    text = (d / "slurm.conf").read_text()
+    # beside its kind: right after the site's own PartitionName line; every comment still there
+    assert "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\nPartitionName=short" in text
+    assert text.count("\n#") == before["slurm.conf"].decode().count("\n#")
+    others_unchanged(d, before, {"slurm.conf"})
+    diff_clean(inv, d)
+
+
+def test_a_changed_key_rewrites_its_value_on_its_own_line(tmp_path: Path) -> None:
+    d, inv, before = site(tmp_path, "schedmd-example")
+
+    def change(x: dict) -> None:
+        x["slurm_conf"]["SlurmctldTimeout"] = "300"
+        x["partitions"][0]["max_time"] = "2-00:00:00"
+    edit_inventory(inv, change)
+    apply(inv, d)
+    assert changed_lines(before["slurm.conf"], (d / "slurm.conf").read_bytes()) == [
+        "-SlurmctldTimeout=120", "+SlurmctldTimeout=300",
+        "-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        "+PartitionName=debug Nodes=ALL Default=YES MaxTime=2-00:00:00 State=UP"]
+    others_unchanged(d, before, {"slurm.conf"})
+    diff_clean(inv, d)
+
+
+def test_include_split_site_gets_the_partition_in_the_include_file(tmp_path: Path) -> None:
+    # a 23.02+ site (ReconfigFlags=KeepPowerSaveSettings): judged as 24.11
+    d, inv, before = site(tmp_path, "cyclecloud-slurm-include", "24.11")
+    edit_inventory(inv, lambda x: x["partitions"].append({"name": "hpc", "nodes": "dynamicns", "max_time": "4:00:00"}))
+    apply(inv, d, ver="24.11")
+    # slurm.conf keeps its Include lines and comments byte for byte; the partition lands where partitions live
+    assert (d / "slurm.conf").read_bytes() == before["slurm.conf"]
+    assert changed_lines(before["azure.conf"], (d / "azure.conf").read_bytes()) == [
+        "+PartitionName=hpc Nodes=dynamicns MaxTime=4:00:00"]
+    others_unchanged(d, before, {"azure.conf"})
+    diff_clean(inv, d, "24.11")
+
+
+def test_rewrite_keeps_slurmkits_own_layout_by_choice(tmp_path: Path) -> None:
+    d, inv, before = site(tmp_path, "schedmd-example")
+    edit_inventory(inv, lambda x: x["partitions"].append({"name": "short", "nodes": "linux[1-4]"}))
+    apply(inv, d, "--rewrite")
+    text = (d / "slurm.conf").read_text()
+    assert text.startswith("# generated by slurmkit") and len(text) < len(before["slurm.conf"]) / 2
+    diff_clean(inv, d)
+
+
+def test_edit_pairs_keeps_case_spacing_order_and_comment() -> None:
+    line = "PartitionName=a  nodes = n[1-2]   MAXTIME=5 State=UP  # the short queue"
+    out = edit_pairs(line, "slurm.conf:9", {"maxtime": "10", "default": "YES"}, frozenset({"state"}), {"default": "Default"})
+    assert out == "PartitionName=a  nodes = n[1-2]   MAXTIME=10 Default=YES  # the short queue"
+    assert edit_pairs('X="a b"', "f:1", {"x": "c d"}) == 'X="c d"'
+
+
+def test_a_change_inside_a_continued_line_is_refused_with_file_line_and_rewrite() -> None:
+    site_files = {"slurm.conf": "ClusterName=c\nSlurmctldHost=h\nNodeName=n1 CPUs=2 \\\n  RealMemory=100\n"
+                                "PartitionName=p Nodes=n1\n"}
+    plan = {"slurm.conf": "ClusterName=c\nSlurmctldHost=h\nNodeName=n1 CPUs=2 RealMemory=200\nPartitionName=p Nodes=n1\n"}
+    with pytest.raises(CannotEdit) as e:
+        edit_site(site_files, plan, "22.05")
+    msg = str(e.value)
+    assert msg.startswith("slurm.conf:3: cannot edit in place") and "--rewrite" in msg and "\n" not in msg
+
+
+def test_new_node_and_removed_node_edit_only_their_lines() -> None:
+    site_files = {"slurm.conf": "# site\nClusterName=c\nSlurmctldHost=h\n\n# nodes, measured 2024\n"
+                                "NodeName=n[1-3] CPUs=2 RealMemory=100   # racks 1-3\nPartitionName=p Nodes=n[1-3]\n",
+                  "gres.conf": "# none\n"}
+    plan = {"slurm.conf": "ClusterName=c\nSlurmctldHost=h\nNodeName=n[1-2] CPUs=2 RealMemory=100\n"
+                          "NodeName=g1 CPUs=8 RealMemory=900\nPartitionName=p Nodes=n[1-2],g1\n",
+            "gres.conf": "# generated by slurmkit\n"}
+    out = edit_site(site_files, plan, "22.05")
+    assert changed_lines(site_files["slurm.conf"].encode(), out["slurm.conf"].encode()) == [
+        "-NodeName=n[1-3] CPUs=2 RealMemory=100   # racks 1-3", "-PartitionName=p Nodes=n[1-3]",
+        "+NodeName=n[1-2] CPUs=2 RealMemory=100   # racks 1-3", "+NodeName=g1 CPUs=8 RealMemory=900",
+        "+PartitionName=p Nodes=n[1-2],g1"]
+    assert out["gres.conf"] == "# none\n"
+    assert semantic_diff(out, plan, "22.05") == []
