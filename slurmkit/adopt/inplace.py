@@ -190,10 +190,13 @@ def edit_site(site: Mapping[str, str], plan: Mapping[str, str], version: str) ->
     if "topology.conf" in plan and "topology.conf" in site and ro._topology_set(ro._body(site["topology.conf"])) == \
             ro._topology_set(ro._body(plan["topology.conf"])):
         out["topology.conf"] = site["topology.conf"]
-    if "gres.conf" in out and "gres.conf" not in site and not any(
-            r.pairs for r in cp.parse_records(out["gres.conf"], "gres.conf")) and not any(
-            r.get("Gres") for r in cp.parse_slurm_conf(plan.get("slurm.conf", ""), "slurm.conf", plan).nodes):
-        del out["gres.conf"]  # slurmkit's header alone, and no node with Gres=: no line the plan needs
+    gres_nodes = any(r.get("Gres") for r in cp.parse_slurm_conf(plan.get("slurm.conf", ""), "slurm.conf", plan).nodes)
+    for name in ("cgroup.conf", "gres.conf"):
+        # a file the site lacks and the plan has only slurmkit's header comments in: no line the plan needs (the
+        # validator wants a gres.conf, even an empty one, beside nodes with Gres=: kept there)
+        if name in out and name not in site and not any(r.pairs for r in cp.parse_records(out[name], name)) and not (
+                name == "gres.conf" and gres_nodes):
+            del out[name]
     for name in site:
         if name not in ro.MANAGED_FILES and "/" not in name:
             out.setdefault(name, site[name])  # the Include files, read with slurm.conf (unchanged ones not rewritten)

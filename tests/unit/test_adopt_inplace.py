@@ -156,3 +156,35 @@ def test_new_node_and_removed_node_edit_only_their_lines() -> None:
         "+PartitionName=p Nodes=n[1-2],g1"]
     assert out["gres.conf"] == "# none\n"
     assert semantic_diff(out, plan, "22.05") == []
+
+
+def test_a_new_gpu_node_group_adds_its_node_and_gres_lines_beside_their_kind() -> None:
+    """docker-cluster-2411 (a commented slurm.conf and gres.conf): two nodes shaped like the GPU node g1 join
+    partition gpu: slurm.conf gains their NodeName line after the site's last one and partition gpu's Nodes= value
+    changes on its own line; gres.conf gains their line after g1's; every comment stays."""
+    from slurmkit.adopt.importer import import_site
+    from slurmkit.adopt.read import read_site
+    from slurmkit.generate import confparse as cp
+    from slurmkit.generate.slurmconf import generate
+    from slurmkit.model import yamlio
+    from slurmkit.model.load import load_cluster_text
+
+    files, _notes, _d = read_site(CORPUS / "docker-cluster-2411")
+    inv = import_site(files, "24.11").inventory
+    g1 = next(g for g in inv["node_groups"] if g["hosts"] == "g1")
+    inv["node_groups"].append({**g1, "name": "g2", "hosts": "g[2-3]"})
+    next(p for p in inv["partitions"] if p["name"] == "gpu")["nodes"] = "g[1-3]"
+    plan = generate(load_cluster_text(yamlio.dump(inv), source="<test>"), version="24.11")
+    out = edit_site(files, plan, "24.11")
+    assert changed_lines(files["slurm.conf"].encode(), out["slurm.conf"].encode()) == [
+        "+NodeName=g[2-3] CPUs=4 Sockets=4 CoresPerSocket=1 ThreadsPerCore=1 RealMemory=2000 Gres=gpu:nvidia:1 "
+        "State=UNKNOWN",
+        "-PartitionName=gpu Nodes=g1 Default=NO MaxTime=INFINITE State=UP",
+        "+PartitionName=gpu Nodes=g[1-3] Default=NO MaxTime=INFINITE State=UP"]
+    assert changed_lines(files["gres.conf"].encode(), out["gres.conf"].encode()) == [
+        "+NodeName=g[2-3] Name=gpu Type=nvidia File=/dev/nvidia[0-9] AutoDetect=nvml"]
+    assert out["cgroup.conf"] == files["cgroup.conf"]
+    # Slurm's parse of the result is the plan's, and differs from the site's only by the plan
+    assert semantic_diff(out, plan, "24.11") == []
+    assert [c.subject for c in semantic_diff(files, out, "24.11")] == [c.subject for c in semantic_diff(files, plan, "24.11")]
+    assert "g3" in cp.node_names(cp.parse_slurm_conf(out["slurm.conf"]))
