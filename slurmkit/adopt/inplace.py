@@ -286,10 +286,15 @@ def _node_records(oc: cp.SlurmConf, nc: cp.SlurmConf, plan: Mapping[str, str], v
     for rec in nc.nodes:
         for h in hostlist.expand(rec.head, rec.where):
             new_of.setdefault(h, rec)
-    known: set[str] = set()
+    known: set[str] = {h for rec in oc.nodes for h in hostlist.expand(rec.head, rec.where)}
+    # a planned line that keeps the nodes of exactly one site line and adds nodes: that line grows (its hostlist)
+    olds_of: dict[int, int] = {}
+    for rec in oc.nodes:
+        for t in {id(new_of[h]) for h in hostlist.expand(rec.head) if h in new_of}:
+            olds_of[t] = olds_of.get(t, 0) + 1
+    placed: set[str] = set()
     for rec in oc.nodes:
         hosts = hostlist.expand(rec.head, rec.where)
-        known.update(hosts)
         kept = [h for h in hosts if h in new_of]
         f = ed(rec.file)
         if not kept:
@@ -313,11 +318,14 @@ def _node_records(oc: cp.SlurmConf, nc: cp.SlurmConf, plan: Mapping[str, str], v
         on_line = {k.lower() for k, _ in raw.pairs[1:]}
         if drop - on_line:
             raise CannotEdit(rec.where, f"{', '.join(sorted(drop - on_line))} comes from a NodeName=DEFAULT line")
-        if len(kept) != len(hosts):
-            set_["nodename"] = hostlist.fold(kept)
+        grow = [h for h in hostlist.expand(new_of[kept[0]].head) if h not in known] if olds_of[
+            id(new_of[kept[0]])] == 1 else []
+        if len(kept) != len(hosts) or grow:
+            set_["nodename"] = hostlist.fold([*kept, *grow])
+            placed.update(grow)
         if set_ or drop:
             f.replaced[rec.lineno] = edit_pairs(f.current(rec.lineno), rec.where, set_, drop, spell)
-    added = [h for h in new_of if h not in known]
+    added = [h for h in new_of if h not in known and h not in placed]
     if not added:
         return
     anchor = oc.nodes[-1] if oc.nodes else (oc.node_defaults[-1] if oc.node_defaults else None)
@@ -328,7 +336,7 @@ def _node_records(oc: cp.SlurmConf, nc: cp.SlurmConf, plan: Mapping[str, str], v
         if id(rec) in done:
             continue
         done.add(id(rec))
-        hs = [x for x in hostlist.expand(rec.head) if x not in known]
+        hs = [x for x in hostlist.expand(rec.head) if x not in known and x not in placed]
         line = _plan_line(plan["slurm.conf"], rec)
         if len(hs) != len(hostlist.expand(rec.head)):
             line = edit_pairs(line, rec.where, {"nodename": hostlist.fold(hs)})

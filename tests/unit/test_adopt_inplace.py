@@ -160,8 +160,9 @@ def test_new_node_and_removed_node_edit_only_their_lines() -> None:
 
 def test_a_new_gpu_node_group_adds_its_node_and_gres_lines_beside_their_kind() -> None:
     """docker-cluster-2411 (a commented slurm.conf and gres.conf): two nodes shaped like the GPU node g1 join
-    partition gpu: slurm.conf gains their NodeName line after the site's last one and partition gpu's Nodes= value
-    changes on its own line; gres.conf gains their line after g1's; every comment stays."""
+    partition gpu: the plan puts them on g1's NodeName line, so that line's hostlist grows (its keys in the site's
+    order) and partition gpu's Nodes= value changes on its own line; gres.conf gains their line after g1's (gres.conf
+    records are compared per node: g1's stays as written); every comment stays."""
     from slurmkit.adopt.importer import import_site
     from slurmkit.adopt.read import read_site
     from slurmkit.generate import confparse as cp
@@ -177,8 +178,8 @@ def test_a_new_gpu_node_group_adds_its_node_and_gres_lines_beside_their_kind() -
     plan = generate(load_cluster_text(yamlio.dump(inv), source="<test>"), version="24.11")
     out = edit_site(files, plan, "24.11")
     assert changed_lines(files["slurm.conf"].encode(), out["slurm.conf"].encode()) == [
-        "+NodeName=g[2-3] CPUs=4 Sockets=4 CoresPerSocket=1 ThreadsPerCore=1 RealMemory=2000 Gres=gpu:nvidia:1 "
-        "State=UNKNOWN",
+        "-NodeName=g1 Gres=gpu:nvidia:1 CPUs=4 RealMemory=2000 State=UNKNOWN",
+        "+NodeName=g[1-3] Gres=gpu:nvidia:1 CPUs=4 RealMemory=2000 State=UNKNOWN",
         "-PartitionName=gpu Nodes=g1 Default=NO MaxTime=INFINITE State=UP",
         "+PartitionName=gpu Nodes=g[1-3] Default=NO MaxTime=INFINITE State=UP"]
     assert changed_lines(files["gres.conf"].encode(), out["gres.conf"].encode()) == [
@@ -188,3 +189,17 @@ def test_a_new_gpu_node_group_adds_its_node_and_gres_lines_beside_their_kind() -
     assert semantic_diff(out, plan, "24.11") == []
     assert [c.subject for c in semantic_diff(files, out, "24.11")] == [c.subject for c in semantic_diff(files, plan, "24.11")]
     assert "g3" in cp.node_names(cp.parse_slurm_conf(out["slurm.conf"]))
+
+
+def test_nodes_add_on_an_adopted_site_renders_line_edits_too(tmp_path: Path) -> None:
+    """`slurmkit nodes add` (elastic/change.py) writes the same files `conf apply` does: on an adopted site, the
+    site's own text with the new node's line, not slurmkit's layout."""
+    from slurmkit.elastic.change import Site, _render
+    from slurmkit.elastic.edit import add_hosts
+
+    d, inv, before = site(tmp_path, "schedmd-example")
+    data = yaml.safe_load(inv.read_text())
+    edit = add_hosts(data, ["linux33"], data["node_groups"][0]["name"])
+    files, _ver, _own = _render(Site(d), edit.data, "22.05")
+    assert changed_lines(before["slurm.conf"], files["slurm.conf"].encode()) == [
+        "-NodeName=linux[1-32] CPUs=1 State=UNKNOWN", "+NodeName=linux[1-33] CPUs=1 State=UNKNOWN"]
