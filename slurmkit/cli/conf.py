@@ -325,13 +325,17 @@ def _print_plan(changes: list, ver: str) -> None:  # type: ignore[type-arg]
 @click.option("--exit-code", is_flag=True, help="Exit 1 when something changes, 0 when nothing does (as git diff "
                                                  "--exit-code); bad input is 2 either way.")
 @_rewrite
+@click.option("--files", "show_files", is_flag=True,
+              help="Also print the unified diff (diff -u) of each file `conf apply` would write against DIR's.")
 def diff(inventory: str, against: str, version: str | None, templates: str | None, overrides: str | None,
-         exit_code: bool, rewrite: bool) -> int:
+         exit_code: bool, rewrite: bool, show_files: bool) -> int:
     """What changes if INVENTORY is applied to DIR, what each change needs, and in what order. Where DIR is the
     config this host runs ($SLURM_CONF's directory, /etc/slurm, a lab's) and slurmctld has not loaded its
     slurm.conf, says so: files that match the inventory are not a cluster in sync."""
     c, _files, ver, changes, _stale_names, _j = _diff(inventory, against, version, templates, overrides,
                                                       rewrite=rewrite)
+    if show_files:
+        _print_file_diffs(against, _files)
     loaded = _running_mismatch(against, c) if _is_live(against) else None
     if loaded and not changes:
         click.echo(loaded)
@@ -342,6 +346,21 @@ def diff(inventory: str, against: str, version: str | None, templates: str | Non
         click.echo(f"warning: {loaded}", err=True)
     _print_plan(changes, ver)
     return 1 if exit_code and changes else 0
+
+
+def _print_file_diffs(directory: str, files: dict[str, str]) -> None:
+    """``diff -u DIR/NAME new/NAME`` of every file that would change (the inventory copy aside)."""
+    import difflib
+
+    for name in sorted(files):
+        if name == "slurmkit.yaml":
+            continue
+        path = Path(directory) / name
+        old = path.read_text(errors="replace") if path.is_file() else ""
+        if old == files[name]:
+            continue
+        click.echo("".join(difflib.unified_diff(old.splitlines(keepends=True), files[name].splitlines(keepends=True),
+                                                str(path) if old else "/dev/null", f"new/{name}")), nl=False)
 
 
 def _own_sections(conf_dir: Path) -> dict[str, object]:

@@ -76,6 +76,12 @@ def diff_clean(inv: Path, d: Path, ver: str = "22.05") -> None:
 def test_one_partition_on_a_commented_site_adds_its_line_only(tmp_path: Path) -> None:
     d, inv, before = site(tmp_path, "schedmd-example")
     edit_inventory(inv, lambda x: x["partitions"].append({"name": "short", "nodes": "linux[1-4]", "max_time": "1:00:00"}))
+    # the dry run: `conf diff --files` shows the file diff apply writes, that one line
+    r = sk("conf", "diff", str(inv), "--against", str(d), "--slurm-version", "22.05", "--files")
+    assert r.returncode == 0, r.stderr
+    shown = [ln for ln in r.stdout.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    assert shown == ["+PartitionName=short Nodes=linux[1-4] MaxTime=1:00:00"], r.stdout
+    assert f"--- {d / 'slurm.conf'}" in r.stdout
     apply(inv, d)
     assert changed_lines(before["slurm.conf"], (d / "slurm.conf").read_bytes()) == [
         "+PartitionName=short Nodes=linux[1-4] MaxTime=1:00:00"]
