@@ -458,6 +458,9 @@ def _settings_file(name: str, site_text: str, plan_text: str, ed) -> None:  # ty
         b = sn[k][1] if k in sn else None
         if a == b:
             continue
+        rec0 = (so.get(k) or sn[k])[2]
+        if k in so and len(rec0.pairs) > 1:
+            raise CannotEdit(rec0.where, f"{rec0.pairs[0][0]}= shares its line with other keys")
         if b is None:
             for rec in cp.parse_records(site_text, name):
                 if rec.kind == k:

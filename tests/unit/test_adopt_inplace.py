@@ -209,3 +209,24 @@ def test_nodes_add_on_an_adopted_site_renders_line_edits_too(tmp_path: Path) -> 
     files, _ver, _own = _render(Site(d), edit.data, "22.05")
     assert changed_lines(before["slurm.conf"], files["slurm.conf"].encode()) == [
         "-NodeName=linux[1-32] CPUs=1 State=UNKNOWN", "+NodeName=linux[1-33] CPUs=1 State=UNKNOWN"]
+
+
+def test_apply_refuses_what_it_cannot_edit_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    d = tmp_path / "etc"
+    d.mkdir()
+    (d / "slurm.conf").write_text("# lab\nClusterName=c\nSlurmctldHost=localhost\nNodeName=n[1-2] CPUs=2 \\\n"
+                                  "    RealMemory=1000   # continued\nPartitionName=p Nodes=n[1-2] Default=YES\n")
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    inv = tmp_path / "inv.yaml"
+    assert sk("conf", "import", str(d), "--slurm-version", "22.05", "-o", str(inv)).returncode == 0
+    edit_inventory(inv, lambda x: x["node_groups"][0].__setitem__("memory_mb", 2000))
+    r = sk("conf", "apply", str(inv), "--to", str(d), "--slurm-version", "22.05", "--no-real-parse")
+    assert r.returncode == 2, r.stdout + r.stderr
+    err = [ln for ln in r.stderr.splitlines() if "cannot edit in place" in ln]
+    assert len(err) == 1 and "slurm.conf:4:" in err[0] and "--rewrite" in err[0], r.stderr
+    assert {p.name: p.read_bytes() for p in d.iterdir() if not p.name.startswith(".")} == before
+    # --rewrite does it, in slurmkit's layout
+    r = sk("conf", "apply", str(inv), "--to", str(d), "--slurm-version", "22.05", "--no-real-parse", "--rewrite",
+           "--allow-disruptive")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "RealMemory=2000" in (d / "slurm.conf").read_text()
