@@ -350,14 +350,18 @@ def test_execute_adds_a_node_and_starts_its_slurmd(make_lab, tmp_path: Path) -> 
 
 
 def test_adopting_the_lab_keeps_its_comments_and_adds_one_partition_line(lab, lab_inv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """issue 33 item 1 end to end: the running lab's config, annotated as an admin's is, imported (`conf import`),
-    one partition added, `conf apply --reconfigure`: slurmctld runs the new partition, the file's diff is that
-    partition's line only (the admin's comments stay), and `conf diff --exit-code` is 0 after."""
+    """issue 33 item 1 end to end: the running lab's config, laid out as an admin's is (a comment, the partitions in
+    an Include file), imported (`conf import`), one partition added, `conf apply --reconfigure`: slurmctld runs the
+    new partition, which lands in the Include file as its one new line; slurm.conf is byte for byte the same (the
+    admin's comment stays), and `conf diff --exit-code` is 0 after."""
     conf = lab.etc / "slurm.conf"
     text = conf.read_text()
     cut = text.index("\nNodeName=") + 1
-    annotated = text[:cut] + "# admin: RealMemory measured with `slurmd -C`, 2026-11\n" + text[cut:]
-    conf.write_text(annotated)  # a comment: the same config to Slurm
+    lines = (text[:cut] + "# admin: RealMemory measured with `slurmd -C`, 2026-11\n" + text[cut:]).splitlines(True)
+    parts_text = "# partitions (site policy: one per queue)\n" + "".join(ln for ln in lines if ln.startswith("PartitionName="))
+    annotated = "".join(ln for ln in lines if not ln.startswith("PartitionName=")) + "Include partitions.conf\n"
+    (lab.etc / "partitions.conf").write_text(parts_text)
+    conf.write_text(annotated)  # the same config to Slurm
     site = tmp_path / "site.yaml"
     res = sk(lab, "conf", "import", str(lab.etc), "--slurm-version", lab.release, "-o", str(site))
     assert site.is_file(), res.stderr
@@ -368,11 +372,10 @@ def test_adopting_the_lab_keeps_its_comments_and_adds_one_partition_line(lab, la
     site.write_text(yaml.safe_dump(data, sort_keys=False))
     res = sk(lab, "conf", "apply", str(site), "--to", str(lab.etc), "--reconfigure")
     assert res.returncode == 0, res.stdout + res.stderr
-    after = conf.read_text()
-    added = [ln for ln in after.splitlines() if ln not in annotated.splitlines()]
-    gone = [ln for ln in annotated.splitlines() if ln not in after.splitlines()]
-    assert gone == [] and len(added) == 1 and added[0].startswith("PartitionName=adopted "), (added, gone)
-    assert "# admin: RealMemory measured with `slurmd -C`, 2026-11" in after
+    assert conf.read_text() == annotated
+    after = (lab.etc / "partitions.conf").read_text()
+    assert after.startswith(parts_text) and after[len(parts_text):].startswith("PartitionName=adopted "), after
+    assert after[len(parts_text):].count("\n") == 1
     deadline = time.monotonic() + 20
     while "PartitionName=adopted" not in (parts := scontrol(lab, "-o", "show", "partition")) and time.monotonic() < deadline:
         time.sleep(0.5)
