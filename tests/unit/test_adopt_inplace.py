@@ -232,3 +232,21 @@ def test_apply_refuses_what_it_cannot_edit_with_one_line_and_writes_nothing(tmp_
            "--allow-disruptive")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "RealMemory=2000" in (d / "slurm.conf").read_text()
+
+
+def test_a_new_key_goes_after_the_last_setting_and_a_removed_key_loses_its_line(tmp_path: Path) -> None:
+    d, inv, before = site(tmp_path, "schedmd-example")
+
+    def change(x: dict) -> None:
+        x["slurm_conf"]["MaxArraySize"] = "2001"
+        x["slurm_conf"].pop("SlurmctldLogFile")
+    edit_inventory(inv, change)
+    apply(inv, d)
+    old = before["slurm.conf"].decode()
+    last_setting = [ln for ln in old.splitlines() if ln and not ln.startswith("#") and not ln.startswith(
+        ("NodeName=", "PartitionName="))][-1]
+    assert changed_lines(before["slurm.conf"], (d / "slurm.conf").read_bytes()) == [
+        "-SlurmctldLogFile=/var/log/slurmctld.log", "+MaxArraySize=2001"]
+    assert f"\n{last_setting}\nMaxArraySize=2001\n" in (d / "slurm.conf").read_text()
+    others_unchanged(d, before, {"slurm.conf"})
+    diff_clean(inv, d)
