@@ -19,6 +19,10 @@ _templates = click.option("--templates", type=click.Path(file_okay=False, exists
 _overrides = click.option("--overrides", type=click.Path(dir_okay=False, exists=True), default=None,
                           help="Site overlay YAML (slurm_conf, cgroup_conf, node_params, gres_file_prefix).")
 _no_real = click.option("--no-real-parse", is_flag=True, help="Static checks only; skip the slurmctld parse.")
+_rewrite = click.option("--rewrite", is_flag=True,
+                        help="An adopted (imported) site: write slurmkit's own layout of every file instead of editing "
+                             "the site's files in place (by default only the lines the plan changes differ; comments, "
+                             "order and Include files stay).")
 
 
 def _release_arg(version: str) -> str:
@@ -250,7 +254,7 @@ def _warn_pending(directory: str) -> None:
 
 
 def _diff(inventory: str, directory: str, version: str | None, templates: str | None, overrides: str | None,  # type: ignore[no-untyped-def]
-          against_base: bool = False):
+          against_base: bool = False, rewrite: bool = False):
     """-> (cluster, files, version, changes, stale, pending journal). While a rollout is pending in DIR (files
     written, steps not all done) the cluster may still run the files from before it: apply plans against those
     (``against_base``); diff compares with the files in DIR and says what is pending."""
@@ -274,6 +278,23 @@ def _diff(inventory: str, directory: str, version: str | None, templates: str | 
         # the files slurm.conf's Include lines name (a hand-written site splits nodes.conf, partitions.conf ...)
         included, _notes, _d = read_site(directory)
         current.update({k: v for k, v in included.items() if k not in CONFIG_FILES})
+    if getattr(cluster, "adopted", False) and not rewrite:
+        # an adopted site keeps its own files: the plan is carried into them as line edits (adopt/inplace.py), its
+        # comments, blank lines, order and Include split kept; --rewrite writes slurmkit's layout instead
+        from slurmkit.adopt.inplace import CannotEdit, edit_site
+        from slurmkit.adopt.read import read_site as _read_site
+
+        site = read_dir(directory)
+        site_included, _n, _dd = _read_site(directory)
+        site.update(site_included)
+        if "slurm.conf" in site:
+            try:
+                files = edit_site(site, files, ver)
+            except CannotEdit as exc:
+                if against_base:  # apply: nothing written (one line: file, line, --rewrite)
+                    raise
+                # diff: the plan is the same either way; say what apply will refuse
+                click.echo(f"warning: {exc}", err=True)
     compared = dict(files)
     base = dict(current)
     if getattr(cluster, "adopted", False):
@@ -303,12 +324,18 @@ def _print_plan(changes: list, ver: str) -> None:  # type: ignore[type-arg]
 @_overrides
 @click.option("--exit-code", is_flag=True, help="Exit 1 when something changes, 0 when nothing does (as git diff "
                                                  "--exit-code); bad input is 2 either way.")
+@_rewrite
+@click.option("--files", "show_files", is_flag=True,
+              help="Also print the unified diff (diff -u) of each file `conf apply` would write against DIR's.")
 def diff(inventory: str, against: str, version: str | None, templates: str | None, overrides: str | None,
-         exit_code: bool) -> int:
+         exit_code: bool, rewrite: bool, show_files: bool) -> int:
     """What changes if INVENTORY is applied to DIR, what each change needs, and in what order. Where DIR is the
     config this host runs ($SLURM_CONF's directory, /etc/slurm, a lab's) and slurmctld has not loaded its
     slurm.conf, says so: files that match the inventory are not a cluster in sync."""
-    c, _files, ver, changes, _stale_names, _j = _diff(inventory, against, version, templates, overrides)
+    c, _files, ver, changes, _stale_names, _j = _diff(inventory, against, version, templates, overrides,
+                                                      rewrite=rewrite)
+    if show_files:
+        _print_file_diffs(against, _files)
     loaded = _running_mismatch(against, c) if _is_live(against) else None
     if loaded and not changes:
         click.echo(loaded)
@@ -319,6 +346,21 @@ def diff(inventory: str, against: str, version: str | None, templates: str | Non
         click.echo(f"warning: {loaded}", err=True)
     _print_plan(changes, ver)
     return 1 if exit_code and changes else 0
+
+
+def _print_file_diffs(directory: str, files: dict[str, str]) -> None:
+    """``diff -u DIR/NAME new/NAME`` of every file that would change (the inventory copy aside)."""
+    import difflib
+
+    for name in sorted(files):
+        if name == "slurmkit.yaml":
+            continue
+        path = Path(directory) / name
+        old = path.read_text(errors="replace") if path.is_file() else ""
+        if old == files[name]:
+            continue
+        click.echo("".join(difflib.unified_diff(old.splitlines(keepends=True), files[name].splitlines(keepends=True),
+                                                str(path) if old else "/dev/null", f"new/{name}")), nl=False)
 
 
 def _own_sections(conf_dir: Path) -> dict[str, object]:
@@ -450,9 +492,11 @@ def _is_live(directory: str) -> bool:
 @_templates
 @_overrides
 @_no_real
+@_rewrite
 @_nodes_locked
 def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disruptive: bool, timeout: float,
-          version: str | None, templates: str | None, overrides: str | None, no_real_parse: bool) -> int:
+          version: str | None, templates: str | None, overrides: str | None, no_real_parse: bool,
+          rewrite: bool) -> int:
     """Validate, back up, write atomically; with --execute carry out the printed plan."""
     from slurmkit.elastic.execute import clear_journal, files_hash, new_journal, save_journal, steps_of
     from slurmkit.generate import EXECUTABLE_FILES
@@ -479,7 +523,8 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
         raise WriteError(Path(to), exc) from exc
     if done:
         click.echo(f"{to}: {done}")
-    cluster, files, ver, changes, stale, journal = _diff(inventory, to, version, templates, overrides, against_base=True)
+    cluster, files, ver, changes, stale, journal = _diff(inventory, to, version, templates, overrides, against_base=True,
+                                                            rewrite=rewrite)
     keep = cluster.rollout.keep_backups  # type: ignore[attr-defined]
     base = dict(journal["base"]) if journal else _current(to)
     if journal and journal["files"] == files_hash(files):

@@ -187,6 +187,16 @@ def _render(site: Site, data: dict[str, Any], version: str | None) -> tuple[dict
     cluster = load_cluster_text(text, source=str(site.conf_dir / INVENTORY_NAME))  # the one loader judges the edit
     ver = features_for(version or cluster.slurm_version).version
     files = generate(cluster, version=ver, conf_dir=str(site.conf_dir), overrides=site.overrides(cluster))
+    if cluster.adopted:
+        # an adopted site's own files take the change as line edits, as `conf apply` does (adopt/inplace.py)
+        from slurmkit.adopt.inplace import edit_site
+        from slurmkit.adopt.read import read_site
+        from slurmkit.generate.rollout import read_dir
+
+        current = read_dir(site.conf_dir)
+        current.update(read_site(site.conf_dir)[0])
+        if "slurm.conf" in current:
+            files = edit_site(current, files, ver)
     files[INVENTORY_NAME] = text
     extra = site.extra_files(cluster)
     files.update(extra)

@@ -347,3 +347,38 @@ def test_execute_adds_a_node_and_starts_its_slurmd(make_lab, tmp_path: Path) -> 
         assert "start slurmd on the new nodes node3" in res.stdout, res.stdout
     node = scontrol(lab, "-o", "show", "node", "node3")
     assert re.search(r"State=IDLE\b", node), node
+
+
+def test_adopting_the_lab_keeps_its_comments_and_adds_one_partition_line(lab, lab_inv, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """issue 33 item 1 end to end: the running lab's config, laid out as an admin's is (a comment, the partitions in
+    an Include file), imported (`conf import`), one partition added, `conf apply --reconfigure`: slurmctld runs the
+    new partition, which lands in the Include file as its one new line; slurm.conf is byte for byte the same (the
+    admin's comment stays), and `conf diff --exit-code` is 0 after."""
+    conf = lab.etc / "slurm.conf"
+    text = conf.read_text()
+    cut = text.index("\nNodeName=") + 1
+    lines = (text[:cut] + "# admin: RealMemory measured with `slurmd -C`, 2026-11\n" + text[cut:]).splitlines(True)
+    parts_text = "# partitions (site policy: one per queue)\n" + "".join(ln for ln in lines if ln.startswith("PartitionName="))
+    annotated = "".join(ln for ln in lines if not ln.startswith("PartitionName=")) + "Include partitions.conf\n"
+    (lab.etc / "partitions.conf").write_text(parts_text)
+    conf.write_text(annotated)  # the same config to Slurm
+    site = tmp_path / "site.yaml"
+    res = sk(lab, "conf", "import", str(lab.etc), "--slurm-version", lab.release, "-o", str(site))
+    assert site.is_file(), res.stderr
+    data = yaml.safe_load(site.read_text())
+    assert data.get("adopted") is True
+    first = data["partitions"][0]
+    data["partitions"].append({"name": "adopted", "nodes": first.get("nodes") or "ALL", "max_time": "00:20:00"})
+    site.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = sk(lab, "conf", "apply", str(site), "--to", str(lab.etc), "--reconfigure")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert conf.read_text() == annotated
+    after = (lab.etc / "partitions.conf").read_text()
+    assert after.startswith(parts_text) and after[len(parts_text):].startswith("PartitionName=adopted "), after
+    assert after[len(parts_text):].count("\n") == 1
+    deadline = time.monotonic() + 20
+    while "PartitionName=adopted" not in (parts := scontrol(lab, "-o", "show", "partition")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert re.search(r"PartitionName=adopted .*MaxTime=00:20:00", parts)
+    res = sk(lab, "conf", "diff", str(site), "--against", str(lab.etc), "--exit-code")
+    assert res.returncode == 0, res.stdout + res.stderr
