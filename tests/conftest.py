@@ -21,6 +21,7 @@ nodes); each one gets its own dir and port range and is taken down at the end of
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +49,13 @@ def _os_exit_outside_pytest(code: int) -> None:
 
 
 os._exit = _os_exit_outside_pytest  # type: ignore[assignment]
+
+# tests/run.sh starts the release passes as background jobs of a non-interactive shell, which start with SIGINT
+# ignored (POSIX: asynchronous lists ignore SIGINT without job control), and Python leaves an ignored SIGINT
+# ignored: run.sh's trap (kill -INT to every pass, so each takes its labs down) reached no pass -- seen: three passes
+# ran on after it. Take SIGINT back as KeyboardInterrupt, which pytest turns into its teardown.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
