@@ -227,4 +227,10 @@ def table_markdown() -> str:
     rows = ["| metric | type | labels | source | dcgm-exporter |", "|---|---|---|---|---|"]
     for m in METRICS:
         rows.append(f"| `{m.name}` | {m.type} | {', '.join(m.labels)} | {m.source} | {m.dcgm} |")
-    return "\n".join(rows) + "\n"
+    from slurmkit.health import xidcodes
+
+    xids = ("\n## XID classes\n\nThe one XID table (`slurmkit/health/xidcodes.py`, from NVIDIA's Xid catalogue): the "
+            "hooks drain on the drain class (or the site's `hooks.checks.xid.codes`, which the rules then use too), "
+            "`SlurmkitGpuXidCritical` fires on it, `SlurmkitGpuXid` on every other code, and the \"XIDs (last hour)\" "
+            "panel counts every code, a GPU's first event of a code included.\n\n")
+    return "\n".join(rows) + "\n" + xids + xidcodes.markdown()
