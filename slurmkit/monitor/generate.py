@@ -58,6 +58,14 @@ def _xid_new(sel: str, window: str = "15m") -> str:
     return f"increase({x}[{window}]) > 0 or ({x} > 0 unless max_over_time({x}[1d] offset {window}))"
 
 
+def _latest_run() -> str:
+    """Each node's most recent hook run (prolog, epilog, health or check): every hook writes its own textfile, kept
+    until that hook runs again, so a failed epilog's verdicts would stand after the health check found the node
+    healthy; a panel of the node's current state reads only its latest run."""
+    t = _n(M.last_run)
+    return f"({t} == on (node) group_left max by (node) ({t}))"
+
+
 def alerts(cluster: Cluster) -> list[Alert]:
     mon = cluster.monitoring
     drain = _codes_re(drain_xids(cluster))
@@ -249,8 +257,8 @@ def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
             Panel("NVLink links down", f'{_n(M.nvlink_links)}{{state="down"}}', "{{node}} gpu{{gpu}}"),
             Panel("PCIe width", f'{_n(M.pcie_width)}{{which="current"}}', "{{node}} gpu{{gpu}}"),
             Panel("Power limit", f"{_n(M.power_limit)}", "{{node}} gpu{{gpu}}", "watt"),
-            Panel("Failing checks", f'sum by (node, check) ({_n(M.check_status)}{{state="fail"}})',
-                  "{{node}} {{check}}"),
+            Panel("Failing checks", f'sum by (node, check) ({_n(M.check_status)}{{state="fail"}} '
+                  f"and on (node, hook) {_latest_run()})", "{{node}} {{check}}"),
             Panel("Health hook run time", f"{_n(M.run_duration)}", "{{node}} {{hook}}", "s"),
         ],
         "slurmkit-tenants": [

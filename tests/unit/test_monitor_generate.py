@@ -220,3 +220,35 @@ def test_xid_panel_counts_a_gpus_first_event_of_a_code(tmp_path):
     r = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@needs(shutil.which("promtool") is not None, "promtool (Debian package prometheus) not installed")
+def test_failing_checks_panel_clears_when_a_later_run_is_healthy(tmp_path):
+    """A failed epilog's textfile stands until the next epilog; the "Failing checks" panel shows the node's latest
+    run only, so the health check's passing run clears it (issue 35), and a later failing run shows again."""
+    panel = next(p for p in dashboard_panels(cluster())["slurmkit-node-health"] if p.title == "Failing checks")
+    rules = [{"alert": "Panel", "expr": f"({panel.expr}) > 0"}]
+    (tmp_path / "panels.yml").write_text(yaml.safe_dump({"groups": [{"name": "fc", "rules": rules}]}))
+    st = "slurmkit_health_check_status"
+    series = [
+        {"series": f'{st}{{node="n1",hook="epilog",check="gpu_procs",state="fail"}}', "values": "1x30"},
+        {"series": 'slurmkit_health_last_run_timestamp_seconds{node="n1",hook="epilog"}', "values": "60x30"},
+        {"series": f'{st}{{node="n1",hook="health",check="gpu_procs",state="fail"}}', "values": "_x5 0x10 1x15"},
+        {"series": 'slurmkit_health_last_run_timestamp_seconds{node="n1",hook="health"}',
+         "values": "_x5 400x10 1300x15"},
+        # another node's stale check file with a failure, and its health run after it failing too
+        {"series": f'{st}{{node="n2",hook="check",check="ecc",state="fail"}}', "values": "1x30"},
+        {"series": 'slurmkit_health_last_run_timestamp_seconds{node="n2",hook="check"}', "values": "10x30"},
+        {"series": f'{st}{{node="n2",hook="health",check="ecc",state="fail"}}', "values": "1x30"},
+        {"series": 'slurmkit_health_last_run_timestamp_seconds{node="n2",hook="health"}', "values": "500x30"}]
+    n1 = {"exp_labels": {"node": "n1", "check": "gpu_procs"}}
+    n2 = {"exp_labels": {"node": "n2", "check": "ecc"}}
+    case = {"interval": "1m", "input_series": series, "alert_rule_test": [
+        {"eval_time": "3m", "alertname": "Panel", "exp_alerts": [n1, n2]},
+        {"eval_time": "10m", "alertname": "Panel", "exp_alerts": [n2]},
+        {"eval_time": "20m", "alertname": "Panel", "exp_alerts": [n1, n2]}]}
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({"rule_files": ["panels.yml"], "evaluation_interval": "1m",
+                                                    "tests": [case]}))
+    r = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -133,3 +133,27 @@ def test_textfile_dir_percent_n_is_the_node(tmp_path, inventory):  # noqa: F811
     run_hook(env(tmp_path, inventory, FakeSlurm(), "health", textfile_dir=str(tmp_path / "tf" / "%n")))
     assert (tmp_path / "tf" / "node1" / "slurmkit_health_health.prom").exists()
     assert not (tmp_path / "tf" / "%n").exists()
+
+
+def test_textfile_is_never_seen_half_written_by_node_exporter(tmp_path, inventory, monkeypatch):  # noqa: F811
+    """node_exporter's textfile collector parses every ``*.prom`` of its directory on each scrape
+    (collector/textfile.go: strings.HasSuffix(name, ".prom")): at the instant before the rename, while the new text
+    sits complete or not in its temp file, the directory holds no ``*.prom`` but the previous, whole file (the temp
+    file ended in ``.prom``: node_exporter was seen reading one mid-write, issue 35)."""
+    from slurmkit.health import state
+
+    tdir = tmp_path / "tf"
+    seen: list[list[str]] = []
+    real = state.os.replace
+
+    def replace(src, dst):
+        if str(dst).endswith(".prom"):
+            seen.append(sorted(p.name for p in tdir.glob("*.prom")))
+            assert not str(src).endswith(".prom"), src
+        return real(src, dst)
+
+    monkeypatch.setattr(state.os, "replace", replace)
+    run(tmp_path, inventory, "health")
+    run(tmp_path, inventory, "health")
+    assert seen == [[], ["slurmkit_health_health.prom"]]
+    assert sorted(p.name for p in tdir.iterdir()) == ["slurmkit_health_health.prom"]  # nothing left behind
