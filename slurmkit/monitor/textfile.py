@@ -1,9 +1,10 @@
 """The hooks' Prometheus textfile (node_exporter's textfile collector), from a finished run's Report.
 
 Every hook writes its verdicts, durations and timestamps (label ``hook``). Only the health check writes the per-GPU
-raw values and what Slurm did with the node: it runs on an interval over every GPU and reads the node from
-slurmctld, so its series are current; a prolog's or epilog's would be one job's GPUs, stale until the next job, and
-the same series in two files would make node_exporter refuse the whole textfile collector (duplicate series).
+raw values, the node's GPU counts and what Slurm did with the node: it runs on an interval over every GPU and reads
+the node from slurmctld, so its series are current; a prolog's or epilog's would be one job's GPUs, stale until the
+next job, and an admin's `slurmkit check --textfile-dir` stale until the next check. One writer per series per node:
+the same series in two files is a duplicate node_exporter will not serve (or serves the stale one).
 XID events are consumed by whichever hook reads the kernel log first: each run adds its new events to a per-node
 counts file (``xid-counts.json``), and the health textfile exposes those counts as a counter per code.
 """
@@ -74,8 +75,8 @@ def render(report: Any, xid_counts: dict[str, int] | None = None, expected_gpus:
         ex.add(M.nvml_init, base, float(report.nvml_init_s))
     ex.add(M.bookkeeping, base, len(report.bookkeeping))
     ex.add(M.exit_code, base, report.exit_code)
-    if hook not in ("health", "check"):
-        return ex.text()
+    if hook != "health":  # one writer per series per node: `check --textfile-dir` into node_exporter's directory
+        return ex.text()  # wrote the per-GPU series too, and its stale file hid the health check's (issue 35)
     nvml = getattr(report, "nvml", None) or {}
     init: dict[str, Any] = nvml["init"] if isinstance(nvml.get("init"), dict) else {}
     ex.add(M.info, {"node": node, "version": __version__, "driver": _text(init.get("driver_version"))}, 1)
@@ -87,13 +88,12 @@ def render(report: Any, xid_counts: dict[str, int] | None = None, expected_gpus:
             ex.add(M.gpu_lost, {"node": node, "gpu": str(d.get("index"))}, 1)
     if expected_gpus is not None:
         ex.add(M.gpus_expected, {"node": node}, expected_gpus)
-    if hook == "health":
-        drained = drained_by_us(report.slurm, report.reason)
-        if drained is not None:
-            ex.add(M.drained, {"node": node}, drained[0])
-            if drained[0]:
-                failing = [r.name for r in report.results if int(r.action) >= 2]
-                ex.add(M.drain_info, {"node": node, "check": failing[0] if failing else "", "reason": drained[1]}, 1)
+    drained = drained_by_us(report.slurm, report.reason)
+    if drained is not None:
+        ex.add(M.drained, {"node": node}, drained[0])
+        if drained[0]:
+            failing = [r.name for r in report.results if int(r.action) >= 2]
+            ex.add(M.drain_info, {"node": node, "check": failing[0] if failing else "", "reason": drained[1]}, 1)
     _gpu_series(ex, node, devices, nvml.get("data") or {})
     for key, n in sorted((xid_counts or {}).items()):
         gpu, _, code = key.partition("/")

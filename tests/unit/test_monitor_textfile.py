@@ -157,3 +157,21 @@ def test_textfile_is_never_seen_half_written_by_node_exporter(tmp_path, inventor
     run(tmp_path, inventory, "health")
     assert seen == [[], ["slurmkit_health_health.prom"]]
     assert sorted(p.name for p in tdir.iterdir()) == ["slurmkit_health_health.prom"]  # nothing left behind
+
+
+def test_check_textfile_dir_leaves_the_gpu_series_to_the_health_hook(tmp_path, inventory):  # noqa: F811
+    """`slurmkit check --textfile-dir <node_exporter's dir>` (as `check --help` suggests), then the GPU's ECC fault and
+    the health check: node_exporter reads both files; each series has one writer (no duplicate: the check's stale
+    ECC 0 stood beside the health check's 2 and the ECC alert never fired, issue 35), the health file carries the
+    fault, and the check's file has only its own verdicts (hook="check")."""
+    tdir = tmp_path / "tf"
+    run_hook(env(tmp_path, inventory, FakeSlurm(state="IDLE"), "check", textfile_dir=str(tdir)))
+    run_hook(env(tmp_path, inventory, FakeSlurm(state="IDLE"), "health", nvml="ecc-uncorrected-gpu1.json",
+                 textfile_dir=str(tdir)))
+    files = sorted(p.name for p in tdir.glob("*.prom"))
+    assert files == ["slurmkit_health_check.prom", "slurmkit_health_health.prom"]
+    s = samples("".join((tdir / f).read_text() for f in files))  # asserts no series twice
+    assert find(s, M.ecc_errors.name, gpu="1", type="uncorrected", location="all", counter="volatile") == [2]
+    check = samples((tdir / "slurmkit_health_check.prom").read_text())
+    assert {dict(lbl).get("hook") for _n, lbl in check} == {"check"}
+    assert find(check, M.check_status.name, check="ecc", state="ok") == [1]
