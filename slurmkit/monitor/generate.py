@@ -110,6 +110,17 @@ def alerts(cluster: Cluster) -> list[Alert]:
               "{{ $labels.node }} is drained by slurmkit's health checks"),
         Alert("SlurmkitNodeDown", f'up{{job="{JOB_NODE}"}} == 0', "critical",
               "{{ $labels.node }}: node_exporter does not answer", "2m"),
+        # Slurm's own view (the exporter's per-node state): slurmd killed or its host gone, slurmctld marks the node
+        # NOT_RESPONDING ('*' in sinfo) and DOWN after SlurmdTimeout (slurm.conf(5)), while node_exporter may answer;
+        # a node Slurm keeps powered down (power saving) is not responding by design and only alerts once DOWN
+        # (a failed resume: "ResumeTimeout reached")
+        # (a failed resume: "ResumeTimeout reached"). One series per node (max by node): IDLE* turning DOWN* after
+        # SlurmdTimeout changes its state and reason labels, and must not resolve and fire again
+        Alert("SlurmkitNodeDownInSlurm",
+              f'max by (node) ({_n(M.node_state)}{{state="down"}} or {_n(M.node_state)}'
+              '{flags=~"(.+[+])?NOT_RESPONDING([+].+)?",flags!~".*POWER.*"}) == 1', "critical",
+              "{{ $labels.node }}: Slurm marks it DOWN or not responding (see `scontrol show node {{ $labels.node }}`)",
+              "2m"),
         Alert("SlurmkitHealthHookSlow", f"{_n(M.run_duration)} > {mon.hook_slow_s:g}", "warning",
               "{{ $labels.node }}: the {{ $labels.hook }} hook took {{ $value }}s"),
         Alert("SlurmkitHealthHookFailing", f"{_n(M.bookkeeping)} > 0 or {_n(M.check_status)}"

@@ -158,6 +158,10 @@ class M:
                       ("partition", "group", "gpu_type", "state"), "exporter")
     cluster_nodes = _m("slurmkit_cluster_nodes", "gauge", "Nodes by Slurm base state per partition.",
                        ("partition", "state"), "exporter")
+    node_state = _m("slurmkit_node_state", "gauge",
+                    "1 per node: Slurm's view of it from slurmctld (state: the base state in lower case, idle, mixed, "
+                    "allocated, down, ...; flags: its flags '+'-joined, DRAIN, NOT_RESPONDING, POWERED_DOWN, ...; "
+                    "reason: Slurm's Reason).", ("node", "state", "flags", "reason"), "exporter")
     jobs = _m("slurmkit_jobs", "gauge", "Jobs by state (running, pending) per account, QOS and user (user=\"\" "
               "where PrivateData or monitoring.per_user_labels hides users).",
               ("account", "qos", "user", "state"), "exporter")
