@@ -90,9 +90,13 @@ def alerts(cluster: Cluster) -> list[Alert]:
               "warning", "GPU {{ $labels.gpu }} on {{ $labels.node }}: NVLink error counters growing"),
         Alert("SlurmkitGpuNvlinkDown", f'{_n(M.nvlink_links)}{{state="down"}} > 0', "critical",
               "GPU {{ $labels.gpu }} on {{ $labels.node }}: {{ $value }} NVLink link(s) down"),
+        # the board by name where the hooks know it (slurmkit_gpu_lost: lost, or missing against the baseline), the
+        # node's count only where they do not: one alert per missing board
         Alert("SlurmkitGpuMissing",
-              f"{_n(M.gpus_present)} < on (node) group_left {_n(M.gpus_expected)} or {_n(M.gpu_lost)} == 1",
-              "critical", "{{ $labels.node }}: a GPU is missing or lost"),
+              f"{_n(M.gpu_lost)} == 1 or ({_n(M.gpus_present)} < on (node) group_left {_n(M.gpus_expected)} "
+              f"unless on (node) {_n(M.gpu_lost)} == 1)",
+              "critical", "{{ $labels.node }}: {{ if $labels.gpu }}GPU {{ $labels.gpu }} (serial {{ $labels.serial }}, "
+              "{{ $labels.uuid }}){{ else }}a GPU{{ end }} is missing or lost"),
         Alert("SlurmkitGpuTooHot", f"{_n(M.temperature)} >= {mon.gpu_temp_max_c}", "warning",
               f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}: {{{{ $value }}}}C (limit {mon.gpu_temp_max_c}C)",
               "5m"),
@@ -258,16 +262,16 @@ def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
             Panel("Nodes drained by slurmkit", f"sum({_n(M.drained)})", "drained", kind="stat"),
         ],
         "slurmkit-node-health": [
-            Panel("GPU temperature", f"{_n(M.temperature)}", "{{node}} gpu{{gpu}}", "celsius"),
+            Panel("GPU temperature", f"{_n(M.temperature)}", "{{node}} {{gpu}}", "celsius"),
             Panel("Uncorrectable ECC (volatile)",
                   f'{_n(M.ecc_errors)}{{type="uncorrected",counter="volatile",location="all"}}',
-                  "{{node}} gpu{{gpu}}"),
+                  "{{node}} {{gpu}}"),
             Panel("Row remap pending / failed", f"{_n(M.remap_pending)} + 2 * {_n(M.remap_failure)}",
-                  "{{node}} gpu{{gpu}}"),
+                  "{{node}} {{gpu}}"),
             Panel("XIDs (last hour)", f'sum by (node, xid) ({_xid_new("", "1h")})', "{{node}} xid{{xid}}"),
-            Panel("NVLink links down", f'{_n(M.nvlink_links)}{{state="down"}}', "{{node}} gpu{{gpu}}"),
-            Panel("PCIe width", f'{_n(M.pcie_width)}{{which="current"}}', "{{node}} gpu{{gpu}}"),
-            Panel("Power limit", f"{_n(M.power_limit)}", "{{node}} gpu{{gpu}}", "watt"),
+            Panel("NVLink links down", f'{_n(M.nvlink_links)}{{state="down"}}', "{{node}} {{gpu}}"),
+            Panel("PCIe width", f'{_n(M.pcie_width)}{{which="current"}}', "{{node}} {{gpu}}"),
+            Panel("Power limit", f"{_n(M.power_limit)}", "{{node}} {{gpu}}", "watt"),
             Panel("Failing checks", f'sum by (node, check) ({_n(M.check_status)}{{state="fail"}} '
                   f"and on (node, hook) {_latest_run()})", "{{node}} {{check}}"),
             Panel("Health hook run time", f"{_n(M.run_duration)}", "{{node}} {{hook}}", "s"),

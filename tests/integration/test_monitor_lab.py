@@ -158,15 +158,25 @@ def test_xid79_fires_xid_and_drain_alerts_for_that_node_and_clear_xid_resolves_t
         assert r.returncode == 0 and "cleared 1" in r.stdout, r.stdout + r.stderr
 
     check_fault(mlab, lambda: edit_nvml(mlab, NODE, inject), fix, {
-        "SlurmkitGpuXidCritical": f'slurmkit_gpu_xid_sticky{{node="{NODE}",gpu="{GPU}",xid="79"}} 1',
+        "SlurmkitGpuXidCritical": f'slurmkit_gpu_xid_sticky{{node="{NODE}",gpu="{_gpu_name(mlab)}",xid="79"}} 1',
         "SlurmkitNodeDrainedByHealth": f'slurmkit_node_drained{{node="{NODE}"}} 1',
     })
 
 
+def _gpu_dev(lab: Lab) -> dict:
+    return json.loads((Path(lab.dir) / "fake-nvml" / f"{NODE}.json").read_text())["devices"][GPU]
+
+
+def _gpu_name(lab: Lab) -> str:
+    """The GPU as drain reasons and every per-GPU series name it: nvidia<minor>@<bus> (never NVML's index)."""
+    dev = _gpu_dev(lab)
+    return f"nvidia{dev['minor']}@{dev['pci_bus_id'].lower().split(':', 1)[1]}"
+
+
 def _gpu_prefix(lab: Lab) -> str:
-    dev = json.loads((Path(lab.dir) / "fake-nvml" / f"{NODE}.json").read_text())["devices"][GPU]
-    return (f'node="{NODE}",gpu="{GPU}",uuid="{dev["uuid"]}",pci_bus_id="{dev["pci_bus_id"]}",'
-            f'model="{dev["name"]}"')
+    dev = _gpu_dev(lab)
+    return (f'node="{NODE}",gpu="{_gpu_name(lab)}",minor="{dev["minor"]}",uuid="{dev["uuid"]}",'
+            f'pci_bus_id="{dev["pci_bus_id"]}",serial="{dev.get("serial", "")}",model="{dev["name"]}"')
 
 
 def test_uncorrectable_ecc_fires_ecc_and_drain_alerts_and_resolves_after_the_fix(mlab):
