@@ -70,10 +70,11 @@ def alerts(cluster: Cluster) -> list[Alert]:
     mon = cluster.monitoring
     drain = _codes_re(drain_xids(cluster))
     a = [
-        # a critical XID stays sticky in the hooks until the GPU reset (`check --clear-xid`) or a reboot, so the
-        # sticky series carries the first one and the alert resolves with the clear; increase() adds repeats
+        # a drain-class XID stays sticky in the hooks until the GPU reset (`check --clear-xid`) or a reboot (the
+        # same codes: drain_xids), so the sticky series carries the first one and the alert resolves with the
+        # clear; increase() adds repeats. Every other code has no sticky series: _xid_new catches its first event
         Alert("SlurmkitGpuXidCritical",
-              _xid_new(f'xid=~"{drain}"') + f" or {_n(M.xid_sticky)} == 1",
+              f'increase({_n(M.xid_errors)}{{xid=~"{drain}"}}[15m]) > 0 or {_n(M.xid_sticky)} == 1',
               "critical", "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }} (reset or reboot "
               "needed)"),
         Alert("SlurmkitGpuXid", _xid_new(f'xid!~"{drain}"'), "warning",
