@@ -205,6 +205,24 @@ def test_lost_gpu_fires_missing_and_drain_alerts_and_resolves_when_it_is_back(ml
     })
 
 
+def test_slurmd_killed_fires_the_slurm_node_down_alert_and_resolves_when_it_is_back(mlab):
+    """slurmd stopped on NODE while its node_exporter answers: slurmctld marks it NOT_RESPONDING, then DOWN after
+    SlurmdTimeout (60 s in the lab); the exporter's slurmkit_node_state carries it and SlurmkitNodeDownInSlurm fires
+    for NODE only (issue 35: the node-down rule watched node_exporter, and nothing fired). Back: it resolves."""
+    quiet(mlab)
+    mlab.stop_slurmds([NODE])
+    try:
+        got = wait_for(lambda: ("SlurmkitNodeDownInSlurm", NODE) in firing(mlab) and firing(mlab), 330,
+                       "SlurmkitNodeDownInSlurm firing", lambda: str(list(firing(mlab))) + _exporter(mlab)[-2000:])
+        assert ("SlurmkitNodeDown", NODE) not in got  # node_exporter still answers: only Slurm knows
+        assert not {k for k in got if k[1] != NODE}, sorted(got)
+        r = query_api(mlab, "/api/v1/query?" + urlencode({"query": f'slurmkit_node_state{{node="{NODE}"}}'}))["result"]
+        assert r and "NOT_RESPONDING" in r[0]["metric"]["flags"], r
+    finally:
+        mlab.start_slurmds([NODE])  # ReturnToService (default 1): the DOWN node returns once its slurmd registers
+    quiet(mlab, timeout=180)
+
+
 def _as(lab: Lab, user: str, *args: str) -> str:
     r = lab_run(lab, ["runuser", "-u", user, "--", "sbatch", "--parsable", "--chdir=/tmp", "-o", "/dev/null",
                       "-e", "/dev/null", *args, "--wrap", "sleep 300"])
