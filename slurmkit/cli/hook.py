@@ -21,8 +21,9 @@ from slurmkit.cli.hookrun import state_dir_default as _state_dir_default
 _HOOK_TEXTFILE_HELP = ("Write the Prometheus textfile here (node_exporter --collector.textfile.directory); default: "
                        "hooks.checks.textfile_dir, else /var/lib/prometheus/node-exporter if it exists (never with "
                        "SLURMKIT_FAKE_NVML), else the node's state dir.")
-_CHECK_TEXTFILE_HELP = ("Also write the Prometheus textfile here (node_exporter --collector.textfile.directory); "
-                        "without this flag check writes no textfile (it is read-only).")
+_CHECK_TEXTFILE_HELP = ("Also write this run's verdicts (series with hook=\"check\") as a Prometheus textfile here "
+                        "(node_exporter --collector.textfile.directory); the per-GPU values stay the health hook's "
+                        "alone; without this flag check writes no textfile (it is read-only).")
 
 
 def _common(f, textfile_help: str = _HOOK_TEXTFILE_HELP):  # type: ignore[no-untyped-def]

@@ -145,16 +145,23 @@ def eval_gpu_count(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     devices = init.get("devices", [])
     lost = [d for d in devices if d.get("lost") or _err({"error": d.get("error")} if d.get("error") else None)]
     present = [d for d in devices if d not in lost]
-    findings = [f"gpu{d['index']} {'lost' if d.get('lost') or d.get('error') == 'GpuIsLost' else d.get('error')}"
-                for d in lost]
+    # a lost GPU by the name it had while it worked (gpuid.recall: from the baseline), else gpu<index> (relabelled)
+    recalled = gpuid.recall(lost, init, ctx.extra.get("gpu_baseline"))
+    by_index = {r.get("index"): r for r in recalled}
+    findings = []
+    for d in lost:
+        name = by_index.get(d.get("index"), {}).get("label") or f"gpu{d['index']}"
+        findings.append(f"{name} {'lost' if d.get('lost') or d.get('error') == 'GpuIsLost' else d.get('error')}")
     ev: dict[str, Any] = {"reported": init["count"], "usable": len(present), "expected": expected,
-                          "lost": [gpuid.identity(d) for d in lost]}
+                          "lost": recalled}
     status = Status.FAIL if lost else Status.OK
     if expected is not None and len(present) < expected:
         status = Status.FAIL
         # which board: the expected bus ids NVML no longer lists (inventory bus_ids, else the node's baseline)
         base: list[dict[str, Any]] | None = ctx.extra.get("gpu_baseline")
         gone = gpuid.missing(base, init) if base else []
+        lost_bus = {gpuid.norm_bus(g.get("pci_bus_id")) for g in ev["lost"]} - {None}
+        gone = [g for g in gone if gpuid.norm_bus(g.get("pci_bus_id")) not in lost_bus]  # lost, not missing
         ev["missing"] = gone
         ev["expected_from"] = ctx.extra.get("gpu_baseline_source") if base else \
             "nothing (no hooks.checks.gpu_count.bus_ids, no healthy run recorded yet)"

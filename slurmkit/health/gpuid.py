@@ -86,6 +86,34 @@ def table(init: dict[str, Any]) -> list[dict[str, Any]]:
     return [identity(d) for d in init.get("devices", []) if isinstance(d, dict)]
 
 
+def recall(lost: list[dict[str, Any]], init: dict[str, Any],
+           expected: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The identity rows of lost GPUs (NVML lists them, but GpuIsLost answers every call: no minor, bus id, UUID or
+    serial), filled from the expected boards no usable GPU claims: paired in PCI bus order with the lost devices in
+    NVML index order (NVML enumerates by bus id), and only when the counts agree (otherwise which is which is a
+    guess). A lost GPU so keeps the name and labels it had while it worked."""
+    def index(d: dict[str, Any]) -> int:
+        i = d.get("index")
+        return i if isinstance(i, int) else -1
+
+    rows = [identity(d) for d in sorted(lost, key=index)]
+    lost_ids = {id(d) for d in lost}
+    seen = {norm_bus(d.get("pci_bus_id")) for d in init.get("devices", [])
+            if isinstance(d, dict) and id(d) not in lost_ids}
+    free = sorted((g for g in expected or () if isinstance(g, dict) and norm_bus(g.get("pci_bus_id")) not in seen),
+                  key=lambda g: norm_bus(g.get("pci_bus_id")) or "")
+    if len(free) != len(rows):
+        return rows
+    for row, g in zip(rows, free, strict=True):
+        if row.get("pci_bus_id") not in (None, "") and norm_bus(row["pci_bus_id"]) != norm_bus(g.get("pci_bus_id")):
+            continue  # NVML still read this one's bus id, and it is another board's
+        for k in ("minor", "pci_bus_id", "uuid", "serial"):
+            if row.get(k) in (None, "") and g.get(k) is not None:
+                row[k] = g[k]
+        row["label"] = label(row)
+    return rows
+
+
 def baseline_path(ndir: str) -> str:
     return os.path.join(ndir, "gpus.json")
 

@@ -23,16 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmkit.errors import InventoryError
+from slurmkit.health import xidcodes
 from slurmkit.health.result import Action
 
 HOOK_KINDS = ("prolog", "epilog", "health", "check")
 _NODE_HOOKS = ("health", "check")
 
-# XIDs that mean "this GPU must not take another job" (AzNHC's list, NVIDIA's XID catalog: DBE, fallen off the bus,
-# NVLink fatal, uncontained ECC, row-remap failure, GSP errors, "GPU requires reset" 154), plus 46 "GPU stopped
-# processing". Not 63: NVIDIA's catalog (XID 63, A100+: "row-remapping recording event") says other applications
-# keep running until a convenient reset, the same rule as remapped_rows pending (a WARN). Others are WARN only.
-DEFAULT_FAIL_XIDS = (46, 48, 56, 57, 58, 62, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120, 140, 154)
+# XIDs that mean "this GPU must not take another job": the one XID table's drain class (xidcodes.py: NVIDIA's XID
+# catalogue and AzNHC's list; 63 is its reset class, a WARN). The rules alert on the same table.
+DEFAULT_FAIL_XIDS = xidcodes.DRAIN
 
 CLOCK_REASON_BITS = {
     "sw_power_cap": 0x4,

@@ -79,8 +79,11 @@ def atomic_write(path: str, text: str, mode: int = 0o644, durable: bool = True) 
     ``durable=False`` skips the fsync for files whose loss in a power cut costs nothing (the latest record, the
     metrics file): an fsync is the slowest thing a prolog does on a busy local disk."""
     d = os.path.dirname(path) or "."
-    # a unique name without importing tempfile (and the shutil/random/bz2 it pulls in) on the hook's hot path
-    tmp = os.path.join(d, f".tmp-{os.getpid()}-{time.monotonic_ns()}-{os.path.basename(path)}")
+    # a unique name without importing tempfile (and the shutil/random/bz2 it pulls in) on the hook's hot path; it
+    # ends in ".tmp", never in the target's suffix: node_exporter's textfile collector reads every "*.prom" of its
+    # directory on each scrape (collector/textfile.go Update: strings.HasSuffix(f.Name(), ".prom"), dot files
+    # included), so a temp file named "*.prom" was parsed half-written ("456 error(s)") or as a duplicate family
+    tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}-{time.monotonic_ns()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w") as f:

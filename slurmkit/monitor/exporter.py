@@ -104,6 +104,7 @@ def render(cluster: Cluster, nodes: Iterable[NodeInfo], jobs: Iterable[JobInfo],
            usage: Usage | None = None, query_s: float = 0.0, errors: dict[str, int] | None = None,
            ok: bool = True, per_user: bool = True) -> str:
     """``per_user`` False: jobs and GPUs per account/QOS/state with user="" (one series per account, no names)."""
+    nodes = list(nodes)
     ex = Exposition()
     ex.add(M.up, {}, int(ok))
     ex.add(M.scrape_s, {}, round(query_s, 6))
@@ -134,6 +135,9 @@ def render(cluster: Cluster, nodes: Iterable[NodeInfo], jobs: Iterable[JobInfo],
             gpus[(part, group, gtype, "drained" if drained else "idle")] += total - used
         if not down and not drained and n.state == "idle" and used == 0:
             free.add(n.name)
+    for n in sorted(nodes, key=lambda n: n.name):  # Slurm's own view of each node: DOWN alerts without node_exporter
+        ex.add(M.node_state, {"node": n.name, "state": n.state, "flags": "+".join(sorted(n.flags)),
+                              "reason": n.reason}, 1)
     for (part, group, gtype, state), v in sorted(gpus.items()):
         ex.add(M.cluster_gpus, {"partition": part, "group": group, "gpu_type": gtype, "state": state}, v)
     for (part, state), v in sorted(node_states.items()):

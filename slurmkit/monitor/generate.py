@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from slurmkit.health import xidcodes
 from slurmkit.model.cluster import Cluster
 from slurmkit.monitor.metrics import M
 
@@ -18,10 +19,20 @@ RULES_FILE = "slurmkit-alerts.yml"
 # (collector/infiniband_linux.go, node_exporter 1.5: state_id 4 = ACTIVE, link_downed_total).
 EXTERNAL_METRICS = {"up", "node_infiniband_state_id", "node_infiniband_link_downed_total", "time"}
 JOB_NODE, JOB_DCGM, JOB_EXPORTER = "node", "dcgm-exporter", "slurmkit"
-# XIDs that mean the GPU needs a reset or the node a reboot (NVIDIA's XID catalogue, "Xid Errors" r570: 48 DBE,
-# 63/64 row remap, 74 NVLink, 79 fallen off the bus, 92 high SBE rate, 94/95 contained/uncontained ECC, 119/120
-# GSP, 140 unrecovered ECC): critical; any other code is a warning.
-CRITICAL_XIDS = "48|63|64|74|79|92|94|95|119|120|140"
+
+
+def drain_xids(cluster: Cluster) -> tuple[int, ...]:
+    """The XID codes the hooks drain on (the one table's drain class, or the site's ``hooks.checks.xid.codes``):
+    the critical alert's codes, so a code that drains a node always pages (slurmkit/health/xidcodes.py)."""
+    xid = (cluster.hooks.checks or {}).get("xid")
+    codes = xid.get("codes") if isinstance(xid, dict) else None
+    if isinstance(codes, (list, tuple)) and all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
+        return tuple(sorted(set(codes)))
+    return xidcodes.DRAIN
+
+
+def _codes_re(codes: tuple[int, ...]) -> str:
+    return "|".join(map(str, codes)) or "none"
 
 
 @dataclass(frozen=True)
@@ -37,25 +48,36 @@ def _n(metric: Any) -> str:
     return str(metric.name)
 
 
-def _xid_new(sel: str) -> str:
-    """XID events in the last 15 minutes (the warning alert's codes: no sticky series carries them). The per-code counter series is born at its first event with the value 1,
-    and increase() needs two samples of one series (a series first seen at 1 gives 0: the first XID of each code on
-    a GPU would never alert); the second term catches a series that had no sample in the day before those 15
-    minutes (a node back after more than a day away alerts once on its old counts)."""
+def _xid_new(sel: str, window: str = "15m") -> str:
+    """XID events in the last ``window`` (a counter per node, GPU and code). The per-code counter series is born at
+    its first event with the value 1, and increase() needs two samples of one series (a series first seen at 1
+    gives 0: the first XID of each code on a GPU would never alert, and a panel would count 0); the second term
+    catches a series that had no sample in the day before the window (a node back after more than a day away
+    alerts once on its old counts)."""
     x = f"{_n(M.xid_errors)}{{{sel}}}"
-    return f"increase({x}[15m]) > 0 or ({x} > 0 unless max_over_time({x}[1d] offset 15m))"
+    return f"increase({x}[{window}]) > 0 or ({x} > 0 unless max_over_time({x}[1d] offset {window}))"
+
+
+def _latest_run() -> str:
+    """Each node's most recent hook run (prolog, epilog, health or check): every hook writes its own textfile, kept
+    until that hook runs again, so a failed epilog's verdicts would stand after the health check found the node
+    healthy; a panel of the node's current state reads only its latest run."""
+    t = _n(M.last_run)
+    return f"({t} == on (node) group_left max by (node) ({t}))"
 
 
 def alerts(cluster: Cluster) -> list[Alert]:
     mon = cluster.monitoring
+    drain = _codes_re(drain_xids(cluster))
     a = [
-        # a critical XID stays sticky in the hooks until the GPU reset (`check --clear-xid`) or a reboot, so the
-        # sticky series carries the first one and the alert resolves with the clear; increase() adds repeats
+        # a drain-class XID stays sticky in the hooks until the GPU reset (`check --clear-xid`) or a reboot (the
+        # same codes: drain_xids), so the sticky series carries the first one and the alert resolves with the
+        # clear; increase() adds repeats. Every other code has no sticky series: _xid_new catches its first event
         Alert("SlurmkitGpuXidCritical",
-              f'increase({_n(M.xid_errors)}{{xid=~"{CRITICAL_XIDS}"}}[15m]) > 0 or {_n(M.xid_sticky)} == 1',
+              f'increase({_n(M.xid_errors)}{{xid=~"{drain}"}}[15m]) > 0 or {_n(M.xid_sticky)} == 1',
               "critical", "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }} (reset or reboot "
               "needed)"),
-        Alert("SlurmkitGpuXid", _xid_new(f'xid!~"{CRITICAL_XIDS}"'), "warning",
+        Alert("SlurmkitGpuXid", _xid_new(f'xid!~"{drain}"'), "warning",
               "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }}"),
         Alert("SlurmkitGpuEccUncorrectable",
               f'max without (location) ({_n(M.ecc_errors)}{{type="uncorrected",counter="volatile"}}) > 0',
@@ -69,9 +91,13 @@ def alerts(cluster: Cluster) -> list[Alert]:
               "warning", "GPU {{ $labels.gpu }} on {{ $labels.node }}: NVLink error counters growing"),
         Alert("SlurmkitGpuNvlinkDown", f'{_n(M.nvlink_links)}{{state="down"}} > 0', "critical",
               "GPU {{ $labels.gpu }} on {{ $labels.node }}: {{ $value }} NVLink link(s) down"),
+        # the board by name where the hooks know it (slurmkit_gpu_lost: lost, or missing against the baseline), the
+        # node's count only where they do not: one alert per missing board
         Alert("SlurmkitGpuMissing",
-              f"{_n(M.gpus_present)} < on (node) group_left {_n(M.gpus_expected)} or {_n(M.gpu_lost)} == 1",
-              "critical", "{{ $labels.node }}: a GPU is missing or lost"),
+              f"{_n(M.gpu_lost)} == 1 or ({_n(M.gpus_present)} < on (node) group_left {_n(M.gpus_expected)} "
+              f"unless on (node) {_n(M.gpu_lost)} == 1)",
+              "critical", "{{ $labels.node }}: {{ if $labels.gpu }}GPU {{ $labels.gpu }} (serial {{ $labels.serial }}, "
+              "{{ $labels.uuid }}){{ else }}a GPU{{ end }} is missing or lost"),
         Alert("SlurmkitGpuTooHot", f"{_n(M.temperature)} >= {mon.gpu_temp_max_c}", "warning",
               f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}: {{{{ $value }}}}C (limit {mon.gpu_temp_max_c}C)",
               "5m"),
@@ -89,6 +115,17 @@ def alerts(cluster: Cluster) -> list[Alert]:
               "{{ $labels.node }} is drained by slurmkit's health checks"),
         Alert("SlurmkitNodeDown", f'up{{job="{JOB_NODE}"}} == 0', "critical",
               "{{ $labels.node }}: node_exporter does not answer", "2m"),
+        # Slurm's own view (the exporter's per-node state): slurmd killed or its host gone, slurmctld marks the node
+        # NOT_RESPONDING ('*' in sinfo) and DOWN after SlurmdTimeout (slurm.conf(5)), while node_exporter may answer;
+        # a node Slurm keeps powered down (power saving) is not responding by design and only alerts once DOWN
+        # (a failed resume: "ResumeTimeout reached")
+        # (a failed resume: "ResumeTimeout reached"). One series per node (max by node): IDLE* turning DOWN* after
+        # SlurmdTimeout changes its state and reason labels, and must not resolve and fire again
+        Alert("SlurmkitNodeDownInSlurm",
+              f'max by (node) ({_n(M.node_state)}{{state="down"}} or {_n(M.node_state)}'
+              '{flags=~"(.+[+])?NOT_RESPONDING([+].+)?",flags!~".*POWER.*"}) == 1', "critical",
+              "{{ $labels.node }}: Slurm marks it DOWN or not responding (see `scontrol show node {{ $labels.node }}`)",
+              "2m"),
         Alert("SlurmkitHealthHookSlow", f"{_n(M.run_duration)} > {mon.hook_slow_s:g}", "warning",
               "{{ $labels.node }}: the {{ $labels.hook }} hook took {{ $value }}s"),
         Alert("SlurmkitHealthHookFailing", f"{_n(M.bookkeeping)} > 0 or {_n(M.check_status)}"
@@ -226,18 +263,18 @@ def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
             Panel("Nodes drained by slurmkit", f"sum({_n(M.drained)})", "drained", kind="stat"),
         ],
         "slurmkit-node-health": [
-            Panel("GPU temperature", f"{_n(M.temperature)}", "{{node}} gpu{{gpu}}", "celsius"),
+            Panel("GPU temperature", f"{_n(M.temperature)}", "{{node}} {{gpu}}", "celsius"),
             Panel("Uncorrectable ECC (volatile)",
                   f'{_n(M.ecc_errors)}{{type="uncorrected",counter="volatile",location="all"}}',
-                  "{{node}} gpu{{gpu}}"),
+                  "{{node}} {{gpu}}"),
             Panel("Row remap pending / failed", f"{_n(M.remap_pending)} + 2 * {_n(M.remap_failure)}",
-                  "{{node}} gpu{{gpu}}"),
-            Panel("XIDs (last hour)", f"sum by (node, xid) (increase({_n(M.xid_errors)}[1h]))", "{{node}} xid{{xid}}"),
-            Panel("NVLink links down", f'{_n(M.nvlink_links)}{{state="down"}}', "{{node}} gpu{{gpu}}"),
-            Panel("PCIe width", f'{_n(M.pcie_width)}{{which="current"}}', "{{node}} gpu{{gpu}}"),
-            Panel("Power limit", f"{_n(M.power_limit)}", "{{node}} gpu{{gpu}}", "watt"),
-            Panel("Failing checks", f'sum by (node, check) ({_n(M.check_status)}{{state="fail"}})',
-                  "{{node}} {{check}}"),
+                  "{{node}} {{gpu}}"),
+            Panel("XIDs (last hour)", f'sum by (node, xid) ({_xid_new("", "1h")})', "{{node}} xid{{xid}}"),
+            Panel("NVLink links down", f'{_n(M.nvlink_links)}{{state="down"}}', "{{node}} {{gpu}}"),
+            Panel("PCIe width", f'{_n(M.pcie_width)}{{which="current"}}', "{{node}} {{gpu}}"),
+            Panel("Power limit", f"{_n(M.power_limit)}", "{{node}} {{gpu}}", "watt"),
+            Panel("Failing checks", f'sum by (node, check) ({_n(M.check_status)}{{state="fail"}} '
+                  f"and on (node, hook) {_latest_run()})", "{{node}} {{check}}"),
             Panel("Health hook run time", f"{_n(M.run_duration)}", "{{node}} {{hook}}", "s"),
         ],
         "slurmkit-tenants": [

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GPU_LABELS = ("node", "gpu", "uuid", "pci_bus_id", "model")
+# A GPU's identity on every per-GPU series: ``gpu`` is the name drain reasons use, ``nvidia<minor>@<bus>`` (gpuid.py:
+# the /dev/nvidiaN minor that gres.conf and the job see, and the slot), never NVML's index, which shifts down when a
+# GPU before it drops out (index 6 becomes 5: every later GPU's series would be new ones, their alerts resolve and
+# fire again, and name the wrong board); ``minor``, ``pci_bus_id``, ``uuid`` and ``serial`` (the RMA form's) where
+# NVML reads them ("" where not). A lost or missing GPU keeps them on slurmkit_gpu_lost.
+GPU_LABELS = ("node", "gpu", "minor", "uuid", "pci_bus_id", "serial", "model")
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,13 @@ class M:
                       ("node",), "hook")
     gpus_expected = _m("slurmkit_node_gpus_expected", "gauge", "GPUs the inventory says this node has.",
                        ("node",), "hook")
-    gpu_lost = _m("slurmkit_gpu_lost", "gauge", "1 for a GPU NVML lists but cannot use (GpuIsLost, handle error).",
-                  ("node", "gpu"), "hook")
+    gpu_lost = _m("slurmkit_gpu_lost", "gauge",
+                  "1 for a GPU NVML lists but cannot use (GpuIsLost, handle error) or no longer lists (missing "
+                  "against the node's baseline or hooks.checks.gpu_count.bus_ids), with the labels it had.",
+                  GPU_LABELS, "hook")
     # --- per GPU (raw values the health checks gather; written by the health hook, which sees every GPU) -----------
-    gpu_info = _m("slurmkit_gpu_info", "gauge", "One series per GPU: its index, UUID, PCI bus id and model.",
+    gpu_info = _m("slurmkit_gpu_info", "gauge",
+                  "One series per GPU: its name (nvidia<minor>@<bus>), minor, UUID, PCI bus id, serial and model.",
                   GPU_LABELS, "hook")
     temperature = _m("slurmkit_gpu_temperature_celsius", "gauge", "GPU core temperature.", GPU_LABELS, "hook",
                      "DCGM_FI_DEV_GPU_TEMP")
@@ -97,8 +105,8 @@ class M:
     retired_pending = _m("slurmkit_gpu_retired_pages_pending", "gauge", "1 while a page retirement waits for a reset.",
                          GPU_LABELS, "hook", "DCGM_FI_DEV_RETIRED_PENDING")
     xid_errors = _m("slurmkit_gpu_xid_errors_total", "counter",
-                    "XID events by code seen in the kernel log by this node's hooks (gpu: the GPU index, or "
-                    "pci<bus> / nvswitch<bus> when no GPU of this node has that bus id).",
+                    "XID events by code seen in the kernel log by this node's hooks (gpu: the GPU's "
+                    "nvidia<minor>@<bus>, or pci<bus> / nvswitch<bus> when no GPU of this node has that bus id).",
                     ("node", "gpu", "xid"), "hook", "DCGM_FI_DEV_XID_ERRORS (the last code, a gauge)")
     xid_sticky = _m("slurmkit_gpu_xid_sticky", "gauge",
                     "1 for a critical XID that keeps the node drained until a reboot or `slurmkit check --clear-xid`.",
@@ -158,6 +166,10 @@ class M:
                       ("partition", "group", "gpu_type", "state"), "exporter")
     cluster_nodes = _m("slurmkit_cluster_nodes", "gauge", "Nodes by Slurm base state per partition.",
                        ("partition", "state"), "exporter")
+    node_state = _m("slurmkit_node_state", "gauge",
+                    "1 per node: Slurm's view of it from slurmctld (state: the base state in lower case, idle, mixed, "
+                    "allocated, down, ...; flags: its flags '+'-joined, DRAIN, NOT_RESPONDING, POWERED_DOWN, ...; "
+                    "reason: Slurm's Reason).", ("node", "state", "flags", "reason"), "exporter")
     jobs = _m("slurmkit_jobs", "gauge", "Jobs by state (running, pending) per account, QOS and user (user=\"\" "
               "where PrivateData or monitoring.per_user_labels hides users).",
               ("account", "qos", "user", "state"), "exporter")
@@ -227,4 +239,10 @@ def table_markdown() -> str:
     rows = ["| metric | type | labels | source | dcgm-exporter |", "|---|---|---|---|---|"]
     for m in METRICS:
         rows.append(f"| `{m.name}` | {m.type} | {', '.join(m.labels)} | {m.source} | {m.dcgm} |")
-    return "\n".join(rows) + "\n"
+    from slurmkit.health import xidcodes
+
+    xids = ("\n## XID classes\n\nThe one XID table (`slurmkit/health/xidcodes.py`, from NVIDIA's Xid catalogue): the "
+            "hooks drain on the drain class (or the site's `hooks.checks.xid.codes`, which the rules then use too), "
+            "`SlurmkitGpuXidCritical` fires on it, `SlurmkitGpuXid` on every other code, and the \"XIDs (last hour)\" "
+            "panel counts every code, a GPU's first event of a code included.\n\n")
+    return "\n".join(rows) + "\n" + xids + xidcodes.markdown()

@@ -1,9 +1,10 @@
 """The hooks' Prometheus textfile (node_exporter's textfile collector), from a finished run's Report.
 
 Every hook writes its verdicts, durations and timestamps (label ``hook``). Only the health check writes the per-GPU
-raw values and what Slurm did with the node: it runs on an interval over every GPU and reads the node from
-slurmctld, so its series are current; a prolog's or epilog's would be one job's GPUs, stale until the next job, and
-the same series in two files would make node_exporter refuse the whole textfile collector (duplicate series).
+raw values, the node's GPU counts and what Slurm did with the node: it runs on an interval over every GPU and reads
+the node from slurmctld, so its series are current; a prolog's or epilog's would be one job's GPUs, stale until the
+next job, and an admin's `slurmkit check --textfile-dir` stale until the next check. One writer per series per node:
+the same series in two files is a duplicate node_exporter will not serve (or serves the stale one).
 XID events are consumed by whichever hook reads the kernel log first: each run adds its new events to a per-node
 counts file (``xid-counts.json``), and the health textfile exposes those counts as a counter per code.
 """
@@ -31,8 +32,14 @@ def _text(v: Any) -> str:
 
 
 def gpu_labels(node: str, dev: dict[str, Any]) -> dict[str, object]:
-    return {"node": node, "gpu": str(dev.get("index")), "uuid": _text(dev.get("uuid")),
-            "pci_bus_id": _text(dev.get("pci_bus_id")), "model": _text(dev.get("name"))}
+    """The GPU's stable identity (metrics.GPU_LABELS): the drain reason's ``nvidia<minor>@<bus>``, never the index."""
+    from slurmkit.health.gpuid import label
+
+    minor = dev.get("minor")
+    return {"node": node, "gpu": label(dev),
+            "minor": str(minor) if isinstance(minor, int) and not isinstance(minor, bool) else "",
+            "uuid": _text(dev.get("uuid")), "pci_bus_id": _text(dev.get("pci_bus_id")),
+            "serial": _text(dev.get("serial")), "model": _text(dev.get("name"))}
 
 
 def drained_by_us(slurm: dict[str, Any], reason_set: str = "") -> tuple[int, str] | None:
@@ -74,8 +81,8 @@ def render(report: Any, xid_counts: dict[str, int] | None = None, expected_gpus:
         ex.add(M.nvml_init, base, float(report.nvml_init_s))
     ex.add(M.bookkeeping, base, len(report.bookkeeping))
     ex.add(M.exit_code, base, report.exit_code)
-    if hook not in ("health", "check"):
-        return ex.text()
+    if hook != "health":  # one writer per series per node: `check --textfile-dir` into node_exporter's directory
+        return ex.text()  # wrote the per-GPU series too, and its stale file hid the health check's (issue 35)
     nvml = getattr(report, "nvml", None) or {}
     init: dict[str, Any] = nvml["init"] if isinstance(nvml.get("init"), dict) else {}
     ex.add(M.info, {"node": node, "version": __version__, "driver": _text(init.get("driver_version"))}, 1)
@@ -83,24 +90,30 @@ def render(report: Any, xid_counts: dict[str, int] | None = None, expected_gpus:
     if devices or isinstance(init.get("count"), int):
         lost = [d for d in devices if d.get("lost") or d.get("error")]
         ex.add(M.gpus_present, {"node": node}, len(devices) - len(lost))
-        for d in lost:
-            ex.add(M.gpu_lost, {"node": node, "gpu": str(d.get("index"))}, 1)
+    # a lost GPU (NVML lists it, GpuIsLost answers) and an expected board NVML no longer lists, under the identity
+    # they had (the gpu_count check's evidence, filled from the node's baseline: gpuid.recall, gpuid.missing)
+    count = next((r for r in report.results if r.name == "gpu_count"), None)
+    if count is not None and isinstance(count.evidence.get("lost"), list):
+        gone = [g for k in ("lost", "missing") for g in count.evidence.get(k) or [] if isinstance(g, dict)]
+    else:
+        gone = [d for d in devices if d.get("lost") or d.get("error")]
+    for g in gone:
+        ex.add(M.gpu_lost, gpu_labels(node, g), 1)
     if expected_gpus is not None:
         ex.add(M.gpus_expected, {"node": node}, expected_gpus)
-    if hook == "health":
-        drained = drained_by_us(report.slurm, report.reason)
-        if drained is not None:
-            ex.add(M.drained, {"node": node}, drained[0])
-            if drained[0]:
-                failing = [r.name for r in report.results if int(r.action) >= 2]
-                ex.add(M.drain_info, {"node": node, "check": failing[0] if failing else "", "reason": drained[1]}, 1)
+    drained = drained_by_us(report.slurm, report.reason)
+    if drained is not None:
+        ex.add(M.drained, {"node": node}, drained[0])
+        if drained[0]:
+            failing = [r.name for r in report.results if int(r.action) >= 2]
+            ex.add(M.drain_info, {"node": node, "check": failing[0] if failing else "", "reason": drained[1]}, 1)
     _gpu_series(ex, node, devices, nvml.get("data") or {})
     for key, n in sorted((xid_counts or {}).items()):
         gpu, _, code = key.partition("/")
         ex.add(M.xid_errors, {"node": node, "gpu": gpu, "xid": code}, n)
     xid = next((r for r in report.results if r.name == "xid"), None)
     if xid is not None:
-        by_bus = {_bus(str(d.get("pci_bus_id", ""))): str(d.get("index")) for d in devices}
+        by_bus = _names_by_bus(devices)
         for s in xid.evidence.get("sticky", []) or []:
             if not _foreign(s, xid.evidence):
                 ex.add(M.xid_sticky, {"node": node, "gpu": xid_target(s, by_bus), "xid": str(s.get("xid"))}, 1)
@@ -111,6 +124,12 @@ def _bus(bus_id: str) -> str:
     from slurmkit.health.xid import norm_bus_id
 
     return norm_bus_id(bus_id)
+
+
+def _names_by_bus(devices: list[dict[str, Any]]) -> dict[str, str]:
+    from slurmkit.health.gpuid import label
+
+    return {_bus(str(d.get("pci_bus_id", ""))): label(d) for d in devices}
 
 
 def _foreign(event: dict[str, Any], evidence: dict[str, Any]) -> bool:
@@ -216,8 +235,7 @@ def xid_labels_of_run(report: Any) -> list[str]:
         return []
     nvml = getattr(report, "nvml", None) or {}
     init: dict[str, Any] = nvml["init"] if isinstance(nvml.get("init"), dict) else {}
-    by_bus = {_bus(str(d.get("pci_bus_id", ""))): str(d.get("index")) for d in init.get("devices", [])
-              if isinstance(d, dict)}
+    by_bus = _names_by_bus([d for d in init.get("devices", []) if isinstance(d, dict)])
     return [f"{xid_target(e, by_bus)}/{e.get('xid')}" for e in xid.evidence.get("new", []) or []
             if isinstance(e, dict) and not _foreign(e, xid.evidence)]
 

@@ -158,15 +158,25 @@ def test_xid79_fires_xid_and_drain_alerts_for_that_node_and_clear_xid_resolves_t
         assert r.returncode == 0 and "cleared 1" in r.stdout, r.stdout + r.stderr
 
     check_fault(mlab, lambda: edit_nvml(mlab, NODE, inject), fix, {
-        "SlurmkitGpuXidCritical": f'slurmkit_gpu_xid_sticky{{node="{NODE}",gpu="{GPU}",xid="79"}} 1',
+        "SlurmkitGpuXidCritical": f'slurmkit_gpu_xid_sticky{{node="{NODE}",gpu="{_gpu_name(mlab)}",xid="79"}} 1',
         "SlurmkitNodeDrainedByHealth": f'slurmkit_node_drained{{node="{NODE}"}} 1',
     })
 
 
+def _gpu_dev(lab: Lab) -> dict:
+    return json.loads((Path(lab.dir) / "fake-nvml" / f"{NODE}.json").read_text())["devices"][GPU]
+
+
+def _gpu_name(lab: Lab) -> str:
+    """The GPU as drain reasons and every per-GPU series name it: nvidia<minor>@<bus> (never NVML's index)."""
+    dev = _gpu_dev(lab)
+    return f"nvidia{dev['minor']}@{dev['pci_bus_id'].lower().split(':', 1)[1]}"
+
+
 def _gpu_prefix(lab: Lab) -> str:
-    dev = json.loads((Path(lab.dir) / "fake-nvml" / f"{NODE}.json").read_text())["devices"][GPU]
-    return (f'node="{NODE}",gpu="{GPU}",uuid="{dev["uuid"]}",pci_bus_id="{dev["pci_bus_id"]}",'
-            f'model="{dev["name"]}"')
+    dev = _gpu_dev(lab)
+    return (f'node="{NODE}",gpu="{_gpu_name(lab)}",minor="{dev["minor"]}",uuid="{dev["uuid"]}",'
+            f'pci_bus_id="{dev["pci_bus_id"]}",serial="{dev.get("serial", "")}",model="{dev["name"]}"')
 
 
 def test_uncorrectable_ecc_fires_ecc_and_drain_alerts_and_resolves_after_the_fix(mlab):
@@ -193,6 +203,24 @@ def test_lost_gpu_fires_missing_and_drain_alerts_and_resolves_when_it_is_back(ml
         "SlurmkitGpuMissing": f'slurmkit_node_gpus{{node="{NODE}"}} 3',
         "SlurmkitNodeDrainedByHealth": f'slurmkit_node_drained{{node="{NODE}"}} 1',
     })
+
+
+def test_slurmd_killed_fires_the_slurm_node_down_alert_and_resolves_when_it_is_back(mlab):
+    """slurmd stopped on NODE while its node_exporter answers: slurmctld marks it NOT_RESPONDING, then DOWN after
+    SlurmdTimeout (60 s in the lab); the exporter's slurmkit_node_state carries it and SlurmkitNodeDownInSlurm fires
+    for NODE only (issue 35: the node-down rule watched node_exporter, and nothing fired). Back: it resolves."""
+    quiet(mlab)
+    mlab.stop_slurmds([NODE])
+    try:
+        got = wait_for(lambda: ("SlurmkitNodeDownInSlurm", NODE) in firing(mlab) and firing(mlab), 330,
+                       "SlurmkitNodeDownInSlurm firing", lambda: str(list(firing(mlab))) + _exporter(mlab)[-2000:])
+        assert ("SlurmkitNodeDown", NODE) not in got  # node_exporter still answers: only Slurm knows
+        assert not {k for k in got if k[1] != NODE}, sorted(got)
+        r = query_api(mlab, "/api/v1/query?" + urlencode({"query": f'slurmkit_node_state{{node="{NODE}"}}'}))["result"]
+        assert r and "NOT_RESPONDING" in r[0]["metric"]["flags"], r
+    finally:
+        mlab.start_slurmds([NODE])  # ReturnToService (default 1): the DOWN node returns once its slurmd registers
+    quiet(mlab, timeout=180)
 
 
 def _as(lab: Lab, user: str, *args: str) -> str:

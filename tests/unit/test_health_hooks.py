@@ -231,7 +231,7 @@ def test_prolog_healthy_exits_0_without_touching_slurm_and_writes_outputs(tmp_pa
     assert 'slurmkit_health_check_status{node="node1",hook="prolog",check="ecc",state="fail"} 0' in prom
     for line in prom.splitlines():  # every sample line is `name{labels} value`
         assert line.startswith("#") or re.fullmatch(r"slurmkit_health_\w+\{[^}]*\} -?[\d.]+", line), line
-    assert not list(nd.glob(".tmp-*"))  # atomic writes left nothing behind
+    assert not list(nd.glob(".*.tmp"))  # atomic writes left nothing behind
 
 
 def test_prolog_failure_sets_our_reason_then_exits_1(tmp_path, inventory):

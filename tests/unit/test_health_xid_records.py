@@ -128,7 +128,7 @@ def test_an_xid_on_a_bus_no_gpu_of_the_node_has_warns_and_never_drains(tmp_path)
     res, out = run(tmp_path / "b", fx)
     assert res["xid"].status == Status.FAIL and res["xid"].action == Action.DRAIN
     assert res["xid"].findings[0] == "nvidia0@18:00.0 xid79", res["xid"].findings
-    assert xid_labels_of_run(SimpleNamespace(results=list(res.values()), nvml={"init": out.nvml_devices})) == ["0/79"]
+    assert xid_labels_of_run(SimpleNamespace(results=list(res.values()), nvml={"init": out.nvml_devices})) == ["nvidia0@18:00.0/79"]  # the drain's name
 
 
 def test_an_xid_that_may_be_a_lost_gpus_still_counts_and_says_so(tmp_path):

@@ -188,3 +188,18 @@ def test_cli_once_prints_a_scrape(tmp_path):
     assert "slurmkit_exporter_up 1" in r.stdout and "slurmkit_cluster_gpus{" in r.stdout
     # the recorded scene (record_live_jobs.py on a 22.05 lab): the held typed request is the one pending GPU job
     assert 'slurmkit_pending_gpu_jobs{account="",reason="JobHeldUser"} 1' in r.stdout
+
+
+def test_each_nodes_slurm_state_is_a_series():
+    """Slurm's view per node (state, flags, reason): the rule that pages on a node Slurm marks DOWN or not responding
+    reads it (the node-down rule watched node_exporter only: slurmd killed, no alert, issue 35)."""
+    c = lab_cluster()
+    nodes = [node("node1", "allocated", used=8), NodeInfo("node7", "down", frozenset({"NOT_RESPONDING", "DRAIN"}),
+                                                          reason="Not responding", partitions=("gpu",))]
+    s = samples(render(c, iter(nodes), [], 1e9))
+    got = sorted((dict(lbl) | {"v": v} for (n, lbl), v in s.items() if n == "slurmkit_node_state"),
+                 key=lambda d: d["node"])
+    assert got == [{"node": "node1", "state": "allocated", "flags": "", "reason": "", "v": 1},
+                   {"node": "node7", "state": "down", "flags": "DRAIN+NOT_RESPONDING", "reason": "Not responding",
+                    "v": 1}]
+    assert find(s, "slurmkit_cluster_nodes", state="down") == [1]  # the iterable was read for both

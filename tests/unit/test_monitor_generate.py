@@ -172,3 +172,83 @@ def test_every_bmc_panel_query_returns_series_in_prometheus(tmp_path):
     r = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _xid_codes_in(expr: str, op: str) -> set[int]:
+    return {int(c) for m in re.findall(rf'xid{op}"([0-9|]+)"', expr) for c in m.split("|")}
+
+
+def test_one_xid_table_for_hooks_rules_and_docs():
+    """The codes the hooks drain on are exactly the critical alert's, and every other code (63 included) is the
+    warning alert's: no code is drained without paging, none is silent (issue 35: XID 63 never alerted)."""
+    from slurmkit.health import xidcodes
+    from slurmkit.health.policy import CHECK_DEFAULTS, DEFAULT_FAIL_XIDS
+
+    assert DEFAULT_FAIL_XIDS is xidcodes.DRAIN and CHECK_DEFAULTS["xid"].settings["codes"] is xidcodes.DRAIN
+    by = {a.name: a for a in alerts(cluster())}
+    crit, warn = by["SlurmkitGpuXidCritical"].expr, by["SlurmkitGpuXid"].expr
+    assert _xid_codes_in(crit, "=~") == set(xidcodes.DRAIN) == _xid_codes_in(warn, "!~")
+    assert 63 not in xidcodes.DRAIN and xidcodes.xid_class(63) == "reset" and xidcodes.xid_class(13) == "other"
+    for code in range(1, 200):
+        assert xidcodes.xid_class(code) in xidcodes.CLASSES
+        assert xidcodes.SEVERITY[xidcodes.xid_class(code)] == ("critical" if code in xidcodes.DRAIN else "warning")
+    # a site that drains on its own list pages on that list
+    inv = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
+    inv.setdefault("hooks", {})["checks"] = {"xid": {"codes": [79, 48, 63]}}
+    inv["monitoring"] = {"exporter": ["ctl:9799"]}
+    site = {a.name: a for a in alerts(load_cluster_dict(inv))}
+    assert _xid_codes_in(site["SlurmkitGpuXidCritical"].expr, "=~") == {48, 63, 79}
+    assert _xid_codes_in(site["SlurmkitGpuXid"].expr, "!~") == {48, 63, 79}
+    md = (ROOT / "docs" / "metrics.md").read_text()
+    assert xidcodes.markdown() in md
+
+
+@needs(shutil.which("promtool") is not None, "promtool (Debian package prometheus) not installed")
+def test_xid_panel_counts_a_gpus_first_event_of_a_code(tmp_path):
+    """The "XIDs (last hour)" panel over a counter series born at 1 (the first XID 63 of a GPU) and one that grew
+    from 2 to 5: it returns both, non-zero (increase() alone gave 0 for the first, issue 35)."""
+    panel = next(p for p in dashboard_panels(cluster())["slurmkit-node-health"] if p.title == "XIDs (last hour)")
+    rules = [{"alert": "Panel", "expr": f"({panel.expr}) > 0"}]
+    (tmp_path / "panels.yml").write_text(yaml.safe_dump({"groups": [{"name": "xid", "rules": rules}]}))
+    case = {"interval": "1m", "input_series": [
+        {"series": 'slurmkit_gpu_xid_errors_total{node="n1",gpu="3",xid="63"}', "values": "_x10 1x20"},
+        {"series": 'slurmkit_gpu_xid_errors_total{node="n2",gpu="0",xid="79"}', "values": "2x10 5x20"}],
+        "alert_rule_test": [{"eval_time": "15m", "alertname": "Panel", "exp_alerts": [
+            {"exp_labels": {"node": "n1", "xid": "63"}}, {"exp_labels": {"node": "n2", "xid": "79"}}]}]}
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({"rule_files": ["panels.yml"], "evaluation_interval": "1m",
+                                                    "tests": [case]}))
+    r = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@needs(shutil.which("promtool") is not None, "promtool (Debian package prometheus) not installed")
+def test_failing_checks_panel_clears_when_a_later_run_is_healthy(tmp_path):
+    """A failed epilog's textfile stands until the next epilog; the "Failing checks" panel shows the node's latest
+    run only, so the health check's passing run clears it (issue 35), and a later failing run shows again."""
+    panel = next(p for p in dashboard_panels(cluster())["slurmkit-node-health"] if p.title == "Failing checks")
+    rules = [{"alert": "Panel", "expr": f"({panel.expr}) > 0"}]
+    (tmp_path / "panels.yml").write_text(yaml.safe_dump({"groups": [{"name": "fc", "rules": rules}]}))
+    st = "slurmkit_health_check_status"
+    series = [
+        {"series": f'{st}{{node="n1",hook="epilog",check="gpu_procs",state="fail"}}', "values": "1x30"},
+        {"series": 'slurmkit_health_last_run_timestamp_seconds{node="n1",hook="epilog"}', "values": "60x30"},
+        {"series": f'{st}{{node="n1",hook="health",check="gpu_procs",state="fail"}}', "values": "_x5 0x10 1x15"},
+        {"series": 'slurmkit_health_last_run_timestamp_seconds{node="n1",hook="health"}',
+         "values": "_x5 400x10 1300x15"},
+        # another node's stale check file with a failure, and its health run after it failing too
+        {"series": f'{st}{{node="n2",hook="check",check="ecc",state="fail"}}', "values": "1x30"},
+        {"series": 'slurmkit_health_last_run_timestamp_seconds{node="n2",hook="check"}', "values": "10x30"},
+        {"series": f'{st}{{node="n2",hook="health",check="ecc",state="fail"}}', "values": "1x30"},
+        {"series": 'slurmkit_health_last_run_timestamp_seconds{node="n2",hook="health"}', "values": "500x30"}]
+    n1 = {"exp_labels": {"node": "n1", "check": "gpu_procs"}}
+    n2 = {"exp_labels": {"node": "n2", "check": "ecc"}}
+    case = {"interval": "1m", "input_series": series, "alert_rule_test": [
+        {"eval_time": "3m", "alertname": "Panel", "exp_alerts": [n1, n2]},
+        {"eval_time": "10m", "alertname": "Panel", "exp_alerts": [n2]},
+        {"eval_time": "20m", "alertname": "Panel", "exp_alerts": [n1, n2]}]}
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({"rule_files": ["panels.yml"], "evaluation_interval": "1m",
+                                                    "tests": [case]}))
+    r = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
