@@ -135,6 +135,12 @@ class DaemonsMixin(LabBase):
                 self._node_cgroups.update(cgroups.create(self.dir, todo))
         node_cg = self._node_cgroups
         b = " -b" if boot else ""
+        # each node's namespace is made on the CPU whose namespace ids are lowest, and its slurmd gets every CPU back
+        # at once: otherwise a job's private /tmp fails on Linux 6.18 (nsorder.py says why)
+        from slurmkit.lab import nsorder
+
+        ns_cpu = nsorder.oldest_cpu()
+        unpin = [f"taskset -a -p -c {nsorder.cpu_list()} $$ >/dev/null 2>&1 || true"] if ns_cpu is not None else []
         # configless_slurm.shtml: "The slurmd --conf-server $host[:$port] option" comes first in the order of
         # precedence (before -f and SLURM_CONF); the files land in SlurmdSpoolDir/conf-cache, with a symlink in
         # /run/slurm/conf, which each node gets on a private tmpfs so the nodes do not share one
@@ -166,12 +172,14 @@ class DaemonsMixin(LabBase):
                     *(self._configless_steps("") if self.spec.configless else []),
                     f"exec {q(host_bin('slurmd'))}{b} {src} -N {q(name)}",
                 ]
-            script = "; ".join(["set -e", f"hostname {q(name)}", *steps])
+            script = "; ".join(["set -e", *unpin, f"hostname {q(name)}", *steps])
             argv = ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script]
             if self.spec.cgroups:
                 # into the node's group in every controller first: `unshare --cgroup` makes where it stands the root
                 enter = "; ".join(f"echo $$ > {q(str(d / 'cgroup.procs'))}" for d in node_cg[name].values())
                 argv = ["sh", "-c", f"set -e; {enter}; exec \"$@\"", "sh", "unshare", "--cgroup", *argv[1:]]
+            if ns_cpu is not None:
+                argv = ["taskset", "-c", str(ns_cpu), *argv]
             procs.append(
                 (name, subprocess.Popen(argv,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -105,10 +105,10 @@ def test_apply_restarts_slurmdbd_and_a_job_gets_a_private_tmp(slab, tmp_path: Pa
     assert (slab.jobtmp / "node1").is_dir()
     assert "idle" in sh(slab, ["sinfo", "-h", "-o", "%t"]).stdout
     if slab.foreign:
-        # Measured: the per-job namespace fails where the lab runs a release from a cached root (slurmd chrooted in
-        # its view, its own mount namespace): 24.11 slurmstepd logs "container_p_join: setns failed for
-        # BASE/node1/<job>/.ns: Invalid argument" and the job runs with the node's /tmp; 26.05 logs
-        # "namespace_g_stepd_create(...): Is a directory" and the job fails. The host's release runs it for real.
+        # Measured: the per-job namespace does not hold where the lab runs a release from a cached root (slurmd
+        # chrooted in its view, its own mount namespace): with the node namespaces made oldest (lab/nsorder.py) the
+        # 24.11 and 26.05 jobs run, log no error and see the node's /tmp (before it, 24.11 slurmstepd logged
+        # "container_p_join: setns failed ... Invalid argument" and 26.05's job failed). The host's release runs it.
         pytest.skip(f"a private /tmp is checked on the host's release only (the {slab.release} lab's chrooted slurmd "
                     "cannot make job namespaces)")
     marker = f"slurmkit-host-{slab.spec.port_base}"
