@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 
@@ -13,18 +15,24 @@ def monitor() -> None:
 @monitor.command()
 @click.argument("inventory", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False),
-              help="Directory for prometheus.yml, slurmkit-alerts.yml and the dashboards' JSON.")
+              help="Directory for prometheus.yml, slurmkit-alerts.yml, the dashboards' JSON and logs/ (shippers, logrotate).")
 def generate(inventory: str, out: str) -> None:
     """Write prometheus.yml (node_exporter per node, dcgm-exporter where the inventory says, the slurmkit
     exporter), the alert rules and the Grafana dashboards into OUT (replaced files are backed up)."""
     from slurmkit.generate.rollout import write_files
     from slurmkit.model.load import load_cluster
+    from slurmkit.monitor import logs
     from slurmkit.monitor.generate import generate as gen
 
-    files = gen(load_cluster(inventory))
+    cluster = load_cluster(inventory)
+    files = gen(cluster)
+    log_files = logs.files(cluster)
     write_files(files, out)
+    write_files(log_files, os.path.join(out, "logs"))
     for name in sorted(files):
         click.echo(f"wrote {out.rstrip('/')}/{name}")
+    for name in sorted(log_files):
+        click.echo(f"wrote {out.rstrip('/')}/logs/{name}")
 
 
 @click.command()

@@ -6,7 +6,8 @@ Layout: ``<state-dir>/<node>/`` (one directory per node because the lab runs man
     health.json         consecutive passes while drained by us, the slurmd instance seen last
     last-<hook>.json    the latest run record of each hook
     claim-<hook>.json   a prolog/epilog failed and its drain did not land: Slurm's "Prolog/Epilog error" is ours
-    history.jsonl       one line per run, rotated to history.jsonl.1 past MAX_HISTORY_BYTES
+    history.jsonl       one line per run; rotated by day and kept 14 days by the logrotate rule `monitor generate`
+                        writes (logs/logrotate-slurmkit); past MAX_HISTORY_BYTES it becomes history.jsonl.1
     slurmkit_health_<hook>.prom   Prometheus textfile (unless --textfile-dir points elsewhere)
 """
 
@@ -21,7 +22,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-MAX_HISTORY_BYTES = 4 * 1024 * 1024
+# A bound, not the retention: a run record of an 8-GPU node is ~10.7 KB (measured on a lab node, 22 health runs
+# in 235,543 bytes), so a node with a 5-minute health check and 100 jobs a day writes ~5 MB a day; the day-by-day
+# rotation (logrotate, compressed) keeps 14 days in ~8 MB. This cap holds ~6 such days where no logrotate runs,
+# and bounds a hook in a crash loop to 2 x 32 MiB.
+MAX_HISTORY_BYTES = 32 * 1024 * 1024
 
 # The hooks' run records (last-<hook>.json, history.jsonl, claim-<hook>.json) name jobs, their users' uids, the pids
 # on the GPUs and what was killed: root's (and root's group's) to read, never every local user's; and root's alone

@@ -370,6 +370,15 @@ class Site:
 
 
 @dataclass(frozen=True)
+class Logs:
+    """``monitoring.logs:``: where `slurmkit monitor generate` ships Slurm's and slurmkit's logs (docs/logs.md)."""
+
+    loki: str = ""  # Loki's push URL (http[s]://host:port/loki/api/v1/push): Alloy, promtail and Fluent Bit configs
+    syslog: str = ""  # host:port of a central syslog collector (RFC 5424 over TCP): an rsyslog drop-in
+    retention_days: int = 14  # how long the nodes keep slurmkit's and Slurm's own log files (logrotate)
+
+
+@dataclass(frozen=True)
 class Monitoring:
     """``monitoring:``: what `slurmkit monitor generate` scrapes and the thresholds its alert rules use."""
 
@@ -385,6 +394,7 @@ class Monitoring:
     # slurmctld's PrivateData hides other users' jobs or users (slurm.conf(5) PrivateData jobs/users); True or
     # False is the site's own decision
     per_user_labels: bool | None = None
+    logs: Logs = Logs()
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from slurmkit.model.cluster import (
     Controller,
     GPUs,
     Hooks,
+    Logs,
     MigInstance,
     Monitoring,
     NodeGroup,
@@ -1187,7 +1188,7 @@ def _dynamic_nodes(ctx: _Ctx, value: Any, slurm_conf: Any) -> int | None:
 def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitoring:
     mm = _mapping(ctx, value, "monitoring", {"node_exporter_port", "dcgm_exporter", "dcgm_exporter_port", "exporter",
                                              "scrape_interval_s", "gpu_temp_max_c", "hook_slow_s",
-                                             "quota_pending_for_s", "per_user_labels"})
+                                             "quota_pending_for_s", "per_user_labels", "logs"})
     d = Monitoring()
     dcgm = str(mm.get("dcgm_exporter") or "")
     if dcgm and dcgm != "all":
@@ -1216,7 +1217,24 @@ def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitori
         hook_slow_s=float(_int(ctx, mm.get("hook_slow_s", int(d.hook_slow_s)), "monitoring.hook_slow_s", 1)),
         quota_pending_for_s=_int(ctx, mm.get("quota_pending_for_s", d.quota_pending_for_s),
                                  "monitoring.quota_pending_for_s", 1),
+        logs=_logs(ctx, mm.get("logs")),
     )
+
+
+def _logs(ctx: _Ctx, value: Any) -> Logs:
+    if value is None:
+        return Logs()
+    lm = _mapping(ctx, value, "monitoring.logs", {"loki", "syslog", "retention_days"})
+    loki = _str(ctx, lm["loki"], "monitoring.logs.loki") if "loki" in lm else ""
+    # the URL lands in three shippers' files as a string: letters of a URL only, no quote, brace or space
+    if loki and not re.fullmatch(r"https?://[A-Za-z0-9._~:@%\[\]-]+(/[A-Za-z0-9._~/%+-]*)?", loki):
+        raise ctx.err("monitoring.logs.loki", f"expected Loki's push URL (http[s]://host:port/loki/api/v1/push), got {loki!r}")
+    syslog = _str(ctx, lm["syslog"], "monitoring.logs.syslog",
+                  re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}")) if "syslog" in lm else ""
+    if syslog and not 0 < int(syslog.rsplit(":", 1)[1]) < 65536:
+        raise ctx.err("monitoring.logs.syslog", f"port out of range in {syslog!r}")
+    return Logs(loki=loki, syslog=syslog,
+                retention_days=_int(ctx, lm.get("retention_days", Logs.retention_days), "monitoring.logs.retention_days", 1))
 
 
 def _nodesets(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
