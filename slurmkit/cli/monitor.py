@@ -33,6 +33,9 @@ def generate(inventory: str, out: str) -> None:
         click.echo(f"wrote {out.rstrip('/')}/{name}")
     for name in sorted(log_files):
         click.echo(f"wrote {out.rstrip('/')}/logs/{name}")
+    if not any(n.startswith("dashboard-") for n in files):
+        click.echo("no Grafana dashboards: they are built with grafana-foundation-sdk, which is not installed "
+                   "(pip install 'slurmkit[monitor]', Python 3.11+)", err=True)
 
 
 @click.command()

@@ -246,3 +246,24 @@ def test_monitor_generate_writes_the_log_files_beside_prometheus(tmp_path: Path)
         "slurmkit.alloy"]
     assert (tmp_path / "out" / "prometheus.yml").is_file()
     assert f"wrote {tmp_path / 'out'}/logs/60-slurmkit.conf" in res.output
+
+
+def test_without_the_sdk_generate_writes_all_but_the_dashboards_and_says_so(tmp_path: Path, monkeypatch) -> None:
+    """The monitor extra's SDK needs Python 3.11+ (Requires-Python), slurmkit 3.10+: where it is missing, the
+    scrape config, the rules and logs/ are written and the CLI says how to get the dashboards."""
+    import sys
+
+    from click.testing import CliRunner
+
+    from slurmkit.cli.main import cli
+
+    monkeypatch.setitem(sys.modules, "grafana_foundation_sdk", None)  # import raises ImportError
+    for k in [k for k in sys.modules if k.startswith("grafana_foundation_sdk.")]:
+        monkeypatch.delitem(sys.modules, k)
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(inv()))
+    res = CliRunner().invoke(cli, ["monitor", "generate", str(p), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    names = sorted(x.name for x in (tmp_path / "out").iterdir() if x.is_file())
+    assert "prometheus.yml" in names and not any(n.startswith("dashboard-") for n in names), names
+    assert "pip install 'slurmkit[monitor]', Python 3.11+" in res.output
