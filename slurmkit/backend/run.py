@@ -96,17 +96,20 @@ def run(
     return result
 
 
-def stream(argv: Sequence[str], timeout: float, on_line: Callable[[str], float | None]) -> tuple[int | None, bool]:
+def stream(argv: Sequence[str], timeout: float, on_line: Callable[[str], float | None],
+           env: Mapping[str, str] | None = None) -> tuple[int | None, bool]:
     """Run ``argv`` (stdout and stderr together) and hand each line to ``on_line`` as it comes, for a child that
     may never exit on its own (``slurmctld -D``): ``on_line`` may return a new deadline, in seconds from now.
     At EOF or the deadline the child's process group is stopped (TERM, then KILL after 5 s) and always reaped --
     on every way out, an exception too (the CLI edge turns SIGTERM/SIGINT/SIGHUP into one: cli/main.py); and the
     child gets SIGKILL from the kernel if this process dies without that (PR_SET_PDEATHSIG).
+    ``env`` entries are added to the current environment, as run() does.
     -> (its return code, whether the deadline ended it). List argv, no shell."""
     if isinstance(argv, str):
         raise TypeError("stream() takes a list argv, not a string")
     proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent_hook())
+                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent_hook(),
+                            env={**os.environ, **env} if env else None)
     timed_out = False
     try:
         assert proc.stdout is not None

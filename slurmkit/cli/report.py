@@ -141,3 +141,76 @@ def firmware_cmd(state_dir: str | None, inventory: str | None, as_json: bool) ->
     rep = firmware_report(records, expected)
     click.echo(json.dumps(rep, indent=1, sort_keys=True) if as_json else format_report(rep))
     raise SystemExit(1 if rep["odd"] else 0)
+
+
+def _when(s: str, now: float, flag: str) -> float:
+    """``7d``, ``12h``, ``30m`` before now, ``now``, or a local date/time (``2026-11-27``, ``2026-11-27T08:00``)."""
+    import re
+    from datetime import datetime
+
+    from slurmkit.errors import UsageError
+
+    m = re.fullmatch(r"(\d+)([dhm])", s.strip())
+    if m:
+        return now - int(m.group(1)) * {"d": 86400, "h": 3600, "m": 60}[m.group(2)]
+    if s.strip() == "now":
+        return now
+    try:
+        return datetime.fromisoformat(s.strip()).timestamp()
+    except ValueError:
+        raise UsageError(f"{flag}: expected 7d, 12h, 30m, now or a date/time like 2026-11-27T08:00, got {s!r}") from None
+
+
+@report.command("utilisation")
+@click.option("--since", default="7d", show_default=True, help="Window start: 7d, 12h, 30m ago, or a local date/time.")
+@click.option("--until", "until", default="now", show_default=True, help="Window end (at most now).")
+@click.option("--by", type=click.Choice(["partition", "account", "user", "gpu-type"]), default="partition",
+              show_default=True, help="Group the figures by this.")
+@click.option("--target", type=click.FloatRange(0, 100), default=None,
+              help="Utilisation target in percent [the inventory's capacity.utilisation_target_pct, else 92].")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+@click.option("--png", type=click.Path(dir_okay=False), default=None,
+              help="Also draw allocated against available GPU-hours per day (needs the 'plot' extra).")
+@click.option("--inventory", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Read the target from this inventory [the site inventory, as report fragmentation finds it].")
+def utilisation_cmd(since: str, until: str, by: str, target: float | None, as_json: bool, png: str | None,
+                    inventory: str | None) -> None:
+    """GPU-hours available (less down and drained time), allocated, and the share against the target, for the
+    cluster, per group and per day, from slurmdbd: one sacctmgr and one sacct query (docs/reports.md)."""
+    import os
+    import time
+
+    from slurmkit.accounts import utilisation as ut
+    from slurmkit.backend.cli import CLIBackend
+    from slurmkit.errors import UsageError
+    from slurmkit.placement.render import require_matplotlib
+
+    if png:
+        require_matplotlib()
+    now = time.time()
+    start, end = _when(since, now, "--since"), min(_when(until, now, "--until"), now)
+    if start >= end:
+        raise UsageError(f"--since ({since}) is not before --until ({until})")
+    if target is None:
+        if inventory is None:
+            from slurmkit.siteinv import find_inventory
+
+            inventory = find_inventory(os.environ)
+        pct = 92.0
+        if inventory:
+            from slurmkit.model.load import load_cluster
+
+            pct = load_cluster(inventory).capacity.utilisation_target_pct
+    else:
+        pct = target
+    nodes = [ut.NodeGPUs(n.name, ut.gpu_types(n.gres), n.partitions) for n in CLIBackend().nodes()]
+    rep = ut.read(start, end, by, pct / 100, nodes, now=now)
+    if as_json:
+        click.echo(json.dumps(rep.to_json(), indent=1))
+    else:
+        for line in ut.table(rep):
+            click.echo(line)
+    if png:
+        ut.write_png(rep, png)
+        if not as_json:
+            click.echo(f"wrote {png}")

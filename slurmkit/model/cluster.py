@@ -370,6 +370,14 @@ class Site:
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """``capacity:``: what the site plans its GPUs for (`slurmkit report utilisation` judges against it)."""
+
+    utilisation_target_pct: float = 92.0  # allocated / available GPU-hours the site aims for
+    reserve_pct: float = 15.0  # healthy idle or powered-down capacity kept for peaks and maintenance
+
+
+@dataclass(frozen=True)
 class Logs:
     """``monitoring.logs:``: where `slurmkit monitor generate` ships Slurm's and slurmkit's logs (docs/logs.md)."""
 
@@ -414,6 +422,7 @@ class Cluster:
     cgroup_conf: tuple[tuple[str, str], ...] = ()
     source_sha256: str = ""  # sha256 of the inventory text this came from
     monitoring: Monitoring = Monitoring()
+    capacity: Capacity = Capacity()
     tenants: Tenants | None = None  # accounts, users, QOS (slurmdbd records; `slurmkit accounts`)
     rollout: Rollout = Rollout()
     # ``adopted: true`` (what `slurmkit conf import` writes): the site's files as they are -- no slurmkit

@@ -28,6 +28,7 @@ from slurmkit.model.cluster import (
     SUPPORTED_SLURM_VERSIONS,
     Accounting,
     Block,
+    Capacity,
     Cluster,
     Controller,
     GPUs,
@@ -909,7 +910,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
          "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants", "rollout",
-         "defrag", "monitoring", "adopted", "nodesets", "gres_conf", "dynamic_nodes", "runtime"},
+         "defrag", "monitoring", "adopted", "nodesets", "gres_conf", "dynamic_nodes", "runtime", "capacity"},
         {"cluster"},
     )
     ctx.adopted = top.get("adopted") is True
@@ -1074,6 +1075,7 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         tenants=tenants,
         rollout=rollout,
         monitoring=monitoring,
+        capacity=_capacity(ctx, top.get("capacity")),
         adopted=adopted,
         nodesets=nodesets,
         gres_conf=_records(ctx, top.get("gres_conf"), "gres_conf"),
@@ -1219,6 +1221,19 @@ def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitori
                                  "monitoring.quota_pending_for_s", 1),
         logs=_logs(ctx, mm.get("logs")),
     )
+
+
+def _capacity(ctx: _Ctx, value: Any) -> Capacity:
+    if value is None:
+        return Capacity()
+    cm = _mapping(ctx, value, "capacity", {"utilisation_target_pct", "reserve_pct"})
+    out = {}
+    for key in ("utilisation_target_pct", "reserve_pct"):
+        v = cm.get(key, getattr(Capacity, key))
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
+            raise ctx.err(f"capacity.{key}", f"expected a percentage from 0 to 100, got {v!r}")
+        out[key] = float(v)
+    return Capacity(**out)
 
 
 def _logs(ctx: _Ctx, value: Any) -> Logs:
