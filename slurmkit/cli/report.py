@@ -214,3 +214,36 @@ def utilisation_cmd(since: str, until: str, by: str, target: float | None, as_js
         ut.write_png(rep, png)
         if not as_json:
             click.echo(f"wrote {png}")
+
+
+@report.command("reserve")
+@click.option("--inventory", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Node groups and capacity.reserve_pct from this inventory [the site inventory, as report "
+                   "fragmentation finds it; without one: the whole cluster, 15%].")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+def reserve_cmd(inventory: str | None, as_json: bool) -> None:
+    """Spare capacity now per node group (healthy idle nodes, powered up or down) against the planned reserve;
+    exit 1 when a group is below its plan, so a cron job or a check can act on it."""
+    import os
+
+    from slurmkit.backend.cli import CLIBackend
+    from slurmkit.elastic.reserve import reserve, table
+
+    if inventory is None:
+        from slurmkit.siteinv import find_inventory
+
+        inventory = find_inventory(os.environ)
+    cluster = None
+    if inventory:
+        from slurmkit.model.load import load_cluster
+
+        cluster = load_cluster(inventory)
+    rows = reserve(cluster, CLIBackend().nodes())
+    pct = cluster.capacity.reserve_pct if cluster else 15.0
+    if as_json:
+        click.echo(json.dumps({"reserve_pct": pct, "groups": [r.to_json() for r in rows]}, indent=1))
+    else:
+        for line in table(rows, pct):
+            click.echo(line)
+    if any(r.below_plan for r in rows):
+        raise SystemExit(1)
