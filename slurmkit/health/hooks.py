@@ -111,7 +111,7 @@ def run_hook(env: HookEnv) -> Report:
         hook=env.hook, node=env.node, policy=policy, expect=expect, node_state_dir=ndir, fake_nvml=env.fake_nvml,
         paths=env.paths, job_gres_indices=env.job_gpus if env.hook != "health" else None,
         ppid=env.ppid, deadline=hard_deadline - reserve, commit_xid=not readonly, job_id=env.job_id,
-        worker=env.worker,
+        worker=env.worker, policy_source=(env.policy_file or env.inventory) if config_error is None else None,
     )
     notes: list[str] = []
     cleanup_log: dict[str, Any] = {}
