@@ -183,7 +183,8 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         # which command ran long before the runner gives up on it
         "commands": lambda: _site_commands().gather_commands(
             tuple(pol.check("commands").get("run") or ()), spec.policy_source,
-            max(0.05, min(0.9 * pol.check("commands").timeout_s, spec.deadline - time.monotonic() - 0.05))),
+            max(0.05, min(0.9 * pol.check("commands").timeout_s, spec.deadline - time.monotonic() - 0.05)))
+        if pol.check("commands").get("run") else {"commands": []},
     }
     shared = {"procs": ("daemons", "dstate"), "xid": ("xid", "mce")}
     started = time.monotonic()
