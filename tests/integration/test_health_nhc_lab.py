@@ -94,3 +94,28 @@ def test_site_command_fails_drains_and_resolves(nlab):
     finally:
         set_policy(nlab, {})
         _resume_all(nlab)
+
+
+def test_a_process_of_a_user_without_a_job_drains_and_resolves(nlab):
+    """unauth_procs on the real /proc: a process of uid 4242 (no job of that uid anywhere) started outside Slurm
+    drains the nodes (the lab's nodes share this host's /proc) with the uid and pid in the reason; once it is gone the
+    health check resumes them. Jobs here run as root or system users, below min_uid."""
+    set_policy(nlab, {"resume_after_passes": 2, "unauth_procs": {"enabled": True, "min_uid": 4242}})
+    stray = subprocess.Popen(["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", "sleep", "300"])
+    try:
+        want = f"slurmkit: user uid4242 pid {stray.pid} without a job"
+        st = wait_for(lambda: s if "DRAIN" in (s := scontrol_node(nlab, "node1"))["flags"] else None, 8 * INTERVAL,
+                      "the health check to drain node1", lambda: hook_records(nlab, "node1"))
+        assert st["reason"] == want, st
+        stray.kill()
+        stray.wait(10)
+        for node in nlab.spec.node_names:
+            wait_for(lambda n=node: "DRAIN" not in scontrol_node(nlab, n)["flags"], 10 * INTERVAL,
+                     f"{node} to be resumed once the process is gone", lambda n=node: hook_records(nlab, n))
+        ok = next(c for c in _last_health(nlab, "node1")["checks"] if c["check"] == "unauth_procs")
+        assert ok["status"] == "OK", ok
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+        set_policy(nlab, {})
+        _resume_all(nlab)
