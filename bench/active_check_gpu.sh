@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # `slurmkit check --active` on a real NVIDIA GPU node (issue 23 item 7): the torch GEMM / device-copy stage per GPU
+# (and, issue 35 item 5, host<->GPU pinned-copy bandwidth against the PCIe floor and the application clocks)
 # judged against the model's floor (active.py DATASHEET x FLOOR_FRACTION) and the node's other GPUs, and dcgmi diag
 # -r 1 where dcgmi is installed. Prints the results table; needs only this repository and pip wheels (torch and
 # nvidia-ml-py installed, or as wheels under bench/wheels).
@@ -87,7 +88,7 @@ for lab in sorted(set(gv) | set(bv) | set(names)):
     f = lambda x, w: f"{x:>{w}.1f}" if isinstance(x, (int, float)) else f"{'-':>{w}}"
     print(f"{lab:<20} {str(names.get(lab))[:24]:<24} {f(gv.get(lab), 11)} {f(fl[0], 7)} {f(pg, 7)} "
           f"{f(bv.get(lab), 10)} {f(fl[1], 7)} {f(pb, 7)}")
-for name in ("active_gemm", "active_membw", "dcgm_diag", "active"):
+for name in ("active_gemm", "active_membw", "active_h2d", "active_app_clocks", "dcgm_diag", "active"):
     if name in res:
         print(f"{name}: {res[name]['status']} - {res[name]['summary']}")
 print(f"verdict: {rec['status']}, exit {rec['exit_code']}, {rec['duration_s']:.1f}s; reason: {rec['reason'] or '-'}")

@@ -4,6 +4,8 @@
     git worktree add /tmp/before <commit>
     .venv/bin/python bench/prolog_ab.py /tmp/before . [--runs 30]
     .venv/bin/python bench/prolog_ab.py --metrics . [--runs 100]   # one tree: metrics textfile off vs on
+    .venv/bin/python bench/prolog_ab.py /tmp/before . --hook health   # the health check instead of the prolog
+    .venv/bin/python bench/prolog_ab.py . . --hook health --checks-b '{"files": {...}}'  # one tree, a policy each
 
 Each run is a fresh `python -m slurmkit.cli.main hook prolog` (as slurmd starts it) with the tree's own fixture
 and code (cwd and PYTHONPATH point at the tree). Prints p50/p90 per arm and the median of the paired (same round) differences, which cancels
@@ -31,6 +33,10 @@ def main() -> None:
                                               "with --metrics")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--metrics", action="store_true", help="one tree: without vs with the metrics textfile")
+    ap.add_argument("--hook", default="prolog", choices=("prolog", "health"), help="the hook timed (default prolog; "
+                    "health finds no slurmctld here and runs its checks all the same)")
+    ap.add_argument("--checks-b", help="JSON merged into the second arm's hooks.checks (the same tree twice: what a "
+                                       "policy costs)")
     args = ap.parse_args()
     if len(args.trees) != (1 if args.metrics else 2):
         ap.error("give two trees, or one with --metrics")
@@ -39,7 +45,11 @@ def main() -> None:
     for n, t in enumerate([str(Path(t).resolve()) for t in args.trees] * (2 if args.metrics else 1)):
         inv = yaml.safe_load((Path(t) / "examples" / "lab.yaml").read_text())
         checks: dict = {"ib": False}
-        label = t
+        label = t if n == 0 or args.metrics or not args.checks_b else f"{t} + --checks-b"
+        if n == 1 and args.checks_b and not args.metrics:
+            import json
+
+            checks.update(json.loads(args.checks_b))
         if args.metrics:
             label = "metrics textfile " + ("on" if n else "off")
             if n:
@@ -54,11 +64,11 @@ def main() -> None:
                    "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7", "SLURMKIT_STATE_DIR": str(tmp / f"state{n}"),
                    "PYTHONPATH": root, "SLURMKIT_FAKE_NVML": f"{root}/tests/data/nvml/healthy-h100x8.json"}
             t = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "hook", "prolog", "--inventory",
+            p = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "hook", args.hook, "--inventory",
                                 str(inv_path)], env=env, cwd=root, capture_output=True, text=True)
             if i:  # the first round warms the page cache and the expectations cache
                 times[label].append((time.perf_counter() - t) * 1000)
-            if p.returncode != 0:
+            if p.returncode != 0 and i == 1:
                 print(f"{label}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
     if args.metrics and not any((tmp / "metrics").glob("*.prom")):
         print("the 'on' arm wrote no textfile: the comparison is void")

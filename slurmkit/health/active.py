@@ -243,3 +243,136 @@ def _dcgm_rows(doc: Any, test: str = "") -> Any:
     elif isinstance(doc, list):
         for item in doc:
             yield from _dcgm_rows(item, test)
+
+
+# --- application clocks and host-to-GPU bandwidth (issue 35 item 5: AzNHC's check_app_gpu_clocks, check_gpu_bw) ----
+
+def judge_app_clocks(data: dict[str, Any], labels: dict[str, str]) -> CheckResult:
+    """Application clocks below the board's maximum (NVML, the ``app_clocks`` probe): the GPU runs a job's kernels
+    at the lower clock. AzNHC's check_app_gpu_clocks sets them to the maximum itself; slurmkit reports (a WARN: a
+    configuration to fix with ``nvidia-smi -rac`` or ``-ac``, not a broken board) and changes nothing."""
+    findings: list[str] = []
+    ev: dict[str, Any] = {}
+    supported = 0
+    for idx in sorted(data, key=int):
+        v = data[idx].get("app_clocks")
+        label = labels.get(idx, f"gpu{idx}")
+        if not isinstance(v, dict) or "error" in v:
+            ev[label] = v
+            err = v.get("error") if isinstance(v, dict) else "unreadable"
+            if err not in ("NotSupported", "FunctionNotFound"):
+                findings.append(f"{label} app clocks {err}")
+            continue
+        supported += 1
+        ev[label] = {k: {"app_mhz": a, "max_mhz": m} for k, (a, m) in v.items()}
+        low = [f"{k} {a}<{m}MHz" for k, (a, m) in v.items() if isinstance(a, int) and isinstance(m, int) and a < m]
+        if low:
+            findings.append(f"{label} app clocks " + ", ".join(low))
+    if findings:
+        return CheckResult("active_app_clocks", Status.WARN, "; ".join(findings) + " (nvidia-smi -rac resets them)",
+                           findings, {"gpus": ev}, action=Action.WARN)
+    if not supported:
+        return CheckResult("active_app_clocks", Status.SKIP, "application clocks not supported on these GPUs", [],
+                           {"gpus": ev})
+    return CheckResult("active_app_clocks", Status.OK, f"{supported} GPU(s) at their maximum application clocks", [],
+                       {"gpus": ev})
+
+
+# PCIe payload rate per lane after line encoding, GB/s (PCI-SIG: 2.5/5 GT/s 8b/10b, 8/16/32 GT/s 128b/130b,
+# 64 GT/s PAM4 with FLIT mode ~242/256)
+PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+def pcie_floor(pcie: dict[str, Any] | None) -> float | None:
+    """FLOOR_FRACTION of the link's payload rate at the generation and width the slot and the GPU allow (from the
+    NVML pcie probe: pcie_gen [current, max in this slot, the GPU's max], pcie_width [current, max]); None when NVML
+    does not say (a GPU on NVLink-C2C: peers only). A healthy Gen5 x16 H100 copies ~50 GB/s of pinned memory; AzNHC
+    expects 48 (its nd96isr_h100_v5 conf, check_gpu_bw 48)."""
+    if not isinstance(pcie, dict):
+        return None
+    gen, width = pcie.get("pcie_gen"), pcie.get("pcie_width")
+    if not (isinstance(gen, list) and len(gen) == 3 and isinstance(width, list) and len(width) == 2):
+        return None
+    g = [x for x in gen[1:] if isinstance(x, int) and not isinstance(x, bool)]
+    w = width[1]
+    if not g or not isinstance(w, int) or min(g) not in PCIE_LANE_GBS or w <= 0:
+        return None
+    return round(FLOOR_FRACTION * w * PCIE_LANE_GBS[min(g)], 3)
+
+
+def _h2d_test(torch: Any, device: Any, mb: int, seconds: float) -> tuple[float, float]:
+    """(host->device, device->host) GB/s of a pinned ``mb`` MiB buffer (the copy engines' path, as nvbandwidth's
+    host_to_device_memcpy_ce measures), each timed for about ``seconds``."""
+    n = mb << 20
+    host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(n, dtype=torch.uint8, device=device)
+
+    def sync() -> None:
+        torch.cuda.synchronize(device)
+
+    from functools import partial
+
+    iters, el = _repeat(partial(dev.copy_, host, non_blocking=True), (), sync, seconds)
+    h2d = n * iters / el / 1e9
+    iters, el = _repeat(partial(host.copy_, dev, non_blocking=True), (), sync, seconds)
+    d2h = n * iters / el / 1e9
+    del host, dev
+    return h2d, d2h
+
+
+def run_h2d(devices: list[dict[str, Any]], pcie: dict[str, Any], budget_s: float, peer_pct: float,
+            simulated: bool) -> CheckResult:
+    """Host-to-GPU and GPU-to-host bandwidth per GPU, judged against the link's floor (``pcie_floor``) and the node's
+    other GPUs. Measured only where CUDA runs: a simulated node, a machine without torch or without a CUDA device
+    is a SKIP naming why, never a pass."""
+    if simulated:
+        return CheckResult("active_h2d", Status.SKIP, "simulated node (fake NVML): no host-to-GPU link to measure")
+    try:
+        import torch
+    except ImportError:
+        return CheckResult("active_h2d", Status.SKIP, "torch not installed: host-to-GPU bandwidth not measured")
+    if not torch.cuda.is_available():
+        return CheckResult("active_h2d", Status.SKIP, "no CUDA device (torch.cuda.is_available() is false): "
+                                                      "host-to-GPU bandwidth not measured")
+    per = max(0.05, budget_s / max(1, len(devices)) / 2.5)
+    values: dict[str, dict[str, float]] = {}
+    errors: dict[str, str] = {}
+    t0 = time.monotonic()
+    for d in devices:
+        label = str(d.get("label") or f"gpu{d['index']}")
+        try:
+            idx = _cuda_index(torch, str(d.get("pci_bus_id") or ""), int(d["index"]))
+            h2d, d2h = _h2d_test(torch, torch.device("cuda", idx), 256, per)
+            values[label] = {"h2d": float(f"{h2d:.4g}"), "d2h": float(f"{d2h:.4g}")}
+        except Exception as exc:  # a CUDA error on a sick GPU: that GPU's finding
+            errors[label] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    floors = {str(d.get("label") or f"gpu{d['index']}"): pcie_floor(pcie.get(str(d["index"]))) for d in devices}
+    return judge_h2d(values, errors, floors, peer_pct, time.monotonic() - t0)
+
+
+def judge_h2d(values: dict[str, dict[str, float]], errors: dict[str, str], floors: dict[str, float | None],
+              peer_pct: float, took: float = 0.0) -> CheckResult:
+    findings = [f"{lab} h2d error" for lab in errors]
+    for lab, v in values.items():
+        for way in ("h2d", "d2h"):
+            x, floor = v[way], floors.get(lab)
+            if floor is not None and x < floor:
+                findings.append(f"{lab} {way} {x:.4g}<{floor:.4g}GB/s floor")
+                continue
+            others = [o[way] for k, o in values.items() if k != lab]
+            if others:
+                med = statistics.median(others)
+                if med > 0 and x < med * peer_pct / 100:
+                    findings.append(f"{lab} {way} {x:.4g}<{peer_pct:g}% of peers {med:.4g}GB/s")
+    ev: dict[str, Any] = {"unit": "GB/s", "values": values, "floors": floors, "peer_pct": peer_pct}
+    if errors:
+        ev["errors"] = errors
+    if findings:
+        return CheckResult("active_h2d", Status.FAIL, "; ".join(findings), findings, ev, action=Action.DRAIN,
+                           duration_s=took)
+    if not values:
+        return CheckResult("active_h2d", Status.SKIP, "no GPU measured", [], ev, duration_s=took)
+    lo = min(min(v.values()) for v in values.values())
+    hi = max(max(v.values()) for v in values.values())
+    return CheckResult("active_h2d", Status.OK, f"{len(values)} GPU(s) host<->GPU {lo:.4g}-{hi:.4g} GB/s", [], ev,
+                       duration_s=took)

@@ -1059,6 +1059,245 @@ def eval_bmc(data: dict[str, Any], ctx: EvalContext) -> Verdict:
     return Verdict(Status.WARN, f"BMC: {said(warns)}", [f"bmc {f.get('check')}" for f in warns], ev)
 
 
+# --- what NHC / AzNHC configurations check besides (issue 35 item 5) -------------------------------------------
+
+def for_group(ctx: EvalContext, key: str) -> Any:
+    """The check's ``key``, or the node group's entry in its ``by_group`` where there is one."""
+    by = ctx.policy.get("by_group") or {}
+    if ctx.expect.group is not None and ctx.expect.group in by:
+        return by[ctx.expect.group]
+    return ctx.policy.get(key)
+
+
+def eval_inodes(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    floor = ctx.policy.get("min_free_pct")
+    findings, judged = [], []
+    for path, v in data.items():
+        if "error" in v:
+            findings.append(f"{path} {v['error'].lower()}")
+        elif v["inodes"]:  # 0: no inode count (btrfs, some pseudo filesystems), nothing to judge
+            pct = 100.0 * v["free"] / v["inodes"]
+            v["free_pct"] = round(pct, 2)
+            judged.append(path)
+            if pct < floor:
+                findings.append(f"{path} {pct:.0f}% inodes free")
+    if findings:
+        return Verdict(Status.FAIL, "; ".join(findings) + f" (min {floor:g}%)", findings, data)
+    if not judged:
+        return Verdict(Status.SKIP, "no inode counts on " + ", ".join(data) if data else "no paths", evidence=data)
+    return Verdict(Status.OK, ", ".join(f"{p} {data[p]['free_pct']:.0f}% inodes free" for p in judged), evidence=data)
+
+
+def eval_swap(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    total, free = data.get("total_kb"), data.get("free_kb")
+    if total is None:
+        return Verdict(Status.SKIP, "no SwapTotal in /proc/meminfo", evidence=data)
+    lo, hi, free_pct = ctx.policy.get("min_mb"), ctx.policy.get("max_mb"), ctx.policy.get("min_free_pct")
+    mb = total // 1024
+    findings = []
+    if lo is not None and mb < lo:
+        findings.append(f"swap {mb}<{lo}MB")
+    if hi is not None and mb > hi:
+        findings.append(f"swap {mb}>{hi}MB")
+    if free_pct is not None and total and free is not None and 100.0 * free / total < free_pct:
+        findings.append(f"swap {100.0 * free / total:.0f}% free<{free_pct:g}%")
+    if findings:
+        return Verdict(Status.FAIL, "; ".join(findings), findings, data)
+    said = "" if any(x is not None for x in (lo, hi, free_pct)) else " (no limits: hooks.checks.swap)"
+    return Verdict(Status.OK, f"swap {mb} MB, {(free or 0) // 1024} MB free{said}", evidence=data)
+
+
+def interfaces_wanted(ctx: EvalContext) -> tuple[str, ...]:
+    """The required interfaces: the policy's (or the node group's by_group list) and the inventory's eth NICs."""
+    want = list(for_group(ctx, "required") or ())
+    want += [n for n in ctx.expect.interfaces if n not in want]
+    return tuple(want)
+
+
+def eval_interfaces(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    want = interfaces_wanted(ctx)
+    if not want:
+        return Verdict(Status.SKIP, "no interfaces required (interfaces.required, inventory kind: eth NICs)")
+    findings = []
+    for n in want:
+        v = data.get(n) or {"present": False}
+        if not v.get("present"):
+            findings.append(f"if {n} missing")
+        elif v.get("admin_up") is False:
+            findings.append(f"if {n} admin down")
+        # "unknown": a driver that does not report (lo, dummy) -- up if the carrier is there
+        elif v.get("operstate") not in ("up", "unknown") or v.get("carrier") == "0":
+            findings.append(f"if {n} {v.get('operstate') or 'no state'}")
+    ev = {"required": list(want), "interfaces": data}
+    if findings:
+        return Verdict(Status.FAIL, "; ".join(findings), findings, ev)
+    return Verdict(Status.OK, f"{len(want)} interface(s) up: {', '.join(want)}", evidence=ev)
+
+
+def eval_dmi(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    want: dict[str, tuple[str, ...]] = for_group(ctx, "expected") or {}
+    if data.get("absent"):
+        if want:
+            return Verdict(Status.WARN, "no /sys/class/dmi/id on this node: the DMI expectations cannot be checked",
+                           ["dmi unreadable"])
+        return Verdict(Status.SKIP, "no DMI table (/sys/class/dmi/id)")
+    got: dict[str, str | None] = data.get("fields") or {}
+    if not want:
+        shown = {k: v for k, v in got.items() if v}
+        return Verdict(Status.OK, "; ".join(f"{k} {v}" for k, v in shown.items()) + " (no expected values)",
+                       evidence={"fields": got})
+    findings = []
+    for k, vals in want.items():
+        v = got.get(k)
+        if v is None:
+            findings.append(f"dmi {k} unreadable")
+        elif v not in vals:
+            findings.append(f"dmi {k} {v!r} not {'/'.join(vals)}")
+    ev = {"fields": got, "expected": {k: list(v) for k, v in want.items()}}
+    if findings:
+        return Verdict(Status.FAIL, "; ".join(findings), findings, ev)
+    return Verdict(Status.OK, "; ".join(f"{k} {got[k]}" for k in want), evidence=ev)
+
+
+def eval_nvme(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    want = for_group(ctx, "expected")
+    ns = data.get("namespaces") or []
+    ctrls: dict[str, Any] = data.get("controllers") or {}
+    findings = [f"nvme {c} {v.get('state')}" for c, v in sorted(ctrls.items())
+                if v.get("state") not in (None, "live")]  # dead, resetting, deleting: the controller is not serving
+    if want is not None and len(ns) != want:
+        findings.insert(0, f"nvme count {len(ns)}/{want}")
+    ev = {**data, "expected": want}
+    if findings:
+        return Verdict(Status.FAIL, "; ".join(findings), findings, ev)
+    if want is None:
+        return Verdict(Status.OK, f"{len(ns)} NVMe namespace(s) (no expected count: hooks.checks.nvme.expected)",
+                       evidence=ev)
+    return Verdict(Status.OK, f"{len(ns)} NVMe namespace(s) of {want} expected", evidence=ev)
+
+
+def eval_load(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    if data.get("error"):
+        return Verdict(Status.SKIP, data["error"])
+    load, cpus = data["load"], data.get("cpus")
+    per_cpu = bool(ctx.policy.get("per_cpu"))
+    limits = [ctx.policy.get(k) for k in ("max_1m", "max_5m", "max_15m")]
+    findings = []
+    for label, v, lim in zip(("1m", "5m", "15m"), load, limits, strict=True):
+        if lim is None:
+            continue
+        if per_cpu:
+            if not cpus:
+                return Verdict(Status.SKIP, "online CPUs unknown: per_cpu limits cannot be applied", evidence=data)
+            lim = lim * cpus
+        if v >= lim:  # NHC check_ps_loadavg: at or above the limit fails
+            findings.append(f"load {label} {v:g}>={lim:g}")
+    if findings:
+        return Verdict(Status.FAIL, "; ".join(findings), findings, data)
+    said = "" if any(x is not None for x in limits) else " (no limits: hooks.checks.load)"
+    return Verdict(Status.OK, f"load {load[0]:g} {load[1]:g} {load[2]:g}{said}", evidence=data)
+
+
+def exempt_uids(policy: Any) -> frozenset[int]:
+    """The uids of ``unauth_procs.exempt_users`` (names through the passwd database; unknown names exempt nothing)."""
+    import pwd
+
+    out: set[int] = set()
+    for u in policy.get("exempt_users") or ():
+        if u.isdigit():
+            out.add(int(u))
+            continue
+        try:
+            out.add(pwd.getpwnam(u).pw_uid)
+        except KeyError:
+            continue
+    return frozenset(out)
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid{uid}"
+
+
+def eval_unauth_procs(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    """A process of an ordinary user with no job on this node (no process of that uid runs in a job that still runs
+    here) is unauthorised, as NHC's check_ps_unauth_users judges a user without a job. Whose job a process is in
+    comes from the kernel (job cgroup, a real slurmstepd above it), never from its name or environment."""
+    if data.get("error"):
+        return Verdict(Status.WARN, f"/proc unreadable: {data['error']}", ["unauth_procs unreadable"])
+    procs = data.get("procs") or []
+    allowed = {p["uid"] for p in procs if p.get("running")}
+    bad = [p for p in procs if p["uid"] not in allowed]
+    ev: dict[str, Any] = {"jobs": data.get("jobs"), "users_with_jobs": sorted(allowed), "scanned": data.get("scanned"),
+                          "min_uid": ctx.policy.get("min_uid")}
+    if not bad:
+        return Verdict(Status.OK, f"{len(procs)} process(es) of {len(allowed)} user(s) with jobs here; none without",
+                       evidence=ev)
+    by_uid: dict[int, list[dict[str, Any]]] = {}
+    for p in bad:
+        by_uid.setdefault(p["uid"], []).append(p)
+    ev["unauthorised"] = [{k: p.get(k) for k in ("pid", "uid", "comm", "job")} for p in bad[:20]]
+    findings = []
+    for uid, ps in sorted(by_uid.items()):
+        first = min(ps, key=lambda p: p["pid"])
+        more = f" +{len(ps) - 1}" if len(ps) > 1 else ""
+        findings.append(f"user {_user(uid)} pid {first['pid']}{more} without a job")
+    return Verdict(Status.FAIL, "; ".join(findings), findings, ev)
+
+
+_FILE_TEST_WORDS = {"exists": "missing", "file": "not a file", "dir": "not a directory", "symlink": "not a symlink",
+                    "socket": "not a socket", "pipe": "not a pipe", "block": "not a block device",
+                    "char": "not a char device", "nonempty": "empty", "readable": "not readable",
+                    "writable": "not writable", "executable": "not executable", "setuid": "not setuid",
+                    "setgid": "not setgid", "sticky": "not sticky", "owned": "not ours", "group_owned": "not our group"}
+
+
+def eval_files(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    """The site's file tests (NHC check_file_test): every operator must hold; ``not``: the test fails when every one
+    holds (NHC's ``-!``). ``match``: the file's head must match; ``no_match``: it must not."""
+    tests = data.get("tests") or []
+    if not tests:
+        return Verdict(Status.SKIP, "no file tests (hooks.checks.files.tests)")
+    findings = []
+    for t in tests:
+        path, failed = t["path"], t["failed"]
+        if t["not"]:
+            if not failed:
+                findings.append(f"file {path} is {'+'.join(t['test'])}")
+            continue
+        if failed:
+            findings.append(f"file {path} {'missing' if not t.get('exists') else _FILE_TEST_WORDS[failed[0]]}")
+            continue
+        if t.get("read_error") and ("matched" not in t and "no_match_found" not in t):
+            findings.append(f"file {path} unreadable ({t['read_error']})")
+        elif t.get("matched") is False:
+            findings.append(f"file {path} lacks the expected line")
+        elif t.get("no_match_found"):
+            findings.append(f"file {path} has a forbidden line")
+    if findings:
+        return Verdict(Status.FAIL, "; ".join(findings), findings, data)
+    return Verdict(Status.OK, f"{len(tests)} file test(s) pass", evidence=data)
+
+
+def eval_commands(data: dict[str, Any], ctx: EvalContext) -> Verdict:
+    if data.get("untrusted"):
+        # not the node's fault: a WARN naming why, so the site fixes the file's owner or mode (never a drain)
+        return Verdict(Status.WARN, f"site commands not run: {data['untrusted']} (they run only from a policy "
+                                    "file no one but root can change)", ["commands untrusted policy"], data)
+    cmds = data.get("commands") or []
+    if not cmds:
+        return Verdict(Status.SKIP, "no site commands (hooks.checks.commands.run)")
+    findings = [c["finding"] for c in cmds if c.get("finding")]
+    if findings:
+        return Verdict(Status.FAIL, "; ".join(findings), findings, data)
+    return Verdict(Status.OK, f"{len(cmds)} site command(s) pass: " + ", ".join(c["name"] for c in cmds),
+                   evidence=data)
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -1100,4 +1339,13 @@ CHECKS: dict[str, Check] = {c.name: c for c in (
     Check("firmware", "nvml:firmware", eval_firmware),
     Check("topology", "host", eval_topology),
     Check("bmc", "host", eval_bmc),
+    Check("inodes", "host", eval_inodes),
+    Check("swap", "host", eval_swap),
+    Check("interfaces", "host", eval_interfaces),
+    Check("dmi", "host", eval_dmi),
+    Check("nvme", "host", eval_nvme),
+    Check("load", "host", eval_load),
+    Check("unauth_procs", "host", eval_unauth_procs),
+    Check("files", "host", eval_files),
+    Check("commands", "host", eval_commands),
 )}

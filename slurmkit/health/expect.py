@@ -34,6 +34,8 @@ class Expectations:
     memory_mb: int | None = None  # the group's memory_mb (RealMemory=)
     checks: dict[str, Any] = field(default_factory=dict)  # the raw hooks.checks policy mapping
     source: str = ""
+    group: str | None = None  # the node's group in the inventory (the checks' by_group expectations)
+    interfaces: tuple[str, ...] = ()  # the group's kind: eth NICs, by interface name (the interfaces check)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,7 +46,8 @@ class Expectations:
             node=d["node"], gpu_count=d["gpu_count"], gpu_type=d["gpu_type"], nvlink=d["nvlink"],
             mig=tuple(d["mig"]) if d["mig"] is not None else None, minors=tuple(d["minors"]),
             nics=tuple(NicExpect(**n) for n in d["nics"]), checks=dict(d["checks"]), source=d["source"],
-            cpus=d.get("cpus"), memory_mb=d.get("memory_mb"),
+            cpus=d.get("cpus"), memory_mb=d.get("memory_mb"), group=d.get("group"),
+            interfaces=tuple(d.get("interfaces") or ()),
         )
 
     def job_minors(self, gres_indices: list[int]) -> frozenset[int]:
@@ -54,8 +57,9 @@ class Expectations:
         return frozenset(self.minors[i] if i < len(self.minors) else i for i in gres_indices)
 
 
-# Bumped when Expectations gains a field: an older cache is rebuilt from the inventory (2: cpus, memory_mb).
-_CACHE_VERSION = 2
+# Bumped when Expectations gains a field: an older cache is rebuilt from the inventory (2: cpus, memory_mb; 3: group,
+# interfaces).
+_CACHE_VERSION = 3
 _MINOR_RE = re.compile(r"nvidia(\d+)$")
 
 
@@ -66,7 +70,8 @@ def expectations_from_cluster(cluster: Any, node: str) -> Expectations:
         return Expectations(node=node, checks=checks, source=f"{node} not in inventory")
     gpus = group.gpus
     nics = tuple(NicExpect(n.name, n.kind, n.rate_gbps) for n in group.nics if n.kind in ("ib", "roce"))
-    hw = {"cpus": group.cpu.cpus, "memory_mb": group.memory_mb}
+    hw = {"cpus": group.cpu.cpus, "memory_mb": group.memory_mb, "group": group.name,
+          "interfaces": tuple(n.name for n in group.nics if n.kind == "eth")}
     if gpus is None:
         return Expectations(node=node, gpu_count=0, nics=nics, checks=checks, source=f"group {group.name}", **hw)
     minors = []

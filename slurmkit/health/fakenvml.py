@@ -262,6 +262,24 @@ class FakeNVML:
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: _Handle) -> int:
         return int(self._value(h, "nvmlDeviceGetCurrentClocksEventReasons", "clocks_event_reasons"))
 
+    def _clock(self, h: _Handle, call: str, key: str, clock: int) -> int:
+        nv = self._nv
+        name = {nv.NVML_CLOCK_GRAPHICS: "graphics", nv.NVML_CLOCK_SM: "sm", nv.NVML_CLOCK_MEM: "memory"}.get(clock)
+        if name is None:
+            _raise("InvalidArgument")
+        v = self._value(h, call, key).get(name, {"error": "NotSupported"})
+        if isinstance(v, dict):
+            _raise(v["error"])
+        return int(v)
+
+    def nvmlDeviceGetApplicationsClock(self, h: _Handle, clock: int) -> int:
+        """``app_clocks_mhz: {graphics, memory}`` (MHz, what nvidia-smi -ac set)."""
+        return self._clock(h, "nvmlDeviceGetApplicationsClock", "app_clocks_mhz", clock)
+
+    def nvmlDeviceGetMaxClockInfo(self, h: _Handle, clock: int) -> int:
+        """``max_clocks_mhz: {graphics, memory}`` (MHz, the board's maximum)."""
+        return self._clock(h, "nvmlDeviceGetMaxClockInfo", "max_clocks_mhz", clock)
+
     def nvmlDeviceGetTemperature(self, h: _Handle, sensor: int) -> int:
         if sensor != self._nv.NVML_TEMPERATURE_GPU:
             _raise("InvalidArgument")

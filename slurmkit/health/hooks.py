@@ -111,7 +111,7 @@ def run_hook(env: HookEnv) -> Report:
         hook=env.hook, node=env.node, policy=policy, expect=expect, node_state_dir=ndir, fake_nvml=env.fake_nvml,
         paths=env.paths, job_gres_indices=env.job_gpus if env.hook != "health" else None,
         ppid=env.ppid, deadline=hard_deadline - reserve, commit_xid=not readonly, job_id=env.job_id,
-        worker=env.worker,
+        worker=env.worker, policy_source=(env.policy_file or env.inventory) if config_error is None else None,
     )
     notes: list[str] = []
     cleanup_log: dict[str, Any] = {}
@@ -547,8 +547,11 @@ def _active_stage(env: HookEnv, budget_s: float, level: int, method: str, peer_p
     from slurmkit.health.nvmlworker import run_worker
 
     t0 = time.monotonic()
-    init = run_worker(env.fake_nvml, env.node, [], None, {"init": min(20.0, budget_s)},
-                      t0 + min(20.0, budget_s)).data.get("init") or {}
+    # the application clocks and the PCIe link (the host-to-GPU floor) of the GPUs under test, read with the init
+    nv_s = min(20.0, budget_s)
+    got = run_worker(env.fake_nvml, env.node, ["app_clocks", "pcie"], only_minors,
+                     {"init": nv_s, "app_clocks": 5.0, "pcie": 5.0}, t0 + nv_s + 2.0).data
+    init = got.get("init") or {}
     devices = [d for d in init.get("devices", []) if not d.get("lost") and not d.get("error")]
     if only_minors is not None:
         devices = [d for d in devices if d.get("minor", d.get("index")) in only_minors]
@@ -591,6 +594,14 @@ def _active_stage(env: HookEnv, budget_s: float, level: int, method: str, peer_p
             for r in judged:
                 r.duration_s = time.monotonic() - t1
             results += judged
+    if devices and not init.get("error"):
+        # AzNHC's check_app_gpu_clocks and check_gpu_bw's host<->GPU part, whatever ran above
+        wanted = {str(d["index"]) for d in devices}
+        results.append(active.judge_app_clocks({i: v for i, v in (got.get("app_clocks") or {}).items()
+                                                if i in wanted}, names))
+        left = max(1.0, budget_s - (time.monotonic() - t0))
+        results.append(active.run_h2d(devices, got.get("pcie") or {}, min(left, 10.0 * len(devices)), peer_pct,
+                                      simulated))
     return results, notes, init
 
 

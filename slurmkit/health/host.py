@@ -630,3 +630,184 @@ def gather_pci_numa(paths: HostPaths) -> dict[str, Any]:
         v = _read(os.path.join(dev, "device", "numa_node"))
         hcas[os.path.basename(dev)] = int(v) if v is not None and v.lstrip("-").isdigit() else None
     return {"gpus": gpus, "hcas": hcas}
+
+
+# --- what NHC / AzNHC configurations check besides (issue 35 item 5) ---------------------------------------------
+
+def gather_inodes(paths_to_check: tuple[str, ...]) -> dict[str, Any]:
+    """Inodes per path (statvfs: f_files total, f_favail free to ordinary users, as df -i counts them)."""
+    out: dict[str, Any] = {}
+    for p in paths_to_check:
+        try:
+            st = os.statvfs(p)
+        except OSError as exc:
+            out[p] = {"error": exc.strerror or str(exc)}
+            continue
+        out[p] = {"inodes": st.f_files, "free": st.f_favail}
+    return out
+
+
+def gather_swap(paths: HostPaths) -> dict[str, Any]:
+    """SwapTotal and SwapFree (kB) from /proc/meminfo."""
+    text = _read(os.path.join(paths.proc_root, "meminfo")) or ""
+    vals: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("SwapTotal", "SwapFree") and rest.split() and rest.split()[0].isdigit():
+            vals[key] = int(rest.split()[0])
+    return {"total_kb": vals.get("SwapTotal"), "free_kb": vals.get("SwapFree")}
+
+
+IFF_UP = 0x1  # include/uapi/linux/if.h: the interface is administratively up (ip link set up)
+
+
+def gather_interfaces(paths: HostPaths, names: tuple[str, ...]) -> dict[str, Any]:
+    """Each named interface under /sys/class/net: present, its flags (IFF_UP), operstate (RFC 2863's, the kernel's
+    Documentation/networking/operstates.rst), carrier and type (1 Ethernet, 32 InfiniBand: IPoIB)."""
+    base = os.path.join(paths.sys_root, "class", "net")
+    out: dict[str, Any] = {}
+    for n in names:
+        d = os.path.join(base, n)
+        if not os.path.isdir(d):
+            out[n] = {"present": False}
+            continue
+        flags = _read(os.path.join(d, "flags")) or ""
+        try:
+            up = bool(int(flags, 16) & IFF_UP)
+        except ValueError:
+            up = None
+        # carrier reads EINVAL on an interface that is down: None then
+        out[n] = {"present": True, "admin_up": up, "operstate": _read(os.path.join(d, "operstate")),
+                  "carrier": _read(os.path.join(d, "carrier")), "type": _read(os.path.join(d, "type"))}
+    return out
+
+
+def gather_dmi(paths: HostPaths, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The named /sys/class/dmi/id attributes (what dmidecode reads from the SMBIOS tables, as the kernel keeps
+    them); ``absent`` on a machine without DMI (some ARM servers, containers without /sys/class/dmi)."""
+    base = os.path.join(paths.sys_root, "class", "dmi", "id")
+    if not os.path.isdir(base):
+        return {"absent": True}
+    return {"fields": {f: _read(os.path.join(base, f)) for f in fields}}
+
+
+_NVME_NS_RE = re.compile(r"^nvme\d+n1$")
+
+
+def gather_nvme(paths: HostPaths) -> dict[str, Any]:
+    """The NVMe namespaces nvme<N>n1 (AzNHC counts /dev/nvme<N>n1; sysfs lists the same block devices) and each
+    controller's state (/sys/class/nvme/nvme<N>/state: live, resetting, dead, ...)."""
+    try:
+        blocks = os.listdir(os.path.join(paths.sys_root, "class", "block"))
+    except OSError:
+        blocks = []
+    ctrls: dict[str, Any] = {}
+    cdir = os.path.join(paths.sys_root, "class", "nvme")
+    for c in sorted(os.listdir(cdir)) if os.path.isdir(cdir) else []:
+        ctrls[c] = {"state": _read(os.path.join(cdir, c, "state")), "model": _read(os.path.join(cdir, c, "model"))}
+    return {"namespaces": sorted(b for b in blocks if _NVME_NS_RE.match(b)), "controllers": ctrls}
+
+
+def _online_cpus(paths: HostPaths) -> int | None:
+    online = _read(os.path.join(paths.sys_root, "devices/system/cpu/online"))
+    if not online:
+        return None
+    try:
+        return sum(int(b) - int(a) + 1 if a else 1 for a, _, b in
+                   (r.partition("-") if "-" in r else ("", "", r) for r in online.split(",")))
+    except ValueError:
+        return None
+
+
+def gather_load(paths: HostPaths) -> dict[str, Any]:
+    """/proc/loadavg's 1, 5 and 15 minute averages and the online CPUs (the per_cpu limits' divisor)."""
+    f = (_read(os.path.join(paths.proc_root, "loadavg")) or "").split()
+    try:
+        avg = [float(x) for x in f[:3]]
+    except ValueError:
+        avg = []
+    if len(avg) != 3:
+        return {"error": "/proc/loadavg unreadable"}
+    return {"load": avg, "cpus": _online_cpus(paths)}
+
+
+def gather_user_procs(paths: HostPaths, min_uid: int, exempt: frozenset[int]) -> dict[str, Any]:
+    """The processes of ordinary users (real uid >= ``min_uid``, not in ``exempt``) and whose job each is in
+    (``job_of_pid``: Slurm's job cgroup or a real slurmstepd ancestor, never the process's own claims), with the
+    jobs that still run here (``running_jobs``). Only the status file of each process is read for the uid; the
+    cgroup and ancestry only for an ordinary user's."""
+    root = paths.proc_root
+    try:
+        pids = [int(d) for d in os.listdir(root) if d.isdigit()]
+    except OSError as exc:
+        return {"error": exc.strerror or str(exc)}
+    live = running_jobs(root)
+    memo: dict[int, str | None] = {}
+    procs: list[dict[str, Any]] = []
+    for pid in pids:
+        uids = proc_uids(root, pid)
+        if not uids or uids[0] < min_uid or uids[0] in exempt:
+            continue
+        job = job_of_pid(root, pid, memo)
+        if proc_uids(root, pid) != uids:
+            continue  # exited (or exec'd a setuid program) meanwhile: not the process judged
+        procs.append({"pid": pid, "uid": uids[0], "comm": _comm(root, pid), "job": job,
+                      "running": job is not None and job in live})
+    return {"procs": procs, "jobs": sorted(live, key=int), "scanned": len(pids)}
+
+
+# test(1)'s file operators, by the names the files check takes (bash's test builtin, as NHC's check_file_test uses)
+def _file_test(name: str, path: str) -> bool:
+    import stat as st_
+
+    if name == "symlink":
+        try:
+            return st_.S_ISLNK(os.lstat(path).st_mode)
+        except OSError:
+            return False
+    if name in ("readable", "writable", "executable"):
+        mode = {"readable": os.R_OK, "writable": os.W_OK, "executable": os.X_OK}[name]
+        return os.access(path, mode, effective_ids=os.access in os.supports_effective_ids)
+    try:
+        s = os.stat(path)
+    except OSError:
+        return False
+    m = s.st_mode
+    return {"exists": True, "file": st_.S_ISREG(m), "dir": st_.S_ISDIR(m), "socket": st_.S_ISSOCK(m),
+            "pipe": st_.S_ISFIFO(m), "block": st_.S_ISBLK(m), "char": st_.S_ISCHR(m), "nonempty": s.st_size > 0,
+            "setuid": bool(m & st_.S_ISUID), "setgid": bool(m & st_.S_ISGID), "sticky": bool(m & st_.S_ISVTX),
+            "owned": s.st_uid == os.geteuid(), "group_owned": s.st_gid == os.getegid()}[name]
+
+
+FILE_MATCH_BYTES = 65536  # the head of a file the files check's match / no_match read
+
+
+def gather_files(tests: tuple[dict[str, Any], ...], node: str) -> dict[str, Any]:
+    """Each site file test: the operators that failed, and for match / no_match whether the file's head matched.
+    No content goes into the result (a path a user controls could point anywhere: only yes or no comes back)."""
+    import stat as st_
+
+    out: list[dict[str, Any]] = []
+    for t in tests:
+        path = t["path"].replace("%n", node)
+        failed = [name for name in t["test"] if not _file_test(name, path)]
+        r: dict[str, Any] = {"path": path, "test": list(t["test"]), "not": t["not"], "failed": failed,
+                             "exists": os.path.lexists(path)}
+        if t.get("match") or t.get("no_match"):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+                try:
+                    if not st_.S_ISREG(os.fstat(fd).st_mode):
+                        r["read_error"] = "not a regular file"
+                    else:
+                        text = os.read(fd, FILE_MATCH_BYTES).decode(errors="replace")
+                        if t.get("match"):
+                            r["matched"] = re.search(t["match"], text, re.MULTILINE) is not None
+                        if t.get("no_match"):
+                            r["no_match_found"] = re.search(t["no_match"], text, re.MULTILINE) is not None
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                r["read_error"] = exc.strerror or str(exc)
+        out.append(r)
+    return {"tests": out}

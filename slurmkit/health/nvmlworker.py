@@ -230,13 +230,30 @@ def _probe_mig(nv: Any, h: Any) -> dict[str, Any]:
     return {"mig_mode": _call(lambda: list(nv.nvmlDeviceGetMigMode(h)))}
 
 
+def _probe_app_clocks(nv: Any, h: Any) -> dict[str, Any]:
+    """Application clocks against the board's maximum, graphics and memory (nvmlDeviceGetApplicationsClock,
+    nvmlDeviceGetMaxClockInfo: what nvidia-smi shows as clocks.applications.* and clocks.max.*, which AzNHC's
+    check_app_gpu_clocks compares). The active stage reads it (not a hook check)."""
+    import pynvml
+
+    out: dict[str, Any] = {}
+    for name, clock in (("graphics", pynvml.NVML_CLOCK_GRAPHICS), ("memory", pynvml.NVML_CLOCK_MEM)):
+        app = _call(nv.nvmlDeviceGetApplicationsClock, h, clock)
+        mx = _call(nv.nvmlDeviceGetMaxClockInfo, h, clock)
+        for v in (app, mx):
+            if isinstance(v, dict):
+                return {"app_clocks": v}
+        out[name] = [app, mx]
+    return {"app_clocks": out}
+
+
 # The key each probe writes that its check reads first (where a probe's failure is recorded).
 PROBE_KEYS = {"ecc": "ecc_volatile_uncorrected", "remapped_rows": "remapped_rows",
               "retired_pages": "retired_pages_pending", "recovery_action": "recovery_action",
               "clocks": "clocks_event_reasons", "temperature": "temperature_c", "persistence": "persistence_mode",
               "nvlink": "nvlink_state", "nvlink_errors": "nvlink_errors", "pcie": "pcie_width", "fabric": "fabric",
               "inforom": "inforom_valid", "power": "power_limit_mw", "mig": "mig_mode",
-              "gpu_procs": "compute_processes", "firmware": "vbios_version"}
+              "gpu_procs": "compute_processes", "firmware": "vbios_version", "app_clocks": "app_clocks"}
 
 _PROBE_FNS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "ecc": _probe_ecc,
@@ -256,6 +273,7 @@ _PROBE_FNS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "gpu_procs": _probe_procs,
     "firmware": lambda nv, h: {"vbios_version": _call(nv.nvmlDeviceGetVbiosVersion, h),
                                "inforom_image_version": _call(nv.nvmlDeviceGetInforomImageVersion, h)},
+    "app_clocks": _probe_app_clocks,  # not in PROBES: the active stage asks for it
 }
 
 

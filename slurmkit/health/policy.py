@@ -48,6 +48,7 @@ class CheckDefault:
     timeout_s: float
     settings: Mapping[str, Any] = field(default_factory=dict)
     hooks: tuple[str, ...] = HOOK_KINDS  # the node checks below run in the health check (and check), not per job
+    enabled: bool = True  # False: a site turns it on (a check whose finding depends on how the site works)
 
 
 _D = CheckDefault
@@ -122,7 +123,49 @@ CHECK_DEFAULTS: dict[str, CheckDefault] = {
     # (shared) state dir: a failed fan fails (drain); a lost PSU redundancy or a hot inlet warns; no verdict skips;
     # one older than max_age_s (the writer stopped) warns and never drains
     "bmc": _D(Action.DRAIN, 1.0, {"max_age_s": 1800}, hooks=_NODE_HOOKS),
+    # --- what NHC / AzNHC configurations check besides (issue 35 item 5; the README's "checks versus NHC/AzNHC") ---
+    # free inodes (statvfs f_favail / f_files) on each path (NHC check_fs_ifree; a filesystem without an inode count,
+    # f_files 0 as on btrfs, is not judged: NHC's "bogus check" case)
+    "inodes": _D(Action.DRAIN, 1.0, {"paths": ("/tmp", "/dev/shm"), "min_free_pct": 5.0}, hooks=_NODE_HOOKS),
+    # swap size in MB between min_mb and max_mb (NHC check_hw_swap; AzNHC's GPU confs require none: max_mb 0) and
+    # free swap (NHC check_hw_swap_free); nothing set: the sizes are recorded
+    "swap": _D(Action.WARN, 1.0, {"min_mb": None, "max_mb": None, "min_free_pct": None}, hooks=_NODE_HOOKS),
+    # network interfaces that must exist and be up (NHC check_hw_eth, which AzNHC lists for eth0 and ib0..ib7):
+    # ``required`` and the node group's ``by_group`` list, plus the inventory's kind: eth NICs
+    "interfaces": _D(Action.DRAIN, 1.0, {"required": (), "by_group": None}, hooks=_NODE_HOOKS),
+    # DMI/SMBIOS fields (/sys/class/dmi/id: bios_version, board_name, ...) against the expected values, each a value
+    # or a list (NHC check_dmi_data_match); ``by_group`` per node group
+    "dmi": _D(Action.WARN, 1.0, {"expected": None, "by_group": None}, hooks=_NODE_HOOKS),
+    # NVMe namespaces nvme<N>n1 (AzNHC check_nvme_count): fewer or more than expected fails; ``by_group`` per group
+    "nvme": _D(Action.DRAIN, 1.0, {"expected": None, "by_group": None}, hooks=_NODE_HOOKS),
+    # load average at or above the limits (NHC check_ps_loadavg); ``per_cpu``: the limits are per online CPU
+    "load": _D(Action.WARN, 1.0, {"max_1m": None, "max_5m": None, "max_15m": None, "per_cpu": False},
+               hooks=_NODE_HOOKS),
+    # processes of ordinary users (uid >= min_uid, not exempt_users) with no job on the node (NHC
+    # check_ps_unauth_users); whose job a process is in comes from its job cgroup or slurmstepd ancestry. Off until
+    # a site turns it on: an admin logged in with an ordinary uid would drain the node
+    "unauth_procs": _D(Action.DRAIN, 1.0, {"min_uid": 1000, "exempt_users": ()}, hooks=_NODE_HOOKS,
+                       enabled=False),
+    # the site's file tests (NHC check_file_test, check_file_contents): [{path, test: [exists, file, dir, ...],
+    # not: bool, match: regex, no_match: regex}]
+    "files": _D(Action.DRAIN, 1.0, {"tests": ()}, hooks=_NODE_HOOKS),
+    # the site's commands (NHC check_cmd_output / check_cmd_status): [{name, argv | shell, exit, match, no_match,
+    # timeout_s}]; run only from a policy file only root (or the hook's own user) can change, without a shell
+    # unless ``shell`` says so, with a clean environment, a timeout and bounded output (commands.py)
+    "commands": _D(Action.DRAIN, 1.0, {"run": ()}, hooks=_NODE_HOOKS),
 }
+
+# DMI fields a check may name: the world-readable attributes of /sys/class/dmi/id (drivers/firmware/dmi-id.c; the
+# serials and UUIDs are root-only and none of the fleet's business)
+DMI_FIELDS = ("bios_vendor", "bios_version", "bios_date", "bios_release", "ec_firmware_release", "sys_vendor",
+              "product_name", "product_version", "product_family", "product_sku", "board_vendor", "board_name",
+              "board_version", "chassis_vendor", "chassis_type", "chassis_version")
+# what check_file_test's test(1) operators ask, by name (-e -f -d -L -S -p -b -c -s -r -w -x -u -g -k -O -G)
+FILE_TESTS = ("exists", "file", "dir", "symlink", "socket", "pipe", "block", "char", "nonempty", "readable",
+              "writable", "executable", "setuid", "setgid", "sticky", "owned", "group_owned")
+FILE_TEST_KEYS = {"path", "test", "not", "match", "no_match"}
+COMMAND_KEYS = {"name", "argv", "shell", "exit", "match", "no_match", "timeout_s", "max_output_bytes"}
+COMMAND_MAX_OUTPUT = 65536  # bytes of a command's output kept and matched (the rest is read and dropped)
 
 COMMON_KEYS = {"enabled", "action", "timeout_s", "hooks"}
 GLOBAL_KEYS = {"budget_s", "resume_after_passes", "scontrol_timeout_s", "textfile_dir", "epilog_active"}
@@ -333,6 +376,185 @@ def _setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any
         return tuple(v)
     if key == "max_age_s":
         return _number(v, path, source, minimum=0, exclusive_min=True)
+    return _nhc_setting(check, key, v, path, source)
+
+
+def _bool(v: Any, path: str, source: str | None) -> bool:
+    if not isinstance(v, bool):
+        raise _err(path, f"expected true or false, got {v!r}", source)
+    return v
+
+
+def _regex(v: Any, path: str, source: str | None) -> str:
+    import re
+
+    if not isinstance(v, str) or not v:
+        raise _err(path, f"expected a regular expression, got {v!r}", source)
+    try:
+        re.compile(v)
+    except re.error as exc:
+        raise _err(path, f"not a valid regular expression: {exc}", source) from None
+    return v
+
+
+def _str_list(v: Any, path: str, source: str | None, what: str) -> tuple[str, ...]:
+    if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) and x.strip() for x in v):
+        raise _err(path, f"expected a list of {what}, got {v!r}", source)
+    return tuple(x.strip() for x in v)
+
+
+def _ifname(v: Any, path: str, source: str | None) -> str:
+    # Linux's dev_valid_name (net/core/dev.c): at most IFNAMSIZ-1 (15) bytes, no '/', ':' or whitespace, not . or ..
+    if not isinstance(v, str) or not v or len(v.encode()) > 15 or v in (".", "..") or any(
+            c in v for c in "/: \t\n"):
+        raise _err(path, f"not a network interface name (at most 15 characters, no '/', ':' or spaces): {v!r}",
+                   source)
+    return v
+
+
+def _dmi_expected(v: Any, path: str, source: str | None) -> dict[str, tuple[str, ...]]:
+    if not isinstance(v, Mapping) or not v:
+        raise _err(path, f"expected a mapping of DMI field -> value or list of values, such as "
+                         f"{{'bios_version': '2.1.3'}}, got {v!r}", source)
+    out: dict[str, tuple[str, ...]] = {}
+    for k, want in v.items():
+        if k not in DMI_FIELDS:
+            raise _unknown(str(k), set(DMI_FIELDS), f"{path}.{k}", source)
+        vals = want if isinstance(want, (list, tuple)) else [want]
+        if not vals or not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) and str(x).strip()
+                               for x in vals):
+            raise _err(f"{path}.{k}", f"expected a value or a list of them, got {want!r}", source)
+        out[k] = tuple(str(x).strip() for x in vals)
+    return out
+
+
+def _by_group(check: str, v: Any, path: str, source: str | None) -> dict[str, Any]:
+    """``by_group: {<node group>: <what the check's own key takes>}``: that group's nodes are held to it."""
+    if not isinstance(v, Mapping) or not all(isinstance(k, str) and k for k in v):
+        raise _err(path, f"expected a mapping of node group name -> expectation, got {v!r}", source)
+    out: dict[str, Any] = {}
+    for g, want in v.items():
+        gp = f"{path}.{g}"
+        if check == "nvme":
+            out[g] = _number(want, gp, source, minimum=0, integer=True)
+        elif check == "dmi":
+            out[g] = _dmi_expected(want, gp, source)
+        else:  # interfaces
+            if not isinstance(want, (list, tuple)):
+                raise _err(gp, f"expected a list of interface names, got {want!r}", source)
+            out[g] = tuple(_ifname(x, f"{gp}[{i}]", source) for i, x in enumerate(want))
+    return out
+
+
+def _file_tests(v: Any, path: str, source: str | None) -> tuple[dict[str, Any], ...]:
+    if not isinstance(v, (list, tuple)):
+        raise _err(path, f"expected a list of file tests such as [{{path: /etc/slurm/ok, test: file}}], got {v!r}",
+                   source)
+    out = []
+    for i, t in enumerate(v):
+        tp = f"{path}[{i}]"
+        if not isinstance(t, Mapping):
+            raise _err(tp, f"expected a mapping with path and test, got {t!r}", source)
+        for k in t:
+            if k not in FILE_TEST_KEYS:
+                raise _unknown(str(k), FILE_TEST_KEYS, f"{tp}.{k}", source)
+        p = t.get("path")
+        if not isinstance(p, str) or not p.startswith("/"):
+            raise _err(f"{tp}.path", f"expected an absolute path (%n: the node's name), got {p!r}", source)
+        tests = t.get("test", "exists")
+        tests = [tests] if isinstance(tests, str) else tests
+        if not isinstance(tests, (list, tuple)) or not tests:
+            raise _err(f"{tp}.test", f"expected a test name or a list of them ({', '.join(FILE_TESTS)})", source)
+        for j, name in enumerate(tests):
+            if name not in FILE_TESTS:
+                raise _unknown(str(name), set(FILE_TESTS), f"{tp}.test[{j}]", source)
+        entry: dict[str, Any] = {"path": p, "test": tuple(tests), "not": _bool(t.get("not", False), f"{tp}.not",
+                                                                               source)}
+        for k in ("match", "no_match"):
+            if t.get(k) is not None:
+                entry[k] = _regex(t[k], f"{tp}.{k}", source)
+        out.append(entry)
+    return tuple(out)
+
+
+def _commands(v: Any, path: str, source: str | None) -> tuple[dict[str, Any], ...]:
+    if not isinstance(v, (list, tuple)):
+        raise _err(path, "expected a list of commands such as [{name: gpfs, argv: [/usr/lpp/mmfs/bin/mmhealth, "
+                         f"node, show], match: HEALTHY}}], got {v!r}", source)
+    out = []
+    names: set[str] = set()
+    for i, c in enumerate(v):
+        cp = f"{path}[{i}]"
+        if not isinstance(c, Mapping):
+            raise _err(cp, f"expected a mapping with name and argv (or shell), got {c!r}", source)
+        for k in c:
+            if k not in COMMAND_KEYS:
+                raise _unknown(str(k), COMMAND_KEYS, f"{cp}.{k}", source)
+        name = c.get("name")
+        if not isinstance(name, str) or not name.strip() or len(name) > 40 or any(ch.isspace() for ch in name):
+            raise _err(f"{cp}.name", f"expected a short name without spaces (it names the finding), got {name!r}",
+                       source)
+        if name in names:
+            raise _err(f"{cp}.name", f"{name!r} is used twice", source)
+        names.add(name)
+        argv, shell = c.get("argv"), c.get("shell")
+        if (argv is None) == (shell is None):
+            raise _err(cp, "expected exactly one of argv (run as given, no shell) or shell (a /bin/sh -c line)",
+                       source)
+        entry: dict[str, Any] = {"name": name}
+        if argv is not None:
+            if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv):
+                raise _err(f"{cp}.argv", f"expected a list of strings, got {argv!r}", source)
+            if not argv[0].startswith("/"):
+                # no PATH search: the program is the one the site named, wherever the hook's PATH points
+                raise _err(f"{cp}.argv[0]", f"expected the program's absolute path, got {argv[0]!r}", source)
+            entry["argv"] = tuple(argv)
+        else:
+            if not isinstance(shell, str) or not shell.strip():
+                raise _err(f"{cp}.shell", f"expected a shell command line, got {shell!r}", source)
+            entry["shell"] = shell
+        entry["exit"] = int(_number(c.get("exit", 0), f"{cp}.exit", source, minimum=0, integer=True))
+        for k in ("match", "no_match"):
+            if c.get(k) is not None:
+                entry[k] = _regex(c[k], f"{cp}.{k}", source)
+        if c.get("timeout_s") is not None:
+            entry["timeout_s"] = float(_number(c["timeout_s"], f"{cp}.timeout_s", source, minimum=0,
+                                               exclusive_min=True))
+        mx = c.get("max_output_bytes", COMMAND_MAX_OUTPUT)
+        entry["max_output_bytes"] = int(_number(mx, f"{cp}.max_output_bytes", source, minimum=1, integer=True))
+        if entry["max_output_bytes"] > 1 << 20:
+            raise _err(f"{cp}.max_output_bytes", f"at most 1048576 (1 MiB) is kept, got {mx!r}", source)
+        out.append(entry)
+    return tuple(out)
+
+
+def _nhc_setting(check: str, key: str, v: Any, path: str, source: str | None) -> Any:
+    """The settings of the checks issue 35 item 5 added (the NHC/AzNHC ones)."""
+    if key in ("min_mb", "max_mb", "min_uid"):
+        return _number(v, path, source, minimum=0, integer=True)
+    if key in ("max_1m", "max_5m", "max_15m"):
+        return _number(v, path, source, minimum=0, exclusive_min=True)
+    if key == "per_cpu":
+        return _bool(v, path, source)
+    if key == "required" and check == "interfaces":
+        if not isinstance(v, (list, tuple)):
+            raise _err(path, f"expected a list of interface names such as ['eth0', 'ib0'], got {v!r}", source)
+        return tuple(_ifname(x, f"{path}[{i}]", source) for i, x in enumerate(v))
+    if key == "by_group":
+        return _by_group(check, v, path, source)
+    if key == "expected" and check == "nvme":
+        return _number(v, path, source, minimum=0, integer=True)
+    if key == "expected" and check == "dmi":
+        return _dmi_expected(v, path, source)
+    if key == "exempt_users":
+        if not isinstance(v, (list, tuple)) or not all(
+                isinstance(u, (str, int)) and not isinstance(u, bool) and str(u).strip() for u in v):
+            raise _err(path, f"expected a list of user names or uids, got {v!r}", source)
+        return tuple(str(u).strip() for u in v)
+    if key == "tests":
+        return _file_tests(v, path, source)
+    if key == "run":
+        return _commands(v, path, source)
     raise AssertionError(f"no validator for {check}.{key}")  # CHECK_DEFAULTS and this function drifted apart
 
 
@@ -369,7 +591,7 @@ def parse_policy(raw: Mapping[str, Any] | None, *, path: str = "hooks.checks", s
         for key in entry:
             if not isinstance(key, str) or key not in known:
                 raise _unknown(str(key), known, f"{cpath}.{key}", source)
-        enabled = entry.get("enabled", True)
+        enabled = entry.get("enabled", dflt.enabled)
         if not isinstance(enabled, bool):
             raise _err(f"{cpath}.enabled", f"expected true or false, got {enabled!r}", source)
         action = dflt.action
@@ -395,6 +617,11 @@ def parse_policy(raw: Mapping[str, Any] | None, *, path: str = "hooks.checks", s
         if name == "temperature" and settings["warn_c"] is not None and settings["max_c"] is not None \
                 and settings["warn_c"] > settings["max_c"]:
             raise _err(f"{cpath}.warn_c", f"must not exceed max_c ({settings['max_c']:g})", source)
+        if name == "commands":
+            for i, c in enumerate(settings["run"] or ()):
+                if c.get("timeout_s", 0) > timeout:
+                    raise _err(f"{cpath}.run[{i}].timeout_s", f"must not exceed the check's timeout_s ({timeout:g}): "
+                               "the commands run one after the other within it", source)
         checks[name] = CheckPolicy(name, enabled, action, timeout, frozenset(hooks), settings)
     return Policy(checks=checks, budget_s=budget, resume_after_passes=passes, scontrol_timeout_s=sc_timeout,
                   textfile_dir=textfile_dir, epilog_active=epilog_active)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmkit.health import gpuid, host, xid
-from slurmkit.health.checks import CHECKS, EvalContext, Verdict, daemon_names
+from slurmkit.health import policy as policy_mod
+from slurmkit.health.checks import CHECKS, EvalContext, Verdict, daemon_names, exempt_uids, interfaces_wanted
 from slurmkit.health.expect import Expectations
 from slurmkit.health.nvmlworker import PROBES, GatherResult, Worker
 from slurmkit.health.policy import Policy
@@ -40,6 +41,9 @@ class RunSpec:
     deadline: float = 0.0  # time.monotonic() by which gathering must be over
     commit_xid: bool = True
     worker: Worker | None = None  # pre-forked by the hook edge (Worker.prefork); None = fork here
+    # the file the policy came from (the inventory or the site policy file): the commands check runs the site's
+    # commands only when no one but root (or the hook's own user) can change it; None: no command runs
+    policy_source: str | None = None
 
 
 @dataclass
@@ -166,6 +170,21 @@ def run_checks(spec: RunSpec, extra: dict[str, Any] | None = None,
         "bmc": lambda: host.gather_bmc_verdict(spec.node_state_dir, time.time(), remember=spec.commit_xid),
         # one /proc pass for the daemons and D-state checks
         "procs": lambda: host.scan_processes(spec.paths, daemon_names(pol.check("daemons"))),
+        "inodes": lambda: host.gather_inodes(tuple(pol.check("inodes").get("paths") or ())),
+        "swap": lambda: host.gather_swap(spec.paths),
+        "interfaces": lambda: host.gather_interfaces(spec.paths, _interfaces_wanted(spec)),
+        "dmi": lambda: host.gather_dmi(spec.paths, policy_mod.DMI_FIELDS),
+        "nvme": lambda: host.gather_nvme(spec.paths),
+        "load": lambda: host.gather_load(spec.paths),
+        "unauth_procs": lambda: host.gather_user_procs(spec.paths, int(pol.check("unauth_procs").get("min_uid")),
+                                                       exempt_uids(pol.check("unauth_procs"))),
+        "files": lambda: host.gather_files(tuple(pol.check("files").get("tests") or ()), spec.node),
+        # the commands get 90% of the check's timeout (within the run's deadline): the rest lets the gather report
+        # which command ran long before the runner gives up on it
+        "commands": lambda: _site_commands().gather_commands(
+            tuple(pol.check("commands").get("run") or ()), spec.policy_source,
+            max(0.05, min(0.9 * pol.check("commands").timeout_s, spec.deadline - time.monotonic() - 0.05)))
+        if pol.check("commands").get("run") else {"commands": []},
     }
     shared = {"procs": ("daemons", "dstate"), "xid": ("xid", "mce")}
     started = time.monotonic()
@@ -311,6 +330,17 @@ def _node_facts(spec: RunSpec, gathered: GatherResult | None, jobs: dict[str, _J
             except OSError:
                 pass
     return out
+
+
+def _site_commands() -> Any:
+    from slurmkit.health import sitecmd  # subprocess and selectors: only where a site command may run
+
+    return sitecmd
+
+
+def _interfaces_wanted(spec: RunSpec) -> tuple[str, ...]:
+    cp = spec.policy.check("interfaces")
+    return interfaces_wanted(EvalContext(hook=spec.hook, policy=cp, expect=spec.expect, init={}))
 
 
 def _nvlink_limits(spec: RunSpec) -> tuple[int, float] | None:

@@ -32,6 +32,10 @@ NVLINKS = {"a100": 12}
 POWER_W = {"a100": 400, "b200": 1000, "gb200": 1200, "l40s": 350}
 # PCIe generation of the GPU (current, slot max, GPU max): Gen4 for A100/L40S, Gen5 for Hopper and Blackwell
 PCIE_GEN = {"a100": 4, "l40s": 4}
+# Maximum graphics and memory clocks in MHz, as nvidia-smi -q "Max Clocks" shows them on an H100 SXM (H200: its
+# faster HBM3e); the other types get the H100's. An untouched board's application clocks are at its maximum, which
+# is all the active stage's application-clock check compares.
+MAX_CLOCKS_MHZ = {"h200": (1980, 3201)}
 DRIVER = "570.124.06"
 
 
@@ -45,6 +49,7 @@ def healthy_state(gpus: int, gpu_type: str) -> dict[str, Any]:
     links = NVLINKS.get(gpu_type.lower(), 18)
     watts = POWER_W.get(gpu_type.lower(), 700)
     gen = PCIE_GEN.get(gpu_type.lower(), 5)
+    gclk, mclk = MAX_CLOCKS_MHZ.get(gpu_type.lower(), (1980, 2619))
     zero_ecc = {"unc_volatile": 0, "unc_aggregate": 0, "cor_volatile": 0, "cor_aggregate": 0}
     devices = []
     for i in range(gpus):
@@ -60,6 +65,7 @@ def healthy_state(gpus: int, gpu_type: str) -> dict[str, Any]:
             "power_limit_mw": [watts * 1000, watts * 1000], "inforom_valid": True,
             "ecc_sram": dict(zero_ecc), "ecc_dram": dict(zero_ecc),
             "fabric": {"state": 3, "status": "Success", "clique_id": 0, "health_mask": 0}, "mig_mode": [0, 0], "compute_processes": [],
+            "app_clocks_mhz": {"graphics": gclk, "memory": mclk}, "max_clocks_mhz": {"graphics": gclk, "memory": mclk},
         })
     return {
         "recorded": {"by": f"slurmkit lab: synthesized healthy {gpus} x {gpu_type}", "host": "lab", "fault": "none"},

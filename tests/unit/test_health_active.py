@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit.health.active import GpuResult, judge, model_floor, run_dcgm
+from slurmkit.health.active import GpuResult, judge, judge_h2d, model_floor, pcie_floor, run_dcgm, run_h2d
 from slurmkit.health.hooks import HookEnv, run_active
 from slurmkit.health.result import Action, Status
 
@@ -49,7 +49,11 @@ def test_active_healthy_node_passes(tmp_path):
     env = HookEnv(hook="check", node="node1", state_dir=str(tmp_path / "state"), fake_nvml=fixture(tmp_path))
     rep = run_active(env, budget_s=3)
     assert rep.exit_code == 0, [r.summary for r in rep.results]
-    assert {r.name: r.status for r in rep.results} == {"active_gemm": Status.OK, "active_membw": Status.OK}
+    assert {r.name: r.status for r in rep.results} == {"active_gemm": Status.OK, "active_membw": Status.OK,
+                                                       "active_app_clocks": Status.OK, "active_h2d": Status.SKIP}
+    res = {r.name: r for r in rep.results}
+    assert res["active_h2d"].summary.startswith("simulated node")  # a CPU has no host-to-GPU link: never a pass
+    assert res["active_app_clocks"].summary == "8 GPU(s) at their maximum application clocks"
     assert any("torch" in n and "CPU" in n for n in rep.notes)
 
 
@@ -117,3 +121,52 @@ def test_cuda_device_found_by_pci_bus_id_not_by_order():
     fake = NS(cuda=NS(device_count=lambda: 2, get_device_properties=lambda i: props[i]))
     assert _cuda_index(fake, "00000000:18:00.0", 7) == 1 and _cuda_index(fake, "00000000:9A:00.0", 7) == 0
     assert _cuda_index(fake, "00000000:AB:00.0", 7) == 7
+
+
+# --- application clocks and host-to-GPU bandwidth (issue 35 item 5) -------------------------------------------
+
+def test_application_clocks_below_the_maximum_warn(tmp_path):
+    src = fixture(tmp_path)
+    p = Path(src) / "node1.json"
+    d = json.loads(p.read_text())
+    d["devices"][2]["app_clocks_mhz"] = {"graphics": 1410, "memory": 2619}  # nvidia-smi -ac 2619,1410 left behind
+    d["devices"][5]["app_clocks_mhz"] = {"error": "NotSupported"}
+    p.write_text(json.dumps(d))
+    rep = run_active(HookEnv(hook="check", node="node1", state_dir=str(tmp_path / "state"), fake_nvml=src), budget_s=3)
+    r = {r.name: r for r in rep.results}["active_app_clocks"]
+    assert r.status == Status.WARN and r.action == Action.WARN and rep.exit_code == 0  # configuration, not a fault
+    assert r.findings == ["nvidia2@3a:00.0 app clocks graphics 1410<1980MHz"], r.findings
+    assert r.evidence["gpus"]["nvidia0@18:00.0"]["graphics"] == {"app_mhz": 1980, "max_mhz": 1980}
+    for dev in d["devices"]:
+        dev["app_clocks_mhz"] = {"error": "NotSupported"}
+    p.write_text(json.dumps(d))
+    rep = run_active(HookEnv(hook="check", node="node1", state_dir=str(tmp_path / "state"), fake_nvml=src), budget_s=3)
+    assert {r.name: r for r in rep.results}["active_app_clocks"].status == Status.SKIP
+
+
+def test_host_to_gpu_floor_from_the_pcie_link():
+    assert pcie_floor({"pcie_gen": [1, 5, 5], "pcie_width": [16, 16]}) == 31.504  # Gen5 x16, idle at gen1
+    assert pcie_floor({"pcie_gen": [4, 4, 5], "pcie_width": [16, 16]}) == 15.752  # a Gen5 GPU in a Gen4 slot
+    assert pcie_floor({"pcie_gen": [{"error": "NotSupported"}] * 3, "pcie_width": [16, 16]}) is None
+    assert pcie_floor(None) is None
+
+
+def test_host_to_gpu_judged_against_the_floor_and_the_peers():
+    vals = {f"g{i}": {"h2d": 52.0, "d2h": 51.0} for i in range(4)}
+    floors = {f"g{i}": 31.5 for i in range(4)}
+    assert judge_h2d(vals, {}, floors, 85).status == Status.OK
+    vals["g1"] = {"h2d": 24.0, "d2h": 50.0}  # trained down to x8, or a retimer fault
+    vals["g2"] = {"h2d": 52.0, "d2h": 40.0}  # above the floor, below its peers
+    del vals["g3"]  # its copy raised: no value, a finding
+    r = judge_h2d(vals, {"g3": "RuntimeError: CUDA error: unspecified launch failure"}, floors, 85)
+    assert r.status == Status.FAIL and r.action == Action.DRAIN
+    assert r.findings == ["g3 h2d error", "g1 h2d 24<31.5GB/s floor", "g2 d2h 40<85% of peers 50.5GB/s"], r.findings
+
+
+def test_host_to_gpu_is_measured_only_where_cuda_runs():
+    dev = [{"index": 0, "label": "nvidia0@18:00.0", "pci_bus_id": "00000000:18:00.0"}]
+    r = run_h2d(dev, {"0": {"pcie_gen": [5, 5, 5], "pcie_width": [16, 16]}}, 2.0, 85, simulated=False)
+    if torch.cuda.is_available():  # a GPU machine: a real measurement, judged
+        assert r.status in (Status.OK, Status.FAIL) and r.evidence["values"]["nvidia0@18:00.0"]["h2d"] > 0
+    else:
+        assert r.status == Status.SKIP and "no CUDA device" in r.summary, r.summary
