@@ -173,8 +173,23 @@ class Job:
         failed = self.exception(timeout)
         if failed is not None:
             raise failed
-        st = self.status()
+        st = self.status()  # not asked again: every rank's result is there (exception() found no gap)
         return [self._outcome(r, st)[1] for r in self._ranks()]
+
+    def submission(self) -> DelayedSubmission:
+        """The call this job runs next (the one a checkpoint saved, else the submitted one), unevaluated."""
+        root = Path(self.run_dir)
+        state = root / STATE_FILE.replace(".pkl", f".{self.array_task}.pkl" if self.array_task is not None
+                                          else ".pkl")
+        with open(state if state.is_file() else root / CALL_FILE, "rb") as fh:
+            data = pickle.load(fh)  # noqa: S301 - this user's own submission
+        if state.is_file():
+            return data  # type: ignore[no-any-return]
+        return pickle.loads(data["calls"])[self.array_task or 0]  # type: ignore[no-any-return]  # noqa: S301
+
+    def awaitable(self, poll_interval: float = 1.0) -> _AsyncJob:
+        """asyncio: ``await job.awaitable().result()`` (submitit's AsyncJobProxy; polls ``done()``)."""
+        return _AsyncJob(self, poll_interval)
 
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's return value (this rank's for a ``task(i)`` view; waits for the end). JobFailed when the job did
@@ -216,6 +231,25 @@ class Job:
         from slurmkit.jobs.monitor import cancel
 
         cancel(self.job_id, self.backend, signal)
+
+
+class _AsyncJob:
+    def __init__(self, job: Job, poll_interval: float) -> None:
+        self.job, self.poll_interval = job, poll_interval
+
+    async def wait(self, poll_interval: float | None = None) -> None:
+        import asyncio
+
+        while not self.job.done():
+            await asyncio.sleep(self.poll_interval if poll_interval is None else poll_interval)
+
+    async def result(self, poll_interval: float | None = None) -> Any:
+        await self.wait(poll_interval)
+        return self.job.result()
+
+    async def results(self, poll_interval: float | None = None) -> list[Any]:
+        await self.wait(poll_interval)
+        return self.job.results()
 
 
 def _task_ids(spec: str) -> set[int]:

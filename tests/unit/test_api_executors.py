@@ -272,3 +272,22 @@ def test_import_stays_cheap() -> None:
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout
     assert out.strip() == "[]"
     assert pickle.loads(pickle.dumps(launch.JobFailed("m", "1", "FAILED", "tb"))).args == ("m",)
+
+
+def _f66(x: int, y: int = 0) -> int:
+    return 66
+
+
+def test_load_submission_and_awaitable(tmp_path: Path) -> None:
+    """test_local.py::test_load_submission; core/test_async.py (job.awaitable().result())."""
+    import asyncio
+
+    job = _local(tmp_path).submit(_f66, 67, y=68)
+    sub = job.submission()
+    assert sub.function is _f66 and sub.args == (67,) and sub.kwargs == {"y": 68} and not sub.done()
+
+    async def both() -> list[int]:
+        return list(await asyncio.gather(job.awaitable(0.05).result(), _local(tmp_path).submit(_f66, 1)
+                                         .awaitable(0.05).result()))
+
+    assert asyncio.run(both()) == [66, 66]
