@@ -44,6 +44,13 @@ def _final(reason: str) -> None:
 def main() -> None:
     from slurmkit.jobs.helpers import DelayedSubmission
 
+    def early(signum: int, _frame: object) -> None:  # before the call is loaded: nothing to checkpoint yet
+        print(f"slurmkit.jobs: {signal.Signals(signum).name} before the call started: exiting for the requeue",
+              flush=True)
+        raise SystemExit(0)
+
+    for sig in (signal.SIGUSR2, signal.SIGTERM):
+        signal.signal(sig, early)
     run_dir = Path(os.environ["GPUSUB_RUN_DIR"])
     meta = _load(run_dir / CALL_FILE)
     # the driver's directory and working directory first: a module beside the driver script is imported from
