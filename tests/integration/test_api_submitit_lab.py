@@ -127,6 +127,15 @@ assert [j.result() for j in jobs] == [6, 8, 10]
 assert len({j.job_id.split("_")[0] for j in jobs}) == 1
 print("batch ok", jobs[0].job_id)
 
+# (beyond the docs) a class of __main__, by value, and its instance as the callable
+class Scale:
+    def __init__(self, k):
+        self.k = k
+    def __call__(self, x):
+        return self.k * x
+
+assert executor.submit(Scale(3), 5).result() == 15
+
 # a lambda, and submitit.helpers.monitor_jobs over the jobs
 jobs = [executor.submit(lambda x: x * 2, 21)]
 submitit.helpers.monitor_jobs(jobs, poll_frequency=1, test_mode=True)
