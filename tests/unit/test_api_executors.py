@@ -291,3 +291,19 @@ def test_load_submission_and_awaitable(tmp_path: Path) -> None:
                                          .awaitable(0.05).result()))
 
     assert asyncio.run(both()) == [66, 66]
+
+
+def test_batch_drops_everything_on_an_error_refuses_nesting_and_warns_when_empty(tmp_path: Path) -> None:
+    """core/test_core.py::test_fake_executor_batch."""
+    ex = _local(tmp_path)
+    with pytest.raises(ValueError, match="in the block"), ex.batch():
+        ex.submit(_f66, 1)
+        raise ValueError("in the block")
+    assert not list(tmp_path.iterdir()), "nothing was submitted"
+    with pytest.warns(RuntimeWarning), ex.batch(), pytest.raises(RuntimeError, match="nesting"), ex.batch():
+        pass
+    with pytest.warns(RuntimeWarning, match="no submission"), ex.batch():
+        pass
+    with ex.batch():
+        jobs = [ex.submit(_f66, k) for k in range(2)]
+    assert [j.result(timeout=60) for j in jobs] == [66, 66]
