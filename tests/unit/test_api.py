@@ -52,10 +52,33 @@ def _facts() -> ClusterFacts:
     return ClusterFacts(partition="gpu", gpus_per_node=8, cpus_per_gpu=12, mem_per_gpu_mb=100_000)
 
 
-def test_a_callable_gets_one_task_and_no_gpu_unless_asked() -> None:
+class _Captured(Exception):
+    pass
+
+
+def _submitted_spec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: object, **opts: object) -> JobSpec:
+    """The JobSpec `launch.submit` hands to gpusub's path (stopped there: no Slurm)."""
+    from slurmkit.jobs import api
+
+    got: list[JobSpec] = []
+
+    def capture(spec: JobSpec, *_a: object) -> None:
+        got.append(spec)
+        raise _Captured
+
+    monkeypatch.setattr(api, "_submit_spec", capture)
+    with pytest.raises(_Captured):
+        launch.submit(*args, run_dir=str(tmp_path / "run"), backend=object(), **opts)  # type: ignore[arg-type]
+    return got[0]
+
+
+def test_a_callable_gets_one_task_and_no_gpu_unless_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Issue 34: `launch.submit(add, 1, 2)` booked a whole 8-GPU node and ran add on 8 ranks (torchrun, the
     partition's GPUs). The callable's defaults render one srun task and no --gres."""
-    spec = JobSpec(script="/r/slurmkit_call.py", **CALLABLE_DEFAULTS)  # type: ignore[arg-type]
+    spec = _submitted_spec(monkeypatch, tmp_path, api_calls.rank_times, 1)
+    assert (spec.launcher, spec.gpus_per_node, spec.nodes) == ("srun", 0, 1)
+    assert (spec.launcher, spec.gpus_per_node) == (CALLABLE_DEFAULTS["launcher"], CALLABLE_DEFAULTS["gpus_per_node"])
+    assert _submitted_spec(monkeypatch, tmp_path, api_calls.rank_times, 1, launcher="torchrun").gpus_per_node is None
     job = render(spec, _facts(), "/r")
     lines = [ln for ln in job.request.script.splitlines() if ln.startswith("#SBATCH")]
     assert "#SBATCH --ntasks-per-node=1" in lines and not any("--gres" in ln for ln in lines), lines
