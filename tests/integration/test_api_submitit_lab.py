@@ -5,7 +5,7 @@ functions and a lambda of the driver's __main__ and a module beside it, map_arra
 multi-task results(), errors with the remote traceback, setup lines, monitor_jobs.
 
 Sources: submitit 1.5.4 README.md ("performing an addition"), docs/examples.md (explained example, job arrays,
-batch context manager, errors, multi-tasks jobs and JobEnvironment), docs/checkpointing.md (NetworkTraining),
+batch context manager, concurrent jobs, asyncio, errors, multi-tasks jobs and JobEnvironment), docs/checkpointing.md (NetworkTraining),
 submitit/slurm/test_slurm.py::test_slurm_through_auto_with_setup_and_teardown (setup lines)."""
 
 from __future__ import annotations
@@ -178,6 +178,37 @@ assert job.results() == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11]]
 assert "There are 6 in this job" in job.stdout()
 print("multi-task ok")
 
+# docs/examples.md: concurrent jobs
+import time
+executor = submitit.AutoExecutor(folder="log_test")
+executor.update_parameters(timeout_min=1, slurm_partition="gpu")
+jobs = [executor.submit(time.sleep, k) for k in range(1, 11)]
+time.sleep(5)
+num_finished = sum(job.done() for job in jobs)
+print(num_finished)
+outputs = [job.result() for job in jobs]
+assert outputs == [None] * 10 and all(job.done() for job in jobs)
+print("concurrent ok")
+
+# docs/examples.md: asyncio (its top-level awaits, inside asyncio.run in a script)
+import asyncio
+import random
+
+def slow_multiplication(x, y):
+    time.sleep(x*y)
+    return x*y
+
+async def main():
+    job = executor.submit(slow_multiplication, 10, 2)
+    assert await job.awaitable().result() == 20
+    jobs = [executor.submit(slow_multiplication, k, random.randint(1, 4)) for k in range(1, 5)]
+    for aws in asyncio.as_completed([j.awaitable().result() for j in jobs]):
+        result = await aws
+        print(result)
+
+asyncio.run(main())
+print("asyncio ok")
+
 # test_slurm.py: setup lines before the step
 executor.update_parameters(tasks_per_node=1, nodes=1, slurm_setup=["export FROM_SETUP=yes"])
 import os
@@ -193,7 +224,8 @@ def test_submitits_documented_examples_run_unchanged_but_the_import(env: dict[st
                           timeout=500, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    for step in ("add ok", "array ok", "batch ok", "lambda ok", "errors ok", "multi-task ok", "setup ok"):
+    for step in ("add ok", "array ok", "batch ok", "lambda ok", "errors ok", "multi-task ok", "concurrent ok",
+                 "asyncio ok", "setup ok"):
         assert step in out, out
     assert "cluster slurm" in out and "Monitoring 1 jobs" in out and "All jobs finished" in out, out
     assert list((tmp_path / "log_test").iterdir()), "the run dirs are under the executor's folder"

@@ -307,3 +307,14 @@ def test_batch_drops_everything_on_an_error_refuses_nesting_and_warns_when_empty
     with ex.batch():
         jobs = [ex.submit(_f66, k) for k in range(2)]
     assert [j.result(timeout=60) for j in jobs] == [66, 66]
+
+
+def test_command_function(tmp_path: Path) -> None:
+    """docs/examples.md "Working with commands": CommandFunction returns stdout, raises with stderr."""
+    ex = _local(tmp_path)
+    assert ex.submit(launch.helpers.CommandFunction(["echo"], verbose=False), "hi", n=1).result(timeout=60) == "hi --n=1"
+    bad = ex.submit(launch.helpers.CommandFunction(["ls", str(tmp_path / "missing")], verbose=False))
+    exc = bad.exception(timeout=60)
+    assert exc is not None and "No such file" in str(exc)
+    with pytest.raises(TypeError, match="must be a list"):
+        launch.helpers.CommandFunction("echo hi")  # type: ignore[arg-type]
