@@ -49,12 +49,12 @@ _SAME = ("nodes", "gpus_per_node", "cpus_per_task", "cpus_per_gpu", "mem_per_gpu
          "reservation", "setup", "python", "launcher", "env", "topology", "max_restarts", "begin", "hold",
          "signal_grace", "sbatch_args", "max_parallel", "container_image", "container_mounts", "cpu_bind")
 # accepted and without effect, with why (docs/api.md)
-_NO_EFFECT = {"stderr_to_stdout": "stdout and stderr are one log here", "wckey": None}
+_NO_EFFECT = {"stderr_to_stdout": "stdout and stderr are one log here"}
 _REFUSED = {"gres": "use gpus_per_node", "gpus_per_task": "use gpus_per_node (srun: one rank per GPU)",
             "srun_args": "the step's srun line is gpusub's (its preemption contract); use sbatch_args or setup",
             "use_srun": "the step always runs under srun", "teardown": "not supported; put it in the callable",
             "mem_per_cpu": "use mem_gb or mem_per_gpu"}
-VALID = sorted(set(_RENAMED) | set(_SAME) | set(_NO_EFFECT) | {"additional_parameters"})
+VALID = sorted(set(_RENAMED) | set(_SAME) | set(_NO_EFFECT) | {"additional_parameters", "wckey"})
 
 
 def _convert(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,6 +68,9 @@ def _convert(params: Mapping[str, Any]) -> dict[str, Any]:
             raise UsageError(f"update_parameters: {raw} is not supported: {_REFUSED[key]}")
         if key in _NO_EFFECT:
             continue
+        if key == "wckey":  # an sbatch option placement ignores (spec.PLACEMENT_NEUTRAL)
+            value = {"wckey": value}
+            key = "additional_parameters"
         if key == "additional_parameters":
             if not isinstance(value, Mapping):
                 raise UsageError(f"update_parameters: additional_parameters must be a dict, got {value!r}")

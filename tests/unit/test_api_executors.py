@@ -229,6 +229,8 @@ def test_update_parameters_maps_submitit_names_and_refuses_unknown_ones(tmp_path
         "tasks_per_node": 3, "max_parallel": 2, "name": "x", "setup": ("module load a",),
         "sbatch_args": ["--nice=10"], "_timeout_s": 240.0}
     assert _convert({"timeout_min": 0.5})["time"] == "1"  # Slurm's resolution is a minute
+    assert _convert({"wckey": "proj", "additional_parameters": {"spread_job": True}})["sbatch_args"] == [
+        "--wckey=proj", "--spread-job"]
     with pytest.raises(UsageError, match="unknown parameter 'blublu'; valid: .*timeout_min"):
         _convert({"blublu": 1})
     with pytest.raises(UsageError, match="srun_args is not supported"):
