@@ -84,6 +84,8 @@ class Resources:
             per.append(f"{self.cpus_per_gpu} CPU(s)")
         if self.mem_per_gpu_mb:
             per.append(_mb(self.mem_per_gpu_mb))
+        if not per:
+            return f"{' + '.join(parts)} per node ({self.source})"
         return f"{' + '.join(parts)} per node ({' + '.join(per)} per GPU, {self.source})"
 
 
@@ -92,7 +94,7 @@ def _mb(mb: int) -> str:
 
 
 def plan_resources(spec: JobSpec, facts: ClusterFacts, gpus: int) -> Resources:
-    tasks = (gpus or 1) if spec.launcher == "srun" else 1
+    tasks = (spec.tasks_per_node or gpus or 1) if spec.launcher == "srun" else 1
     cpg = spec.cpus_per_gpu or facts.cpus_per_gpu
     mpg = spec.mem_per_gpu_mb or facts.mem_per_gpu_mb
     srcs = []
@@ -108,10 +110,15 @@ def plan_resources(spec: JobSpec, facts: ClusterFacts, gpus: int) -> Resources:
             why = "--gpus-per-node 0" if spec.gpus_per_node == 0 else "the partition's GPUs per node (0)"
             raise UsageError(f"{given[0]}: needs GPUs, but the job asks for none ({why}); a CPU-only job gets "
                              "Slurm's default CPUs and memory")
-        return Resources(tasks, 0, 0, 0, 0, "no GPUs")
-    # torchrun/megatron: one task per node runs every rank, so it gets every GPU's share
-    per_task_gpus = 1 if spec.launcher == "srun" else gpus
-    return Resources(tasks, cpg * per_task_gpus, mpg * gpus, cpg, mpg, ", ".join(dict.fromkeys(srcs)) or "unknown")
+        asked = spec.cpus_per_task or spec.mem_mb
+        return Resources(tasks, spec.cpus_per_task or 0, spec.mem_mb or 0, 0, 0, "asked" if asked else "no GPUs")
+    # torchrun/megatron: one task per node runs every rank, so it gets every GPU's share; srun: each task its
+    # GPUs' share (tasks_per_node below the GPUs: several each)
+    per_task_gpus = max(1, gpus // tasks) if spec.launcher == "srun" else gpus
+    cpt, mem = spec.cpus_per_task or cpg * per_task_gpus, spec.mem_mb or mpg * gpus
+    if spec.cpus_per_task or spec.mem_mb:
+        srcs.insert(0, "asked")
+    return Resources(tasks, cpt, mem, cpg, mpg, ", ".join(dict.fromkeys(srcs)) or "unknown")
 
 
 def shape_errors(job: RenderedJob) -> list[str]:
@@ -297,6 +304,7 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "program": prog,
         "cpu_bind": cpu_bind,
         "gpu_cpus": ";".join(facts.gpu_cpus),
+        "setup": spec.setup,
         **ctx_extra,
     }
     script = environment("job_templates").get_template(TEMPLATES[spec.launcher]).render(**ctx)

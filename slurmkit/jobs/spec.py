@@ -175,6 +175,16 @@ class JobSpec:
     comment: str | None = None
     sbatch_args: tuple[str, ...] = ()  # pass-through ("--nice=10"), checked by check_pass_through
     cpu_bind: bool = True  # each rank on its GPU's NUMA cores (render.cpu_binding_line)
+    # srun only: tasks (ranks) per node; None: one per GPU (one when the job has none). The Python API's
+    # submitit-style ``tasks_per_node``.
+    tasks_per_node: int | None = None
+    # shell lines the batch shell runs before the step (module load, source an env): submitit's ``setup``.
+    # The user's own lines in the user's own job; one line each (no line break: a line could end the script's
+    # structure, e.g. an unclosed quote swallowing the exit record)
+    setup: tuple[str, ...] = ()
+    # CPUs per task and memory per node as asked (submitit's cpus_per_task, mem_gb): over the per-GPU shares
+    cpus_per_task: int | None = None
+    mem_mb: int | None = None
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
@@ -225,6 +235,18 @@ class JobSpec:
                              "or a line break (it goes on an #SBATCH line)")
         for a in self.sbatch_args:
             check_pass_through(a)
+        for what, count in (("cpus_per_task", self.cpus_per_task), ("mem_mb", self.mem_mb)):
+            if count is not None and count < 1:
+                raise UsageError(f"{what}: must be >= 1, got {count}")
+        if self.tasks_per_node is not None:
+            if self.tasks_per_node < 1:
+                raise UsageError(f"tasks_per_node: must be >= 1, got {self.tasks_per_node}")
+            if self.launcher != "srun":
+                raise UsageError(f"tasks_per_node: needs the srun launcher ({self.launcher} starts one process "
+                                 "per GPU)")
+        for line in self.setup:
+            if not isinstance(line, str) or any(c in line for c in "\n\r\x00"):
+                raise UsageError(f"setup: {line!r}: one shell line each (no line break)")
 
     @property
     def pass_through_neutral(self) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+from slurmkit.jobs.helpers import DelayedSubmission
+
 
 def add(a: int, b: int) -> tuple[int, int, str]:
     return a + b, int(os.environ.get("SLURM_NTASKS", "1")), os.environ.get("SLURMD_NODENAME", "?")
@@ -18,6 +20,12 @@ def square(x: int) -> int:
     return x * x
 
 
+def where() -> dict[str, str]:
+    """What the job was given: its tasks and GPUs (Slurm's variables), and what a setup line exported."""
+    return {k: os.environ.get(k, "") for k in ("SLURM_NTASKS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE",
+                                               "CUDA_VISIBLE_DEVICES", "FROM_SETUP", "SLURM_JOB_CPUS_PER_NODE")}
+
+
 class Counter:
     """Checkpointable: counts to ``until``; its count survives a preemption through checkpoint()."""
 
@@ -28,8 +36,9 @@ class Counter:
         self.started_at: list[int] = []
         self.checkpoints = 0
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> DelayedSubmission:
         self.checkpoints += 1
+        return DelayedSubmission(self)  # submitit's protocol: what to resubmit (None would end the job)
 
     def __call__(self) -> dict[str, object]:
         self.started_at.append(self.step)

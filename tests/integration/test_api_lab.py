@@ -66,4 +66,4 @@ def test_a_checkpointable_callable_resumes_after_usr2(opts: dict[str, object], t
     out = job.result(timeout=180)
     assert out["restart"] == 1 and out["checkpoints"] == 1, job.logs()
     assert out["started_at"][0] == 0 and out["started_at"][1] >= 6 and out["step"] == 40
-    assert "resuming the callable checkpointed" in job.logs()
+    assert "resuming the call checkpointed" in job.logs()
