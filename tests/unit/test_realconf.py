@@ -161,6 +161,31 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
                   ["dynamic nodes on Slurm 22.05 need TreeWidth=65533"]),
         **{r: ([], []) for r in ("24.11", "26.05")},
     },
+    # ParallelCluster's stock head-node config (aws-parallelcluster-cookbook, Apache-2.0): Include chains in all three
+    # files, State=CLOUD nodes in NodeSets, typed GPU lines. Valid on every release; its UnkillableStepTimeout=180
+    # with MessageTimeout=60 is advice from 24.05 on (read_config.c error_in_daemon, no fatal) -- only the real parse
+    # logs it (test_parallelcluster_stock_runs_as_primary_with_its_advisory)
+    "parallelcluster-stock": {r: ([], []) for r in ("22.05", "24.11", "26.05")},
+    # Magic Castle (MIT): Gres=gpu:4,shard:96 with four File= GPUs and no Name=shard line -- slurmd spreads the 96,
+    # 24 per GPU (gres_c_s.c _merge_lists / _distribute_count, 22.05-26.05; validate.slurmd_derived), so no finding.
+    # auth/slurm and cred/slurm are 24.05+ plugins (src/plugins/auth and src/plugins/cred at slurm-22-05-8-1: munge,
+    # none, jwt)
+    "magic-castle-shard": {
+        "22.05": (["AuthType=auth/slurm: Slurm 22.05 has no auth plugin 'slurm'",
+                   "CredType=cred/slurm: Slurm 22.05 has no cred plugin 'slurm'"], []),
+        **{r: ([], []) for r in ("24.11", "26.05")},
+    },
+    # Magic Castle of 2022: every node State=CLOUD and a global AutoDetect=nvml with no Name= line. The GPU count
+    # comes from the node (no "slurm.conf says 4, gres.conf gives 0"), but AutoDetect on cloud nodes is refused by
+    # slurmctld (gres.conf(5); fatal in 22.05 src/common/gres.c:2336, an error and no GRES from gres.conf in 24.11
+    # src/interfaces/gres.c:2771 and 26.05 :2932). ConstrainKmemSpace is gone from 23.11 (cgroup.c options),
+    # CgroupAutomount defunct (_defunct_option)
+    "magic-castle-2022-nvml": {
+        "22.05": (["gres.conf:6: AutoDetect=nvml with State=CLOUD nodes gpu1,node1"], []),
+        **{r: (["cgroup.conf:6: Slurm " + r + " has no cgroup.conf key ConstrainKmemSpace (removed in 23.11)",
+                "gres.conf:6: AutoDetect=nvml with State=CLOUD nodes gpu1,node1"],
+               [f"CgroupAutomount is defunct in Slurm {r}"]) for r in ("24.11", "26.05")},
+    },
     "slurm-test7.17.4-gres": {
         r: (["no PartitionName line: slurmctld 22.05 exits"] if r == "22.05" else [], []) for r in ("22.05", "24.11", "26.05")
     },
@@ -223,3 +248,80 @@ def test_corpus_configs_without_errors_pass_the_real_parse(name: str) -> None:
     if rep.real_ok is None:
         pytest.skip(rep.real)
     assert rep.errors == [] and rep.real_ok is True, (rep.real, rep.errors)
+
+
+def _real(name: str):  # the real parse of a corpus config for the release under test, or skip without a judge
+    from slurmkit.backend.realparse import validate
+
+    release = release_under_test()
+    files, _notes, _d = read_site(CORPUS / name)
+    rep = validate(files, release)
+    if rep.real_ok is None:
+        pytest.skip(rep.real)
+    return release, files, rep
+
+
+@pytest.mark.lab
+@needs(bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), "needs Debian's slurmctld")
+def test_shard_count_given_only_in_slurm_conf_is_spread_by_the_real_slurmd() -> None:
+    """Issue 33 item 3: magic-castle-shard's Gres=gpu:4,shard:96 with no Name=shard line is accepted by the real
+    daemons of the release, and from 23.11 its slurmd -G (which judges gres.conf there) derives 24 shards on each of
+    the four GPUs -- what validate.slurmd_derived models from gres_c_s.c."""
+    from slurmkit.backend.realparse import real_parse
+
+    release, files, rep = _real("magic-castle-shard")
+    assert rep.real_ok is True, rep.real
+    assert not any("shard" in e for e in rep.errors), rep.errors
+    assert len(rep.errors) == len(EXPECTED["magic-castle-shard"][release][0]), rep.errors  # the static ones only
+    if release == "22.05":
+        return  # slurmctld 22.05 reads gres.conf itself (it accepted it above); its slurmd -G is not run
+    view: list[str] = []
+    rp = real_parse(files, release, gres_view=view)
+    assert rp.ok is True, rp.message
+    shards = [v for v in view if v.startswith("gpu1: Gres Name=shard")]
+    assert len(shards) == 4, view
+    for i, line in enumerate(shards):
+        assert "Count=24 " in line and f"File=/dev/nvidia{i} " in line, line
+
+
+@pytest.mark.lab
+@needs(bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), "needs Debian's slurmctld")
+def test_parallelcluster_stock_runs_as_primary_with_its_advisory() -> None:
+    """Issue 33 item 4: ParallelCluster's stock config runs as primary on every release. From 24.05 slurmctld logs
+    "UnkillableStepTimeout must be at least 5 times greater than MessageTimeout" (read_config.c error_in_daemon, no
+    fatal): a warning naming slurm.conf:45; the copy's own empty state dir ("NOTE: Trying backup partition state save
+    file", partition_mgr.c) is no finding."""
+    release, _files, rep = _real("parallelcluster-stock")
+    assert rep.errors == [] and rep.real_ok is True, (rep.real, rep.errors)
+    advice = [w for w in rep.warnings if "UnkillableStepTimeout must be at least 5 times" in w]
+    if release == "22.05":
+        assert advice == [], rep.warnings  # 22.05 has no such check (read_config.c at slurm-22-05-8-1)
+    else:
+        assert advice and all(w.startswith(f"slurm.conf:45: advisory in Slurm {release} (src/common/read_config.c:")
+                              for w in advice), rep.warnings
+    assert not any("Trying backup" in w for w in rep.warnings + rep.errors)
+
+
+@pytest.mark.lab
+@needs(bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), "needs Debian's slurmctld")
+def test_every_blocker_of_a_site_is_named_in_one_run() -> None:
+    """Issue 33 item 5: magic-castle-2022-nvml fails the static check, and the real parse runs anyway on a copy
+    without the lines the static check names as fatal, so the real daemons' own findings come in the same run,
+    each with the file:line of the setting it names. 24.11 and 26.05 refuse JobAcctGatherParams=UsePSS with
+    jobacct_gather/cgroup (no static rule knows it) and the AutoDetect on cloud nodes; on 22.05 the copy without
+    the AutoDetect line (fatal there) runs as primary: nothing else blocks."""
+    release, _files, rep = _real("magic-castle-2022-nvml")
+    assert rep.real.startswith("run although the static checks failed"), rep.real
+    static = EXPECTED["magic-castle-2022-nvml"][release][0]
+    for want in static:
+        assert any(e.startswith(want) for e in rep.errors), (want, rep.errors)
+    real = rep.errors[len(static):]
+    if release == "22.05":
+        assert real == [] and rep.real_ok is True, (rep.real, rep.errors)
+        assert "left gres.conf:6" not in rep.real  # a gres.conf line is left out by the file copy, not the rewrite
+        return
+    assert any(e.startswith("/etc/slurm/slurm-consul.conf:12: slurmctld (refused): ") and "UsePSS" in e
+               for e in real), real
+    assert any(e.startswith('gres.conf:6: slurmctld (refused): ') and 'AutoDetect on cloud/dynamic node "gpu1"' in e
+               for e in real), real
+    assert not any("ConstrainKmemSpace" in e for e in real), real  # left out of the copy: named once, statically
