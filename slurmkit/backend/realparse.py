@@ -160,6 +160,11 @@ ERROR_LINES = (
               {"22.05": "src/slurmctld/power_save.c:975", "24.11": "src/slurmctld/power_save.c:1050"}),
     LineClass(HOST, re.compile(r"power_save module disabled, invalid ResumeProgram /"),
               {"22.05": "src/slurmctld/power_save.c:985", "24.11": "src/slurmctld/power_save.c:1058"}),
+    # a key given twice on one line (Gres= twice on a NodeName line): parse_config.c _handle_common logs it and keeps
+    # the last value (the static check warns "Gres is given 2 times on one line")
+    LineClass(WARNING, re.compile(r"\w+ [12] specified more than once, latest value used"),
+              {"22.05": "src/common/parse_config.c:528 _handle_common", "24.11": "src/common/parse_config.c:536 "
+               "_handle_common", "26.05": "src/common/parse_config.c:536 _handle_common"}),
     # UnkillableStepTimeout below 5 x MessageTimeout: error_in_daemon() and nothing else -- no fatal, the value is
     # kept (_validate_and_set_defaults; not in 22.05, from slurm-24-05-0-1). ParallelCluster's stock slurm.conf
     # (UnkillableStepTimeout=180, MessageTimeout=60) runs so as primary.
@@ -226,6 +231,7 @@ _SCRIPTS = {
     for k in "Prolog Epilog HealthCheckProgram PrologSlurmctld EpilogSlurmctld ResvProlog ResvEpilog TaskProlog TaskEpilog SrunProlog SrunEpilog RebootProgram".split()
 }
 _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_DEFAULT_TRES = {"billing", "cpu", "energy", "mem", "node", "fs/disk", "pages", "vmem"}
 
 
 # Plugins a distribution packages apart from the daemons, so a judge may lack one the site installs: Debian ships
@@ -475,6 +481,21 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                 notes.append(f"{k}={v} not judged: this judge's Slurm has no {plugin.replace('/', '_')}.so (packaged "
                              "apart; the site must install it)")
                 continue
+            if lk == "priorityweighttres" and site_dbd:
+                # the copy has no slurmdbd, so no AccountingStorageTRES (_DROP: "slurmdbd is required to run with TRES
+                # gres/gpu", fatal), so a weight on such a TRES is "not a configured TRES type" and fatal there ("failed
+                # to parse tres weights str", src/common/slurm_protocol_api.c:322/:375 at slurm-22-05-8-1, :313/:366 at
+                # slurm-24-11-5-1) -- the copy's making. The TRES every cluster has stay (slurm.conf(5)
+                # AccountingStorageTRES: "By default Billing, CPU, Energy, Memory, Node, FS/Disk, Pages and VMem are
+                # tracked")
+                items = [x for x in v.split(",") if x]
+                kept = [x for x in items if x.split("=")[0].strip().lower() in _DEFAULT_TRES]
+                if kept != items:
+                    notes.append(f"left {','.join(x for x in items if x not in kept)} of {k} out of the copy (those "
+                                 "TRES need slurmdbd, which the copy has not)")
+                    if not kept:
+                        continue
+                    v = ",".join(kept)
             if lk == "jobsubmitplugins" and files is not None and "job_submit.lua" not in files:
                 # job_submit/lua loads job_submit.lua beside slurm.conf at start and is fatal without it ("Unable to
                 # stat", then "failed to initialize job_submit plugin": job_submit_lua.c init, 22.05-26.05); the
