@@ -190,8 +190,20 @@ ERROR_LINES = (
 )
 
 
+# slurmd -G on a host with no GPU: once the AutoDetect plugin finds none ("System GPU detection failed"), the shard/mps
+# records have no GPU to be spread over and gres_c_s.c fails their merge (src/plugins/gres/common/gres_c_s.c:288
+# "SHARING configuration lacks \"File\" specification", :118 "SHARED specified without any SHARING found", :500
+# fatal "failed to merge SHARED and SHARING configuration", at slurm-24-11-5-1 and slurm-26-05-3-1): a consequence
+# of this host, which a GPU node with its detected devices does not have. _gres_by_slurmd marks those lines.
+NO_GPU_HERE = "after 'System GPU detection failed' (no GPU on this host): "
+SHARED_MERGE = re.compile(r'SHARING configuration lacks "File"|SHARED specified without any SHARING found|'
+                          r"failed to merge SHARED and SHARING configuration")
+
+
 def classify(line: str, release: str) -> tuple[str, str]:
     """(kind, where ``release`` logs it) of one error/fatal line of the real parse (ERROR_LINES)."""
+    if line.startswith(NO_GPU_HERE):
+        return HOST, "src/plugins/gres/common/gres_c_s.c:118, :288, :500"
     if re.search(r"\bfatal:", line):
         return FATAL, ""
     for c in ERROR_LINES:
@@ -753,8 +765,12 @@ def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[
         exe = "/usr/sbin/slurmd" if judge.root else judge.path("slurmd")
         script = _script(judge, tmp, ip, node, [exe, "-G", "-f", conf, "-N", node], devices)
         res = run([*ns, "sh", "-c", script], timeout=30, check=False, die_with_parent=True)
+        no_gpu = False
         for line in (res.stdout + res.stderr).splitlines():
             line = line.strip()
+            no_gpu = no_gpu or "System GPU detection failed" in line
+            if no_gpu and SHARED_MERGE.search(line):
+                line = NO_GPU_HERE + line.removeprefix("slurmd: ")
             if view is not None and "Gres Name=" in line:  # slurmd.c print_gres: one line per derived record
                 view.append(f"{node}: {line[line.index('Gres Name='):]}")
             if re.search(r"\b(error|fatal):", line) and not any(n.search(line) for n in GRES_NODE_NOISE):

@@ -81,6 +81,11 @@ def test_global_autodetect_covers_nodes_without_a_line_and_node_local_off_does_n
     ("error: System GPU detection failed", "26.05", HOST,
      "src/plugins/gpu/nvml/gpu_nvml.c:1713, src/plugins/gpu/nvidia/gpu_nvidia.c:241"),
     ("error: unknown autodetect flag 'nvidia'", "22.05", REFUSED, "src/common/gres.c:1173 _handle_autodetect_flags"),
+    # slurmd -G's shard merge after detection found no GPU here: a consequence of this host (gres_c_s.c); without
+    # that mark the same line is the config's own (a node whose shards have no GPU)
+    ("after 'System GPU detection failed' (no GPU on this host): fatal: failed to merge SHARED and SHARING "
+     "configuration", "24.11", HOST, "src/plugins/gres/common/gres_c_s.c:118, :288, :500"),
+    ("fatal: failed to merge SHARED and SHARING configuration", "24.11", "fatal", ""),
     # a release without a citation keeps the conservative verdict
     ("error: UnkillableStepTimeout must be at least 5 times greater than MessageTimeout", "22.05", REFUSED, ""),
 ])
