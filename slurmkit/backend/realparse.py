@@ -91,10 +91,14 @@ HOST_FACTS = (re.compile(r"Configured MailProg is invalid"), re.compile(r"Could 
 # - host: a fact of the machine the check runs on (HOST_FACTS), not of the config;
 # - warning: the release logs a fact of the config through error() and goes on with the config as written (the
 #   verdict lists it as a warning);
+# - advisory: the release advises against a setting through error_in_daemon() and runs with it as written (no
+#   fatal, nothing reset): a warning, like "warning";
+# - copy artefact: the parse copy's own making (its empty StateSaveLocation), never the site's;
 # - refused: every other `error:` line -- the release rejected or ignored something the config asks for.
 # Only fatal and refused lines make a config invalid. Each pattern carries its source per release (tag
 # slurm-YY-MM-*-1); a release without a citation here classifies the line as refused (the conservative verdict).
 FATAL, REFUSED, DEPRECATED, DEFUNCT, HOST, WARNING = "fatal", "refused", "deprecated", "defunct", "host fact", "warning"
+ADVISORY, COPY = "advisory", "copy artefact"
 
 
 @dataclass(frozen=True)
@@ -156,11 +160,50 @@ ERROR_LINES = (
               {"22.05": "src/slurmctld/power_save.c:975", "24.11": "src/slurmctld/power_save.c:1050"}),
     LineClass(HOST, re.compile(r"power_save module disabled, invalid ResumeProgram /"),
               {"22.05": "src/slurmctld/power_save.c:985", "24.11": "src/slurmctld/power_save.c:1058"}),
+    # a key given twice on one line (Gres= twice on a NodeName line): parse_config.c _handle_common logs it and keeps
+    # the last value (the static check warns "Gres is given 2 times on one line")
+    LineClass(WARNING, re.compile(r"\w+ [12] specified more than once, latest value used"),
+              {"22.05": "src/common/parse_config.c:528 _handle_common", "24.11": "src/common/parse_config.c:536 "
+               "_handle_common", "26.05": "src/common/parse_config.c:536 _handle_common"}),
+    # UnkillableStepTimeout below 5 x MessageTimeout: error_in_daemon() and nothing else -- no fatal, the value is
+    # kept (_validate_and_set_defaults; not in 22.05, from slurm-24-05-0-1). ParallelCluster's stock slurm.conf
+    # (UnkillableStepTimeout=180, MessageTimeout=60) runs so as primary.
+    LineClass(ADVISORY, re.compile(r"UnkillableStepTimeout must be at least 5 times greater than MessageTimeout"),
+              {"24.11": "src/common/read_config.c:5585 error_in_daemon", "26.05": "src/common/read_config.c:5468 "
+               "error_in_daemon"}),
+    # the copy's StateSaveLocation is new and empty: each state loader falls back to its backup file and logs so
+    # (partition_mgr.c load_all_part_state -> _open_part_state_file; node_mgr.c, job_mgr.c, reservation.c,
+    # trigger_mgr.c, front_end.c log the same NOTE for theirs). 26.05 logs none (gone from src/slurmctld).
+    LineClass(COPY, re.compile(r"NOTE: Trying backup [\w ]*state save file"),
+              {"22.05": "src/slurmctld/partition_mgr.c:522", "24.11": "src/slurmctld/partition_mgr.c:431"}),
+    # slurmd -G on a host with no GPU (or none of the AutoDetect mode's library): the GPU plugin's system list is
+    # empty -- a fact of this machine, not of gres.conf (gpu_nvml.c / gpu_nvidia.c gpu_p_get_system_gpu_list)
+    LineClass(HOST, re.compile(r"System GPU detection failed"),
+              {"22.05": "src/plugins/gpu/nvml/gpu_nvml.c:1527", "24.11": "src/plugins/gpu/nvml/gpu_nvml.c:1717, "
+               "src/plugins/gpu/nvidia/gpu_nvidia.c:248", "26.05": "src/plugins/gpu/nvml/gpu_nvml.c:1713, "
+               "src/plugins/gpu/nvidia/gpu_nvidia.c:241"}),
+    # an AutoDetect mode the release does not know (22.05: nvidia; before 26.05: full): no flag is set and slurmd
+    # runs with no autodetection -- refused, and named (the static check says which release has the mode)
+    LineClass(REFUSED, re.compile(r"unknown autodetect flag '[^']*'"),
+              {"22.05": "src/common/gres.c:1173 _handle_autodetect_flags", "24.11": "src/interfaces/gres.c:1281 "
+               "_handle_autodetect_flags", "26.05": "src/interfaces/gres.c:1377 _handle_autodetect_flags"}),
 )
+
+
+# slurmd -G on a host with no GPU: once the AutoDetect plugin finds none ("System GPU detection failed"), the shard/mps
+# records have no GPU to be spread over and gres_c_s.c fails their merge (src/plugins/gres/common/gres_c_s.c:288
+# "SHARING configuration lacks \"File\" specification", :118 "SHARED specified without any SHARING found", :500
+# fatal "failed to merge SHARED and SHARING configuration", at slurm-24-11-5-1 and slurm-26-05-3-1): a consequence
+# of this host, which a GPU node with its detected devices does not have. _gres_by_slurmd marks those lines.
+NO_GPU_HERE = "after 'System GPU detection failed' (no GPU on this host): "
+SHARED_MERGE = re.compile(r'SHARING configuration lacks "File"|SHARED specified without any SHARING found|'
+                          r"failed to merge SHARED and SHARING configuration")
 
 
 def classify(line: str, release: str) -> tuple[str, str]:
     """(kind, where ``release`` logs it) of one error/fatal line of the real parse (ERROR_LINES)."""
+    if line.startswith(NO_GPU_HERE):
+        return HOST, "src/plugins/gres/common/gres_c_s.c:118, :288, :500"
     if re.search(r"\bfatal:", line):
         return FATAL, ""
     for c in ERROR_LINES:
@@ -200,6 +243,7 @@ _SCRIPTS = {
     for k in "Prolog Epilog HealthCheckProgram PrologSlurmctld EpilogSlurmctld ResvProlog ResvEpilog TaskProlog TaskEpilog SrunProlog SrunEpilog RebootProgram".split()
 }
 _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_DEFAULT_TRES = {"billing", "cpu", "energy", "mem", "node", "fs/disk", "pages", "vmem"}
 
 
 # Plugins a distribution packages apart from the daemons, so a judge may lack one the site installs: Debian ships
@@ -335,7 +379,8 @@ class Copy:
 
 
 def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, root: str = "/",
-                     files: Mapping[str, str] | None = None, judge_release: str = "22.05") -> Copy:
+                     files: Mapping[str, str] | None = None, judge_release: str = "22.05",
+                     leave_out: frozenset[str] = frozenset()) -> Copy:
     """The copy of ``slurm.conf`` a parse in private namespaces starts with (see the section comment). ``inside``
     is where ``tmp`` is as the judge sees it (``/tmp`` of a root it is chrooted into), ``root`` where the judge's
     ``/`` is on the host (a site script absent there is dropped). ``Include`` files (from ``files``, as
@@ -346,7 +391,10 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
     naming unknown QOS (``release.allow_qos_fatal``, 25.11+), those keys are left out of the copy, which has no
     slurmdbd and so no QOS: there they would be fatal for every config. `conf validate` checks the names against
     the inventory's tenants.qos instead (generate/tenantcheck.py). Without slurmdbd on the site the fatal line is
-    the site's own and stays a finding."""
+    the site's own and stays a finding.
+
+    ``leave_out``: the ``file:line`` of setting lines the static check already names as fatal (issue 33 item 5): the
+    copy goes without them, so the real daemon judges everything after the first of them in the same run."""
     notes: list[str] = []
     at = inside or tmp
     paths = {
@@ -382,6 +430,9 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                    for rec in recs for k, v in rec.pairs)
     for rec in recs:
         raw = rec.render()
+        if rec.where in leave_out and rec.kind not in ("nodename", "partitionname", "nodeset", "downnodes"):
+            notes.append(f"left {rec.where} ({rec.pairs[0][0] if rec.pairs else ''}) out of the copy (named above)")
+            continue
         if rec.kind == "nodename":
             if rec.head.upper() != "DEFAULT":
                 d = rec.as_dict()
@@ -442,6 +493,31 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                 notes.append(f"{k}={v} not judged: this judge's Slurm has no {plugin.replace('/', '_')}.so (packaged "
                              "apart; the site must install it)")
                 continue
+            if lk == "priorityweighttres" and site_dbd:
+                # the copy has no slurmdbd, so no AccountingStorageTRES (_DROP: "slurmdbd is required to run with TRES
+                # gres/gpu", fatal), so a weight on such a TRES is "not a configured TRES type" and fatal there ("failed
+                # to parse tres weights str", src/common/slurm_protocol_api.c:322/:375 at slurm-22-05-8-1, :313/:366 at
+                # slurm-24-11-5-1) -- the copy's making. The TRES every cluster has stay (slurm.conf(5)
+                # AccountingStorageTRES: "By default Billing, CPU, Energy, Memory, Node, FS/Disk, Pages and VMem are
+                # tracked")
+                items = [x for x in v.split(",") if x]
+                kept = [x for x in items if x.split("=")[0].strip().lower() in _DEFAULT_TRES]
+                if kept != items:
+                    notes.append(f"left {','.join(x for x in items if x not in kept)} of {k} out of the copy (those "
+                                 "TRES need slurmdbd, which the copy has not)")
+                    if not kept:
+                        continue
+                    v = ",".join(kept)
+            if lk == "jobsubmitplugins" and files is not None and "job_submit.lua" not in files:
+                # job_submit/lua loads job_submit.lua beside slurm.conf at start and is fatal without it ("Unable to
+                # stat", then "failed to initialize job_submit plugin": job_submit_lua.c init, 22.05-26.05); the
+                # copy has the site's script only when it was given (`conf validate` reads the config files)
+                plugins = [x for x in v.split(",") if x.strip().lower() not in ("lua", "job_submit/lua")]
+                if len(plugins) != len(v.split(",")):
+                    notes.append(f"left job_submit/lua out of {k} (no job_submit.lua given to judge)")
+                    if not plugins:
+                        continue
+                    v = ",".join(plugins)
             if lk in _SCRIPTS and not (os.access(v, os.X_OK) or os.access(os.path.join(root, v.lstrip("/")), os.X_OK)):
                 notes.append(f"dropped {k}={v} (not present on this host)")
                 continue
@@ -471,14 +547,18 @@ class RealParse:
     # deprecation and defunct notices: (kind, where the judge's release logs it, the line); never make it invalid
     notices: list[tuple[str, str, str]] = field(default_factory=list)
     release: str = ""  # the judge's release ("24.11"): what ``classify`` reads the lines by
+    by_slurmd: list[str] = field(default_factory=list)  # the lines slurmd -G logged (gres.conf), not slurmctld
 
 
 def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 30.0,
-               settle: float = SETTLE) -> RealParse:
+               settle: float = SETTLE, leave_out: frozenset[str] = frozenset(),
+               gres_view: list[str] | None = None) -> RealParse:
     """Start a real slurmctld of the target release (``find_judge``) on a copy of the files, under the first
     controller's name in private namespaces, and collect its error lines until ``settle`` seconds after it runs
     as the primary controller. Where that release's slurmctld does not read gres.conf (23.11+), ``slurmd -G``
-    of the same release judges it (``_gres_by_slurmd``)."""
+    of the same release judges it (``_gres_by_slurmd``). ``gres_view``: a list that gets what ``slurmd -G`` of the
+    release derives per node ("NODE: Gres Name=shard ... Count=24 ... File=/dev/nvidia0") where slurmd -G judges
+    gres.conf (23.11+; the 22.05 slurmd -G logs to the copy's SlurmdLogFile and knows no CgroupPlugin=disabled)."""
     target = version or cp.header_version(files.get("slurm.conf", ""))
     judge, why = find_judge(target)
     if judge is None:
@@ -492,10 +572,21 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
         etc = tmp / "etc"
         etc.mkdir()
         for name, body in files.items():
-            if "/" not in name:  # included files are inlined by rewrite_for_copy; never write outside the copy
-                (etc / name).write_text(body)
+            # slurm.conf's Includes are inlined by rewrite_for_copy; gres.conf's and cgroup.conf's are read by the
+            # daemons beside slurm.conf (read_config.c get_extra_conf_path: a relative name, subfolders too, as
+            # ParallelCluster's "include pcluster/slurm_parallelcluster_gpu_gres.conf"): a relative name goes into
+            # the copy; an absolute or upward one never writes outside it
+            parts = Path(name).parts
+            if name.startswith("/") or ".." in parts or not parts:
+                continue
+            (etc / name).parent.mkdir(parents=True, exist_ok=True)
+            lines = body.splitlines(keepends=True)
+            if any(w.startswith(f"{name}:") for w in leave_out):  # cgroup.conf:6 named fatal by the static check
+                lines = ["" if f"{name}:{i}" in leave_out else ln for i, ln in enumerate(lines, 1)]
+            (etc / name).write_text("".join(lines))
         try:
-            copy = rewrite_for_copy(files["slurm.conf"], tmp, inside, judge.root or "/", files, judge.release)
+            copy = rewrite_for_copy(files["slurm.conf"], tmp, inside, judge.root or "/", files, judge.release,
+                                    leave_out)
         except Exception as exc:  # a hostlist the copy cannot expand: slurmctld would refuse it too
             return RealParse(False, f"slurm.conf: {exc}", [str(exc)], judge=judge.describe())
         if not copy.primary:
@@ -517,8 +608,9 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
         res = _run_until_primary([*ns, "sh", "-c", script], timeout, settle)
         gres_note = ""
         if "gres.conf" in files and not slurmctld_reads_gres_conf(judge.release):
-            gres_errors, gres_note = _gres_by_slurmd(judge, files, tmp, ns, ip)
+            gres_errors, gres_note = _gres_by_slurmd(judge, files, tmp, ns, ip, gres_view)
             gres_errors = [e for e in gres_errors if e not in res.errors]  # slurm.conf's own, already reported
+            res.by_slurmd = list(gres_errors)
             if gres_errors:
                 res.errors += gres_errors
                 if res.ok is not False:
@@ -535,7 +627,8 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
     sort_lines(res, judge.release)
     res.message += f" as {copy.primary}"
     if res.expected:
-        res.message += f"; expected in the copy (no slurmdbd, no backup controller): {'; '.join(res.expected)}"
+        res.message += (f"; expected in the copy (no slurmdbd, no backup controller, a new state directory): "
+                        f"{'; '.join(res.expected)}")
     res.message += "".join(f"; {n}" for n in copy.notes)
     res.message += f"; judged by {res.judge}" + (f" and {gres_note}" if gres_note else "")
     return res
@@ -549,7 +642,9 @@ def sort_lines(res: RealParse, release: str) -> None:
         kind, where = classify(e, release)
         if kind == HOST:
             res.host_facts.append(e)
-        elif kind in (DEPRECATED, DEFUNCT, WARNING):
+        elif kind == COPY:
+            res.expected.append(e)
+        elif kind in (DEPRECATED, DEFUNCT, WARNING, ADVISORY):
             # slurmctld reads slurm.conf more than once at start (26.05 prefixes each line with its time)
             e = re.sub(r"^\[[^\]]*\]\s*", "", e)
             if (kind, where, e) not in res.notices:
@@ -637,7 +732,8 @@ GRES_NODE_NOISE = (
 GRES_NODES_MAX = 8
 
 
-def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[str], ip: str) -> tuple[list[str], str]:
+def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[str], ip: str,
+                    view: list[str] | None = None) -> tuple[list[str], str]:
     """gres.conf as ``slurmd -G -f COPY -N NODE`` of the judge's release reads it, for the first node of each
     NodeName line (an unknown key fails the whole file; File=/Cores= are checked for that node's lines).
     Its cgroup.conf is the site's with ``CgroupPlugin=disabled`` (cgroup.conf(5) 24.05+: "completely disable any
@@ -645,17 +741,23 @@ def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[
     the host's cgroups are none of its business. Every File= path gets a stand-in file on a private /dev
     (gres.c _my_stat() waits 20 s for a missing one, then fatal). -> (error lines, what judged)."""
     etc = tmp / "etc"  # slurmctld's copy, which has stopped: the same paths, so the same lines read the same
-    cgroup = [ln for ln in files.get("cgroup.conf", "").splitlines() if not re.match(r"\s*cgroupplugin\s*=", ln, re.I)]
+    # the copy's cgroup.conf (the site's less the lines the static check named fatal, real_parse ``leave_out``)
+    site_cgroup = (etc / "cgroup.conf").read_text() if (etc / "cgroup.conf").exists() else ""
+    cgroup = [ln for ln in site_cgroup.splitlines() if not re.match(r"\s*cgroupplugin\s*=", ln, re.I)]
     (etc / "cgroup.conf").write_text("\n".join([*cgroup, "CgroupPlugin=disabled"]) + "\n")
     devices: list[str] = []
-    for rec in cp.parse_records(files["gres.conf"], "gres.conf"):
+    # the File= of included gres.conf files too (ParallelCluster: gres.conf -> slurm_parallelcluster_gres.conf ->
+    # pcluster/*_gres.conf); a missing one costs slurmd 20 s and then is fatal (_my_stat)
+    for rec in cp.expand_includes(files["gres.conf"], "gres.conf", files, [], line_keys=cp.GRES_LINE_KEYS):
         for k, v in rec.pairs:
             if k.lower() in ("file", "files", "multiplefiles"):
                 devices += [f for f in cp.expand_files(v) if f not in devices]
     outside = [d for d in devices if not d.startswith("/dev/") or ".." in d]
     if outside:
         return [], f"gres.conf not judged by slurmd -G (File= outside /dev: {outside[0]})"
-    nodes = [hostlist.expand(rec.head, rec.where)[0] for rec in cp.parse_slurm_conf(files["slurm.conf"]).nodes
+    # the node lines an Include holds count too (ParallelCluster keeps every NodeName in included files)
+    nodes = [hostlist.expand(rec.head, rec.where)[0]
+             for rec in cp.parse_slurm_conf(files["slurm.conf"], files=files).nodes
              if rec.head.upper() != "DEFAULT"][:GRES_NODES_MAX]
     errors: list[str] = []
     for node in nodes:
@@ -663,8 +765,14 @@ def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[
         exe = "/usr/sbin/slurmd" if judge.root else judge.path("slurmd")
         script = _script(judge, tmp, ip, node, [exe, "-G", "-f", conf, "-N", node], devices)
         res = run([*ns, "sh", "-c", script], timeout=30, check=False, die_with_parent=True)
+        no_gpu = False
         for line in (res.stdout + res.stderr).splitlines():
             line = line.strip()
+            no_gpu = no_gpu or "System GPU detection failed" in line
+            if no_gpu and SHARED_MERGE.search(line):
+                line = NO_GPU_HERE + line.removeprefix("slurmd: ")
+            if view is not None and "Gres Name=" in line:  # slurmd.c print_gres: one line per derived record
+                view.append(f"{node}: {line[line.index('Gres Name='):]}")
             if re.search(r"\b(error|fatal):", line) and not any(n.search(line) for n in GRES_NODE_NOISE):
                 line = line.removeprefix("slurmd: ")
                 if line not in errors:
@@ -711,16 +819,61 @@ def _run_until_primary(argv: list[str], timeout: float, settle: float = SETTLE) 
                      expected)
 
 
+# a static finding that names a setting line Slurm stops at: "slurm.conf:12: Slurm 24.11 has no slurm.conf key X
+# (... unrecognized key: fatal)", "slurm.conf:7: SelectType=select/cons_res is not available in Slurm 24.11"
+_STATIC_FATAL = re.compile(r"^(?P<where>[^\s:]+:\d+): .*(fatal|unrecognized key|is not available in Slurm)")
+
+
+def locate(line: str, files: Mapping[str, str]) -> str:
+    """The ``file:line`` of the site's setting a real-parse line names by its key ("Use of FrontendName in slurm.conf
+    ...", "Parsing error at unrecognized key: ConstrainKmemSpace", "Cannot use AutoDetect on cloud/dynamic node"),
+    looked up in slurm.conf, gres.conf and cgroup.conf with their Includes, or "" when it names none. The first line
+    with that key wins (the daemons read one value). Line keys (NodeName, PartitionName, Name ...) name no setting."""
+    low = line.lower()
+    skip = {"nodename", "partitionname", "nodeset", "downnodes", "frontendname", "name", "switchname", "blockname"}
+    for name, keys in (("slurm.conf", cp.LINE_KEYS), ("gres.conf", cp.GRES_LINE_KEYS), ("cgroup.conf", cp.LINE_KEYS)):
+        if name not in files:
+            continue
+        try:
+            recs = cp.expand_includes(files[name], name, files, [], line_keys=keys)
+        except Exception:  # a hostlist the parse cannot read is named by the static check
+            continue
+        for rec in recs:
+            key = rec.pairs[0][0].lower() if rec.pairs else ""
+            if key in skip and not (key == "frontendname" and "frontendname" in low):
+                continue
+            if key and re.search(rf"(?<![\w/]){re.escape(key)}(?![\w])", low):
+                return rec.where
+    return ""
+
+
 def validate(files: Mapping[str, str], version: str | None = None, real: bool = True) -> Report:
-    """Static checks, then (when they pass and ``real``) the real slurmctld parse."""
+    """Static checks, then the real slurmctld parse -- also when the static checks fail (issue 33 item 5): the copy
+    leaves out the setting lines the static check names as fatal, so one run lists every blocker, each real-parse
+    finding with the ``file:line`` of the setting it names."""
     rep = static_check(files, version)
-    if real and not rep.errors:
-        rp = real_parse(files, version)
-        rep.real, rep.real_ok = rp.message, rp.ok
-        rep.errors += [f"slurmctld ({classify(e, rp.release)[0]}): {e}" for e in rp.errors]
-        rep.warnings += [f"not checkable here (a fact of this host, not of the config): slurmctld: {e}" for e in rp.host_facts]
-        rep.warnings += [f"{kind} in Slurm {rp.release} ({where}), not a finding: slurmctld: {e}"
-                         for kind, where, e in rp.notices]
-    elif real:
-        rep.real = "real parse not run: static checks failed"
+    if not real:
+        return rep
+    leave_out = frozenset(m.group("where") for e in rep.errors if (m := _STATIC_FATAL.match(e)))
+    rp = real_parse(files, version, leave_out=leave_out)
+    rep.real, rep.real_ok = rp.message, rp.ok
+    if rep.errors:
+        rep.real = f"run although the static checks failed: {rp.message}"
+
+    def at(e: str) -> str:
+        where = locate(e, files)
+        return f"{where}: " if where else ""
+
+    def who(e: str) -> str:
+        return "slurmd -G" if e in rp.by_slurmd else "slurmctld"
+
+    seen: set[tuple[str, str]] = set()  # slurmctld reads slurm.conf twice at start, slurmd -G runs once per node
+    for e in rp.errors:
+        key = (who(e), re.sub(r"^\[[^\]]*\]\s*", "", e))
+        if key not in seen:
+            seen.add(key)
+            rep.errors.append(f"{at(e)}{who(e)} ({classify(e, rp.release)[0]}): {e}")
+    rep.warnings += [f"not checkable here (a fact of this host, not of the config): {who(e)}: {e}" for e in rp.host_facts]
+    rep.warnings += [f"{at(e)}{kind} in Slurm {rp.release} ({where}), not a finding: {who(e)}: {e}"
+                     for kind, where, e in rp.notices]
     return rep

@@ -366,22 +366,31 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
     for h, sh in shape_of.items():
         by_shape.setdefault(sh, []).append(h)
     shape_sets = [frozenset(by_shape.get(sh, ())) for sh in range(len(shapes))]
+    auto_off: set[str] = set()  # nodes whose node-local AutoDetect line turns detection off
+    global_where = ""
     for rec in cp.expand_includes(text, "gres.conf", files, rep.errors, line_keys=cp.GRES_LINE_KEYS):
         d = {k.lower(): v for k, v in rec.pairs}
-        if feats and "autodetect" in d and d["autodetect"].lower() == "full" and not feats.gres_autodetect_full:
-            # gres.c _handle_autodetect_flags() before 26.05: "unknown autodetect flag" and no detection
-            err(f"{rec.where}: AutoDetect=full is a value from Slurm 26.05; slurmd {feats.version} logs 'unknown "
-                "autodetect flag' and detects nothing")
+        if "autodetect" in d:
+            mode, since = autodetect_mode(d["autodetect"], feats.version if feats else None)
+            if mode is None:
+                # gres.c _handle_autodetect_flags(): "unknown autodetect flag '%s'" and no flag set, so slurmd
+                # detects nothing (22.05 src/common/gres.c:1173; 24.11 src/interfaces/gres.c:1281; 26.05 :1377)
+                err(f"{rec.where}: AutoDetect={d['autodetect']}"
+                    + (f" is a value from Slurm {since}" if since else " is no autodetect mode")
+                    + f"; slurmd {feats.version if feats else ''} logs 'unknown autodetect flag' and detects nothing")
+            d["autodetect"] = mode or "off"
         if feats and "env_uuid" in d.get("flags", "").lower() and not feats.gres_env_uuid:
             # gres_flags_parse() before 26.05 matches known words only
             rep.warnings.append(f"{rec.where}: Flags=env_uuid is a flag from Slurm 26.05; slurmd {feats.version} "
                                 "ignores it (CUDA_VISIBLE_DEVICES stays indexes)")
         if rec.kind == "autodetect" and len(rec.pairs) == 1:
-            global_auto = rec.head.lower()
+            global_auto = d["autodetect"]
+            global_where = rec.where
             continue
         if "name" not in d:
             if "autodetect" in d and "nodename" in d:
-                auto_nodes.update(hosts(d["nodename"], rec.where))
+                # a node-local AutoDetect overrides the global one for its nodes (gres.conf(5) AutoDetect)
+                (auto_off if d["autodetect"] == "off" else auto_nodes).update(hosts(d["nodename"], rec.where))
                 continue
             err(f"{rec.where}: gres.conf line without Name=")
             continue
@@ -401,6 +410,8 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
             nset = nset & all_set
         if d.get("autodetect", global_auto) != "off":
             auto_nodes.update(nodes)
+        elif "autodetect" in d and spec is not None:
+            auto_off.update(nodes)
         name, gtype = d["name"], d.get("type", "")
         try:
             for fk, fkey in (("file", "File"), ("files", "Files"), ("multiplefiles", "MultipleFiles")):
@@ -467,6 +478,25 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
     def managed(key: tuple[str, str]) -> bool:
         return gres_types is None or key[0] in gres_types
 
+    cloud = [h for sh in shapes if (sh["rec"].get("State") or "").upper().startswith("CLOUD")
+             for h in hosts(sh["rec"].head, sh["rec"].where)]
+    if global_auto != "off" and cloud:
+        # gres.conf(5) AutoDetect (22.05-26.05): "AutoDetect cannot be used with cloud nodes". slurmctld loads gres.conf
+        # for its cloud nodes and tests the global AutoDetect there: 22.05 fatal("Cannot use AutoDetect on cloud node
+        # \"%s\"") (src/common/gres.c:2336 gres_g_node_config_load); 24.11 and 26.05 error("Cannot use AutoDetect on
+        # cloud/dynamic node \"%s\"") and ESLURM_UNSUPPORTED_GRES (src/interfaces/gres.c:2771, :2932): the node gets
+        # no GRES from gres.conf. Magic Castle dropped its AutoDetect=nvml for this ("As of Slurm 22, NVML
+        # autodetect is not compatible with cloud compute", puppet-magic_castle c2a540c2)
+        ver = feats.version if feats else ""
+        effect = ("fatal to slurmctld" if ver and version_key(ver) < (23, 11) else
+                  "slurmctld refuses gres.conf for each (ESLURM_UNSUPPORTED_GRES), so they get no GRES from it")
+        err(f"{global_where}: AutoDetect={global_auto} with State=CLOUD nodes {_fold(cloud)}: 'Cannot use AutoDetect "
+            f"on cloud node' ({effect}{f' in Slurm {ver}' if ver else ''}); give their GPUs File= lines instead")
+    if global_auto != "off":
+        # a global AutoDetect line detects the GPUs of every node that has no node-local AutoDetect=off, with or
+        # without a Name= line (gres.conf(5) AutoDetect, 22.05-26.05: "on a line by itself, in which case it will
+        # globally apply"; "Node-specific AutoDetects will trump the global AutoDetect")
+        auto_nodes.update(h for h in shape_of if h not in auto_off)
     findings: dict[str, list[str]] = {}
     for s, keys, auto, group in _gres_groups(shapes, shape_of, shape_sets, members, auto_nodes):
         want = {k: n for k, n in shapes[s]["gres"].items() if managed(k)}
@@ -479,7 +509,11 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
                     have[nt] = have.get(nt, 0) + c
         if auto and not have:
             continue  # detection provides the devices; nothing explicit to compare
-        msg = _gres_mismatch(want, have)
+        derived, problem = slurmd_derived(want, have, auto)
+        if problem:
+            findings.setdefault(problem, []).extend(group)
+            continue
+        msg = _gres_mismatch(want, derived)
         if msg:
             findings.setdefault(msg, []).extend(group)
     if findings:
@@ -530,6 +564,60 @@ def _gres_groups(shapes: list[dict], shape_of: dict[str, int], shape_sets: list[
     for h, sh in shape_of.items():
         groups.setdefault((sh, per_host.get(h, ()), h in auto_nodes), []).append(h)
     return [(sh, ks, auto, hs) for (sh, ks, auto), hs in groups.items()]
+
+
+# gres.conf AutoDetect values per release: _handle_autodetect_flags() tests them in this order with xstrcasestr (a
+# substring, any case), "off" with xstrcasecmp; anything else is "unknown autodetect flag". 22.05 src/common/gres.c
+# :1163-1173 (nvml, rsmi, oneapi); 23.11 src/interfaces/gres.c:1204 adds nrt; 24.11 src/interfaces/gres.c:1276 adds
+# nvidia (not at slurm-24-05-8-1); 26.05 src/interfaces/gres.c:1362 tests full first.
+_AUTODETECT = (("full", "26.05"), ("nvml", "22.05"), ("rsmi", "22.05"), ("oneapi", "22.05"), ("nrt", "23.11"),
+               ("nvidia", "24.11"))
+SHARED_GRES = ("shard", "mps")  # gres_c_s.c: the GRES shared out over the GPUs ("sharing": gpu)
+
+
+def autodetect_mode(value: str, version: str | None) -> tuple[str | None, str]:
+    """(the mode slurmd ``version`` reads ``AutoDetect=value`` as: a flag, "off", or None for unknown (it then
+    detects nothing), the release a flag it lacks comes from). Unknown ``version``: the newest release's reading."""
+    low = value.strip().lower()
+    for flag, since in _AUTODETECT:
+        if flag in low:
+            if version and version_key(version) < version_key(since):
+                continue  # this release does not test for it; a later flag in the order may still match
+            return flag, ""
+    if low == "off":
+        return "off", ""
+    since = next((s_ for f, s_ in _AUTODETECT if f in low), "")
+    return None, since
+
+
+def slurmd_derived(want: dict[tuple[str, str], int], have: dict[tuple[str, str], int],
+                   auto: bool) -> tuple[dict[tuple[str, str], int], str]:
+    """What slurmd of 22.05-26.05 registers for a node, from its slurm.conf Gres= (``want``) and its explicit
+    gres.conf lines (``have``), with ``auto`` when a GPU AutoDetect mode is on there -> (counts, problem).
+
+    - GPUs on an autodetecting node with no explicit gpu line: detected on the node, so slurm.conf's count is all
+      this host can know (gpu_p_get_system_gpu_list of the mode's plugin, merged in gres.c _merge_system_gres_conf).
+    - shard/mps given in slurm.conf with no gres.conf line of that name: gres.c _merge_gres2() adds slurm.conf's
+      leftover count as one file-less record ("There are leftover GRES specified in this slurm.conf record",
+      22.05 src/common/gres.c:1956, 24.11 src/interfaces/gres.c:2205, 26.05 :2371), and gres_c_s.c _merge_lists()
+      spreads a file-less shared count evenly over the node's GPU records ("If gres/shared has Count, but no File
+      specification, then evenly distribute", src/plugins/gres/common/gres_c_s.c:123-130 _distribute_count at
+      slurm-22-05-8-1, slurm-24-11-5-1 and slurm-26-05-3-1; gres.shtml Sharding case 1 "No Shard configuration":
+      Gres=gpu:2,shard:64 gives 32 per GPU). With no GPU at all it is "SHARED specified without any SHARING
+      found" (gres_c_s.c _merge_lists) and the node has none."""
+    derived = dict(have)
+    names = {n for n, _t in have}
+    gpus = sum(c for (n, _t), c in want.items() if n == "gpu") if auto and "gpu" not in names else 0
+    if gpus:
+        derived.update({k: c for k, c in want.items() if k[0] == "gpu"})
+    ngpu = sum(c for (n, _t), c in derived.items() if n == "gpu")
+    for (n, t), c in want.items():
+        if n in SHARED_GRES and n not in names:
+            if not ngpu and not auto:
+                return derived, (f"{n}: slurm.conf says {c} but the node has no GPU to share them out (slurmd: "
+                                 "'SHARED specified without any SHARING found', gres_c_s.c)")
+            derived[(n, t)] = c
+    return derived, ""
 
 
 def _gres_mismatch(want: dict[tuple[str, str], int], have: dict[tuple[str, str], int]) -> str:

@@ -161,6 +161,31 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
                   ["dynamic nodes on Slurm 22.05 need TreeWidth=65533"]),
         **{r: ([], []) for r in ("24.11", "26.05")},
     },
+    # ParallelCluster's stock head-node config (aws-parallelcluster-cookbook, Apache-2.0): Include chains in all three
+    # files, State=CLOUD nodes in NodeSets, typed GPU lines. Valid on every release; its UnkillableStepTimeout=180
+    # with MessageTimeout=60 is advice from 24.05 on (read_config.c error_in_daemon, no fatal) -- only the real parse
+    # logs it (test_parallelcluster_stock_runs_as_primary_with_its_advisory)
+    "parallelcluster-stock": {r: ([], []) for r in ("22.05", "24.11", "26.05")},
+    # Magic Castle (MIT): Gres=gpu:4,shard:96 with four File= GPUs and no Name=shard line -- slurmd spreads the 96,
+    # 24 per GPU (gres_c_s.c _merge_lists / _distribute_count, 22.05-26.05; validate.slurmd_derived), so no finding.
+    # auth/slurm and cred/slurm are 24.05+ plugins (src/plugins/auth and src/plugins/cred at slurm-22-05-8-1: munge,
+    # none, jwt)
+    "magic-castle-shard": {
+        "22.05": (["AuthType=auth/slurm: Slurm 22.05 has no auth plugin 'slurm'",
+                   "CredType=cred/slurm: Slurm 22.05 has no cred plugin 'slurm'"], []),
+        **{r: ([], []) for r in ("24.11", "26.05")},
+    },
+    # Magic Castle of 2022: every node State=CLOUD and a global AutoDetect=nvml with no Name= line. The GPU count
+    # comes from the node (no "slurm.conf says 4, gres.conf gives 0"), but AutoDetect on cloud nodes is refused by
+    # slurmctld (gres.conf(5); fatal in 22.05 src/common/gres.c:2336, an error and no GRES from gres.conf in 24.11
+    # src/interfaces/gres.c:2771 and 26.05 :2932). ConstrainKmemSpace is gone from 23.11 (cgroup.c options),
+    # CgroupAutomount defunct (_defunct_option)
+    "magic-castle-2022-nvml": {
+        "22.05": (["gres.conf:6: AutoDetect=nvml with State=CLOUD nodes gpu1,node1"], []),
+        **{r: (["cgroup.conf:6: Slurm " + r + " has no cgroup.conf key ConstrainKmemSpace (removed in 23.11)",
+                "gres.conf:6: AutoDetect=nvml with State=CLOUD nodes gpu1,node1"],
+               [f"CgroupAutomount is defunct in Slurm {r}"]) for r in ("24.11", "26.05")},
+    },
     "slurm-test7.17.4-gres": {
         r: (["no PartitionName line: slurmctld 22.05 exits"] if r == "22.05" else [], []) for r in ("22.05", "24.11", "26.05")
     },
@@ -204,22 +229,134 @@ def test_schedmd_example_passes_the_real_parse_with_host_facts_as_notes() -> Non
         assert any("not checkable here" in w and "MailProg" in w for w in rep.warnings), rep.warnings
 
 
+# name -> release -> what the real parse adds to the static findings (issue 33 item 5: it runs also when the static
+# check fails, on a copy without the lines that check names fatal): substrings, one per finding, nothing else. Most
+# confirm a static finding from the daemon's side (the same blocker, in its words); none is left unclassified.
+EXPECTED_REAL: dict[str, dict[str, list[str]]] = {
+    # dynamic nodes with the 22.05 default select/linear: read_config.c _validate_and_set_defaults (slurm-22-05-8-1)
+    # error("MaxNodeCount only compatible with cons_tres") -> "Unable to process configuration file"
+    "slinky-helm-dynamic": {"22.05": ["slurm.conf:15: slurmctld (refused): error: MaxNodeCount only compatible with cons_tres",
+                                      "slurmctld (fatal): fatal: Unable to process configuration file"]},
+    # no PartitionName line, fatal until 23.02.6 (read_config.c:887 at slurm-22-05-8-1)
+    **{n: {"22.05": ["slurmctld (fatal): fatal: No PartitionName information available!"]}
+       for n in ("slurm-test7.17.1-gres", "slurm-test7.17.4-gres")},
+    # a partition naming an undefined node (read_config.c:403 at 22.05, :368 at 24.11)
+    "stanford-power9": {r: ['lookup failure for node "power9-compute-1"', "fatal: Invalid node names in partition main"]
+                        for r in ("22.05", "24.11", "26.05")},
+    # JobAcctGatherParams=UsePSS with jobacct_gather/cgroup (refused by 24.11 and 26.05 slurmctld and slurmd, not by
+    # 22.05) and AutoDetect on cloud nodes (src/interfaces/gres.c:2771 at 24.11, :2932 at 26.05); 26.05's slurmd -G
+    # logs its UsePSS line with its own time stamp
+    "magic-castle-2022-nvml": {
+        "24.11": ["/etc/slurm/slurm-consul.conf:12: slurmctld (refused): error: JobAcctGatherParams UsePSS",
+                  'gres.conf:6: slurmctld (refused): error: Cannot use AutoDetect on cloud/dynamic node "gpu1"',
+                  'gres.conf:6: slurmctld (refused): error: Cannot use AutoDetect on cloud/dynamic node "node1"'],
+        "26.05": ["/etc/slurm/slurm-consul.conf:12: slurmctld (refused): [",
+                  'Cannot use AutoDetect on cloud/dynamic node "gpu1"', 'Cannot use AutoDetect on cloud/dynamic node "node1"',
+                  "/etc/slurm/slurm-consul.conf:12: slurmd -G (refused): ["],
+    },
+}
+
+
 @pytest.mark.lab
 @needs(bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), "needs Debian's slurmctld")
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_corpus_configs_without_errors_pass_the_real_parse(name: str) -> None:
-    """Every corpus config the static check finds no error in is accepted by the release's own slurmctld (and, from
-    23.11, its slurmd -G for gres.conf), with no error line left unclassified. Costs one slurmctld start of well
-    under a second per config (no lab). The lines it logs that are no finding: 22.05's "WARNING: switches lack
-    access to 1 nodes" for slurm-test133.1-topology (topology_tree.c:447) and "default partition not set" for a
-    site without partitions (slurm-test7.17.4-gres on 24.11, read_config.c:1547)."""
+def test_corpus_configs_real_parse_names_exactly_the_expected_findings(name: str) -> None:
+    """Every corpus config is judged by the release's own slurmctld (and, from 23.11, its slurmd -G for gres.conf),
+    static errors or not, with no error line left unclassified: a config with no expected finding is accepted, the
+    others get exactly EXPECTED_REAL's lines after the static ones. Costs one slurmctld start of well under a second
+    per config (no lab). The lines it logs that are no finding: 22.05's "WARNING: switches lack access to 1 nodes"
+    for slurm-test133.1-topology (topology_tree.c:447) and "default partition not set" for a site without partitions
+    (slurm-test7.17.4-gres on 24.11, read_config.c:1547)."""
     from slurmkit.backend.realparse import validate
 
     release = release_under_test()
-    if release not in EXPECTED[name] or EXPECTED[name][release][0]:
-        pytest.skip(f"{name}: the static check names errors for {release} (or no expectation), so no real parse")
+    if release not in EXPECTED[name]:
+        pytest.skip(f"{name}: no expectation for {release}")
     files, _notes, _d = read_site(CORPUS / name)
     rep = validate(files, release)
     if rep.real_ok is None:
         pytest.skip(rep.real)
+    static = EXPECTED[name][release][0]
+    real = rep.errors[len(static):]
+    want = EXPECTED_REAL.get(name, {}).get(release, [])
+    assert len(real) == len(want), (rep.real, real)
+    for w, e in zip(want, real, strict=True):
+        assert w in e, (w, e)
+    assert rep.real_ok is (not want), rep.real
+
+
+def _real(name: str):  # the real parse of a corpus config for the release under test, or skip without a judge
+    from slurmkit.backend.realparse import validate
+
+    release = release_under_test()
+    files, _notes, _d = read_site(CORPUS / name)
+    rep = validate(files, release)
+    if rep.real_ok is None:
+        pytest.skip(rep.real)
+    return release, files, rep
+
+
+@pytest.mark.lab
+@needs(bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), "needs Debian's slurmctld")
+def test_shard_count_given_only_in_slurm_conf_is_spread_by_the_real_slurmd() -> None:
+    """Issue 33 item 3: magic-castle-shard's Gres=gpu:4,shard:96 with no Name=shard line is accepted by the real
+    daemons of the release, and from 23.11 its slurmd -G (which judges gres.conf there) derives 24 shards on each of
+    the four GPUs -- what validate.slurmd_derived models from gres_c_s.c."""
+    from slurmkit.backend.realparse import real_parse
+
+    release, files, rep = _real("magic-castle-shard")
+    assert rep.real_ok is True, rep.real
+    assert not any("shard" in e for e in rep.errors), rep.errors
+    assert len(rep.errors) == len(EXPECTED["magic-castle-shard"][release][0]), rep.errors  # the static ones only
+    if release == "22.05":
+        return  # slurmctld 22.05 reads gres.conf itself (it accepted it above); its slurmd -G is not run
+    view: list[str] = []
+    rp = real_parse(files, release, gres_view=view)
+    assert rp.ok is True, rp.message
+    shards = [v for v in view if v.startswith("gpu1: Gres Name=shard")]
+    assert len(shards) == 4, view
+    for i, line in enumerate(shards):
+        assert "Count=24 " in line and f"File=/dev/nvidia{i} " in line, line
+
+
+@pytest.mark.lab
+@needs(bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), "needs Debian's slurmctld")
+def test_parallelcluster_stock_runs_as_primary_with_its_advisory() -> None:
+    """Issue 33 item 4: ParallelCluster's stock config runs as primary on every release. From 24.05 slurmctld logs
+    "UnkillableStepTimeout must be at least 5 times greater than MessageTimeout" (read_config.c error_in_daemon, no
+    fatal): a warning naming slurm.conf:45; the copy's own empty state dir ("NOTE: Trying backup partition state save
+    file", partition_mgr.c) is no finding."""
+    release, _files, rep = _real("parallelcluster-stock")
     assert rep.errors == [] and rep.real_ok is True, (rep.real, rep.errors)
+    advice = [w for w in rep.warnings if "UnkillableStepTimeout must be at least 5 times" in w]
+    if release == "22.05":
+        assert advice == [], rep.warnings  # 22.05 has no such check (read_config.c at slurm-22-05-8-1)
+    else:
+        assert advice and all(w.startswith(f"slurm.conf:45: advisory in Slurm {release} (src/common/read_config.c:")
+                              for w in advice), rep.warnings
+    assert not any("Trying backup" in w for w in rep.warnings + rep.errors)
+
+
+@pytest.mark.lab
+@needs(bool(shutil.which("slurmctld") or Path("/usr/sbin/slurmctld").exists()), "needs Debian's slurmctld")
+def test_every_blocker_of_a_site_is_named_in_one_run() -> None:
+    """Issue 33 item 5: magic-castle-2022-nvml fails the static check, and the real parse runs anyway on a copy
+    without the lines the static check names as fatal, so the real daemons' own findings come in the same run,
+    each with the file:line of the setting it names. 24.11 and 26.05 refuse JobAcctGatherParams=UsePSS with
+    jobacct_gather/cgroup (no static rule knows it) and the AutoDetect on cloud nodes; on 22.05 the copy without
+    the AutoDetect line (fatal there) runs as primary: nothing else blocks."""
+    release, _files, rep = _real("magic-castle-2022-nvml")
+    assert rep.real.startswith("run although the static checks failed"), rep.real
+    static = EXPECTED["magic-castle-2022-nvml"][release][0]
+    for want in static:
+        assert any(e.startswith(want) for e in rep.errors), (want, rep.errors)
+    real = rep.errors[len(static):]
+    if release == "22.05":
+        assert real == [] and rep.real_ok is True, (rep.real, rep.errors)
+        assert "left gres.conf:6" not in rep.real  # a gres.conf line is left out by the file copy, not the rewrite
+        return
+    assert any(e.startswith("/etc/slurm/slurm-consul.conf:12: slurmctld (refused): ") and "UsePSS" in e
+               for e in real), real
+    assert any(e.startswith('gres.conf:6: slurmctld (refused): ') and 'AutoDetect on cloud/dynamic node "gpu1"' in e
+               for e in real), real
+    assert not any("ConstrainKmemSpace" in e for e in real), real  # left out of the copy: named once, statically

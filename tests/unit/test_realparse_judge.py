@@ -157,7 +157,7 @@ def test_validate_reports_each_real_parse_line_with_its_class(monkeypatch: pytes
     lines = ["error: Ignoring obsolete FastSchedule=1 option. Please remove from your configuration.",
              "error: Invalid HealthCheckNodeState value BOGUS ignored"]
 
-    def fake(files, version=None):  # type: ignore[no-untyped-def]
+    def fake(files, version=None, **_kw):  # type: ignore[no-untyped-def]
         rp = v.RealParse(False, "slurmctld logged 2 error line(s): x", list(lines), 0.1, release="22.05")
         v.sort_lines(rp, "22.05")
         return rp
