@@ -283,11 +283,11 @@ def remote_args(args: list[str], script_rel: str) -> list[str]:
     i, replaced = 0, False
     while i < len(args):
         a = args[i]
-        if a == "--" or replaced:
+        if a == "--":
             out += args[i:]
             break
         name = a.split("=", 1)[0]
-        if name in REMOTE_VALUE_OPTS:
+        if name in REMOTE_VALUE_OPTS:  # before or after SCRIPT: click takes options anywhere before --
             i += 1 if "=" in a else 2
             continue
         if a.startswith("-") and a != "-":
@@ -295,9 +295,11 @@ def remote_args(args: list[str], script_rel: str) -> list[str]:
             if a in takes_value:  # the value is the next argument
                 out += args[i + 1:i + 2]
                 i += 1
-        else:
+        elif not replaced:
             out.append(script_rel)
             replaced = True
+        else:
+            out.append(a)  # a script argument before --
         i += 1
     return out
 
@@ -331,7 +333,7 @@ def _remote_submit(args: list[str], script: str, name: str | None, remote, remot
         import gc
 
         gc.enable()
-        rc = rmt.follow_logs(remote, res.job_id, sys.stdout.buffer)
+        rc = rmt.follow_logs(remote, res.job_id, sys.stdout)
         sys.exit(rc)
 
 
@@ -390,10 +392,9 @@ def logs_cmd(job_id: str, follow_: bool, remote: str | None, ssh_config: str | N
 
             r = _remote(remote, ssh_config, ssh_options, remote_gpusub)
             if follow_:  # reconnects after a lost connection and goes on where it was
-                sys.exit(follow_logs(r, job_id, sys.stdout.buffer))
+                sys.exit(follow_logs(r, job_id, sys.stdout))
             proc = r.call(r.gpusub_cmd(["logs", job_id]), what="logs")
-            sys.stdout.buffer.write(proc.stdout)  # the job's own log, as `gpusub logs` prints it on the cluster
-            sys.stdout.flush()
+            _echo_remote(proc.stdout)  # the job's own log, as `gpusub logs` prints it there, control characters out
             _echo_remote(proc.stderr, err=True)
             sys.exit(proc.returncode)
         from slurmkit.jobs.monitor import find_run_dir, print_logs

@@ -26,7 +26,8 @@ the run dir; the submission starts only in the call whose ``mkdir .submit`` succ
 ``gpusub --remote-token TOKEN`` of the same run) waits for ``submit.rc`` and reads the same job id. A tree is never
 re-shipped into a run that was submitted.
 
-Nothing the remote side sends is trusted here: its output is printed with control characters replaced (a remote
+Nothing the remote side sends is trusted here: its output (logs included) is printed with control characters
+replaced (a remote
 account could otherwise drive the local terminal), a job id is accepted only as digits, and no remote path is ever
 opened locally.
 """
@@ -86,8 +87,9 @@ class Target:
 
 
 def clean(text: str) -> str:
-    """Remote text for the local terminal: control characters (ESC, CR, BEL...) but newline and tab become '?'."""
-    return re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", "?", text)
+    """Remote text for the local terminal: control characters but newline, tab and carriage return (a progress bar's)
+    become '?' -- ESC above all, whose sequences can retitle, remap or answer back through the terminal."""
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x9b]", "?", text)
 
 
 def _state_dir(environ: Mapping[str, str]) -> Path:
@@ -445,11 +447,10 @@ def submit(remote: Remote, tree: Tree, gpusub_args: Sequence[str], token: str, r
     """Ship the tree (unless this token's run was submitted) and run the cluster's gpusub once for it."""
     run_dir = f"{remote_dir.rstrip('/')}/{token}"
     abs_dir, already = ship(remote, tree, run_dir)
-    if already:  # `cd` of the relative run dir: the absolute path, printed by the submit script's own shell
-        abs_dir = run_dir
-    probe = remote.call(_sh('cd "$1" && pwd', run_dir), what="finding the run dir")
-    if probe.returncode == 0 and probe.stdout.strip():
-        abs_dir = probe.stdout.decode(errors="replace").strip().splitlines()[-1]
+    if already:  # submitted before: the run dir's absolute path, as the cluster's shell has it
+        probe = remote.call(_sh('cd "$1" && pwd', run_dir), what="finding the run dir")
+        lines = probe.stdout.decode(errors="replace").strip().splitlines()
+        abs_dir = lines[-1] if probe.returncode == 0 and lines else run_dir
     args = ["--run-dir", f"{abs_dir}/run", *gpusub_args]
     proc = remote.call(_sh(_SUBMIT, abs_dir, tree.cwd_rel, *shlex.split(remote.gpusub), *args),
                        what="the submission")
@@ -459,29 +460,17 @@ def submit(remote: Remote, tree: Tree, gpusub_args: Sequence[str], token: str, r
                      stdout=out, stderr=err, already=already)
 
 
-def follow_logs(remote: Remote, job_id: str, out: IO[bytes]) -> int:
-    """``gpusub logs -f JOB`` on the cluster, to ``out``; after a lost connection it runs again and skips what was
-    already written (the logs only grow). -> its exit code (the job's, as ``gpusub --follow``)."""
-    seen = 0
+def follow_logs(remote: Remote, job_id: str, out: IO[str]) -> int:
+    """``gpusub logs -f JOB`` on the cluster, to ``out`` (``clean``ed); after a lost connection it runs again and
+    skips what was already written (the logs only grow). -> its exit code (the job's, as ``gpusub --follow``)."""
+    import codecs
 
-    class _Skip:
-        def __init__(self) -> None:
-            self.pos = 0
-
-        def write(self, b: bytes) -> int:
-            nonlocal seen
-            start = max(0, seen - self.pos)
-            self.pos += len(b)
-            if start < len(b):
-                out.write(b[start:])
-                out.flush()
-                seen += len(b) - start
-            return len(b)
-
+    seen = 0  # bytes of the remote stream already written
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     delay = 1.0
     for attempt in range(remote.retries + 1):
         remote._master()
-        skip = _Skip()
+        pos = 0
         with tempfile.TemporaryFile() as errf:  # a file, not a pipe: nothing blocks while stdout is read
             proc = subprocess.Popen(remote.argv(remote.gpusub_cmd(["logs", "-f", job_id])), env=remote.environ,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errf)
@@ -491,12 +480,18 @@ def follow_logs(remote: Remote, job_id: str, out: IO[bytes]) -> int:
                 chunk = os.read(pipe.fileno(), 65536)
                 if not chunk:
                     break
-                skip.write(chunk)
+                start = max(0, seen - pos)
+                pos += len(chunk)
+                if start < len(chunk):
+                    out.write(clean(decoder.decode(chunk[start:])))
+                    out.flush()
+                    seen += len(chunk) - start
             rc = proc.wait()
             pipe.close()
             errf.seek(0)
             err = errf.read().decode(errors="replace")
         if rc != SSH_FAILED:
+            out.write(clean(decoder.decode(b"", final=True)))
             if err:
                 remote.err.write(clean(err))
             return rc
@@ -514,3 +509,54 @@ def run_in_tree(remote: Remote, run_dir: str, cwd_rel: str, gpusub_args: Sequenc
     """The cluster's gpusub in the shipped tree, directly (a --dry-run: nothing is submitted, nothing to guard)."""
     script = 'd=$1; rel=$2; shift 2; cd "$d/tree/$rel" || exit 2; "$@"; rc=$?; [ $rc -eq 255 ] && rc=254; exit $rc'
     return remote.call(_sh(script, run_dir, cwd_rel, *shlex.split(remote.gpusub), *gpusub_args), what="gpusub")
+
+
+@dataclass
+class RemoteJob:
+    """A handle on a job submitted through ``Remote`` (``gpusub --remote`` or ``submit_script``): what launch's
+    ``Job`` offers, each call one ssh call to the cluster's gpusub (reconnecting after a lost connection)."""
+
+    remote: Remote
+    job_id: str
+    run_root: str = ""  # the per-run dir on the cluster
+
+    def status(self):  # type: ignore[no-untyped-def]
+        rows = self.remote.status([self.job_id])
+        return job_status(rows[0] if rows else {"job_id": self.job_id, "state": "UNKNOWN", "source": "unknown"})
+
+    @property
+    def state(self) -> str:
+        return str(self.status().state)
+
+    def wait(self):  # type: ignore[no-untyped-def]
+        """Until the job has finished; -> its last JobStatus (``exit_status`` of it is what ``gpusub wait`` exits
+        with)."""
+        return job_status(self.remote.wait(self.job_id))
+
+    def logs(self) -> str:
+        proc = self.remote.call(self.remote.gpusub_cmd(["logs", self.job_id]), what="logs")
+        if proc.returncode != 0:
+            raise RemoteError(f"ssh {self.remote.target}: gpusub logs {self.job_id}: "
+                              f"{clean(proc.stderr.decode(errors='replace').strip()) or f'exit {proc.returncode}'}")
+        return clean(proc.stdout.decode(errors="replace"))
+
+    def cancel(self, signal: str | None = None) -> None:
+        args = ["cancel", *(["--signal", signal] if signal else []), self.job_id]
+        proc = self.remote.call(self.remote.gpusub_cmd(args), what="cancel")
+        if proc.returncode != 0:
+            raise RemoteError(f"ssh {self.remote.target}: gpusub cancel {self.job_id}: "
+                              f"{clean(proc.stderr.decode(errors='replace').strip()) or f'exit {proc.returncode}'}")
+
+
+def submit_script(remote: Remote, script: str, *args: str, options: Sequence[str] = (), token: str | None = None,
+                  remote_dir: str = "gpusub-remote", cwd: str | None = None) -> RemoteJob:
+    """The API beside ``gpusub --remote``: ship the tree holding ``script`` and submit it with gpusub ``options``
+    (its flags, e.g. ``["-N", "2", "--time", "1:00:00"]``) and the script's ``args``. The same token twice never
+    submits twice (the second call returns the first call's job)."""
+    tree = find_tree(script, cwd or os.getcwd())
+    tok = check_token(token) if token else new_token(os.path.splitext(os.path.basename(script))[0])
+    res = submit(remote, tree, [*options, tree.script_rel, "--", *args], tok, check_remote_dir(remote_dir))
+    if res.rc != 0 or res.job_id is None:
+        raise RemoteError(f"ssh {remote.target}: gpusub (exit {res.rc}): "
+                          f"{clean(res.stderr.strip() or res.stdout.strip()) or 'no job id in its output'}")
+    return RemoteJob(remote=remote, job_id=res.job_id, run_root=res.run_root)

@@ -344,3 +344,24 @@ def test_remote_cancel_and_follow_and_a_plain_directory(login: Login, lab, tmp_p
     assert "sleeper on node" in follow.stdout and "CANCELLED" in follow.stderr, follow.stdout + follow.stderr
     assert follow.returncode != 0
     assert not login.marker.exists(), login.marker.read_text()
+
+
+def test_the_api_handle_works_remotely(login: Login, lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from slurmkit.jobs.monitor import exit_status
+    from slurmkit.jobs.remote import Remote, Target, submit_script
+
+    repo = _repo(tmp_path / "proj", login.env)
+    r = Remote(Target.parse("login-lab"), ssh_config=str(login.ssh_config), environ=login.env)
+    opts = ["-N", "1", "--gpus-per-node", "1", "--launcher", "srun", "--time", "5:00", "--name", "remote-api"]
+    job = submit_script(r, str(repo / "scripts" / "train.sh"), "from the api", "0", options=opts, cwd=str(repo))
+    login.jobs.append(job.job_id)
+    st = job.wait()
+    assert st.state == "COMPLETED" and exit_status(st) == 0, st
+    assert f"user={USER} data=000102fe07 extra=untracked-content ignored=no args=from the api" in job.logs()
+    # the same token: the first call's job, not a second one
+    again = submit_script(r, str(repo / "scripts" / "train.sh"), "from the api", "0", options=opts,
+                          token=Path(job.run_root).name, cwd=str(repo))
+    assert again.job_id == job.job_id and again.state == "COMPLETED"
+    assert [j.split()[0] for j in _user_jobs(lab, "remote-api")] == [job.job_id]
+    r.close()
+    assert not login.marker.exists(), login.marker.read_text()
