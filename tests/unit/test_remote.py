@@ -1,0 +1,136 @@
+"""gpusub --remote's pieces without a cluster: target syntax, the argv sent to the cluster, the ssh argv, what reaches
+the local terminal, and the reconnect of ``logs -f`` (a real ssh stand-in on PATH that drops the first connection).
+The whole path, with a real sshd and a real lab, is tests/integration/test_remote_lab.py."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurmkit.cli.gpusub_cmds import remote_args
+from slurmkit.errors import UsageError
+from slurmkit.jobs import remote as rmt
+
+
+@pytest.mark.parametrize(("text", "user", "host", "port"), [
+    ("login", None, "login", None),
+    ("alice@login.cluster.org", "alice", "login.cluster.org", None),
+    ("alice@10.0.0.5:2222", "alice", "10.0.0.5", 2222),
+    ("[::1]:22", None, "::1", 22),
+    ("bob@[fe80::1]", "bob", "fe80::1", None),
+])
+def test_targets(text: str, user: str | None, host: str, port: int | None) -> None:
+    t = rmt.Target.parse(text)
+    assert (t.user, t.host, t.port) == (user, host, port)
+
+
+@pytest.mark.parametrize("text", ["", "a@b@c", "-oProxyCommand=x", "host:0", "host:70000", "host:22:1", "a b"])
+def test_bad_targets_are_refused_with_the_flag(text: str) -> None:
+    with pytest.raises(UsageError, match="--remote"):
+        rmt.Target.parse(text)
+
+
+def test_remote_args_drop_the_remote_options_and_point_at_the_shipped_script() -> None:
+    args = ["--remote", "login", "-N", "2", "--ssh-option=ControlPersist=1m", "--ssh-config", "/x/cfg",
+            "../train.py", "--remote-token", "t1", "--time", "1:00:00", "-f", "--", "--remote", "keep", "-N", "9"]
+    assert remote_args(args, "src/train.py") == ["-N", "2", "src/train.py", "--time", "1:00:00", "-f", "--",
+                                                 "--remote", "keep", "-N", "9"]
+    # an option's value that looks like a script is not the script; -N4 carries its own value
+    assert remote_args(["-p", "gpu", "-N4", "--name", "x.py", "t.py", "a1"], "t.py") == [
+        "-p", "gpu", "-N4", "--name", "x.py", "t.py", "a1"]
+
+
+def test_tokens_and_remote_dirs() -> None:
+    assert rmt.check_token("run-1.a+b_c") == "run-1.a+b_c"
+    for bad in ("", ".hidden", "../up", "a/b", "x" * 129, "a b"):
+        with pytest.raises(UsageError, match="--remote-token"):
+            rmt.check_token(bad)
+    with pytest.raises(UsageError, match="--remote-dir"):
+        rmt.check_remote_dir("a\nb")
+    tok = rmt.new_token("my train/job")
+    assert rmt.TOKEN_RE.fullmatch(tok) and tok.startswith("my_train_job-")
+
+
+def test_clean_keeps_text_and_drops_terminal_control() -> None:
+    assert rmt.clean("ok\tx\r\n") == "ok\tx\r\n"
+    assert rmt.clean("\x1b]0;pwned\x07\x1b[2J\x9bA") == "?]0;pwned??[2J?A"
+
+
+def test_the_users_ssh_options_come_before_the_reuse_defaults(tmp_path: Path) -> None:
+    r = rmt.Remote(rmt.Target.parse("al@h:2200"), ssh_config="/c", ssh_options=("ControlPath=/mine",),
+                   environ={"SLURMKIT_STATE_DIR": str(tmp_path)})
+    argv = r.argv("true")
+    assert argv[:5] == ["ssh", "-F", "/c", "-o", "ControlPath=/mine"]  # ssh takes the first value: the user's
+    assert f"ControlPath={tmp_path}/ssh/%C" in argv and argv[-4:] == ["-T", "al@h", "--", "true"]
+    assert argv[argv.index("-p") + 1] == "2200"
+    assert (tmp_path / "ssh").stat().st_mode & 0o777 == 0o700
+    assert r.gpusub_cmd(["status", "1; rm -rf ~"]) == "gpusub status '1; rm -rf ~'; rc=$?; [ $rc -eq 255 ] && rc=254; exit $rc"
+
+
+def _fake_ssh(tmp_path: Path, body: str) -> dict[str, str]:
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "ssh").write_text("#!/bin/sh\n"
+                              'for a in "$@"; do [ "$a" = -O ] && exit 0; [ "$a" = -N ] && exit 0; done\n' + body)
+    os.chmod(bin_ / "ssh", 0o755)
+    return {"PATH": f"{bin_}:/usr/bin:/bin", "SLURMKIT_STATE_DIR": str(tmp_path / "state"), "N": str(tmp_path / "n")}
+
+
+def test_logs_follow_reconnects_and_skips_what_it_printed(tmp_path: Path) -> None:
+    # first connection: two lines, then the connection drops (ssh exits 255); the second prints the whole log again,
+    # a third line more, and the remote gpusub's exit code
+    env = _fake_ssh(tmp_path, 'n=$(cat "$N" 2>/dev/null || echo 0); echo $((n+1)) > "$N"\n'
+                              'printf "one\\ntwo\\n"\n'
+                              'if [ "$n" = 0 ]; then echo "Connection reset" >&2; exit 255; fi\n'
+                              'printf "three \\033[31m\\n"; echo "gpusub: job 7 COMPLETED" >&2; exit 0\n')
+    err, naps = io.StringIO(), []
+    r = rmt.Remote(rmt.Target.parse("h"), environ=env, err=err, sleep=naps.append)
+    out = io.StringIO()
+    assert rmt.follow_logs(r, "7", out) == 0
+    assert out.getvalue() == "one\ntwo\nthree ?[31m\n"
+    assert "connection lost while following job 7 (Connection reset)" in err.getvalue()
+    assert "gpusub: job 7 COMPLETED" in err.getvalue() and naps == [1.0]
+
+
+def test_calls_give_up_after_the_retries_with_ssh_s_own_error(tmp_path: Path) -> None:
+    env = _fake_ssh(tmp_path, 'echo "ssh: connect to host h port 22: Connection refused" >&2; exit 255\n')
+    err, naps = io.StringIO(), []
+    r = rmt.Remote(rmt.Target.parse("h"), environ=env, err=err, sleep=naps.append, retries=3)
+    with pytest.raises(rmt.RemoteError, match="failed 4 times, last: ssh: connect to host h port 22: Connection "
+                                              "refused"):
+        r.status(["1"])
+    assert naps == [1.0, 2.0, 4.0] and err.getvalue().count("reconnecting") == 3
+
+
+def test_a_command_exit_code_is_not_taken_for_a_lost_connection(tmp_path: Path) -> None:
+    env = _fake_ssh(tmp_path, 'echo "[]"; exit 1\n')
+    r = rmt.Remote(rmt.Target.parse("h"), environ=env, sleep=lambda s: pytest.fail("retried"))
+    assert r.status(["1"]) == []
+
+
+def test_find_tree_places_script_and_cwd(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "train.py").write_text("print(1)\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@x"}
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    with pytest.raises(UsageError, match="without a commit"):
+        rmt.find_tree("train.py", str(repo / "src"))
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "x"], check=True, env=env)
+    t = rmt.find_tree("train.py", str(repo / "src"))
+    assert (t.kind, t.root, t.cwd_rel, t.script_rel) == ("git", str(repo.resolve()), "src", "train.py")
+    t = rmt.find_tree(str(repo / "src" / "train.py"), str(tmp_path))  # cwd outside the tree: its top
+    assert (t.cwd_rel, t.script_rel) == (".", "src/train.py")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "run.sh").write_text("true\n")
+    t = rmt.find_tree("run.sh", str(plain))
+    assert (t.kind, t.root, t.cwd_rel, t.script_rel) == ("rsync", str(plain.resolve()), ".", "run.sh")
+    with pytest.raises(UsageError, match="no such file"):
+        rmt.find_tree("missing.py", str(plain))
