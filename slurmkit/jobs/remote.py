@@ -140,9 +140,22 @@ class Remote:
             argv += ["-p", str(self.target.port)]
         return argv
 
+    @property
+    def reuse(self) -> bool:
+        """False when the user turned connection sharing off (``--ssh-option ControlMaster=no`` or
+        ``ControlPath=none``): then no master is started (a ``-N -f`` master without a socket would be a
+        background connection that nothing uses and nothing ends)."""
+        for opt in self.ssh_options:
+            key, _, val = opt.replace(" ", "=", 1).partition("=")
+            if (key.lower(), val.strip().lower()) in (("controlmaster", "no"), ("controlpath", "none")):
+                return False
+        return True
+
     def _master(self) -> None:
         """Start the ControlMaster when none answers (``ssh -O check``); its failure is left to the call, which
         then connects on its own and reports ssh's own error."""
+        if not self.reuse:
+            return
         base = self.base_argv()
         chk = subprocess.run([*base, "-O", "check", self.target.destination], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.environ)

@@ -134,3 +134,17 @@ def test_find_tree_places_script_and_cwd(tmp_path: Path) -> None:
     assert (t.kind, t.root, t.cwd_rel, t.script_rel) == ("rsync", str(plain.resolve()), ".", "run.sh")
     with pytest.raises(UsageError, match="no such file"):
         rmt.find_tree("missing.py", str(plain))
+
+
+def test_reuse_off_starts_no_master(tmp_path: Path) -> None:
+    # the stand-in records every call: with ControlMaster=no there is no -O check and no -N master, only the call
+    env = _fake_ssh(tmp_path, "")
+    Path(env["PATH"].split(":")[0], "ssh").write_text('#!/bin/sh\necho "$*" >> "$N"\n'  # no master answers
+                                                       'case " $* " in *" -O "*) exit 255;; *" -N "*) exit 0;; esac\n'
+                                                       'echo "[]"\n')
+    for opts, calls in ((("ControlMaster=no",), 1), (("ControlPath none",), 1), ((), 3)):
+        Path(env["N"]).unlink(missing_ok=True)
+        r = rmt.Remote(rmt.Target.parse("h"), ssh_options=opts, environ=env)
+        assert r.status(["1"]) == []
+        lines = Path(env["N"]).read_text().splitlines()
+        assert len(lines) == calls, lines  # (-O check, -N master,) the status call
