@@ -297,7 +297,7 @@ def test_a_dropped_connection_mid_submit_neither_orphans_nor_duplicates(login: L
         name = f"drop-{os.getpid()}"
         proc = login.popen("--remote", "login-lab", "--ssh-config", str(login.ssh_config), "scripts/train.sh",
                            "-N", "1", "--gpus-per-node", "1", "--launcher", "srun", "--time", "5:00", "--name", name,
-                           "--", "x", "0", cwd=repo)
+                           "--follow", "--", "x", "0", cwd=repo)
         remote_dir = login.home / "gpusub-remote"
         end = time.monotonic() + 60
         while not list(remote_dir.glob(f"{name}-*/.submit")) and time.monotonic() < end and proc.poll() is None:
@@ -307,7 +307,7 @@ def test_a_dropped_connection_mid_submit_neither_orphans_nor_duplicates(login: L
         assert killed, "no ssh session to drop"
         for pid in killed:  # the connection drops: every sshd session process of the login node dies
             os.kill(pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=180)
     finally:
         (login.home / "slow-submit").unlink()
     assert proc.returncode == 0, out + err
@@ -315,7 +315,8 @@ def test_a_dropped_connection_mid_submit_neither_orphans_nor_duplicates(login: L
     login.jobs.append(job)
     assert "connection lost during the submission" in err, err
     assert [j.split() for j in _user_jobs(lab, name)] == [[job, USER]]
-    # the submission was not cut short: the job runs to its end (exit 0) and wrote its log
+    # the submission was not cut short: --follow printed the job's log to its end and exited with its code (0)
+    assert f"train v2 host=node1 user={USER} data=000102fe07" in out and f"job {job} COMPLETED" in err, out + err
     wait = login.gpusub("wait", "--remote", "login-lab", "--ssh-config", str(login.ssh_config), job, timeout=240)
     assert wait.returncode == 0, wait.stdout + wait.stderr
     assert not login.marker.exists(), login.marker.read_text()
@@ -334,6 +335,10 @@ def test_remote_cancel_and_follow_and_a_plain_directory(login: Login, lab, tmp_p
     login.jobs.append(job)
     run_root, _ = _remote_line(res.stdout)
     assert "tree rsync from" in res.stdout and (Path(run_root) / "tree" / "sleep.sh").read_text() == SLEEPER
+    dry = login.gpusub("--remote", "login-lab", *ssh, "sleep.sh", "-N", "2", "--gpus-per-node", "1", "--launcher",
+                       "srun", "--time", "5:00", "--dry-run", cwd=plain)
+    assert dry.returncode == 0 and "# sbatch argv: sbatch " in dry.stdout, dry.stdout + dry.stderr
+    assert re.search(r"/gpusub-remote/sleep-\S+/tree/sleep\.sh", dry.stdout), dry.stdout  # the shipped copy runs
     end = time.monotonic() + 60
     while "RUNNING" not in login.gpusub("status", "--remote", "login-lab", *ssh, job).stdout:
         assert time.monotonic() < end, "the sleeper never ran"
