@@ -573,3 +573,40 @@ def submit_script(remote: Remote, script: str, *args: str, options: Sequence[str
         raise RemoteError(f"ssh {remote.target}: gpusub (exit {res.rc}): "
                           f"{clean(res.stderr.strip() or res.stdout.strip()) or 'no job id in its output'}")
     return RemoteJob(remote=remote, job_id=res.job_id, run_root=res.run_root)
+
+
+# JobSpec field -> the gpusub option's click name, where they differ
+_CLICK_NAMES = {"time": "time_", "env": "env_pairs"}
+
+
+def gpusub_flags(opts: Mapping[str, Any]) -> list[str]:
+    """``launch.submit``'s options (JobSpec names) as gpusub flags, from gpusub's own click options (so a new
+    option needs no second table here): ``nodes=2`` -> ``--nodes 2``, ``exclusive=True`` -> ``--exclusive``,
+    ``cpu_bind=False`` -> ``--no-cpu-bind``, ``env={"A": "1"}`` -> ``--env A=1``, ``sbatch_args=[...]`` repeated."""
+    import click
+
+    from slurmkit.cli.gpusub_cmds import submit_cmd
+
+    params = {p.name: p for p in submit_cmd.params if isinstance(p, click.Option)}
+    out: list[str] = []
+    for key, val in opts.items():
+        p = params.get(_CLICK_NAMES.get(key, key))
+        if p is None or key in ("run_dir", "remote", "follow_", "dry_run") or key.startswith(("ssh_", "remote_")):
+            raise UsageError(f"launch.submit(remote=...): option {key!r} has no gpusub flag to send "
+                             "(the run dir is the cluster's)")
+        flag = max(p.opts, key=len)
+        if p.is_flag:
+            if p.secondary_opts and not val:
+                out.append(max(p.secondary_opts, key=len))
+            elif val:
+                out.append(flag)
+            continue
+        if key == "env" and isinstance(val, Mapping):
+            vals: list[object] = [f"{k}={v}" for k, v in val.items()]
+        elif p.multiple:
+            vals = list(val) if not isinstance(val, str) else [val]
+        else:
+            vals = [val]
+        for v in vals:
+            out += [flag, "=".join(v) if isinstance(v, tuple) else str(v)]
+    return out

@@ -368,5 +368,15 @@ def test_the_api_handle_works_remotely(login: Login, lab, tmp_path: Path) -> Non
                           token=Path(job.run_root).name, cwd=str(repo))
     assert again.job_id == job.job_id and again.state == "COMPLETED"
     assert [j.split()[0] for j in _user_jobs(lab, "remote-api")] == [job.job_id]
+    # launch.submit(remote=...): its options (JobSpec names) go as gpusub's flags; 2 nodes x 1 task
+    from slurmkit import launch
+
+    two = launch.submit(str(repo / "scripts" / "train.sh"), "via launch", "0", remote=r, nodes=2, gpus_per_node=1,
+                        launcher="srun", time="5:00", name="remote-launch", env={"UNUSED": "1"})
+    login.jobs.append(two.job_id)
+    st = two.wait()
+    assert st.state == "COMPLETED" and st.nodes == "node[1-2]", st
+    hosts = sorted(re.findall(r"train v2 host=(\S+) .* args=via launch", two.logs()))
+    assert hosts == ["node1", "node2"], two.logs()
     r.close()
     assert not login.marker.exists(), login.marker.read_text()

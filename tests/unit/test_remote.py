@@ -148,3 +148,28 @@ def test_reuse_off_starts_no_master(tmp_path: Path) -> None:
         assert r.status(["1"]) == []
         lines = Path(env["N"]).read_text().splitlines()
         assert len(lines) == calls, lines  # (-O check, -N master,) the status call
+
+
+def test_launch_options_become_gpusub_flags() -> None:
+    flags = rmt.gpusub_flags({"nodes": 2, "time": "1:00:00", "exclusive": True, "hold": False, "cpu_bind": False,
+                              "env": {"A": "1", "B": "x y"}, "sbatch_args": ["--nice=10"], "mem_per_gpu": "16G"})
+    assert flags == ["--nodes", "2", "--time", "1:00:00", "--exclusive", "--no-cpu-bind", "--env", "A=1", "--env",
+                     "B=x y", "--sbatch-arg", "--nice=10", "--mem-per-gpu", "16G"]
+    # what gpusub's parser makes of them is what was meant
+    from slurmkit.cli.gpusub_cmds import submit_cmd
+
+    ctx = submit_cmd.make_context("gpusub", [*flags, "t.py"])
+    assert (ctx.params["nodes"], ctx.params["exclusive"], ctx.params["cpu_bind"], ctx.params["env_pairs"]) == (
+        2, True, False, ("A=1", "B=x y"))
+    for bad in ({"run_dir": "/x"}, {"mem_per_gpu_mb": 100}, {"remote": "h"}):
+        with pytest.raises(UsageError, match="no gpusub flag"):
+            rmt.gpusub_flags(bad)
+
+
+def test_launch_remote_refuses_a_callable_and_unknown_options() -> None:
+    from slurmkit import launch
+
+    with pytest.raises(UsageError, match="a script only"):
+        launch.submit(print, remote="login")
+    with pytest.raises(UsageError, match="unknown option"):
+        launch.submit("t.py", remote="login", nodez=2)
