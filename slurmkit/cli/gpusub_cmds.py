@@ -68,20 +68,38 @@ def _fail(exc: Exception) -> None:
 REMOTE_VALUE_OPTS = ("--remote", "--ssh-config", "--ssh-option", "--remote-gpusub", "--remote-dir", "--remote-token")
 
 
-def _ssh_options(f):  # type: ignore[no-untyped-def]
+def _ssh_options(f, rest: bool = False):  # type: ignore[no-untyped-def]
     """--remote and how to reach it: the same on the submit and on status/logs/cancel/wait."""
+    if rest:
+        f = click.option("--jwt-file", default=None, metavar="FILE",
+                         help="--remote https://...: the token file (mode 0600) [$SLURM_JWT].")(f)
     f = click.option("--remote-gpusub", default=None, metavar="CMD",
                      help="The cluster's gpusub command [$GPUSUB_REMOTE_GPUSUB, else gpusub on the remote PATH].")(f)
     f = click.option("--ssh-option", "ssh_options", multiple=True, metavar="OPT=VALUE",
                      help="--remote: an ssh -o option (repeatable; it wins over the reuse defaults).")(f)
     f = click.option("--ssh-config", default=None, metavar="FILE",
                      help="--remote: ssh -F FILE instead of ~/.ssh/config.")(f)
-    return click.option("--remote", default=None, metavar="[USER@]HOST[:PORT]",
-                        help="Run on this cluster's login node over ssh (no Slurm needed here; see docs).")(f)
+    return click.option("--remote", default=None, metavar="[USER@]HOST[:PORT]" + ("|URL" if rest else ""),
+                        help="Run on this cluster's login node over ssh (no Slurm needed here; see docs)"
+                        + ("; https://[USER@]HOST:PORT: slurmrestd with a JWT." if rest else "."))(f)
 
 
-def _remote(remote: str, ssh_config: str | None, ssh_options: tuple[str, ...], remote_gpusub: str | None):  # type: ignore[no-untyped-def]
+def _rest_options(f):  # type: ignore[no-untyped-def]
+    return _ssh_options(f, rest=True)
+
+
+def _remote(remote: str, ssh_config: str | None, ssh_options: tuple[str, ...], remote_gpusub: str | None,  # type: ignore[no-untyped-def]
+            jwt_file: str | None = None, what: str = ""):
+    from slurmkit.errors import UsageError
     from slurmkit.jobs.remote import Remote, Target
+    from slurmkit.jobs.rest import RestRemote, is_url, read_token
+
+    if is_url(remote):
+        if what:
+            raise UsageError(f"--remote {remote} (slurmrestd): {what}; use the ssh transport (--remote [USER@]HOST)")
+        return RestRemote.parse(remote, read_token(jwt_file, os.environ), os.environ, err=sys.stderr)
+    if jwt_file:
+        raise UsageError("--jwt-file: only with --remote https://...")
 
     return Remote(Target.parse(remote), ssh_config=os.path.abspath(ssh_config) if ssh_config else None,
                   ssh_options=tuple(ssh_options),
@@ -188,7 +206,8 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
         if remote is not None:
             ctx = click.get_current_context()
             _remote_submit(list((ctx.obj or {}).get("argv") or sys.argv[1:]), script, name,
-                           _remote(remote, ssh_config, ssh_options, remote_gpusub), remote_dir, remote_token,
+                           _remote(remote, ssh_config, ssh_options, remote_gpusub, what="the submission ships the "
+                                   "tree, which slurmrestd cannot carry"), remote_dir, remote_token,
                            run_dir=run_dir, dry_run=dry_run, follow_=follow_)
             return
         for opt, val in (("--remote-dir", remote_dir), ("--remote-token", remote_token), ("--ssh-config", ssh_config),
@@ -351,14 +370,26 @@ def _follow_and_exit(job_id: str, backend, run_dir: str | None) -> None:  # type
 
 @click.command("status", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--json", "as_json", is_flag=True, help="One JSON list of the jobs' fields (what --remote reads).")
-@_ssh_options
+@_rest_options
 @click.argument("job_ids", nargs=-1, required=True)
 def status_cmd(job_ids: tuple[str, ...], as_json: bool, remote: str | None, ssh_config: str | None,
-               ssh_options: tuple[str, ...], remote_gpusub: str | None) -> None:
+               ssh_options: tuple[str, ...], remote_gpusub: str | None, jwt_file: str | None) -> None:
     """State of one or more jobs (one scontrol call; sacct or the run dir for finished ones)."""
     try:
         if remote is not None:
-            r = _remote(remote, ssh_config, ssh_options, remote_gpusub)
+            r = _remote(remote, ssh_config, ssh_options, remote_gpusub, jwt_file)
+            if not hasattr(r, "call"):  # slurmrestd
+                from slurmkit.jobs.remote import job_status
+
+                rows = r.status(list(job_ids))
+                if as_json:
+                    import json
+
+                    click.echo(json.dumps(rows, sort_keys=True))
+                else:
+                    for row in rows:
+                        click.echo(job_status(row).line())
+                sys.exit(0 if all(row["state"] != "UNKNOWN" for row in rows) else 1)
             proc = r.call(r.gpusub_cmd(["status", *(["--json"] if as_json else []), *job_ids]), what="status")
             _echo_remote(proc.stdout)
             _echo_remote(proc.stderr, err=True)
@@ -390,7 +421,7 @@ def logs_cmd(job_id: str, follow_: bool, remote: str | None, ssh_config: str | N
         if remote is not None:
             from slurmkit.jobs.remote import follow_logs
 
-            r = _remote(remote, ssh_config, ssh_options, remote_gpusub)
+            r = _remote(remote, ssh_config, ssh_options, remote_gpusub, what="the logs are files of the run dir, which slurmrestd cannot read")
             if follow_:  # reconnects after a lost connection and goes on where it was
                 sys.exit(follow_logs(r, job_id, sys.stdout))
             proc = r.call(r.gpusub_cmd(["logs", job_id]), what="logs")
@@ -411,14 +442,20 @@ def logs_cmd(job_id: str, follow_: bool, remote: str | None, ssh_config: str | N
 
 @click.command("cancel", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--signal", "signal_", default=None, help="Send this signal to the batch shell instead (e.g. USR2).")
-@_ssh_options
+@_rest_options
 @click.argument("job_id")
 def cancel_cmd(job_id: str, signal_: str | None, remote: str | None, ssh_config: str | None,
-               ssh_options: tuple[str, ...], remote_gpusub: str | None) -> None:
+               ssh_options: tuple[str, ...], remote_gpusub: str | None, jwt_file: str | None) -> None:
     """Cancel a job, or signal its batch shell (USR2: checkpoint and requeue)."""
     try:
         if remote is not None:
-            r = _remote(remote, ssh_config, ssh_options, remote_gpusub)
+            r = _remote(remote, ssh_config, ssh_options, remote_gpusub, jwt_file,
+                        what="--signal: slurmrestd signals every step (KILL_FULL_JOB), not the batch shell alone"
+                        if signal_ else "")
+            if not hasattr(r, "call"):  # slurmrestd
+                r.cancel(job_id)
+                click.echo(f"cancelled job {job_id}")
+                return
             proc = r.call(r.gpusub_cmd(["cancel", *(["--signal", signal_] if signal_ else []), job_id]),
                           what="cancel")
             _echo_remote(proc.stdout)
@@ -433,10 +470,10 @@ def cancel_cmd(job_id: str, signal_: str | None, remote: str | None, ssh_config:
 
 
 @click.command("wait", context_settings={"help_option_names": ["-h", "--help"]})
-@_ssh_options
+@_rest_options
 @click.argument("job_id")
 def wait_cmd(job_id: str, remote: str | None, ssh_config: str | None, ssh_options: tuple[str, ...],
-             remote_gpusub: str | None) -> None:
+             remote_gpusub: str | None, jwt_file: str | None) -> None:
     """Wait until the job ends; print its state as it changes, exit with the job's own code (as --follow)."""
     try:
         import time
@@ -446,7 +483,7 @@ def wait_cmd(job_id: str, remote: str | None, ssh_config: str | None, ssh_option
         if remote is not None:
             from slurmkit.jobs.remote import clean, job_status
 
-            r = _remote(remote, ssh_config, ssh_options, remote_gpusub)
+            r = _remote(remote, ssh_config, ssh_options, remote_gpusub, jwt_file)
             row = r.wait(job_id, on_change=lambda row: click.echo(clean(job_status(row).line())))
             st = job_status(row)
         else:

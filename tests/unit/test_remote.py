@@ -173,3 +173,49 @@ def test_launch_remote_refuses_a_callable_and_unknown_options() -> None:
         launch.submit(print, remote="login")
     with pytest.raises(UsageError, match="unknown option"):
         launch.submit("t.py", remote="login", nodez=2)
+
+
+def test_rest_rows_of_both_api_shapes() -> None:
+    from slurmkit.jobs.rest import job_row
+
+    # v0.0.38 (22.05 openapi plugin): a state string, the wait(2) status (exit 3 -> 768; SIGKILL -> 9)
+    assert job_row("7", {"job_state": "FAILED", "exit_code": 768, "nodes": "node1", "restart_cnt": 1}) == {
+        "job_id": "7", "state": "FAILED", "source": "slurmrestd", "nodes": "node1", "reason": "",
+        "exit_code": "3:0", "restarts": 1, "finished": True}
+    assert job_row("7", {"job_state": "CANCELLED", "exit_code": 9})["exit_code"] == "0:9"
+    # data_parser (v0.0.40+): a list of state flags, numbers as {set, infinite, number}
+    row = job_row("8", {"job_state": ["RUNNING", "REQUEUED"], "restart_cnt": 0,
+                        "exit_code": {"status": ["PENDING"], "return_code": {"set": True, "infinite": False,
+                                                                              "number": 0},
+                                      "signal": {"id": {"set": False, "infinite": False, "number": 0}, "name": ""}}})
+    assert (row["state"], row["exit_code"], row["finished"]) == ("RUNNING", "0:0", False)
+    row = job_row("8", {"job_state": ["FAILED"], "exit_code": {"return_code": {"set": True, "number": 75},
+                                                               "signal": {"id": {"set": True, "number": 0}}}})
+    assert (row["state"], row["exit_code"], row["finished"]) == ("FAILED", "75:0", True)
+
+
+def test_rest_urls_and_tokens_are_checked(tmp_path: Path) -> None:
+    from slurmkit.jobs.rest import RestRemote, read_token
+
+    r = RestRemote.parse("https://alice@login:6820", "t", {})
+    assert (r.url, r.user) == ("https://login:6820", "alice")
+    assert RestRemote.parse("http://[::1]:6820", "t", {"USER": "bob"}).url == "http://[::1]:6820"
+    for bad, why in (("http://login:6820", "in the clear"), ("https://a:pw@login", "no password"),
+                     ("https://login/slurm", "no password, path"), ("ftp://x", "expected https")):
+        with pytest.raises(UsageError, match=why):
+            RestRemote.parse(bad, "t", {})
+    f = tmp_path / "tok"
+    f.write_text("SLURM_JWT=abc.def-ghi_\n")
+    os.chmod(f, 0o600)
+    assert read_token(str(f), {}) == "abc.def-ghi_"
+    os.chmod(f, 0o640)
+    with pytest.raises(UsageError, match="mode 0600"):
+        read_token(str(f), {})
+    (tmp_path / "link").symlink_to(f)
+    with pytest.raises(UsageError, match="--jwt-file"):
+        read_token(str(tmp_path / "link"), {})  # O_NOFOLLOW: never a link to someone's file
+    assert read_token(None, {"SLURM_JWT": "x.y.z"}) == "x.y.z"
+    with pytest.raises(UsageError, match="no JWT"):
+        read_token(None, {"SLURM_JWT": "x\r\nX-Evil: 1"})
+    with pytest.raises(UsageError, match="no token"):
+        read_token(None, {})
