@@ -10,7 +10,8 @@ https, or plain http to a loopback address (a token sent in the clear over a net
 
 API versions: the newest the server lists (``GET /openapi/v3``) of those parsed here: v0.0.38 (22.05's
 openapi/v0.0.38 plugin, src/plugins/openapi/v0.0.38/jobs.c: ``job_state`` a string, ``exit_code`` the wait(2)
-status as one integer) and the data_parser versions v0.0.40 to v0.0.45 (24.11 ships v0.0.40-42,
+status as one integer; 22.05 has no data_parser plugins at all) and the data_parser versions v0.0.39 (23.02 and
+23.11, ``signal/signal_id``, src/plugins/data_parser/v0.0.39/parsers.c of slurm-23-11-9-1) to v0.0.45 (24.11 ships v0.0.40-42,
 src/plugins/data_parser/ of slurm-24-11-5-1; 26.05 v0.0.42-45, of slurm-26-05-3-1: ``job_state`` a list of flags,
 ``exit_code`` an object with ``return_code`` and ``signal/id``, numbers as ``{set, infinite, number}``, parsers.c
 PROCESS_EXIT_CODE_VERBOSE). The lab test runs v0.0.38 on the host's 22.05 (the cached 24.11/26.05 roots carry no
@@ -35,7 +36,7 @@ from typing import IO, Any
 from slurmkit.errors import UsageError
 from slurmkit.jobs.remote import RETRIES, RemoteError, clean
 
-VERSIONS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40", "v0.0.38")  # newest first
+VERSIONS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40", "v0.0.39", "v0.0.38")  # newest first
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
             "OUT_OF_MEMORY"}
 
@@ -221,7 +222,9 @@ def job_row(job_id: str, j: Mapping[str, Any]) -> dict[str, object]:
     ec = j.get("exit_code")
     if isinstance(ec, dict):  # data_parser: return_code and signal/id
         sig = ec.get("signal")
-        code, signal = _number(ec.get("return_code")), _number(sig.get("id") if isinstance(sig, dict) else 0)
+        # v0.0.39 (23.02-23.11, DUMP_FUNC(JOB_EXIT_CODE)): signal/signal_id, a plain integer; v0.0.40+: signal/id
+        sid = (sig.get("id", sig.get("signal_id")) if isinstance(sig, dict) else 0)
+        code, signal = _number(ec.get("return_code")), _number(sid)
     else:  # v0.0.38: the wait(2) status (WEXITSTATUS, WTERMSIG)
         raw = _number(ec)
         code, signal = (raw >> 8) & 0xFF, raw & 0x7F

@@ -192,6 +192,10 @@ def test_rest_rows_of_both_api_shapes() -> None:
     row = job_row("8", {"job_state": ["FAILED"], "exit_code": {"return_code": {"set": True, "number": 75},
                                                                "signal": {"id": {"set": True, "number": 0}}}})
     assert (row["state"], row["exit_code"], row["finished"]) == ("FAILED", "75:0", True)
+    # v0.0.39 (23.02/23.11): signal/signal_id, a plain integer
+    row = job_row("9", {"job_state": "CANCELLED", "exit_code": {"status": "SIGNALED", "return_code": 0,
+                                                                "signal": {"signal_id": 15, "name": "TERM"}}})
+    assert (row["state"], row["exit_code"]) == ("CANCELLED", "0:15")
 
 
 def test_rest_urls_and_tokens_are_checked(tmp_path: Path) -> None:
