@@ -363,12 +363,33 @@ cd "$d" || exit 2
 command -v setsid >/dev/null || { echo "gpusub --remote: setsid not found on $(hostname)" >&2; exit 2; }
 if mkdir .submit 2>/dev/null; then
   (cd "tree/$rel" && exec setsid sh -c 'd=$1; shift
+    echo "$(hostname) $$" >"$d/.submit/owner.tmp"; mv "$d/.submit/owner.tmp" "$d/.submit/owner"
     "$@" >"$d/.submit/out" 2>"$d/.submit/err" </dev/null
     echo $? >"$d/.submit/rc"
     mv "$d/.submit/out" "$d/submit.out"; mv "$d/.submit/err" "$d/submit.err"; mv "$d/.submit/rc" "$d/submit.rc"' \
     sh "$d" "$@" </dev/null >/dev/null 2>&1) &
 fi
-while [ ! -e submit.rc ]; do sleep 0.2; done
+# wait for the result; a submitter that died on this host (killed with the session: logind's KillUserProcesses, an
+# OOM kill) writes none: then the job id its run dir recorded right after sbatch, or a clear failure, never a hang
+me=$(hostname); n=0
+while [ ! -e submit.rc ]; do
+  if [ -e .submit/owner ]; then
+    read -r host pid <.submit/owner
+    if [ "$host" = "$me" ] && ! kill -0 "$pid" 2>/dev/null && [ ! -e submit.rc ]; then
+      jid=$(sed -n 's/^ *"job_id": "\([0-9][0-9]*\)".*/\1/p' run/submit.json 2>/dev/null)
+      if [ -n "$jid" ]; then
+        echo "submitted job $jid"
+        echo "gpusub --remote: the submission on $host (pid $pid) ended before its output was kept; its run dir recorded job $jid" >&2
+        exit 0
+      fi
+      echo "gpusub --remote: the submission on $host (pid $pid) ended without a result and its run dir recorded no job id (had sbatch run, squeue --me shows the job); $d" >&2
+      exit 2
+    fi
+  elif [ $((n += 1)) -gt 300 ]; then
+    echo "gpusub --remote: no submission started in 60 s ($d/.submit has no owner)" >&2; exit 2
+  fi
+  sleep 0.2
+done
 cat submit.out; cat submit.err >&2
 rc=$(cat submit.rc); [ "$rc" -eq 255 ] && rc=254; exit "$rc"
 """

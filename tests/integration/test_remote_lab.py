@@ -125,7 +125,12 @@ def login(lab, tmp_path_factory) -> Iterator[Login]:  # type: ignore[no-untyped-
     # the cluster's gpusub (slurmkit installed there); $HOME/slow-submit makes a submission take 4 s (the drop test)
     (remote_bin / "gpusub").write_text(
         "#!/bin/sh\n"
-        'case " $* " in *" --run-dir "*) [ -e "$HOME/slow-submit" ] && sleep 4 ;; esac\n'
+        'case " $* " in *" --run-dir "*)\n'
+        '  [ -e "$HOME/slow-submit" ] && sleep 4\n'
+        # the submitter (this script's parent) killed before or after the real gpusub: no submit.rc is written
+        '  [ -e "$HOME/die-before" ] && kill -9 $PPID && exit 9\n'
+        f'  [ -e "$HOME/die-after" ] && {{ {sys.executable} -m slurmkit.cli.gpusub "$@"; kill -9 $PPID; exit 9; }} ;;\n'
+        'esac\n'
         f'exec {sys.executable} -m slurmkit.cli.gpusub "$@"\n')
     os.chmod(remote_bin / "gpusub", 0o755)
     for p in (home, home / ".ssh", home / ".ssh" / "authorized_keys", etc / "host_key"):
@@ -380,3 +385,27 @@ def test_the_api_handle_works_remotely(login: Login, lab, tmp_path: Path) -> Non
     assert hosts == ["node1", "node2"], two.logs()
     r.close()
     assert not login.marker.exists(), login.marker.read_text()
+
+
+@pytest.mark.parametrize("when", ["die-after", "die-before"])
+def test_a_submitter_killed_on_the_login_node_is_told_not_waited_for(login: Login, lab, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                   when: str) -> None:
+    repo = _repo(tmp_path / "proj", login.env)
+    name = f"{when}-{os.getpid()}"
+    (login.home / when).touch()
+    try:
+        res = login.gpusub("--remote", "login-lab", "--ssh-config", str(login.ssh_config), "scripts/train.sh", "-N",
+                           "1", "--gpus-per-node", "1", "--launcher", "srun", "--time", "5:00", "--name", name, "--",
+                           "x", "0", cwd=repo, timeout=90)
+    finally:
+        (login.home / when).unlink()
+    jobs = _user_jobs(lab, name)
+    if when == "die-after":  # sbatch ran and the run dir recorded the id: that job, once
+        assert res.returncode == 0, res.stdout + res.stderr
+        job = _job_id(res.stdout)
+        login.jobs.append(job)
+        assert "ended before its output was kept; its run dir recorded job" in res.stderr, res.stderr
+        assert [j.split()[0] for j in jobs] == [job]
+    else:
+        assert res.returncode == 2 and "ended without a result" in res.stderr, res.stdout + res.stderr
+        assert jobs == []
