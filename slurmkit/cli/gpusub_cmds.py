@@ -45,6 +45,7 @@ Other commands:
   gpusub wait JOB            until it ends; exits with the job's code
 Each of them, and the submit, takes --remote [USER@]HOST[:PORT]: over ssh
 (ControlMaster), on the cluster's own gpusub; the submit ships the tree.
+status, wait and cancel also take --remote https://HOST:PORT (slurmrestd, JWT).
 """
 
 
