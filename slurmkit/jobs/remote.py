@@ -396,8 +396,12 @@ rc=$(cat submit.rc); [ "$rc" -eq 255 ] && rc=254; exit "$rc"
 
 
 def _sh(script: str, *args: str) -> str:
-    """``sh -c SCRIPT sh ARGS...`` quoted for the remote login shell."""
-    return shlex.join(["sh", "-c", script, "sh", *args])
+    """``sh -c SCRIPT sh ARGS...`` for the remote login shell, on one line: the script travels base64-encoded and
+    is evaluated by sh, since csh and tcsh (login shells of some clusters) refuse a newline inside quotes."""
+    import base64
+
+    b64 = base64.b64encode(script.encode()).decode()
+    return shlex.join(["sh", "-c", f'eval "$(printf %s {b64} | base64 -d)"', "sh", *args])
 
 
 @dataclass(frozen=True)

@@ -223,3 +223,12 @@ def test_rest_urls_and_tokens_are_checked(tmp_path: Path) -> None:
         read_token(None, {"SLURM_JWT": "x\r\nX-Evil: 1"})
     with pytest.raises(UsageError, match="no token"):
         read_token(None, {})
+
+
+def test_remote_scripts_travel_on_one_line_and_run_as_written(tmp_path: Path) -> None:
+    # csh/tcsh refuse a newline inside quotes: the command is one line; sh runs it as the script says
+    cmd = rmt._sh('set -eu\nprintf "%s|" "$@"\necho "$1" > "$2"\n', "it's \"quoted\" $HOME", str(tmp_path / "o"))
+    assert "\n" not in cmd
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True).stdout
+    assert out == f"it's \"quoted\" $HOME|{tmp_path / 'o'}|"
+    assert (tmp_path / "o").read_text() == "it's \"quoted\" $HOME\n"
