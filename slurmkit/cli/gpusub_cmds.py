@@ -14,7 +14,7 @@ import sys
 
 import click
 
-SUBCOMMANDS = ("status", "logs", "cancel")
+SUBCOMMANDS = ("status", "logs", "cancel", "wait")
 
 CONTRACT = """\b
 Preemption / time-limit contract for the training script:
@@ -42,6 +42,10 @@ Other commands:
   gpusub status JOB...       state of jobs (array tasks as JOB_TASK)
   gpusub logs [-f] JOB       every attempt's log, in order; -f follows
   gpusub cancel [--signal USR2] JOB
+  gpusub wait JOB            until it ends; exits with the job's code
+Each of them, and the submit, takes --remote [USER@]HOST[:PORT]: over ssh
+(ControlMaster), on the cluster's own gpusub; the submit ships the tree.
+status, wait and cancel also take --remote https://HOST:PORT (slurmrestd, JWT).
 """
 
 
@@ -60,6 +64,55 @@ def _fail(exc: Exception) -> None:
             click.echo(f"gpusub: error: {line}", err=True)
         sys.exit(exc.exit_code)
     raise exc
+
+
+REMOTE_VALUE_OPTS = ("--remote", "--ssh-config", "--ssh-option", "--remote-gpusub", "--remote-dir", "--remote-token")
+
+
+def _ssh_options(f, rest: bool = False):  # type: ignore[no-untyped-def]
+    """--remote and how to reach it: the same on the submit and on status/logs/cancel/wait."""
+    if rest:
+        f = click.option("--jwt-file", default=None, metavar="FILE",
+                         help="--remote https://...: the token file (mode 0600) [$SLURM_JWT].")(f)
+    f = click.option("--remote-gpusub", default=None, metavar="CMD",
+                     help="The cluster's gpusub command [$GPUSUB_REMOTE_GPUSUB, else gpusub on the remote PATH].")(f)
+    f = click.option("--ssh-option", "ssh_options", multiple=True, metavar="OPT=VALUE",
+                     help="--remote: an ssh -o option (repeatable; it wins over the reuse defaults).")(f)
+    f = click.option("--ssh-config", default=None, metavar="FILE",
+                     help="--remote: ssh -F FILE instead of ~/.ssh/config.")(f)
+    return click.option("--remote", default=None, metavar="[USER@]HOST[:PORT]" + ("|URL" if rest else ""),
+                        help="Run on this cluster's login node over ssh (no Slurm needed here; see docs)"
+                        + ("; https://[USER@]HOST:PORT: slurmrestd with a JWT." if rest else "."))(f)
+
+
+def _rest_options(f):  # type: ignore[no-untyped-def]
+    return _ssh_options(f, rest=True)
+
+
+def _remote(remote: str, ssh_config: str | None, ssh_options: tuple[str, ...], remote_gpusub: str | None,  # type: ignore[no-untyped-def]
+            jwt_file: str | None = None, what: str = ""):
+    from slurmkit.errors import UsageError
+    from slurmkit.jobs.remote import Remote, Target
+    from slurmkit.jobs.rest import RestRemote, is_url, read_token
+
+    if is_url(remote):
+        if what:
+            raise UsageError(f"--remote {remote} (slurmrestd): {what}; use the ssh transport (--remote [USER@]HOST)")
+        return RestRemote.parse(remote, read_token(jwt_file, os.environ), os.environ, err=sys.stderr)
+    if jwt_file:
+        raise UsageError("--jwt-file: only with --remote https://...")
+
+    return Remote(Target.parse(remote), ssh_config=os.path.abspath(ssh_config) if ssh_config else None,
+                  ssh_options=tuple(ssh_options),
+                  gpusub=remote_gpusub or os.environ.get("GPUSUB_REMOTE_GPUSUB") or "gpusub")
+
+
+def _echo_remote(data: bytes, err: bool = False) -> None:
+    from slurmkit.jobs.remote import clean
+
+    text = clean(data.decode(errors="replace"))
+    if text:
+        click.echo(text, nl=False, err=err)
 
 
 @click.command(
@@ -117,6 +170,11 @@ def _fail(exc: Exception) -> None:
 @click.option("--follow", "-f", "follow_", is_flag=True, help="Tail the log until the job ends.")
 @click.option("--run-dir", default=None, help="Run dir for this job [<run root>/<name>-<time>-<hex>].")
 @click.option("--force", is_flag=True, help="Submit despite preflight errors (layout, memory, --test-only).")
+@_ssh_options
+@click.option("--remote-dir", default=None, metavar="DIR",
+              help="--remote: where per-run dirs go on the cluster [gpusub-remote, under the remote home].")
+@click.option("--remote-token", default=None, metavar="TOKEN",
+              help="--remote: the run's name on the cluster; the same token again never submits twice [fresh].")
 @click.option("--query/--no-query", default=None,
               help="--dry-run: plan on Slurm's live node states, queue and reservations, as the submission does "
                    "[--query when Slurm answers]; --no-query plans offline on an idle cluster.")
@@ -130,7 +188,8 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
                mail_type: str | None, mail_user: str | None, comment: str | None, cpu_bind: bool, sbatch_args: tuple[str, ...],
                signal_grace: int, max_restarts: int, topology: str,
                explain: bool, dry_run: bool, follow_: bool, run_dir: str | None, force: bool,
-               query: bool | None) -> None:
+               remote: str | None, ssh_config: str | None, ssh_options: tuple[str, ...], remote_gpusub: str | None,
+               remote_dir: str | None, remote_token: str | None, query: bool | None) -> None:
     """Build, check and submit SCRIPT as a multi-node PyTorch DDP / Megatron-LM job.
 
     Arguments after `--` go to SCRIPT unchanged, byte for byte.
@@ -145,6 +204,17 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
 
         if dry_run and follow_:
             raise UsageError("--follow: nothing to follow with --dry-run (no job is submitted)")
+        if remote is not None:
+            ctx = click.get_current_context()
+            _remote_submit(list((ctx.obj or {}).get("argv") or sys.argv[1:]), script, name,
+                           _remote(remote, ssh_config, ssh_options, remote_gpusub, what="the submission ships the "
+                                   "tree, which slurmrestd cannot carry"), remote_dir, remote_token,
+                           run_dir=run_dir, dry_run=dry_run, follow_=follow_)
+            return
+        for opt, val in (("--remote-dir", remote_dir), ("--remote-token", remote_token), ("--ssh-config", ssh_config),
+                         ("--remote-gpusub", remote_gpusub)):
+            if val is not None:
+                raise UsageError(f"{opt}: only with --remote")
 
         spec = JobSpec(
             script=os.path.abspath(script), args=tuple(script_args), nodes=nodes, gpus_per_node=gpus_per_node,
@@ -222,6 +292,71 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
         _fail(exc)
 
 
+def remote_args(args: list[str], script_rel: str) -> list[str]:
+    """The gpusub argv for the cluster: the --remote options left out, SCRIPT (the first argument that is no
+    option or an option's value) replaced by its path in the shipped tree. Arguments after ``--`` stay as given."""
+    takes_value = set(REMOTE_VALUE_OPTS)
+    for p in submit_cmd.params:
+        if isinstance(p, click.Option) and not p.is_flag:
+            takes_value.update(p.opts)
+    out: list[str] = []
+    i, replaced = 0, False
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            out += args[i:]
+            break
+        name = a.split("=", 1)[0]
+        if name in REMOTE_VALUE_OPTS:  # before or after SCRIPT: click takes options anywhere before --
+            i += 1 if "=" in a else 2
+            continue
+        if a.startswith("-") and a != "-":
+            out.append(a)
+            if a in takes_value:  # the value is the next argument
+                out += args[i + 1:i + 2]
+                i += 1
+        elif not replaced:
+            out.append(script_rel)
+            replaced = True
+        else:
+            out.append(a)  # a script argument before --
+        i += 1
+    return out
+
+
+def _remote_submit(args: list[str], script: str, name: str | None, remote, remote_dir: str | None,  # type: ignore[no-untyped-def]
+                   remote_token: str | None, *, run_dir: str | None, dry_run: bool, follow_: bool) -> None:
+    from slurmkit.errors import UsageError
+    from slurmkit.jobs import remote as rmt
+
+    if run_dir is not None:
+        raise UsageError("--run-dir: not with --remote (the run dir is <remote dir>/<token>/run on the cluster)")
+    tree = rmt.find_tree(script, os.getcwd())
+    token = rmt.check_token(remote_token) if remote_token else rmt.new_token(name or os.path.splitext(os.path.basename(script))[0])
+    where = rmt.check_remote_dir(remote_dir or os.environ.get("GPUSUB_REMOTE_DIR") or "gpusub-remote")
+    gargs = remote_args(args, tree.script_rel)
+    how = f"git {tree.sha[:12]}" if tree.kind == "git" else "rsync"
+    if dry_run:
+        abs_dir, _ = rmt.ship(remote, tree, f"{where.rstrip('/')}/{token}")
+        proc = rmt.run_in_tree(remote, abs_dir or f"{where.rstrip('/')}/{token}", tree.cwd_rel, gargs)
+        _echo_remote(proc.stdout)
+        _echo_remote(proc.stderr, err=True)
+        sys.exit(proc.returncode)
+    res = rmt.submit(remote, tree, gargs, token, where)
+    _echo_remote(res.stdout.encode())
+    _echo_remote(res.stderr.encode(), err=True)
+    click.echo(f"remote: {remote.target}:{res.run_root} (token {token}; tree {how} from {tree.root}"
+               + ("; submitted before, not again" if res.already else "") + ")")
+    if res.rc != 0 or res.job_id is None:
+        sys.exit(res.rc or 1)
+    if follow_:
+        import gc
+
+        gc.enable()
+        rc = rmt.follow_logs(remote, res.job_id, sys.stdout)
+        sys.exit(rc)
+
+
 def _follow_and_exit(job_id: str, backend, run_dir: str | None) -> None:  # type: ignore[no-untyped-def]
     import gc
 
@@ -235,15 +370,42 @@ def _follow_and_exit(job_id: str, backend, run_dir: str | None) -> None:  # type
 
 
 @click.command("status", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--json", "as_json", is_flag=True, help="One JSON list of the jobs' fields (what --remote reads).")
+@_rest_options
 @click.argument("job_ids", nargs=-1, required=True)
-def status_cmd(job_ids: tuple[str, ...]) -> None:
+def status_cmd(job_ids: tuple[str, ...], as_json: bool, remote: str | None, ssh_config: str | None,
+               ssh_options: tuple[str, ...], remote_gpusub: str | None, jwt_file: str | None) -> None:
     """State of one or more jobs (one scontrol call; sacct or the run dir for finished ones)."""
     try:
+        if remote is not None:
+            r = _remote(remote, ssh_config, ssh_options, remote_gpusub, jwt_file)
+            if not hasattr(r, "call"):  # slurmrestd
+                from slurmkit.jobs.remote import job_status
+
+                rows = r.status(list(job_ids))
+                if as_json:
+                    import json
+
+                    click.echo(json.dumps(rows, sort_keys=True))
+                else:
+                    for row in rows:
+                        click.echo(job_status(row).line())
+                sys.exit(0 if all(row["state"] != "UNKNOWN" for row in rows) else 1)
+            proc = r.call(r.gpusub_cmd(["status", *(["--json"] if as_json else []), *job_ids]), what="status")
+            _echo_remote(proc.stdout)
+            _echo_remote(proc.stderr, err=True)
+            sys.exit(proc.returncode)
         from slurmkit.jobs.monitor import statuses
 
         rows = statuses(list(job_ids), _backend())
-        for r in rows:
-            click.echo(r.line())
+        if as_json:
+            import json
+            from dataclasses import asdict
+
+            click.echo(json.dumps([{**asdict(r), "finished": r.finished} for r in rows], sort_keys=True))
+        else:
+            for r in rows:
+                click.echo(r.line())
         sys.exit(0 if all(r.state != "UNKNOWN" for r in rows) else 1)
     except Exception as exc:  # noqa: BLE001
         _fail(exc)
@@ -251,10 +413,22 @@ def status_cmd(job_ids: tuple[str, ...]) -> None:
 
 @click.command("logs", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Keep tailing until the job ends.")
+@_ssh_options
 @click.argument("job_id")
-def logs_cmd(job_id: str, follow_: bool) -> None:
+def logs_cmd(job_id: str, follow_: bool, remote: str | None, ssh_config: str | None, ssh_options: tuple[str, ...],
+             remote_gpusub: str | None) -> None:
     """Print the job's logs (every attempt, in order)."""
     try:
+        if remote is not None:
+            from slurmkit.jobs.remote import follow_logs
+
+            r = _remote(remote, ssh_config, ssh_options, remote_gpusub, what="the logs are files of the run dir, which slurmrestd cannot read")
+            if follow_:  # reconnects after a lost connection and goes on where it was
+                sys.exit(follow_logs(r, job_id, sys.stdout))
+            proc = r.call(r.gpusub_cmd(["logs", job_id]), what="logs")
+            _echo_remote(proc.stdout)  # the job's own log, as `gpusub logs` prints it there, control characters out
+            _echo_remote(proc.stderr, err=True)
+            sys.exit(proc.returncode)
         from slurmkit.jobs.monitor import find_run_dir, print_logs
 
         backend = _backend()
@@ -269,10 +443,25 @@ def logs_cmd(job_id: str, follow_: bool) -> None:
 
 @click.command("cancel", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--signal", "signal_", default=None, help="Send this signal to the batch shell instead (e.g. USR2).")
+@_rest_options
 @click.argument("job_id")
-def cancel_cmd(job_id: str, signal_: str | None) -> None:
+def cancel_cmd(job_id: str, signal_: str | None, remote: str | None, ssh_config: str | None,
+               ssh_options: tuple[str, ...], remote_gpusub: str | None, jwt_file: str | None) -> None:
     """Cancel a job, or signal its batch shell (USR2: checkpoint and requeue)."""
     try:
+        if remote is not None:
+            r = _remote(remote, ssh_config, ssh_options, remote_gpusub, jwt_file,
+                        what="--signal: slurmrestd signals every step (KILL_FULL_JOB), not the batch shell alone"
+                        if signal_ else "")
+            if not hasattr(r, "call"):  # slurmrestd
+                r.cancel(job_id)
+                click.echo(f"cancelled job {job_id}")
+                return
+            proc = r.call(r.gpusub_cmd(["cancel", *(["--signal", signal_] if signal_ else []), job_id]),
+                          what="cancel")
+            _echo_remote(proc.stdout)
+            _echo_remote(proc.stderr, err=True)
+            sys.exit(proc.returncode)
         from slurmkit.jobs.monitor import cancel
 
         cancel(job_id, _backend(), signal_)
@@ -281,7 +470,39 @@ def cancel_cmd(job_id: str, signal_: str | None) -> None:
         _fail(exc)
 
 
-_COMMANDS = {"status": status_cmd, "logs": logs_cmd, "cancel": cancel_cmd}
+@click.command("wait", context_settings={"help_option_names": ["-h", "--help"]})
+@_rest_options
+@click.argument("job_id")
+def wait_cmd(job_id: str, remote: str | None, ssh_config: str | None, ssh_options: tuple[str, ...],
+             remote_gpusub: str | None, jwt_file: str | None) -> None:
+    """Wait until the job ends; print its state as it changes, exit with the job's own code (as --follow)."""
+    try:
+        import time
+
+        from slurmkit.jobs.monitor import Backoff, exit_status, statuses
+
+        if remote is not None:
+            from slurmkit.jobs.remote import clean, job_status
+
+            r = _remote(remote, ssh_config, ssh_options, remote_gpusub, jwt_file)
+            row = r.wait(job_id, on_change=lambda row: click.echo(clean(job_status(row).line())))
+            st = job_status(row)
+        else:
+            backend, nap, last = _backend(), Backoff(first=0.5, cap=10.0), None
+            while True:
+                st = statuses([job_id], backend)[0]
+                if (st.state, st.restarts) != last:
+                    click.echo(st.line())
+                    last = (st.state, st.restarts)
+                if st.finished or st.state == "UNKNOWN":
+                    break
+                time.sleep(nap())
+        sys.exit(exit_status(st) if st.state != "UNKNOWN" else 1)
+    except Exception as exc:  # noqa: BLE001
+        _fail(exc)
+
+
+_COMMANDS = {"status": status_cmd, "logs": logs_cmd, "cancel": cancel_cmd, "wait": wait_cmd}
 
 
 def main(args: list[str]) -> None:
@@ -292,7 +513,7 @@ def main(args: list[str]) -> None:
     if args and args[0] in _COMMANDS:
         _COMMANDS[args[0]].main(args=args[1:], prog_name=f"gpusub {args[0]}")
     else:
-        submit_cmd.main(args=args, prog_name="gpusub")
+        submit_cmd.main(args=args, prog_name="gpusub", obj={"argv": list(args)})
 
 
 def help_text() -> str:

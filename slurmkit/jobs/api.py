@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from slurmkit.errors import SlurmkitError, UsageError
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from slurmkit.backend.base import Backend
     from slurmkit.jobs.helpers import DelayedSubmission
     from slurmkit.jobs.monitor import JobStatus
+    from slurmkit.jobs.remote import Remote, RemoteJob
 
 CALL_FILE = "call.pkl"  # {"calls": cloudpickled [DelayedSubmission, ...], "array": bool, "sys_path": [...]}
 STATE_FILE = "checkpoints/callable.pkl"  # the call a checkpoint() returned, preferred over CALL_FILE on restart
@@ -377,8 +378,19 @@ def _job_name(fn: object) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", str(raw)).strip("_")[:64] or "call"  # "<lambda>" -> "lambda"
 
 
+@overload
 def submit(target: str | Callable[..., Any], *args: Any, backend: Backend | None = None,
-           environ: Mapping[str, str] | None = None, force: bool = False, **opts: Any) -> Job:
+           environ: Mapping[str, str] | None = None, force: bool = False, remote: None = None, **opts: Any) -> Job: ...
+
+
+@overload
+def submit(target: str, *args: Any, backend: Backend | None = None, environ: Mapping[str, str] | None = None,
+           force: bool = False, remote: Remote | str, **opts: Any) -> RemoteJob: ...
+
+
+def submit(target: str | Callable[..., Any], *args: Any, backend: Backend | None = None,
+           environ: Mapping[str, str] | None = None, force: bool = False, remote: Remote | str | None = None,
+           **opts: Any) -> Job | RemoteJob:
     """Submit a script (``target`` a path; ``args`` its command-line arguments) or a callable (``target(*args,
     **kwargs)`` on every rank; keyword arguments for the callable go in ``kwargs={...}``).
 
@@ -386,7 +398,22 @@ def submit(target: str | Callable[..., Any], *args: Any, backend: Backend | None
     account, qos, name, launcher, env (a mapping), python, setup (shell lines run before the step), exclusive,
     exclude, constraint, reservation, dependency, signal_grace, max_restarts, topology, run_dir, cpus_per_gpu,
     mem_per_gpu ("16G"), sbatch_args, ... A callable gets one task and no GPU unless asked (``CALLABLE_DEFAULTS``),
-    a script gpusub's defaults. Preflight errors raise ``PreflightError`` (nothing is submitted) unless ``force``."""
+    a script gpusub's defaults. Preflight errors raise ``PreflightError`` (nothing is submitted) unless ``force``.
+
+    ``remote``: a ``slurmkit.jobs.remote.Remote`` (or ``"[USER@]HOST[:PORT]"``): the script's tree is shipped over
+    ssh and the cluster's gpusub submits it, as ``gpusub --remote``; -> a ``RemoteJob`` (status, state, wait, logs,
+    cancel). ``opts["remote_token"]`` names the run (the same token twice never submits twice)."""
+    if remote is not None:
+        from slurmkit.jobs import remote as rmt
+
+        if callable(target):
+            raise UsageError("launch.submit(remote=...): a script only (a callable's pickle names modules of this "
+                             "machine, which the cluster may not have)")
+        r = rmt.Remote(rmt.Target.parse(remote)) if isinstance(remote, str) else remote
+        token = opts.pop("remote_token", None)
+        _spec(str(target), [str(a) for a in args], dict(opts))  # the same option names and checks as a local submit
+        flags = rmt.gpusub_flags({**opts, **({"force": True} if force else {})})
+        return rmt.submit_script(r, str(target), *(str(a) for a in args), options=flags, token=token)
     if callable(target):
         from slurmkit.jobs.helpers import DelayedSubmission
 
