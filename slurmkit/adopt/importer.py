@@ -74,7 +74,7 @@ def import_site(files: Mapping[str, str], version: str, own: Mapping[str, Any] |
     """``files``: the site's files by the name Slurm resolves them under (adopt.read.read_site); ``own``: slurmkit's
     own sections (hooks, submit_policy, site, rollout) from the inventory copy of a directory slurmkit wrote."""
     res = Imported({})
-    conf = cp.parse_slurm_conf(files.get("slurm.conf", ""), "slurm.conf", files)
+    conf = cp.parse_slurm_conf(files.get("slurm.conf", ""), "slurm.conf", files, release=version)
     for p in conf.problems:
         res.lost.append(f"{p} (Slurm itself would not read this file)")
     inv: dict[str, Any] = {"cluster": "", "slurm_version": version, "adopted": True}
@@ -94,7 +94,7 @@ def import_site(files: Mapping[str, str], version: str, own: Mapping[str, Any] |
         res.lost.append(f"{rec.where}: DownNodes={rec.head}: not carried (set the nodes down with scontrol instead)")
     if "cgroup.conf" in files:
         probs: list[str] = []
-        cg = cp.parse_settings(files["cgroup.conf"], "cgroup.conf", files, probs)
+        cg = cp.parse_settings(files["cgroup.conf"], "cgroup.conf", files, probs, release=inv["slurm_version"])
         res.lost += [f"{p} (Slurm itself would not read this file)" for p in probs]
         pairs = []
         for _lk, (k, v, rec) in cg.items():
@@ -269,7 +269,8 @@ def _gres_records(files: Mapping[str, str], nodes: list[str], inv: dict[str, Any
     probs: list[str] = []
     known = set(nodes)
     top: list[dict[str, Any]] = []
-    for rec in cp.expand_includes(files["gres.conf"], "gres.conf", files, probs, line_keys=cp.GRES_LINE_KEYS):
+    for rec in cp.expand_includes(files["gres.conf"], "gres.conf", files, probs, line_keys=cp.GRES_LINE_KEYS,
+                                  release=inv.get("slurm_version")):
         pairs = tuple((k, v) for k, v in rec.pairs if k.lower() != "nodename")
         if not all(_KEY_RE.fullmatch(k) and _value_ok(v) for k, v in pairs):
             res.lost.append(f"{rec.where}: a gres.conf key or value the inventory cannot hold")

@@ -62,7 +62,7 @@ NOISE = (
     re.compile(r"Even though we are collecting accounting information"),
     # a fresh StateSaveLocation (the copy always has one) has no state files yet
     re.compile(r"Could not open \w+ state file .*No such file"),
-    re.compile(r"NOTE: Trying backup state save file"),
+    re.compile(r"NOTE: Trying backup (partition )?state save file"),  # 24.11 partition_mgr.c:431 for part_state
     # a busy or virtualised host: slurmctld times 1000 gettimeofday() calls at start and logs an error above
     # 200 us (controller.c main(), 22.05-25.11); it says nothing about the config
     # and made the preset real-parse tests fail on a loaded build host
@@ -137,6 +137,10 @@ ERROR_LINES = (
     LineClass(WARNING, re.compile(r"read_slurm_conf: default partition not set"),
               {"22.05": "src/slurmctld/read_config.c:1593", "24.11": "src/slurmctld/read_config.c:1547",
                "26.05": "src/slurmctld/read_config.c:1676"}),
+    # a short UnkillableStepTimeout (ParallelCluster's 180 s beside MessageTimeout=60): logged through
+    # error_in_daemon() and kept as written (read_config.c _validate_and_set_defaults, from 24.05): a warning
+    LineClass(WARNING, re.compile(r"UnkillableStepTimeout must be at least 5 times greater than MessageTimeout"),
+              {"24.11": "src/common/read_config.c:5585", "26.05": "src/common/read_config.c:5468"}),
     LineClass(HOST, HOST_FACTS[0], {"22.05": "src/slurmctld/controller.c:378", "24.11": "src/slurmctld/controller.c:724",
                                     "26.05": "src/slurmctld/controller.c:843"}),
     LineClass(HOST, HOST_FACTS[1], {"22.05": "src/slurmctld/groups.c:240", "24.11": "src/slurmctld/groups.c:223",
@@ -377,7 +381,7 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                 if h and not _IPV4.match(h) and ":" not in h:
                     names.setdefault(h)
 
-    recs = list(cp.expand_includes(slurm_conf, "slurm.conf", files, []))
+    recs = list(cp.expand_includes(slurm_conf, "slurm.conf", files, [], release=judge_release))
     site_dbd = any(k.lower() == "accountingstoragetype" and v.lower().endswith("/slurmdbd")
                    for rec in recs for k, v in rec.pairs)
     for rec in recs:
@@ -473,6 +477,23 @@ class RealParse:
     release: str = ""  # the judge's release ("24.11"): what ``classify`` reads the lines by
 
 
+def inline_includes(name: str, files: Mapping[str, str], release: str | None = None, _depth: int = 0) -> str:
+    """``files[name]`` with each Include line whose file the set holds replaced by that file's text (recursively,
+    as confparse.resolve_include resolves the name for ``release``), every other line byte for byte: gres.conf and
+    cgroup.conf of the copy read no path of this host either (a ParallelCluster gres.conf includes files by
+    absolute paths under /opt/slurm/etc/pcluster, which the judge would stat for 60 s, then fail). An Include the
+    set lacks stays, so the judge fails on it as the site's daemons would."""
+    out = []
+    for line in files[name].split("\n"):
+        recs = cp.parse_records(line, name)
+        target = cp.resolve_include(recs[0].head, "", name, release) if len(recs) == 1 and recs[0].include else ""
+        if target and target in files and "%c" not in recs[0].head and _depth < 16:
+            out.append(inline_includes(target, files, release, _depth + 1).rstrip("\n"))
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 30.0,
                settle: float = SETTLE) -> RealParse:
     """Start a real slurmctld of the target release (``find_judge``) on a copy of the files, under the first
@@ -493,7 +514,7 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
         etc.mkdir()
         for name, body in files.items():
             if "/" not in name:  # included files are inlined by rewrite_for_copy; never write outside the copy
-                (etc / name).write_text(body)
+                (etc / name).write_text(inline_includes(name, files, target) if name != "slurm.conf" else body)
         try:
             copy = rewrite_for_copy(files["slurm.conf"], tmp, inside, judge.root or "/", files, judge.release)
         except Exception as exc:  # a hostlist the copy cannot expand: slurmctld would refuse it too
@@ -645,17 +666,19 @@ def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[
     the host's cgroups are none of its business. Every File= path gets a stand-in file on a private /dev
     (gres.c _my_stat() waits 20 s for a missing one, then fatal). -> (error lines, what judged)."""
     etc = tmp / "etc"  # slurmctld's copy, which has stopped: the same paths, so the same lines read the same
-    cgroup = [ln for ln in files.get("cgroup.conf", "").splitlines() if not re.match(r"\s*cgroupplugin\s*=", ln, re.I)]
+    site_cgroup = inline_includes("cgroup.conf", files) if "cgroup.conf" in files else ""
+    cgroup = [ln for ln in site_cgroup.splitlines() if not re.match(r"\s*cgroupplugin\s*=", ln, re.I)]
     (etc / "cgroup.conf").write_text("\n".join([*cgroup, "CgroupPlugin=disabled"]) + "\n")
     devices: list[str] = []
-    for rec in cp.parse_records(files["gres.conf"], "gres.conf"):
+    for rec in cp.expand_includes(files["gres.conf"], "gres.conf", files, [], line_keys=cp.GRES_LINE_KEYS):
         for k, v in rec.pairs:
             if k.lower() in ("file", "files", "multiplefiles"):
                 devices += [f for f in cp.expand_files(v) if f not in devices]
     outside = [d for d in devices if not d.startswith("/dev/") or ".." in d]
     if outside:
         return [], f"gres.conf not judged by slurmd -G (File= outside /dev: {outside[0]})"
-    nodes = [hostlist.expand(rec.head, rec.where)[0] for rec in cp.parse_slurm_conf(files["slurm.conf"]).nodes
+    nodes = [hostlist.expand(rec.head, rec.where)[0] for rec in cp.parse_slurm_conf(files["slurm.conf"], "slurm.conf",
+                                                                                     files).nodes
              if rec.head.upper() != "DEFAULT"][:GRES_NODES_MAX]
     errors: list[str] = []
     for node in nodes:

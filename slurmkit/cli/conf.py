@@ -278,6 +278,7 @@ def _diff(inventory: str, directory: str, version: str | None, templates: str | 
         # the files slurm.conf's Include lines name (a hand-written site splits nodes.conf, partitions.conf ...)
         included, _notes, _d = read_site(directory)
         current.update({k: v for k, v in included.items() if k not in CONFIG_FILES})
+    kept: dict[str, str] = {}
     if getattr(cluster, "adopted", False) and not rewrite:
         # an adopted site keeps its own files: the plan is carried into them as line edits (adopt/inplace.py), its
         # comments, blank lines, order and Include split kept; --rewrite writes slurmkit's layout instead
@@ -290,12 +291,15 @@ def _diff(inventory: str, directory: str, version: str | None, templates: str | 
         if "slurm.conf" in site:
             try:
                 files = edit_site(site, files, ver)
+                # the Include files apply leaves as they are (those outside DIR, by an absolute path, among them:
+                # a ParallelCluster head node's /opt/slurm/etc/pcluster/...) are read after it as before
+                kept = {k: v for k, v in site.items() if k not in files and k not in MANAGED_FILES}
             except CannotEdit as exc:
                 if against_base:  # apply: nothing written (one line: file, line, --rewrite)
                     raise
                 # diff: the plan is the same either way; say what apply will refuse
                 click.echo(f"warning: {exc}", err=True)
-    compared = dict(files)
+    compared = {**kept, **files}
     base = dict(current)
     if getattr(cluster, "adopted", False):
         # an adopted site's files are what its inventory says; the inventory copy beside them is slurmkit's own

@@ -142,7 +142,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
     ver = version or cp.header_version(text)
     feats = features_for(ver) if ver else None
     try:
-        conf = cp.parse_slurm_conf(text, files=files)
+        conf = cp.parse_slurm_conf(text, files=files, release=ver)
     except Exception as exc:  # a hostlist error inside the parse is still one finding, not a crash
         rep.errors.append(f"slurm.conf: cannot parse: {exc}")
         return rep
@@ -267,7 +267,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
 
     # memory constraints need memory to be a consumable resource
     select_params = conf.value("SelectTypeParameters")
-    cgroup = cp.parse_settings(files.get("cgroup.conf", ""), "cgroup.conf", files, rep.errors)
+    cgroup = cp.parse_settings(files.get("cgroup.conf", ""), "cgroup.conf", files, rep.errors, release=ver)
     if not memory_consumable(conf, feats.version if feats else None):
         if cgroup.get("constrainramspace", ("", "no", None))[1].lower() == "yes":
             err(f"cgroup.conf: ConstrainRAMSpace=yes needs SelectTypeParameters=CR_*_Memory (have {select_params or 'none'})")
@@ -366,7 +366,8 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
     for h, sh in shape_of.items():
         by_shape.setdefault(sh, []).append(h)
     shape_sets = [frozenset(by_shape.get(sh, ())) for sh in range(len(shapes))]
-    for rec in cp.expand_includes(text, "gres.conf", files, rep.errors, line_keys=cp.GRES_LINE_KEYS):
+    for rec in cp.expand_includes(text, "gres.conf", files, rep.errors, line_keys=cp.GRES_LINE_KEYS,
+                                  release=feats.version if feats else None):
         d = {k.lower(): v for k, v in rec.pairs}
         if feats and "autodetect" in d and d["autodetect"].lower() == "full" and not feats.gres_autodetect_full:
             # gres.c _handle_autodetect_flags() before 26.05: "unknown autodetect flag" and no detection

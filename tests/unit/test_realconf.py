@@ -161,6 +161,16 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
                   ["dynamic nodes on Slurm 22.05 need TreeWidth=65533"]),
         **{r: ([], []) for r in ("24.11", "26.05")},
     },
+    # AWS ParallelCluster's head node (Apache-2.0), RENDERED BY HAND as its Chef recipe and its own generator test
+    # render it (every value in its PROVENANCE): Include chains three deep, by relative and by absolute paths under
+    # /opt/slurm/etc/pcluster (read from pcluster/ of the copy: adopt/read.py tries each suffix of an absolute path),
+    # gres.conf and cgroup.conf with their own Include chains. Valid on each release (its real slurmctld, and slurmd
+    # -G from 23.11, accept it; its power-saving programs are host facts). Not errors: SlurmctldPort=6820-6829
+    # (slurm.conf(5) SlurmctldPort "a range of ports", 22.05 and 24.11), a NodeSet's Nodes= naming State=CLOUD
+    # nodes; on 24.11 and 26.05 slurmctld logs "UnkillableStepTimeout must be at least 5 times greater than
+    # MessageTimeout" (180 beside 60) through error_in_daemon and goes on (read_config.c:5585 at slurm-24-11-5-1,
+    # a warning line of the real parse, not of the static check)
+    "aws-parallelcluster-gpu": {r: ([], []) for r in ("22.05", "24.11", "26.05")},
     "slurm-test7.17.4-gres": {
         r: (["no PartitionName line: slurmctld 22.05 exits"] if r == "22.05" else [], []) for r in ("22.05", "24.11", "26.05")
     },
