@@ -104,7 +104,7 @@ def import_site(files: Mapping[str, str], version: str, own: Mapping[str, Any] |
                 res.lost.append(f"{rec.where}: {k}={v}: a key or value the inventory cannot hold")
         if pairs:
             inv["cgroup_conf"] = _pairs_map(pairs)
-    _topology(files, inv, res, groups)
+    _topology(files, inv, res, groups, conf)
     for k, v in (own or {}).items():
         inv[k] = v
         res.notes.append(f"{k}: carried from the slurmkit.yaml beside slurm.conf (slurmkit's own settings)")
@@ -542,8 +542,14 @@ def _partitions(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:
         inv["partitions"] = parts
 
 
-def _topology(files: Mapping[str, str], inv: dict[str, Any], res: Imported, hosts: list[str]) -> None:
+def _topology(files: Mapping[str, str], inv: dict[str, Any], res: Imported, hosts: list[str],
+              conf: cp.SlurmConf | None = None) -> None:
     if "topology.conf" not in files:
+        return
+    unread = cp.topology_conf_unread(conf, inv.get("slurm_version"), "topology.yaml" in files) if conf else ""
+    if unread:
+        # skipped as Slurm skips it (a typo inside is no loss); the file stays in DIR, apply leaves it there
+        res.notes.append(f"topology.conf: not imported: the site's Slurm never reads it ({unread})")
         return
     switches = []
     blocks: list[dict[str, str]] = []
@@ -559,11 +565,18 @@ def _topology(files: Mapping[str, str], inv: dict[str, Any], res: Imported, host
         if rec.kind == "blocksizes" and all(x.isdigit() for x in rec.head.split(",")):
             sizes = [int(x) for x in rec.head.split(",")]
             continue
-        if rec.kind != "switchname" or set(d) - {"nodes", "switches"} or len(d) != 1:
-            res.lost.append(f"{rec.where}: {rec.render()}: only SwitchName with Nodes= or Switches= is carried")
+        speed = d.pop("linkspeed", None)
+        if rec.kind != "switchname" or set(d) - {"nodes", "switches"} or len(d) != 1 or (
+                speed is not None and not speed.isdigit()):
+            res.lost.append(f"{rec.where}: {rec.render()}: only SwitchName with Nodes= or Switches= (and LinkSpeed=) "
+                            "is carried")
             continue
-        sw: dict[str, str] = {"name": rec.head}
+        sw: dict[str, Any] = {"name": rec.head}
         sw.update(d)
+        if speed is not None:
+            # topology.conf(5) 22.05-26.05 LinkSpeed: "the units used are arbitrary and this information is currently
+            # not used" (tree/switch_record.c reads it as S_P_UINT32); slurm-gcp marks placement nodesets with it
+            sw["link_speed"] = int(speed)
         switches.append(sw)
     if switches:
         inv["topology"] = {"switches": switches}

@@ -357,6 +357,25 @@ def parse_slurm_conf(text: str, file: str = "slurm.conf", files: Mapping[str, st
     return conf
 
 
+def topology_conf_unread(conf: SlurmConf, release: str | None, has_yaml: bool = False) -> str:
+    """Why the site's Slurm never reads its topology.conf ("" when it does). Only topology/tree and topology/block
+    parse it (src/plugins/topology/tree/switch_record.c, block/block_record.c from 23.11; src/interfaces/topology.c
+    hands them get_extra_conf_path("topology.conf")); an unset TopologyPlugin is read_config.h's
+    DEFAULT_TOPOLOGY_PLUGIN, "topology/none" through 24.11 (slurm-22-05-8-1 :190, slurm-24-11-5-1 :157) and
+    "topology/flat" from 25.05 (slurm-25-05-5-1 :156), neither of which reads a file; from 25.05 a topology.yaml,
+    where it exists, is read instead (topology.c topology_g_init at slurm-25-05-5-1)."""
+    m = re.search(r"(\d{2})\.(\d{2})", release or "")
+    key = (int(m.group(1)), int(m.group(2))) if m else (22, 5)
+    if key >= (25, 5) and has_yaml:
+        return "topology.yaml exists and Slurm 25.05+ reads it instead"
+    given = conf.value("TopologyPlugin")
+    plugin = (given or ("topology/flat" if key >= (25, 5) else "topology/none")).lower()
+    if plugin.split("/")[-1] in ("tree", "block"):
+        return ""
+    return (f"TopologyPlugin={given}" if given else f"no TopologyPlugin (Slurm {release or '22.05'}'s default is "
+            f"{plugin})") + ", which reads no topology.conf"
+
+
 @dataclass(frozen=True)
 class Geometry:
     cpus: int

@@ -868,6 +868,9 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         a, b = _body(old.get(name, "")), _body(new.get(name, ""))
         if name == "topology.conf" and _topology_set(a) == _topology_set(b):
             continue
+        if name == "topology.conf" and cp.topology_conf_unread(oc, ver, "topology.yaml" in old) and \
+                cp.topology_conf_unread(nc, ver, "topology.yaml" in new):
+            continue  # read by Slurm on neither side (confparse.topology_conf_unread): no change to the cluster
         if name == "topology.yaml" and _topology_yaml_key(a) == _topology_yaml_key(b) != "unreadable":
             continue
         if a != b:
@@ -985,8 +988,19 @@ def _body(text: str) -> str:
 
 
 def _topology_set(text: str) -> frozenset[tuple[tuple[str, str], ...]]:
-    """topology.conf as topology/tree reads it: a set of switch records, keys in any order or case."""
-    return frozenset(tuple(sorted((k.lower(), v) for k, v in r.pairs)) for r in cp.parse_records(text, "topology.conf"))
+    """topology.conf as topology/tree (and block) reads it: a set of records, keys in any order or case, a Nodes= or
+    Switches= list by the names it holds (switch_record.c turns Nodes= into a node bitmap and Switches= into child
+    records by name: ``m22-green-[0-1],m22-green-[2-4]`` is ``m22-green-[0-4]``)."""
+    def val(k: str, v: str) -> str:
+        if k in ("nodes", "switches"):
+            try:
+                return ",".join(sorted(set(hostlist.expand(v))))
+            except (ValueError, SlurmkitError):  # a list Slurm cannot read: compared as written
+                return v
+        return v
+
+    return frozenset(tuple(sorted((k.lower(), val(k.lower(), v)) for k, v in r.pairs))
+                     for r in cp.parse_records(text, "topology.conf"))
 
 
 def _topology_yaml_key(text: str) -> object:

@@ -1105,10 +1105,11 @@ def topology_lines(cluster: Cluster, version: str | None = None) -> list[str]:
     if t.kind == "tree":
         lines = []
         for sw in t.switches:
+            speed = "" if sw.link_speed is None else f" LinkSpeed={sw.link_speed}"
             if sw.nodes:
-                lines.append(f"SwitchName={sw.name} Nodes={sw.nodes}")
+                lines.append(f"SwitchName={sw.name} Nodes={sw.nodes}{speed}")
             else:
-                lines.append(f"SwitchName={sw.name} Switches={sw.switches}")
+                lines.append(f"SwitchName={sw.name} Switches={sw.switches}{speed}")
         return lines
     if t.kind == "block":
         feats = features_for(version or cluster.slurm_version)

@@ -615,6 +615,9 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
             return
         if ykind in ("tree", "block", "ring", "torus3d"):
             kind = ykind
+    elif "topology.conf" in files and (unread := cp.topology_conf_unread(conf, feats.version if feats else None)):
+        # Slurm never reads it: a typo inside is no finding, the file itself is worth a word
+        rep.warnings.append(f"topology.conf: not read by Slurm: {unread}")
     elif "topology.conf" in files:
         fname = "topology.conf"
         for rec in cp.parse_records(files[fname], fname):

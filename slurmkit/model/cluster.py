@@ -201,6 +201,7 @@ class Switch:
     name: str
     nodes: str = ""  # hostlist of nodes (leaf switch)
     switches: str = ""  # hostlist of child switches (upper level)
+    link_speed: int | None = None  # topology.conf LinkSpeed= (arbitrary units, "currently not used" by Slurm)
 
 
 @dataclass(frozen=True)

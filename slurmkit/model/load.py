@@ -778,14 +778,19 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bo
     switches = []
     for i, s in enumerate(_list(ctx, m.get("switches") or [], _join(path, "switches"))):
         sp = _join(_join(path, "switches"), i)
-        sm = _mapping(ctx, s, sp, {"name", "nodes", "switches"}, {"name"})
+        sm = _mapping(ctx, s, sp, {"name", "nodes", "switches", "link_speed"}, {"name"})
         if bool(sm.get("nodes")) == bool(sm.get("switches")):
             raise ctx.err(sp, "a switch has exactly one of 'nodes' (leaf) or 'switches' (upper level)")
+        speed = sm.get("link_speed")
+        if speed is not None and (isinstance(speed, bool) or not isinstance(speed, int) or not 0 <= speed <= 0xFFFFFFFF):
+            # tree/switch_record.c reads LinkSpeed as S_P_UINT32
+            raise ctx.err(_join(sp, "link_speed"), "expected an integer from 0 to 4294967295")
         switches.append(
             Switch(
                 name=_str(ctx, sm["name"], _join(sp, "name"), _NAME_RE),
                 nodes=_hosts(ctx, sm["nodes"], _join(sp, "nodes")) if sm.get("nodes") else "",
                 switches=_hosts(ctx, sm["switches"], _join(sp, "switches"), hostnames=False) if sm.get("switches") else "",
+                link_speed=speed,
             )
         )
     blocks: list[Block] = []

@@ -171,6 +171,17 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
     # MessageTimeout" (180 beside 60) through error_in_daemon and goes on (read_config.c:5585 at slurm-24-11-5-1,
     # a warning line of the real parse, not of the static check)
     "aws-parallelcluster-gpu": {r: ([], []) for r in ("22.05", "24.11", "26.05")},
+    # Google's slurm-gcp 5 (Apache-2.0), RENDERED BY HAND from its templates and conf.py (every value in its
+    # PROVENANCE): a topology.conf and no TopologyPlugin. The default plugin reads no file (topology/none through 24.11,
+    # read_config.h:157 at slurm-24-11-5-1; topology/flat from 25.05, :156 at slurm-25-05-5-1): a warning that the file
+    # is not read, never an error over what is in it. CgroupAutomount is defunct from 23.11 and MaxNodeCount=64000
+    # leaves room for dynamic nodes, which want TreeWidth=65533 on 22.05 (as for slinky-helm-dynamic above);
+    # CommunicationParameters=NoAddrCache is defunct from 23.11 (a notice of the real parse)
+    "slurm-gcp-5-topology": {
+        "22.05": ([], ["topology.conf: not read by Slurm", "dynamic nodes on Slurm 22.05 need TreeWidth=65533"]),
+        **{r: ([], [f"CgroupAutomount is defunct in Slurm {r}", "topology.conf: not read by Slurm"])
+           for r in ("24.11", "26.05")},
+    },
     "slurm-test7.17.4-gres": {
         r: (["no PartitionName line: slurmctld 22.05 exits"] if r == "22.05" else [], []) for r in ("22.05", "24.11", "26.05")
     },
