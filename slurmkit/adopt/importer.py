@@ -218,7 +218,10 @@ def _globals(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:
         host = m.group(1) if m else line
         addrs = addrs or bool(m and m.group(2))
         hosts.append(host)
-    bad = [h for h in hosts if not _HOST_RE.fullmatch(h)]
+    # an FQDN is a hostname the inventory holds (model/load.py _hostname: dot-separated RFC 1123 labels); an address
+    # is not (slurmctld finds itself by name), nor a name outside RFC 1123: those stay SlurmctldHost lines
+    bad = [h for h in hosts if not all(_HOST_RE.fullmatch(label) for label in h.split("."))
+           or re.fullmatch(r"\d+(\.\d+){3}", h)]
     if hosts and not bad:
         ctl["hosts"] = hosts
     elif hosts:
@@ -226,8 +229,16 @@ def _globals(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:
         addrs = True  # carried as SlurmctldHost lines in slurm_conf (which replace controller.hosts)
     port = conf.value("SlurmctldPort")
     # slurm.conf(5) SlurmctldPort "The default value is SLURMCTLD_PORT as established at system build time" -- 6817
-    # (slurm/slurm.h.in, 22.05 and 24.11); StateSaveLocation "The default value is /var/spool" (22.05 and 24.11)
-    ctl["port"] = int(port) if port.isdigit() and 0 < int(port) < 65536 else 6817
+    # (slurm/slurm.h.in, 22.05 and 24.11); StateSaveLocation "The default value is /var/spool" (22.05 and 24.11).
+    # A range LOW-HIGH (read_config.c _validate_and_set_defaults: slurmctld_port_count = HIGH + 1 - LOW, HIGH > LOW,
+    # 22.05-26.05; ParallelCluster writes 6820-6829) is the inventory's controller.port as written
+    rng = re.fullmatch(r"(\d+)-(\d+)", port)
+    if port.isdigit() and 0 < int(port) < 65536:
+        ctl["port"] = int(port)
+    elif rng and 0 < int(rng.group(1)) < int(rng.group(2)) < 65536:
+        ctl["port"] = f"{int(rng.group(1))}-{int(rng.group(2))}"
+    else:
+        ctl["port"] = 6817
     ctl["state_dir"] = conf.value("StateSaveLocation") or "/var/spool"
     if not ctl["state_dir"].startswith("/") or not _value_ok(ctl["state_dir"]) or " " in ctl["state_dir"]:
         res.lost.append(f"{conf.settings['statesavelocation'][2].where}: StateSaveLocation: not an absolute path")
@@ -236,7 +247,7 @@ def _globals(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:
     pairs: list[tuple[str, str]] = []
     if addrs:
         pairs += [("SlurmctldHost", line) for line in controller_lines]
-    if port and not (port.isdigit() and str(ctl["port"]) == port):
+    if port and str(ctl["port"]) != port:
         pairs.append(("SlurmctldPort", port))  # a port range (SlurmctldPort=6817-6818) is kept as written
     seen: dict[str, int] = {}
     for rec in conf.records:

@@ -262,6 +262,18 @@ def _port(ctx: _Ctx, value: Any, path: str) -> int:
     return port
 
 
+def _port_range(ctx: _Ctx, value: Any, path: str) -> tuple[int, int]:
+    """A port, or a range "LOW-HIGH" as SlurmctldPort takes it (read_config.c: HIGH must exceed LOW, else "Invalid
+    SlurmctldPort", 22.05-26.05) -> (LOW, count)."""
+    m = re.fullmatch(r"(\d+)-(\d+)", value) if isinstance(value, str) else None
+    if m is None:
+        return _port(ctx, value, path), 1
+    low, high = _port(ctx, int(m.group(1)), path), _port(ctx, int(m.group(2)), path)
+    if high <= low:
+        raise ctx.err(path, f"{value!r}: the range's end must exceed its start (Slurm: Invalid SlurmctldPort)")
+    return low, high - low + 1
+
+
 def _cluster_name(ctx: _Ctx, value: Any) -> str:
     name = _str(ctx, value, "cluster", re.compile(r"^[a-z0-9_-]+$"))
     if len(name) > _MAX_CLUSTER_NAME:
@@ -918,9 +930,11 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     )
     ctx.adopted = top.get("adopted") is True
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
+    port, port_count = _port_range(ctx, cm.get("port", 6817), "controller.port")
     controller = Controller(
         hosts=tuple(_hostname(ctx, h, f"controller.hosts[{i}]") for i, h in enumerate(_list(ctx, cm["hosts"], "controller.hosts"))),
-        port=_port(ctx, cm.get("port", 6817), "controller.port"),
+        port=port,
+        port_count=port_count,
         state_dir=_path(ctx, cm.get("state_dir", "/var/spool/slurmctld"), "controller.state_dir"),
     )
     if not controller.hosts:

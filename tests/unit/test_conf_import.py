@@ -121,8 +121,9 @@ def test_import_infers_groups_models_what_it_can_and_carries_the_rest() -> None:
     inv = res.inventory
     assert res.lost == []
     assert inv["cluster"] == "alpha" and inv["adopted"] is True
-    assert inv["controller"] == {"hosts": ["head1", "head2"], "port": 6817, "state_dir": "/shared/state"}
-    assert inv["slurm_conf"]["SlurmctldPort"] == "6817-6818"
+    # the port range where an admin reads it (issue 33 item 7), not 6817 beside it in slurm_conf
+    assert inv["controller"] == {"hosts": ["head1", "head2"], "port": "6817-6818", "state_dir": "/shared/state"}
+    assert "SlurmctldPort" not in inv["slurm_conf"]
     assert inv["slurm_conf"]["InteractiveStepOptions"] == "--interactive --pty --preserve-env --mpi=none $SHELL"
     gpu, cpu = inv["node_groups"]
     # two identical lines are one group; the GPU model holds the typed File= records with their Cores=
