@@ -74,7 +74,7 @@ def import_site(files: Mapping[str, str], version: str, own: Mapping[str, Any] |
     """``files``: the site's files by the name Slurm resolves them under (adopt.read.read_site); ``own``: slurmkit's
     own sections (hooks, submit_policy, site, rollout) from the inventory copy of a directory slurmkit wrote."""
     res = Imported({})
-    conf = cp.parse_slurm_conf(files.get("slurm.conf", ""), "slurm.conf", files)
+    conf = cp.parse_slurm_conf(files.get("slurm.conf", ""), "slurm.conf", files, release=version)
     for p in conf.problems:
         res.lost.append(f"{p} (Slurm itself would not read this file)")
     inv: dict[str, Any] = {"cluster": "", "slurm_version": version, "adopted": True}
@@ -94,7 +94,7 @@ def import_site(files: Mapping[str, str], version: str, own: Mapping[str, Any] |
         res.lost.append(f"{rec.where}: DownNodes={rec.head}: not carried (set the nodes down with scontrol instead)")
     if "cgroup.conf" in files:
         probs: list[str] = []
-        cg = cp.parse_settings(files["cgroup.conf"], "cgroup.conf", files, probs)
+        cg = cp.parse_settings(files["cgroup.conf"], "cgroup.conf", files, probs, release=inv["slurm_version"])
         res.lost += [f"{p} (Slurm itself would not read this file)" for p in probs]
         pairs = []
         for _lk, (k, v, rec) in cg.items():
@@ -104,7 +104,7 @@ def import_site(files: Mapping[str, str], version: str, own: Mapping[str, Any] |
                 res.lost.append(f"{rec.where}: {k}={v}: a key or value the inventory cannot hold")
         if pairs:
             inv["cgroup_conf"] = _pairs_map(pairs)
-    _topology(files, inv, res, groups)
+    _topology(files, inv, res, groups, conf)
     for k, v in (own or {}).items():
         inv[k] = v
         res.notes.append(f"{k}: carried from the slurmkit.yaml beside slurm.conf (slurmkit's own settings)")
@@ -218,7 +218,10 @@ def _globals(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:
         host = m.group(1) if m else line
         addrs = addrs or bool(m and m.group(2))
         hosts.append(host)
-    bad = [h for h in hosts if not _HOST_RE.fullmatch(h)]
+    # an FQDN is a hostname the inventory holds (model/load.py _hostname: dot-separated RFC 1123 labels); an address
+    # is not (slurmctld finds itself by name), nor a name outside RFC 1123: those stay SlurmctldHost lines
+    bad = [h for h in hosts if not all(_HOST_RE.fullmatch(label) for label in h.split("."))
+           or re.fullmatch(r"\d+(\.\d+){3}", h)]
     if hosts and not bad:
         ctl["hosts"] = hosts
     elif hosts:
@@ -226,8 +229,16 @@ def _globals(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:
         addrs = True  # carried as SlurmctldHost lines in slurm_conf (which replace controller.hosts)
     port = conf.value("SlurmctldPort")
     # slurm.conf(5) SlurmctldPort "The default value is SLURMCTLD_PORT as established at system build time" -- 6817
-    # (slurm/slurm.h.in, 22.05 and 24.11); StateSaveLocation "The default value is /var/spool" (22.05 and 24.11)
-    ctl["port"] = int(port) if port.isdigit() and 0 < int(port) < 65536 else 6817
+    # (slurm/slurm.h.in, 22.05 and 24.11); StateSaveLocation "The default value is /var/spool" (22.05 and 24.11).
+    # A range LOW-HIGH (read_config.c _validate_and_set_defaults: slurmctld_port_count = HIGH + 1 - LOW, HIGH > LOW,
+    # 22.05-26.05; ParallelCluster writes 6820-6829) is the inventory's controller.port as written
+    rng = re.fullmatch(r"(\d+)-(\d+)", port)
+    if port.isdigit() and 0 < int(port) < 65536:
+        ctl["port"] = int(port)
+    elif rng and 0 < int(rng.group(1)) < int(rng.group(2)) < 65536:
+        ctl["port"] = f"{int(rng.group(1))}-{int(rng.group(2))}"
+    else:
+        ctl["port"] = 6817
     ctl["state_dir"] = conf.value("StateSaveLocation") or "/var/spool"
     if not ctl["state_dir"].startswith("/") or not _value_ok(ctl["state_dir"]) or " " in ctl["state_dir"]:
         res.lost.append(f"{conf.settings['statesavelocation'][2].where}: StateSaveLocation: not an absolute path")
@@ -236,7 +247,7 @@ def _globals(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:
     pairs: list[tuple[str, str]] = []
     if addrs:
         pairs += [("SlurmctldHost", line) for line in controller_lines]
-    if port and not (port.isdigit() and str(ctl["port"]) == port):
+    if port and str(ctl["port"]) != port:
         pairs.append(("SlurmctldPort", port))  # a port range (SlurmctldPort=6817-6818) is kept as written
     seen: dict[str, int] = {}
     for rec in conf.records:
@@ -269,7 +280,8 @@ def _gres_records(files: Mapping[str, str], nodes: list[str], inv: dict[str, Any
     probs: list[str] = []
     known = set(nodes)
     top: list[dict[str, Any]] = []
-    for rec in cp.expand_includes(files["gres.conf"], "gres.conf", files, probs, line_keys=cp.GRES_LINE_KEYS):
+    for rec in cp.expand_includes(files["gres.conf"], "gres.conf", files, probs, line_keys=cp.GRES_LINE_KEYS,
+                                  release=inv.get("slurm_version")):
         pairs = tuple((k, v) for k, v in rec.pairs if k.lower() != "nodename")
         if not all(_KEY_RE.fullmatch(k) and _value_ok(v) for k, v in pairs):
             res.lost.append(f"{rec.where}: a gres.conf key or value the inventory cannot hold")
@@ -541,8 +553,14 @@ def _partitions(conf: cp.SlurmConf, inv: dict[str, Any], res: Imported) -> None:
         inv["partitions"] = parts
 
 
-def _topology(files: Mapping[str, str], inv: dict[str, Any], res: Imported, hosts: list[str]) -> None:
+def _topology(files: Mapping[str, str], inv: dict[str, Any], res: Imported, hosts: list[str],
+              conf: cp.SlurmConf | None = None) -> None:
     if "topology.conf" not in files:
+        return
+    unread = cp.topology_conf_unread(conf, inv.get("slurm_version"), "topology.yaml" in files) if conf else ""
+    if unread:
+        # skipped as Slurm skips it (a typo inside is no loss); the file stays in DIR, apply leaves it there
+        res.notes.append(f"topology.conf: not imported: the site's Slurm never reads it ({unread})")
         return
     switches = []
     blocks: list[dict[str, str]] = []
@@ -558,11 +576,18 @@ def _topology(files: Mapping[str, str], inv: dict[str, Any], res: Imported, host
         if rec.kind == "blocksizes" and all(x.isdigit() for x in rec.head.split(",")):
             sizes = [int(x) for x in rec.head.split(",")]
             continue
-        if rec.kind != "switchname" or set(d) - {"nodes", "switches"} or len(d) != 1:
-            res.lost.append(f"{rec.where}: {rec.render()}: only SwitchName with Nodes= or Switches= is carried")
+        speed = d.pop("linkspeed", None)
+        if rec.kind != "switchname" or set(d) - {"nodes", "switches"} or len(d) != 1 or (
+                speed is not None and not speed.isdigit()):
+            res.lost.append(f"{rec.where}: {rec.render()}: only SwitchName with Nodes= or Switches= (and LinkSpeed=) "
+                            "is carried")
             continue
-        sw: dict[str, str] = {"name": rec.head}
+        sw: dict[str, Any] = {"name": rec.head}
         sw.update(d)
+        if speed is not None:
+            # topology.conf(5) 22.05-26.05 LinkSpeed: "the units used are arbitrary and this information is currently
+            # not used" (tree/switch_record.c reads it as S_P_UINT32); slurm-gcp marks placement nodesets with it
+            sw["link_speed"] = int(speed)
         switches.append(sw)
     if switches:
         inv["topology"] = {"switches": switches}

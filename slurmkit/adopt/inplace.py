@@ -185,7 +185,7 @@ def edit_site(site: Mapping[str, str], plan: Mapping[str, str], version: str) ->
         out["gres.conf"] = site["gres.conf"]
     for name in ("cgroup.conf", *ro.SIDE_FILES):
         if name in plan and name in site and name != "plugstack.conf":
-            _settings_file(name, site[name], plan[name], ed)
+            _settings_file(name, site[name], plan[name], ed, site)
             out[name] = site[name]
     if "topology.conf" in plan and "topology.conf" in site and ro._topology_set(ro._body(site["topology.conf"])) == \
             ro._topology_set(ro._body(plan["topology.conf"])):
@@ -401,8 +401,8 @@ def _gres_conf(site: Mapping[str, str], plan: Mapping[str, str], version: str, e
     oc = cp.parse_slurm_conf(site.get("slurm.conf", ""), "slurm.conf", site)
     nc = cp.parse_slurm_conf(plan.get("slurm.conf", ""), "slurm.conf", plan)
     on, nn = ro._node_table(oc), ro._node_table(nc)
-    old_t = ro._gres_table(site["gres.conf"], on)
-    new_t = ro._gres_table(plan["gres.conf"], nn)
+    old_t = ro._gres_table(site["gres.conf"], on, site, version)  # Include lines followed, as slurmd reads them
+    new_t = ro._gres_table(plan["gres.conf"], nn, plan, version)
     for h in on:
         if h in nn and old_t.get(h, ()) != new_t.get(h, ()):
             raise CannotEdit("gres.conf", f"node {h}'s gres.conf lines change")
@@ -422,10 +422,10 @@ def _gres_conf(site: Mapping[str, str], plan: Mapping[str, str], version: str, e
         elif len(kept) != len(hosts):
             f.replaced[rec.lineno] = edit_pairs(f.current(rec.lineno), rec.where, {"nodename": hostlist.fold(kept)})
     added = [h for h in nn if h not in on]
-    need = [h for h in added if ro._gres_table(site["gres.conf"], [h]).get(h, ()) != new_t.get(h, ())]
+    need = [h for h in added if ro._gres_table(site["gres.conf"], [h], site, version).get(h, ()) != new_t.get(h, ())]
     if not need:
         return
-    if any(ro._gres_table(site["gres.conf"], [h]).get(h, ()) for h in need):
+    if any(ro._gres_table(site["gres.conf"], [h], site, version).get(h, ()) for h in need):
         raise CannotEdit("gres.conf", f"a gres.conf line without NodeName= gives new node {need[0]} other GRES")
     lines = []
     for rec in cp.parse_records(plan["gres.conf"], "gres.conf"):
@@ -446,13 +446,15 @@ def _gres_conf(site: Mapping[str, str], plan: Mapping[str, str], version: str, e
             f.after.setdefault(len(f.lines) - (1 if f.lines[-1] == "" else 0), []).append(ln)
 
 
-def _settings_file(name: str, site_text: str, plan_text: str, ed) -> None:  # type: ignore[no-untyped-def]
+def _settings_file(name: str, site_text: str, plan_text: str, ed,  # type: ignore[no-untyped-def]
+                   site: Mapping[str, str] | None = None) -> None:
     """cgroup.conf-style files: a changed key's value rewritten on its line, a removed key's lines deleted, a new key
-    after the last setting."""
-    so = cp.parse_settings(site_text, name)
+    after the last setting. The site's Include lines are followed (``site``): a key an included file sets is no
+    new key (a ParallelCluster cgroup.conf includes slurm_parallelcluster_cgroup.conf)."""
+    so = cp.parse_settings(site_text, name, site)
     sn = cp.parse_settings(ro._body(plan_text), name)
     f = ed(name)
-    last = max((r.lineno for _k, _v, r in so.values()), default=0)
+    last = max((r.lineno for _k, _v, r in so.values() if r.file == name), default=0)
     for k in sorted(set(so) | set(sn)):
         a = so[k][1] if k in so else None
         b = sn[k][1] if k in sn else None
@@ -462,6 +464,8 @@ def _settings_file(name: str, site_text: str, plan_text: str, ed) -> None:  # ty
         if k in so and len(rec0.pairs) > 1:
             raise CannotEdit(rec0.where, f"{rec0.pairs[0][0]}= shares its line with other keys")
         if b is None:
+            if rec0.file != name:
+                raise CannotEdit(rec0.where, "the key is set in an Include file")
             for rec in cp.parse_records(site_text, name):
                 if rec.kind == k:
                     f.delete(rec.lineno)

@@ -62,7 +62,7 @@ NOISE = (
     re.compile(r"Even though we are collecting accounting information"),
     # a fresh StateSaveLocation (the copy always has one) has no state files yet
     re.compile(r"Could not open \w+ state file .*No such file"),
-    re.compile(r"NOTE: Trying backup state save file"),
+    re.compile(r"NOTE: Trying backup (partition )?state save file"),  # 24.11 partition_mgr.c:431 for part_state
     # a busy or virtualised host: slurmctld times 1000 gettimeofday() calls at start and logs an error above
     # 200 us (controller.c main(), 22.05-25.11); it says nothing about the config
     # and made the preset real-parse tests fail on a loaded build host
@@ -425,7 +425,7 @@ def rewrite_for_copy(slurm_conf: str, tmp: Path, inside: Path | None = None, roo
                 if h and not _IPV4.match(h) and ":" not in h:
                     names.setdefault(h)
 
-    recs = list(cp.expand_includes(slurm_conf, "slurm.conf", files, []))
+    recs = list(cp.expand_includes(slurm_conf, "slurm.conf", files, [], release=judge_release))
     site_dbd = any(k.lower() == "accountingstoragetype" and v.lower().endswith("/slurmdbd")
                    for rec in recs for k, v in rec.pairs)
     for rec in recs:
@@ -550,6 +550,23 @@ class RealParse:
     by_slurmd: list[str] = field(default_factory=list)  # the lines slurmd -G logged (gres.conf), not slurmctld
 
 
+def inline_includes(name: str, files: Mapping[str, str], release: str | None = None, _depth: int = 0) -> str:
+    """``files[name]`` with each Include line whose file the set holds replaced by that file's text (recursively,
+    as confparse.resolve_include resolves the name for ``release``), every other line byte for byte: gres.conf and
+    cgroup.conf of the copy read no path of this host either (a ParallelCluster gres.conf includes files by
+    absolute paths under /opt/slurm/etc/pcluster, which the judge would stat for 60 s, then fail). An Include the
+    set lacks stays, so the judge fails on it as the site's daemons would."""
+    out = []
+    for line in files[name].split("\n"):
+        recs = cp.parse_records(line, name)
+        target = cp.resolve_include(recs[0].head, "", name, release) if len(recs) == 1 and recs[0].include else ""
+        if target and target in files and "%c" not in recs[0].head and _depth < 16:
+            out.append(inline_includes(target, files, release, _depth + 1).rstrip("\n"))
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def real_parse(files: Mapping[str, str], version: str | None = None, timeout: float = 30.0,
                settle: float = SETTLE, leave_out: frozenset[str] = frozenset(),
                gres_view: list[str] | None = None) -> RealParse:
@@ -575,7 +592,8 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
             # slurm.conf's Includes are inlined by rewrite_for_copy; gres.conf's and cgroup.conf's are read by the
             # daemons beside slurm.conf (read_config.c get_extra_conf_path: a relative name, subfolders too, as
             # ParallelCluster's "include pcluster/slurm_parallelcluster_gpu_gres.conf"): a relative name goes into
-            # the copy; an absolute or upward one never writes outside it
+            # the copy; an absolute or upward one never writes outside it, and gres.conf/cgroup.conf get the
+            # included files the set holds inlined (an absolute Include would be stat()ed on this host)
             parts = Path(name).parts
             if name.startswith("/") or ".." in parts or not parts:
                 continue
@@ -583,7 +601,10 @@ def real_parse(files: Mapping[str, str], version: str | None = None, timeout: fl
             lines = body.splitlines(keepends=True)
             if any(w.startswith(f"{name}:") for w in leave_out):  # cgroup.conf:6 named fatal by the static check
                 lines = ["" if f"{name}:{i}" in leave_out else ln for i, ln in enumerate(lines, 1)]
-            (etc / name).write_text("".join(lines))
+            text = "".join(lines)
+            if name in ("gres.conf", "cgroup.conf"):
+                text = inline_includes(name, {**files, name: text}, target)
+            (etc / name).write_text(text)
         try:
             copy = rewrite_for_copy(files["slurm.conf"], tmp, inside, judge.root or "/", files, judge.release,
                                     leave_out)
@@ -741,7 +762,8 @@ def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[
     the host's cgroups are none of its business. Every File= path gets a stand-in file on a private /dev
     (gres.c _my_stat() waits 20 s for a missing one, then fatal). -> (error lines, what judged)."""
     etc = tmp / "etc"  # slurmctld's copy, which has stopped: the same paths, so the same lines read the same
-    # the copy's cgroup.conf (the site's less the lines the static check named fatal, real_parse ``leave_out``)
+    # the copy's cgroup.conf (the site's less the lines the static check named fatal, real_parse ``leave_out``,
+    # its Includes inlined as real_parse wrote it)
     site_cgroup = (etc / "cgroup.conf").read_text() if (etc / "cgroup.conf").exists() else ""
     cgroup = [ln for ln in site_cgroup.splitlines() if not re.match(r"\s*cgroupplugin\s*=", ln, re.I)]
     (etc / "cgroup.conf").write_text("\n".join([*cgroup, "CgroupPlugin=disabled"]) + "\n")
@@ -756,8 +778,8 @@ def _gres_by_slurmd(judge: Judge, files: Mapping[str, str], tmp: Path, ns: list[
     if outside:
         return [], f"gres.conf not judged by slurmd -G (File= outside /dev: {outside[0]})"
     # the node lines an Include holds count too (ParallelCluster keeps every NodeName in included files)
-    nodes = [hostlist.expand(rec.head, rec.where)[0]
-             for rec in cp.parse_slurm_conf(files["slurm.conf"], files=files).nodes
+    nodes = [hostlist.expand(rec.head, rec.where)[0] for rec in cp.parse_slurm_conf(files["slurm.conf"], "slurm.conf",
+                                                                                     files).nodes
              if rec.head.upper() != "DEFAULT"][:GRES_NODES_MAX]
     errors: list[str] = []
     for node in nodes:

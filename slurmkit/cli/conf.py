@@ -25,6 +25,26 @@ _rewrite = click.option("--rewrite", is_flag=True,
                              "order and Include files stay).")
 
 
+def _site_release(version: str | None, slurm_conf: str) -> tuple[str | None, str]:
+    """The release a site directory is judged for, one rule for `conf import` and `conf validate`: --slurm-version,
+    else the target in a slurmkit header of slurm.conf, else this host's slurmctld (slurmctld -V); (None, "") when
+    none says. -> (release, the note saying where it came from). Judging a site by the wrong release names good keys
+    "not carried" (a 24.11 site's PreemptParameters read as 22.05), or no release at all skips every per-release rule."""
+    from slurmkit.backend.roots import host_release
+    from slurmkit.generate.confparse import header_version
+
+    if version:
+        return version, ""
+    ver = header_version(slurm_conf)
+    if ver:
+        return ver, (f"judged for Slurm {ver}, the target in slurm.conf's slurmkit header (--slurm-version to "
+                     "change)")
+    ver = host_release()
+    if ver:
+        return ver, f"judged for Slurm {ver}, this host's slurmctld (--slurm-version to change)"
+    return None, ""
+
+
 def _release_arg(version: str) -> str:
     """A --slurm-version (or an inventory's slurm_version) as a supported target release, else a usage error (exit 2)
     naming the flag: an unknown release's keys and plugins are not in the tables."""
@@ -151,7 +171,6 @@ def installed_dir() -> str:
 def validate(path: str, version: str | None, templates: str | None, overrides: str | None, no_real_parse: bool) -> int:
     """Check a config DIR (or the files an INVENTORY renders): cross-file checks + a real slurmctld parse."""
     from slurmkit.backend.realparse import validate as run_validate
-    from slurmkit.generate.confparse import header_version
     from slurmkit.generate.rollout import read_dir
 
     cluster: object = None
@@ -166,10 +185,13 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
         inv = read_dir(path, ["slurmkit.yaml"]).get("slurmkit.yaml")
         if "slurm.conf" not in files:
             raise click.UsageError(f"{path} has no slurm.conf")
-        ver = _release_arg(version) if version else header_version(files["slurm.conf"])
+        site_ver, how = _site_release(version, files["slurm.conf"])
+        ver = _release_arg(site_ver) if site_ver else None
+        if how:
+            click.echo(f"note: {how}", err=True)
         if ver is None:
             click.echo("note: judged without a target release (no --slurm-version, no slurmkit header in "
-                       "slurm.conf): per-release rules and advice need --slurm-version", err=True)
+                       "slurm.conf, no slurmctld here): per-release rules and advice need --slurm-version", err=True)
         if inv is not None:
             from slurmkit.model.load import load_cluster_text
 
@@ -278,6 +300,7 @@ def _diff(inventory: str, directory: str, version: str | None, templates: str | 
         # the files slurm.conf's Include lines name (a hand-written site splits nodes.conf, partitions.conf ...)
         included, _notes, _d = read_site(directory)
         current.update({k: v for k, v in included.items() if k not in CONFIG_FILES})
+    kept: dict[str, str] = {}
     if getattr(cluster, "adopted", False) and not rewrite:
         # an adopted site keeps its own files: the plan is carried into them as line edits (adopt/inplace.py), its
         # comments, blank lines, order and Include split kept; --rewrite writes slurmkit's layout instead
@@ -290,12 +313,15 @@ def _diff(inventory: str, directory: str, version: str | None, templates: str | 
         if "slurm.conf" in site:
             try:
                 files = edit_site(site, files, ver)
+                # the Include files apply leaves as they are (those outside DIR, by an absolute path, among them:
+                # a ParallelCluster head node's /opt/slurm/etc/pcluster/...) are read after it as before
+                kept = {k: v for k, v in site.items() if k not in files and k not in MANAGED_FILES}
             except CannotEdit as exc:
                 if against_base:  # apply: nothing written (one line: file, line, --rewrite)
                     raise
                 # diff: the plan is the same either way; say what apply will refuse
                 click.echo(f"warning: {exc}", err=True)
-    compared = dict(files)
+    compared = {**kept, **files}
     base = dict(current)
     if getattr(cluster, "adopted", False):
         # an adopted site's files are what its inventory says; the inventory copy beside them is slurmkit's own
@@ -402,23 +428,13 @@ def import_(path: str, out: str | None, version: str | None) -> int:
     files, notes, _d = read_site(path)
     if "slurm.conf" not in files:
         raise UsageError(notes[0] if notes else f"{path}: no slurm.conf")
-    if version is None:
-        # Judging a site by the wrong release names good keys "not carried" (a 24.11 site's PreemptParameters read
-        # as 22.05): the release comes from the files' own header, else the Slurm installed here, else the admin
-        from slurmkit.backend.roots import host_release
-        from slurmkit.generate.confparse import header_version
-
-        version = header_version(files["slurm.conf"])
-        if version:
-            notes.append(f"judged for Slurm {version}, the target in slurm.conf's slurmkit header (--slurm-version "
-                         "to change)")
-        else:
-            version = host_release()
-            if not version:
-                raise UsageError("--slurm-version: not given, slurm.conf names no target and no slurmctld here to "
-                                 "ask: name the release the site runs (e.g. --slurm-version 24.11)")
-            notes.append(f"judged for Slurm {version}, this host's slurmctld (--slurm-version to change)")
-    ver = _release_arg(version)
+    site_ver, how = _site_release(version, files["slurm.conf"])  # the same rule as `conf validate`
+    if site_ver is None:
+        raise UsageError("--slurm-version: not given, slurm.conf names no target and no slurmctld here to "
+                         "ask: name the release the site runs (e.g. --slurm-version 24.11)")
+    if how:
+        notes.append(how)
+    ver = _release_arg(site_ver)
     res = import_site(files, ver, _own_sections(Path(path) if Path(path).is_dir() else Path(path).parent))
     text = yamlio.dump(res.inventory)
     try:

@@ -199,35 +199,63 @@ LINE_KEYS = frozenset({"nodename", "partitionname", "nodeset", "downnodes", "fro
 GRES_LINE_KEYS = frozenset({"name", "nodename"})
 
 
-def resolve_include(name: str, cluster_name: str = "") -> str:
+def include_beside_including_file(release: str | None) -> bool:
+    """Where a relative ``Include`` name is looked for. Through 22.05 beside the file that holds the Include line:
+    parse_config.c _parse_include_directive() calls _add_full_path(file_name, slurm_conf_path), which joins the name
+    to the directory of ``slurm_conf_path``, and s_p_parse_file() passes the file it is reading (slurm-22-05-8-1).
+    From 23.02 beside slurm.conf, wherever the Include line is: SchedMD commit d890058691 ("Use
+    get_extra_conf_path() instead of _add_full_path()", first in slurm-23-02-0-0rc1) and read_config.c
+    get_extra_conf_path() ("Replace file name on end of path" of $SLURM_CONF; absolute paths as is), unchanged at
+    slurm-24-11-5-1 and slurm-26-05-3-1. The two differ only for an Include inside a file of another directory
+    (``Include pcluster/a.conf`` whose a.conf says ``Include b.conf``: pcluster/b.conf on 22.05, b.conf later); the
+    real scontrol of 22.05.8, 24.11.5 and 26.05.5 reads them so (tests/integration/test_conf_include_lab.py)."""
+    if not release:
+        return False
+    m = re.search(r"(\d{2})\.(\d{2})", release)
+    return m is not None and (int(m.group(1)), int(m.group(2))) < (23, 2)
+
+
+def resolve_include(name: str, cluster_name: str = "", including: str = "slurm.conf", release: str | None = None) -> str:
     """The name an Include refers to in a config set: parse_config.c _parse_for_format() replaces ``%c`` by the
-    lower-case ClusterName read so far; read_config.c get_extra_conf_path() keeps an absolute path and reads a
-    relative one beside slurm.conf (not beside the including file)."""
-    return name.replace("%c", cluster_name.lower())
+    lower-case ClusterName read so far; an absolute path is kept; a relative one is read beside slurm.conf (23.02+)
+    or, through 22.05, beside ``including``, the file (by its name in the set) that holds the Include line
+    (``include_beside_including_file``)."""
+    name = name.replace("%c", cluster_name.lower())
+    if name.startswith("/") or not include_beside_including_file(release) or "/" not in including:
+        return name
+    # _add_full_path(): the including file's path up to its last '/', then '/', then the name (no normalising)
+    return including.rsplit("/", 1)[0] + "/" + name
 
 
 def expand_includes(text: str, file: str, files: Mapping[str, str] | None = None,
                     problems: list[str] | None = None, cluster_name: str = "",
-                    line_keys: frozenset[str] = LINE_KEYS, _depth: int = 0) -> list[Record]:
+                    line_keys: frozenset[str] = LINE_KEYS, _depth: int = 0, release: str | None = None) -> list[Record]:
     """The records of ``text`` with every ``Include`` replaced by the included file's records (recursively), as
-    s_p_parse_file() reads them. ``files`` maps the name as resolved (relative to slurm.conf's directory, or the
-    absolute path) to its text. Problems Slurm reports (and fails the file for) are appended to ``problems``."""
+    s_p_parse_file() reads them. ``files`` maps the name as resolved (``resolve_include``: relative to slurm.conf's
+    directory, through 22.05 to the including file's, or the absolute path) to its text. Problems Slurm reports (and
+    fails the file for) are appended to ``problems``. ``release``: the site's (only 22.05's relative Include
+    differs)."""
     probs = problems if problems is not None else []
     out: list[Record] = []
     for rec in parse_records(text, file):
         if rec.include:
-            name = resolve_include(rec.head, cluster_name)
+            name = resolve_include(rec.head, cluster_name, file, release)
             if "%c" in rec.head and not cluster_name:
                 probs.append(f"{rec.where}: Include {rec.head}: no ClusterName before it for %c (Include failed: fatal)")
             elif "*" in name:
-                # parse_config.c: "Slurm does not support glob parsing. %s from %s will be skipped over."
+                # no release reads a glob: through 23.02 the name is stat()ed as written (s_p_parse_file retries 60 s,
+                # then the Include fails); from 23.11 parse_config.c _parse_include_directive() logs "Slurm does not
+                # support glob parsing. %s from %s will be skipped over" and fails the Include (slurm-23-11-10-1,
+                # slurm-24-11-5-1, slurm-26-05-3-1: fatal "Unable to process configuration file" from scontrol 24.11.5
+                # and 26.05.5); DebugFlags=GLOB_SILENCE only quiets it in files other than slurm.conf's chain
                 probs.append(f"{rec.where}: Include {rec.head}: Slurm does not support glob parsing (Include failed: fatal)")
             elif files is None or name not in files:
                 probs.append(f"{rec.where}: Include {rec.head}: file not found (Include failed: fatal)")
             elif _depth > 16:
                 probs.append(f"{rec.where}: Include {rec.head}: includes nested too deep")
             else:
-                out.extend(expand_includes(files[name], name, files, probs, cluster_name, line_keys, _depth + 1))
+                out.extend(expand_includes(files[name], name, files, probs, cluster_name, line_keys, _depth + 1,
+                                           release))
             if rec.leftover:
                 probs.append(f"{rec.where}: Parse error: \"{rec.leftover}\" after Include (fatal)")
             continue
@@ -266,14 +294,15 @@ class SlurmConf:
 
 
 def parse_slurm_conf(text: str, file: str = "slurm.conf", files: Mapping[str, str] | None = None,
-                     repeatable: frozenset[str] = frozenset({"prolog", "epilog", "prologslurmctld", "epilogslurmctld"})) -> SlurmConf:
+                     repeatable: frozenset[str] = frozenset({"prolog", "epilog", "prologslurmctld", "epilogslurmctld"}),
+                     release: str | None = None) -> SlurmConf:
     """slurm.conf as src/common/read_config.c reads it (22.05-25.11): includes followed (``files``), one key per line
     except the line keys, ``NodeName=DEFAULT``/``PartitionName=DEFAULT`` applied to the lines after them (the
     handlers read the default table when they parse a line), SlurmctldHost or else ControlMachine/BackupController."""
     conf = SlurmConf()
     node_default: list[tuple[str, str]] = []
     part_default: list[tuple[str, str]] = []
-    conf.records = expand_includes(text, file, files, conf.problems)
+    conf.records = expand_includes(text, file, files, conf.problems, release=release)
     for rec in parse_records(text, file):
         if rec.include:
             conf.includes.append(rec)
@@ -326,6 +355,25 @@ def parse_slurm_conf(text: str, file: str = "slurm.conf", files: Mapping[str, st
         if conf.value("BackupController"):
             conf.controllers.append(conf.value("BackupController"))
     return conf
+
+
+def topology_conf_unread(conf: SlurmConf, release: str | None, has_yaml: bool = False) -> str:
+    """Why the site's Slurm never reads its topology.conf ("" when it does). Only topology/tree and topology/block
+    parse it (src/plugins/topology/tree/switch_record.c, block/block_record.c from 23.11; src/interfaces/topology.c
+    hands them get_extra_conf_path("topology.conf")); an unset TopologyPlugin is read_config.h's
+    DEFAULT_TOPOLOGY_PLUGIN, "topology/none" through 24.11 (slurm-22-05-8-1 :190, slurm-24-11-5-1 :157) and
+    "topology/flat" from 25.05 (slurm-25-05-5-1 :156), neither of which reads a file; from 25.05 a topology.yaml,
+    where it exists, is read instead (topology.c topology_g_init at slurm-25-05-5-1)."""
+    m = re.search(r"(\d{2})\.(\d{2})", release or "")
+    key = (int(m.group(1)), int(m.group(2))) if m else (22, 5)
+    if key >= (25, 5) and has_yaml:
+        return "topology.yaml exists and Slurm 25.05+ reads it instead"
+    given = conf.value("TopologyPlugin")
+    plugin = (given or ("topology/flat" if key >= (25, 5) else "topology/none")).lower()
+    if plugin.split("/")[-1] in ("tree", "block"):
+        return ""
+    return (f"TopologyPlugin={given}" if given else f"no TopologyPlugin (Slurm {release or '22.05'}'s default is "
+            f"{plugin})") + ", which reads no topology.conf"
 
 
 @dataclass(frozen=True)
@@ -399,11 +447,12 @@ def _overlay(base: list[tuple[str, str]] | tuple[tuple[str, str], ...], extra: t
 
 
 def parse_settings(text: str, file: str, files: Mapping[str, str] | None = None,
-                   problems: list[str] | None = None) -> dict[str, tuple[str, str, Record]]:
+                   problems: list[str] | None = None, release: str | None = None) -> dict[str, tuple[str, str, Record]]:
     """cgroup.conf-style files (every key simple: one per line, as s_p_parse_file() reads them), last wins;
     includes followed; parse errors appended to ``problems``."""
     out: dict[str, tuple[str, str, Record]] = {}
-    for rec in expand_includes(text, file, files, problems if problems is not None else [], line_keys=frozenset()):
+    for rec in expand_includes(text, file, files, problems if problems is not None else [], line_keys=frozenset(),
+                               release=release):
         for k, v in rec.pairs:
             out[k.lower()] = (k, v, rec)
     return out

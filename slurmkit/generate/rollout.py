@@ -646,12 +646,15 @@ def _node_table(conf: cp.SlurmConf) -> dict[str, dict[str, str]]:
     return out
 
 
-def _gres_table(text: str, nodes: Iterable[str]) -> dict[str, tuple[tuple[str, ...], ...]]:
-    """node -> its gres.conf records, each as a sorted tuple of ``key=value`` (without NodeName)."""
+def _gres_table(text: str, nodes: Iterable[str], files: Mapping[str, str] | None = None,
+                release: str | None = None) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """node -> its gres.conf records, each as a sorted tuple of ``key=value`` (without NodeName); gres.conf's
+    ``Include`` lines followed in ``files`` as slurmd reads them (gres.c parses gres.conf with s_p_parse_file(),
+    which follows Include: a ParallelCluster head node's gres.conf holds only Include lines)."""
     all_nodes = list(nodes)
     out: dict[str, list[tuple[str, ...]]] = {}
     cache: dict[str, list[str]] = {}
-    for rec in cp.parse_records(text, "gres.conf"):
+    for rec in cp.expand_includes(text, "gres.conf", files or {}, [], line_keys=cp.GRES_LINE_KEYS, release=release):
         d = {k.lower(): v for k, v in rec.pairs}
         if "name" not in d:
             continue
@@ -725,8 +728,8 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
     feats = features_for(ver)
     changes: list[Change] = []
     # Include lines are followed on both sides (``old``/``new`` hold the included files by the name Slurm resolves)
-    oc = cp.parse_slurm_conf(old.get("slurm.conf", ""), "slurm.conf", old)
-    nc = cp.parse_slurm_conf(new.get("slurm.conf", ""), "slurm.conf", new)
+    oc = cp.parse_slurm_conf(old.get("slurm.conf", ""), "slurm.conf", old, release=ver)
+    nc = cp.parse_slurm_conf(new.get("slurm.conf", ""), "slurm.conf", new, release=ver)
 
     # The running files fail Slurm's own parse (an Include of a file that is gone, a glob): slurmctld and slurmd
     # are fatal on them at their next start or reconfigure (slurm-24-11-5-1 src/common/parse_config.c
@@ -829,7 +832,7 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
                                       "partitions and node sets change on reconfigure"))
 
     common = [h for h in nn if h in on]
-    og, ng = _gres_table(old.get("gres.conf", ""), on), _gres_table(new.get("gres.conf", ""), nn)
+    og, ng = _gres_table(old.get("gres.conf", ""), on, old, ver), _gres_table(new.get("gres.conf", ""), nn, new, ver)
     ggroup: dict[tuple[str, str, str, str, str], list[str]] = {}
     for h in common:
         ga, gb = og.get(h, ()), ng.get(h, ())
@@ -850,7 +853,9 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         fold = hostlist.fold(hs)
         changes.append(Change("gres.conf", f"NodeName={fold}", a_, b_, act, why, fold, scope))
 
-    oo, no = cp.parse_settings(old.get("cgroup.conf", ""), "cgroup.conf"), cp.parse_settings(new.get("cgroup.conf", ""), "cgroup.conf")
+    # cgroup.conf's Include lines followed as for gres.conf (a ParallelCluster cgroup.conf includes its own file)
+    oo = cp.parse_settings(old.get("cgroup.conf", ""), "cgroup.conf", old, release=ver)
+    no = cp.parse_settings(new.get("cgroup.conf", ""), "cgroup.conf", new, release=ver)
     for k in sorted(set(oo) | set(no)):
         a = oo[k][1] if k in oo else ""
         b = no[k][1] if k in no else ""
@@ -863,6 +868,9 @@ def semantic_diff(old: Mapping[str, str], new: Mapping[str, str], version: str |
         a, b = _body(old.get(name, "")), _body(new.get(name, ""))
         if name == "topology.conf" and _topology_set(a) == _topology_set(b):
             continue
+        if name == "topology.conf" and cp.topology_conf_unread(oc, ver, "topology.yaml" in old) and \
+                cp.topology_conf_unread(nc, ver, "topology.yaml" in new):
+            continue  # read by Slurm on neither side (confparse.topology_conf_unread): no change to the cluster
         if name == "topology.yaml" and _topology_yaml_key(a) == _topology_yaml_key(b) != "unreadable":
             continue
         if a != b:
@@ -980,8 +988,19 @@ def _body(text: str) -> str:
 
 
 def _topology_set(text: str) -> frozenset[tuple[tuple[str, str], ...]]:
-    """topology.conf as topology/tree reads it: a set of switch records, keys in any order or case."""
-    return frozenset(tuple(sorted((k.lower(), v) for k, v in r.pairs)) for r in cp.parse_records(text, "topology.conf"))
+    """topology.conf as topology/tree (and block) reads it: a set of records, keys in any order or case, a Nodes= or
+    Switches= list by the names it holds (switch_record.c turns Nodes= into a node bitmap and Switches= into child
+    records by name: ``m22-green-[0-1],m22-green-[2-4]`` is ``m22-green-[0-4]``)."""
+    def val(k: str, v: str) -> str:
+        if k in ("nodes", "switches"):
+            try:
+                return ",".join(sorted(set(hostlist.expand(v))))
+            except (ValueError, SlurmkitError):  # a list Slurm cannot read: compared as written
+                return v
+        return v
+
+    return frozenset(tuple(sorted((k.lower(), val(k.lower(), v)) for k, v in r.pairs))
+                     for r in cp.parse_records(text, "topology.conf"))
 
 
 def _topology_yaml_key(text: str) -> object:

@@ -330,7 +330,7 @@ def adopted_settings(cluster: Cluster, version: str) -> list[tuple[str, str]]:
     keys in its order (``slurm_conf``, which may replace those) -- and nothing of slurmkit's own."""
     check_supported(cluster, features_for(version))
     s = [("ClusterName", cluster.name), *(("SlurmctldHost", h) for h in cluster.controller.hosts),
-         ("SlurmctldPort", str(cluster.controller.port)), ("StateSaveLocation", cluster.controller.state_dir)]
+         ("SlurmctldPort", cluster.controller.ports), ("StateSaveLocation", cluster.controller.state_dir)]
     s += dynamic_settings(cluster)
     return _merge(s, cluster.slurm_conf)
 
@@ -356,7 +356,7 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
     for h in cluster.controller.hosts:
         s.append(("SlurmctldHost", h))
     s += [
-        ("SlurmctldPort", str(cluster.controller.port)),
+        ("SlurmctldPort", cluster.controller.ports),
         ("SlurmdPort", "6818"),
         ("AuthType", "auth/munge"),
         ("CredType", "cred/munge"),
@@ -1105,10 +1105,11 @@ def topology_lines(cluster: Cluster, version: str | None = None) -> list[str]:
     if t.kind == "tree":
         lines = []
         for sw in t.switches:
+            speed = "" if sw.link_speed is None else f" LinkSpeed={sw.link_speed}"
             if sw.nodes:
-                lines.append(f"SwitchName={sw.name} Nodes={sw.nodes}")
+                lines.append(f"SwitchName={sw.name} Nodes={sw.nodes}{speed}")
             else:
-                lines.append(f"SwitchName={sw.name} Switches={sw.switches}")
+                lines.append(f"SwitchName={sw.name} Switches={sw.switches}{speed}")
         return lines
     if t.kind == "block":
         feats = features_for(version or cluster.slurm_version)

@@ -142,7 +142,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
     ver = version or cp.header_version(text)
     feats = features_for(ver) if ver else None
     try:
-        conf = cp.parse_slurm_conf(text, files=files)
+        conf = cp.parse_slurm_conf(text, files=files, release=ver)
     except Exception as exc:  # a hostlist error inside the parse is still one finding, not a crash
         rep.errors.append(f"slurm.conf: cannot parse: {exc}")
         return rep
@@ -267,7 +267,7 @@ def static_check(files: Mapping[str, str], version: str | None = None) -> Report
 
     # memory constraints need memory to be a consumable resource
     select_params = conf.value("SelectTypeParameters")
-    cgroup = cp.parse_settings(files.get("cgroup.conf", ""), "cgroup.conf", files, rep.errors)
+    cgroup = cp.parse_settings(files.get("cgroup.conf", ""), "cgroup.conf", files, rep.errors, release=ver)
     if not memory_consumable(conf, feats.version if feats else None):
         if cgroup.get("constrainramspace", ("", "no", None))[1].lower() == "yes":
             err(f"cgroup.conf: ConstrainRAMSpace=yes needs SelectTypeParameters=CR_*_Memory (have {select_params or 'none'})")
@@ -368,7 +368,8 @@ def _check_gres_conf(text: str | None, shapes: list[dict], shape_of: dict[str, i
     shape_sets = [frozenset(by_shape.get(sh, ())) for sh in range(len(shapes))]
     auto_off: set[str] = set()  # nodes whose node-local AutoDetect line turns detection off
     global_where = ""
-    for rec in cp.expand_includes(text, "gres.conf", files, rep.errors, line_keys=cp.GRES_LINE_KEYS):
+    for rec in cp.expand_includes(text, "gres.conf", files, rep.errors, line_keys=cp.GRES_LINE_KEYS,
+                                  release=feats.version if feats else None):
         d = {k.lower(): v for k, v in rec.pairs}
         if "autodetect" in d:
             mode, since = autodetect_mode(d["autodetect"], feats.version if feats else None)
@@ -702,6 +703,9 @@ def _check_topology(files: Mapping[str, str], conf: cp.SlurmConf, shape_of: dict
             return
         if ykind in ("tree", "block", "ring", "torus3d"):
             kind = ykind
+    elif "topology.conf" in files and (unread := cp.topology_conf_unread(conf, feats.version if feats else None)):
+        # Slurm never reads it: a typo inside is no finding, the file itself is worth a word
+        rep.warnings.append(f"topology.conf: not read by Slurm: {unread}")
     elif "topology.conf" in files:
         fname = "topology.conf"
         for rec in cp.parse_records(files[fname], fname):

@@ -201,6 +201,7 @@ class Switch:
     name: str
     nodes: str = ""  # hostlist of nodes (leaf switch)
     switches: str = ""  # hostlist of child switches (upper level)
+    link_speed: int | None = None  # topology.conf LinkSpeed= (arbitrary units, "currently not used" by Slurm)
 
 
 @dataclass(frozen=True)
@@ -269,6 +270,12 @@ class Controller:
     hosts: tuple[str, ...]
     port: int = 6817
     state_dir: str = "/var/spool/slurmctld"
+    port_count: int = 1  # SlurmctldPort=LOW-HIGH: slurmctld listens on port .. port + port_count - 1
+
+    @property
+    def ports(self) -> str:
+        """SlurmctldPort as slurm.conf spells it: ``6817`` or a range ``6820-6829``."""
+        return str(self.port) if self.port_count == 1 else f"{self.port}-{self.port + self.port_count - 1}"
 
 
 @dataclass(frozen=True)

@@ -264,6 +264,18 @@ def _port(ctx: _Ctx, value: Any, path: str) -> int:
     return port
 
 
+def _port_range(ctx: _Ctx, value: Any, path: str) -> tuple[int, int]:
+    """A port, or a range "LOW-HIGH" as SlurmctldPort takes it (read_config.c: HIGH must exceed LOW, else "Invalid
+    SlurmctldPort", 22.05-26.05) -> (LOW, count)."""
+    m = re.fullmatch(r"(\d+)-(\d+)", value) if isinstance(value, str) else None
+    if m is None:
+        return _port(ctx, value, path), 1
+    low, high = _port(ctx, int(m.group(1)), path), _port(ctx, int(m.group(2)), path)
+    if high <= low:
+        raise ctx.err(path, f"{value!r}: the range's end must exceed its start (Slurm: Invalid SlurmctldPort)")
+    return low, high - low + 1
+
+
 def _cluster_name(ctx: _Ctx, value: Any) -> str:
     name = _str(ctx, value, "cluster", re.compile(r"^[a-z0-9_-]+$"))
     if len(name) > _MAX_CLUSTER_NAME:
@@ -780,14 +792,19 @@ def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bo
     switches = []
     for i, s in enumerate(_list(ctx, m.get("switches") or [], _join(path, "switches"))):
         sp = _join(_join(path, "switches"), i)
-        sm = _mapping(ctx, s, sp, {"name", "nodes", "switches"}, {"name"})
+        sm = _mapping(ctx, s, sp, {"name", "nodes", "switches", "link_speed"}, {"name"})
         if bool(sm.get("nodes")) == bool(sm.get("switches")):
             raise ctx.err(sp, "a switch has exactly one of 'nodes' (leaf) or 'switches' (upper level)")
+        speed = sm.get("link_speed")
+        if speed is not None and (isinstance(speed, bool) or not isinstance(speed, int) or not 0 <= speed <= 0xFFFFFFFF):
+            # tree/switch_record.c reads LinkSpeed as S_P_UINT32
+            raise ctx.err(_join(sp, "link_speed"), "expected an integer from 0 to 4294967295")
         switches.append(
             Switch(
                 name=_str(ctx, sm["name"], _join(sp, "name"), _NAME_RE),
                 nodes=_hosts(ctx, sm["nodes"], _join(sp, "nodes")) if sm.get("nodes") else "",
                 switches=_hosts(ctx, sm["switches"], _join(sp, "switches"), hostnames=False) if sm.get("switches") else "",
+                link_speed=speed,
             )
         )
     blocks: list[Block] = []
@@ -915,9 +932,11 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
     )
     ctx.adopted = top.get("adopted") is True
     cm = _mapping(ctx, top.get("controller") or {"hosts": ["localhost"]}, "controller", {"hosts", "port", "state_dir"}, {"hosts"})
+    port, port_count = _port_range(ctx, cm.get("port", 6817), "controller.port")
     controller = Controller(
         hosts=tuple(_hostname(ctx, h, f"controller.hosts[{i}]") for i, h in enumerate(_list(ctx, cm["hosts"], "controller.hosts"))),
-        port=_port(ctx, cm.get("port", 6817), "controller.port"),
+        port=port,
+        port_count=port_count,
         state_dir=_path(ctx, cm.get("state_dir", "/var/spool/slurmctld"), "controller.state_dir"),
     )
     if not controller.hosts:

@@ -186,6 +186,27 @@ EXPECTED: dict[str, dict[str, tuple[list[str], list[str]]]] = {
                 "gres.conf:6: AutoDetect=nvml with State=CLOUD nodes gpu1,node1"],
                [f"CgroupAutomount is defunct in Slurm {r}"]) for r in ("24.11", "26.05")},
     },
+    # AWS ParallelCluster's head node (Apache-2.0), RENDERED BY HAND as its Chef recipe and its own generator test
+    # render it (every value in its PROVENANCE): Include chains three deep, by relative and by absolute paths under
+    # /opt/slurm/etc/pcluster (read from pcluster/ of the copy: adopt/read.py tries each suffix of an absolute path),
+    # gres.conf and cgroup.conf with their own Include chains. Valid on each release (its real slurmctld, and slurmd
+    # -G from 23.11, accept it; its power-saving programs are host facts). Not errors: SlurmctldPort=6820-6829
+    # (slurm.conf(5) SlurmctldPort "a range of ports", 22.05 and 24.11), a NodeSet's Nodes= naming State=CLOUD
+    # nodes; on 24.11 and 26.05 slurmctld logs "UnkillableStepTimeout must be at least 5 times greater than
+    # MessageTimeout" (180 beside 60) through error_in_daemon and goes on (read_config.c:5585 at slurm-24-11-5-1,
+    # a warning line of the real parse, not of the static check)
+    "aws-parallelcluster-gpu": {r: ([], []) for r in ("22.05", "24.11", "26.05")},
+    # Google's slurm-gcp 5 (Apache-2.0), RENDERED BY HAND from its templates and conf.py (every value in its
+    # PROVENANCE): a topology.conf and no TopologyPlugin. The default plugin reads no file (topology/none through 24.11,
+    # read_config.h:157 at slurm-24-11-5-1; topology/flat from 25.05, :156 at slurm-25-05-5-1): a warning that the file
+    # is not read, never an error over what is in it. CgroupAutomount is defunct from 23.11 and MaxNodeCount=64000
+    # leaves room for dynamic nodes, which want TreeWidth=65533 on 22.05 (as for slinky-helm-dynamic above);
+    # CommunicationParameters=NoAddrCache is defunct from 23.11 (a notice of the real parse)
+    "slurm-gcp-5-topology": {
+        "22.05": ([], ["topology.conf: not read by Slurm", "dynamic nodes on Slurm 22.05 need TreeWidth=65533"]),
+        **{r: ([], [f"CgroupAutomount is defunct in Slurm {r}", "topology.conf: not read by Slurm"])
+           for r in ("24.11", "26.05")},
+    },
     "slurm-test7.17.4-gres": {
         r: (["no PartitionName line: slurmctld 22.05 exits"] if r == "22.05" else [], []) for r in ("22.05", "24.11", "26.05")
     },
