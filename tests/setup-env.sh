@@ -1,7 +1,7 @@
 # Sourced by tests/run.sh and examples/demo.sh: Debian packages, then a venv with slurmkit and its test tools.
 # Idempotent and quiet when everything is already there.
 if [ "$(id -u)" != 0 ]; then echo "run as root: the Slurm lab starts daemons and namespaces" >&2; exit 1; fi
-DEB_PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server debootstrap docker-compose python3 python3-venv python3-pip procps iproute2 util-linux git lua5.1 prometheus prometheus-node-exporter openipmi ipmitool openssl"
+DEB_PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server debootstrap docker-compose python3 python3-venv python3-pip procps iproute2 util-linux git lua5.1 prometheus prometheus-node-exporter prometheus-alertmanager openipmi ipmitool openssl"
 missing=""
 for p in $DEB_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -13,10 +13,11 @@ def monitor() -> None:
 @monitor.command()
 @click.argument("inventory", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False),
-              help="Directory for prometheus.yml, slurmkit-alerts.yml and the dashboards' JSON.")
+              help="Directory for prometheus.yml, slurmkit-alerts.yml, alertmanager.yml and the dashboards' JSON.")
 def generate(inventory: str, out: str) -> None:
     """Write prometheus.yml (node_exporter per node, dcgm-exporter where the inventory says, the slurmkit
-    exporter), the alert rules and the Grafana dashboards into OUT (replaced files are backed up)."""
+    exporter, the Alertmanager), the alert rules, alertmanager.yml (routes by severity, inhibition of per-node
+    noise) and the Grafana dashboards into OUT (replaced files are backed up)."""
     from slurmkit.generate.rollout import write_files
     from slurmkit.model.load import load_cluster
     from slurmkit.monitor.generate import generate as gen

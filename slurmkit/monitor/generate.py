@@ -17,7 +17,8 @@ from slurmkit.monitor.metrics import M
 RULES_FILE = "slurmkit-alerts.yml"
 # Metrics of other exporters the rules use: Prometheus's own ``up``, node_exporter's infiniband collector
 # (collector/infiniband_linux.go, node_exporter 1.5: state_id 4 = ACTIVE, link_downed_total).
-EXTERNAL_METRICS = {"up", "node_infiniband_state_id", "node_infiniband_link_downed_total", "time"}
+# Prometheus' ALERTS series (one per pending or firing alert: alertname, alertstate and the alert's labels).
+EXTERNAL_METRICS = {"up", "node_infiniband_state_id", "node_infiniband_link_downed_total", "time", "ALERTS"}
 JOB_NODE, JOB_DCGM, JOB_EXPORTER = "node", "dcgm-exporter", "slurmkit"
 
 
@@ -59,6 +60,11 @@ DRAIN_REASON = ('{{ with printf `slurmkit_node_drain_info{node=%q}` $labels.node
 GPU_ID = ("minor", "uuid", "pci_bus_id", "serial", "model")
 
 
+# the critical alerts of one GPU's fault: each drains the node in the hooks, and each names the board
+GPU_CRITICAL = ("SlurmkitGpuXidCritical|SlurmkitGpuEccUncorrectable|SlurmkitGpuRowRemapFailure|SlurmkitGpuNvlinkDown|"
+                "SlurmkitGpuMissing")
+
+
 def _with_gpu_id(expr: str) -> str:
     """``expr`` (series labelled node and gpu only: the XID counter and sticky series) with the GPU's identity from
     slurmkit_gpu_info, or slurmkit_gpu_lost for a GPU that fell off the bus (XID 79: no longer in gpu_info). One
@@ -89,6 +95,16 @@ def _latest_run() -> str:
     healthy; a panel of the node's current state reads only its latest run."""
     t = _n(M.last_run)
     return f"({t} == on (node) group_left max by (node) ({t}))"
+
+
+def _resume_window(cluster: Cluster) -> str:
+    """How long the health check takes to resume a node after its fault is fixed: hooks.checks.resume_after_passes
+    health runs, HealthCheckInterval apart, and two runs of slack; 15 minutes where the inventory sets no
+    HealthCheckInterval (3 passes of a 5-minute interval)."""
+    interval = cluster.hooks.healthcheck_interval
+    passes = (cluster.hooks.checks or {}).get("resume_after_passes", 3)
+    passes = passes if isinstance(passes, int) and not isinstance(passes, bool) and passes > 0 else 3
+    return f"{(passes + 2) * interval}s" if interval else "15m"
 
 
 def alerts(cluster: Cluster) -> list[Alert]:
@@ -137,10 +153,16 @@ def alerts(cluster: Cluster) -> list[Alert]:
         Alert("SlurmkitIbCheckFailing", f'{_n(M.check_status)}{{hook="health",check="ib",state="fail"}} == 1',
               "warning", "{{ $labels.node }}: the health check's IB check fails (state, rate or MTU)"),
         # why, in the labels: the check that asked for the drain (slurmkit_node_drain_info, present while drained);
-        # Slurm's reason text is the drain_reason annotation (a label would start a new alert when Slurm rewords it)
+        # Slurm's reason text is the drain_reason annotation (a label would start a new alert when Slurm rewords it).
+        # Not while a critical GPU alert of the node fires, nor for the resume window after it (Prometheus' own
+        # ALERTS series): that page already says why the node is drained, and after its fix the node stays drained
+        # for resume_after_passes health runs -- a drained alert then would be a second notification of a fault
+        # already fixed (alertmanager.yml inhibits it too, while the GPU alert stands)
         Alert("SlurmkitNodeDrainedByHealth",
-              f"max by (node, check) ({_n(M.drain_info)} and on (node) {_n(M.drained)} == 1) "
-              f"or on (node) ({_n(M.drained)} == 1)", "warning",
+              f"(max by (node, check) ({_n(M.drain_info)} and on (node) {_n(M.drained)} == 1) "
+              f"or on (node) ({_n(M.drained)} == 1)) unless on (node) max by (node) (max_over_time("
+              f'ALERTS{{alertstate="firing",severity="critical",alertname=~"{GPU_CRITICAL}"}}'
+              f"[{_resume_window(cluster)}]))", "warning",
               "{{ $labels.node }} is drained by slurmkit's health check {{ $labels.check }}: " + DRAIN_REASON),
         Alert("SlurmkitNodeDown", f'up{{job="{JOB_NODE}"}} == 0', "critical",
               "{{ $labels.node }}: node_exporter does not answer", "2m"),
@@ -285,7 +307,10 @@ class Timing:
 
 def alertmanager_yaml(cluster: Cluster, timing: Timing = Timing()) -> str:
     """Routes by severity (critical pages, warning and info ticket: monitoring.alert_webhooks), one notification
-    per node (group_by cluster and node: a node's alerts arrive together, an alert without node groups per cluster),
+    per node and alert (group_by cluster, node, alertname: the GPUs of a node with one fault arrive together; an alert
+    without node groups per cluster; alertname too, because Prometheus re-sends a resolved alert every minute for 15
+    minutes, and a resolved alert that re-joins a group of the node's other, current fault made Alertmanager notify
+    that fault a second time -- measured on the lab: tests/integration/test_monitor_alerts_lab.py),
     and inhibition so that one outage pages once:
 
     - a node whose node_exporter does not answer (SlurmkitNodeDown) silences every other alert of that node;
@@ -308,12 +333,11 @@ def alertmanager_yaml(cluster: Cluster, timing: Timing = Timing()) -> str:
             r["webhook_configs"] = [{"url": url, "send_resolved": True}]
         return r
 
-    gpu_critical = "|".join(a.name for a in alerts(cluster) if a.severity == "critical" and a.name.startswith("SlurmkitGpu"))
     conf = {
         "global": {"resolve_timeout": timing.resolve_timeout},
         "route": {
             "receiver": "slurmkit-warning",
-            "group_by": ["cluster", "node"],
+            "group_by": ["cluster", "node", "alertname"],
             "group_wait": timing.group_wait, "group_interval": timing.group_interval,
             "repeat_interval": timing.repeat_interval,
             "routes": [{"receiver": f"slurmkit-{sev}", "matchers": [f'severity="{sev}"']}
@@ -327,7 +351,7 @@ def alertmanager_yaml(cluster: Cluster, timing: Timing = Timing()) -> str:
             {"source_matchers": ['alertname="SlurmkitSlurmctldUnreachable"'],
              "target_matchers": [f'alertname=~"{"|".join(n for n in _NEEDS_SLURMCTLD if n in names)}"'],
              "equal": ["cluster"]},
-            {"source_matchers": [f'alertname=~"{gpu_critical}"'],
+            {"source_matchers": [f'alertname=~"{GPU_CRITICAL}"'],
              "target_matchers": ['alertname="SlurmkitNodeDrainedByHealth"'], "equal": ["cluster", "node"]},
         ],
         "receivers": [receiver(sev) for sev in ("critical", "warning", "info")],

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from slurmkit.model.load import load_cluster_dict
@@ -260,23 +261,26 @@ def test_annotations_say_why_and_link_the_runbook(tmp_path):
     carry Slurm's drain reason from the textfile (else the exporter's node reason, else "none") and the alert's
     section of docs/runbooks.md."""
     _write(tmp_path)
-    reason = "slurmkit: xid 79 nvidia1@0000:28:00.0"
+    reason, ib = "slurmkit: xid 79 nvidia1@0000:28:00.0", "slurmkit: ib mlx5_0/1 Down"
     t = {"rule_files": ["slurmkit-alerts.yml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [
             {"series": 'slurmkit_gpu_xid_sticky{node="n5",gpu="g1",xid="79"}', "values": "1x5"},
-            {"series": 'slurmkit_node_drained{node="n5"}', "values": "1x5"},
-            {"series": f'slurmkit_node_drain_info{{node="n5",check="xid",reason="{reason}"}}', "values": "1x5"},
+            {"series": 'slurmkit_node_drained{node="n5"}', "values": "1x8"},
+            {"series": f'slurmkit_node_drain_info{{node="n5",check="xid",reason="{reason}"}}', "values": "1x8"},
+            {"series": 'slurmkit_node_drained{node="n7"}', "values": "1x8"},
+            {"series": f'slurmkit_node_drain_info{{node="n7",check="ib",reason="{ib}"}}', "values": "1x8"},
             {"series": 'slurmkit_gpu_xid_sticky{node="n6",gpu="g0",xid="48"}', "values": "1x5"},
             {"series": 'slurmkit_node_state{node="n6",state="idle",flags="DRAIN",reason="admin: RMA"}',
              "values": "1x5"},
         ],
         "alert_rule_test": [
+            # n5's drain is its XID page's doing: only n7's drain alerts
             {"eval_time": "1m", "alertname": "SlurmkitNodeDrainedByHealth", "exp_alerts": [{
-                "exp_labels": {"severity": "warning", "node": "n5", "check": "xid"},
+                "exp_labels": {"severity": "warning", "node": "n7", "check": "ib"},
                 "exp_annotations": {
-                    "summary": f"n5 is drained by slurmkit's health check xid: {reason}",
-                    "drain_reason": reason,
+                    "summary": f"n7 is drained by slurmkit's health check ib: {ib}",
+                    "drain_reason": ib,
                     "runbook_url": "docs/runbooks.md#slurmkitnodedrainedbyhealth"}}]},
             {"eval_time": "1m", "alertname": "SlurmkitGpuXidCritical", "exp_alerts": [
                 {"exp_labels": {"severity": "critical", "node": "n5", "gpu": "g1", "xid": "79"},
@@ -297,7 +301,7 @@ def test_annotations_say_why_and_link_the_runbook(tmp_path):
 def test_alertmanager_yml_routes_by_severity_and_inhibits_per_node_noise():
     c = cluster(alert_webhooks={"critical": "https://pager.example/hook", "warning": "https://tickets.example/h"})
     am = yaml.safe_load(generate(c)["alertmanager.yml"])
-    assert am["route"]["group_by"] == ["cluster", "node"]
+    assert am["route"]["group_by"] == ["cluster", "node", "alertname"]
     assert {r["matchers"][0]: r["receiver"] for r in am["route"]["routes"]} == {
         'severity="critical"': "slurmkit-critical", 'severity="warning"': "slurmkit-warning",
         'severity="info"': "slurmkit-info"}
@@ -313,8 +317,6 @@ def test_alertmanager_yml_routes_by_severity_and_inhibits_per_node_noise():
 
 
 def test_bad_alerting_keys_are_one_line_errors():
-    import pytest
-
     from slurmkit.errors import UsageError
 
     for bad, where in (({"alert_webhooks": {"page": "https://x"}}, "monitoring.alert_webhooks.page"),
@@ -332,3 +334,41 @@ def test_amtool_checks_the_generated_alertmanager_yml(tmp_path):
     r = subprocess.run(["amtool", "check-config", "alertmanager.yml"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and "4 inhibit rules" in r.stdout, r.stdout + r.stderr
+
+
+def test_gpu_critical_names_every_critical_gpu_alert():
+    from slurmkit.monitor.generate import GPU_CRITICAL
+
+    assert set(GPU_CRITICAL.split("|")) == {a.name for a in alerts(cluster())
+                                            if a.severity == "critical" and a.name.startswith("SlurmkitGpu")}
+
+
+def test_runbooks_have_one_section_per_alert_and_the_urls_point_at_them():
+    from slurmkit.monitor.generate import rules_yaml
+
+    c = cluster()
+    headings = re.findall(r"^## (\S+)$", (ROOT / "docs" / "runbooks.md").read_text(), re.M)
+    assert sorted(headings) == sorted(a.name for a in alerts(c)) and len(set(headings)) == len(headings)
+    urls = {r["alert"]: r["annotations"]["runbook_url"]
+            for r in yaml.safe_load(rules_yaml(c))["groups"][0]["rules"]}
+    assert all(u == f"docs/runbooks.md#{name.lower()}" for name, u in urls.items())
+    site = cluster(runbook_base_url="https://wiki.example/slurmkit/runbooks")
+    assert yaml.safe_load(rules_yaml(site))["groups"][0]["rules"][0]["annotations"]["runbook_url"] == \
+        f"https://wiki.example/slurmkit/runbooks#{alerts(site)[0].name.lower()}"
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (ROOT / "examples").glob("*.yaml")
+                                          if p.stem not in ("compose", "lab")))
+def test_every_preset_scrapes_what_its_rules_and_panels_read(preset):
+    """Every GPU preset sets monitoring.exporter: without it the exporter's series (Slurm's node state, GPUs by
+    state, tenants, fragmentation) have no scrape job and their rules and panels never see data."""
+    from slurmkit.model.load import load_cluster
+    from slurmkit.monitor.generate import prometheus_yaml
+
+    c = load_cluster(str(ROOT / "examples" / f"{preset}.yaml"))
+    jobs = {j["job_name"] for j in yaml.safe_load(prometheus_yaml(c))["scrape_configs"]}
+    sources = {BY_NAME[m].source for a in alerts(c) for m in metrics_named(a.expr) if m in BY_NAME}
+    sources |= {BY_NAME[m].source for ps in dashboard_panels(c).values() for p in ps for m in metrics_named(p.expr)
+                if m in BY_NAME}
+    need = {"hook": "node", "exporter": "slurmkit", "bmc": "node"}
+    assert {need[s] for s in sources} <= jobs, (preset, sources, jobs)
