@@ -75,7 +75,9 @@ def alab(make_lab):
     hook.srv.shutdown()
     hook.srv.server_close()
     lab.down()  # `lab down` stops the Alertmanager too (its pid file names prometheus-alertmanager's process)
-    assert not Path(f"/proc/{am}/cmdline").read_bytes(), f"alertmanager pid {am} outlived lab down"
+    from slurmkit.lab.procs import alive, is_program
+
+    assert not (alive(am) and is_program(am, "alertmanager")), f"alertmanager pid {am} outlived lab down"
 
 
 def am_api(lab: Lab, path: str, data: object = None) -> object:
