@@ -289,9 +289,11 @@ def prometheus_yaml(cluster: Cluster, rules_path: str = RULES_FILE,
 # --- alertmanager.yml -------------------------------------------------------------------------------------------
 
 # alerts the controller's outage explains: each reads slurmctld (the exporter's series, the health hook's Slurm state
-# and drain) and would fire once per node while SlurmkitSlurmctldUnreachable stands
+# and drain; a hook waiting out its scontrol timeout is slow) and would fire once per node while
+# SlurmkitSlurmctldUnreachable stands
 _NEEDS_SLURMCTLD = ("SlurmkitNodeDownInSlurm", "SlurmkitNodeDrainedByHealth", "SlurmkitHealthHookFailing",
-                    "SlurmkitHealthHookStale", "SlurmkitTenantAtQuotaPending", "SlurmkitFragmentationBlocksJob")
+                    "SlurmkitHealthHookStale", "SlurmkitHealthHookSlow", "SlurmkitTenantAtQuotaPending",
+                    "SlurmkitFragmentationBlocksJob")
 
 
 @dataclass(frozen=True)

@@ -228,3 +228,58 @@ def test_one_outage_pages_once(alab, source, noise):
     finally:
         _post(lab, every, resolve=True)
     wait_for(lambda: hook.alerts(mark, "resolved"), 30, "the source's resolution")
+
+
+def test_hook_series_carry_node_once(alab):
+    """prometheus.yml drops the exported_node copy Prometheus makes of the textfiles' node label (issue 35 item 6)."""
+    lab, _hook = alab
+    r = query_api(lab, "/api/v1/query?query=" + urllib.request.quote('count({exported_node!=""})'))["result"]
+    assert r == []
+    r = query_api(lab, "/api/v1/query?query=" + urllib.request.quote("count by (node) (slurmkit_gpu_info)"))["result"]
+    assert sorted((x["metric"]["node"], x["value"][1]) for x in r) == [("node1", "4"), ("node2", "4")]
+
+
+def _exporter_scrape(lab: Lab) -> tuple[float, str]:
+    t0 = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{lab.spec.monitoring_port_resolved + 1}/metrics",
+                                timeout=30) as r:  # noqa: S310
+        return time.monotonic() - t0, r.read().decode()
+
+
+def test_slurmctld_hung_the_exporter_answers_with_its_last_answer_and_it_pages_once(alab):
+    """slurmctld stopped (SIGSTOP: it hangs, connections wait): the exporter still answers each scrape within
+    --scrape-wait with the last answer, exporter_up 0 and its age; Prometheus keeps the target up;
+    SlurmkitSlurmctldUnreachable pages once after its 2 minutes and every per-node alert the hang causes is
+    inhibited; SIGCONT: it resolves once."""
+    import signal
+
+    lab, hook = alab
+    quiet(lab)
+    pid = lab.running_pids()["slurmctld"]
+    mark = len(hook.got)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(3)
+        took, text = _exporter_scrape(lab)
+        took2, text2 = _exporter_scrape(lab)
+        assert max(took, took2) < 8, (took, took2)  # --scrape-wait 5 s, not the hung queries' 10 s timeouts
+        assert "slurmkit_exporter_up 0" in text2 and 'slurmkit_node_state{node="node1"' in text2, text2[:2000]
+        age = [float(x.split()[-1]) for x in text2.splitlines()
+               if x.startswith("slurmkit_exporter_last_success_age_seconds ")]
+        assert age and age[0] > 0, age
+        wait_for(lambda: hook.alerts(mark, "firing"), 240, "the slurmctld page",
+                 lambda: json.dumps(hook.got[mark:])[:3000] + str(query_api(lab, "/api/v1/alerts")))
+        up = query_api(lab, "/api/v1/query?query=" + urllib.request.quote('up{job="slurmkit"}'))["result"]
+        assert [x["value"][1] for x in up] == ["1"]  # never a failed scrape: no SlurmkitExporterDown
+        time.sleep(SETTLE)
+        got = [(a["status"], a["labels"]["alertname"]) for _r, a in hook.alerts(mark)]
+        assert got == [("firing", "SlurmkitSlurmctldUnreachable")] and len(hook.got) == mark + 1, \
+            json.dumps(hook.got[mark:], indent=1)[:4000]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    mark2 = len(hook.got)
+    wait_for(lambda: hook.alerts(mark2, "resolved"), 120, "the slurmctld page resolved",
+             lambda: json.dumps(hook.got[mark2:])[:3000])
+    quiet(lab, timeout=240)
+    firing_after = [(a["labels"]["alertname"], a["labels"].get("node")) for _r, a in hook.alerts(mark2, "firing")]
+    assert firing_after == [], json.dumps(hook.got[mark2:], indent=1)[:4000]

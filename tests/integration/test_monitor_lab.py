@@ -102,9 +102,16 @@ def active_at(alert: dict) -> float:
     return datetime.fromisoformat(head + "+00:00").timestamp() + float("0." + (frac or "0"))
 
 
+def drained_nodes(lab: Lab) -> list[str]:
+    r = query_api(lab, "/api/v1/query?" + urlencode({"query": "slurmkit_node_drained == 1"}))["result"]
+    return sorted(x["metric"]["node"] for x in r)
+
+
 def quiet(lab: Lab, timeout: float = 90) -> None:
-    """Nothing firing (the previous fault's drain is resumed after resume_after_passes health runs)."""
-    wait_for(lambda: not firing(lab), timeout, "no alert firing", lambda: str(list(firing(lab))))
+    """Nothing firing and no node drained: the previous fault's drain is resumed after resume_after_passes health
+    runs (SlurmkitNodeDrainedByHealth is silent for that window after a GPU fault: no alert alone says it is over)."""
+    wait_for(lambda: not firing(lab) and not drained_nodes(lab), timeout, "no alert firing, no node drained",
+             lambda: str(list(firing(lab))) + " drained: " + str(drained_nodes(lab)))
 
 
 def check_fault(lab: Lab, inject, fix, signals: dict[str, str]) -> None:
