@@ -128,9 +128,10 @@ def start(lab: LabBase, timeout: float = 60.0) -> None:
                                             "--collector.disable-defaults", "--collector.textfile",
                                             f"--collector.textfile.directory={tdir}"])
     env = {**os.environ, **lab.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    # --scrape-wait below Prometheus' scrape_timeout, which is the lab's 2 s scrape interval (it may not exceed it)
     _spawn(lab, PIDFILE_EXPORTER, [sys.executable, "-m", "slurmkit.cli.main", "exporter",
                                    str(lab.etc / "slurmkit.yaml"), "--listen", f"127.0.0.1:{base + 1}",
-                                   "--cache", "1"], env)
+                                   "--cache", "1", "--scrape-wait", "1"], env)
     d = mon_dir(lab)
     if shutil.which(ALERTMANAGER):
         # --cluster.listen-address "": no gossip port (its default 0.0.0.0:9094 on every interface); one instance

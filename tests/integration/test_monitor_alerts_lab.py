@@ -208,26 +208,35 @@ def _post(lab: Lab, alerts: list[dict[str, str]], resolve: bool = False) -> None
       *({"alertname": "SlurmkitGpuNvlinkDown", "severity": "critical", "node": "node1", "gpu": f"nvidia{g}"}
         for g in range(4))]),
 ], ids=["controller-outage", "node-down", "node-down-in-slurm"])
-def test_one_outage_pages_once(alab, source, noise):
+def test_one_outage_pages_once(alab, source, noise, request):
     lab, hook = alab
     quiet(lab)
     c = cluster_name(lab)
-    every = [{**a, "cluster": c, "test": "inhibit"} for a in [source, *noise]]
+    case = request.node.callspec.id
+    every = [{**a, "cluster": c, "test": case} for a in [source, *noise]]
     mark = len(hook.got)
+
+    def ours(status: str | None = None) -> list[tuple[str, str]]:
+        """This case's alerts in the notifications since ``mark`` (a previous case's late ones are not its)."""
+        return [(a["status"], a["labels"]["alertname"]) for _r, a in hook.alerts(mark, status)
+                if a["labels"].get("test") == case]
+
     _post(lab, every[:1])
-    wait_for(lambda: hook.alerts(mark, "firing"), 30, "the source's notification")
+    wait_for(lambda: ours("firing"), 30, "the source's notification")
     _post(lab, every)  # the noise arrives while the outage stands
     time.sleep(SETTLE)
     try:
-        got = [(a["status"], a["labels"]["alertname"]) for _r, a in hook.alerts(mark)]
-        assert got == [("firing", source["alertname"])] and len(hook.got) == mark + 1, \
-            json.dumps(hook.got[mark:], indent=1)[:4000]
+        assert ours() == [("firing", source["alertname"])], json.dumps(hook.got[mark:], indent=1)[:4000]
         # the inhibited alerts are in Alertmanager, marked so (not lost)
-        held = am_api(lab, "/api/v2/alerts?filter=test%3D%22inhibit%22")
+        held = am_api(lab, "/api/v2/alerts?filter=" + urllib.request.quote(f'test="{case}"'))
         assert sorted(a["status"]["state"] for a in held) == ["active"] + ["suppressed"] * len(noise)  # type: ignore[union-attr]
     finally:
-        _post(lab, every, resolve=True)
-    wait_for(lambda: hook.alerts(mark, "resolved"), 30, "the source's resolution")
+        _post(lab, every[1:], resolve=True)  # the noise ends first: never uninhibited while it still fires
+        _post(lab, every[:1], resolve=True)
+    wait_for(lambda: ours("resolved"), 30, "the source's resolution")
+    time.sleep(SETTLE)
+    assert ours() == [("firing", source["alertname"]), ("resolved", source["alertname"])], \
+        json.dumps(hook.got[mark:], indent=1)[:4000]
 
 
 def test_hook_series_carry_node_once(alab):

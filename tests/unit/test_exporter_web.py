@@ -730,3 +730,11 @@ def test_once_into_a_closed_pipe_is_no_traceback(tmp_path):
     r = subprocess.run(f"{sys.executable} -m slurmkit.cli.main exporter {inventory(tmp_path)} --once | head -c 10",
                        shell=True, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert r.stdout == "# HELP slu" and "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
+
+
+def test_scrape_wait_must_be_positive(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "exporter", str(inventory(tmp_path)),
+                        "--scrape-wait", "0", "--once"], capture_output=True, text=True, env=fake_slurm(tmp_path),
+                       cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith("--scrape-wait must be positive"), \
+        r.stderr
