@@ -20,7 +20,7 @@ from tests.conftest import DATA, ROOT, needs
 TESTS = DATA / "monitor" / "alerts_test.yml"
 _PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
                  "offset", "sum", "max", "min", "topk", "avg", "count", "increase", "rate", "label_replace", "humanizeDuration",
-                 "max_over_time"}
+                 "max_over_time", "min_over_time"}
 
 
 def cluster(**mon):
