@@ -3,8 +3,8 @@
 if [ "$(id -u)" != 0 ]; then echo "run as root: the Slurm lab starts daemons and namespaces" >&2; exit 1; fi
 # openssh-server, rsync: the login node of tests/integration/test_remote_lab.py (gpusub --remote over ssh);
 # slurmrestd, slurm-wlm-jwt-plugin (auth/jwt): tests/integration/test_remote_rest_lab.py; rsyslog, logrotate: the log
-# shipping and retention tests (tests/unit/test_monitor_logs.py)
-DEB_PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server debootstrap docker-compose python3 python3-venv python3-pip procps iproute2 util-linux git lua5.1 prometheus prometheus-node-exporter openipmi ipmitool openssl openssh-client openssh-server rsync slurmrestd slurm-wlm-jwt-plugin rsyslog logrotate"
+# shipping and retention tests (tests/unit/test_monitor_logs.py); prometheus-alertmanager: the alerting lab
+DEB_PKGS="slurmctld slurmd slurm-client munge slurmdbd mariadb-server debootstrap docker-compose python3 python3-venv python3-pip procps iproute2 util-linux git lua5.1 prometheus prometheus-node-exporter prometheus-alertmanager openipmi ipmitool openssl openssh-client openssh-server rsync slurmrestd slurm-wlm-jwt-plugin rsyslog logrotate"
 missing=""
 for p in $DEB_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -15,10 +15,12 @@ def monitor() -> None:
 @monitor.command()
 @click.argument("inventory", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False),
-              help="Directory for prometheus.yml, slurmkit-alerts.yml, the dashboards' JSON and logs/ (shippers, logrotate).")
+              help="Directory for prometheus.yml, slurmkit-alerts.yml, alertmanager.yml, the dashboards' JSON and logs/ "
+                   "(shippers, logrotate).")
 def generate(inventory: str, out: str) -> None:
     """Write prometheus.yml (node_exporter per node, dcgm-exporter where the inventory says, the slurmkit
-    exporter), the alert rules and the Grafana dashboards into OUT (replaced files are backed up)."""
+    exporter, the Alertmanager), the alert rules, alertmanager.yml (routes by severity, inhibition of per-node
+    noise) and the Grafana dashboards into OUT (replaced files are backed up)."""
     from slurmkit.generate.rollout import write_files
     from slurmkit.model.load import load_cluster
     from slurmkit.monitor import logs
@@ -53,9 +55,12 @@ def generate(inventory: str, out: str) -> None:
 @click.option("--cache", "cache_s", default=15.0, show_default=True,
               help="Seconds a scrape's answer is reused (one batch of Slurm queries per period).")
 @click.option("--timeout", default=10.0, show_default=True, help="Seconds each Slurm query may take.")
-@click.option("--once", is_flag=True, help="Print one scrape and exit.")
+@click.option("--scrape-wait", "wait_s", default=5.0, show_default=True,
+              help="Seconds a scrape waits for Slurm's answer; then it gets the last answer, with "
+                   "slurmkit_exporter_up 0 and its age (below Prometheus' scrape_timeout, 10 s by default).")
+@click.option("--once", is_flag=True, help="Print one scrape and exit (waits for Slurm's whole answer).")
 def exporter(inventory: str, listen: str | None, web_config: str | None, request_timeout: float,
-             max_connections: int, cache_s: float, timeout: float, once: bool) -> None:
+             max_connections: int, cache_s: float, timeout: float, wait_s: float, once: bool) -> None:
     """Serve the cluster's view for Prometheus: GPUs by state per partition/group/type, jobs and GPUs per
     account/QOS/user (user= only where PrivateData and monitoring.per_user_labels allow), pending GPU jobs by reason,
     free nodes per leaf, GPU-hours per account (with accounting)."""
@@ -83,7 +88,9 @@ def exporter(inventory: str, listen: str | None, web_config: str | None, request
             return run(["sacct", "-a", "-X", "-n", "-P", "--truncate", "-S", "now-1days", "-E", "now",
                         "-o", "Account,ElapsedRaw,AllocTRES"], timeout=timeout).stdout
 
-    scraper = Scraper(cluster, backend, cache_s, sacct)
+    if wait_s <= 0:
+        raise UsageError("--scrape-wait must be positive")
+    scraper = Scraper(cluster, backend, cache_s, sacct, wait_s=None if once else wait_s)
     if cluster.monitoring.per_user_labels and not once and (web is None or not web.authenticated):
         click.echo(f"slurmkit exporter: warning: monitoring.per_user_labels: true serves user names to anyone who "
                    f"reaches {host}:{port}, PrivateData or not; give --web.config.file basic_auth_users or "

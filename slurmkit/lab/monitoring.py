@@ -7,7 +7,12 @@ loading the prometheus.yml and alert rules `slurmkit monitor generate` makes fro
 lab's node_exporter ports as targets). Scrape and evaluation intervals are short (``SCRAPE_S``) so a test sees an
 alert within seconds.
 
-Ports: Prometheus on ``port``, the exporter on ``port + 1``, nodeI's node_exporter on ``port + 1 + I``.
+Debian's ``prometheus-alertmanager`` (where installed) runs on the alertmanager.yml `monitor generate` writes, with
+the lab's short route timings, and sends each severity's notifications to ``webhook_port`` (nothing listens there
+unless a test does: tests/integration/test_monitor_alerts_lab.py).
+
+Ports: Prometheus on ``port``, the exporter on ``port + 1``, nodeI's node_exporter on ``port + 1 + I``, Alertmanager
+on ``port + 2 + N`` (N nodes the lab has room for, spares included), the webhook on ``port + 3 + N``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ if TYPE_CHECKING:
 
 PROMETHEUS = "prometheus"
 NODE_EXPORTER = "prometheus-node-exporter"  # Debian's name for node_exporter
-APT = "prometheus prometheus-node-exporter"
+ALERTMANAGER = "prometheus-alertmanager"  # Debian's name for alertmanager
+APT = "prometheus prometheus-node-exporter prometheus-alertmanager"
 SCRAPE_S = 2
 # the lab's thresholds where the site defaults would make a test wait half an hour (quota_pending_for_s 1800) or
 # fire on a busy 2-core host (a health run of 4 nodes' hooks takes seconds there)
@@ -41,9 +47,23 @@ def binaries_missing() -> list[str]:
     return [b for b in (PROMETHEUS, NODE_EXPORTER) if shutil.which(b) is None]
 
 
+def alertmanager_port(lab: LabBase) -> int:
+    return lab.spec.monitoring_port_resolved + 2 + len(lab.spec.all_node_names)
+
+
+def webhook_port(lab: LabBase) -> int:
+    """Where the lab's Alertmanager posts notifications (a test's receiver listens here)."""
+    return alertmanager_port(lab) + 1
+
+
+def alertmanager_url(lab: LabBase) -> str:
+    return f"http://127.0.0.1:{alertmanager_port(lab)}"
+
+
 def ports(lab: LabBase) -> list[int]:
     p = lab.spec.monitoring_port_resolved
-    return [p, p + 1, *(p + 1 + lab.spec.node_index(n) for n in lab.spec.node_names)]
+    am = [alertmanager_port(lab)] if shutil.which(ALERTMANAGER) else []
+    return [p, p + 1, *(p + 1 + lab.spec.node_index(n) for n in lab.spec.node_names), *am]
 
 
 def url(lab: LabBase) -> str:
@@ -53,8 +73,15 @@ def url(lab: LabBase) -> str:
 def inventory_section(lab: LabBase) -> dict[str, Any]:
     """The lab inventory's ``monitoring:``: the lab's exporter and intervals (node_exporter ports are per node here,
     so they go to ``monitor generate`` as targets, not as one port)."""
+    hook = f"http://127.0.0.1:{webhook_port(lab)}"
     return {"exporter": [f"127.0.0.1:{lab.spec.monitoring_port_resolved + 1}"], "scrape_interval_s": SCRAPE_S,
-            **LAB_THRESHOLDS}
+            "alertmanager": [f"127.0.0.1:{alertmanager_port(lab)}"],
+            "alert_webhooks": {sev: f"{hook}/{sev}" for sev in ("critical", "warning", "info")}, **LAB_THRESHOLDS}
+
+
+# a notification within seconds of an alert and of its resolution (Alertmanager's group_wait 30s and group_interval
+# 5m would hold the lab's tests for minutes)
+LAB_TIMING = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h", "resolve_timeout": "1m"}
 
 
 def mon_dir(lab: LabBase) -> Path:
@@ -64,12 +91,13 @@ def mon_dir(lab: LabBase) -> Path:
 def write_config(lab: LabBase) -> dict[str, str]:
     """prometheus.yml and the alert rules from the lab's inventory, as `slurmkit monitor generate` writes them."""
     from slurmkit.model.load import load_cluster
-    from slurmkit.monitor.generate import RULES_FILE, prometheus_yaml, rules_yaml
+    from slurmkit.monitor.generate import RULES_FILE, Timing, alertmanager_yaml, prometheus_yaml, rules_yaml
 
     cluster = load_cluster(str(lab.etc / "slurmkit.yaml"))
     base = lab.spec.monitoring_port_resolved
     targets = {n: f"127.0.0.1:{base + 1 + lab.spec.node_index(n)}" for n in lab.spec.node_names}
-    files = {"prometheus.yml": prometheus_yaml(cluster, RULES_FILE, targets), RULES_FILE: rules_yaml(cluster)}
+    files = {"prometheus.yml": prometheus_yaml(cluster, RULES_FILE, targets), RULES_FILE: rules_yaml(cluster),
+             "alertmanager.yml": alertmanager_yaml(cluster, Timing(**LAB_TIMING))}
     d = mon_dir(lab)
     d.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
@@ -100,10 +128,17 @@ def start(lab: LabBase, timeout: float = 60.0) -> None:
                                             "--collector.disable-defaults", "--collector.textfile",
                                             f"--collector.textfile.directory={tdir}"])
     env = {**os.environ, **lab.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    # --scrape-wait below Prometheus' scrape_timeout, which is the lab's 2 s scrape interval (it may not exceed it)
     _spawn(lab, PIDFILE_EXPORTER, [sys.executable, "-m", "slurmkit.cli.main", "exporter",
                                    str(lab.etc / "slurmkit.yaml"), "--listen", f"127.0.0.1:{base + 1}",
-                                   "--cache", "1"], env)
+                                   "--cache", "1", "--scrape-wait", "1"], env)
     d = mon_dir(lab)
+    if shutil.which(ALERTMANAGER):
+        # --cluster.listen-address "": no gossip port (its default 0.0.0.0:9094 on every interface); one instance
+        _spawn(lab, "alertmanager", [shutil.which(ALERTMANAGER) or ALERTMANAGER,
+                                     f"--config.file={d / 'alertmanager.yml'}", f"--storage.path={d / 'am-data'}",
+                                     f"--web.listen-address=127.0.0.1:{alertmanager_port(lab)}",
+                                     "--cluster.listen-address="])
     _spawn(lab, "prometheus", [shutil.which(PROMETHEUS) or PROMETHEUS, f"--config.file={d / 'prometheus.yml'}",
                                f"--storage.tsdb.path={d / 'data'}", f"--web.listen-address=127.0.0.1:{base}",
                                "--storage.tsdb.retention.time=1d"])

@@ -34,7 +34,8 @@ def alive(pid: int) -> bool:
 
 
 # pid file stem (before "-") -> the program: Debian's node_exporter binary; the lab's `slurmkit exporter`
-_PROGRAMS = {"node_exporter": "prometheus-node-exporter", "slurmkit_exporter": "slurmkit"}
+_PROGRAMS = {"node_exporter": "prometheus-node-exporter", "alertmanager": "prometheus-alertmanager",
+             "slurmkit_exporter": "slurmkit"}
 
 
 def is_program(pid: int, name: str) -> bool:

@@ -410,6 +410,14 @@ class Monitoring:
     # False is the site's own decision
     per_user_labels: bool | None = None
     logs: Logs = Logs()
+    # host:port of each Alertmanager prometheus.yml sends alerts to (Alertmanager listens on :9093 by default,
+    # its --web.listen-address)
+    alertmanager: tuple[str, ...] = ("localhost:9093",)
+    # severity (critical, warning, info) -> the webhook URL alertmanager.yml's receiver for it posts to; a severity
+    # without one has a receiver that notifies nobody (the alerts still show in Alertmanager's UI)
+    alert_webhooks: tuple[tuple[str, str], ...] = ()
+    # where the site serves docs/runbooks.md: each alert's runbook_url annotation is this + "#<alert in lower case>"
+    runbook_base_url: str = "docs/runbooks.md"
 
 
 @dataclass(frozen=True)

@@ -1209,7 +1209,8 @@ def _dynamic_nodes(ctx: _Ctx, value: Any, slurm_conf: Any) -> int | None:
 def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitoring:
     mm = _mapping(ctx, value, "monitoring", {"node_exporter_port", "dcgm_exporter", "dcgm_exporter_port", "exporter",
                                              "scrape_interval_s", "gpu_temp_max_c", "hook_slow_s",
-                                             "quota_pending_for_s", "per_user_labels", "logs"})
+                                             "quota_pending_for_s", "per_user_labels", "logs", "alertmanager",
+                                             "alert_webhooks", "runbook_base_url"})
     d = Monitoring()
     dcgm = str(mm.get("dcgm_exporter") or "")
     if dcgm and dcgm != "all":
@@ -1224,11 +1225,20 @@ def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitori
             raise ctx.err("monitoring.dcgm_exporter", f"{unknown[0]!r} is in no node group")
     exporters = tuple(_str(ctx, e, f"monitoring.exporter[{i}]", re.compile(r"[A-Za-z0-9_.\[\]:-]+:\d+"))
                       for i, e in enumerate(_list(ctx, mm.get("exporter") or [], "monitoring.exporter")))
+    managers = tuple(_str(ctx, e, f"monitoring.alertmanager[{i}]", re.compile(r"[A-Za-z0-9_.\[\]:-]+:\d+"))
+                     for i, e in enumerate(_list(ctx, mm.get("alertmanager") or list(d.alertmanager),
+                                                 "monitoring.alertmanager")))
+    hooks = _mapping(ctx, mm.get("alert_webhooks") or {}, "monitoring.alert_webhooks", {"critical", "warning", "info"})
+    webhooks = tuple((sev, _str(ctx, u, f"monitoring.alert_webhooks.{sev}", re.compile(r"https?://\S+")))
+                     for sev, u in hooks.items())
+    runbook = _str(ctx, mm.get("runbook_base_url", d.runbook_base_url), "monitoring.runbook_base_url",
+                   re.compile(r"[^\s#]+"))
     per_user = mm.get("per_user_labels", "auto")
     if per_user != "auto" and not isinstance(per_user, bool):
         raise ctx.err("monitoring.per_user_labels", f"expected auto, true or false, got {per_user!r}")
     return Monitoring(
         per_user_labels=None if per_user == "auto" else _bool(ctx, per_user, "monitoring.per_user_labels"),
+        alertmanager=managers, alert_webhooks=webhooks, runbook_base_url=runbook,
         node_exporter_port=_port(ctx, mm.get("node_exporter_port", d.node_exporter_port), "monitoring.node_exporter_port"),
         dcgm_exporter=dcgm,
         dcgm_exporter_port=_port(ctx, mm.get("dcgm_exporter_port", d.dcgm_exporter_port), "monitoring.dcgm_exporter_port"),

@@ -102,11 +102,13 @@ def label_policy(setting: bool | None, private: frozenset[str] | None) -> tuple[
 
 def render(cluster: Cluster, nodes: Iterable[NodeInfo], jobs: Iterable[JobInfo], now: float,
            usage: Usage | None = None, query_s: float = 0.0, errors: dict[str, int] | None = None,
-           ok: bool = True, per_user: bool = True) -> str:
-    """``per_user`` False: jobs and GPUs per account/QOS/state with user="" (one series per account, no names)."""
+           ok: bool = True, per_user: bool = True, age_s: float = 0.0) -> str:
+    """``per_user`` False: jobs and GPUs per account/QOS/state with user="" (one series per account, no names).
+    ``age_s``: seconds since the last batch whose queries all answered (these records are that old)."""
     nodes = list(nodes)
     ex = Exposition()
     ex.add(M.up, {}, int(ok))
+    ex.add(M.last_success_age, {}, round(age_s, 3))
     ex.add(M.scrape_s, {}, round(query_s, 6))
     for cmd, count in sorted((errors or {}).items()):
         ex.add(M.scrape_errors, {"command": cmd}, count)
@@ -220,65 +222,117 @@ def parse_sacct_usage(text: str) -> Usage:
 
 
 class Scraper:
-    """The batch behind one scrape, cached ``cache_s``; concurrent scrapes wait for the batch in flight."""
+    """The batch behind one scrape, cached ``cache_s``; concurrent scrapes share the batch in flight.
+
+    The batch runs on its own thread and a scrape waits for it at most ``wait_s``: while slurmctld hangs (each query
+    then takes its whole --timeout) /metrics still answers in time, with the last batch's series,
+    ``slurmkit_exporter_up 0`` and ``slurmkit_exporter_last_success_age_seconds`` saying how old they are; the batch
+    in flight finishes (or times out) on its own and the next scrape after it starts a new one. A query that fails
+    keeps the last answer of that query too (a controller outage must not turn every node's series off and on:
+    each would resolve and fire again when it is back)."""
 
     def __init__(self, cluster: Cluster, backend: Any, cache_s: float = 15.0,
-                 sacct: Callable[[], str] | None = None, clock: Callable[[], float] = time.time):
+                 sacct: Callable[[], str] | None = None, clock: Callable[[], float] = time.time,
+                 wait_s: float | None = 5.0):
         self.cluster, self.backend, self.cache_s, self.sacct, self.clock = cluster, backend, cache_s, sacct, clock
+        self.wait_s = wait_s
         self.per_user = False  # what the last batch published (user= labels)
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._text = ""
         self._at = float("-inf")
+        self._batches = 0  # batches finished
+        self._running = False
         self.errors: dict[str, int] = defaultdict(int)
         self._usage: Usage | None = None
         self._usage_at = float("-inf")
+        self._nodes: list[NodeInfo] = []
+        self._jobs: list[JobInfo] = []
+        self._show_usage = False
+        # clock() of the last batch whose queries all answered (the start until one has: the age is a lower bound)
+        self._ok_at = clock()
 
     def text(self) -> str:
-        with self._lock:
-            now = self.clock()
-            if now - self._at < self.cache_s and self._text:
+        with self._cond:
+            if self.clock() - self._at < self.cache_s and self._text:
                 return self._text
-            t0 = time.monotonic()
-            ok = True
-            nodes: list[NodeInfo] = []
-            jobs: list[JobInfo] = []
-            # the compact squeue query where the backend has one (CliBackend.live_jobs), else every job's record
-            jobs_fn = getattr(self.backend, "live_jobs", None) or self.backend.jobs
-            for name, fn in (("nodes", self.backend.nodes), ("jobs", jobs_fn)):
-                try:
-                    if name == "nodes":
-                        nodes = fn()
-                    else:
-                        jobs = fn()
-                except Exception:  # noqa: BLE001 - a failed query is a series (exporter_up 0), never a crash
-                    ok = False
-                    self.errors[name] += 1
-            private = self._private_data()
-            self.per_user, show_usage = label_policy(self.cluster.monitoring.per_user_labels, private)
-            if self.sacct is not None and now - self._usage_at >= max(self.cache_s, 300.0):
-                try:  # the day's usage moves slowly: sacct at most every 5 minutes
-                    self._usage = parse_sacct_usage(self.sacct())
-                    self._usage_at = now
-                except Exception:  # noqa: BLE001
-                    ok = False
-                    self.errors["sacct"] += 1
-            self._text = render(self.cluster, nodes, jobs, now, self._usage if show_usage else None,
-                                time.monotonic() - t0, dict(self.errors), ok, self.per_user)
+            seen = self._batches
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._batch, name="slurm-batch", daemon=True).start()
+            self._cond.wait_for(lambda: self._batches != seen, timeout=self.wait_s)
+            if self._batches != seen:
+                return self._text
+            # slurmctld has not answered within wait_s: the last result, marked stale (not cached: the next scrape
+            # picks up the batch as soon as it finishes)
+            return self._render(self.clock(), 0.0, ok=False)
+
+    def _render(self, now: float, query_s: float, ok: bool) -> str:
+        age = 0.0 if ok else max(0.0, now - self._ok_at)
+        return render(self.cluster, self._nodes, self._jobs, now, self._usage if self._show_usage else None,
+                      query_s, dict(self.errors), ok, self.per_user, age)
+
+    def _batch(self) -> None:
+        try:
+            self._run_batch()
+        finally:
+            with self._cond:
+                self._running = False
+                self._batches += 1
+                self._cond.notify_all()
+
+    def _run_batch(self) -> None:
+        now = self.clock()
+        t0 = time.monotonic()
+        ok = True
+        nodes: list[NodeInfo] | None = None
+        jobs: list[JobInfo] | None = None
+        # the compact squeue query where the backend has one (CliBackend.live_jobs), else every job's record
+        jobs_fn = getattr(self.backend, "live_jobs", None) or self.backend.jobs
+        errors: list[str] = []
+        for name, fn in (("nodes", self.backend.nodes), ("jobs", jobs_fn)):
+            try:
+                if name == "nodes":
+                    nodes = fn()
+                else:
+                    jobs = fn()
+            except Exception:  # noqa: BLE001 - a failed query is a series (exporter_up 0), never a crash
+                ok = False
+                errors.append(name)
+        private, config_failed = self._private_data()
+        per_user, show_usage = label_policy(self.cluster.monitoring.per_user_labels, private)
+        usage, usage_failed = self._usage, False
+        if self.sacct is not None and now - self._usage_at >= max(self.cache_s, 300.0):
+            try:  # the day's usage moves slowly: sacct at most every 5 minutes
+                usage = parse_sacct_usage(self.sacct())
+            except Exception:  # noqa: BLE001
+                ok, usage_failed = False, True
+        with self._cond:
+            for name in errors + ["config"] * config_failed + ["sacct"] * usage_failed:
+                self.errors[name] += 1
+            if nodes is not None:
+                self._nodes = nodes
+            if jobs is not None:
+                self._jobs = jobs
+            if not usage_failed and usage is not self._usage:
+                self._usage, self._usage_at = usage, now
+            self.per_user, self._show_usage = per_user, show_usage
+            if ok:
+                self._ok_at = now
+            self._text = self._render(now, time.monotonic() - t0, ok)
             self._at = now
-            return self._text
 
-
-    def _private_data(self) -> frozenset[str] | None:
-        """PrivateData as the running slurmctld says (a reconfigure that turns it on counts from the next batch);
-        the inventory's where the backend cannot say; None (publish no names) when the query fails."""
+    def _private_data(self) -> tuple[frozenset[str] | None, bool]:
+        """(PrivateData, whether the query failed): as the running slurmctld says (a reconfigure that turns it on
+        counts from the next batch); the inventory's where the backend cannot say; None (publish no names) when the
+        query fails."""
         show = getattr(self.backend, "show_config", None)
         if show is None:
-            return inventory_private_data(self.cluster)
+            return inventory_private_data(self.cluster), False
         try:
-            return private_data(show())
+            return private_data(show()), False
         except Exception:  # noqa: BLE001 - unknown privacy: fail closed, count it
-            self.errors["config"] += 1
-            return None
+            return None, True
 
 
 def serve(scraper: Scraper, host: str, port: int, web: Any = None, limits: Any = None) -> Any:

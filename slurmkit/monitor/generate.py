@@ -17,7 +17,8 @@ from slurmkit.monitor.metrics import M
 RULES_FILE = "slurmkit-alerts.yml"
 # Metrics of other exporters the rules use: Prometheus's own ``up``, node_exporter's infiniband collector
 # (collector/infiniband_linux.go, node_exporter 1.5: state_id 4 = ACTIVE, link_downed_total).
-EXTERNAL_METRICS = {"up", "node_infiniband_state_id", "node_infiniband_link_downed_total", "time"}
+# Prometheus' ALERTS series (one per pending or firing alert: alertname, alertstate and the alert's labels).
+EXTERNAL_METRICS = {"up", "node_infiniband_state_id", "node_infiniband_link_downed_total", "time", "ALERTS"}
 JOB_NODE, JOB_DCGM, JOB_EXPORTER = "node", "dcgm-exporter", "slurmkit"
 
 
@@ -42,6 +43,36 @@ class Alert:
     severity: str  # critical | warning | info
     summary: str
     for_: str = "0m"
+    per_node: bool = True  # its series carry node=: the drain_reason annotation and alertmanager's per-node grouping
+
+
+# Slurm's reason for the alert's node, in the drain_reason annotation of every per-node alert (Prometheus' template
+# functions query, first, label; %q quotes the node name as PromQL reads a string): slurmkit's drain reason from the
+# health check's textfile, else the reason slurmctld shows (the exporter's slurmkit_node_state), else "none"
+DRAIN_REASON = ('{{ with printf `slurmkit_node_drain_info{node=%q}` $labels.node | query }}'
+                '{{ . | first | label "reason" }}{{ else }}'
+                '{{ with printf `slurmkit_node_state{node=%q,reason!=""}` $labels.node | query }}'
+                '{{ . | first | label "reason" }}{{ else }}none{{ end }}{{ end }}')
+
+
+# the GPU's identity labels every GPU alert carries (metrics.GPU_LABELS but node and gpu, which every per-GPU series
+# has): what an on-call engineer reads off the page to find the board (minor, slot, UUID, serial for the RMA form)
+GPU_ID = ("minor", "uuid", "pci_bus_id", "serial", "model")
+
+
+# the critical alerts of one GPU's fault: each drains the node in the hooks, and each names the board
+GPU_CRITICAL = ("SlurmkitGpuXidCritical|SlurmkitGpuEccUncorrectable|SlurmkitGpuRowRemapFailure|SlurmkitGpuNvlinkDown|"
+                "SlurmkitGpuMissing")
+
+
+def _with_gpu_id(expr: str) -> str:
+    """``expr`` (series labelled node and gpu only: the XID counter and sticky series) with the GPU's identity from
+    slurmkit_gpu_info, or slurmkit_gpu_lost for a GPU that fell off the bus (XID 79: no longer in gpu_info). One
+    identity per (node, gpu) (topk: a many-to-many join would fail the rule); an XID on a bus no GPU of the node has
+    (pci<bus>, nvswitch<bus>) keeps its own labels (the ``unless`` arm), so it still alerts."""
+    ids = f"topk by (node, gpu) (1, {_n(M.gpu_info)} or {_n(M.gpu_lost)})"
+    return (f"(({expr}) * on (node, gpu) group_left ({', '.join(GPU_ID)}) {ids}) "
+            f"or (({expr}) unless on (node, gpu) {ids})")
 
 
 def _n(metric: Any) -> str:
@@ -66,6 +97,27 @@ def _latest_run() -> str:
     return f"({t} == on (node) group_left max by (node) ({t}))"
 
 
+def _resume_window(cluster: Cluster) -> str:
+    """How long the health check takes to resume a node after its fault is fixed: hooks.checks.resume_after_passes
+    health runs, HealthCheckInterval apart, and two runs of slack; 15 minutes where the inventory sets no
+    HealthCheckInterval (3 passes of a 5-minute interval)."""
+    interval = cluster.hooks.healthcheck_interval
+    passes = (cluster.hooks.checks or {}).get("resume_after_passes", 3)
+    passes = passes if isinstance(passes, int) and not isinstance(passes, bool) and passes > 0 else 3
+    return f"{(passes + 2) * interval}s" if interval else "15m"
+
+
+def _unless_ctld(cluster: Cluster) -> str:
+    """Not while the exporter sees slurmctld fail, nor for three health intervals after (at least a minute): a hung
+    or stopped slurmctld stops every node's health check (slurmd waits on it, the hook's scontrol times out) within
+    seconds, long before SlurmkitSlurmctldUnreachable's 2 minutes let alertmanager.yml inhibit them, and the
+    hooks need a run to catch up once it is back: measured on the lab (SIGSTOP), HealthHookStale fired once per
+    node (tests/integration/test_monitor_alerts_lab.py). Where no exporter runs, nothing is suppressed."""
+    interval = cluster.hooks.healthcheck_interval
+    window = f"{max(60, 3 * interval)}s" if interval else "15m"
+    return f" unless on () (min_over_time({_n(M.up)}[{window}]) == 0)"
+
+
 def alerts(cluster: Cluster) -> list[Alert]:
     mon = cluster.monitoring
     drain = _codes_re(drain_xids(cluster))
@@ -74,10 +126,10 @@ def alerts(cluster: Cluster) -> list[Alert]:
         # same codes: drain_xids), so the sticky series carries the first one and the alert resolves with the
         # clear; increase() adds repeats. Every other code has no sticky series: _xid_new catches its first event
         Alert("SlurmkitGpuXidCritical",
-              f'increase({_n(M.xid_errors)}{{xid=~"{drain}"}}[15m]) > 0 or {_n(M.xid_sticky)} == 1',
+              _with_gpu_id(f'increase({_n(M.xid_errors)}{{xid=~"{drain}"}}[15m]) > 0 or {_n(M.xid_sticky)} == 1'),
               "critical", "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }} (reset or reboot "
               "needed)"),
-        Alert("SlurmkitGpuXid", _xid_new(f'xid!~"{drain}"'), "warning",
+        Alert("SlurmkitGpuXid", _with_gpu_id(_xid_new(f'xid!~"{drain}"')), "warning",
               "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }}"),
         Alert("SlurmkitGpuEccUncorrectable",
               f'max without (location) ({_n(M.ecc_errors)}{{type="uncorrected",counter="volatile"}}) > 0',
@@ -111,8 +163,18 @@ def alerts(cluster: Cluster) -> list[Alert]:
               "{{ $value }} times in an hour"),
         Alert("SlurmkitIbCheckFailing", f'{_n(M.check_status)}{{hook="health",check="ib",state="fail"}} == 1',
               "warning", "{{ $labels.node }}: the health check's IB check fails (state, rate or MTU)"),
-        Alert("SlurmkitNodeDrainedByHealth", f"{_n(M.drained)} == 1", "warning",
-              "{{ $labels.node }} is drained by slurmkit's health checks"),
+        # why, in the labels: the check that asked for the drain (slurmkit_node_drain_info, present while drained);
+        # Slurm's reason text is the drain_reason annotation (a label would start a new alert when Slurm rewords it).
+        # Not while a critical GPU alert of the node fires, nor for the resume window after it (Prometheus' own
+        # ALERTS series): that page already says why the node is drained, and after its fix the node stays drained
+        # for resume_after_passes health runs -- a drained alert then would be a second notification of a fault
+        # already fixed (alertmanager.yml inhibits it too, while the GPU alert stands)
+        Alert("SlurmkitNodeDrainedByHealth",
+              f"(max by (node, check) ({_n(M.drain_info)} and on (node) {_n(M.drained)} == 1) "
+              f"or on (node) ({_n(M.drained)} == 1)) unless on (node) max by (node) (max_over_time("
+              f'ALERTS{{alertstate="firing",severity="critical",alertname=~"{GPU_CRITICAL}"}}'
+              f"[{_resume_window(cluster)}]))", "warning",
+              "{{ $labels.node }} is drained by slurmkit's health check {{ $labels.check }}: " + DRAIN_REASON),
         Alert("SlurmkitNodeDown", f'up{{job="{JOB_NODE}"}} == 0', "critical",
               "{{ $labels.node }}: node_exporter does not answer", "2m"),
         # Slurm's own view (the exporter's per-node state): slurmd killed or its host gone, slurmctld marks the node
@@ -126,18 +188,19 @@ def alerts(cluster: Cluster) -> list[Alert]:
               '{flags=~"(.+[+])?NOT_RESPONDING([+].+)?",flags!~".*POWER.*"}) == 1', "critical",
               "{{ $labels.node }}: Slurm marks it DOWN or not responding (see `scontrol show node {{ $labels.node }}`)",
               "2m"),
-        Alert("SlurmkitHealthHookSlow", f"{_n(M.run_duration)} > {mon.hook_slow_s:g}", "warning",
+        Alert("SlurmkitHealthHookSlow", f"{_n(M.run_duration)} > {mon.hook_slow_s:g}" + _unless_ctld(cluster), "warning",
               "{{ $labels.node }}: the {{ $labels.hook }} hook took {{ $value }}s"),
-        Alert("SlurmkitHealthHookFailing", f"{_n(M.bookkeeping)} > 0 or {_n(M.check_status)}"
-              '{hook="health",check="state",state!="ok"} == 1', "warning",
+        Alert("SlurmkitHealthHookFailing", f"({_n(M.bookkeeping)} > 0 or {_n(M.check_status)}"
+              '{hook="health",check="state",state!="ok"} == 1)' + _unless_ctld(cluster), "warning",
               "{{ $labels.node }}: the {{ $labels.hook }} hook cannot write its state"),
         Alert("SlurmkitTenantAtQuotaPending",
               f'max by (account) ({_n(M.pending_oldest)}{{reason=~"(Assoc|QOS)Grp.*"}}) > {mon.quota_pending_for_s}',
               "warning", "account {{ $labels.account }} is at its GPU quota with GPU jobs pending for "
-              "{{ $value | humanizeDuration }}"),
+              "{{ $value | humanizeDuration }}", per_node=False),
         Alert("SlurmkitFragmentationBlocksJob",
               f"{_n(M.pending_largest)} > {_n(M.largest_leaf)} and {_n(M.pending_largest)} <= {_n(M.largest_any)}",
-              "warning", "a {{ $value }}-node GPU job pends: enough nodes are free, but on no single leaf", "30m"),
+              "warning", "a {{ $value }}-node GPU job pends: enough nodes are free, but on no single leaf", "30m",
+              per_node=False),
         Alert("SlurmkitBmcFanFailed", f'{_n(M.bmc_finding)}{{check="fan_failed"}} == 1', "critical",
               "{{ $labels.node }}: a fan failed or stopped (BMC)"),
         Alert("SlurmkitBmcPsuRedundancyLost", f'{_n(M.bmc_finding)}{{check="psu_redundancy_lost"}} == 1', "warning",
@@ -146,13 +209,20 @@ def alerts(cluster: Cluster) -> list[Alert]:
               "{{ $labels.node }}: inlet temperature over the limit (BMC)", "5m"),
         Alert("SlurmkitBmcDown", f"{_n(M.bmc_up)} == 0", "warning",
               "{{ $labels.node }}: its BMC does not answer ({{ $labels.source }})", "10m"),
-        Alert("SlurmkitExporterDown", f'up{{job="{JOB_EXPORTER}"}} == 0 or {_n(M.up)} == 0', "critical",
-              "slurmkit exporter {{ $labels.instance }} is down or its Slurm queries fail", "2m"),
+        Alert("SlurmkitExporterDown", f'up{{job="{JOB_EXPORTER}"}} == 0', "critical",
+              "slurmkit exporter {{ $labels.instance }} does not answer", "2m", per_node=False),
+        # the exporter answers but slurmctld does not (down, or hung: the exporter then serves its last answer,
+        # slurmkit_exporter_last_success_age_seconds old): the controller outage alertmanager.yml inhibits every
+        # per-node alert that reads slurmctld with, so it pages once, not once per node
+        Alert("SlurmkitSlurmctldUnreachable", f"{_n(M.up)} == 0", "critical",
+              "slurmctld does not answer the exporter {{ $labels.instance }} (last answer "
+              f"{{{{ with query `max({_n(M.last_success_age)})` }}}}{{{{ . | first | value | humanizeDuration }}}}"
+              "{{ end }} ago)", "2m", per_node=False),
     ]
     if cluster.hooks.healthcheck_interval:
         stale = 3 * cluster.hooks.healthcheck_interval
         a.append(Alert("SlurmkitHealthHookStale",
-                       f'time() - {_n(M.last_run)}{{hook="health"}} > {stale}', "warning",
+                       f'time() - {_n(M.last_run)}{{hook="health"}} > {stale}' + _unless_ctld(cluster), "warning",
                        f"{{{{ $labels.node }}}}: no health check run for more than {stale}s "
                        f"(HealthCheckInterval={cluster.hooks.healthcheck_interval})"))
     return a
@@ -165,10 +235,18 @@ def rules_yaml(cluster: Cluster) -> str:
         if al.for_ != "0m":
             r["for"] = al.for_
         r["labels"] = {"severity": al.severity}
-        r["annotations"] = {"summary": al.summary}
+        r["annotations"] = {"summary": al.summary, "runbook_url": runbook_url(cluster, al.name)}
+        if al.per_node:
+            r["annotations"]["drain_reason"] = DRAIN_REASON
         rules.append(r)
     return _header(cluster) + yaml.safe_dump({"groups": [{"name": "slurmkit", "rules": rules}]}, sort_keys=False,
                                              width=200)
+
+
+def runbook_url(cluster: Cluster, alert: str) -> str:
+    """The alert's section of docs/runbooks.md (one section per alert, its heading the alert's name: the anchor
+    GitHub and mkdocs make of it is the name in lower case), under ``monitoring.runbook_base_url``."""
+    return f"{cluster.monitoring.runbook_base_url}#{alert.lower()}"
 
 
 def _header(cluster: Cluster) -> str:
@@ -178,15 +256,22 @@ def _header(cluster: Cluster) -> str:
 
 
 def prometheus_yaml(cluster: Cluster, rules_path: str = RULES_FILE,
-                    node_targets: dict[str, str] | None = None) -> str:
-    """``node_targets``: node -> host:port of its node_exporter (the lab's ports); default host:node_exporter_port."""
+                    node_targets: dict[str, str] | None = None, alertmanagers: list[str] | None = None) -> str:
+    """``node_targets``: node -> host:port of its node_exporter (the lab's ports); default host:node_exporter_port.
+    ``alertmanagers``: host:port of each Alertmanager (the lab's); default monitoring.alertmanager."""
     mon = cluster.monitoring
     hosts = [h for g in cluster.node_groups for h in g.hostnames]
     targets = node_targets or {h: f"{h}:{mon.node_exporter_port}" for h in hosts}
     # one static group per node so every series carries node="<name>" (the label the hooks' textfiles use too)
+    # the hooks' textfile series carry node= too: Prometheus keeps the target's and renames the scraped one to
+    # exported_node (scrape_config honor_labels: false, "renaming conflicting labels in the scraped data to
+    # exported_<original-label>"), a duplicate of node on every hook series. The target's node is the host scraped,
+    # the truth about where a series came from: the copy is dropped (RE2 has no back-reference to drop it only
+    # where it equals node)
     scrape: list[dict[str, Any]] = [{
         "job_name": JOB_NODE,
         "static_configs": [{"targets": [targets[h]], "labels": {"node": h}} for h in hosts if h in targets],
+        "metric_relabel_configs": [{"action": "labeldrop", "regex": "exported_node"}],
     }]
     if mon.dcgm_exporter:
         from slurmkit.hostlist import expand
@@ -204,7 +289,85 @@ def prometheus_yaml(cluster: Cluster, rules_path: str = RULES_FILE,
         "global": {"scrape_interval": f"{mon.scrape_interval_s}s", "evaluation_interval": f"{mon.scrape_interval_s}s",
                    "external_labels": {"cluster": cluster.name}},
         "rule_files": [rules_path],
+        # the Alertmanager(s) the alertmanager.yml beside this file configures (Prometheus' alerting section,
+        # alertmanager_config static_configs)
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers or mon.alertmanager)}]}]},
         "scrape_configs": scrape,
+    }
+    return _header(cluster) + yaml.safe_dump(conf, sort_keys=False, width=200)
+
+
+# --- alertmanager.yml -------------------------------------------------------------------------------------------
+
+# alerts the controller's outage explains: each reads slurmctld (the exporter's series, the health hook's Slurm state
+# and drain; a hook waiting out its scontrol timeout is slow) and would fire once per node while
+# SlurmkitSlurmctldUnreachable stands
+_NEEDS_SLURMCTLD = ("SlurmkitNodeDownInSlurm", "SlurmkitNodeDrainedByHealth", "SlurmkitHealthHookFailing",
+                    "SlurmkitHealthHookStale", "SlurmkitHealthHookSlow", "SlurmkitTenantAtQuotaPending",
+                    "SlurmkitFragmentationBlocksJob")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Alertmanager's route timings (its defaults: group_wait 30s, group_interval 5m, repeat_interval 4h); the lab
+    shortens them so a test sees a notification and its resolution in seconds."""
+
+    group_wait: str = "30s"
+    group_interval: str = "5m"
+    repeat_interval: str = "4h"
+    resolve_timeout: str = "5m"
+
+
+def alertmanager_yaml(cluster: Cluster, timing: Timing = Timing()) -> str:
+    """Routes by severity (critical pages, warning and info ticket: monitoring.alert_webhooks), one notification
+    per node and alert (group_by cluster, node, alertname: the GPUs of a node with one fault arrive together; an alert
+    without node groups per cluster; alertname too, because Prometheus re-sends a resolved alert every minute for 15
+    minutes, and a resolved alert that re-joins a group of the node's other, current fault made Alertmanager notify
+    that fault a second time -- measured on the lab: tests/integration/test_monitor_alerts_lab.py),
+    and inhibition so that one outage pages once:
+
+    - a node whose node_exporter does not answer (SlurmkitNodeDown) silences every other alert of that node;
+    - a node Slurm marks DOWN or not responding (SlurmkitNodeDownInSlurm) silences the rest of that node's alerts
+      (its GPUs', its hooks' staleness) but SlurmkitNodeDown (alertmanager's own rule: an alert matching both sides
+      of a rule is not inhibited by one that does too, so the two rules are split);
+    - slurmctld unreachable (SlurmkitSlurmctldUnreachable) silences every alert that reads slurmctld, per node or
+      not (_NEEDS_SLURMCTLD);
+    - a critical GPU alert on a node silences SlurmkitNodeDrainedByHealth of that node (the drain is its doing: the
+      page names the GPU and carries the drain_reason annotation).
+
+    Matchers are Alertmanager's (configuration.md, "Matcher": ``label=~"regex"``; inhibit_rules source_matchers,
+    target_matchers, equal), checked by `amtool check-config`."""
+    mon = cluster.monitoring
+    names = [a.name for a in alerts(cluster)]
+
+    def receiver(sev: str) -> dict[str, Any]:
+        r: dict[str, Any] = {"name": f"slurmkit-{sev}"}
+        if url := dict(mon.alert_webhooks).get(sev):
+            r["webhook_configs"] = [{"url": url, "send_resolved": True}]
+        return r
+
+    conf = {
+        "global": {"resolve_timeout": timing.resolve_timeout},
+        "route": {
+            "receiver": "slurmkit-warning",
+            "group_by": ["cluster", "node", "alertname"],
+            "group_wait": timing.group_wait, "group_interval": timing.group_interval,
+            "repeat_interval": timing.repeat_interval,
+            "routes": [{"receiver": f"slurmkit-{sev}", "matchers": [f'severity="{sev}"']}
+                       for sev in ("critical", "warning", "info")],
+        },
+        "inhibit_rules": [
+            {"source_matchers": ['alertname="SlurmkitNodeDown"'], "target_matchers": ['alertname!="SlurmkitNodeDown"'],
+             "equal": ["cluster", "node"]},
+            {"source_matchers": ['alertname="SlurmkitNodeDownInSlurm"'],
+             "target_matchers": ['alertname!~"SlurmkitNodeDown|SlurmkitNodeDownInSlurm"'], "equal": ["cluster", "node"]},
+            {"source_matchers": ['alertname="SlurmkitSlurmctldUnreachable"'],
+             "target_matchers": [f'alertname=~"{"|".join(n for n in _NEEDS_SLURMCTLD if n in names)}"'],
+             "equal": ["cluster"]},
+            {"source_matchers": [f'alertname=~"{GPU_CRITICAL}"'],
+             "target_matchers": ['alertname="SlurmkitNodeDrainedByHealth"'], "equal": ["cluster", "node"]},
+        ],
+        "receivers": [receiver(sev) for sev in ("critical", "warning", "info")],
     }
     return _header(cluster) + yaml.safe_dump(conf, sort_keys=False, width=200)
 
@@ -320,6 +483,7 @@ def dashboards(cluster: Cluster) -> dict[str, str]:
 
 
 def generate(cluster: Cluster, node_targets: dict[str, str] | None = None) -> dict[str, str]:
-    files = {"prometheus.yml": prometheus_yaml(cluster, RULES_FILE, node_targets), RULES_FILE: rules_yaml(cluster)}
+    files = {"prometheus.yml": prometheus_yaml(cluster, RULES_FILE, node_targets), RULES_FILE: rules_yaml(cluster),
+             "alertmanager.yml": alertmanager_yaml(cluster)}
     files.update(dashboards(cluster))
     return files

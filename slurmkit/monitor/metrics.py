@@ -159,6 +159,9 @@ class M:
     up = _m("slurmkit_exporter_up", "gauge", "1 when the last scrape's Slurm queries all answered.", (), "exporter")
     scrape_s = _m("slurmkit_exporter_query_seconds", "gauge", "Wall time of the Slurm queries behind this scrape.",
                   (), "exporter")
+    last_success_age = _m("slurmkit_exporter_last_success_age_seconds", "gauge",
+                          "Seconds since the last batch whose Slurm queries all answered (0 when this one did): while "
+                          "slurmctld hangs or fails the exporter serves that batch's series, this old.", (), "exporter")
     scrape_errors = _m("slurmkit_exporter_query_errors_total", "counter", "Slurm queries that failed, by command.",
                        ("command",), "exporter")
     cluster_gpus = _m("slurmkit_cluster_gpus", "gauge",

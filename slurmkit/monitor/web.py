@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import io
 import resource
+import signal
 import socket
 import ssl
 import threading
@@ -354,11 +355,19 @@ class Server:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        # SIGTERM (systemd's stop) and SIGINT end the loop like shutdown(): the CLI's handler raises Interrupted
+        # wherever the main thread is, here inside a transport's send, and asyncio.run's cleanup printed that
+        # task's traceback on every stop. Only the main thread may set them (a test's server thread keeps the CLI's).
+        signals = (signal.SIGTERM, signal.SIGINT) if threading.current_thread() is threading.main_thread() else ()
+        for sig in signals:
+            self._loop.add_signal_handler(sig, self._stop.set)
         accept = asyncio.ensure_future(self._accept())
         self._started.set()
         try:
             await self._stop.wait()
         finally:
+            for sig in signals:
+                self._loop.remove_signal_handler(sig)
             accept.cancel()
             for c in list(self._conns.values()):
                 c.drop()

@@ -11,6 +11,7 @@ import resource
 import shutil
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ from slurmkit.monitor.exporter import Scraper, label_policy, private_data, rende
 from slurmkit.monitor.web import Limits, Server, default_listen, load_web_config
 from tests.conftest import DATA, ROOT, needs
 from tests.unit.test_monitor_exporter import job, lab_cluster, node
-from tests.unit.test_monitor_textfile import samples
+from tests.unit.test_monitor_textfile import find, samples
 
 FD_LIMIT = 1024  # systemd's default LimitNOFILE soft limit for a service
 IDLE = 1100
@@ -609,3 +610,131 @@ def test_a_connect_flood_keeps_the_open_fds_near_the_cap():
         flood.kill()
         flood.wait(10)
         close(srv)
+
+
+# --- slurmctld hangs; a client goes away mid-answer (issue 35 item 6) -----------------------------------------------
+
+
+class HangingBackend(Backend):
+    """nodes() answers, then blocks (slurmctld hung) until ``release`` is set, or fails (slurmctld down)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.hang = self.fail = False
+
+    def nodes(self):
+        if self.hang:
+            self.release.wait(30)
+        if self.fail:
+            raise RuntimeError("slurm_load_node error: Unable to contact slurm controller")
+        return super().nodes()
+
+
+def test_slurmctld_hanging_serves_the_last_answer_with_its_age_in_time():
+    t = [1000.0]
+    b = HangingBackend()
+    sc = Scraper(lab_cluster(), b, cache_s=15, clock=lambda: t[0], wait_s=0.5)
+    first = samples(sc.text())
+    assert find(first, "slurmkit_exporter_up") == [1] and find(first, "slurmkit_exporter_last_success_age_seconds") == [0]
+    b.hang = True
+    t[0] += 40
+    t0 = time.monotonic()
+    stale = samples(sc.text())
+    assert time.monotonic() - t0 < 2  # bounded by wait_s, not by the hung query
+    assert find(stale, "slurmkit_exporter_up") == [0]
+    assert find(stale, "slurmkit_exporter_last_success_age_seconds") == [40]
+    # the last answer's series stand (no node's series turns off while slurmctld hangs)
+    assert {k: v for k, v in stale.items() if k[0] == "slurmkit_node_state"} == \
+           {k: v for k, v in first.items() if k[0] == "slurmkit_node_state"} != {}
+    t[0] += 5
+    assert find(samples(sc.text()), "slurmkit_exporter_last_success_age_seconds") == [45]  # one batch in flight
+    b.release.set()
+    b.hang = False
+    deadline = time.monotonic() + 10
+    while find(samples(sc.text()), "slurmkit_exporter_up") != [1] and time.monotonic() < deadline:
+        t[0] += 20
+        time.sleep(0.05)
+    assert find(samples(sc.text()), "slurmkit_exporter_last_success_age_seconds") == [0]
+
+
+def test_a_failed_query_keeps_the_last_answer_of_that_query():
+    t = [1000.0]
+    b = HangingBackend()
+    sc = Scraper(lab_cluster(), b, cache_s=15, clock=lambda: t[0])
+    first = samples(sc.text())
+    b.fail = True
+    t[0] += 30
+    s = samples(sc.text())
+    assert find(s, "slurmkit_exporter_up") == [0] and find(s, "slurmkit_exporter_last_success_age_seconds") == [30]
+    assert find(s, "slurmkit_exporter_query_errors_total", command="nodes") == [1]
+    assert find(s, "slurmkit_node_state", node="node1") == find(first, "slurmkit_node_state", node="node1") == [1]
+
+
+def big_slurm(tmp_path: Path, nodes: int = 3000) -> dict[str, str]:
+    """fake_slurm, with ``nodes`` nodes in `scontrol show node` (an answer larger than the socket buffers)."""
+    env = fake_slurm(tmp_path)
+    one = (DATA / "slurm" / "scontrol_show_node.txt").read_text().split("\n\n")[0]
+    name = one.split()[0].split("=", 1)[1]
+    (tmp_path / "nodes.txt").write_text("\n\n".join(one.replace(name, f"big{i}") for i in range(nodes)) + "\n")
+    sc = tmp_path / "bin" / "scontrol"
+    sc.write_text(sc.read_text().replace(str(DATA / "slurm" / "scontrol_show_node.txt"), str(tmp_path / "nodes.txt")))
+    return env
+
+
+def _reset_mid_answer(addr: tuple[str, int], tls: ssl.SSLContext | None) -> int:
+    """Ask for /metrics with a tiny receive buffer, read a little, then reset the connection (SO_LINGER 0)."""
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(30)
+    raw.connect(addr)
+    s = tls.wrap_socket(raw, server_hostname=addr[0]) if tls is not None else raw
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = len(s.recv(1000))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    return got
+
+
+@needs(shutil.which("openssl") is not None, "openssl not installed")
+def test_a_client_gone_mid_answer_logs_no_traceback_and_the_next_scrape_is_answered(tmp_path):
+    crt, key = make_cert(tmp_path, "server", "IP:127.0.0.1")
+    env = big_slurm(tmp_path)
+    for tls in (False, True):
+        port = free_port()
+        args = ["--listen", f"127.0.0.1:{port}"]
+        ctx = None
+        if tls:
+            args += ["--web.config.file", web_config(tmp_path, {"tls_server_config": {"cert_file": str(crt),
+                                                                                     "key_file": str(key)}})]
+            ctx = ssl.create_default_context(cafile=str(crt))
+        proc = start_exporter(tmp_path, *args, env=env)
+        log = tmp_path / "exporter.log"
+        try:
+            wait_listening("127.0.0.1", port, proc, log)
+            for _ in range(5):
+                assert _reset_mid_answer(("127.0.0.1", port), ctx) > 0
+            time.sleep(1)
+            url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/metrics"
+            status, body = scrape(url, timeout=30, context=ctx) if tls else scrape(url, timeout=30)
+            assert status == 200 and len(body) > 1 << 20 and b'slurmkit_node_state{node="big2999"' in body
+        finally:
+            stop(proc)
+        text = log.read_text()
+        assert "Traceback" not in text and "BrokenPipe" not in text and "Error" not in text, text[-3000:]
+
+
+def test_once_into_a_closed_pipe_is_no_traceback(tmp_path):
+    """`slurmkit exporter --once | head -1`: the reader leaves before the answer is written."""
+    env = big_slurm(tmp_path)
+    r = subprocess.run(f"{sys.executable} -m slurmkit.cli.main exporter {inventory(tmp_path)} --once | head -c 10",
+                       shell=True, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert r.stdout == "# HELP slu" and "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
+
+
+def test_scrape_wait_must_be_positive(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "exporter", str(inventory(tmp_path)),
+                        "--scrape-wait", "0", "--once"], capture_output=True, text=True, env=fake_slurm(tmp_path),
+                       cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith("--scrape-wait must be positive"), \
+        r.stderr

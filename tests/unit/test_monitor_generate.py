@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from slurmkit.model.load import load_cluster_dict
@@ -18,8 +19,8 @@ from tests.conftest import DATA, ROOT, needs
 
 TESTS = DATA / "monitor" / "alerts_test.yml"
 _PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
-                 "offset", "sum", "max", "min", "avg", "count", "increase", "rate", "label_replace", "humanizeDuration",
-                 "max_over_time"}
+                 "offset", "sum", "max", "min", "topk", "avg", "count", "increase", "rate", "label_replace", "humanizeDuration",
+                 "max_over_time", "min_over_time"}
 
 
 def cluster(**mon):
@@ -34,7 +35,7 @@ def metrics_named(expr: str) -> set[str]:
     expr = re.sub(r"\{[^}]*\}", "", expr)  # matchers
     expr = re.sub(r"\[[^\]]*\]", "", expr)  # ranges
     expr = re.sub(r"\((?:[a-z_, ]*)\)(?=\s*\()", "()", expr)  # by (a, b) label lists before an aggregation body
-    expr = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", "", expr)
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
     names = set(re.findall(r"\b[a-zA-Z_:][a-zA-Z0-9_:]*\b", expr))
     return {n for n in names if n not in _PROMQL_WORDS and not re.fullmatch(r"\d+[smh]?", n)}
 
@@ -252,3 +253,122 @@ def test_failing_checks_panel_clears_when_a_later_run_is_healthy(tmp_path):
     r = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@needs(shutil.which("promtool") is not None, "promtool (Debian package prometheus) not installed")
+def test_annotations_say_why_and_link_the_runbook(tmp_path):
+    """Prometheus' own template engine (promtool test rules, annotations kept): the drained alert and a GPU alert
+    carry Slurm's drain reason from the textfile (else the exporter's node reason, else "none") and the alert's
+    section of docs/runbooks.md."""
+    _write(tmp_path)
+    reason, ib = "slurmkit: xid 79 nvidia1@0000:28:00.0", "slurmkit: ib mlx5_0/1 Down"
+    t = {"rule_files": ["slurmkit-alerts.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            {"series": 'slurmkit_gpu_xid_sticky{node="n5",gpu="g1",xid="79"}', "values": "1x5"},
+            {"series": 'slurmkit_node_drained{node="n5"}', "values": "1x8"},
+            {"series": f'slurmkit_node_drain_info{{node="n5",check="xid",reason="{reason}"}}', "values": "1x8"},
+            {"series": 'slurmkit_node_drained{node="n7"}', "values": "1x8"},
+            {"series": f'slurmkit_node_drain_info{{node="n7",check="ib",reason="{ib}"}}', "values": "1x8"},
+            {"series": 'slurmkit_gpu_xid_sticky{node="n6",gpu="g0",xid="48"}', "values": "1x5"},
+            {"series": 'slurmkit_node_state{node="n6",state="idle",flags="DRAIN",reason="admin: RMA"}',
+             "values": "1x5"},
+        ],
+        "alert_rule_test": [
+            # n5's drain is its XID page's doing: only n7's drain alerts
+            {"eval_time": "1m", "alertname": "SlurmkitNodeDrainedByHealth", "exp_alerts": [{
+                "exp_labels": {"severity": "warning", "node": "n7", "check": "ib"},
+                "exp_annotations": {
+                    "summary": f"n7 is drained by slurmkit's health check ib: {ib}",
+                    "drain_reason": ib,
+                    "runbook_url": "docs/runbooks.md#slurmkitnodedrainedbyhealth"}}]},
+            {"eval_time": "1m", "alertname": "SlurmkitGpuXidCritical", "exp_alerts": [
+                {"exp_labels": {"severity": "critical", "node": "n5", "gpu": "g1", "xid": "79"},
+                 "exp_annotations": {"summary": "GPU g1 on n5: XID 79 (reset or reboot needed)",
+                                     "drain_reason": reason,
+                                     "runbook_url": "docs/runbooks.md#slurmkitgpuxidcritical"}},
+                {"exp_labels": {"severity": "critical", "node": "n6", "gpu": "g0", "xid": "48"},
+                 "exp_annotations": {"summary": "GPU g0 on n6: XID 48 (reset or reboot needed)",
+                                     "drain_reason": "admin: RMA",
+                                     "runbook_url": "docs/runbooks.md#slurmkitgpuxidcritical"}}]},
+        ]}]}
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(t))
+    r = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_alertmanager_yml_routes_by_severity_and_inhibits_per_node_noise():
+    c = cluster(alert_webhooks={"critical": "https://pager.example/hook", "warning": "https://tickets.example/h"})
+    am = yaml.safe_load(generate(c)["alertmanager.yml"])
+    assert am["route"]["group_by"] == ["cluster", "node", "alertname"]
+    assert {r["matchers"][0]: r["receiver"] for r in am["route"]["routes"]} == {
+        'severity="critical"': "slurmkit-critical", 'severity="warning"': "slurmkit-warning",
+        'severity="info"': "slurmkit-info"}
+    hooks = {r["name"]: [w["url"] for w in r.get("webhook_configs", [])] for r in am["receivers"]}
+    assert hooks == {"slurmkit-critical": ["https://pager.example/hook"],
+                     "slurmkit-warning": ["https://tickets.example/h"], "slurmkit-info": []}
+    sources = [r["source_matchers"][0] for r in am["inhibit_rules"]]
+    assert 'alertname="SlurmkitSlurmctldUnreachable"' in sources and 'alertname="SlurmkitNodeDown"' in sources
+    prom = yaml.safe_load(generate(c)["prometheus.yml"])
+    assert prom["alerting"]["alertmanagers"] == [{"static_configs": [{"targets": ["localhost:9093"]}]}]
+    node_job = next(j for j in prom["scrape_configs"] if j["job_name"] == "node")
+    assert node_job["metric_relabel_configs"] == [{"action": "labeldrop", "regex": "exported_node"}]
+
+
+def test_bad_alerting_keys_are_one_line_errors():
+    from slurmkit.errors import UsageError
+
+    for bad, where in (({"alert_webhooks": {"page": "https://x"}}, "monitoring.alert_webhooks.page"),
+                       ({"alert_webhooks": {"critical": "ftp://x"}}, "monitoring.alert_webhooks.critical"),
+                       ({"alertmanager": ["no-port"]}, "monitoring.alertmanager[0]"),
+                       ({"runbook_base_url": "a b"}, "monitoring.runbook_base_url")):
+        with pytest.raises(UsageError, match=re.escape(where)):
+            cluster(**bad)
+
+
+@needs(shutil.which("amtool") is not None, "amtool (Debian package prometheus-alertmanager) not installed")
+def test_amtool_checks_the_generated_alertmanager_yml(tmp_path):
+    c = cluster(alert_webhooks={"critical": "http://127.0.0.1:9/page"})
+    (tmp_path / "alertmanager.yml").write_text(generate(c)["alertmanager.yml"])
+    r = subprocess.run(["amtool", "check-config", "alertmanager.yml"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "4 inhibit rules" in r.stdout, r.stdout + r.stderr
+
+
+def test_gpu_critical_names_every_critical_gpu_alert():
+    from slurmkit.monitor.generate import GPU_CRITICAL
+
+    assert set(GPU_CRITICAL.split("|")) == {a.name for a in alerts(cluster())
+                                            if a.severity == "critical" and a.name.startswith("SlurmkitGpu")}
+
+
+def test_runbooks_have_one_section_per_alert_and_the_urls_point_at_them():
+    from slurmkit.monitor.generate import rules_yaml
+
+    c = cluster()
+    headings = re.findall(r"^## (\S+)$", (ROOT / "docs" / "runbooks.md").read_text(), re.M)
+    assert sorted(headings) == sorted(a.name for a in alerts(c)) and len(set(headings)) == len(headings)
+    urls = {r["alert"]: r["annotations"]["runbook_url"]
+            for r in yaml.safe_load(rules_yaml(c))["groups"][0]["rules"]}
+    assert all(u == f"docs/runbooks.md#{name.lower()}" for name, u in urls.items())
+    site = cluster(runbook_base_url="https://wiki.example/slurmkit/runbooks")
+    assert yaml.safe_load(rules_yaml(site))["groups"][0]["rules"][0]["annotations"]["runbook_url"] == \
+        f"https://wiki.example/slurmkit/runbooks#{alerts(site)[0].name.lower()}"
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (ROOT / "examples").glob("*.yaml")
+                                          if p.stem not in ("compose", "lab")))
+def test_every_preset_scrapes_what_its_rules_and_panels_read(preset):
+    """Every GPU preset sets monitoring.exporter: without it the exporter's series (Slurm's node state, GPUs by
+    state, tenants, fragmentation) have no scrape job and their rules and panels never see data."""
+    from slurmkit.model.load import load_cluster
+    from slurmkit.monitor.generate import prometheus_yaml
+
+    c = load_cluster(str(ROOT / "examples" / f"{preset}.yaml"))
+    jobs = {j["job_name"] for j in yaml.safe_load(prometheus_yaml(c))["scrape_configs"]}
+    sources = {BY_NAME[m].source for a in alerts(c) for m in metrics_named(a.expr) if m in BY_NAME}
+    sources |= {BY_NAME[m].source for ps in dashboard_panels(c).values() for p in ps for m in metrics_named(p.expr)
+                if m in BY_NAME}
+    need = {"hook": "node", "exporter": "slurmkit", "bmc": "node"}
+    assert {need[s] for s in sources} <= jobs, (preset, sources, jobs)
