@@ -1,6 +1,6 @@
 """gpusub wall time next to the tools users would otherwise use, all in one run on a real Slurm lab.
 
-    python bench/gpusub_bench.py [--repeat 15] [--lab-dir /tmp/gpusub-bench-lab] [--port-base 28817]
+    python bench/gpusub_bench.py [--repeat 15] [--lab-dir /tmp/gpusub-bench-lab] [--port-base 28817] [--accounting]
 
 Starts its own lab (8 nodes x 8 fake H100, two leaves) unless ``--slurm-conf`` points at a running one, creates
 a separate venv under /tmp with TorchX 0.7.0 and submitit 1.5.4 (``--venv``), and times whole processes, the
@@ -156,6 +156,9 @@ def main() -> None:
     ap.add_argument("--lab-dir", default="/tmp/gpusub-bench-lab")
     ap.add_argument("--port-base", type=int, default=28817)
     ap.add_argument("--slurm-conf", default=None, help="use this running cluster instead of starting a lab")
+    ap.add_argument("--accounting", action="store_true",
+                    help="start the lab with accounting (slurmdbd + MariaDB, AccountingStorageEnforce): the tenant "
+                         "preflight's queries run on every submit and live dry run")
     ap.add_argument("--venv", default="/tmp/gpusub-bench-venv")
     ap.add_argument("--e2e", type=int, default=3, metavar="ROUNDS", help="end-to-end rounds (0: none)")
     ap.add_argument("--torch-python", default=sys.executable, help="interpreter with torch for the e2e jobs")
@@ -171,7 +174,7 @@ def main() -> None:
     else:
         from slurmkit.lab import Lab, LabSpec
 
-        lab = Lab(LabSpec(dir=args.lab_dir, port_base=args.port_base))
+        lab = Lab(LabSpec(dir=args.lab_dir, port_base=args.port_base, accounting=args.accounting))
         if lab.is_up():
             lab.down()
         lab.up()
@@ -254,7 +257,8 @@ def main() -> None:
         if lab is not None:
             lab.down()
     by = dict(rows)
-    print(f"\n{len(rows)} commands, median of {args.repeat} rounds each, on the lab ({conf}); load average "
+    print(f"\n{len(rows)} commands, median of {args.repeat} rounds each, on the lab ({conf}, accounting "
+          f"{'on' if args.accounting else 'off'}); load average "
           f"{load0} before, {os.getloadavg()[0]:.2f} after\n")
     print("| command | median wall ms | median CPU ms |")
     print("|---|---:|---:|")
@@ -266,8 +270,11 @@ def main() -> None:
         si = table.get("submitit submit (4x8)")
         for suffix in ("", " [compare]"):
             dry, sub = table.get(f"gpusub --dry-run (4x8){suffix}"), table.get(f"gpusub submit (4x8){suffix}")
+            live = table.get(f"gpusub --dry-run live (4x8){suffix}")
             if tx and dry:
                 print(f"{label}: gpusub{suffix} --dry-run / torchx --dryrun = {dry / tx:.2f}x (target <= 0.5x)")
+            if tx and live:
+                print(f"{label}: gpusub{suffix} --dry-run live / torchx --dryrun = {live / tx:.2f}x (target <= 0.5x)")
             if si and sub:
                 print(f"{label}: gpusub{suffix} submit / submitit submit = {sub / si:.2f}x (target <= 1.0x)")
     print(f"gpusub submit / bare sbatch = {by['gpusub submit (4x8)'] / by['sbatch --parsable (same script)']:.1f}x")

@@ -36,9 +36,19 @@ class QosUse:
     gpu_limit: int | None
     gpu_used: int
     user_gpus: tuple[tuple[int, int], ...] = ()  # (uid, GPUs its running jobs in this QOS hold), from User Limits=
+    # (uid, the QOS's MaxTRESPerUser gres/gpu, None: none) where a User Limits= entry shows it: slurmctld's own value,
+    # newer than any sacctmgr answer gpusub may have cached
+    user_limits: tuple[tuple[int, int | None], ...] = ()
 
     def used_by(self, uid: int | None) -> int:
         return next((n for u, n in self.user_gpus if u == uid), 0)
+
+    def limit_for(self, uid: int | None) -> tuple[bool, int | None]:
+        """(shown, limit): the per-user GPU limit slurmctld shows in this user's entry, if it has one."""
+        for u, lim in self.user_limits:
+            if u == uid:
+                return True, lim
+        return False, None
 
 
 _TRES_GPU = re.compile(r"(?:^|,)gres/gpu=([^,()]+)\((\d+)\)")
@@ -80,11 +90,15 @@ def parse_assoc_mgr(text: str) -> tuple[list[Assoc], dict[str, QosUse]]:
             name = re.sub(r"\(\d+\)$", "", f["QOS"])
             lim, used = _gpu(f.get("GrpTRES", ""))
             per_user = []
+            user_limits = []
             _before, sep, users = line.partition(" User Limits=")
             for m in _USER_LIMIT.finditer(" " + users if sep else ""):
                 tres = _MAXTRESPU.search(m.group(2))
-                per_user.append((int(m.group(1)), _gpu(tres.group(1))[1] if tres else 0))
-            qos[name] = QosUse(name, lim, used, tuple(per_user))
+                ulim, uused = _gpu(tres.group(1)) if tres else (None, 0)
+                per_user.append((int(m.group(1)), uused))
+                if tres and _TRES_GPU.search(tres.group(1)):  # "gres/gpu=LIMIT(USED)", N for none
+                    user_limits.append((int(m.group(1)), ulim))
+            qos[name] = QosUse(name, lim, used, tuple(per_user), tuple(user_limits))
     return assocs, qos
 
 
@@ -175,7 +189,8 @@ def check(user: str, cluster: str, want_account: str | None, want_qos: str | Non
     q = qos_use.get(r.qos or "")
     if q is not None:
         limits.append((f"QOS {q.name}", q.gpu_limit, q.gpu_used, "QOSGrpGRES"))
-    pu = (qos_per_user or {}).get(r.qos or "")
+    shown, fresh = q.limit_for(uid) if q is not None else (False, None)
+    pu = fresh if shown else (qos_per_user or {}).get(r.qos or "")
     if pu is not None:
         used_pu = q.used_by(uid) if q is not None else 0
         limits.append((f"QOS {r.qos} per user", pu, used_pu, "QOSMaxGRESPerUser"))

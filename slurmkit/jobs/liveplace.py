@@ -160,3 +160,44 @@ def live_view(spec: JobSpec, facts: ClusterFacts, own_job: str | None = None) ->
         notes.append(f"nodes promised to pending pinned job(s) {', '.join(jobs[:3])} are left to them")
     return LiveView(unusable=unusable, promised=promised, allowed=allowed, pin_blocker="; ".join(blockers),
                     notes=tuple(notes))
+
+
+def pin_conflicts(spec: JobSpec, facts: ClusterFacts, own_job: str, pin: frozenset[str], gpus_per_node: int,
+                  *, any_order: bool = False) -> list[str]:
+    """Why the queued job ``own_job``, pinned to ``pin``, may not get its nodes (one entry each; [] when the pin
+    holds). ``facts``: read after the job was queued.
+
+    * a pinned node is busy (not idle, or mixed without room for the job's GPUs or with ``--exclusive``);
+    * another pending job is pinned to one of them: one submitted before this job (it has the higher priority and
+      keeps them), or with ``any_order`` any other (this job moved its pin after its submission: a job queued
+      meanwhile saw the old pin, not the new one, when it checked its own);
+    * a pending job submitted before this one that waits for nodes without a pin may take any of them first: Slurm
+      schedules it first and places it without regard to this pin (seen on the lab: the later job of two racing
+      -N 4 runs cleared its pin, took the leaf a -N 2 job had pinned meanwhile, and that job waited with a whole
+      leaf idle)."""
+    from slurmkit.placement.state import engine_state
+
+    out: list[str] = []
+    for name, state, flags, free, _total in facts.live_nodes:
+        if name not in pin:
+            continue
+        st = engine_state(state, flags)
+        if st not in ("idle", "mixed") or (st == "mixed" and spec.exclusive) or free < gpus_per_node:
+            out.append(f"{name} (busy)")
+    own_number = int(own_job.split("_", 1)[0]) if own_job.split("_", 1)[0].isdigit() else None
+    by_name = {r.name: r for r in facts.reservations}
+    for job, may in facts.pending:
+        if job.job_id == own_job or not waits_for_nodes(job.reason):
+            continue
+        earlier = own_number is not None and job.number < own_number
+        theirs = by_name.get(job.reservation)
+        if theirs is not None and not theirs.flags & {"FLEX", "ANY_NODES"}:
+            may = may & frozenset(theirs.nodes)
+        hit = sorted(pin & may)
+        if not hit:
+            continue
+        if job.req_nodes and (earlier or any_order):
+            out += [f"{n} (pinned by job {job.job_id})" for n in hit if n in job.req_nodes]
+        elif not job.req_nodes and earlier:
+            out.append(f"job {job.job_id}, queued earlier without a pin, may take {','.join(hit)}")
+    return out

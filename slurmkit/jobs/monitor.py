@@ -250,7 +250,7 @@ def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
     preemptor's nodes.
     Measured on the 22.05 lab: batch host's slurmd and batch step SIGKILLed, node set DOWN; Restarts=1,
     ReqNodeList=node[1-2] with node1 DOWN. Only gpusub's own pin counts, the nodes of the run dir's script.sh
-    ``#SBATCH --nodelist=`` (what the batch shell clears): a pin the user asked for (-w) is theirs, and so is one a
+    ``#SBATCH --nodelist=`` (what the batch shell clears), or of its ``pin`` where check_pin moved it: a pin the user asked for (-w) is theirs, and so is one a
     user or admin set by hand (`scontrol update ReqNodeList=`) on a job gpusub did not pin, or after the batch shell
     cleared gpusub's at any requeue so far (it leaves ``attempts/<job>.r<N>.unpinned``), even on the same nodes."""
     pin = j.raw.get("ReqNodeList") or ""
@@ -265,6 +265,10 @@ def _kept_pin(j: JobInfo, rd: str | None) -> str | None:
     if spec.get("nodelist"):
         return None
     own = _script_pin(Path(rd) / "script.sh")
+    try:  # check_pin moved or cleared the pin after the submission (jobs/submit.py _record_pin)
+        own = (Path(rd) / "pin").read_text().strip() or None
+    except OSError:
+        pass
     if own is None:
         return None
     for k in range(j.restarts):

@@ -10,6 +10,7 @@ Layout (``<run_root>/<name>-<YYYYmmdd-HHMMSS>-<hex>/``)::
     attempts/<job>.r<N>.nodes / .exit   node list and step exit code of each attempt
     attempts/<job>.r<N>.reason          after a preemption signal or Slurm's requeue: requeued, or why not
     attempts/<job>.r<N>.unpinned        the batch shell cleared gpusub's node pin after this attempt's requeue
+    pin              gpusub's pin once the check after the submission moved it (empty: cleared)
     preempt/<job>.r<N>        appears when the preemption signal arrived (the checkpoint contract)
     checkpoints/              $GPUSUB_CHECKPOINT_DIR
     nccl_trace/               flight-recorder dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE)

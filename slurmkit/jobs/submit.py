@@ -240,60 +240,120 @@ def submit_prepared(prepared: Prepared, backend: Backend, gpusub_argv: list[str]
     return SubmitResult(job_id=job_id, run_dir=prepared.job.run_dir, prepared=prepared, unpinned=unpinned)
 
 
+PIN_ROUNDS = 3  # moves of a pin after the submission before gpusub leaves the placement to Slurm
+
+
 def check_pin(job: RenderedJob, job_id: str, backend: Backend) -> str | None:
     """A pinned job, once queued: are its nodes still its own? Two gpusub runs that read the queue at the same
-    moment can pin the same idle nodes; the one submitted first keeps them, the later one (this job, if a job
-    submitted before it is pinned to or already runs on one of its nodes) clears its pin and asks for the same
-    number of leaf switches instead (scontrol(1) 22.05 and 24.11: ReqNodeList= with a blank value clears it;
-    Switches=count@wait), so it never waits for nodes another job holds while others are idle.
+    moment can pin the same idle nodes, and a job queued earlier without a pin may take them first
+    (jobs/liveplace.py pin_conflicts). Then this job moves its pin to nodes that are free and pinned by no other
+    pending job, earlier or later (the engine's placement on what the queue holds now), and checks again; where no
+    such nodes exist, or a job queued earlier without a pin may take any node first, it clears its pin and asks for
+    the same number of leaf switches instead (scontrol(1) 22.05 and 24.11: ReqNodeList= with a blank value clears
+    it; ReqNodeList=<nodes> sets it on a pending job; Switches=count@wait).
 
-    -> what was done (a line for the user), or None when the pin stands (or the job already runs). One squeue and
-    one scontrol call, only for pinned jobs; a failure to check leaves the pin (the job is queued either way)."""
+    Moving rather than clearing: a job whose pin is cleared waits unpinned, and Slurm places it without regard to
+    the pins of jobs queued after it that checked while it was still pinned -- the race of issue 34 item 5 (a
+    -N 2 job pinned to the leaf the cleared -N 4 job then took waited with a whole leaf idle). A move is written
+    before it is checked, and a job queued meanwhile checks after its own submission: of two such writes at least
+    one is seen by the other's check, so two pins never stay on one node.
+
+    -> what was done (a line for the user), or None when the pin stands (or the job already runs). The common case
+    costs one squeue and one scontrol call, side by side; the queue is read whole only on a conflict. A failure
+    to check leaves the pin as it is (the job is queued either way)."""
+    from slurmkit import hostlist
     from slurmkit.jobs.facts import concurrently
-    from slurmkit.jobs.liveplace import live_view
-    from slurmkit.placement.state import engine_state
+    from slurmkit.jobs.liveplace import pin_conflicts
 
     pending_fn = getattr(backend, "pending", None)
     update = getattr(backend, "update_job", None)
     if pending_fn is None or update is None:
         return None
     pin = next(d.split("=", 1)[1] for d in job.topology.directives if d.startswith("--nodelist="))
-    from slurmkit import hostlist
-
     pinned = hostlist.expand(pin)
     try:
         queue, records = concurrently(pending_fn, lambda: backend.nodes(pinned))
     except SlurmkitError:
         return None
-    own = next((j for j in queue if j.job_id == job_id), None)
-    if own is None:
+    if not any(j.job_id == job_id for j in queue):
         return None  # no longer pending: it started on its nodes (or ended): nothing to fix
-    facts = replace(job.facts, pending=tuple((j, frozenset(j.req_nodes)) for j in queue if j.req_nodes),
+    # the fast judgement: every pending job may take any node (a job of another partition only costs the full read)
+    quick = replace(job.facts, pending=tuple((j, frozenset(j.req_nodes or pinned)) for j in queue),
                     live_nodes=tuple((n.name, n.state, n.flags, n.free_gpus, n.total_gpus) for n in records))
-    view = live_view(job.spec, facts, own_job=job_id)
-    taken = []
-    for n in records:
-        state = engine_state(n.state, n.flags)
-        busy = (state not in ("idle", "mixed") or (state == "mixed" and job.spec.exclusive)
-                or n.free_gpus < job.gpus_per_node)
-        if n.name in view.promised or busy:
-            taken.append(f"{n.name} ({'pinned by job ' + view.promised[n.name] if n.name in view.promised else 'busy'})")
-    if not taken:
+    if not pin_conflicts(job.spec, quick, job_id, frozenset(pinned), job.gpus_per_node):
         return None
-    from slurmkit.jobs.topology import SWITCH_WAIT, _topology
+    return _settle_pin(job, job_id, backend, pin)
 
-    fields = {"ReqNodeList": ""}
-    topo = _topology(job.facts)
-    if topo is not None and topo.kind == "tree":
-        leaves = len({topo.node_leaf[n] for n in pinned if n in topo.node_leaf})
-        fields["Switches"] = f"{leaves}@{SWITCH_WAIT}"
+
+def _settle_pin(job: RenderedJob, job_id: str, backend: Backend, pin: str) -> str | None:
+    """check_pin's slow path: the whole live picture (jobs/facts.py from_slurm), the conflicts, a move or a clear."""
+    from slurmkit import hostlist
+    from slurmkit.jobs.liveplace import pin_conflicts
+    from slurmkit.jobs.topology import SWITCH_WAIT, _topology, plan_topology
+
+    done: list[str] = []
+    first_conflict = ""
+    moved = False
+    for _ in range(PIN_ROUNDS + 1):
+        try:
+            facts = factsmod.from_slurm(backend, job.facts.partition, job.facts)
+        except SlurmkitError as exc:
+            return (f"the pinned nodes may have been taken meanwhile ({first_conflict}); checking failed: "
+                    f"{exc.one_line()}") if first_conflict else None
+        own = next((j for j, _ in facts.pending if j.job_id == job_id), None)
+        if own is None:
+            break  # it started (on the pin it has now) or ended
+        pinned = frozenset(hostlist.expand(pin))
+        taken = pin_conflicts(job.spec, facts, job_id, pinned, job.gpus_per_node, any_order=moved)
+        if not taken:
+            break
+        first_conflict = first_conflict or ", ".join(taken)
+        # the others as placement must see them: every other pinned job keeps its nodes, whenever it was queued;
+        # a job queued after this one without a pin comes after it in Slurm's order and takes nothing from it
+        others = tuple((j, may) for j, may in facts.pending
+                       if j.job_id != job_id and (j.req_nodes or j.number < own.number))
+        try:
+            plan = plan_topology(job.spec, replace(facts, pending=others), job.gpus_per_node) \
+                if len(done) < PIN_ROUNDS else None
+        except UsageError:
+            plan = None
+        new = next((d.split("=", 1)[1] for d in plan.directives if d.startswith("--nodelist=")), None) \
+            if plan is not None else None
+        if new is not None and frozenset(hostlist.expand(new)) != pinned:
+            try:
+                backend.update_job(job_id, ReqNodeList=new)  # type: ignore[attr-defined]
+            except SlurmkitError as exc:
+                return f"the pinned nodes were taken meanwhile ({first_conflict}) and moving the pin failed: " \
+                       f"{exc.one_line()}"
+            done.append(new)
+            pin, moved = new, True
+            continue
+        fields = {"ReqNodeList": ""}
+        topo = _topology(job.facts)
+        if topo is not None and topo.kind == "tree":
+            leaves = len({topo.node_leaf[n] for n in pinned if n in topo.node_leaf})
+            fields["Switches"] = f"{leaves}@{SWITCH_WAIT}"
+        try:
+            backend.update_job(job_id, **fields)  # type: ignore[attr-defined]
+        except SlurmkitError as exc:
+            return f"the pinned nodes were taken meanwhile ({first_conflict}) and clearing the pin failed: " \
+                   f"{exc.one_line()}"
+        _record_pin(job, "")
+        how = f"--switches={fields['Switches']}" if "Switches" in fields else "no pin"
+        return f"the pinned nodes were taken meanwhile ({first_conflict}): pin cleared, Slurm places the job ({how})"
+    if not done:
+        return None
+    _record_pin(job, pin)
+    return f"the pinned nodes were taken meanwhile ({first_conflict}): pinned to {pin} instead"
+
+
+def _record_pin(job: RenderedJob, pin: str) -> None:
+    """``<run dir>/pin``: gpusub's own pin once check_pin moved or cleared it (monitor.py _kept_pin compares the
+    job's ReqNodeList with gpusub's pin, not a person's)."""
     try:
-        update(job_id, **fields)
-    except SlurmkitError as exc:
-        return f"the pinned nodes were taken meanwhile ({', '.join(taken)}) and clearing the pin failed: " \
-               f"{exc.one_line()}"
-    how = f"--switches={fields['Switches']}" if "Switches" in fields else "no pin"
-    return f"the pinned nodes were taken meanwhile ({', '.join(taken)}): pin cleared, Slurm places the job ({how})"
+        (Path(job.run_dir) / "pin").write_text(pin + "\n")
+    except OSError:
+        pass
 
 
 def submit_job(spec: JobSpec, backend: Backend, *, environ: Mapping[str, str] | None = None,

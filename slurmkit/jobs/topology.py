@@ -7,7 +7,8 @@
   engine's best fit, on as few leaves as possible, keeping whole leaves free. Otherwise (nodes partly used, a
   competitor in the queue, or no live states) gpusub asks Slurm for the same number of leaf switches
   (``--switches=K@5:00``) rather than pin nodes that may not be free. After the submission gpusub checks the pin
-  once more (jobs/submit.py check_pin) and clears it when an earlier job took the nodes meanwhile.
+  once more (jobs/submit.py check_pin): when an earlier job took the nodes meanwhile it moves the pin to free nodes
+  no other job is pinned to (and checks again), or clears it where none are free.
 * ``strict``: the job must get the engine's ideal span (the fewest leaves it can occupy on an empty cluster).
   When a placement with that span exists now its nodes are pinned (``--nodelist``: the engine's best fit,
   which keeps whole leaves for big jobs); otherwise the job waits for that span (``--switches=K@<limit>``,

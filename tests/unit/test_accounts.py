@@ -664,9 +664,17 @@ def test_preflight_predicts_qos_max_gres_per_user(release):
     from slurmkit.accounts.quota import check, parse_assoc_mgr, parse_qos_per_user, parse_user_qos
 
     d = RECORDED[release]
-    assocs, qos = parse_assoc_mgr((d / "assoc_mgr.txt").read_text())
+    text = (d / "assoc_mgr.txt").read_text()
+    # the recording's QOS normal had no per-user limit ("gres/gpu=N(3)"); with MaxTRESPerUser=gres/gpu=4 slurmctld
+    # prints the limit in the same entry (info_assoc_mgr.c _print_used_user_limit: max_tres_pu_ctld(used))
+    import re
+
+    text, n = re.subn(r"^(QOS=normal\b.*MaxTRESPU=\S*?gres/gpu=)N\(3\)", r"\g<1>4(3)", text, flags=re.M)
+    assert n == 1
+    assocs, qos = parse_assoc_mgr(text)
     user_qos = parse_user_qos((d / "user_assoc_root.txt").read_text())
     assert qos["normal"].used_by(1) == 3 and qos["normal"].used_by(0) == 0 and qos["scavenger"].user_gpus == ()
+    assert qos["normal"].limit_for(1) == (True, 4) and qos["normal"].limit_for(0) == (False, None)
     per_user = parse_qos_per_user("high|\nnormal|cpu=8,gres/gpu=4\nscavenger|gres/gpu:h100=2\n")
     assert per_user == {"normal": 4}
     free = [a for a in assocs if a.account != "team-a"]  # no association quota in the way: only the QOS's
@@ -683,8 +691,13 @@ def test_preflight_predicts_qos_max_gres_per_user(release):
     other = check("root", "lab", "root", "normal", 4, free, qos, {"root": (("normal",), "normal")}, uid=0,
                   qos_per_user=per_user)
     assert not other.warnings and not other.errors
+    # slurmctld's limit beside the user's use wins over sacctmgr's answer, which gpusub may have cached a minute ago
+    stale = check("root", "lab", "root", "normal", 2, free, qos, {"root": (("normal",), "normal")}, uid=1,
+                  qos_per_user={"normal": 8})
+    assert stale.warnings == r.warnings
     # without the per-user limits (the old call) nothing is said about it
-    assert not check("root", "lab", "team-a", None, 1, assocs, qos, user_qos).warnings
+    assert not check("root", "lab", "team-a", None, 1, assocs, parse_assoc_mgr((d / "assoc_mgr.txt").read_text())[1],
+                     user_qos).warnings
 
 
 @pytest.mark.parametrize("fails", [True, False])

@@ -211,7 +211,8 @@ def test_sbatch_environment_is_read_flags_win_and_conflicts_are_dropped() -> Non
 # --- the pin checked once more after the submission ---------------------------------------------------------------
 
 class RaceBackend:
-    """Two gpusub runs read the queue at once and both pinned node[1-2]: job 5 was queued first."""
+    """Two gpusub runs read the queue at once and both pinned node[1-2]: job 5 was queued first. ``update_job``
+    changes the queue as slurmctld would (the check reads it again after a move)."""
 
     def __init__(self, queue: list[PendingJob], states: dict[str, str]):
         self.queue = queue
@@ -226,27 +227,68 @@ class RaceBackend:
                          gres_used="gpu:h100:8" if self.states.get(n, "idle") != "idle" else "gpu:h100:0")
                 for n in names or NODES]
 
+    def partitions(self) -> list[dict[str, str]]:
+        return [{"PartitionName": "gpu", "Nodes": "node[1-4]", "MaxTime": "1-00:00:00", "Default": "YES"}]
+
     def update_job(self, job_id: str, **fields: str) -> None:
+        from slurmkit import hostlist
+
         self.updates.append((job_id, fields))
+        if "ReqNodeList" in fields:
+            req = tuple(hostlist.expand(fields["ReqNodeList"])) if fields["ReqNodeList"] else ()
+            self.queue = [replace(j, req_nodes=req) if j.job_id == job_id else j for j in self.queue]
 
     def submit(self, request: SubmitRequest) -> str:  # pragma: no cover - not used here
         raise AssertionError
 
 
-def test_the_later_of_two_racing_pins_clears_its_own() -> None:
+def test_the_later_of_two_racing_pins_moves_its_own_to_free_nodes() -> None:
     rendered = render(spec(), facts(), "/runs/x")
     assert rendered.topology.pinned
     be = RaceBackend([job("5", req=["node1", "node2"]), job("6", req=["node1", "node2"])], {})
     said = check_pin(rendered, "6", be)  # type: ignore[arg-type]
-    assert be.updates == [("6", {"ReqNodeList": "", "Switches": "1@05:00"})]
-    assert said is not None and "pinned by job 5" in said and "--switches=1@05:00" in said
+    # moved, not cleared: a cleared job waits unpinned and Slurm may give it a later job's pinned nodes
+    assert be.updates == [("6", {"ReqNodeList": "node[3-4]"})]
+    assert said is not None and "pinned by job 5" in said and "pinned to node[3-4] instead" in said
     be = RaceBackend([job("5", req=["node1", "node2"]), job("6", req=["node1", "node2"])], {})
     assert check_pin(rendered, "5", be) is None and be.updates == []  # type: ignore[arg-type]
 
 
-def test_a_pin_whose_node_got_busy_meanwhile_is_cleared_and_a_started_job_is_left_alone() -> None:
+def test_a_race_loser_with_no_free_nodes_left_clears_its_pin() -> None:
+    rendered = render(spec(), facts(), "/runs/x")
+    be = RaceBackend([job("5", req=["node1", "node2"]), job("6", req=["node1", "node2"])], {"node3": "allocated"})
+    said = check_pin(rendered, "6", be)  # type: ignore[arg-type]
+    assert be.updates == [("6", {"ReqNodeList": "", "Switches": "1@05:00"})]
+    assert said is not None and "pinned by job 5" in said and "--switches=1@05:00" in said
+
+
+def test_a_job_queued_earlier_without_a_pin_makes_a_later_pin_unsafe() -> None:
+    """Job 4 waits for any two nodes and was queued first: Slurm starts it first, wherever it fits; job 6's pin
+    may be exactly where. The pin goes (a move would be as unsafe); a job queued after 6 without a pin does not
+    count (Slurm's order puts it after 6)."""
+    rendered = render(spec(), facts(), "/runs/x")
+    be = RaceBackend([job("4"), job("6", req=["node1", "node2"])], {})
+    said = check_pin(rendered, "6", be)  # type: ignore[arg-type]
+    assert be.updates == [("6", {"ReqNodeList": "", "Switches": "1@05:00"})]
+    assert said is not None and "job 4, queued earlier without a pin" in said
+    be = RaceBackend([job("6", req=["node1", "node2"]), job("7")], {})
+    assert check_pin(rendered, "6", be) is None and be.updates == []  # type: ignore[arg-type]
+
+
+def test_a_moved_pin_yields_to_later_pins_too() -> None:
+    """After a move the job yields to every other pin: a job queued meanwhile checked against the old one."""
+    from slurmkit.jobs.liveplace import pin_conflicts
+
+    f = facts(pending=[job("5", req=["node3", "node4"]), job("7", req=["node3"])])
+    pin = frozenset({"node3", "node4"})
+    assert pin_conflicts(spec(), f, "5", pin, 8) == []
+    assert pin_conflicts(spec(), f, "5", pin, 8, any_order=True) == ["node3 (pinned by job 7)"]
+
+
+def test_a_pin_whose_node_got_busy_meanwhile_is_moved_and_a_started_job_is_left_alone() -> None:
     rendered = render(spec(), facts(), "/runs/x")
     be = RaceBackend([job("6", req=["node1", "node2"])], {"node2": "allocated"})
-    assert "node2 (busy)" in (check_pin(rendered, "6", be) or "")  # type: ignore[arg-type]
+    said = check_pin(rendered, "6", be)  # type: ignore[arg-type]
+    assert "node2 (busy)" in (said or "") and be.updates == [("6", {"ReqNodeList": "node[3-4]"})]
     be = RaceBackend([], {"node1": "allocated", "node2": "allocated"})  # job 6 already runs there
     assert check_pin(rendered, "6", be) is None and be.updates == []  # type: ignore[arg-type]
