@@ -147,40 +147,50 @@ def lab() -> Iterator[Lab]:
 
 
 # Ports other tests use at fixed offsets from the base (their own labs and emulators: test_lab +50, the monitoring
-# default +140, test_cgroup_lab +150, test_nodes_lab +180, test_monitor_lab/test_power_ipmi +500..+600, test_power_lab
-# +3200, test_power_redfish +3400, test_configless_lab +3600): make_lab's labs stay clear of them.
-_RESERVED_OFFSETS = ((0, 20), (50, 60), (140, 200), (500, 600), (3200, 3700))
+# default +140, test_cgroup_lab +150, test_nodes_lab +180, test_monitor_lab/test_power_ipmi +500..+600, the alerting
+# lab +600 (its Prometheus, exporter, node exporters and Alertmanager), test_remote_lab's sshd +700 and
+# test_remote_rest_lab's slurmrestd +720, test_power_lab +3200, test_power_redfish +3400, the Redfish mockup +3500,
+# test_configless_lab +3600): make_lab's labs stay clear of them.
+_RESERVED_OFFSETS = ((0, 20), (50, 60), (140, 200), (500, 640), (700, 760), (3200, 3700))
+# make_lab tries bases LAB_STEP apart. Each lab's own ports are checked against every earlier lab's (_TAKEN), so the
+# step only needs to be small: at 200 (one lab per 200 ports) a `releases` pass ran out of its 4000-port window at
+# its 15th lab on CI; at 20 the labs pack by what they really use (base..base+nodes, +1000/+1001, monitoring).
+LAB_STEP = 20
 _TAKEN: set[int] = set()  # every port of the labs make_lab made in this session
 
 
 def _lab_ports(spec: LabSpec) -> set[int]:
     ports = set(spec.ports())  # slurmctld, each slurmd, and with accounting slurmdbd (+1000) and MariaDB (+1001)
     if getattr(spec, "monitoring", False):
+        # Prometheus, the exporter +1, nodeI's node_exporter +1+I, Alertmanager +2+N and its cluster port +3+N
+        # (slurmkit/lab/monitoring.py)
         p = spec.monitoring_port_resolved
-        ports |= set(range(p, p + spec.nodes + spec.spare + 2))
+        ports |= set(range(p, p + spec.nodes + spec.spare + 4))
     return ports
 
 
 def _free_lab_base(kw: dict[str, object]) -> int:
-    """The first base of the form base + 200k whose lab (its accounting ports included: +1000, +1001) meets neither
-    an earlier make_lab lab of this session nor the fixed-offset ports of other tests. (Plain base + 200k put an
-    accounting lab's slurmdbd on the fifth next lab's slurmctld port.)"""
+    """The first base of the form base + LAB_STEP*k whose lab (its accounting and monitoring ports included) meets
+    neither an earlier make_lab lab of this session nor the fixed-offset ports of other tests."""
     base = _base()
     limit = int(os.environ.get("SLURMKIT_TEST_LAB_PORT_LIMIT") or 0)
     reserved = {base + o for lo, hi in _RESERVED_OFFSETS for o in range(lo, hi)}
     k = 1
     while True:
-        cand = base + 200 * k
+        cand = base + LAB_STEP * k
         spec = LabSpec(dir="/nonexistent", port_base=cand, **kw)  # type: ignore[arg-type]
         ports = _lab_ports(spec)
-        fixed = set(spec.ports())  # a monitoring port the test chose itself may sit in a reserved window
-        if not ports & _TAKEN and not fixed & reserved:
+        # a monitoring port the test chose itself may sit in a reserved window (it is that window's owner)
+        checked = set(spec.ports()) if kw.get("monitoring_port") else ports
+        if not ports & _TAKEN and not checked & reserved:
             if limit and max(ports) >= limit:
                 # tests/run.sh: the next release's lab pass, side by side with this one, starts at the limit
                 raise RuntimeError(f"make_lab: lab {k} of this session would need ports up to {max(ports)}, past "
                                    f"SLURMKIT_TEST_LAB_PORT_LIMIT={limit} (another lab pass's ports); space the "
                                    "passes further apart in tests/run.sh")
             return cand
+        if k > 100000:
+            raise RuntimeError(f"make_lab: no free lab base for {kw} (its chosen monitoring port is taken?)")
         k += 1
 
 

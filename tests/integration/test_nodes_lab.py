@@ -35,8 +35,8 @@ RESTART = release_under_test() < "24.11"  # 22.05 .. 24.05: controller restart; 
 
 @pytest.fixture(scope="module")
 def elab() -> Iterator[Lab]:
-    # its own ports, clear of the session lab (base..base+nodes, base+1000/1001) and of make_lab's (base + 200 * k,
-    # k < 10, and +1000/1001 from there), and below the host's ephemeral range where the base is (`lab up` refuses
+    # its own ports, clear of the session lab (base..base+nodes, base+1000/1001) and of make_lab's (which keep out of
+    # conftest._RESERVED_OFFSETS), and below the host's ephemeral range where the base is (`lab up` refuses
     # ports inside it)
     spec = LabSpec(dir=f"{_root_dir()}-nodes", port_base=_base() + 180, nodes=4, spare=4, slurm=lab_release())
     the_lab = start_lab(spec)

@@ -84,14 +84,36 @@ def test_ports_in_the_ephemeral_range_are_refused(monkeypatch, tmp_path):
 
 def test_make_labs_stay_below_the_port_limit_of_their_pass(monkeypatch):
     """tests/run.sh runs the releases' lab passes side by side, each from its own port base, the next pass's base its
-    limit. make_lab's labs climb by 200 per lab made in the session (base+4200 .. +5801 in the host's full pass), so
-    without the limit they reached into the next pass's labs (its slurmctld at the next base): a lab that needs a port
-    at or past SLURMKIT_TEST_LAB_PORT_LIMIT is an error naming the limit, never a port another pass holds."""
+    limit. make_lab's labs climb from the base (by conftest.LAB_STEP, past every earlier lab's ports), so without the
+    limit they reached into the next pass's labs (its slurmctld at the next base): a lab that needs a port at or past
+    SLURMKIT_TEST_LAB_PORT_LIMIT is an error naming the limit, never a port another pass holds."""
     from tests import conftest
 
     monkeypatch.setenv("SLURMKIT_TEST_LAB_PORT_BASE", "20000")
     monkeypatch.setattr(conftest, "_TAKEN", set())
-    monkeypatch.setenv("SLURMKIT_TEST_LAB_PORT_LIMIT", "21100")
-    assert conftest._free_lab_base({"nodes": 2, "slurm": None}) == 20200  # 20200..20202
-    with pytest.raises(RuntimeError, match="SLURMKIT_TEST_LAB_PORT_LIMIT=21100"):
-        conftest._free_lab_base({"nodes": 2, "accounting": True, "slurm": None})  # its slurmdbd would be on 21200
+    monkeypatch.setenv("SLURMKIT_TEST_LAB_PORT_LIMIT", "21010")
+    assert conftest._free_lab_base({"nodes": 2, "slurm": None}) == 20020  # 20020..20022, past the session lab's window
+    with pytest.raises(RuntimeError, match="SLURMKIT_TEST_LAB_PORT_LIMIT=21010"):
+        conftest._free_lab_base({"nodes": 2, "accounting": True, "slurm": None})  # its slurmdbd would be on 21020
+
+
+def test_make_labs_pack_by_the_ports_they_use(monkeypatch):
+    """Labs pack LAB_STEP apart, never on an earlier lab's ports (its slurmdbd +1000 and its monitoring ports
+    included) nor in a window a fixed-offset test owns (+500..+640, the remote tests' +700..+760)."""
+    from slurmkit.lab.spec import LabSpec
+    from tests import conftest
+
+    monkeypatch.setenv("SLURMKIT_TEST_LAB_PORT_BASE", "20000")
+    monkeypatch.delenv("SLURMKIT_TEST_LAB_PORT_LIMIT", raising=False)
+    monkeypatch.setattr(conftest, "_TAKEN", set())
+    bases = []
+    for kw in ({"nodes": 12}, {"nodes": 2, "accounting": True}, {"nodes": 4, "monitoring": True}, {"nodes": 2}):
+        kw = {**kw, "slurm": None}
+        b = conftest._free_lab_base(kw)
+        ports = conftest._lab_ports(LabSpec(dir="/nonexistent", port_base=b, **kw))  # type: ignore[arg-type]
+        assert not ports & conftest._TAKEN, (kw, b)
+        assert not {p - 20000 for p in ports} & {o for lo, hi in conftest._RESERVED_OFFSETS for o in range(lo, hi)}
+        conftest._TAKEN.update(ports)
+        bases.append(b)
+    assert bases[0] == 20020 and bases[1] == 20040 and len(set(bases)) == 4, bases
+    assert max(bases) < 20000 + 1000, bases  # four labs in the first thousand ports, where 200 apart took 800
