@@ -62,6 +62,19 @@ def _command() -> str:
     return " ".join(["slurmkit", *(shlex.quote(a) for a in sys.argv[1:])])
 
 
+def _reserve_lines(before: dict, after: dict) -> list[str]:
+    """The planned reserve of each group the change resizes (issue 39 item 2); nothing where the inventory cannot be
+    read as a whole (the change itself then reports the inventory's error)."""
+    from slurmkit.elastic.reserve import plan_change
+    from slurmkit.errors import SlurmkitError
+    from slurmkit.model.load import load_cluster_dict
+
+    try:
+        return plan_change(load_cluster_dict(before), load_cluster_dict(after))
+    except SlurmkitError:
+        return []
+
+
 @click.group()
 def nodes() -> None:
     """Nodes join or leave the running cluster ($SLURM_CONF's), inventory and files along with it."""
@@ -94,10 +107,12 @@ def add(hosts: str, group: str, like: str | None, switch: str | None, new_switch
         site.check_add(release)  # what the lab cannot bring in, refused before anything changes
     site.ctld_restart = tuple(shlex.split(ctld_restart))
     if dry_run:
-        e = edit.add_hosts(change.load_inventory(site.conf_dir), names, group, like=like, switch=switch,
-                           new_switch=new_switch)
+        before = change.load_inventory(site.conf_dir)
+        e = edit.add_hosts(before, names, group, like=like, switch=switch, new_switch=new_switch)
         p = path.choose(release, adding=True)
         _say(e.summary)
+        for line in _reserve_lines(before, e.data):
+            _say(line)
         _say(p.statement("add"))
         for i, step in enumerate(p.steps, 1):
             click.echo(f"  {i}. {step}")
@@ -108,10 +123,12 @@ def add(hosts: str, group: str, like: str | None, switch: str | None, new_switch
                    "else roll everything back")
         return
     with change.locked(site.conf_dir, _command(), lock_wait, _say):  # from reading the inventory to the end
-        e = edit.add_hosts(change.load_inventory(site.conf_dir), names, group, like=like, switch=switch,
-                           new_switch=new_switch)
+        before = change.load_inventory(site.conf_dir)
+        e = edit.add_hosts(before, names, group, like=like, switch=switch, new_switch=new_switch)
         p = path.choose(release, adding=True)
         _say(e.summary)
+        for line in _reserve_lines(before, e.data):
+            _say(line)
         _say(p.statement("add"))
         res = change.add_nodes(site, backend, e, p, names, version=release, real_parse=not no_real_parse,
                                timeout=timeout, progress=_say)
@@ -151,9 +168,12 @@ def remove(hosts: str, requeue: bool, cancel_stranded: bool, timeout: float, dry
                           "ReqNodeList=/Partition=); nothing changed")
 
     if dry_run:
-        e = edit.remove_hosts(change.load_inventory(site.conf_dir), names)
+        before = change.load_inventory(site.conf_dir)
+        e = edit.remove_hosts(before, names)
         p = path.choose(release, adding=False)
         _say(e.summary)
+        for line in _reserve_lines(before, e.data):
+            _say(line)
         _say(p.statement("remove"))
         try:
             jobs = stranded(e)
@@ -165,9 +185,12 @@ def remove(hosts: str, requeue: bool, cancel_stranded: bool, timeout: float, dry
             click.echo(f"  {i}. {step}")
         return
     with change.locked(site.conf_dir, _command(), lock_wait, _say):  # from reading the inventory to the end
-        e = edit.remove_hosts(change.load_inventory(site.conf_dir), names)
+        before = change.load_inventory(site.conf_dir)
+        e = edit.remove_hosts(before, names)
         p = path.choose(release, adding=False)
         _say(e.summary)
+        for line in _reserve_lines(before, e.data):
+            _say(line)
         _say(p.statement("remove"))
         jobs = stranded(e)
         if jobs and not cancel_stranded:

@@ -80,9 +80,27 @@ def reserve(cluster: Cluster | None, nodes: Iterable[NodeLike], reserve_pct: flo
         if is_spare(n):
             c[2 if "POWERED_DOWN" in n.flags else 1] += 1
     names = [g for g in order if g in counts] + sorted(g for g in counts if g not in order)
-    # the plan rounds up: a 15 % reserve of 4 nodes is 1 node, not 0.6
-    return [GroupReserve(g, counts[g][0], counts[g][1], counts[g][2], math.ceil(pct / 100 * counts[g][0] - 1e-9))
-            for g in names]
+    return [GroupReserve(g, counts[g][0], counts[g][1], counts[g][2], planned(counts[g][0], pct)) for g in names]
+
+
+def planned(nodes: int, pct: float) -> int:
+    """The plan rounds up: a 15 % reserve of 4 nodes is 1 node, not 0.6."""
+    return math.ceil(pct / 100 * nodes - 1e-9)
+
+
+def plan_change(before: Cluster, after: Cluster) -> list[str]:
+    """What `slurmkit nodes add|remove` does to each group's planned reserve (a line per group whose size changes)."""
+    pct = after.capacity.reserve_pct
+    b = {g.name: len(g.hostnames) for g in before.node_groups}
+    a = {g.name: len(g.hostnames) for g in after.node_groups}
+    out = []
+    for name in [*a, *(n for n in b if n not in a)]:
+        nb, na = b.get(name, 0), a.get(name, 0)
+        if nb != na:
+            out.append(f"reserve of group {name}: {nb} -> {na} node(s), planned spare {planned(nb, pct)} -> "
+                       f"{planned(na, pct)} (capacity.reserve_pct {pct:g}%, rounded up; `slurmkit report reserve` "
+                       "counts the spare now)")
+    return out
 
 
 def table(rows: list[GroupReserve], pct: float) -> Iterator[str]:
@@ -92,3 +110,8 @@ def table(rows: list[GroupReserve], pct: float) -> Iterator[str]:
         yield (f"{r.group[:20]:<20} {r.nodes:>6} {r.spare:>6} {r.idle_up:>5} {r.idle_down:>6} {r.planned:>8}"
                f"{'  below plan' if r.below_plan else ''}")
     yield "spare: healthy idle nodes, powered up or down (idle~: resumed for a job); planned: capacity.reserve_pct"
+    if any(r.idle_down for r in rows):
+        # power saving keeps a spare a spare but makes it cold: slurmctld resumes it for the job that needs it, and
+        # that job starts once the node has booted and registered, within the group's ResumeTimeout
+        # (slurm.conf(5) ResumeTimeout; power.resume_timeout in the inventory)
+        yield "down~ spares are powered off by power saving: a job on one waits for its boot (up to ResumeTimeout)"

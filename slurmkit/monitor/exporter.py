@@ -192,6 +192,12 @@ def render(cluster: Cluster, nodes: Iterable[NodeInfo], jobs: Iterable[JobInfo],
     ex.add(M.largest_leaf, {}, best_leaf if cluster.topology.switches else len(free))
     ex.add(M.largest_any, {}, len(free))
     ex.add(M.pending_largest, {}, pending_largest)
+    from slurmkit.elastic.reserve import reserve
+
+    # the same count as `slurmkit report reserve` (one rule for both); nodes of no group are "(other)"
+    for res in reserve(cluster, nodes):
+        ex.add(M.reserve_spare, {"group": res.group}, res.spare)
+        ex.add(M.reserve_planned, {"group": res.group}, res.planned)
     if cluster.tenants is not None:
         for a in cluster.tenants.accounts:
             if a.gpus.total is not None:

@@ -180,7 +180,6 @@ def alerts(cluster: Cluster) -> list[Alert]:
         # Slurm's own view (the exporter's per-node state): slurmd killed or its host gone, slurmctld marks the node
         # NOT_RESPONDING ('*' in sinfo) and DOWN after SlurmdTimeout (slurm.conf(5)), while node_exporter may answer;
         # a node Slurm keeps powered down (power saving) is not responding by design and only alerts once DOWN
-        # (a failed resume: "ResumeTimeout reached")
         # (a failed resume: "ResumeTimeout reached"). One series per node (max by node): IDLE* turning DOWN* after
         # SlurmdTimeout changes its state and reason labels, and must not resolve and fire again
         Alert("SlurmkitNodeDownInSlurm",
@@ -201,6 +200,12 @@ def alerts(cluster: Cluster) -> list[Alert]:
               f"{_n(M.pending_largest)} > {_n(M.largest_leaf)} and {_n(M.pending_largest)} <= {_n(M.largest_any)}",
               "warning", "a {{ $value }}-node GPU job pends: enough nodes are free, but on no single leaf", "30m",
               per_node=False),
+        # fewer spare nodes than capacity.reserve_pct plans, for 30 minutes: a peak or the next maintenance swap has
+        # no room (issue 39 item 2); a burst of jobs that takes the spares for minutes is not one
+        Alert("SlurmkitReserveBelowPlan", f"{_n(M.reserve_spare)} < {_n(M.reserve_planned)}", "warning",
+              "node group {{ $labels.group }}: {{ $value }} spare node(s), below its planned reserve of "
+              f"{{{{ with printf `{_n(M.reserve_planned)}{{group=%q}}` $labels.group | query }}}}"
+              "{{ . | first | value }}{{ end }} (capacity.reserve_pct)", "30m", per_node=False),
         Alert("SlurmkitBmcFanFailed", f'{_n(M.bmc_finding)}{{check="fan_failed"}} == 1', "critical",
               "{{ $labels.node }}: a fan failed or stopped (BMC)"),
         Alert("SlurmkitBmcPsuRedundancyLost", f'{_n(M.bmc_finding)}{{check="psu_redundancy_lost"}} == 1', "warning",

@@ -192,6 +192,12 @@ class M:
                      (), "exporter")
     pending_largest = _m("slurmkit_pending_largest_job_nodes", "gauge",
                          "Nodes of the largest pending whole-node GPU job.", (), "exporter")
+    reserve_spare = _m("slurmkit_reserve_spare_nodes", "gauge",
+                       "Spare capacity now per node group: healthy idle nodes, powered up or down (idle~), as "
+                       "`slurmkit report reserve` counts them.", ("group",), "exporter")
+    reserve_planned = _m("slurmkit_reserve_planned_nodes", "gauge",
+                         "The planned reserve per node group: capacity.reserve_pct of its nodes, rounded up.",
+                         ("group",), "exporter")
     account_quota = _m("slurmkit_account_gpu_quota", "gauge", "GPUs an account may use at once (GrpTRES gres/gpu).",
                        ("account",), "exporter")
     account_gpu_hours = _m("slurmkit_account_gpu_hours", "gauge",

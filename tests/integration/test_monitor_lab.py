@@ -264,6 +264,24 @@ def test_tenant_over_quota_shows_in_the_exporter_and_fires_its_alert_and_every_p
         assert 'slurmkit_job_gpus{account="team-a",qos="normal",user="bin",state="pending"} 2' in text
         assert 'slurmkit_job_gpus{account="team-a",qos="normal",user="daemon",state="running"} 4' in text
         assert 'slurmkit_account_gpu_quota{account="team-a"} 4' in text
+        # the reserve series against Slurm's own view (sinfo's compact state): per group, its idle or idle~ nodes
+        # (a node held by daemon's job is not one), and the plan of 15 % rounded up
+        inv = load_cluster(str(Path(mlab.dir) / "etc" / "slurmkit.yaml"))
+
+        def reserve_matches() -> str | None:
+            states = dict(line.split() for line in lab_run(mlab, ["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split("\n")
+                          if line.strip())
+            t = _exporter(mlab)
+            for g in inv.node_groups:
+                spare = sum(1 for h in g.hostnames if states.get(h) in ("idle", "idle~"))
+                planned = -(-15 * len(g.hostnames) // 100)
+                if (f'slurmkit_reserve_spare_nodes{{group="{g.name}"}} {spare}' not in t
+                        or f'slurmkit_reserve_planned_nodes{{group="{g.name}"}} {planned}' not in t):
+                    return None
+            return t
+
+        wait_for(reserve_matches, 30, "the reserve series equal to sinfo's idle nodes per group",
+                 lambda: "\n".join(x for x in _exporter(mlab).splitlines() if "reserve" in x))
         want = {("SlurmkitTenantAtQuotaPending", "team-a")}
         wait_for(lambda: want <= set(firing(mlab)), 60, "the quota alert", lambda: str(list(firing(mlab))))
         assert set(firing(mlab)) == want, sorted(firing(mlab))

@@ -187,6 +187,9 @@ def test_add_four_nodes_while_a_4_node_job_runs(elab: Lab, backend: CLIBackend, 
     assert ("controller restart with its state kept" if RESTART else "path: scontrol reconfigure") in err
     assert "faq.shtml (24.11) #add_nodes" in err
     assert "added node[5-8] to group h100b" in res.stdout
+    # what the new group does to the planned reserve (capacity.reserve_pct 15 %: 1 of 4), said before the change
+    assert ("reserve of group h100b: 0 -> 4 node(s), planned spare 0 -> 1 (capacity.reserve_pct 15%" in err
+            and err.index("reserve of group h100b") < err.index("wrote ")), err
     states = {n.name: n.state for n in backend.nodes()}
     assert all(states[f"node{i}"] == "idle" for i in range(5, 9)), states
     j = job(backend, long_job)

@@ -71,6 +71,28 @@ def test_gpus_by_state_jobs_per_tenant_pending_by_reason_and_fragmentation():
     assert find(s, "slurmkit_account_gpu_quota", account="team-a") == [32]
 
 
+def test_reserve_per_group_counts_healthy_idle_nodes_powered_up_or_down():
+    """The reserve series are `slurmkit report reserve`'s counts: of 8 nodes (one group, 15 % plan: 2 nodes), spare
+    are the idle ones and the powered-down idle~ one; a drained idle node, a health-drained one, a powering-up one
+    and a node no group names are not (the last is group "(other)")."""
+    from slurmkit.placement.state import HEALTH_REASON_PREFIX
+
+    c = lab_cluster()
+    group = c.node_groups[0].name
+    nodes = [node("node1", "allocated", used=8), node("node2", "idle", {"POWERED_DOWN"}), node("node3"),
+             node("node4", "idle", {"DRAIN"}), node("node5", "idle", {"POWERING_UP"}),
+             NodeInfo("node6", "idle", reason=HEALTH_REASON_PREFIX + "xid79", partitions=("gpu",)),
+             node("node7", "mixed", used=2), node("node8"), node("other1")]
+    s = samples(render(c, nodes, [], 0.0))
+    assert find(s, "slurmkit_reserve_spare_nodes", group=group) == [3]  # node2 (idle~), node3, node8
+    assert find(s, "slurmkit_reserve_planned_nodes", group=group) == [2]  # ceil(0.15 x 8)
+    assert find(s, "slurmkit_reserve_spare_nodes", group="(other)") == [1]
+    assert find(s, "slurmkit_reserve_planned_nodes", group="(other)") == [1]
+    mostly_busy = [node(f"node{i}", "allocated", used=8) for i in range(1, 8)] + [node("node8")]
+    s = samples(render(c, mostly_busy, [], 0.0))
+    assert find(s, "slurmkit_reserve_spare_nodes", group=group) == [1]  # below the plan of 2: the alert's input
+
+
 def test_job_gpus_reads_every_request_form():
     def j(**raw):
         return JobInfo("1", "PENDING", raw={"NumNodes": "2", "NumTasks": "4", **raw})

@@ -43,3 +43,30 @@ def test_per_group_against_the_plan_rounded_up() -> None:
     assert rows["(other)"].nodes == 1 and rows["(other)"].spare == 1
     alone = reserve(None, nodes)
     assert [r.group for r in alone] == ["all"] and alone[0].planned == -(-(len(names) + 1) * 15 // 100)
+
+
+def test_nodes_add_and_remove_say_what_they_do_to_the_plan() -> None:
+    """`slurmkit nodes add|remove` print a line per resized group: its nodes and planned spare before and after."""
+    from slurmkit.elastic.edit import add_hosts, remove_hosts
+    from slurmkit.elastic.reserve import plan_change, table
+
+    inv = yaml.safe_load((ROOT / "examples" / "lab.yaml").read_text())
+    before = load_cluster_dict(inv)
+    g = before.node_groups[0]
+    n = len(g.hostnames)
+    grown = add_hosts(inv, [f"extra{i}" for i in range(1, 9)], g.name).data
+    lines = plan_change(before, load_cluster_dict(grown))
+    assert lines == [f"reserve of group {g.name}: {n} -> {n + 8} node(s), planned spare {-(-n * 15 // 100)} -> "
+                     f"{-(-(n + 8) * 15 // 100)} (capacity.reserve_pct 15%, rounded up; `slurmkit report reserve` "
+                     "counts the spare now)"], lines
+    new_group = add_hosts(inv, ["gx1", "gx2"], "h200", like=g.name).data
+    assert plan_change(before, load_cluster_dict(new_group)) == [
+        "reserve of group h200: 0 -> 2 node(s), planned spare 0 -> 1 (capacity.reserve_pct 15%, rounded up; "
+        "`slurmkit report reserve` counts the spare now)"]
+    shrunk = remove_hosts(inv, [g.hostnames[-1]]).data
+    assert plan_change(before, load_cluster_dict(shrunk))[0].startswith(f"reserve of group {g.name}: {n} -> {n - 1} ")
+    assert plan_change(before, before) == []
+    # power saving: a powered-down spare is a spare, and the table says it is cold
+    rows = reserve(before, [node(h, flags=("POWERED_DOWN",)) for h in g.hostnames])
+    assert rows[0].spare == n and "a job on one waits for its boot (up to ResumeTimeout)" in "\n".join(table(rows, 15))
+    assert "waits for its boot" not in "\n".join(table(reserve(before, [node(h) for h in g.hostnames]), 15))
