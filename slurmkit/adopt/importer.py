@@ -105,6 +105,9 @@ def import_site(files: Mapping[str, str], version: str, own: Mapping[str, Any] |
         if pairs:
             inv["cgroup_conf"] = _pairs_map(pairs)
     _topology(files, inv, res, groups, conf)
+    from slurmkit.adopt.sidefiles import import_side_files
+
+    import_side_files(files, inv, conf, version, res.lost, res.notes)
     for k, v in (own or {}).items():
         inv[k] = v
         res.notes.append(f"{k}: carried from the slurmkit.yaml beside slurm.conf (slurmkit's own settings)")
