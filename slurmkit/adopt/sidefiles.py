@@ -106,8 +106,18 @@ def import_side_files(files: Mapping[str, str], inv: dict[str, Any], conf: cp.Sl
     if "slurmdbd.conf" in files:
         _slurmdbd(files, inv, conf, version, lost, notes)
     if "plugstack.conf" in files:
+        other = conf.value("PlugStackConfig")
+        if other and not other.endswith("/plugstack.conf"):
+            # slurm.conf(5) PlugStackConfig (22.05, 24.11, 26.05): "Location of the config file for Slurm stackable
+            # plugins ... Default: plugstack.conf (in the same directory as slurm.conf)"
+            notes.append(f"plugstack.conf: Slurm reads PlugStackConfig={other}, not this file (imported as the "
+                         "plugstack.conf slurmkit writes beside slurm.conf)")
         _plugstack(files["plugstack.conf"], inv, lost, notes)
     if "job_container.conf" in files:
+        if not conf.value("JobContainerType").endswith("/tmpfs") and not conf.value("NamespaceType").endswith("/tmpfs"):
+            # job_container.conf(5): "parameters used by Slurm's job_container/tmpfs plugin" (namespace/tmpfs 25.11+)
+            notes.append("job_container.conf: slurm.conf loads no tmpfs plugin (JobContainerType/NamespaceType), so "
+                         "no slurmd reads this file; imported as it is")
         _job_container(files, inv, version, lost, notes)
     if "acct_gather.conf" in files:
         _acct_gather(files, inv, conf, version, lost, notes)

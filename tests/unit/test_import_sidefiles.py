@@ -312,3 +312,14 @@ def test_the_imported_files_still_pass_the_release_s_real_parse(tmp_path: Path, 
         if rep.real_ok is None:
             pytest.skip(rep.real)
         assert rep.errors == [] and rep.real_ok is True, (rep.real, rep.errors)
+
+
+def test_a_file_slurm_does_not_read_is_imported_with_a_note() -> None:
+    files = generate(load_cluster_dict(SHAPES["runtime-everything"]("24.11")), version="24.11")
+    files["slurm.conf"] = "\n".join(ln for ln in files["slurm.conf"].splitlines()
+                                    if not ln.startswith("JobContainerType=")) + "\nPlugStackConfig=/etc/spank/stack.conf\n"
+    res = import_site(files, "24.11")
+    assert res.lost == []
+    assert any(n.startswith("plugstack.conf: Slurm reads PlugStackConfig=/etc/spank/stack.conf") for n in res.notes)
+    assert any(n.startswith("job_container.conf: slurm.conf loads no tmpfs plugin") for n in res.notes)
+    assert res.inventory["runtime"]["tmpfs"]["base_path"] == "/local/jobs"
