@@ -270,13 +270,23 @@ def _acct_gather(files: Mapping[str, str], inv: dict[str, Any], conf: cp.SlurmCo
     EnergyIPMIFrequency/EnergyIPMICalcAdjustment and whatever else the site set (profile, interconnect,
     filesystem) are read against it."""
     site = _settings("acct_gather.conf", files["acct_gather.conf"], files, version, lost)
+    loaded = sidekeys.acct_gather_loaded({k: v for k, (_k, v, _r) in conf.settings.items()})
+    unloaded = set()
+    for k, _v, rec in site:
+        owner = sidekeys.acct_gather_unloaded(k, loaded)
+        if owner:
+            unloaded.add(k.lower())
+        if owner and k.lower() not in sidekeys.SECRET_KEYS:
+            lost.append(f"{rec.where}: {k}: read by {owner}, which slurm.conf does not load "
+                        f"({'/'.join(sidekeys.ACCT_GATHER_TYPE_KEYS)}): every daemon then refuses the file (\"Could "
+                        "not open/read/parse acct_gather.conf\", src/interfaces/acct_gather.c)")
     energy = conf.value("AcctGatherEnergyType").lower() == "acct_gather_energy/ipmi"
     if energy:
         inv.setdefault("runtime", {})["energy"] = "ipmi"
     from slurmkit.generate.slurmconf import acct_gather_base
 
     extra = _passthrough(site, acct_gather_base(Runtime(energy="ipmi" if energy else "none")),
-                         frozenset(sidekeys.SECRET_KEYS))
+                         frozenset(sidekeys.SECRET_KEYS | unloaded))
     if extra:
         inv["acct_gather_conf"] = extra
         _carried("acct_gather.conf", "acct_gather_conf", extra, site, notes)

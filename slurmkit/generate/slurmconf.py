@@ -1299,6 +1299,16 @@ def generate(
         files["job_container.conf"] = kv.render(ctx, notes=[f"read by {key}: a private {', '.join(rt.tmpfs_dirs)} per job"],
                                                 lines=job_container_lines(cluster, feats))
     if rt.energy == "ipmi" or cluster.acct_gather_conf or ov.acct_gather_conf:
+        from slurmkit.generate import sidekeys
+
+        loaded = sidekeys.acct_gather_loaded({k.lower(): v for k, v in settings})
+        for k, v in (*cluster.acct_gather_conf, *ov.acct_gather_conf):
+            owner = sidekeys.acct_gather_unloaded(k, loaded)
+            if owner:
+                raise InventoryError(f"acct_gather_conf.{k}", f"read by {owner}, which slurm.conf does not load: "
+                                     "every daemon would refuse acct_gather.conf (\"Could not open/read/parse "
+                                     "acct_gather.conf\", src/interfaces/acct_gather.c)", ov.source if
+                                     (k, v) in ov.acct_gather_conf else None)
         files["acct_gather.conf"] = kv.render(ctx, notes=["node energy from the BMC (AcctGatherEnergyType=acct_gather_energy/ipmi)"]
                                               if rt.energy == "ipmi" else [], lines=acct_gather_lines(cluster, ver, ov))
     if cluster.submit_policy is not None:

@@ -216,10 +216,15 @@ def test_storage_pass_never_enters_the_inventory_or_the_report(tmp_path: Path) -
      "not carried: acct_gather.conf:2: EnergyIPMIPassword: a password, never carried into the inventory"),
     ("24.11", "acct_gather.conf", "EnergyIPMIFrequncy=30\n",
      "not carried: acct_gather.conf:1: EnergyIPMIFrequncy: Slurm 24.11's acct_gather.conf has no such key"),
+    # a key of a plugin slurm.conf does not load: slurmctld 24.11 refuses the file (seen from the judge: "Could not
+    # open/read/parse acct_gather.conf ... options for plugins that are not loaded")
+    ("24.11", "acct_gather.conf", "EnergyIPMIFrequency=30\nProfileInfluxDBHost=influx:8086\n",
+     "not carried: acct_gather.conf:2: ProfileInfluxDBHost: read by acct_gather_profile/influxdb, which slurm.conf "
+     "does not load"),
 ])
 def test_malformed_side_files_are_one_line_naming_file_and_line(tmp_path: Path, release: str, file: str, text: str,
                                                                   error: str) -> None:
-    etc = _site(tmp_path, release, shape())
+    etc = _site(tmp_path, release, SHAPES["energy-only"](release) if file == "acct_gather.conf" else shape())
     for n in SIDE_FILES:
         (etc / n).unlink(missing_ok=True)
     (etc / file).write_text(text)
@@ -252,6 +257,8 @@ def test_the_pass_through_keys_are_checked_when_loaded_and_generated() -> None:
     refused(shape(job_container_conf={"BasePath": "/x"}), "job_container_conf.BasePath", "runtime.tmpfs")
     refused(shape(slurmdbd_conf={"ArchiveJob": "yes"}), "slurmdbd_conf.ArchiveJob", "did you mean 'ArchiveJobs'")
     refused(shape(job_container_conf={"Shared": "true"}), "job_container_conf.Shared", "Slurm 22.05's", "22.05")
+    refused(shape(runtime={"energy": "ipmi"}, acct_gather_conf={"ProfileHDF5Dir": "/p"}), "acct_gather_conf.ProfileHDF5Dir",
+            "read by acct_gather_profile/hdf5, which slurm.conf does not load")
     # the overlay's acct_gather_conf holds the BMC password the inventory may not
     files = generate(load_cluster_dict(SHAPES["energy-only"]("24.11")), version="24.11",
                      overrides=Overrides(acct_gather_conf=(("EnergyIPMIPassword", "s"),)))
