@@ -182,6 +182,9 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
         files, notes, _d = read_site(path)  # slurm.conf's Include files too, resolved as Slurm resolves them
         for note in notes:
             click.echo(f"note: {note}", err=True)
+        # acct_gather.conf is slurmctld's to read too (src/interfaces/acct_gather.c: a key no loaded plugin owns is
+        # fatal at start), so the real parse judges the site's copy of it as it does a generated one
+        files.update(read_dir(path, ["acct_gather.conf"]))
         inv = read_dir(path, ["slurmkit.yaml"]).get("slurmkit.yaml")
         if "slurm.conf" not in files:
             raise click.UsageError(f"{path} has no slurm.conf")

@@ -330,3 +330,21 @@ def test_a_file_slurm_does_not_read_is_imported_with_a_note() -> None:
     assert any(n.startswith("plugstack.conf: Slurm reads PlugStackConfig=/etc/spank/stack.conf") for n in res.notes)
     assert any(n.startswith("job_container.conf: slurm.conf loads no tmpfs plugin") for n in res.notes)
     assert res.inventory["runtime"]["tmpfs"]["base_path"] == "/local/jobs"
+
+
+@pytest.mark.lab
+def test_validate_of_a_directory_judges_its_acct_gather_conf_with_the_real_slurmctld(tmp_path: Path) -> None:
+    """slurmctld reads acct_gather.conf at start: `conf validate DIR` hands it to the real parse, so a key of a
+    plugin slurm.conf does not load is the fatal line it is ("Could not open/read/parse acct_gather.conf",
+    src/common/slurm_acct_gather.c at slurm-22-05-8-1, src/interfaces/acct_gather.c at slurm-24-11-5-1 and
+    slurm-26-05-3-1), and the generated file passes."""
+    release = release_under_test()
+    etc = _site(tmp_path, release, SHAPES["energy-only"](release))
+    ok = sk("conf", "validate", str(etc), "--slurm-version", release)
+    if "real parse skipped" in ok.stderr:
+        pytest.skip(ok.stderr.strip().splitlines()[-1])
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    (etc / "acct_gather.conf").write_text((etc / "acct_gather.conf").read_text() + "ProfileInfluxDBHost=influx:8086\n")
+    bad = sk("conf", "validate", str(etc), "--slurm-version", release)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "Could not open/read/parse acct_gather.conf" in bad.stderr, bad.stderr
