@@ -212,6 +212,9 @@ def test_storage_pass_never_enters_the_inventory_or_the_report(tmp_path: Path) -
      "not carried: slurmdbd.conf:2: StoragePassScript: Slurm 24.11's slurmdbd.conf has no such key"),
     ("24.11", "plugstack.conf", "required /usr/lib/slurm/spank_pyxis.so\nrequred /usr/lib/x.so\n",
      "not carried: plugstack.conf:2: requred /usr/lib/x.so: not a plugstack.conf line"),
+    ("24.11", "slurmdbd.conf", "DbdHost=head01\nInclude /etc/slurm/slurmdbd-secrets.conf\n",
+     "not carried: slurmdbd.conf:2: Include /etc/slurm/slurmdbd-secrets.conf: not carried (the inventory holds "
+     "slurmdbd.conf as one file)"),
     ("24.11", "acct_gather.conf", "EnergyIPMIFrequency=30\nEnergyIPMIPassword=hunter2\n",
      "not carried: acct_gather.conf:2: EnergyIPMIPassword: a password, never carried into the inventory"),
     ("24.11", "acct_gather.conf", "EnergyIPMIFrequncy=30\n",
