@@ -5,8 +5,9 @@ What the schema models becomes its fields (controllers, node groups with their g
 and features, partitions, topology switches); everything else is carried as the site wrote it: global keys in
 ``slurm_conf``, per-node keys in a group's ``slurm``, per-partition keys in ``extra``, gres.conf records the GPU model
 cannot hold in a group's (or the top level's) ``gres_conf``, cgroup.conf in ``cgroup_conf``, NodeSet lines in
-``nodesets``. The inventory says ``adopted: true``: `conf generate` then writes the site's files as they are (no
-slurmkit recommendation added), so `conf diff` of the import against the directory it came from is empty.
+``nodesets``; slurmdbd.conf, plugstack.conf, job_container.conf and acct_gather.conf into ``accounting`` and
+``runtime`` with their pass-through keys (adopt/sidefiles.py). The inventory says ``adopted: true``: `conf generate`
+then writes the site's files as they are (no slurmkit recommendation added), so `conf diff` of the import against the directory it came from is empty.
 
 Nodes are grouped by identical node lines (after NodeName=DEFAULT is applied, as read_config.c does) whose hosts
 also have identical gres.conf records. What cannot be carried is named, one line each with its file and line.
@@ -105,6 +106,9 @@ def import_site(files: Mapping[str, str], version: str, own: Mapping[str, Any] |
         if pairs:
             inv["cgroup_conf"] = _pairs_map(pairs)
     _topology(files, inv, res, groups, conf)
+    from slurmkit.adopt.sidefiles import import_side_files
+
+    import_side_files(files, inv, conf, version, res.lost, res.notes)
     for k, v in (own or {}).items():
         inv[k] = v
         res.notes.append(f"{k}: carried from the slurmkit.yaml beside slurm.conf (slurmkit's own settings)")

@@ -187,6 +187,9 @@ def edit_site(site: Mapping[str, str], plan: Mapping[str, str], version: str) ->
         if name in plan and name in site and name != "plugstack.conf":
             _settings_file(name, site[name], plan[name], ed, site)
             out[name] = site[name]
+    if "plugstack.conf" in plan and "plugstack.conf" in site and _spank_lines(site["plugstack.conf"]) == \
+            _spank_lines(plan["plugstack.conf"]):
+        out["plugstack.conf"] = site["plugstack.conf"]  # the same plugins in the same order: the site's text, comments kept
     if "topology.conf" in plan and "topology.conf" in site and ro._topology_set(ro._body(site["topology.conf"])) == \
             ro._topology_set(ro._body(plan["topology.conf"])):
         out["topology.conf"] = site["topology.conf"]
@@ -209,6 +212,12 @@ def edit_site(site: Mapping[str, str], plan: Mapping[str, str], version: str) ->
         out[name] = f.render()
     _check(site, out, plan, version)
     return out
+
+
+def _spank_lines(text: str) -> list[list[str]]:
+    """plugstack.conf as spank(8) reads it (22.05, 24.11, 26.05): "Comments are preceded with '#' and extend to the
+    end of the line"; each other line is whitespace-separated words, in order."""
+    return [w for w in (ln.split("#", 1)[0].split() for ln in text.splitlines()) if w]
 
 
 def _check(site: Mapping[str, str], out: Mapping[str, str], plan: Mapping[str, str], version: str) -> None:

@@ -182,6 +182,9 @@ def validate(path: str, version: str | None, templates: str | None, overrides: s
         files, notes, _d = read_site(path)  # slurm.conf's Include files too, resolved as Slurm resolves them
         for note in notes:
             click.echo(f"note: {note}", err=True)
+        # acct_gather.conf is slurmctld's to read too (src/interfaces/acct_gather.c: a key no loaded plugin owns is
+        # fatal at start), so the real parse judges the site's copy of it as it does a generated one
+        files.update(read_dir(path, ["acct_gather.conf"]))
         inv = read_dir(path, ["slurmkit.yaml"]).get("slurmkit.yaml")
         if "slurm.conf" not in files:
             raise click.UsageError(f"{path} has no slurm.conf")
@@ -416,10 +419,12 @@ def _own_sections(conf_dir: Path) -> dict[str, object]:
                    "header of slurm.conf, else this host's Slurm (slurmctld -V).")
 def import_(path: str, out: str | None, version: str | None) -> int:
     """An inventory holding the site whose config is PATH (a directory or a slurm.conf, with its Include files,
-    gres.conf, cgroup.conf, topology.conf), adopted as is. Exit 1 if something could not be carried (each named
+    gres.conf, cgroup.conf, topology.conf, and slurmdbd.conf, plugstack.conf, job_container.conf, acct_gather.conf
+    beside it), adopted as is. Exit 1 if something could not be carried (each named
     with its file and line); the inventory is still written."""
     from slurmkit.adopt.importer import import_site
     from slurmkit.adopt.read import read_site
+    from slurmkit.adopt.sidefiles import SIDE_FILES, site_comments
     from slurmkit.errors import InventoryError, UsageError
     from slurmkit.generate.slurmconf import generate
     from slurmkit.model import yamlio
@@ -435,12 +440,23 @@ def import_(path: str, out: str | None, version: str | None) -> int:
     if how:
         notes.append(how)
     ver = _release_arg(site_ver)
-    res = import_site(files, ver, _own_sections(Path(path) if Path(path).is_dir() else Path(path).parent))
+    conf_dir = Path(path) if Path(path).is_dir() else Path(path).parent
+    unread = []
+    for name in SIDE_FILES:  # the files beside slurm.conf that `conf generate` writes too (adopt/sidefiles.py)
+        if (conf_dir / name).is_file():
+            try:
+                files[name] = (conf_dir / name).read_text(errors="replace")
+            except OSError as exc:  # slurmdbd.conf is mode 600, its SlurmUser's: one line, the rest imported
+                unread.append(f"{conf_dir / name}: cannot read it ({exc.strerror or exc}): not imported (run as a user "
+                              "who can, e.g. root)")
+    res = import_site(files, ver, _own_sections(conf_dir))
+    res.lost += unread
     text = yamlio.dump(res.inventory)
     try:
         # loaded, then generated for the target release: a value that release refuses (a removed plugin, ...)
         # makes the inventory unusable there, which `conf diff` would only find later
-        generate(load_cluster_text(text, source=out or "<import>"), version=ver)
+        regenerated = generate(load_cluster_text(text, source=out or "<import>"), version=ver)
+        res.notes += site_comments(files, regenerated)
     except InventoryError as exc:
         res.lost.append(f"inventory {exc.path}: {exc.message}")
     for n in notes + res.notes:

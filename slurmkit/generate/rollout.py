@@ -931,8 +931,9 @@ def _side_file_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[C
         if a == b or name not in new:  # one slurmkit does not write (any more) is the site's: left alone (stale_files)
             continue
         if name == "plugstack.conf":  # spank lines, not Key=Value
-            la = [ln for ln in a.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-            lb = [ln for ln in b.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+            # spank(8): "Comments are preceded with '#' and extend to the end of the line"; words split on blanks
+            la = [" ".join(w) for w in (ln.split("#", 1)[0].split() for ln in a.splitlines()) if w]
+            lb = [" ".join(w) for w in (ln.split("#", 1)[0].split() for ln in b.splitlines()) if w]
             if la != lb:
                 out.append(Change(name, "plugins", "; ".join(la), "; ".join(lb), act, why, nodes, scope))
             continue

@@ -21,10 +21,12 @@ from slurmkit.generate.versions import SlurmFeatures, features_for
 from slurmkit.model import yamlio
 from slurmkit.model.cluster import (
     REPEATABLE_SLURM_KEYS,
+    Accounting,
     Cluster,
     MigInstance,
     NodeGroup,
     Partition,
+    Runtime,
     cpus_per_device,
     mig_gres_type,
 )
@@ -47,6 +49,8 @@ class Overrides:
     source: str | None = None  # the overlay file, named in errors
     # slurmdbd.conf keys (StoragePass above all: the password stays out of the shared inventory; the lab's paths)
     slurmdbd_conf: tuple[tuple[str, str], ...] = ()
+    # acct_gather.conf keys that are secrets (EnergyIPMIPassword, ProfileInfluxDBPass): the site's, never the inventory's
+    acct_gather_conf: tuple[tuple[str, str], ...] = ()
 
 
 def check_overrides(cluster: Cluster, ov: Overrides, version: str) -> None:
@@ -512,10 +516,8 @@ def runtime_settings(cluster: Cluster, feats: SlurmFeatures) -> list[tuple[str, 
 # This must be the same as the SlurmUser on the host running slurmctld"; slurmdbd's read_config.c refuses a file
 # not owned by it ("slurmdbd.conf not owned by SlurmUser") and one whose mode is not 600 (22.05, 24.11: "should be
 # 600 is %o accessible for group or others"; 26.05 also takes 640). rollout.PRIVATE_FILES writes it so.
-def slurmdbd_lines(cluster: Cluster, overrides: Overrides) -> tuple[list[str], list[str]]:
-    """(comment lines, Key=Value lines) of slurmdbd.conf; empty when the inventory names no accounting.storage."""
-    acct = cluster.accounting
-    assert acct is not None
+def slurmdbd_base(acct: Accounting) -> list[tuple[str, str]]:
+    """slurmdbd.conf's Key=Value pairs from ``accounting:`` alone (`conf import` reads a site's file against them)."""
     settings: list[tuple[str, str]] = [
         ("AuthType", "auth/munge"),
         ("DbdHost", acct.host),
@@ -536,7 +538,18 @@ def slurmdbd_lines(cluster: Cluster, overrides: Overrides) -> tuple[list[str], l
         ("StorageLoc", acct.storage_loc),
         *((f"Purge{kind}After", v) for kind, v in acct.purge),
     ]
-    settings = _merge(settings, overrides.slurmdbd_conf)
+    return settings
+
+
+def slurmdbd_lines(cluster: Cluster, overrides: Overrides, version: str | None = None) -> tuple[list[str], list[str]]:
+    """(comment lines, Key=Value lines) of slurmdbd.conf; empty when the inventory names no accounting.storage.
+    The inventory's ``slurmdbd_conf`` (what `conf import` found beyond the model) and then the overlay's merge over
+    the model's lines."""
+    acct = cluster.accounting
+    assert acct is not None
+    settings = _merge(_merge(slurmdbd_base(acct), cluster.slurmdbd_conf), overrides.slurmdbd_conf)
+    for k, _v in settings:
+        _check_side_key("slurmdbd.conf", "slurmdbd_conf", k, version or cluster.slurm_version)
     notes = ["mode 600, owner SlurmUser: slurmdbd refuses anything else (src/slurmdbd/read_config.c)"]
     if not any(k.lower() == "storagepass" for k, _v in settings):
         notes.append("StoragePass: none given; set it with 'slurmdbd_conf: {StoragePass: ...}' in the site overlay "
@@ -544,19 +557,39 @@ def slurmdbd_lines(cluster: Cluster, overrides: Overrides) -> tuple[list[str], l
     return notes, [f"{k}={q(v)}" for k, v in settings]
 
 
+def _check_side_key(file: str, path: str, key: str, version: str) -> None:
+    """A key the release's reader of ``file`` does not know is fatal there (generate/sidekeys.py)."""
+    from slurmkit.generate import sidekeys
+
+    known = sidekeys.keys(file, version)
+    if key.lower() not in known:
+        close = difflib.get_close_matches(key.lower(), list(known), n=1)
+        hint = f"; did you mean '{known[close[0]]}'?" if close else ""
+        raise InventoryError(f"{path}.{key}", f"Slurm {version}'s {file} has no key {key!r} (its reader refuses the "
+                             f"file: generate/sidekeys.py){hint}")
+
+
 def plugstack_lines(cluster: Cluster) -> list[str]:
     """plugstack.conf: spank(8) (22.05, 24.11, 26.05) "required|optional plugin arguments": a required plugin that
-    fails to load fails the job step (srun and slurmstepd both read it, at every step)."""
+    fails to load fails the job step (srun and slurmstepd both read it, at every step). The pyxis line, then the
+    inventory's ``plugstack_conf`` lines in order ("The plugins will simply be called in order")."""
     rt = cluster.runtime
-    return [" ".join(["required", rt.pyxis, *rt.pyxis_args])]
+    return ([" ".join(["required", rt.pyxis, *rt.pyxis_args])] if rt.pyxis else []) + list(cluster.plugstack_conf)
+
+
+def job_container_base(rt: Runtime, feats: SlurmFeatures) -> list[tuple[str, str]]:
+    """job_container.conf's pairs from ``runtime.tmpfs`` alone (`conf import` reads a site's file against them)."""
+    # AutoBasePath: "Set it to 'true' if directory is not pre-created before slurm startup" (job_container.conf(5),
+    # 22.05, 24.11, 26.05); BasePath: "The plugin constructs a directory for each job inside this path"
+    lines = [("AutoBasePath", "true"), ("BasePath", rt.tmpfs_base)]
+    if feats.job_tmpfs_dirs:
+        lines.append(("Dirs", ",".join(rt.tmpfs_dirs)))
+    return lines
 
 
 def job_container_lines(cluster: Cluster, feats: SlurmFeatures) -> list[str]:
     """job_container.conf (namespace/tmpfs reads the same file from 25.11: read_jcconf.c tmpfs_conf_file)."""
     rt = cluster.runtime
-    # AutoBasePath: "Set it to 'true' if directory is not pre-created before slurm startup" (job_container.conf(5),
-    # 22.05, 24.11, 26.05); BasePath: "The plugin constructs a directory for each job inside this path"
-    lines = ["AutoBasePath=true", f"BasePath={rt.tmpfs_base}"]
     base = rt.tmpfs_base
     if feats.job_tmpfs_dirs:
         # slurmd's read_jcconf.c (slurm-24-11-5-1, slurm-26-05-3-1): a Dirs entry that begins with BasePath (a string
@@ -571,18 +604,37 @@ def job_container_lines(cluster: Cluster, feats: SlurmFeatures) -> list[str]:
         # use /tmp or /dev/shm as BasePath" (seen on the lab: slurmd exits at start)
         raise InventoryError("runtime.tmpfs.base_path", f"{base!r}: Slurm {feats.version}'s slurmd refuses a BasePath "
                              "in /tmp or /dev/shm (\"Cannot use /tmp or /dev/shm as BasePath\", read_jcconf.c)")
-    if feats.job_tmpfs_dirs:
-        lines.append(f"Dirs={','.join(rt.tmpfs_dirs)}")
-    elif set(rt.tmpfs_dirs) != {"/tmp", "/dev/shm"}:
+    if not feats.job_tmpfs_dirs and set(rt.tmpfs_dirs) != {"/tmp", "/dev/shm"}:
         raise InventoryError("runtime.tmpfs.dirs", f"Slurm {feats.version} makes /tmp and /dev/shm private, fixed "
                              "(job_container.conf has no Dirs before 23.02: read_jcconf.c)")
-    return lines
+    for k, v in cluster.job_container_conf:
+        if k.lower() == "dirs" and v == "" and rt.tmpfs_dirs == ("/tmp", "/dev/shm"):
+            continue  # the site's file without Dirs: Slurm's default, job_container.conf(5) 23.02+ "/tmp,/dev/shm"
+        if k.lower() in ("basepath", "dirs", "nodename"):
+            raise InventoryError(f"job_container_conf.{k}", "not here: runtime.tmpfs says BasePath and Dirs, and "
+                                 "per-node NodeName= lines are not modelled")
+    pairs = _merge(job_container_base(rt, feats), cluster.job_container_conf)
+    for k, _v in pairs:
+        _check_side_key("job_container.conf", "job_container_conf", k, feats.version)
+    return [f"{k}={q(v)}" for k, v in pairs]
 
 
-def acct_gather_lines() -> list[str]:
+def acct_gather_base(rt: Runtime) -> list[tuple[str, str]]:
     # acct_gather.conf(5): EnergyIPMIFrequency; EnergyIPMICalcAdjustment "If set to "yes", the consumption between
     # the last BMC access sample and a step consumption update is approximated" (22.05, 24.11, 26.05)
-    return [f"EnergyIPMIFrequency={ENERGY_FREQUENCY}", "EnergyIPMICalcAdjustment=yes"]
+    if rt.energy != "ipmi":
+        return []
+    return [("EnergyIPMIFrequency", str(ENERGY_FREQUENCY)), ("EnergyIPMICalcAdjustment", "yes")]
+
+
+def acct_gather_lines(cluster: Cluster, version: str | None = None, overrides: Overrides | None = None) -> list[str]:
+    """acct_gather.conf: the energy plugin's keys (``runtime.energy: ipmi``), then the inventory's
+    ``acct_gather_conf`` (profile, interconnect, filesystem keys a site set) and the overlay's merged over them."""
+    overrides = overrides or Overrides()
+    pairs = _merge(_merge(acct_gather_base(cluster.runtime), cluster.acct_gather_conf), overrides.acct_gather_conf)
+    for k, _v in pairs:
+        _check_side_key("acct_gather.conf", "acct_gather_conf", k, version or cluster.slurm_version)
+    return [f"{k}={q(v)}" for k, v in pairs]
 
 
 # slurm.conf(5) SchedulerParameters (slurm-22-05-8-1 and slurm-24-11-5-1 alike): bf_window "Default: 1440 (1 day), Min:
@@ -1233,20 +1285,32 @@ def generate(
         else:
             files["topology.conf"] = env.get_template("topology.conf.j2").render(ctx)
     kv = env.get_template("keyvalue.conf.j2")
-    if cluster.accounting is not None and cluster.accounting.storage and not cluster.adopted:
-        notes, lines = slurmdbd_lines(cluster, ov)
+    # an adopted site gets these files only where its inventory carries them (`conf import` of a site that has them,
+    # generate/slurmconf's own lines merged with what it found beyond them): otherwise they stay the site's
+    if cluster.accounting is not None and cluster.accounting.storage:
+        notes, lines = slurmdbd_lines(cluster, ov, ver)
         files["slurmdbd.conf"] = kv.render(ctx, notes=notes, lines=lines)
     rt = cluster.runtime
-    if rt.pyxis and not cluster.adopted:
-        files["plugstack.conf"] = kv.render(ctx, notes=["pyxis (enroot containers): srun --container-image"],
-                                            lines=plugstack_lines(cluster))
-    if rt.tmpfs_base and not cluster.adopted:
+    if rt.pyxis or cluster.plugstack_conf:
+        files["plugstack.conf"] = kv.render(ctx, notes=["pyxis (enroot containers): srun --container-image"]
+                                            if rt.pyxis else [], lines=plugstack_lines(cluster))
+    if rt.tmpfs_base:
         key = "NamespaceType=namespace/tmpfs" if feats.namespace_type else "JobContainerType=job_container/tmpfs"
         files["job_container.conf"] = kv.render(ctx, notes=[f"read by {key}: a private {', '.join(rt.tmpfs_dirs)} per job"],
                                                 lines=job_container_lines(cluster, feats))
-    if rt.energy == "ipmi" and not cluster.adopted:
-        files["acct_gather.conf"] = kv.render(ctx, notes=["node energy from the BMC (AcctGatherEnergyType=acct_gather_energy/ipmi)"],
-                                              lines=acct_gather_lines())
+    if rt.energy == "ipmi" or cluster.acct_gather_conf or ov.acct_gather_conf:
+        from slurmkit.generate import sidekeys
+
+        loaded = sidekeys.acct_gather_loaded({k.lower(): v for k, v in settings})
+        for k, v in (*cluster.acct_gather_conf, *ov.acct_gather_conf):
+            owner = sidekeys.acct_gather_unloaded(k, loaded)
+            if owner:
+                raise InventoryError(f"acct_gather_conf.{k}", f"read by {owner}, which slurm.conf does not load: "
+                                     "every daemon would refuse acct_gather.conf (\"Could not open/read/parse "
+                                     "acct_gather.conf\", src/interfaces/acct_gather.c)", ov.source if
+                                     (k, v) in ov.acct_gather_conf else None)
+        files["acct_gather.conf"] = kv.render(ctx, notes=["node energy from the BMC (AcctGatherEnergyType=acct_gather_energy/ipmi)"]
+                                              if rt.energy == "ipmi" else [], lines=acct_gather_lines(cluster, ver, ov))
     if cluster.submit_policy is not None:
         from slurmkit.generate.jobsubmit import job_submit_lua
 
@@ -1274,7 +1338,8 @@ EXECUTABLE_FILES = frozenset({"slurmkit-prolog", "slurmkit-epilog", "slurmkit-he
 def load_overrides(path: str) -> Overrides:
     """A site overlay file for ``conf generate/diff/apply --overrides``: what a host needs beyond the
     inventory (paths, ports, NodeAddr), kept out of the shared inventory. Keys: ``slurm_conf`` and
-    ``cgroup_conf`` and ``slurmdbd_conf`` (Key: Value; StoragePass goes here), ``node_params`` (group: {Key: Value}), ``gres_file_prefix``."""
+    ``cgroup_conf`` and ``slurmdbd_conf`` (Key: Value; StoragePass goes here) and ``acct_gather_conf`` (its BMC or
+    InfluxDB password), ``node_params`` (group: {Key: Value}), ``gres_file_prefix``."""
     from slurmkit.errors import UsageError
 
     try:
@@ -1282,7 +1347,7 @@ def load_overrides(path: str) -> Overrides:
             data = yamlio.load(fh) or {}
     except (OSError, yamlio.YAMLError) as exc:
         raise UsageError(f"{path}: cannot read overrides: {exc}") from exc
-    allowed = {"slurm_conf", "cgroup_conf", "node_params", "gres_file_prefix", "slurmdbd_conf"}
+    allowed = {"slurm_conf", "cgroup_conf", "node_params", "gres_file_prefix", "slurmdbd_conf", "acct_gather_conf"}
     if not isinstance(data, dict):
         raise InventoryError("(top level)", "expected a mapping", path)
     for k in data:
@@ -1301,6 +1366,7 @@ def load_overrides(path: str) -> Overrides:
         slurm_conf=site_pairs(data.get("slurm_conf"), "slurm_conf", path, slurm_conf=True),
         cgroup_conf=site_pairs(data.get("cgroup_conf"), "cgroup_conf", path),
         slurmdbd_conf=site_pairs(data.get("slurmdbd_conf"), "slurmdbd_conf", path),
+        acct_gather_conf=site_pairs(data.get("acct_gather_conf"), "acct_gather_conf", path),
         node_params={str(g): site_pairs(v, f"node_params.{g}", path) for g, v in node_params.items()},
         gres_file_prefix=(site_path(data["gres_file_prefix"], "gres_file_prefix", path)
                           if data.get("gres_file_prefix") else None),

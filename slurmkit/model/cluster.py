@@ -449,6 +449,14 @@ class Cluster:
     # (``slurmd -Z``, dynamic_nodes.shtml 22.05+); such a site may have no node group at all
     max_node_count: int | None = None
     runtime: Runtime = Runtime()
+    # what a site's side files hold beyond the model (`conf import` of a site whose files slurmkit wrote, or edited
+    # since), merged over the generated lines as ``cgroup_conf`` is (an empty value drops a generated key):
+    # slurmdbd.conf keys (never StoragePass: the site overlay's), job_container.conf and acct_gather.conf keys,
+    # and plugstack.conf lines (spank(8): "required|optional plugin args" or "include GLOB") after the pyxis line
+    slurmdbd_conf: tuple[tuple[str, str], ...] = ()
+    job_container_conf: tuple[tuple[str, str], ...] = ()
+    acct_gather_conf: tuple[tuple[str, str], ...] = ()
+    plugstack_conf: tuple[str, ...] = ()
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:

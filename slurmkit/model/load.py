@@ -927,7 +927,8 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         ctx, data, "",
         {"cluster", "slurm_version", "controller", "accounting", "node_groups", "partitions", "topology",
          "policy", "hooks", "site", "slurm_conf", "cgroup_conf", "submit_policy", "tenants", "rollout",
-         "defrag", "monitoring", "adopted", "nodesets", "gres_conf", "dynamic_nodes", "runtime", "capacity"},
+         "defrag", "monitoring", "adopted", "nodesets", "gres_conf", "dynamic_nodes", "runtime", "capacity",
+         "slurmdbd_conf", "job_container_conf", "acct_gather_conf", "plugstack_conf"},
         {"cluster"},
     )
     ctx.adopted = top.get("adopted") is True
@@ -1100,7 +1101,41 @@ def load_cluster_dict(data: Any, *, source: str | None = None, sha256: str = "")
         gres_conf=_records(ctx, top.get("gres_conf"), "gres_conf"),
         max_node_count=max_nodes,
         runtime=_runtime(ctx, top["runtime"]) if top.get("runtime") is not None else Runtime(),
+        slurmdbd_conf=_no_secret(ctx, top.get("slurmdbd_conf"), "slurmdbd_conf"),
+        job_container_conf=_kv_map(ctx, top.get("job_container_conf"), "job_container_conf"),
+        acct_gather_conf=_no_secret(ctx, top.get("acct_gather_conf"), "acct_gather_conf"),
+        plugstack_conf=_plugstack(ctx, top.get("plugstack_conf")),
     )
+
+
+def _no_secret(ctx: _Ctx, raw: Any, path: str) -> tuple[tuple[str, str], ...]:
+    from slurmkit.generate.sidekeys import SECRET_KEYS
+
+    pairs = _kv_map(ctx, raw, path)
+    for k, _v in pairs:
+        if k.lower() in SECRET_KEYS:
+            # the same rule as accounting.storage.password: the file (slurmdbd.conf mode 600) holds it, never the
+            # inventory, which is shared and versioned
+            raise ctx.err(f"{path}.{k}", f"a password does not belong in the inventory: put '{path}: {{{k}: ...}}' "
+                                         "in the site overlay (--overrides)")
+    return pairs
+
+
+# spank(8) at slurm-22-05-8-1, slurm-24-11-5-1 and slurm-26-05-3-1: "The format of each non-comment line in the
+# configuration file is: required/optional plugin arguments", and "The include keyword must appear on its own line,
+# and takes a glob as its parameter"; a word here is one the file reads back unchanged (no quote, '#', space)
+_SPANK_LINE_RE = re.compile(r"^(required|optional)( [A-Za-z0-9_./=+:@%,*?\[\]-]+)+$|^include [A-Za-z0-9_./+:@%,*?\[\]-]+$")
+
+
+def _plugstack(ctx: _Ctx, raw: Any) -> tuple[str, ...]:
+    out = []
+    for i, line in enumerate(_list(ctx, raw or [], "plugstack_conf")):
+        text = _str(ctx, line, f"plugstack_conf[{i}]")
+        if not _SPANK_LINE_RE.fullmatch(text):
+            raise ctx.err(f"plugstack_conf[{i}]", f"{text!r}: not a plugstack.conf line (spank(8): 'required|optional "
+                                                  "PLUGIN [ARGS]' or 'include GLOB', words without quotes or '#')")
+        out.append(text)
+    return tuple(out)
 
 
 # slurmdbd.conf(5) Purge<Kind>After, the same seven at slurm-22-05-8-1, slurm-24-11-5-1 and slurm-26-05-3-1 (26.05
