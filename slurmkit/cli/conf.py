@@ -572,6 +572,14 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
         click.echo(f"resuming the pending rollout at step {journal['done'] + 1} of {len(steps)}")
     if not steps:
         return 0
+    from slurmkit.generate.sidekeys import OVERLAY_SECTION, lost_secrets
+
+    lost = lost_secrets(base, files)
+    if lost:
+        name, line, key = lost[0]
+        raise UsageError(f"{Path(to) / name}:{line}: {key} would be removed (the inventory carries no password); "
+                         f"give it in the --overrides file ('{OVERLAY_SECTION[name]}: {{{key}: ...}}'); nothing "
+                         "written")
     _validated(files, ver, real=not no_real_parse, cluster=cluster)
     level = worst(changes)
     if level not in (RECONFIGURE, PUSH) and not allow_disruptive:

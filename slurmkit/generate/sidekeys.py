@@ -262,6 +262,31 @@ _TABLES: dict[str, dict[str, str]] = {
 # acct_gather.conf(5) EnergyIPMIPassword "Password for BMC access", ProfileInfluxDBPass "password for the
 # database", 22.05-26.05)
 SECRET_KEYS = frozenset({"storagepass", "energyipmipassword", "profileinfluxdbpass"})
+# the inventory section of the site overlay (--overrides) that gives each file's keys back
+OVERLAY_SECTION = {"slurmdbd.conf": "slurmdbd_conf", "acct_gather.conf": "acct_gather_conf"}
+
+
+def _secrets(text: str) -> dict[str, tuple[int, str]]:
+    """key (lower case) -> (line, key as written) of each password with a value: Key=Value lines, keys
+    case-insensitive, '#' starts a comment (slurmdbd.conf(5), acct_gather.conf(5); parse_config.c)."""
+    out: dict[str, tuple[int, str]] = {}
+    for i, line in enumerate(text.splitlines(), 1):
+        key, eq, value = line.split("#", 1)[0].strip().partition("=")
+        if eq and key.strip().lower() in SECRET_KEYS and value.strip():
+            out[key.strip().lower()] = (i, key.strip())
+    return out
+
+
+def lost_secrets(old: dict[str, str], new: dict[str, str]) -> list[tuple[str, int, str]]:
+    """(file, line, key) of each password the file in ``old`` has and its rewrite in ``new`` would drop: the
+    inventory never carries one (an imported site's lives only in its file and the site overlay), so an apply
+    without the overlay would cut slurmdbd off its database."""
+    out = []
+    for name in OVERLAY_SECTION:
+        if name in old and name in new:
+            kept = _secrets(new[name])
+            out += [(name, line, key) for low, (line, key) in _secrets(old[name]).items() if low not in kept]
+    return out
 
 
 def _release(version: str) -> str:

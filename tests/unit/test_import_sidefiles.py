@@ -191,6 +191,21 @@ def test_storage_pass_never_enters_the_inventory_or_the_report(tmp_path: Path) -
     # without it, the plan names the change and never the value
     diff = sk("conf", "diff", str(inv), "--against", str(etc), "--exit-code")
     assert diff.returncode == 1 and "StoragePass" in diff.stdout and secret not in diff.stdout + diff.stderr
+    # and apply refuses to write a slurmdbd.conf without the password the site's file has: nothing written
+    before = {p.name: p.read_bytes() for p in etc.iterdir() if p.is_file()}
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 2, ap.stdout + ap.stderr
+    assert ap.stderr.strip().splitlines()[-1] == (
+        f"slurmkit: error: {etc}/slurmdbd.conf:19: StoragePass would be removed (the inventory carries no password); "
+        "give it in the --overrides file ('slurmdbd_conf: {StoragePass: ...}'); nothing written"), ap.stderr
+    assert {p.name: p.read_bytes() for p in etc.iterdir() if p.is_file()} == before and secret not in ap.stderr
+    # with the overlay, a change is written and the password stays
+    data = yaml.safe_load(inv.read_text())
+    data["accounting"]["purge"]["jobs"] = "24month"
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive", "--overrides", str(ov))
+    assert ap.returncode == 0, ap.stdout + ap.stderr
+    assert f"StoragePass={secret}" in (etc / "slurmdbd.conf").read_text() and secret not in ap.stdout + ap.stderr
 
 
 @pytest.mark.parametrize(("release", "file", "text", "error"), [
@@ -239,11 +254,17 @@ def test_malformed_side_files_are_one_line_naming_file_and_line(tmp_path: Path, 
     assert "Traceback" not in imp.stderr
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a mode-000 file")
 def test_an_unreadable_slurmdbd_conf_is_named_and_the_rest_imported(tmp_path: Path) -> None:
     etc = _site(tmp_path, "24.11", shape())
     (etc / "slurmdbd.conf").chmod(0)
-    imp = sk("conf", "import", str(etc), "-o", str(tmp_path / "site.yaml"), "--slurm-version", "24.11")
+    argv = [sys.executable, "-m", "slurmkit.cli.main", "conf", "import", str(etc), "-o", str(tmp_path / "site.yaml"),
+            "--slurm-version", "24.11"]
+    if os.geteuid() == 0:
+        # root reads a mode-000 file through CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH: run the import without them
+        # (setpriv from util-linux; the bounding set drops them from the exec'd python), as an admin's root shell
+        # in a container without those capabilities would
+        argv = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--", *argv]
+    imp = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert imp.returncode == 1 and "slurmdbd.conf: cannot read it" in imp.stderr, imp.stderr
     assert "accounting" not in yaml.safe_load((tmp_path / "site.yaml").read_text())
 
