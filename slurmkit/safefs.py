@@ -123,6 +123,26 @@ def private_dir(path: str | os.PathLike[str], mode: int = 0o700) -> None:
 # reading what users write
 
 
+def makedirs_private(path: str | os.PathLike[str]) -> None:
+    """``path`` and each missing parent created 0700 (a user's cache: ``$XDG_CACHE_HOME/slurmkit/...``). Neither
+    ``os.makedirs(mode=)`` nor ``Path.mkdir(parents=True, mode=)`` gives the parents that mode (they get the umask's,
+    0755), so whichever of gpusub's caches ran first decided who could list ``slurmkit/``. Existing directories are
+    left as they are (they are the user's)."""
+    missing: list[str] = []
+    p = os.path.abspath(os.fspath(path))
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+
+
 def uid_of_record(value: str | None) -> int | None:
     """The uid of a Slurm ``UserId=name(uid)`` field (scontrol show job), None when it holds none."""
     if not value or not value.endswith(")") or "(" not in value:

@@ -57,7 +57,9 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     path = os.path.join(base, "slurmkit", f"jinja-{__version__}")
     try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        from slurmkit.safefs import makedirs_private
+
+        makedirs_private(path)
     except OSError:
         return None
     return jinja2.FileSystemBytecodeCache(path)

@@ -275,7 +275,9 @@ def _write_version_cache(binary: str, stamp: tuple[int, ...], version: str) -> N
     data[binary] = [list(stamp), version]
     target = _version_cache_file()
     try:
-        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        from slurmkit.safefs import makedirs_private
+
+        makedirs_private(os.path.dirname(target))
         tmp = f"{target}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -103,7 +103,9 @@ def _read_help(key: str, path: str) -> str | None:
 def _write_help(key: str, path: str, text: str) -> None:
     """One entry (the last width asked); an atomic replace, so a concurrent reader sees the old or the new."""
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        from slurmkit.safefs import makedirs_private
+
+        makedirs_private(os.path.dirname(path))
         tmp = f"{path}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -182,7 +182,9 @@ def _cache_facts(path: str, partition: str | None, stamp: tuple[object, ...], fa
     data[(os.path.abspath(path), partition)] = (stamp, facts)
     target = _facts_cache_file()
     try:
-        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        from slurmkit.safefs import makedirs_private
+
+        makedirs_private(os.path.dirname(target))
         tmp = f"{target}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as fh:

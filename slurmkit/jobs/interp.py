@@ -66,7 +66,9 @@ def _load() -> dict[str, dict[str, Any]]:
 def _save(data: dict[str, dict[str, Any]]) -> None:
     p = cache_file()
     try:
-        p.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        from slurmkit.safefs import makedirs_private
+
+        makedirs_private(p.parent)
         tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, p)

@@ -158,7 +158,9 @@ def _cache_put(key: str, entry: dict[str, str]) -> None:
     data[key] = {**entry, "at": now}
     target = _cache_file()
     try:
-        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        from slurmkit.safefs import makedirs_private
+
+        makedirs_private(os.path.dirname(target))
         tmp = f"{target}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as fh:

@@ -47,7 +47,9 @@ def load_cluster_cached(path: str | Path) -> Cluster:
 
     cluster = load_cluster_text(data.decode(), source=str(p))
     try:
-        entry.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        from slurmkit.safefs import makedirs_private
+
+        makedirs_private(entry.parent)
         tmp = entry.with_suffix(f".{os.getpid()}.tmp")
         with open(tmp, "wb") as fh:
             pickle.dump(cluster, fh, protocol=pickle.HIGHEST_PROTOCOL)

@@ -49,3 +49,22 @@ def test_an_old_entry_a_shared_file_or_a_symlink_is_a_miss(cache_home: Path, tmp
     cache_home.write_text("not json")
     os.chmod(cache_home, 0o600)
     assert tenant._cache_get("k") is None
+
+
+def test_every_cache_level_is_0700_whichever_cache_makes_it_first(tmp_path: Path) -> None:
+    """gpusub's caches (inventory, interpreter, facts, queries, templates, tenant) share $XDG_CACHE_HOME/slurmkit;
+    makedirs(mode=) gave the parents the umask's 0755, so the tenant cache's dir was 0755 whenever another cache
+    made slurmkit/ first (seen on a CI lab pass: the live dry run's caches run side by side)."""
+    from slurmkit.safefs import makedirs_private
+
+    old = os.umask(0o022)
+    try:
+        makedirs_private(tmp_path / "home" / ".cache" / "slurmkit" / "inventory")
+        makedirs_private(tmp_path / "home" / ".cache" / "slurmkit")  # exists: no error, unchanged
+    finally:
+        os.umask(old)
+    for d in ("home", "home/.cache", "home/.cache/slurmkit", "home/.cache/slurmkit/inventory"):
+        assert stat.S_IMODE((tmp_path / d).stat().st_mode) == 0o700, d
+    (tmp_path / "mine").mkdir(mode=0o755)
+    makedirs_private(tmp_path / "mine")  # a directory the user made is theirs: left as it is
+    assert stat.S_IMODE((tmp_path / "mine").stat().st_mode) == 0o755
