@@ -448,6 +448,12 @@ class Panel:
         return out
 
 
+def _faults(expr: str) -> str:
+    """A panel of only the GPUs with a fault, or one 0 where none has (``or on () vector(0)``: Grafana shows 0 for a
+    healthy cluster rather than "No data", which reads as broken)."""
+    return f"({expr}) or on () vector(0)"
+
+
 def _on_gpus(expr: str) -> str:
     """``expr`` (per-GPU series labelled node and gpu) on the GPUs $node and $gpu select."""
     return f'(({expr}) and on (node, gpu) {_n(M.gpu_info)}{{node=~"$node",gpu=~"$gpu"}})'
@@ -518,17 +524,17 @@ def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
             Panel("GPU temperature (hottest and median)",
                   f'label_replace(max({_on_gpus(temp)}), "of", "hottest", "", "") or '
                   f'label_replace(quantile(0.5, {_on_gpus(temp)}), "of", "median", "", "")', "{{of}}", "celsius"),
-            Panel("Uncorrectable ECC (volatile), GPUs with any", f"topk({k}, {_on_gpus(ecc)} > 0)",
+            Panel("Uncorrectable ECC (volatile), GPUs with any", _faults(f"topk({k}, {_on_gpus(ecc)} > 0)"),
                   "{{node}} {{gpu}}"),
-            Panel("Row remap pending (1) / failed (2+), GPUs with one", f"topk({k}, {_on_gpus(remap)} > 0)",
+            Panel("Row remap pending (1) / failed (2+), GPUs with one", _faults(f"topk({k}, {_on_gpus(remap)} > 0)"),
                   "{{node}} {{gpu}}"),
             Panel("XIDs (last hour)", f'topk({k}, sum by (node, xid) ({_xid_new(node, "1h")}))',
                   "{{node}} xid{{xid}}"),
             Panel("NVLink links down, GPUs with any",
-                  f'topk({k}, {_n(M.nvlink_links)}{{state="down",{node},gpu=~"$gpu"}} > 0)', "{{node}} {{gpu}}"),
+                  _faults(f'topk({k}, {_n(M.nvlink_links)}{{state="down",{node},gpu=~"$gpu"}} > 0)'), "{{node}} {{gpu}}"),
             Panel("PCIe narrower than its maximum",
-                  f'topk({k}, {_n(M.pcie_width)}{{which="current",{node},gpu=~"$gpu"}} < ignoring (which) '
-                  f'{_n(M.pcie_width)}{{which="max"}})', "{{node}} {{gpu}}"),
+                  _faults(f'topk({k}, {_n(M.pcie_width)}{{which="current",{node},gpu=~"$gpu"}} < ignoring (which) '
+                          f'{_n(M.pcie_width)}{{which="max"}})'), "{{node}} {{gpu}}"),
             Panel("GPUs by power limit", f'count_values("watts", {_n(M.power_limit)}{{{node},gpu=~"$gpu"}})',
                   "{{watts}} W"),
             Panel("Failing checks", f'sum by (node, check) ({_n(M.check_status)}{{state="fail",{node}}} '

@@ -20,7 +20,7 @@ from tests.conftest import DATA, ROOT, needs
 TESTS = DATA / "monitor" / "alerts_test.yml"
 _PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
                  "offset", "sum", "max", "min", "topk", "avg", "count", "increase", "rate", "label_replace", "humanizeDuration",
-                 "max_over_time", "min_over_time", "bottomk", "quantile", "count_values"}
+                 "max_over_time", "min_over_time", "bottomk", "quantile", "count_values", "vector"}
 
 
 def cluster(**mon):
@@ -430,7 +430,7 @@ def test_every_node_and_gpu_panel_has_data_and_topk_panels_stay_small_at_160_gpu
     for i, p in enumerate(panels):
         rules.append({"alert": f"Data{i}", "expr": f"count({p.all()}) > 0"})
         cases.append({"eval_time": "5m", "alertname": f"Data{i}", "exp_alerts": [{"exp_labels": {}}]})
-        if p.expr.startswith(("topk(", "bottomk(")):
+        if p.expr.startswith(("topk(", "bottomk(", "(topk(")):
             rules.append({"alert": f"Big{i}", "expr": f"count({p.all()}) > {TOPK}"})
             cases.append({"eval_time": "5m", "alertname": f"Big{i}", "exp_alerts": []})
     hot = next(p for p in panels if p.title.startswith("GPU temperature (") and "hottest)" in p.title)
