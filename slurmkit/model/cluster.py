@@ -422,6 +422,11 @@ class Monitoring:
     alert_webhooks: tuple[tuple[str, str], ...] = ()
     # where the site serves docs/runbooks.md: each alert's runbook_url annotation is this + "#<alert in lower case>"
     runbook_base_url: str = "docs/runbooks.md"
+    # slurmctld's own OpenMetrics endpoint (25.11+): `conf generate` sets MetricsType=metrics/openmetrics and
+    # prometheus.yml scrapes it. Off by default: each scrape takes slurmctld's locks (the Metrics Guide,
+    # doc/html/metrics.shtml "Performance Impact": lock contention, 60-120 s scrape intervals), and without
+    # PrivateData the endpoint answers anyone who reaches slurmctld's port ("Security Considerations")
+    slurm_metrics: bool = False
 
     def dcgm_hosts(self, hosts: list[str]) -> list[str]:
         """The nodes of ``hosts`` dcgm-exporter runs on (monitoring.dcgm_exporter), in their order."""

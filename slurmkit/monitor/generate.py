@@ -12,7 +12,7 @@ import yaml
 
 from slurmkit.health import xidcodes
 from slurmkit.model.cluster import Cluster
-from slurmkit.monitor.metrics import DCGM, DCGM_METRICS, M
+from slurmkit.monitor.metrics import DCGM, DCGM_METRICS, SLURM, SLURM_METRICS, M
 
 RULES_FILE = "slurmkit-alerts.yml"
 # Metrics of other exporters the rules use: Prometheus's own ``up``, node_exporter's infiniband collector
@@ -20,8 +20,25 @@ RULES_FILE = "slurmkit-alerts.yml"
 # Prometheus' ALERTS series (one per pending or firing alert: alertname, alertstate and the alert's labels).
 # dcgm-exporter's series (metrics.DCGM) where monitoring.dcgm_exporter names nodes.
 EXTERNAL_METRICS = {"up", "node_infiniband_state_id", "node_infiniband_link_downed_total", "time", "ALERTS",
-                    *DCGM_METRICS}
-JOB_NODE, JOB_DCGM, JOB_EXPORTER = "node", "dcgm-exporter", "slurmkit"
+                    *DCGM_METRICS, *SLURM_METRICS}
+JOB_NODE, JOB_DCGM, JOB_EXPORTER, JOB_SLURM = "node", "dcgm-exporter", "slurmkit", "slurmctld"
+# slurmctld's metric categories prometheus.yml scrapes (doc/html/metrics.shtml "HTTP Endpoints"; src/slurmctld/
+# http.c binds them at slurm-25-11-0-1 and slurm-26-05-3-1). Not /metrics/jobs-users-accts: one series per user and
+# account, which the guide says not to store ("Do not use unbounded metric endpoints")
+SLURM_ENDPOINTS = ("jobs", "nodes", "partitions", "scheduler")
+
+
+def slurm_metrics_on(cluster: Cluster) -> bool:
+    """monitoring.slurm_metrics on a release that has the endpoint (25.11+); an older one is an inventory error."""
+    if not cluster.monitoring.slurm_metrics:
+        return False
+    from slurmkit.errors import InventoryError
+    from slurmkit.release import features_for
+
+    if not features_for(cluster.slurm_version).openmetrics:
+        raise InventoryError("monitoring.slurm_metrics", f"slurmctld serves metrics from Slurm 25.11, the inventory's "
+                             f"release is {cluster.slurm_version}")
+    return True
 
 
 def drain_xids(cluster: Cluster) -> tuple[int, ...]:
@@ -333,6 +350,16 @@ def prometheus_yaml(cluster: Cluster, rules_path: str = RULES_FILE,
         scrape.append({"job_name": JOB_DCGM,
                        "static_configs": [{"targets": [f"{h}:{mon.dcgm_exporter_port}"], "labels": {"node": h}}
                                           for h in dcgm]})
+    if slurm_metrics_on(cluster):
+        # slurmctld's own endpoint, on its port (SlurmctldPort), one target per category (__metrics_path__ per static
+        # group); every 60 s at least: the Metrics Guide asks for 60-120 s ("Performance Impact": each scrape takes
+        # slurmctld's locks). Only the first SlurmctldHost: a standby answers 303 to the primary (metrics.shtml
+        # "Standby Controllers"), which Prometheus follows
+        ctl = cluster.controller
+        scrape.append({"job_name": JOB_SLURM, "scrape_interval": f"{max(60, mon.scrape_interval_s)}s",
+                       "static_configs": [{"targets": [f"{ctl.hosts[0]}:{ctl.port}"],
+                                           "labels": {"__metrics_path__": f"/metrics/{e}", "endpoint": e}}
+                                          for e in SLURM_ENDPOINTS]})
     if mon.exporter:
         scrape.append({"job_name": JOB_EXPORTER, "honor_labels": True,
                        "static_configs": [{"targets": list(mon.exporter)}]})
@@ -573,9 +600,52 @@ def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
             Panel(f"SM clock ({k} lowest)", f"bottomk({k}, {_on_gpus(_dcgm_named(DCGM.sm_clock))})",
                   "{{node}} {{gpu}}", "rotmhz"),
         ]
+    if slurm_metrics_on(cluster):
+        boards["slurmkit-slurmctld"] = slurm_panels(cluster)
     if bmc_sources(cluster):
         boards["slurmkit-bmc"] = bmc_panels()
     return boards
+
+
+def slurm_panels(cluster: Cluster) -> list[Panel]:
+    """slurmctld's own series (metrics.SLURM): its view of the nodes, CPUs left beside free GPUs (26.05: per-node
+    GPUs), the scheduler's cycles and queues, slurmctld's threads and the slurmdbd backlog."""
+    from slurmkit.release import features_for
+
+    k, node = TOPK, 'node=~"$node"'
+    states = " or ".join(f'label_replace({m}, "state", "{st}", "", "")' for st, m in (
+        ("down", SLURM.nodes_down), ("drain", SLURM.nodes_drain), ("not responding", SLURM.nodes_noresp),
+        ("idle", SLURM.nodes_idle), ("allocated", SLURM.nodes_alloc), ("mixed", SLURM.nodes_mixed)))
+    out = [
+        Panel("Nodes by state (slurmctld)", f"max by (state) ({states})", "{{state}}"),
+        Panel("Jobs running and pending (slurmctld)",
+              f'label_replace({SLURM.jobs_running}, "state", "running", "", "") or '
+              f'label_replace({SLURM.jobs_pending}, "state", "pending", "", "")', "{{state}}"),
+        Panel("Pending jobs per partition", f'{SLURM.partition_jobs_pending}{{partition=~"$partition"}}',
+              "{{partition}}"),
+        Panel(f"Idle CPUs per node ({k} fewest)", f"bottomk({k}, {SLURM.node_cpus_idle}{{{node}}})", "{{node}}"),
+        Panel("Scheduling cycle, last (main and backfill)",
+              f'label_replace({SLURM.schedule_cycle_last}, "cycle", "main", "", "") or '
+              f'label_replace({SLURM.bf_cycle_last}, "cycle", "backfill", "", "")', "{{cycle}}", "µs"),
+        Panel("Queues: scheduler, RPC agent, slurmdbd",
+              f'label_replace({SLURM.schedule_queue_len}, "queue", "schedule", "", "") or '
+              f'label_replace({SLURM.agent_queue_size}, "queue", "agent", "", "") or '
+              f'label_replace({SLURM.slurmdbd_queue_size}, "queue", "slurmdbd", "", "")', "{{queue}}"),
+        Panel("slurmctld server threads", SLURM.server_thread_cnt, "threads"),
+    ]
+    if features_for(cluster.slurm_version).openmetrics_node_gpus and cluster.accounting is not None:
+        # a node with free GPUs and no CPU left to give them: GPUs idle because CPUs are gone (26.05's per-node GPUs).
+        # slurm_node_gpus counts the gres/gpu TRES (src/slurmctld/statistics.c at slurm-26-05-3-1:791-793), which
+        # needs slurmdbd: AccountingStorageTRES=gres/gpu without it is fatal ("slurmdbd is required to run with TRES
+        # gres/gpu", controller.c:2450), and without that TRES every node reads 0 GPUs (both measured on the lab,
+        # tests/integration/test_slurm_metrics_lab.py): only with accounting
+        out.append(Panel("Nodes with free GPUs but no idle CPU",
+                         _faults(f"count(({SLURM.node_gpus}{{{node}}} - {SLURM.node_gpus_alloc}) > 0 "
+                                 f"and on (node) {SLURM.node_cpus_idle} == 0)"), "nodes"))
+        out.append(Panel(f"GPUs allocated per node ({k} least)",
+                         f"bottomk({k}, {SLURM.node_gpus_alloc}{{{node}}} / on (node) ({SLURM.node_gpus} > 0))",
+                         "{{node}}", "percentunit"))
+    return out
 
 
 def dashboards(cluster: Cluster) -> dict[str, str]:
@@ -592,7 +662,8 @@ def dashboards(cluster: Cluster) -> dict[str, str]:
 
     ds = DataSourceRef(type_val="prometheus", uid="${datasource}")
     titles = {"slurmkit-cluster": "Cluster overview", "slurmkit-node-health": "Node health",
-              "slurmkit-tenants": "Tenants", "slurmkit-bmc": "BMC sensors", "slurmkit-gpu-usage": "GPU usage"}
+              "slurmkit-tenants": "Tenants", "slurmkit-bmc": "BMC sensors", "slurmkit-gpu-usage": "GPU usage",
+              "slurmkit-slurmctld": "slurmctld"}
     # Grafana's Prometheus label_values(metric{matchers}, label) variable queries; refresh on time range change
     # so a node added since the dashboard loaded is offered
     queries = {"partition": f"label_values({_n(M.node_partition)}, partition)",

@@ -229,6 +229,37 @@ class DCGM:
     sm_clock = "DCGM_FI_DEV_SM_CLOCK"  # gauge, MHz
 
 
+class SLURM:
+    """slurmctld's own OpenMetrics series (MetricsType=metrics/openmetrics, 25.11+; monitoring.slurm_metrics) the
+    dashboards read, each a gauge named in src/plugins/metrics/openmetrics/openmetrics.c (ADD_METRIC: "slurm_" +
+    name; line numbers at slurm-25-11-0-1 / slurm-26-05-3-1). Neither release publishes a per-node state (only
+    cluster counts per state): SlurmkitNodeDownInSlurm stays on the exporter's slurmkit_node_state."""
+
+    nodes_down = "slurm_nodes_down"  # /metrics/nodes, 412/414
+    nodes_drain = "slurm_nodes_drain"  # 413/415 (the Drain flag)
+    nodes_noresp = "slurm_nodes_noresp"  # 425/427 (Not Responding)
+    nodes_idle = "slurm_nodes_idle"  # 421/423
+    nodes_alloc = "slurm_nodes_alloc"  # 408/410
+    nodes_mixed = "slurm_nodes_mixed"  # 424/426
+    node_cpus = "slurm_node_cpus"  # {node}, 394/394
+    node_cpus_idle = "slurm_node_cpus_idle"  # {node}, 397/397
+    node_gpus = "slurm_node_gpus"  # {node}, 26.05 only: 398
+    node_gpus_alloc = "slurm_node_gpus_alloc"  # {node}, 26.05 only: 399
+    jobs_running = "slurm_jobs_running"  # /metrics/jobs, 468/471
+    jobs_pending = "slurm_jobs_pending"  # 462/465
+    partition_jobs_pending = "slurm_partition_jobs_pending"  # {partition}, /metrics/partitions, 505/509
+    schedule_cycle_last = "slurm_schedule_cycle_last"  # /metrics/scheduler, microseconds (sdiag's), 673/679
+    bf_cycle_last = "slurm_bf_cycle_last"  # microseconds, 649/655
+    schedule_queue_len = "slurm_schedule_queue_len"  # 676/682
+    server_thread_cnt = "slurm_server_thread_cnt"  # 691/697
+    agent_queue_size = "slurm_agent_queue_size"  # 638/644
+    slurmdbd_queue_size = "slurm_slurmdbd_queue_size"  # 692/698
+
+
+SLURM_METRICS: frozenset[str] = frozenset(v for k, v in vars(SLURM).items() if not k.startswith("_") and
+                                          isinstance(v, str))
+
+
 DCGM_METRICS: frozenset[str] = frozenset(v for k, v in vars(DCGM).items() if not k.startswith("_") and
                                          isinstance(v, str))
 
