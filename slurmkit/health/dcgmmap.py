@@ -15,7 +15,7 @@ to NVML indexes with this run's own device list.
 The prolog adds its job to the files of the job's GPUs; the epilog removes its job from every file (not only its
 GPUs': it needs no NVML, so a node whose driver fails still clears them) and removes a file left empty. A GPU shared
 by jobs (shard, MPS) lists each. Root writes in a directory that may be reachable by others: the directory is
-created 0755 or refused (a symlink, another owner: safefs.private_dir), files are created with their final mode
+created 0755 or, existing, refused where unsafe (a symlink, another owner, writable by others), files are created with their final mode
 (0644: job ids are what squeue shows) by O_CREAT|O_EXCL|O_NOFOLLOW and renamed into place; a symlink planted as a
 GPU's file is never followed (read with O_NOFOLLOW: treated as empty, then replaced by the rename). Concurrent hooks
 of jobs sharing a GPU take flock on the directory.
@@ -43,11 +43,33 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _open_dir(path: str) -> int:
-    from slurmkit import safefs
-
+    """The directory, created 0755 where missing; an existing one is used as it is (a site may keep it 0750 for
+    dcgm-exporter's group) unless it is a symlink, not a directory, another user's, or writable by group or others
+    (anyone could then plant or swap a GPU's file): refused, with the reason."""
     os.makedirs(os.path.dirname(path.rstrip("/")) or "/", mode=DIR_MODE, exist_ok=True)
-    safefs.private_dir(path, DIR_MODE)  # created 0755, or refused: a symlink, a file, another user's directory
-    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+    try:
+        os.mkdir(path, DIR_MODE)
+        created = True
+    except FileExistsError:
+        created = False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise OSError(exc.errno, "not a directory (a symlink or a file stands there)", path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if created:
+            os.fchmod(fd, DIR_MODE)  # the umask may have narrowed mkdir's mode: dcgm-exporter must read it
+        elif st.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, f"owned by uid {st.st_uid}, not by this process's uid {os.geteuid()}", path)
+        elif stat.S_IMODE(st.st_mode) & 0o022:
+            raise OSError(errno.EPERM, f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _read(dfd: int, name: str) -> list[str]:

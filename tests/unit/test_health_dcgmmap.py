@@ -51,6 +51,17 @@ def test_a_symlinked_or_foreign_directory_is_refused(tmp_path):
     with pytest.raises(OSError, match="symlink"):
         dcgmmap.add_job(str(tmp_path / "link"), "7", [0])
     assert list(real.iterdir()) == []
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    wide.chmod(0o777)
+    with pytest.raises(OSError, match="writable by group or others"):
+        dcgmmap.add_job(str(wide), "7", [0])
+    assert list(wide.iterdir()) == []
+    site = tmp_path / "site"
+    site.mkdir()
+    site.chmod(0o750)  # a site's narrower mode is kept
+    dcgmmap.add_job(str(site), "7", [0])
+    assert stat.S_IMODE(site.stat().st_mode) == 0o750 and (site / "0").read_text() == "7\n"
     with pytest.raises(ValueError, match="not a number"):
         dcgmmap.add_job(str(real), "7\n8", [0])
 
