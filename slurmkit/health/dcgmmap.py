@@ -16,7 +16,7 @@ The prolog adds its job to the files of the job's GPUs; the epilog removes its j
 GPUs': it needs no NVML, so a node whose driver fails still clears them) and removes a file left empty. A GPU shared
 by jobs (shard, MPS) lists each. Root writes in a directory that may be reachable by others: the directory is
 created 0755 or, existing, refused where unsafe (a symlink, another owner, writable by others), files are created with their final mode
-(0644: job ids are what squeue shows) by O_CREAT|O_EXCL|O_NOFOLLOW and renamed into place; a symlink planted as a
+(0644: job ids are what squeue shows) (0600 under PrivateData) by O_CREAT|O_EXCL|O_NOFOLLOW and renamed into place; a symlink planted as a
 GPU's file is never followed (read with O_NOFOLLOW: treated as empty, then replaced by the rename). Concurrent hooks
 of jobs sharing a GPU take flock on the directory.
 
@@ -37,6 +37,9 @@ import stat
 # default here, so a node where either runs needs no setting
 DEFAULT_DIR = "/var/lib/dcgm-exporter/job-mapping"
 FILE_MODE = 0o644
+# under PrivateData=jobs or users (slurm.conf(5): other users' jobs hidden) which job holds which GPU is root's and
+# dcgm-exporter's (it runs as root to reach DCGM) only, as the hook records are (state.record_mode)
+PRIVATE_FILE_MODE = 0o600
 DIR_MODE = 0o755
 _JOB = re.compile(r"[0-9]{1,20}")
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
@@ -89,7 +92,7 @@ def _read(dfd: int, name: str) -> list[str]:
     return [line.strip() for line in data.decode("ascii", "replace").splitlines() if line.strip()]
 
 
-def _replace(dfd: int, name: str, jobs: list[str]) -> None:
+def _replace(dfd: int, name: str, jobs: list[str], mode: int = FILE_MODE) -> None:
     """``name`` holds exactly ``jobs`` (removed when none), atomically."""
     if not jobs:
         try:
@@ -102,9 +105,9 @@ def _replace(dfd: int, name: str, jobs: list[str]) -> None:
         os.unlink(tmp, dir_fd=dfd)
     except FileNotFoundError:
         pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, FILE_MODE, dir_fd=dfd)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode, dir_fd=dfd)
     try:
-        os.fchmod(fd, FILE_MODE)  # the umask may have narrowed the open's mode: dcgm-exporter may run as another user
+        os.fchmod(fd, mode)  # the umask may have narrowed the open's mode: dcgm-exporter may run as another user
         body = "".join(f"{j}\n" for j in jobs).encode()
         view = memoryview(body)
         while view:
@@ -123,7 +126,7 @@ def _locked(path: str):  # type: ignore[no-untyped-def]
     return dfd
 
 
-def add_job(path: str, job_id: str, gpus: list[int]) -> list[str]:
+def add_job(path: str, job_id: str, gpus: list[int], mode: int = FILE_MODE) -> list[str]:
     """Add ``job_id`` to the file of each DCGM GPU id in ``gpus``; the names written. Raises ValueError for a job id
     that is not a number, OSError for a directory it must not use."""
     if not _JOB.fullmatch(job_id or ""):
@@ -135,14 +138,14 @@ def add_job(path: str, job_id: str, gpus: list[int]) -> list[str]:
             name = str(int(g))
             jobs = _read(dfd, name)
             if job_id not in jobs:
-                _replace(dfd, name, [j for j in jobs if _JOB.fullmatch(j)] + [job_id])
+                _replace(dfd, name, [j for j in jobs if _JOB.fullmatch(j)] + [job_id], mode)
             done.append(name)
         return done
     finally:
         os.close(dfd)
 
 
-def remove_job(path: str, job_id: str) -> list[str]:
+def remove_job(path: str, job_id: str, mode: int = FILE_MODE) -> list[str]:
     """Remove ``job_id`` from every GPU's file of the directory (a file left empty is removed); the names changed.
     Nothing to do where the directory does not exist."""
     if not _JOB.fullmatch(job_id or ""):
@@ -157,7 +160,7 @@ def remove_job(path: str, job_id: str) -> list[str]:
                 continue
             jobs = _read(dfd, name)
             if job_id in jobs:
-                _replace(dfd, name, [j for j in jobs if j != job_id and _JOB.fullmatch(j)])
+                _replace(dfd, name, [j for j in jobs if j != job_id and _JOB.fullmatch(j)], mode)
                 changed.append(name)
         return changed
     finally:

@@ -196,6 +196,7 @@ def _dcgm_job_map(env: HookEnv, expect: Expectations, init: dict[str, Any], repo
 
     path = expect.dcgm_job_map_dir.replace("%n", env.node)
     job = env.job_id or ""
+    mode = dcgmmap.PRIVATE_FILE_MODE if state.private_data() else dcgmmap.FILE_MODE
     try:
         if env.hook == "prolog":
             if report.exit_code != 0 or not env.job_gpus:
@@ -204,9 +205,9 @@ def _dcgm_job_map(env: HookEnv, expect: Expectations, init: dict[str, Any], repo
             ids = dcgmmap.dcgm_ids(devices, expect.job_minors(env.job_gpus))
             if ids:
                 report.notes.append(f"dcgm job map: job {job} on GPU {','.join(map(str, sorted(ids)))} in {path}")
-                dcgmmap.add_job(path, job, ids)
+                dcgmmap.add_job(path, job, ids, mode)
         else:
-            changed = dcgmmap.remove_job(path, job)
+            changed = dcgmmap.remove_job(path, job, mode)
             if changed:
                 report.notes.append(f"dcgm job map: job {job} removed from GPU {','.join(changed)} in {path}")
     except (OSError, ValueError) as exc:

@@ -129,3 +129,14 @@ def test_bad_directory_key_is_a_one_line_error():
         load_cluster_dict(inv)
     inv["monitoring"] = {"dcgm_exporter": "all"}
     assert load_cluster_dict(inv).monitoring.dcgm_job_mapping_dir == dcgmmap.DEFAULT_DIR
+
+
+@pytest.mark.parametrize(("line", "mode"), [("", 0o644), ("PrivateData=jobs\n", 0o600)])
+def test_files_are_private_where_slurm_hides_jobs(tmp_path, monkeypatch, line, mode):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"ClusterName=lab\n{line}")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    inv = _inventory(tmp_path, tmp_path / "jobmap")
+    rep = run_hook(_env(tmp_path, inv, "prolog", job_id="42", job_gpus=[0]))
+    assert rep.exit_code == 0
+    assert stat.S_IMODE((tmp_path / "jobmap" / "0").stat().st_mode) == mode
