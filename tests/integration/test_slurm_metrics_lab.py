@@ -12,6 +12,7 @@ tests/data/monitor/slurmctld-26.05/ was recorded).
 from __future__ import annotations
 
 import os
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -75,4 +76,12 @@ def test_slurmctld_serves_the_series_the_dashboards_read(make_lab):
         out.mkdir(parents=True, exist_ok=True)
         for e, text in got.items():
             (out / f"{e}.txt").write_text(text)
+    # with PrivateData the endpoint wants an authenticated user (read_config.c at slurm-26-05-3-1: PrivateData sets
+    # metrics_auth; http.c _check_metrics_authorized): an anonymous scrape, as prometheus.yml's, is refused, which
+    # is why docs/metrics.md says to set MetricsParameters=ignore_private_data or give Prometheus a token
+    conf.write_text(conf.read_text() + "PrivateData=jobs\n")
+    lab.restart_slurmctld()
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _get(f"{base}/metrics/nodes")
+    assert refused.value.code in (401, 403), refused.value.code
     lab_run(lab, ["scancel", "-u", os.environ.get("USER") or str(os.getuid())], check=False)
