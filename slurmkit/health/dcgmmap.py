@@ -14,7 +14,8 @@ to NVML indexes with this run's own device list.
 
 The prolog adds its job to the files of the job's GPUs; the epilog removes its job from every file (not only its
 GPUs': it needs no NVML, so a node whose driver fails still clears them) and removes a file left empty. A GPU shared
-by jobs (shard, MPS) lists each. Root writes in a directory that may be reachable by others: the directory is
+by jobs (gres/shard) lists each; a whole GPU names its one job (a stale id of a job whose epilog never ran is
+replaced by the next job's prolog). Root writes in a directory that may be reachable by others: the directory is
 created 0755 or, existing, refused where unsafe (a symlink, another owner, writable by others), files are created with their final mode
 (0644: job ids are what squeue shows) (0600 under PrivateData) by O_CREAT|O_EXCL|O_NOFOLLOW and renamed into place; a symlink planted as a
 GPU's file is never followed (read with O_NOFOLLOW: treated as empty, then replaced by the rename). Concurrent hooks
@@ -126,9 +127,11 @@ def _locked(path: str):  # type: ignore[no-untyped-def]
     return dfd
 
 
-def add_job(path: str, job_id: str, gpus: list[int], mode: int = FILE_MODE) -> list[str]:
-    """Add ``job_id`` to the file of each DCGM GPU id in ``gpus``; the names written. Raises ValueError for a job id
-    that is not a number, OSError for a directory it must not use."""
+def add_job(path: str, job_id: str, gpus: list[int], mode: int = FILE_MODE, exclusive: bool = True) -> list[str]:
+    """Add ``job_id`` to the file of each DCGM GPU id in ``gpus``; the names written. ``exclusive`` (no gres/shard
+    on the node: Slurm gives a whole GPU to one job at a time): the file then names this job only, so the id of a
+    job whose epilog never ran (killed, its node rebooted) does not label the next job's GPU. Raises ValueError for
+    a job id that is not a number, OSError for a directory it must not use."""
     if not _JOB.fullmatch(job_id or ""):
         raise ValueError(f"job id {job_id!r} is not a number")
     dfd = _locked(path)
@@ -137,7 +140,9 @@ def add_job(path: str, job_id: str, gpus: list[int], mode: int = FILE_MODE) -> l
         for g in sorted(set(gpus)):
             name = str(int(g))
             jobs = _read(dfd, name)
-            if job_id not in jobs:
+            if exclusive and jobs != [job_id]:
+                _replace(dfd, name, [job_id], mode)
+            elif not exclusive and job_id not in jobs:
                 _replace(dfd, name, [j for j in jobs if _JOB.fullmatch(j)] + [job_id], mode)
             done.append(name)
         return done

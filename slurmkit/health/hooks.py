@@ -205,7 +205,7 @@ def _dcgm_job_map(env: HookEnv, expect: Expectations, init: dict[str, Any], repo
             ids = dcgmmap.dcgm_ids(devices, expect.job_minors(env.job_gpus))
             if ids:
                 report.notes.append(f"dcgm job map: job {job} on GPU {','.join(map(str, sorted(ids)))} in {path}")
-                dcgmmap.add_job(path, job, ids, mode)
+                dcgmmap.add_job(path, job, ids, mode, exclusive=not expect.gpu_shared)
         else:
             changed = dcgmmap.remove_job(path, job, mode)
             if changed:

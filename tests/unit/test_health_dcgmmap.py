@@ -18,9 +18,9 @@ from tests.unit.test_health_hooks import ROOT, FakeSlurm, fixture, host
 
 def test_prolog_lines_and_epilog_removal(tmp_path):
     d = tmp_path / "map"
-    assert dcgmmap.add_job(str(d), "41", [0, 1]) == ["0", "1"]
-    assert dcgmmap.add_job(str(d), "42", [1]) == ["1"]  # a shared GPU (shard, MPS) lists both jobs
-    assert dcgmmap.add_job(str(d), "42", [1]) == ["1"]  # again: no duplicate line
+    assert dcgmmap.add_job(str(d), "41", [0, 1], exclusive=False) == ["0", "1"]
+    assert dcgmmap.add_job(str(d), "42", [1], exclusive=False) == ["1"]  # a shared GPU (gres/shard) lists both jobs
+    assert dcgmmap.add_job(str(d), "42", [1], exclusive=False) == ["1"]  # again: no duplicate line
     assert (d / "0").read_text() == "41\n" and (d / "1").read_text() == "41\n42\n"
     for name in ("0", "1"):
         assert stat.S_IMODE((d / name).stat().st_mode) == dcgmmap.FILE_MODE
@@ -31,6 +31,13 @@ def test_prolog_lines_and_epilog_removal(tmp_path):
     assert os.listdir(d) == []  # nothing left for dcgm-exporter to read, no temp file
     assert dcgmmap.remove_job(str(tmp_path / "never-made"), "42") == []
     assert not (tmp_path / "never-made").exists()
+
+
+def test_a_whole_gpu_names_one_job_a_stale_id_is_replaced(tmp_path):
+    d = tmp_path / "map"
+    dcgmmap.add_job(str(d), "41", [0])  # 41's epilog never ran (its node rebooted)
+    dcgmmap.add_job(str(d), "50", [0])
+    assert (d / "0").read_text() == "50\n"
 
 
 def test_a_planted_symlink_is_replaced_never_followed(tmp_path):
@@ -140,3 +147,17 @@ def test_files_are_private_where_slurm_hides_jobs(tmp_path, monkeypatch, line, m
     rep = run_hook(_env(tmp_path, inv, "prolog", job_id="42", job_gpus=[0]))
     assert rep.exit_code == 0
     assert stat.S_IMODE((tmp_path / "jobmap" / "0").stat().st_mode) == mode
+
+
+def test_a_node_with_shards_lists_every_job_of_a_gpu(tmp_path):
+    from slurmkit.health.expect import expectations_from_cluster
+    from slurmkit.model.load import load_cluster_dict
+
+    inv = yaml.safe_load(_inventory(tmp_path, tmp_path / "jobmap").read_text())
+    inv["node_groups"][0]["gpus"]["shards"] = 16
+    (tmp_path / "etc" / "slurmkit.yaml").write_text(yaml.safe_dump(inv))
+    assert expectations_from_cluster(load_cluster_dict(inv), "node1").gpu_shared
+    for job in ("42", "43"):  # two jobs' shards of GPU 0
+        assert run_hook(_env(tmp_path, tmp_path / "etc" / "slurmkit.yaml", "prolog", job_id=job,
+                             job_gpus=[0])).exit_code == 0
+    assert (tmp_path / "jobmap" / "0").read_text().split() == ["42", "43"]
