@@ -37,7 +37,70 @@ def _get(url: str) -> str:
         return str(r.read().decode())
 
 
-def test_slurmctld_serves_the_series_the_dashboards_read(make_lab):
+def _free_port() -> int:
+    """A free port in this run's lab window (SLURMKIT_TEST_LAB_PORT_LIMIT's last 100), for Prometheus."""
+    import socket
+
+    top = int(os.environ.get("SLURMKIT_TEST_LAB_PORT_LIMIT", "32767"))
+    for port in range(top - 1, top - 100, -1):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port for Prometheus")
+
+
+def _real_prometheus_scrapes_it(lab, inv: dict, tmp_path: Path) -> None:
+    """Debian's Prometheus on the slurmctld job of the generated prometheus.yml (the lab's controller address; the
+    interval shortened from 60 s for the test): every category's target is up and slurm_node_cpus_idle has a series
+    per node, with the endpoint label the config sets."""
+    import shutil
+    import subprocess
+    from urllib.parse import urlencode
+
+    from slurmkit.monitor.generate import prometheus_yaml
+
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus (Debian package) not installed")
+    inv = {**inv, "controller": {**inv["controller"], "port": lab.spec.ctld_port},
+           "monitoring": {**inv["monitoring"], "slurm_metrics": True}}
+    cluster = load_cluster_dict(inv)
+    conf = yaml.safe_load(prometheus_yaml(cluster))
+    job = next(j for j in conf["scrape_configs"] if j["job_name"] == "slurmctld")
+    job["scrape_interval"] = "2s"
+    for sc in job["static_configs"]:
+        sc["targets"] = [f"127.0.0.1:{lab.spec.ctld_port}"]
+    conf["scrape_configs"], conf["rule_files"], conf["alerting"] = [job], [], {}
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(conf))
+    port = _free_port()
+    proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))  # noqa: SIM115
+    try:
+        def query(q: str) -> list[dict]:
+            try:
+                body = _get(f"http://127.0.0.1:{port}/api/v1/query?" + urlencode({"query": q}))
+            except OSError:
+                return []
+            import json
+
+            return list(json.loads(body)["data"]["result"])
+
+        up = wait_for(lambda: (r := query('up{job="slurmctld"} == 1')) and len(r) == len(SLURM_ENDPOINTS) and r,
+                      60, "every slurmctld category scraped by Prometheus",
+                      lambda: str(query('up{job="slurmctld"}')) + (tmp_path / "prometheus.log").read_text()[-2000:])
+        assert {r["metric"]["endpoint"] for r in up} == set(SLURM_ENDPOINTS)
+        got = wait_for(lambda: query(SLURM.node_cpus_idle), 30, "slurm_node_cpus_idle in Prometheus")
+        assert {r["metric"]["node"] for r in got} == set(lab.spec.node_names)
+        assert {r["metric"]["endpoint"] for r in got} == {"nodes"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_slurmctld_serves_the_series_the_dashboards_read(make_lab, tmp_path):
     lab = make_lab(nodes=2, nodes_per_leaf=2)
     inv = yaml.safe_load((Path(lab.dir) / "etc" / "slurmkit.yaml").read_text())
     inv.setdefault("monitoring", {})["slurm_metrics"] = True
@@ -76,6 +139,7 @@ def test_slurmctld_serves_the_series_the_dashboards_read(make_lab):
         out.mkdir(parents=True, exist_ok=True)
         for e, text in got.items():
             (out / f"{e}.txt").write_text(text)
+    _real_prometheus_scrapes_it(lab, inv, tmp_path)
     # with PrivateData the endpoint wants an authenticated user (read_config.c at slurm-26-05-3-1: PrivateData sets
     # metrics_auth; http.c _check_metrics_authorized): an anonymous scrape, as prometheus.yml's, is refused, which
     # is why docs/metrics.md says to set MetricsParameters=ignore_private_data or give Prometheus a token

@@ -90,3 +90,12 @@ def test_every_slurmctld_panel_has_data_over_a_real_slurmctlds_answer(tmp_path):
     r = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+@needs(shutil.which("promtool") is not None, "promtool (Debian package prometheus) not installed")
+def test_promtool_accepts_the_config_with_slurmctlds_job(tmp_path):
+    for name, text in generate(cluster(accounting=True)).items():
+        (tmp_path / name).write_text(text)
+    r = subprocess.run(["promtool", "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
