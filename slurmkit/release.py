@@ -186,6 +186,13 @@ class SlurmFeatures:
     # tmpfs_conf_file), and read_config.c still takes JobContainerType as NamespaceType's value with "JobContainerType
     # has been replaced with NamespaceType and will be removed in a future release" (slurm-25-11-0-1, slurm-26-05-3-1)
     namespace_type: bool = False
+    # slurmctld's OpenMetrics endpoint, MetricsType=metrics/openmetrics, from slurm-25-11-0-1 (read_config.c
+    # {"MetricsType", S_P_STRING}; src/plugins/metrics/openmetrics; doc/html/metrics.shtml: HTTP GET /metrics/jobs,
+    # /metrics/nodes, /metrics/partitions, /metrics/scheduler on slurmctld's listening port); 25.05 does not know the
+    # key. Per-node GPU totals and allocation (slurm_node_gpus, slurm_node_gpus_alloc) from slurm-26-05-0-0rc1
+    # (openmetrics.c metrics_p_parse_nodes_metrics at slurm-26-05-3-1:398-399; not at slurm-25-11-7-1)
+    openmetrics: bool = False
+    openmetrics_node_gpus: bool = False
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -242,6 +249,8 @@ def features_for(version: str) -> SlurmFeatures:
         node_suspend_time=v >= (26, 5),
         job_tmpfs_dirs=v >= (23, 2),
         namespace_type=v >= (25, 11),
+        openmetrics=v >= (25, 11),
+        openmetrics_node_gpus=v >= (26, 5),
     )
 
 

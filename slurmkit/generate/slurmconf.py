@@ -452,6 +452,13 @@ def slurm_conf_settings(cluster: Cluster, version: str, conf_dir: str) -> list[t
         s.append(("Epilog", f"{conf_dir}/slurmkit-epilog"))
     if hooks.prolog or hooks.epilog:
         s.append(("PrologEpilogTimeout", str(hooks.prolog_epilog_timeout)))
+    if cluster.monitoring.slurm_metrics:
+        # slurmctld's OpenMetrics endpoint (release.SlurmFeatures.openmetrics, 25.11+; slurm.conf(5) MetricsType:
+        # "metrics/openmetrics ... the OpenMetrics based plugin"); served on SlurmctldPort, /metrics/<category>
+        if not feats.openmetrics:
+            raise InventoryError("monitoring.slurm_metrics", f"MetricsType=metrics/openmetrics needs Slurm >= 25.11, "
+                                 f"target is {feats.version}")
+        s.append(("MetricsType", "metrics/openmetrics"))
     if hooks.healthcheck_start_only:
         # HealthCheckNodeState=START_ONLY (release.SlurmFeatures.healthcheck_start_only, 25.11+): slurmd runs the
         # program when it starts, with HealthCheckInterval 0 too (slurmd.c run_script_health_check() at

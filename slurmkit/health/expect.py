@@ -36,6 +36,10 @@ class Expectations:
     source: str = ""
     group: str | None = None  # the node's group in the inventory (the checks' by_group expectations)
     interfaces: tuple[str, ...] = ()  # the group's kind: eth NICs, by interface name (the interfaces check)
+    # where the prolog/epilog write dcgm-exporter's job mapping files: monitoring.dcgm_job_mapping_dir for a GPU node
+    # monitoring.dcgm_exporter names, else "" (none written: no dcgm-exporter reads them there)
+    dcgm_job_map_dir: str = ""
+    gpu_shared: bool = False  # the group's GPUs are shared between jobs (gres/shard): a GPU's file lists several jobs
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,7 +51,8 @@ class Expectations:
             mig=tuple(d["mig"]) if d["mig"] is not None else None, minors=tuple(d["minors"]),
             nics=tuple(NicExpect(**n) for n in d["nics"]), checks=dict(d["checks"]), source=d["source"],
             cpus=d.get("cpus"), memory_mb=d.get("memory_mb"), group=d.get("group"),
-            interfaces=tuple(d.get("interfaces") or ()),
+            interfaces=tuple(d.get("interfaces") or ()), dcgm_job_map_dir=str(d.get("dcgm_job_map_dir") or ""),
+            gpu_shared=bool(d.get("gpu_shared")),
         )
 
     def job_minors(self, gres_indices: list[int]) -> frozenset[int]:
@@ -58,8 +63,8 @@ class Expectations:
 
 
 # Bumped when Expectations gains a field: an older cache is rebuilt from the inventory (2: cpus, memory_mb; 3: group,
-# interfaces).
-_CACHE_VERSION = 3
+# interfaces; 4: dcgm_job_map_dir, gpu_shared).
+_CACHE_VERSION = 4
 _MINOR_RE = re.compile(r"nvidia(\d+)$")
 
 
@@ -88,9 +93,12 @@ def expectations_from_cluster(cluster: Any, node: str) -> Expectations:
         mig = tuple(False for _ in range(gpus.count))
     links = gpus.links
     nvlink = True if links == "nvlink" or isinstance(links, tuple) else False if links == "none" else None
+    mon = cluster.monitoring
+    jobmap = mon.dcgm_job_mapping_dir if mon.dcgm_hosts([node]) else ""
     return Expectations(
         node=node, gpu_count=gpus.count, gpu_type=gpus.type, nvlink=nvlink, mig=mig, minors=tuple(minors),
-        nics=nics, checks=checks, source=f"group {group.name}", **hw,
+        nics=nics, checks=checks, source=f"group {group.name}", dcgm_job_map_dir=jobmap,
+        gpu_shared=bool(gpus.shards), **hw,
     )
 
 

@@ -173,6 +173,8 @@ def run_hook(env: HookEnv) -> Report:
         report.exit_code = 1 if report.action >= Action.DRAIN else 0
     elif env.hook == "check":  # an admin's look; exit 1 when something would drain the node
         report.exit_code = 1 if action >= Action.DRAIN else 0
+    if expect.dcgm_job_map_dir and env.job_id and env.write_outputs and env.hook in ("prolog", "epilog"):
+        _dcgm_job_map(env, expect, out.nvml_devices, report)
     report.duration_s = time.monotonic() - env.started_mono
     textfile_dir = env.textfile_dir or policy.textfile_dir or env.host_textfile_dir
     if textfile_dir:  # %n: the node's name, as Slurm expands it in SlurmdLogFile/SlurmdSpoolDir (slurm.conf(5))
@@ -184,6 +186,32 @@ def run_hook(env: HookEnv) -> Report:
     elif bookkeeping:
         _add_bookkeeping_result(report)
     return report
+
+
+def _dcgm_job_map(env: HookEnv, expect: Expectations, init: dict[str, Any], report: Report) -> None:
+    """dcgm-exporter's job mapping files (slurmkit/health/dcgmmap.py): the prolog of a job that starts (exit 0) adds
+    it to the files of its GPUs, the epilog removes it from every file. A failure is bookkeeping (a WARN in the
+    record and the metrics), never the job's: dcgm-exporter then labels those GPUs without the job."""
+    from slurmkit.health import dcgmmap
+
+    path = expect.dcgm_job_map_dir.replace("%n", env.node)
+    job = env.job_id or ""
+    mode = dcgmmap.PRIVATE_FILE_MODE if state.private_data() else dcgmmap.FILE_MODE
+    try:
+        if env.hook == "prolog":
+            if report.exit_code != 0 or not env.job_gpus:
+                return  # the job does not start here, or has no GPU (None: unknown, nothing to guess)
+            devices = init.get("devices", []) if isinstance(init, dict) else []
+            ids = dcgmmap.dcgm_ids(devices, expect.job_minors(env.job_gpus))
+            if ids:
+                report.notes.append(f"dcgm job map: job {job} on GPU {','.join(map(str, sorted(ids)))} in {path}")
+                dcgmmap.add_job(path, job, ids, mode, exclusive=not expect.gpu_shared)
+        else:
+            changed = dcgmmap.remove_job(path, job, mode)
+            if changed:
+                report.notes.append(f"dcgm job map: job {job} removed from GPU {','.join(changed)} in {path}")
+    except (OSError, ValueError) as exc:
+        report.bookkeeping.append(f"dcgm job map {path}: {exc}")
 
 
 def _add_bookkeeping_result(report: Report) -> None:

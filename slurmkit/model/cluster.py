@@ -400,6 +400,10 @@ class Monitoring:
     node_exporter_port: int = 9100
     dcgm_exporter: str = ""  # hostlist of nodes running NVIDIA's dcgm-exporter ("" none, "all" every node)
     dcgm_exporter_port: int = 9400
+    # where the prolog/epilog of the nodes dcgm_exporter names write dcgm-exporter's HPC job mapping files (the
+    # directory dcgm-exporter's --hpc-job-mapping-dir names; "%n" the node's name); "" writes none
+    # (slurmkit/health/dcgmmap.py: the format and the default)
+    dcgm_job_mapping_dir: str = "/var/lib/dcgm-exporter/job-mapping"
     exporter: tuple[str, ...] = ()  # host:port of each `slurmkit exporter` (the controller or a login node)
     scrape_interval_s: int = 30
     gpu_temp_max_c: int = 85
@@ -418,6 +422,22 @@ class Monitoring:
     alert_webhooks: tuple[tuple[str, str], ...] = ()
     # where the site serves docs/runbooks.md: each alert's runbook_url annotation is this + "#<alert in lower case>"
     runbook_base_url: str = "docs/runbooks.md"
+    # slurmctld's own OpenMetrics endpoint (25.11+): `conf generate` sets MetricsType=metrics/openmetrics and
+    # prometheus.yml scrapes it. Off by default: each scrape takes slurmctld's locks (the Metrics Guide,
+    # doc/html/metrics.shtml "Performance Impact": lock contention, 60-120 s scrape intervals), and without
+    # PrivateData the endpoint answers anyone who reaches slurmctld's port ("Security Considerations")
+    slurm_metrics: bool = False
+
+    def dcgm_hosts(self, hosts: list[str]) -> list[str]:
+        """The nodes of ``hosts`` dcgm-exporter runs on (monitoring.dcgm_exporter), in their order."""
+        if not self.dcgm_exporter:
+            return []
+        if self.dcgm_exporter == "all":
+            return list(hosts)
+        from slurmkit.hostlist import expand
+
+        covered = set(expand(self.dcgm_exporter))
+        return [h for h in hosts if h in covered]
 
 
 @dataclass(frozen=True)

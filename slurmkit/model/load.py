@@ -1245,8 +1245,14 @@ def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitori
     mm = _mapping(ctx, value, "monitoring", {"node_exporter_port", "dcgm_exporter", "dcgm_exporter_port", "exporter",
                                              "scrape_interval_s", "gpu_temp_max_c", "hook_slow_s",
                                              "quota_pending_for_s", "per_user_labels", "logs", "alertmanager",
-                                             "alert_webhooks", "runbook_base_url"})
+                                             "alert_webhooks", "runbook_base_url", "dcgm_job_mapping_dir",
+                                             "slurm_metrics"})
     d = Monitoring()
+    jobmap = mm.get("dcgm_job_mapping_dir", d.dcgm_job_mapping_dir)
+    if jobmap is None or jobmap == "":
+        jobmap = ""
+    elif not isinstance(jobmap, str) or not jobmap.startswith("/") or "\n" in jobmap or "/../" in f"{jobmap}/":
+        raise ctx.err("monitoring.dcgm_job_mapping_dir", f"expected an absolute directory path, got {jobmap!r}")
     dcgm = str(mm.get("dcgm_exporter") or "")
     if dcgm and dcgm != "all":
         from slurmkit.hostlist import expand
@@ -1275,7 +1281,8 @@ def _monitoring(ctx: _Ctx, value: Any, groups: dict[str, NodeGroup]) -> Monitori
         per_user_labels=None if per_user == "auto" else _bool(ctx, per_user, "monitoring.per_user_labels"),
         alertmanager=managers, alert_webhooks=webhooks, runbook_base_url=runbook,
         node_exporter_port=_port(ctx, mm.get("node_exporter_port", d.node_exporter_port), "monitoring.node_exporter_port"),
-        dcgm_exporter=dcgm,
+        dcgm_exporter=dcgm, dcgm_job_mapping_dir=jobmap,
+        slurm_metrics=_bool(ctx, mm.get("slurm_metrics", False), "monitoring.slurm_metrics"),
         dcgm_exporter_port=_port(ctx, mm.get("dcgm_exporter_port", d.dcgm_exporter_port), "monitoring.dcgm_exporter_port"),
         exporter=exporters,
         scrape_interval_s=_int(ctx, mm.get("scrape_interval_s", d.scrape_interval_s), "monitoring.scrape_interval_s", 1),

@@ -140,6 +140,9 @@ def render(cluster: Cluster, nodes: Iterable[NodeInfo], jobs: Iterable[JobInfo],
     for n in sorted(nodes, key=lambda n: n.name):  # Slurm's own view of each node: DOWN alerts without node_exporter
         ex.add(M.node_state, {"node": n.name, "state": n.state, "flags": "+".join(sorted(n.flags)),
                               "reason": n.reason}, 1)
+    for n in sorted(nodes, key=lambda n: n.name):
+        for part in n.partitions:
+            ex.add(M.node_partition, {"node": n.name, "partition": part}, 1)
     for (part, group, gtype, state), v in sorted(gpus.items()):
         ex.add(M.cluster_gpus, {"partition": part, "group": group, "gpu_type": gtype, "state": state}, v)
     for (part, state), v in sorted(node_states.items()):

@@ -12,14 +12,33 @@ import yaml
 
 from slurmkit.health import xidcodes
 from slurmkit.model.cluster import Cluster
-from slurmkit.monitor.metrics import M
+from slurmkit.monitor.metrics import DCGM, DCGM_METRICS, SLURM, SLURM_METRICS, M
 
 RULES_FILE = "slurmkit-alerts.yml"
 # Metrics of other exporters the rules use: Prometheus's own ``up``, node_exporter's infiniband collector
 # (collector/infiniband_linux.go, node_exporter 1.5: state_id 4 = ACTIVE, link_downed_total).
 # Prometheus' ALERTS series (one per pending or firing alert: alertname, alertstate and the alert's labels).
-EXTERNAL_METRICS = {"up", "node_infiniband_state_id", "node_infiniband_link_downed_total", "time", "ALERTS"}
-JOB_NODE, JOB_DCGM, JOB_EXPORTER = "node", "dcgm-exporter", "slurmkit"
+# dcgm-exporter's series (metrics.DCGM) where monitoring.dcgm_exporter names nodes.
+EXTERNAL_METRICS = {"up", "node_infiniband_state_id", "node_infiniband_link_downed_total", "time", "ALERTS",
+                    *DCGM_METRICS, *SLURM_METRICS}
+JOB_NODE, JOB_DCGM, JOB_EXPORTER, JOB_SLURM = "node", "dcgm-exporter", "slurmkit", "slurmctld"
+# slurmctld's metric categories prometheus.yml scrapes (doc/html/metrics.shtml "HTTP Endpoints"; src/slurmctld/
+# http.c binds them at slurm-25-11-0-1 and slurm-26-05-3-1). Not /metrics/jobs-users-accts: one series per user and
+# account, which the guide says not to store ("Do not use unbounded metric endpoints")
+SLURM_ENDPOINTS = ("jobs", "nodes", "partitions", "scheduler")
+
+
+def slurm_metrics_on(cluster: Cluster) -> bool:
+    """monitoring.slurm_metrics on a release that has the endpoint (25.11+); an older one is an inventory error."""
+    if not cluster.monitoring.slurm_metrics:
+        return False
+    from slurmkit.errors import InventoryError
+    from slurmkit.release import features_for
+
+    if not features_for(cluster.slurm_version).openmetrics:
+        raise InventoryError("monitoring.slurm_metrics", f"slurmctld serves metrics from Slurm 25.11, the inventory's "
+                             f"release is {cluster.slurm_version}")
+    return True
 
 
 def drain_xids(cluster: Cluster) -> tuple[int, ...]:
@@ -79,6 +98,39 @@ def _n(metric: Any) -> str:
     return str(metric.name)
 
 
+def _dcgm(field: str) -> str:
+    """dcgm-exporter's ``field`` per GPU, labelled node and uuid (its UUID label, renamed to ours): one series per
+    GPU (max: dcgm-exporter repeats a GPU's series once per job, hpc_job=, where the job mapping files name jobs)."""
+    return f'max by (node, uuid) (label_replace({field}{{job="{JOB_DCGM}"}}, "uuid", "$1", "UUID", "(.+)"))'
+
+
+def _gpu_ids() -> str:
+    """Each GPU's identity (slurmkit_gpu_info from the hooks) keyed by node and UUID, one per key (topk: a
+    many-to-many join would fail the rule)."""
+    return f'topk by (node, uuid) (1, max without (job, instance) ({_n(M.gpu_info)}{{uuid!=""}}))'
+
+
+def _gpu_value(cluster: Cluster, own: Any, field: str, sel: str = "", drop: str = "",
+               extra: tuple[tuple[str, str], ...] = ()) -> str:
+    """A per-GPU value from dcgm-exporter where it exports ``field`` for that GPU, else the hooks' own series
+    (``own``{``sel``}, ``drop`` labels aggregated away). Without monitoring.dcgm_exporter: the hooks' series as they
+    are. With it, both arms carry exactly metrics.GPU_LABELS (and ``extra``, constant labels the DCGM arm adds to
+    match the hooks' series), so a GPU whose source changes (dcgm-exporter stopped: its series go stale after 5
+    minutes and the hooks' take over) keeps its alert rather than resolving and firing again. The DCGM arm takes
+    the GPU's names (nvidia<minor>@<bus>, minor, serial) from slurmkit_gpu_info by UUID: the page names the board
+    whichever source measured it. Per GPU, not per node: a site counters file without ``field`` (ECC and the
+    pending remap are commented out of dcgm-exporter's default-counters.csv) leaves the hooks' series in use."""
+    sel_ = f"{{{sel}}}" if sel else ""
+    if not cluster.monitoring.dcgm_exporter:
+        return f"max without ({drop}) ({_n(own)}{sel_})" if drop else f"{_n(own)}{sel_}"
+    keys = ", ".join(k for k in ("job", "instance", drop) if k)
+    mine = f"max without ({keys}) ({_n(own)}{sel_})"
+    theirs = (f"{_dcgm(field)} * on (node, uuid) group_left (gpu, minor, pci_bus_id, serial, model) {_gpu_ids()}")
+    for k, v in extra:
+        theirs = f'label_replace({theirs}, "{k}", "{v}", "", "")'
+    return f"(({theirs}) or ({mine} unless on (node, uuid) {_dcgm(field)}))"
+
+
 def _xid_new(sel: str, window: str = "15m") -> str:
     """XID events in the last ``window`` (a counter per node, GPU and code). The per-code counter series is born at
     its first event with the value 1, and increase() needs two samples of one series (a series first seen at 1
@@ -131,13 +183,18 @@ def alerts(cluster: Cluster) -> list[Alert]:
               "needed)"),
         Alert("SlurmkitGpuXid", _with_gpu_id(_xid_new(f'xid!~"{drain}"')), "warning",
               "GPU {{ $labels.gpu }} on {{ $labels.node }}: XID {{ $labels.xid }}"),
+        # the value from dcgm-exporter where it exports it (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL: double-bit, volatile),
+        # else the hooks' (_gpu_value); the same labels either way
         Alert("SlurmkitGpuEccUncorrectable",
-              f'max without (location) ({_n(M.ecc_errors)}{{type="uncorrected",counter="volatile"}}) > 0',
+              _gpu_value(cluster, M.ecc_errors, DCGM.ecc_dbe_volatile, 'type="uncorrected",counter="volatile"',
+                         "location", (("type", "uncorrected"), ("counter", "volatile"))) + " > 0",
               "critical", "GPU {{ $labels.gpu }} on {{ $labels.node }}: {{ $value }} uncorrectable ECC errors since "
               "the driver loaded"),
-        Alert("SlurmkitGpuRowRemapFailure", f"{_n(M.remap_failure)} == 1", "critical",
+        Alert("SlurmkitGpuRowRemapFailure", _gpu_value(cluster, M.remap_failure, DCGM.remap_failure) + " == 1",
+              "critical",
               "GPU {{ $labels.gpu }} on {{ $labels.node }}: row remap failed (no spare rows: RMA)"),
-        Alert("SlurmkitGpuRowRemapPending", f"{_n(M.remap_pending)} == 1", "warning",
+        Alert("SlurmkitGpuRowRemapPending", _gpu_value(cluster, M.remap_pending, DCGM.remap_pending) + " == 1",
+              "warning",
               "GPU {{ $labels.gpu }} on {{ $labels.node }}: row remap pending (reset the GPU when idle)", "1h"),
         Alert("SlurmkitGpuNvlinkErrors", f"sum without (kind) (increase({_n(M.nvlink_errors)}[15m])) > 0",
               "warning", "GPU {{ $labels.gpu }} on {{ $labels.node }}: NVLink error counters growing"),
@@ -150,7 +207,8 @@ def alerts(cluster: Cluster) -> list[Alert]:
               f"unless on (node) {_n(M.gpu_lost)} == 1)",
               "critical", "{{ $labels.node }}: {{ if $labels.gpu }}GPU {{ $labels.gpu }} (serial {{ $labels.serial }}, "
               "{{ $labels.uuid }}){{ else }}a GPU{{ end }} is missing or lost"),
-        Alert("SlurmkitGpuTooHot", f"{_n(M.temperature)} >= {mon.gpu_temp_max_c}", "warning",
+        Alert("SlurmkitGpuTooHot", _gpu_value(cluster, M.temperature, DCGM.temperature) + f" >= {mon.gpu_temp_max_c}",
+              "warning",
               f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}: {{{{ $value }}}}C (limit {mon.gpu_temp_max_c}C)",
               "5m"),
         Alert("SlurmkitGpuPcieDegraded",
@@ -224,6 +282,11 @@ def alerts(cluster: Cluster) -> list[Alert]:
               f"{{{{ with query `max({_n(M.last_success_age)})` }}}}{{{{ . | first | value | humanizeDuration }}}}"
               "{{ end }} ago)", "2m", per_node=False),
     ]
+    if mon.dcgm_exporter:
+        # the GPU rules fall back to the hooks' series while a node's dcgm-exporter is away (_gpu_value), but its
+        # dashboards' power, utilisation, memory and clocks (and the hpc_job labels) have no other source
+        a.append(Alert("SlurmkitDcgmExporterDown", f'up{{job="{JOB_DCGM}"}} == 0', "warning",
+                       "{{ $labels.node }}: dcgm-exporter does not answer (GPU rules use the hooks' readings)", "10m"))
     if cluster.hooks.healthcheck_interval:
         stale = 3 * cluster.hooks.healthcheck_interval
         a.append(Alert("SlurmkitHealthHookStale",
@@ -287,6 +350,16 @@ def prometheus_yaml(cluster: Cluster, rules_path: str = RULES_FILE,
         scrape.append({"job_name": JOB_DCGM,
                        "static_configs": [{"targets": [f"{h}:{mon.dcgm_exporter_port}"], "labels": {"node": h}}
                                           for h in dcgm]})
+    if slurm_metrics_on(cluster):
+        # slurmctld's own endpoint, on its port (SlurmctldPort), one target per category (__metrics_path__ per static
+        # group); every 60 s at least: the Metrics Guide asks for 60-120 s ("Performance Impact": each scrape takes
+        # slurmctld's locks). Only the first SlurmctldHost: a standby answers 303 to the primary (metrics.shtml
+        # "Standby Controllers"), which Prometheus follows
+        ctl = cluster.controller
+        scrape.append({"job_name": JOB_SLURM, "scrape_interval": f"{max(60, mon.scrape_interval_s)}s",
+                       "static_configs": [{"targets": [f"{ctl.hosts[0]}:{ctl.port}"],
+                                           "labels": {"__metrics_path__": f"/metrics/{e}", "endpoint": e}}
+                                          for e in SLURM_ENDPOINTS]})
     if mon.exporter:
         scrape.append({"job_name": JOB_EXPORTER, "honor_labels": True,
                        "static_configs": [{"targets": list(mon.exporter)}]})
@@ -379,6 +452,13 @@ def alertmanager_yaml(cluster: Cluster, timing: Timing = Timing()) -> str:
 
 # --- dashboards -------------------------------------------------------------------------------------------------
 
+# The dashboards' template variables (Grafana's $name in a query): what each selects and how "All" reads. $partition
+# and $gpu send the regex .* for All (one short matcher, not 4,000 alternatives); $node's All is its current options
+# (Grafana's default), the nodes of the partitions chosen.
+VARIABLES = ("partition", "node", "gpu")
+TOPK = 10  # per-GPU and per-node panels show this many of the worst, not one line per GPU (500 nodes x 8 GPUs)
+
+
 @dataclass(frozen=True)
 class Panel:
     title: str
@@ -386,6 +466,29 @@ class Panel:
     legend: str
     unit: str = "short"
     kind: str = "timeseries"  # timeseries | stat
+
+    def all(self) -> str:
+        """The query as Grafana sends it with every variable at All (.*): what a test runs against Prometheus."""
+        out = self.expr
+        for v in VARIABLES:
+            out = out.replace(f"${v}", ".*")
+        return out
+
+
+def _faults(expr: str) -> str:
+    """A panel of only the GPUs with a fault, or one 0 where none has (``or on () vector(0)``: Grafana shows 0 for a
+    healthy cluster rather than "No data", which reads as broken)."""
+    return f"({expr}) or on () vector(0)"
+
+
+def _on_gpus(expr: str) -> str:
+    """``expr`` (per-GPU series labelled node and gpu) on the GPUs $node and $gpu select."""
+    return f'(({expr}) and on (node, gpu) {_n(M.gpu_info)}{{node=~"$node",gpu=~"$gpu"}})'
+
+
+def _dcgm_named(field: str) -> str:
+    """dcgm-exporter's ``field`` per GPU with the hooks' names for it (nvidia<minor>@<bus>, serial ...)."""
+    return f"{_dcgm(field)} * on (node, uuid) group_left (gpu, minor, pci_bus_id, serial, model) {_gpu_ids()}"
 
 
 def bmc_sources(cluster: Cluster) -> bool:
@@ -411,16 +514,29 @@ def bmc_panels() -> list[Panel]:
 
 
 def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
-    """The dashboards' queries (kept as data so a test can run every one against a real Prometheus). The BMC
-    dashboard only where the inventory names BMCs (``bmc_sources``): without one no ``slurmkit_bmc_*`` series
-    exists, and a dashboard of empty panels would say nothing (the lab has none: its power provider is ``lab``)."""
+    """The dashboards' queries (kept as data so a test can run every one against a real Prometheus: Panel.all()).
+    Sized for 500 nodes: every per-GPU or per-node panel shows the ``TOPK`` worst (topk/bottomk, or only the GPUs
+    with a fault), filtered by the $partition, $node and $gpu variables. The BMC dashboard only where the inventory
+    names BMCs (``bmc_sources``): without one no ``slurmkit_bmc_*`` series exists, and a dashboard of empty panels
+    would say nothing (the lab has none: its power provider is ``lab``). Power draw, utilisation, memory and clocks
+    where dcgm-exporter runs (monitoring.dcgm_exporter): the hooks do not measure them."""
+    k = TOPK
+    part = 'partition=~"$partition"'
+    node = 'node=~"$node"'
+    temp = _gpu_value(cluster, M.temperature, DCGM.temperature)
+    ecc = _gpu_value(cluster, M.ecc_errors, DCGM.ecc_dbe_volatile, 'type="uncorrected",counter="volatile"',
+                     "location", (("type", "uncorrected"), ("counter", "volatile")))
+    remap = (f"{_gpu_value(cluster, M.remap_pending, DCGM.remap_pending)} + 2 * "
+             f"{_gpu_value(cluster, M.remap_failure, DCGM.remap_failure)}")
     boards = {
         "slurmkit-cluster": [
-            Panel("GPUs by state", f"sum by (state) ({_n(M.cluster_gpus)})", "{{state}}", kind="stat"),
-            Panel("GPUs by state per partition", f"sum by (partition, state) ({_n(M.cluster_gpus)})",
+            Panel("GPUs by state", f"sum by (state) ({_n(M.cluster_gpus)}{{{part}}})", "{{state}}", kind="stat"),
+            Panel("GPUs by state per partition", f"sum by (partition, state) ({_n(M.cluster_gpus)}{{{part}}})",
                   "{{partition}} {{state}}"),
-            Panel("GPUs by state per GPU type", f"sum by (gpu_type, state) ({_n(M.cluster_gpus)})",
+            Panel("GPUs by state per GPU type", f"sum by (gpu_type, state) ({_n(M.cluster_gpus)}{{{part}}})",
                   "{{gpu_type}} {{state}}"),
+            Panel("Nodes by state per partition", f"sum by (partition, state) ({_n(M.cluster_nodes)}{{{part}}})",
+                  "{{partition}} {{state}}"),
             Panel("Running GPUs per account", f'sum by (account) ({_n(M.job_gpus)}{{state="running"}})',
                   "{{account}}"),
             Panel("Pending GPU jobs by reason", f"sum by (reason) ({_n(M.pending_reason)})", "{{reason}}"),
@@ -428,22 +544,30 @@ def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
             Panel("Largest job that can start now (nodes)",
                   f'label_replace({_n(M.largest_leaf)}, "where", "one leaf", "", "") or '
                   f'label_replace({_n(M.largest_any)}, "where", "anywhere", "", "")', "{{where}}"),
-            Panel("Nodes drained by slurmkit", f"sum({_n(M.drained)})", "drained", kind="stat"),
+            Panel("Nodes drained by slurmkit", f"sum({_n(M.drained)}{{{node}}})", "drained", kind="stat"),
         ],
         "slurmkit-node-health": [
-            Panel("GPU temperature", f"{_n(M.temperature)}", "{{node}} {{gpu}}", "celsius"),
-            Panel("Uncorrectable ECC (volatile)",
-                  f'{_n(M.ecc_errors)}{{type="uncorrected",counter="volatile",location="all"}}',
+            Panel(f"GPU temperature ({k} hottest)", f"topk({k}, {_on_gpus(temp)})", "{{node}} {{gpu}}", "celsius"),
+            Panel("GPU temperature (hottest and median)",
+                  f'label_replace(max({_on_gpus(temp)}), "of", "hottest", "", "") or '
+                  f'label_replace(quantile(0.5, {_on_gpus(temp)}), "of", "median", "", "")', "{{of}}", "celsius"),
+            Panel("Uncorrectable ECC (volatile), GPUs with any", _faults(f"topk({k}, {_on_gpus(ecc)} > 0)"),
                   "{{node}} {{gpu}}"),
-            Panel("Row remap pending / failed", f"{_n(M.remap_pending)} + 2 * {_n(M.remap_failure)}",
+            Panel("Row remap pending (1) / failed (2+), GPUs with one", _faults(f"topk({k}, {_on_gpus(remap)} > 0)"),
                   "{{node}} {{gpu}}"),
-            Panel("XIDs (last hour)", f'sum by (node, xid) ({_xid_new("", "1h")})', "{{node}} xid{{xid}}"),
-            Panel("NVLink links down", f'{_n(M.nvlink_links)}{{state="down"}}', "{{node}} {{gpu}}"),
-            Panel("PCIe width", f'{_n(M.pcie_width)}{{which="current"}}', "{{node}} {{gpu}}"),
-            Panel("Power limit", f"{_n(M.power_limit)}", "{{node}} {{gpu}}", "watt"),
-            Panel("Failing checks", f'sum by (node, check) ({_n(M.check_status)}{{state="fail"}} '
+            Panel("XIDs (last hour)", f'topk({k}, sum by (node, xid) ({_xid_new(node, "1h")}))',
+                  "{{node}} xid{{xid}}"),
+            Panel("NVLink links down, GPUs with any",
+                  _faults(f'topk({k}, {_n(M.nvlink_links)}{{state="down",{node},gpu=~"$gpu"}} > 0)'), "{{node}} {{gpu}}"),
+            Panel("PCIe narrower than its maximum",
+                  _faults(f'topk({k}, {_n(M.pcie_width)}{{which="current",{node},gpu=~"$gpu"}} < ignoring (which) '
+                          f'{_n(M.pcie_width)}{{which="max"}})'), "{{node}} {{gpu}}"),
+            Panel("GPUs by power limit", f'count_values("watts", {_n(M.power_limit)}{{{node},gpu=~"$gpu"}})',
+                  "{{watts}} W"),
+            Panel("Failing checks", f'sum by (node, check) ({_n(M.check_status)}{{state="fail",{node}}} '
                   f"and on (node, hook) {_latest_run()})", "{{node}} {{check}}"),
-            Panel("Health hook run time", f"{_n(M.run_duration)}", "{{node}} {{hook}}", "s"),
+            Panel(f"Health hook run time ({k} slowest)", f"topk({k}, {_n(M.run_duration)}{{{node}}})",
+                  "{{node}} {{hook}}", "s"),
         ],
         "slurmkit-tenants": [
             Panel("GPUs in use per account", f'sum by (account) ({_n(M.job_gpus)}{{state="running"}})',
@@ -455,9 +579,73 @@ def dashboard_panels(cluster: Cluster) -> dict[str, list[Panel]]:
             Panel("Jobs per account and state", f"sum by (account, state) ({_n(M.jobs)})", "{{account}} {{state}}"),
         ],
     }
+    if cluster.monitoring.dcgm_exporter:
+        # dcgm-exporter's own measurements (its default counters, etc/default-counters.csv): power in W, GPU_UTIL
+        # in %, framebuffer in MiB, SM clock in MHz; hpc_job where the hooks write the job mapping files
+        util = f'{DCGM.utilisation}{{job="{JOB_DCGM}",{node}}}'
+        boards["slurmkit-gpu-usage"] = [
+            Panel("GPU power draw (cluster)", f"sum({_dcgm(DCGM.power)})", "watts", "watt", kind="stat"),
+            Panel(f"GPU power draw ({k} highest)", f"topk({k}, {_on_gpus(_dcgm_named(DCGM.power))})",
+                  "{{node}} {{gpu}}", "watt"),
+            Panel("GPU utilisation (cluster average)", f"avg({_dcgm(DCGM.utilisation)})", "utilisation",
+                  "percent", kind="stat"),
+            Panel(f"GPU utilisation per node ({k} least busy)",
+                  f"bottomk({k}, avg by (node) (max by (node, UUID) ({util})))", "{{node}}", "percent"),
+            Panel(f"GPU utilisation per job ({k} least busy)",
+                  f'bottomk({k}, avg by (hpc_job) ({util[:-1]},hpc_job!=""}}))', "job {{hpc_job}}", "percent"),
+            Panel(f"GPU memory used ({k} fullest)",
+                  f"topk({k}, {_on_gpus(_dcgm_named(DCGM.fb_used))} / on (node, gpu) "
+                  f"({_dcgm_named(DCGM.fb_used)} + on (node, gpu) {_dcgm_named(DCGM.fb_free)}))",
+                  "{{node}} {{gpu}}", "percentunit"),
+            Panel(f"SM clock ({k} lowest)", f"bottomk({k}, {_on_gpus(_dcgm_named(DCGM.sm_clock))})",
+                  "{{node}} {{gpu}}", "rotmhz"),
+        ]
+    if slurm_metrics_on(cluster):
+        boards["slurmkit-slurmctld"] = slurm_panels(cluster)
     if bmc_sources(cluster):
         boards["slurmkit-bmc"] = bmc_panels()
     return boards
+
+
+def slurm_panels(cluster: Cluster) -> list[Panel]:
+    """slurmctld's own series (metrics.SLURM): its view of the nodes, CPUs left beside free GPUs (26.05: per-node
+    GPUs), the scheduler's cycles and queues, slurmctld's threads and the slurmdbd backlog."""
+    from slurmkit.release import features_for
+
+    k, node = TOPK, 'node=~"$node"'
+    states = " or ".join(f'label_replace({m}, "state", "{st}", "", "")' for st, m in (
+        ("down", SLURM.nodes_down), ("drain", SLURM.nodes_drain), ("not responding", SLURM.nodes_noresp),
+        ("idle", SLURM.nodes_idle), ("allocated", SLURM.nodes_alloc), ("mixed", SLURM.nodes_mixed)))
+    out = [
+        Panel("Nodes by state (slurmctld)", f"max by (state) ({states})", "{{state}}"),
+        Panel("Jobs running and pending (slurmctld)",
+              f'label_replace({SLURM.jobs_running}, "state", "running", "", "") or '
+              f'label_replace({SLURM.jobs_pending}, "state", "pending", "", "")', "{{state}}"),
+        Panel("Pending jobs per partition", f'{SLURM.partition_jobs_pending}{{partition=~"$partition"}}',
+              "{{partition}}"),
+        Panel(f"Idle CPUs per node ({k} fewest)", f"bottomk({k}, {SLURM.node_cpus_idle}{{{node}}})", "{{node}}"),
+        Panel("Scheduling cycle, last (main and backfill)",
+              f'label_replace({SLURM.schedule_cycle_last}, "cycle", "main", "", "") or '
+              f'label_replace({SLURM.bf_cycle_last}, "cycle", "backfill", "", "")', "{{cycle}}", "µs"),
+        Panel("Queues: scheduler, RPC agent, slurmdbd",
+              f'label_replace({SLURM.schedule_queue_len}, "queue", "schedule", "", "") or '
+              f'label_replace({SLURM.agent_queue_size}, "queue", "agent", "", "") or '
+              f'label_replace({SLURM.slurmdbd_queue_size}, "queue", "slurmdbd", "", "")', "{{queue}}"),
+        Panel("slurmctld server threads", SLURM.server_thread_cnt, "threads"),
+    ]
+    if features_for(cluster.slurm_version).openmetrics_node_gpus and cluster.accounting is not None:
+        # a node with free GPUs and no CPU left to give them: GPUs idle because CPUs are gone (26.05's per-node GPUs).
+        # slurm_node_gpus counts the gres/gpu TRES (src/slurmctld/statistics.c at slurm-26-05-3-1:791-793), which
+        # needs slurmdbd: AccountingStorageTRES=gres/gpu without it is fatal ("slurmdbd is required to run with TRES
+        # gres/gpu", controller.c:2450), and without that TRES every node reads 0 GPUs (both measured on the lab,
+        # tests/integration/test_slurm_metrics_lab.py): only with accounting
+        out.append(Panel("Nodes with free GPUs but no idle CPU",
+                         _faults(f"count(({SLURM.node_gpus}{{{node}}} - {SLURM.node_gpus_alloc}) > 0 "
+                                 f"and on (node) {SLURM.node_cpus_idle} == 0)"), "nodes"))
+        out.append(Panel(f"GPUs allocated per node ({k} least)",
+                         f"bottomk({k}, {SLURM.node_gpus_alloc}{{{node}}} / on (node) ({SLURM.node_gpus} > 0))",
+                         "{{node}}", "percentunit"))
+    return out
 
 
 def dashboards(cluster: Cluster) -> dict[str, str]:
@@ -466,19 +654,32 @@ def dashboards(cluster: Cluster) -> dict[str, str]:
     the rules do not need it, and the CLI says how to get the dashboards."""
     try:
         from grafana_foundation_sdk.builders import prometheus, stat, timeseries
-        from grafana_foundation_sdk.builders.dashboard import Dashboard, DatasourceVariable
+        from grafana_foundation_sdk.builders.dashboard import Dashboard, DatasourceVariable, QueryVariable
         from grafana_foundation_sdk.cog.encoder import JSONEncoder
-        from grafana_foundation_sdk.models.dashboard import DataSourceRef
+        from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh, VariableSort
     except ImportError:
         return {}
 
     ds = DataSourceRef(type_val="prometheus", uid="${datasource}")
     titles = {"slurmkit-cluster": "Cluster overview", "slurmkit-node-health": "Node health",
-              "slurmkit-tenants": "Tenants", "slurmkit-bmc": "BMC sensors"}
+              "slurmkit-tenants": "Tenants", "slurmkit-bmc": "BMC sensors", "slurmkit-gpu-usage": "GPU usage",
+              "slurmkit-slurmctld": "slurmctld"}
+    # Grafana's Prometheus label_values(metric{matchers}, label) variable queries; refresh on time range change
+    # so a node added since the dashboard loaded is offered
+    queries = {"partition": f"label_values({_n(M.node_partition)}, partition)",
+               "node": f'label_values({_n(M.node_partition)}{{partition=~"$partition"}}, node)',
+               "gpu": f'label_values({_n(M.gpu_info)}{{node=~"$node"}}, gpu)'}
+    variables = []
+    for v in VARIABLES:
+        var = (QueryVariable(v).label(v).datasource(ds).query(queries[v]).multi(True).include_all(True)
+               .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC))
+        variables.append(var if v == "node" else var.all_value(".*"))
     out: dict[str, str] = {}
     for uid, panels in dashboard_panels(cluster).items():
         d = (Dashboard(f"{cluster.name}: {titles[uid]}").uid(uid).tags(["slurmkit"]).refresh("1m")
              .time("now-6h", "now").with_variable(DatasourceVariable("datasource").type("prometheus")))
+        for var in variables:
+            d = d.with_variable(var)
         for p in panels:
             builder: Any = stat.Panel() if p.kind == "stat" else timeseries.Panel()
             q = prometheus.Dataquery().expr(p.expr).legend_format(p.legend).ref_id("A")

@@ -173,6 +173,9 @@ class M:
                     "1 per node: Slurm's view of it from slurmctld (state: the base state in lower case, idle, mixed, "
                     "allocated, down, ...; flags: its flags '+'-joined, DRAIN, NOT_RESPONDING, POWERED_DOWN, ...; "
                     "reason: Slurm's Reason).", ("node", "state", "flags", "reason"), "exporter")
+    node_partition = _m("slurmkit_node_partition_info", "gauge",
+                        "1 per node and partition it is in (slurmctld's view): what the dashboards' $partition "
+                        "variable selects nodes by.", ("node", "partition"), "exporter")
     jobs = _m("slurmkit_jobs", "gauge", "Jobs by state (running, pending) per account, QOS and user (user=\"\" "
               "where PrivateData or monitoring.per_user_labels hides users).",
               ("account", "qos", "user", "state"), "exporter")
@@ -205,6 +208,60 @@ class M:
                            ("account",), "exporter")
     cluster_gpu_total = _m("slurmkit_cluster_gpus_total_capacity", "gauge", "GPUs the cluster has (configured).", (),
                            "exporter")
+
+
+class DCGM:
+    """dcgm-exporter's series the rules and dashboards read where ``monitoring.dcgm_exporter`` names the node: its
+    default counters file (NVIDIA/dcgm-exporter etc/default-counters.csv) has every one but ROW_REMAP_PENDING (not
+    listed) and ECC_DBE_VOL_TOTAL (commented out: a site enables them in its counters file), and a rule falls back to the hooks' own series per
+    GPU wherever dcgm-exporter exports no such series (generate._gpu_value). Each carries ``gpu`` (DCGM's GPU id, the
+    NVML index), ``UUID``, ``pci_bus_id``, ``device`` (nvidia<minor>), ``modelName``, ``Hostname``, and ``hpc_job``
+    once per job where the hooks write the job mapping files (slurmkit/health/dcgmmap.py)."""
+
+    temperature = "DCGM_FI_DEV_GPU_TEMP"  # gauge, C
+    remap_failure = "DCGM_FI_DEV_ROW_REMAP_FAILURE"  # gauge, 1 when remapping failed
+    remap_pending = "DCGM_FI_DEV_ROW_REMAP_PENDING"  # gauge (not in the default counters)
+    ecc_dbe_volatile = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"  # counter (not in the default counters)
+    power = "DCGM_FI_DEV_POWER_USAGE"  # gauge, W
+    utilisation = "DCGM_FI_DEV_GPU_UTIL"  # gauge, %
+    fb_used = "DCGM_FI_DEV_FB_USED"  # gauge, MiB
+    fb_free = "DCGM_FI_DEV_FB_FREE"  # gauge, MiB
+    sm_clock = "DCGM_FI_DEV_SM_CLOCK"  # gauge, MHz
+
+
+class SLURM:
+    """slurmctld's own OpenMetrics series (MetricsType=metrics/openmetrics, 25.11+; monitoring.slurm_metrics) the
+    dashboards read, each a gauge named in src/plugins/metrics/openmetrics/openmetrics.c (ADD_METRIC: "slurm_" +
+    name; line numbers at slurm-25-11-0-1 / slurm-26-05-3-1). Neither release publishes a per-node state (only
+    cluster counts per state): SlurmkitNodeDownInSlurm stays on the exporter's slurmkit_node_state."""
+
+    nodes_down = "slurm_nodes_down"  # /metrics/nodes, 412/414
+    nodes_drain = "slurm_nodes_drain"  # 413/415 (the Drain flag)
+    nodes_noresp = "slurm_nodes_noresp"  # 425/427 (Not Responding)
+    nodes_idle = "slurm_nodes_idle"  # 421/423
+    nodes_alloc = "slurm_nodes_alloc"  # 408/410
+    nodes_mixed = "slurm_nodes_mixed"  # 424/426
+    node_cpus = "slurm_node_cpus"  # {node}, 394/394
+    node_cpus_idle = "slurm_node_cpus_idle"  # {node}, 397/397
+    node_gpus = "slurm_node_gpus"  # {node}, 26.05 only: 398
+    node_gpus_alloc = "slurm_node_gpus_alloc"  # {node}, 26.05 only: 399
+    jobs_running = "slurm_jobs_running"  # /metrics/jobs, 468/471
+    jobs_pending = "slurm_jobs_pending"  # 462/465
+    partition_jobs_pending = "slurm_partition_jobs_pending"  # {partition}, /metrics/partitions, 505/509
+    schedule_cycle_last = "slurm_schedule_cycle_last"  # /metrics/scheduler, microseconds (sdiag's), 673/679
+    bf_cycle_last = "slurm_bf_cycle_last"  # microseconds, 649/655
+    schedule_queue_len = "slurm_schedule_queue_len"  # 676/682
+    server_thread_cnt = "slurm_server_thread_cnt"  # 691/697
+    agent_queue_size = "slurm_agent_queue_size"  # 638/644
+    slurmdbd_queue_size = "slurm_slurmdbd_queue_size"  # 692/698
+
+
+SLURM_METRICS: frozenset[str] = frozenset(v for k, v in vars(SLURM).items() if not k.startswith("_") and
+                                          isinstance(v, str))
+
+
+DCGM_METRICS: frozenset[str] = frozenset(v for k, v in vars(DCGM).items() if not k.startswith("_") and
+                                         isinstance(v, str))
 
 
 METRICS: tuple[Metric, ...] = tuple(v for v in vars(M).values() if isinstance(v, Metric))

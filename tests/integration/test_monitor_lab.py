@@ -290,7 +290,7 @@ def test_tenant_over_quota_shows_in_the_exporter_and_fires_its_alert_and_every_p
         empty = []
         for board, panels in dashboard_panels(cluster).items():
             for p in panels:
-                res = query_api(mlab, "/api/v1/query?" + urlencode({"query": p.expr}))
+                res = query_api(mlab, "/api/v1/query?" + urlencode({"query": p.all()}))
                 if not res["result"]:
                     empty.append(f"{board}: {p.title}: {p.expr}")
         assert not empty, "panels without data:\n" + "\n".join(empty)

@@ -225,3 +225,11 @@ def test_each_nodes_slurm_state_is_a_series():
                    {"node": "node7", "state": "down", "flags": "DRAIN+NOT_RESPONDING", "reason": "Not responding",
                     "v": 1}]
     assert find(s, "slurmkit_cluster_nodes", state="down") == [1]  # the iterable was read for both
+
+
+def test_each_nodes_partitions_are_a_series_for_the_dashboards_partition_variable():
+    c = lab_cluster()
+    nodes = [NodeInfo("node1", "idle", frozenset(), partitions=("gpu", "debug")), NodeInfo("node2", "idle", frozenset())]
+    s = samples(render(c, iter(nodes), [], 1e9))
+    got = sorted(tuple(sorted(dict(lbl).items())) for (n, lbl), _v in s.items() if n == "slurmkit_node_partition_info")
+    assert got == [(("node", "node1"), ("partition", "debug")), (("node", "node1"), ("partition", "gpu"))]

@@ -20,7 +20,7 @@ from tests.conftest import DATA, ROOT, needs
 TESTS = DATA / "monitor" / "alerts_test.yml"
 _PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
                  "offset", "sum", "max", "min", "topk", "avg", "count", "increase", "rate", "label_replace", "humanizeDuration",
-                 "max_over_time", "min_over_time"}
+                 "max_over_time", "min_over_time", "bottomk", "quantile", "count_values", "vector"}
 
 
 def cluster(**mon):
@@ -163,7 +163,7 @@ def test_every_bmc_panel_query_returns_series_in_prometheus(tmp_path):
     engine (promtool test rules) evaluates each panel's query over the series `slurmkit bmc` writes for recorded
     BMCs; one alert per panel fires iff its query returns a series."""
     panels = dashboard_panels(_with_bmc())["slurmkit-bmc"]
-    rules = [{"alert": f"Panel{i}", "expr": f"count({p.expr}) > 0"} for i, p in enumerate(panels)]
+    rules = [{"alert": f"Panel{i}", "expr": f"count({p.all()}) > 0"} for i, p in enumerate(panels)]
     (tmp_path / "panels.yml").write_text(yaml.safe_dump({"groups": [{"name": "bmc", "rules": rules}]}))
     case = {"interval": "1m", "input_series": _bmc_series(),
             "alert_rule_test": [{"eval_time": "2m", "alertname": f"Panel{i}", "exp_alerts": [{"exp_labels": {}}]}
@@ -209,7 +209,7 @@ def test_xid_panel_counts_a_gpus_first_event_of_a_code(tmp_path):
     """The "XIDs (last hour)" panel over a counter series born at 1 (the first XID 63 of a GPU) and one that grew
     from 2 to 5: it returns both, non-zero (increase() alone gave 0 for the first, issue 35)."""
     panel = next(p for p in dashboard_panels(cluster())["slurmkit-node-health"] if p.title == "XIDs (last hour)")
-    rules = [{"alert": "Panel", "expr": f"({panel.expr}) > 0"}]
+    rules = [{"alert": "Panel", "expr": f"({panel.all()}) > 0"}]
     (tmp_path / "panels.yml").write_text(yaml.safe_dump({"groups": [{"name": "xid", "rules": rules}]}))
     case = {"interval": "1m", "input_series": [
         {"series": 'slurmkit_gpu_xid_errors_total{node="n1",gpu="3",xid="63"}', "values": "_x10 1x20"},
@@ -228,7 +228,7 @@ def test_failing_checks_panel_clears_when_a_later_run_is_healthy(tmp_path):
     """A failed epilog's textfile stands until the next epilog; the "Failing checks" panel shows the node's latest
     run only, so the health check's passing run clears it (issue 35), and a later failing run shows again."""
     panel = next(p for p in dashboard_panels(cluster())["slurmkit-node-health"] if p.title == "Failing checks")
-    rules = [{"alert": "Panel", "expr": f"({panel.expr}) > 0"}]
+    rules = [{"alert": "Panel", "expr": f"({panel.all()}) > 0"}]
     (tmp_path / "panels.yml").write_text(yaml.safe_dump({"groups": [{"name": "fc", "rules": rules}]}))
     st = "slurmkit_health_check_status"
     series = [
@@ -372,3 +372,92 @@ def test_every_preset_scrapes_what_its_rules_and_panels_read(preset):
                 if m in BY_NAME}
     need = {"hook": "node", "exporter": "slurmkit", "bmc": "node"}
     assert {need[s] for s in sources} <= jobs, (preset, sources, jobs)
+
+
+def _fleet_series(nodes: int = 20, gpus: int = 8) -> list[dict[str, str]]:
+    """promtool input: ``nodes`` x ``gpus`` GPUs as the hooks and dcgm-exporter write them (dcgm-exporter repeating
+    each GPU's series per job: hpc_job), every GPU hot and faulty enough that each faults-only panel has more
+    candidates than TOPK."""
+    out: list[dict[str, str]] = []
+
+    def add(name: str, labels: dict[str, str], values: str) -> None:
+        sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        out.append({"series": f"{name}{{{sel}}}", "values": values})
+
+    for n in range(1, nodes + 1):
+        node = f"n{n:02d}"
+        hook = {"job": "node", "instance": f"{node}:9100", "node": node}
+        dc = {"job": "dcgm-exporter", "instance": f"{node}:9400", "node": node, "Hostname": node}
+        add("slurmkit_node_partition_info", {"job": "slurmkit", "node": node, "partition": "gpu"}, "1x10")
+        add("slurmkit_health_last_run_timestamp_seconds", {**hook, "hook": "health"}, "100x10")
+        add("slurmkit_health_run_duration_seconds", {**hook, "hook": "health"}, f"{n}x10")
+        add("slurmkit_health_check_status", {**hook, "hook": "health", "check": "ecc", "state": "fail"}, "1x10")
+        add("slurmkit_gpu_xid_errors_total", {**hook, "gpu": "nvidia0@18:00.0", "xid": "13"}, "_ 1x9")
+        for g in range(gpus):
+            ident = {"gpu": f"nvidia{g}@{0x18 + g:02x}:00.0", "minor": str(g), "uuid": f"GPU-{node}-{g}",
+                     "pci_bus_id": f"00000000:{0x18 + g:02X}:00.0", "serial": f"S{n}{g}", "model": "H100"}
+            add("slurmkit_gpu_info", {**hook, **ident}, "1x10")
+            add("slurmkit_gpu_temperature_celsius", {**hook, **ident}, f"{40 + g}x10")
+            add("slurmkit_gpu_ecc_errors_total", {**hook, **ident, "type": "uncorrected", "location": "all",
+                                                  "counter": "volatile"}, "1x10")
+            add("slurmkit_gpu_row_remap_pending", {**hook, **ident}, "1x10")
+            add("slurmkit_gpu_row_remap_failure", {**hook, **ident}, "0x10")
+            add("slurmkit_gpu_nvlink_links", {**hook, **ident, "state": "down"}, "1x10")
+            add("slurmkit_gpu_pcie_link_width", {**hook, **ident, "which": "current"}, "8x10")
+            add("slurmkit_gpu_pcie_link_width", {**hook, **ident, "which": "max"}, "16x10")
+            add("slurmkit_gpu_power_limit_watts", {**hook, **ident}, "700x10")
+            for job in ("41", "42"):
+                d = {**dc, "gpu": str(g), "UUID": f"GPU-{node}-{g}", "hpc_job": job}
+                add("DCGM_FI_DEV_GPU_TEMP", d, f"{50 + n}x10")
+                add("DCGM_FI_DEV_POWER_USAGE", d, f"{300 + n}x10")
+                add("DCGM_FI_DEV_GPU_UTIL", d, f"{n * 4}x10")
+                add("DCGM_FI_DEV_FB_USED", d, f"{1000 * n}x10")
+                add("DCGM_FI_DEV_FB_FREE", d, "80000x10")
+                add("DCGM_FI_DEV_SM_CLOCK", d, f"{1000 + n}x10")
+    return out
+
+
+@needs(shutil.which("promtool") is not None, "promtool (Debian package prometheus) not installed")
+def test_every_node_and_gpu_panel_has_data_and_topk_panels_stay_small_at_160_gpus(tmp_path):
+    """Prometheus' own engine over 20 nodes x 8 GPUs (hooks and dcgm-exporter): every panel of the node-health and
+    GPU usage dashboards returns series, none of the top-k ones more than TOPK (one line per GPU would be 160 here,
+    4,000 at 500 nodes), and $node=n07 shows only n07."""
+    from slurmkit.monitor.generate import TOPK
+
+    boards = dashboard_panels(cluster())
+    panels = boards["slurmkit-node-health"] + boards["slurmkit-gpu-usage"]
+    rules, cases = [], []
+    for i, p in enumerate(panels):
+        rules.append({"alert": f"Data{i}", "expr": f"count({p.all()}) > 0"})
+        cases.append({"eval_time": "5m", "alertname": f"Data{i}", "exp_alerts": [{"exp_labels": {}}]})
+        if p.expr.startswith(("topk(", "bottomk(", "(topk(")):
+            rules.append({"alert": f"Big{i}", "expr": f"count({p.all()}) > {TOPK}"})
+            cases.append({"eval_time": "5m", "alertname": f"Big{i}", "exp_alerts": []})
+    hot = next(p for p in panels if p.title.startswith("GPU temperature (") and "hottest)" in p.title)
+    one = hot.expr.replace("$node", "n07").replace("$gpu", ".*")
+    rules.append({"alert": "OneNode", "expr": f"count by (node) ({one}) > 0"})
+    cases.append({"eval_time": "5m", "alertname": "OneNode", "exp_alerts": [{"exp_labels": {"node": "n07"}}]})
+    # dcgm-exporter's reading (50 + n) wins over the hooks' (40 + g): the 10 hottest are the n20 and n19 GPUs
+    rules.append({"alert": "Hottest", "expr": f"count by (node) ({hot.all()}) > 0"})
+    cases.append({"eval_time": "5m", "alertname": "Hottest", "exp_alerts": [{"exp_labels": {"node": "n19"}},
+                                                                           {"exp_labels": {"node": "n20"}}]})
+    (tmp_path / "panels.yml").write_text(yaml.safe_dump({"groups": [{"name": "p", "rules": rules}]}))
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({"rule_files": ["panels.yml"], "evaluation_interval": "1m",
+                                                    "tests": [{"interval": "1m", "input_series": _fleet_series(),
+                                                               "alert_rule_test": cases}]}))
+    r = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_dashboards_carry_partition_node_and_gpu_variables():
+    pytest.importorskip("grafana_foundation_sdk")
+    files = generate(cluster())
+    for name in ("dashboard-slurmkit-node-health.json", "dashboard-slurmkit-gpu-usage.json"):
+        d = json.loads(files[name])
+        tv = {v["name"]: v for v in d["templating"]["list"]}
+        assert {"datasource", "partition", "node", "gpu"} <= set(tv)
+        assert 'partition=~"$partition"' in tv["node"]["query"]["query"] if isinstance(tv["node"]["query"], dict) \
+            else 'partition=~"$partition"' in tv["node"]["query"]
+        assert tv["gpu"].get("allValue") == ".*" and "allValue" not in tv["node"]
+    assert "dashboard-slurmkit-gpu-usage.json" not in generate(cluster(dcgm_exporter=""))
