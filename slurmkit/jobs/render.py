@@ -252,15 +252,18 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         )
         findings += megatron.signal_findings(args) + found
         exit_sig = megatron.exit_signal(args)
+        save = megatron.arg_value(args, "--save")
+        if save and save.startswith("/"):  # a relative --save is the ranks' working directory's: not read here
+            ctx_extra["megatron_tracker"] = save.rstrip("/") + "/" + megatron.TRACKER
         if exit_sig not in megatron.EXIT_SIGNALS:  # an error finding (signal_findings): forced, it gets the default
             exit_sig = "SIGTERM"
         world = spec.nodes * gpus
         mp = spec.tp * spec.pp * spec.cp
-        ctx_extra = {
+        ctx_extra.update({
             "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep,
             "dp": world // mp if world % mp == 0 else "n/a",
             "megatron_notes": [_comment(line) for line in (memory.lines() if memory else [])],
-        }
+        })
     elif any(v != 1 for v in (spec.tp, spec.pp, spec.cp, spec.ep)):
         raise UsageError("--tp/--pp/--cp/--ep need --launcher megatron")
     mounts = container_mounts(spec, run_dir) if spec.container_image else ""
@@ -306,6 +309,7 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "label": spec.label,
         "gpu_cpus": ";".join(facts.gpu_cpus),
         "setup": spec.setup,
+        "megatron_tracker": "",
         **ctx_extra,
     }
     script = environment("job_templates").get_template(TEMPLATES[spec.launcher]).render(**ctx)

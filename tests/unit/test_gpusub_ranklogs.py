@@ -284,3 +284,29 @@ def test_a_remote_status_row_carries_the_checkpoint_step() -> None:
     st = JobStatus("77", "RUNNING", "slurmctld", restarts=1, note="requeued after checkpoint at step 5 (SIGUSR2)",
                    checkpoint_step=5)
     assert job_status(json.loads(json.dumps(asdict(st)))) == st
+
+
+def test_megatrons_own_tracker_file_is_the_checkpoint_record(tmp_path: Path) -> None:
+    """--launcher megatron: the script writes no $GPUSUB_CHECKPOINT_STEP_FILE; Megatron-LM's tracker of its latest
+    save (<--save>/latest_checkpointed_iteration.txt) moved during the attempt is the record. The stand-in trainer
+    around Megatron's own DistributedSignalHandler writes it as Megatron's save_checkpoint does."""
+    train = Path(__file__).resolve().parents[1] / "data" / "megatron" / "train_signal.py"
+    save, run = tmp_path / "ckpt", tmp_path / "run"
+    save.mkdir()
+    (save / "latest_checkpointed_iteration.txt").write_text("3")  # an earlier attempt's save, resumed from
+    (save / "latest.json").write_text(json.dumps({"iteration": 3, "world": 2}))
+    job = render(JobSpec(script=str(train), nodes=1, gpus_per_node=2, launcher="megatron", cpu_bind=False,
+                         python=sys.executable, args=("--save", str(save), "--train-iters", "100000",
+                                                      "--iter-seconds", "0.05")), facts(), str(run))
+    assert f"_gpusub_tracker={save}/latest_checkpointed_iteration.txt" in job.request.script
+    proc = _run_batch(tmp_path, job, {"JOBSTATE": "RUNNING"}, ready=save / "ranks" / "1.running",
+                      send=signal.SIGUSR2)
+    assert _ended(proc, timeout=120) == 0
+    log = (run / "logs" / "77.r0.log").read_text()
+    step = int((save / "latest_checkpointed_iteration.txt").read_text())
+    assert step > 3 and (run / "attempts" / "77.r0.checkpoint").read_text() == f"{step}\n", log
+    assert f"0: rank 0: exiting program after receiving SIGTERM at iteration {step}" in log, log
+    assert log.rstrip("\n").splitlines()[-1] == f"gpusub: checkpointed at step {step}, requeued: attempt 1 resumes from it"
+    relative = render(JobSpec(script=str(train), nodes=1, gpus_per_node=2, launcher="megatron",
+                              args=("--save", "ckpt")), facts(), str(run))
+    assert "_gpusub_tracker" not in relative.request.script  # the ranks' working directory's: not guessed
