@@ -29,11 +29,18 @@ Preemption / time-limit contract for the training script:
     exits 75, so `afterok` dependents do not start; --follow exits with the
     job's own exit code.
   * On restart $GPUSUB_RESTART_COUNT (= SLURM_RESTART_COUNT) > 0: resume.
+  * After a save, write its step into $GPUSUB_CHECKPOINT_STEP_FILE: the log
+    ends "checkpointed at step N, requeued", ranks failing on their way out
+    after it get no torchrun ChildFailedError report, and `gpusub status`
+    says "requeued after checkpoint at step N" (megatron: read from
+    <--save>/latest_checkpointed_iteration.txt).
   * --launcher megatron: each rank gets SIGTERM (or its --exit-signal) once
     instead, and Megatron's --exit-signal-handler (added) saves to --save.
 Environment: a value you exported for a variable gpusub sets is kept
 (--env wins over it); --explain says whose value won and why.
-Logs: <run dir>/logs/<job>.r<restart>.log. Defaults come from the site inventory
+Logs: <run dir>/logs/<job>.r<restart>.log, each line of the step behind its
+rank ("3: ...", --no-label: none); torchrun also keeps each rank's output in
+<run dir>/logs/<job>.r<restart>.ranks/<node>/. Defaults come from the site inventory
 ($SLURMKIT_INVENTORY, else slurmkit.yaml beside $SLURM_CONF, else
 /etc/slurm/slurmkit.yaml), else from sinfo/scontrol.
 
