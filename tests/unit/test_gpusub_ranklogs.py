@@ -310,3 +310,47 @@ def test_megatrons_own_tracker_file_is_the_checkpoint_record(tmp_path: Path) -> 
     relative = render(JobSpec(script=str(train), nodes=1, gpus_per_node=2, launcher="megatron",
                               args=("--save", "ckpt")), facts(), str(run))
     assert "_gpusub_tracker" not in relative.request.script  # the ranks' working directory's: not guessed
+
+
+CLEAN_SAVER = SAVER.replace("; exit 1' USR2", "; exit 0' USR2")
+
+
+def test_an_ending_job_and_the_last_restart_name_the_checkpoint_not_the_exit(
+        tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """scancel / time limit (SIGTERM, the job not RUNNING): not requeued, the checkpoint named. --max-restarts
+    reached: the run stops unfinished (exit 75, FAILED for `afterok`), the checkpoint named, in the run dir's status
+    too."""
+    saver = tmp_path / "clean.sh"
+    saver.write_text(CLEAN_SAVER)
+    saver.chmod(0o755)
+    ending = render(JobSpec(script=str(saver), nodes=1, gpus_per_node=1, launcher="srun"),
+                    facts(live_nodes=live(set())), str(tmp_path / "a"))
+    proc = _run_batch(tmp_path, ending, {"READY": str(tmp_path / "ready"), "RECORD": "1", "JOBSTATE": "CANCELLED"},
+                      ready=tmp_path / "ready", send=signal.SIGTERM)
+    assert _ended(proc) == 0
+    step = int((tmp_path / "a" / "attempts" / "77.r0.checkpoint").read_text())
+    assert (tmp_path / "a" / "attempts" / "77.r0.reason").read_text().strip() == (
+        f"ended by Slurm (SIGTERM, CANCELLED): checkpoint at step {step}, not requeued")
+    last = render(JobSpec(script=str(saver), nodes=1, gpus_per_node=1, launcher="srun", max_restarts=0),
+                  facts(live_nodes=live(set())), str(tmp_path / "b"))
+    (tmp_path / "ready").unlink()
+    proc = _run_batch(tmp_path, last, {"READY": str(tmp_path / "ready"), "RECORD": "1", "JOBSTATE": "RUNNING"},
+                      ready=tmp_path / "ready", send=signal.SIGUSR2)
+    assert _ended(proc) == 75
+    run = tmp_path / "b"
+    step = int((run / "attempts" / "77.r0.checkpoint").read_text())
+    log = (run / "logs" / "77.r0.log").read_text()
+    assert log.rstrip("\n").splitlines()[-1] == (f"gpusub: stopped after a checkpoint at step {step}, not requeued: "
+                                                  "--max-restarts 0 reached; exit 75"), log
+    monkeypatch.setattr("slurmkit.jobs.monitor._sacct", lambda ids, backend: {})
+    idx = Path(env["SLURMKIT_STATE_DIR"]) / "jobs" / CLUSTER_KEY
+    idx.mkdir(parents=True)
+    (idx / "77").write_text(str(run))
+
+    class Forgot(_Backend):
+        def jobs(self, job_ids=None):  # type: ignore[no-untyped-def]
+            return []
+
+    row = statuses(["77"], Forgot("COMPLETED", 0), env)[0]  # type: ignore[arg-type]
+    assert (row.state, row.exit_code, row.checkpoint_step) == ("FAILED", "75", step), row
+    assert row.note == f"preempted (SIGUSR2): checkpoint at step {step}, not requeued: --max-restarts 0 reached"
