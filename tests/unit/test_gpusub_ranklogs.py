@@ -354,3 +354,41 @@ def test_an_ending_job_and_the_last_restart_name_the_checkpoint_not_the_exit(
     row = statuses(["77"], Forgot("COMPLETED", 0), env)[0]  # type: ignore[arg-type]
     assert (row.state, row.exit_code, row.checkpoint_step) == ("FAILED", "75", step), row
     assert row.note == f"preempted (SIGUSR2): checkpoint at step {step}, not requeued: --max-restarts 0 reached"
+
+
+def test_the_rendezvous_store_outlives_slurms_sigterm_and_goes_with_sigkill(tmp_path: Path) -> None:
+    """With proctrack/linuxproc Slurm's SIGTERM at a requeue reaches the batch shell's store too; a store that died of
+    it left every client printing c10d's C++ stack trace while the ranks still saved."""
+    import socket
+    import subprocess
+    import time
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from slurmkit.jobs.torchcompat import STORE
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-c", STORE, "127.0.0.1", str(port)], stderr=subprocess.PIPE, text=True)
+    try:
+        client = None
+        end = time.monotonic() + 60
+        while client is None:
+            try:
+                client = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
+            except RuntimeError:
+                assert time.monotonic() < end and proc.poll() is None, "the store never listened"
+                time.sleep(0.1)
+        client.set("ckpt", "42")
+        for sig in (signal.SIGTERM, signal.SIGUSR2):
+            proc.send_signal(sig)
+        time.sleep(0.5)
+        assert proc.poll() is None and client.get("ckpt") == b"42"
+        proc.kill()
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
