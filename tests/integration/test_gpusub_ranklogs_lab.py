@@ -86,8 +86,9 @@ while True:
         with open(ck + ".tmp", "w") as f:
             json.dump({"step": step}, f)
         os.replace(ck + ".tmp", ck)
-        with open(os.environ["GPUSUB_CHECKPOINT_STEP_FILE"], "w") as f:
-            f.write(f"{step}\\n")
+        if not os.environ.get("NO_RECORD"):
+            with open(os.environ["GPUSUB_CHECKPOINT_STEP_FILE"], "w") as f:
+                f.write(f"{step}\\n")
         print(f"rank 0 saved step {step}", flush=True)
         os._exit(0)
     if restart > 0 and step >= start + 5:
@@ -139,3 +140,25 @@ def test_torchrun_checkpoint_and_requeue_ends_with_one_line_and_status_names_the
     assert "step exit" not in res.stdout
     row = json.loads(_gpusub(env, "status", "--json", job_id).stdout)[0]
     assert row["checkpoint_step"] == step and row["note"].startswith(f"requeued after checkpoint at step {step}")
+
+
+def test_a_signalled_torchrun_job_that_recorded_no_checkpoint_keeps_its_report_and_exit(
+        env: dict[str, str], backend: CLIBackend, tmp_path: Path) -> None:  # noqa: F811
+    """The same uneven end without the record: nothing says the work was saved, so torchrun's report stays and
+    `gpusub status` gives the step's real exit (--max-restarts 0: the job ends FAILED)."""
+    script = tmp_path / "uneven.py"
+    script.write_text(UNEVEN)
+    run_dir = tmp_path / "run"
+    spec = JobSpec(script=str(script), nodes=2, gpus_per_node=2, max_restarts=0, run_dir=str(run_dir),
+                   time="10:00", env=(("NO_RECORD", "1"),))
+    job_id, _ = submit_job(spec, backend, environ=env)
+    _wait_for(lambda: len(list(run_dir.glob("running.r0.rank*"))) == 4, 150, "4 ranks")
+    backend.cancel(job_id, signal="USR2", batch=True)
+    st = follow(job_id, backend, io.StringIO(), environ=env, cap=1.0)
+    r0 = (run_dir / "logs" / f"{job_id}.r0.log").read_text()
+    assert st.state == "FAILED", r0[-3000:]
+    assert "ChildFailedError" in r0 and "after the checkpoint" not in r0, r0[-3000:]
+    assert not (run_dir / "attempts" / f"{job_id}.r0.checkpoint").exists()
+    res = _gpusub(env, "status", job_id)
+    assert "note='preempted (SIGUSR2): step exit 1, not requeued: --max-restarts 0 reached'" in res.stdout, res.stdout
+    assert "exit=1:0" in res.stdout and "requeued after checkpoint" not in res.stdout, res.stdout
