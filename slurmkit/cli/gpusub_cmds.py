@@ -29,11 +29,18 @@ Preemption / time-limit contract for the training script:
     exits 75, so `afterok` dependents do not start; --follow exits with the
     job's own exit code.
   * On restart $GPUSUB_RESTART_COUNT (= SLURM_RESTART_COUNT) > 0: resume.
+  * After a save, write its step into $GPUSUB_CHECKPOINT_STEP_FILE: the log
+    ends "checkpointed at step N, requeued", ranks failing on their way out
+    after it get no torchrun ChildFailedError report, and `gpusub status`
+    says "requeued after checkpoint at step N" (megatron: read from
+    <--save>/latest_checkpointed_iteration.txt).
   * --launcher megatron: each rank gets SIGTERM (or its --exit-signal) once
     instead, and Megatron's --exit-signal-handler (added) saves to --save.
 Environment: a value you exported for a variable gpusub sets is kept
 (--env wins over it); --explain says whose value won and why.
-Logs: <run dir>/logs/<job>.r<restart>.log. Defaults come from the site inventory
+Logs: <run dir>/logs/<job>.r<restart>.log, each line of the step behind its
+rank ("3: ...", --no-label: none); torchrun also keeps each rank's output in
+<run dir>/logs/<job>.r<restart>.ranks/<node>/. Defaults come from the site inventory
 ($SLURMKIT_INVENTORY, else slurmkit.yaml beside $SLURM_CONF, else
 /etc/slurm/slurmkit.yaml), else from sinfo/scontrol.
 
@@ -159,6 +166,9 @@ def _echo_remote(data: bytes, err: bool = False) -> None:
 @click.option("--comment", default=None, help="sbatch --comment (free text).")
 @click.option("--cpu-bind/--no-cpu-bind", default=True, show_default=True,
               help="Run each rank on the cores of its GPU's NUMA node (see --explain).")
+@click.option("--label/--no-label", default=True, show_default=True,
+              help="Start every line of the step's output with its rank (\"3: ...\"; torchrun: also a log per "
+              "rank in <run dir>/logs/<job>.r<N>.ranks); --no-label leaves lines as printed.")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="--OPT[=VALUE]",
               help="Any other sbatch option, passed through (repeatable; options gpusub sets itself are refused).")
 @click.option("--signal-grace", type=int, default=120, show_default=True,
@@ -185,7 +195,7 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
                cpus_per_gpu: int | None, mem_per_gpu: str | None, dependency: str | None,
                array: str | None, exclusive: bool, exclude: str | None, nodelist: str | None,
                constraint: str | None, reservation: str | None, begin: str | None, hold: bool,
-               mail_type: str | None, mail_user: str | None, comment: str | None, cpu_bind: bool, sbatch_args: tuple[str, ...],
+               mail_type: str | None, mail_user: str | None, comment: str | None, cpu_bind: bool, label: bool, sbatch_args: tuple[str, ...],
                signal_grace: int, max_restarts: int, topology: str,
                explain: bool, dry_run: bool, follow_: bool, run_dir: str | None, force: bool,
                remote: str | None, ssh_config: str | None, ssh_options: tuple[str, ...], remote_gpusub: str | None,
@@ -228,7 +238,7 @@ def submit_cmd(script: str, script_args: tuple[str, ...], nodes: int, gpus_per_n
             mem_per_gpu_mb=parse_mem_mb("--mem-per-gpu", mem_per_gpu) if mem_per_gpu is not None else None,
             exclude=exclude, nodelist=nodelist, constraint=constraint, reservation=reservation, begin=begin,
             hold=hold, mail_type=mail_type, mail_user=mail_user, comment=comment, sbatch_args=sbatch_args,
-            cpu_bind=cpu_bind,
+            cpu_bind=cpu_bind, label=label,
         )
         if dry_run:
             from slurmkit.errors import SlurmCommandError

@@ -156,6 +156,23 @@ def plan_env(spec: JobSpec, facts: ClusterFacts, run_dir: str, torch: TorchFeatu
                 "torchrun --rdzv-conf: every agent is a client of the TCPStore the batch shell hosts on the first "
                 "node; an agent that hosted it and reached the exit barrier last (rank 0 finishing a checkpoint) "
                 "took it down while the others still waited on it (\"Broken pipe\" tracebacks after a clean end)")
+        if spec.label:
+            # torchrun's own per-rank output (torch/distributed/run.py --tee, --log-dir; launcher/api.py
+            # log_line_prefix_template from TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, substituted per worker with
+            # ${rank} = its global rank: local_elastic_agent.py _start_workers, torch 2.13.0): each worker writes
+            # into <log dir>/<rdzv id>_<random>/attempt_0/<local rank>/stdout.log and stderr.log, which the agent tails
+            # into the job's log, every line behind the prefix. "N: " as srun --label writes it for the srun
+            # launcher, so one parser reads both; a release without the variable prints its default "[default0]:"
+            add("PET_TEE", "3", "torchrun --tee 3: each rank's stdout and stderr go to its own file and, each line "
+                "behind its rank, into the job's log (--no-label: not)")
+            add("PET_LOG_DIR", "$GPUSUB_RANK_LOGS/$SLURMD_NODENAME",
+                "torchrun --log-dir: one directory per node in the run dir (<job>.r<attempt>.ranks/<node>/...), "
+                "not torch's tempfile.mkdtemp on each node's /tmp", kind="task")
+            add("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${rank}: ",
+                "torchrun's prefix for each rank's lines: the global rank, as srun --label prints it (torch's own "
+                "default is the local rank, \"[default0]:\")")
+        else:
+            not_set.append(("PET_TEE", "--no-label: each rank prints straight into the job's log, unprefixed"))
         if spec.launcher == "megatron":
             not_set.append(("TORCHELASTIC_SIGNALS_TO_HANDLE",
                             "torch's handlers stay out of the agent: its own pass SIGUSR2/SIGTERM to each Megatron "

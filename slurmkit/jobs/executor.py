@@ -47,7 +47,8 @@ _RENAMED = {
 _SAME = ("nodes", "gpus_per_node", "cpus_per_task", "cpus_per_gpu", "mem_per_gpu", "partition", "account", "qos",
          "constraint", "exclude", "nodelist", "comment", "dependency", "exclusive", "mail_type", "mail_user",
          "reservation", "setup", "python", "launcher", "env", "topology", "max_restarts", "begin", "hold",
-         "signal_grace", "sbatch_args", "max_parallel", "container_image", "container_mounts", "cpu_bind")
+         "signal_grace", "sbatch_args", "max_parallel", "container_image", "container_mounts", "cpu_bind",
+         "label")
 # accepted and without effect, with why (docs/api.md)
 _NO_EFFECT = {"stderr_to_stdout": "stdout and stderr are one log here"}
 _REFUSED = {"gres": "use gpus_per_node", "gpus_per_task": "use gpus_per_node (srun: one rank per GPU)",

@@ -433,6 +433,12 @@ EXIT_HANDLER_FLAG = "--exit-signal-handler"
 EXIT_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")  # core_v0.16.0's choices, accepted by every later parser
 
 
+# Megatron-LM's record of its latest save, in the --save directory, the iteration as text ("release" for a converted
+# checkpoint): megatron/training/checkpointing.py get_checkpoint_tracker_filename. The batch shell reads it before and
+# after the step: a changed value is the attempt's checkpoint ("requeued after checkpoint at step N").
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
 def exit_signal(args: tuple[str, ...]) -> str:
     """The signal Megatron's handler waits for: --exit-signal in the script arguments, else SIGTERM."""
     return arg_value(args, "--exit-signal") or "SIGTERM"

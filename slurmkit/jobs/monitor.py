@@ -22,10 +22,11 @@ from slurmkit.jobs.rundir import (
     STOPPED_EXIT,
     array_task_logs,
     attempt_logs,
+    checkpoint_step,
     cluster_key,
     index_dir,
     last_exit,
-    last_reason,
+    last_reason_of,
     lookup_run_dir,
 )
 
@@ -49,6 +50,8 @@ class JobStatus:
     run_dir: str | None = None
     note: str = ""  # why the last attempt ended, as the batch shell recorded it (preempted, requeued, ...)
     kept_pin: str = ""  # a requeued job still pending on gpusub's own submit-time --nodelist (see _kept_pin)
+    # the step the attempt of ``note`` recorded in its checkpoint ($GPUSUB_CHECKPOINT_STEP_FILE); None: none recorded
+    checkpoint_step: int | None = None
 
     def line(self) -> str:
         parts = [f"{self.job_id}", self.state]
@@ -177,11 +180,11 @@ def statuses(job_ids: Sequence[str], backend: Backend, environ: Mapping[str, str
         rec = last_exit(rd, jid) if rd else None
         if rec is not None and rd:
             attempt, rc = rec
-            why = last_reason(rd, jid) or ""
+            why, step = _reason(rd, jid)
             # a clean step that stopped unfinished (--max-restarts reached): the batch shell exited STOPPED_EXIT
             stopped = rc == 0 and "not requeued" in why and why.startswith("preempted")
             found[jid] = JobStatus(jid, "FAILED" if rc or stopped else "COMPLETED", "run dir", "", "",
-                                   str(STOPPED_EXIT if stopped else rc), attempt, rd, note=why)
+                                   str(STOPPED_EXIT if stopped else rc), attempt, rd, note=why, checkpoint_step=step)
         else:
             found[jid] = JobStatus(jid, "UNKNOWN", "unknown",
                                    reason=f"not in slurmctld, no accounting record, {index.missing(jid)}")
@@ -193,9 +196,22 @@ def _live(jid: str, j: JobInfo, index: _Index) -> JobStatus:
     # controller starts its ids again, so an index entry may still name an older job with this id
     rd = _run_dir_from_stdout(j) or index.run_dir(jid)
     pin = None if j.finished else _kept_pin(j, rd)
-    note = last_reason(rd, jid) if rd and j.finished else (_kept_pin_note(jid, pin) if pin else None)
-    return JobStatus(jid, j.state, "slurmctld", _fold(j.nodes), j.reason, j.exit_code, j.restarts, rd, note=note or "",
-                     kept_pin=pin or "")
+    note, step = "", None
+    if pin:
+        note = _kept_pin_note(jid, pin)
+    elif rd and (j.finished or j.restarts):  # a requeued job: how its last attempt ended ("requeued after checkpoint")
+        note, step = _reason(rd, jid)
+    return JobStatus(jid, j.state, "slurmctld", _fold(j.nodes), j.reason, j.exit_code, j.restarts, rd, note=note,
+                     kept_pin=pin or "", checkpoint_step=step)
+
+
+def _reason(rd: str, jid: str) -> tuple[str, int | None]:
+    """The latest attempt's reason (the batch shell's words: "requeued after checkpoint at step 42 (...)", or the
+    step's exit when the program recorded no checkpoint) and the step that attempt recorded."""
+    found = last_reason_of(rd, jid)
+    if found is None:
+        return "", None
+    return found[1], checkpoint_step(rd, jid, found[0])
 
 
 def _kept_pin_note(jid: str, pin: str) -> str:
@@ -427,9 +443,11 @@ def follow(
         else:
             _nap(backoff(), exit_record, sleep)
     _drain(rd, _log_id(job_id, info), offsets, out)
-    return statuses([job_id], backend, env)[0] if info is None else JobStatus(
-        job_id, info.state, "slurmctld", _fold(info.nodes), info.reason, info.exit_code, info.restarts, rd,
-        note=last_reason(rd, job_id) or "")
+    if info is None:
+        return statuses([job_id], backend, env)[0]
+    note, step = _reason(rd, job_id)
+    return JobStatus(job_id, info.state, "slurmctld", _fold(info.nodes), info.reason, info.exit_code, info.restarts,
+                     rd, note=note, checkpoint_step=step)
 
 
 # After the batch script's exit record appears (base.sh.j2 writes attempts/<job>.r<N>.exit when the step ends), the

@@ -252,15 +252,18 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         )
         findings += megatron.signal_findings(args) + found
         exit_sig = megatron.exit_signal(args)
+        save = megatron.arg_value(args, "--save")
+        if save and save.startswith("/"):  # a relative --save is the ranks' working directory's: not read here
+            ctx_extra["megatron_tracker"] = save.rstrip("/") + "/" + megatron.TRACKER
         if exit_sig not in megatron.EXIT_SIGNALS:  # an error finding (signal_findings): forced, it gets the default
             exit_sig = "SIGTERM"
         world = spec.nodes * gpus
         mp = spec.tp * spec.pp * spec.cp
-        ctx_extra = {
+        ctx_extra.update({
             "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep,
             "dp": world // mp if world % mp == 0 else "n/a",
             "megatron_notes": [_comment(line) for line in (memory.lines() if memory else [])],
-        }
+        })
     elif any(v != 1 for v in (spec.tp, spec.pp, spec.cp, spec.ep)):
         raise UsageError("--tp/--pp/--cp/--ep need --launcher megatron")
     mounts = container_mounts(spec, run_dir) if spec.container_image else ""
@@ -303,8 +306,10 @@ def render(spec: JobSpec, facts: ClusterFacts, run_dir: str, workdir: str | None
         "pinned": topo.pinned,
         "program": prog,
         "cpu_bind": cpu_bind,
+        "label": spec.label,
         "gpu_cpus": ";".join(facts.gpu_cpus),
         "setup": spec.setup,
+        "megatron_tracker": "",
         **ctx_extra,
     }
     script = environment("job_templates").get_template(TEMPLATES[spec.launcher]).render(**ctx)
@@ -371,6 +376,17 @@ def cpu_binding_line(job: RenderedJob) -> str:
             f"{fallback}), within the CPUs Slurm gave the task; {where}; --no-cpu-bind to turn it off")
 
 
+def label_line(job: RenderedJob) -> str:
+    """--explain: how the step's output lines are labelled."""
+    if not job.spec.label:
+        return "log lines: as the program prints them (--no-label)"
+    if job.spec.launcher == "srun":
+        return "log lines: each starts with its task's rank, \"3: ...\" (srun --label); --no-label to turn it off"
+    return ("log lines: each rank's start with its global rank, \"3: ...\" (torchrun --tee 3 and "
+            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE), and each rank's stdout/stderr are kept in "
+            "<run dir>/logs/<job>.r<attempt>.ranks/<node>/; torchrun's own lines are unlabelled; --no-label to turn it off")
+
+
 def _comment(line: str) -> str:
     return " ".join(line.split())
 
@@ -402,6 +418,7 @@ def explain(job: RenderedJob) -> list[str]:
         out.append(f"resources: {job.resources.summary()}; sbatch --cpus-per-task/--mem, srun --cpus-per-task "
                    "(22.05+ srun does not inherit it); override with --cpus-per-gpu / --mem-per-gpu")
     out.append(cpu_binding_line(job))
+    out.append(label_line(job))
     if job.spec.launcher == "megatron":
         from slurmkit.jobs import megatron
 

@@ -6,9 +6,11 @@ Layout (``<run_root>/<name>-<YYYYmmdd-HHMMSS>-<hex>/``)::
     submit.json      sbatch argv, gpusub argv, spec, plan, facts source, git SHA + dirty flag, job id
     env.txt          every variable the job sets, with its reason (what --explain prints)
     logs/<job>.r<N>.log       one log per attempt (N = SLURM_RESTART_COUNT), written by the batch shell
+    logs/<job>.r<N>.ranks/<node>/   torchrun's per-rank stdout/stderr files of that attempt (--tee, --log-dir)
     logs/slurm-<job>.out      Slurm's own messages for the batch step
     attempts/<job>.r<N>.nodes / .exit   node list and step exit code of each attempt
     attempts/<job>.r<N>.reason          after a preemption signal or Slurm's requeue: requeued, or why not
+    attempts/<job>.r<N>.checkpoint      the step the program saved in that attempt ($GPUSUB_CHECKPOINT_STEP_FILE)
     attempts/<job>.r<N>.unpinned        the batch shell cleared gpusub's node pin after this attempt's requeue
     pin              gpusub's pin once the check after the submission moved it (empty: cleared)
     preempt/<job>.r<N>        appears when the preemption signal arrived (the checkpoint contract)
@@ -256,6 +258,24 @@ def last_exit(run_dir: str, job_id: str) -> tuple[int, int] | None:
 def last_reason(run_dir: str, job_id: str) -> str | None:
     """Why the latest attempt that recorded one ended (``attempts/<job>.r<N>.reason``, written by the batch shell
     after a preemption signal: requeued, or not requeued because --max-restarts was reached)."""
+    found = last_reason_of(run_dir, job_id)
+    return found[1] if found else None
+
+
+def checkpoint_step(run_dir: str, job_id: str, attempt: int) -> int | None:
+    """The step attempt ``attempt`` recorded in ``attempts/<job>.r<N>.checkpoint`` ($GPUSUB_CHECKPOINT_STEP_FILE,
+    written by the program after its save); None when it recorded none or no number."""
+    try:
+        with open(Path(run_dir) / "attempts" / f"{job_id}.r{attempt}.checkpoint", encoding="utf-8",
+                  errors="replace") as f:
+            text = f.readline(40).strip()
+    except OSError:
+        return None
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def last_reason_of(run_dir: str, job_id: str) -> tuple[int, str] | None:
+    """(attempt, reason) of the latest attempt that recorded a reason."""
     best: tuple[int, Path] | None = None
     for p in (Path(run_dir) / "attempts").glob(f"{job_id}.r*.reason"):
         m = re.fullmatch(rf"{re.escape(job_id)}\.r(\d+)\.reason", p.name)
@@ -264,9 +284,10 @@ def last_reason(run_dir: str, job_id: str) -> str | None:
     if best is None:
         return None
     try:
-        return best[1].read_text().strip() or None
+        text = best[1].read_text().strip()
     except OSError:
         return None
+    return (best[0], text) if text else None
 
 
 def _atomic(path: Path, text: str) -> None:

@@ -9,6 +9,7 @@ the job; ``None`` means "do not requeue": the job ends, failed, with that reason
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -102,6 +103,12 @@ def main() -> None:
                          "(return launch.helpers.DelayedSubmission(self, *args, **kwargs))")
             raise SystemExit(1)
         _atomic_write(state, dumps(new))
+        # the batch shell's record of a checkpoint in this attempt ($GPUSUB_CHECKPOINT_STEP_FILE): no step number
+        # here, the call itself is the state; `gpusub status` then says "requeued after checkpoint"
+        mark = os.environ.get("GPUSUB_CHECKPOINT_STEP_FILE")
+        if mark:
+            with contextlib.suppress(OSError):
+                Path(mark).write_text("")
         print(f"slurmkit.jobs: {name}: checkpointed {new!r}, exiting for the requeue", flush=True)
         raise SystemExit(0)
 

@@ -175,6 +175,9 @@ class JobSpec:
     comment: str | None = None
     sbatch_args: tuple[str, ...] = ()  # pass-through ("--nice=10"), checked by check_pass_through
     cpu_bind: bool = True  # each rank on its GPU's NUMA cores (render.cpu_binding_line)
+    # every line of the step's output starts with its rank ("3: ..."): srun --label, torchrun --tee with a rank
+    # prefix and a log dir per rank; False leaves the lines as the program prints them (render.label_line)
+    label: bool = True
     # srun only: tasks (ranks) per node; None: one per GPU (one when the job has none). The Python API's
     # submitit-style ``tasks_per_node``.
     tasks_per_node: int | None = None

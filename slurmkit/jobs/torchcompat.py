@@ -36,8 +36,8 @@ _V = re.compile(r"^(\d+)\.(\d+)")
 # code runs, so ``signal.signal`` is wrapped to keep these two no-op. exec() resets a caught signal to its default,
 # so the workers start with the default dispositions and install their own handlers.
 SIGNALS = ('import signal, sys\n'
-           'keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal\n'
-           'for s in keep: real(s, lambda *_: None)\n'
+           'keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal; got = []\n'
+           'for s in keep: real(s, lambda *_: got.append(1))\n'
            'signal.signal = lambda s, h: signal.getsignal(s) if s in keep else real(s, h)\n')
 
 # torchrun's rendezvous backend of gpusub's own, registered (torch's public
@@ -117,16 +117,38 @@ RDZV_BACKEND = "gpusub"
 # has already reaped, and the log handlers and standard streams are flushed here. The exit status is what
 # ``sys.exit(main())`` gave: 0, main()'s SystemExit code (a message printed, status 1), or 1 with the traceback of
 # any exception (torchrun's ChildFailedError when a worker failed, after its own summary).
+#
+# After a clean checkpoint the ranks often end unevenly: the one that saved exits, a peer still in a collective gets
+# "Connection closed by peer" and exits 1 (its own traceback is in the log, behind its rank), and torchrun raises
+# ChildFailedError, whose report (a traceback and a box of failures) was the last thing in the job's log. When this
+# attempt was asked to stop (the agent saw SIGUSR2/SIGTERM, or $GPUSUB_PREEMPT_FILE exists) and the program recorded
+# its checkpoint ($GPUSUB_CHECKPOINT_STEP_FILE exists), that report becomes one line naming the ranks and their
+# exits; the exit status stays 1, and the batch shell says the checkpoint stands. Any other failure keeps torchrun's
+# whole report. ChildFailedError.failures: {global rank: ProcessFailure} with .exitcode (negative: the signal), torch
+# 2.2.0 to 2.13.0 (elastic/multiprocessing/errors/__init__.py).
 MAIN = ('import logging, os, traceback\n'
         'from torch.distributed.run import main\n'
         'sys.argv[0] = "torchrun"\n'
+        'def after_checkpoint(e):\n'
+        '    ck, pf = os.environ.get("GPUSUB_CHECKPOINT_STEP_FILE", ""), os.environ.get("GPUSUB_PREEMPT_FILE", "")\n'
+        '    if type(e).__name__ != "ChildFailedError" or not (ck and os.path.exists(ck)): return False\n'
+        '    if not (got or (pf and os.path.exists(pf))): return False\n'
+        '    try: step = open(ck).readline(40).strip()\n'
+        '    except OSError: step = ""\n'
+        '    ranks = ", ".join(f"rank {r} exit {f.exitcode}" for r, f in sorted(getattr(e, "failures", {}).items()))\n'
+        '    at, node = f" at step {step}" if step.isdigit() else "", os.environ.get("SLURMD_NODENAME", "?")\n'
+        '    ranks = ranks or "a rank failed"\n'
+        '    print(f"gpusub: on {node}, {ranks} after the checkpoint{at} (a peer had gone: expected on the way out, '
+        'no failure report)", file=sys.stderr)\n'
+        '    return True\n'
         'try:\n'
         '    main(); rc = 0\n'
         'except SystemExit as e:\n'
         '    rc = e.code if isinstance(e.code, int) else 0 if e.code is None else 1\n'
         '    if e.code is not None and not isinstance(e.code, int): print(e.code, file=sys.stderr)\n'
-        'except BaseException:\n'
-        '    traceback.print_exc(); rc = 1\n'
+        'except BaseException as e:\n'
+        '    if not after_checkpoint(e): traceback.print_exc()\n'
+        '    rc = 1\n'
         'logging.shutdown()\n'
         'for f in (sys.stdout, sys.stderr):\n'
         '    try: f.flush()\n'
@@ -144,9 +166,9 @@ AGENT = SIGNALS + RDZV + MAIN
 # Popen, start_new_session; bash/taskset in between exec), read from /proc. A worker that starts after the request
 # is not asked (it is signalled by the next one); the agent still neither kills nor restarts anyone.
 _FORWARD = ('import os, signal, sys\n'
-            'keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal; told = set()\n'
+            'keep = (signal.SIGUSR2, signal.SIGTERM); real = signal.signal; told = set(); got = []\n'
             'def ask(*_):\n'
-            '    me = str(os.getpid())\n'
+            '    got.append(1); me = str(os.getpid())\n'
             '    for d in os.listdir("/proc"):\n'
             '        if not d.isdigit() or d in told: continue\n'
             '        try:\n'
@@ -170,8 +192,13 @@ def forwarding_agent(sig: str) -> str:
 
 
 # The c10d store for torchrun's rendezvous, hosted by the batch shell (one process on the first node) for the
-# whole step: argv = MASTER_ADDR MASTER_PORT. multi_tenant as torch's own c10d backend creates it.
-STORE = ('import sys, time; from torch.distributed import TCPStore; '
+# whole step: argv = MASTER_ADDR MASTER_PORT. multi_tenant as torch's own c10d backend creates it. SIGTERM and SIGUSR2
+# are ignored: with proctrack/linuxproc Slurm's SIGTERM at a requeue or preemption reaches every process of the batch
+# step (this one too) while the ranks still checkpoint, and every client of a store that went away prints c10d's C++
+# stack trace ("recvValueWithTimeout failed ... Exception raised from recvBytes ... frame #0", measured with torch
+# 2.13.0) and fails its next store call (torchrun's exit barrier). The batch shell SIGKILLs it once the step is over.
+STORE = ('import signal, sys, time; from torch.distributed import TCPStore\n'
+         'for s in (signal.SIGTERM, signal.SIGUSR2): signal.signal(s, signal.SIG_IGN)\n'
          'store = TCPStore(sys.argv[1], int(sys.argv[2]), is_master=True, multi_tenant=True, wait_for_workers=False)\n'
          'while True: time.sleep(3600)')
 

@@ -185,4 +185,4 @@ def test_torchrun_launcher_keeps_its_no_op_agent() -> None:
 
     job = render(JobSpec(script="/t.py", nodes=1, gpus_per_node=2, cpu_bind=False), FACTS, "/r")
     assert "os.kill" not in job.request.script and 'trap ""' not in job.request.script
-    assert "lambda *_: None" in AGENT and "--exit-signal-handler" not in job.script_args
+    assert "lambda *_: got.append(1)" in AGENT and "--exit-signal-handler" not in job.script_args

@@ -160,7 +160,7 @@ def test_the_batch_shell_hosts_the_rendezvous_store_and_every_agent_is_a_client(
     job = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=2, python="/venv/bin/python"), facts(), "/r")
     text = job.request.script
     store = text.index(f"/venv/bin/python -c '{STORE}' \"$MASTER_ADDR\" \"$MASTER_PORT\" &")
-    assert store < text.index("srun --kill-on-bad-exit") < text.index('kill "$_gpusub_store"')
+    assert store < text.index("srun --kill-on-bad-exit") < text.index('kill -KILL "$_gpusub_store"')
     assert {v.name: v.value for v in job.env.vars}["PET_RDZV_CONF"] == "is_host=0"
     boxed = render(JobSpec(script="/t.py", nodes=2, gpus_per_node=2, container_image="img:1"), facts(), "/r")
     assert "_gpusub_store=" not in boxed.request.script  # the image's torch is not on the batch host: node 0's agent

@@ -69,6 +69,10 @@ def main() -> None:
             with open(ck + ".tmp", "w") as f:
                 json.dump({"iteration": it, "world": world}, f)
             os.replace(ck + ".tmp", ck)
+            # the tracker Megatron-LM's save_checkpoint writes after a save (checkpointing.py
+            # get_checkpoint_tracker_filename), the iteration as text: gpusub's record of the checkpoint
+            with open(os.path.join(args.save, "latest_checkpointed_iteration.txt"), "w") as f:
+                f.write(str(it))
         dist.barrier()
         print(f"rank {rank}: saved checkpoint at iteration {it}", flush=True)
 
