@@ -26,6 +26,7 @@ from slurmkit import hostlist, safefs
 from slurmkit.errors import SlurmkitError
 from slurmkit.generate import confparse as cp
 from slurmkit.generate import slurmdefaults
+from slurmkit.generate.sidekeys import SECRET_KEYS
 from slurmkit.generate.versions import features_for
 from slurmkit.model.cluster import Cluster
 
@@ -942,7 +943,7 @@ def _side_file_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[C
             va = sa[k][1] if k in sa else ""
             vb = sb[k][1] if k in sb else ""
             if va != vb:
-                if k == "storagepass":  # never print the password; say only that it changes
+                if k in SECRET_KEYS:  # never print a password (StoragePass, acct_gather.conf's); only that it changes
                     va, vb = ("(set)" if va else ""), ("(changed)" if va and vb else "(set)" if vb else "")
                 out.append(Change(name, (sb.get(k) or sa[k])[0], va, vb, act, why, nodes, scope))
     return out

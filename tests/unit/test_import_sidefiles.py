@@ -372,3 +372,22 @@ def test_validate_of_a_directory_judges_its_acct_gather_conf_with_the_real_slurm
     bad = sk("conf", "validate", str(etc), "--slurm-version", release)
     assert bad.returncode == 2, bad.stdout + bad.stderr
     assert "Could not open/read/parse acct_gather.conf" in bad.stderr, bad.stderr
+
+
+def test_no_password_in_any_diff_output_nor_its_file_diffs(tmp_path: Path) -> None:
+    """acct_gather.conf's EnergyIPMIPassword (acct_gather.conf(5) "Password for BMC access") and StoragePass: `conf
+    diff` names the change, and `--files` (diff -u of the files) shows the line, never the value -- before, the plan
+    printed the BMC password and --files every password in clear."""
+    etc = _site(tmp_path, "24.11", shape(runtime={"energy": "ipmi"}))
+    bmc, db = "Bmc-pw-9x1-not-shown", "Db-pw-7k2-not-shown"
+    (etc / "acct_gather.conf").write_text((etc / "acct_gather.conf").read_text() + f"EnergyIPMIPassword = {bmc}\r\n")
+    (etc / "slurmdbd.conf").write_text((etc / "slurmdbd.conf").read_text() + f'StoragePass="{db}"  # the db\n')
+    inv = tmp_path / "site.yaml"
+    imp = sk("conf", "import", str(etc), "-o", str(inv), "--slurm-version", "24.11")
+    assert imp.returncode == 1 and bmc not in imp.stderr + inv.read_text() and db not in imp.stderr + inv.read_text()
+    diff = sk("conf", "diff", str(inv), "--against", str(etc), "--files")
+    out = diff.stdout + diff.stderr
+    assert diff.returncode == 0, out
+    assert "[restart] acct_gather.conf: EnergyIPMIPassword: (set) -> (absent)" in out, out
+    assert "-EnergyIPMIPassword=(password, not shown)" in out and "-StoragePass=(password, not shown)" in out, out
+    assert bmc not in out and db not in out and "the db" not in out
