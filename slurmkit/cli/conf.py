@@ -604,6 +604,9 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
         click.echo(f"refusing: --execute cannot carry this plan: step {i} is by hand "
                    f"(copy {s.text.split(':', 1)[1].split(', owned')[0].strip()}); follow the plan yourself", err=True)
         return 3
+    from slurmkit.generate.rollout import keep_line_ends
+
+    files = keep_line_ends(files, to)  # a site's CRLF file stays CRLF: only the lines the plan needs change
     if execute:
         return _execute(cluster, files, to, stale, steps, run, timeout, keep)
     written = next(i for i, s in enumerate(steps, 1) if s.kind == WRITE)

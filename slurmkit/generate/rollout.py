@@ -377,6 +377,23 @@ def stale_files(directory: str | Path, files: Mapping[str, str]) -> tuple[list[s
     return ours, foreign
 
 
+def keep_line_ends(files: Mapping[str, str], directory: str | Path) -> dict[str, str]:
+    """``files`` with CRLF line ends where the file they replace in ``directory`` has them on every line: read_dir
+    reads text (CRLF as LF), and writing LF back would change every line of a site's CRLF file for a one-line
+    edit. Slurm reads either (src/common/parse_config.c _strip_cr_nl at slurm-22-05-8-1, slurm-24-11-5-1,
+    slurm-26-05-3-1 strips a line's trailing CR and LF)."""
+    d = Path(directory)
+    out = dict(files)
+    for name, text in files.items():
+        p = d / name
+        if "/" in name or not p.is_file() or p.is_symlink():
+            continue
+        raw = p.read_bytes()
+        if b"\r\n" in raw and raw.count(b"\n") == raw.count(b"\r\n"):
+            out[name] = text.replace("\r\n", "\n").replace("\n", "\r\n")
+    return out
+
+
 def read_dir(directory: str | Path, names: Iterable[str] | None = None) -> dict[str, str]:
     """The Slurm config files (and slurmkit's hook wrappers) present in ``directory``."""
     d = Path(directory)

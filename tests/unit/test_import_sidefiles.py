@@ -391,3 +391,26 @@ def test_no_password_in_any_diff_output_nor_its_file_diffs(tmp_path: Path) -> No
     assert "[restart] acct_gather.conf: EnergyIPMIPassword: (set) -> (absent)" in out, out
     assert "-EnergyIPMIPassword=(password, not shown)" in out and "-StoragePass=(password, not shown)" in out, out
     assert bmc not in out and db not in out and "the db" not in out
+
+
+def test_a_crlf_site_file_keeps_its_line_ends_through_a_one_line_apply(tmp_path: Path) -> None:
+    """A site's slurmdbd.conf with CRLF line ends (Slurm reads it: parse_config.c _strip_cr_nl) and `Key = Value`
+    spacing: a one-line change rewrites that line only, CRLF kept -- before, apply wrote every line back as LF."""
+    etc = _site(tmp_path, "24.11", shape())
+    text = (etc / "slurmdbd.conf").read_text().replace("DbdPort=6819", "DbdPort = 6819")
+    (etc / "slurmdbd.conf").write_bytes(text.replace("\n", "\r\n").encode())
+    before = (etc / "slurmdbd.conf").read_bytes().split(b"\r\n")
+    inv = tmp_path / "site.yaml"
+    imp = sk("conf", "import", str(etc), "-o", str(inv), "--slurm-version", "24.11")
+    assert imp.returncode == 0, imp.stderr
+    data = yaml.safe_load(inv.read_text())
+    data["accounting"]["purge"]["jobs"] = "24month"
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 0, ap.stdout + ap.stderr
+    after = (etc / "slurmdbd.conf").read_bytes().split(b"\r\n")
+    assert len(after) == len(before) and b"\n" not in b"".join(after)
+    assert [(a, b) for a, b in zip(before, after, strict=True) if a != b] == [(b"PurgeJobAfter=12month",
+                                                                               b"PurgeJobAfter=24month")]
+    again = sk("conf", "diff", str(inv), "--against", str(etc), "--exit-code")
+    assert again.returncode == 0, again.stdout + again.stderr
