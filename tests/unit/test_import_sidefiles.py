@@ -414,3 +414,28 @@ def test_a_crlf_site_file_keeps_its_line_ends_through_a_one_line_apply(tmp_path:
                                                                                b"PurgeJobAfter=24month")]
     again = sk("conf", "diff", str(inv), "--against", str(etc), "--exit-code")
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("release", ("22.05", "24.11"))
+def test_a_changed_accounting_port_or_host_moves_slurm_conf_with_slurmdbd_conf(release: str) -> None:
+    """slurm.conf's AccountingStorageHost/Port and slurmdbd.conf's DbdHost/DbdPort come from one accounting: after an
+    import, changing accounting.port/host changes both files -- before, slurm.conf's were pinned in slurm_conf as
+    written, so slurmdbd moved to the new port and slurmctld kept calling the old one."""
+    files = generate(load_cluster_dict(SHAPES["accounting-every-field"](release)), version=release)
+    res = import_site(files, release)
+    assert not {k.lower() for k in res.inventory.get("slurm_conf", {})} & {
+        "accountingstoragehost", "accountingstorageport", "accountingstoragebackuphost"}, res.inventory["slurm_conf"]
+    inv = copy.deepcopy(res.inventory)
+    inv["accounting"]["port"] = 7040
+    inv["accounting"]["host"] = "dbd02"
+    out = generate(load_cluster_text(yamlio.dump(inv)), version=release)
+    assert "AccountingStoragePort=7040" in out["slurm.conf"].splitlines(), out["slurm.conf"]
+    assert "AccountingStorageHost=dbd02" in out["slurm.conf"].splitlines()
+    assert {"DbdPort=7040", "DbdHost=dbd02"} <= set(out["slurmdbd.conf"].splitlines())
+    # the round trip is still empty, and a slurm.conf that points elsewhere than DbdHost stays as written
+    again = generate(load_cluster_text(yamlio.dump(res.inventory)), version=release)
+    assert side(again) == side(files)
+    assert [c for c in semantic_diff(files, again, release) if c.file == "slurm.conf"] == []
+    odd = dict(files, **{"slurm.conf": files["slurm.conf"].replace("AccountingStorageHost=dbd01",
+                                                                    "AccountingStorageHost=dbd01.example.org")})
+    assert import_site(odd, release).inventory["slurm_conf"]["AccountingStorageHost"] == "dbd01.example.org"
