@@ -277,6 +277,11 @@ def _secrets(text: str) -> dict[str, tuple[int, str]]:
     return out
 
 
+def has_secret(text: str) -> bool:
+    """Whether ``text`` sets a password (SECRET_KEYS) to a value."""
+    return bool(_secrets(text))
+
+
 def mask_secrets(text: str) -> str:
     """``text`` with each password line (SECRET_KEYS with a value, read as _secrets reads them) shown as
     ``Key=(password, not shown)``, its trailing comment dropped too: for what is printed (`conf diff --files`)."""

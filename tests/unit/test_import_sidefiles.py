@@ -439,3 +439,34 @@ def test_a_changed_accounting_port_or_host_moves_slurm_conf_with_slurmdbd_conf(r
     odd = dict(files, **{"slurm.conf": files["slurm.conf"].replace("AccountingStorageHost=dbd01",
                                                                     "AccountingStorageHost=dbd01.example.org")})
     assert import_site(odd, release).inventory["slurm_conf"]["AccountingStorageHost"] == "dbd01.example.org"
+
+
+def test_an_acct_gather_conf_with_a_password_is_never_written_readable_by_others(tmp_path: Path) -> None:
+    """The BMC password the overlay gives (acct_gather.conf(5) EnergyIPMIPassword) lands in a file of mode 600
+    (owner SlurmUser where root writes it: slurmctld reads it as that user) -- before, 644, readable by anyone on
+    the host; one already there at 644 is re-moded, a site's 640 is kept, a file without a password stays 644."""
+    src = tmp_path / "inv.yaml"
+    src.write_text(yaml.safe_dump(shape(runtime={"energy": "ipmi"}), sort_keys=False))
+    ov = tmp_path / "ov.yaml"
+    ov.write_text("acct_gather_conf: {EnergyIPMIPassword: Bmc-pw-3q}\n")
+
+    def gen(out: Path, *extra: str) -> Path:
+        r = sk("conf", "generate", str(src), "-o", str(out), "--slurm-version", "24.11", "--no-real-parse", *extra)
+        assert r.returncode == 0, r.stderr
+        return out / "acct_gather.conf"
+
+    def mode(p: Path) -> int:
+        return p.stat().st_mode & 0o777
+
+    with_pw = gen(tmp_path / "a", "--overrides", str(ov))
+    assert "EnergyIPMIPassword=Bmc-pw-3q" in with_pw.read_text() and mode(with_pw) == 0o600
+    plain = gen(tmp_path / "b")
+    assert mode(plain) == 0o644
+    plain.write_text(with_pw.read_text())  # the same text, left 644 by hand
+    assert mode(gen(tmp_path / "b", "--overrides", str(ov))) == 0o600
+    plain.chmod(0o640)
+    assert mode(gen(tmp_path / "b", "--overrides", str(ov))) == 0o640
+    if os.geteuid() == 0 and shutil.which("id") and subprocess.run(["id", "slurm"], capture_output=True).returncode == 0:
+        import pwd
+
+        assert with_pw.stat().st_uid == pwd.getpwnam("slurm").pw_uid  # slurm.conf's SlurmUser=slurm
