@@ -470,3 +470,30 @@ def test_an_acct_gather_conf_with_a_password_is_never_written_readable_by_others
         import pwd
 
         assert with_pw.stat().st_uid == pwd.getpwnam("slurm").pw_uid  # slurm.conf's SlurmUser=slurm
+
+
+def test_a_changed_spank_line_is_the_only_line_of_plugstack_conf_apply_changes(tmp_path: Path) -> None:
+    """A site's plugstack.conf with its comments, a blank line and an include glob: changing runtime.pyxis.args
+    rewrites the pyxis line only (its trailing comment kept) -- before, apply wrote slurmkit's whole file over it."""
+    etc = _site(tmp_path, "24.11", shape())
+    site = ("# site spank stack: keep this comment\nrequired /usr/local/lib/slurm/spank_pyxis.so   # containers\n\n"
+            "# site plugins\ninclude /etc/slurm/plugstack.conf.d/*.conf\n")
+    (etc / "plugstack.conf").write_text(site)
+    inv = tmp_path / "site.yaml"
+    imp = sk("conf", "import", str(etc), "-o", str(inv), "--slurm-version", "24.11")
+    assert imp.returncode == 0, imp.stderr
+    data = yaml.safe_load(inv.read_text())
+    assert data["plugstack_conf"] == ["include /etc/slurm/plugstack.conf.d/*.conf"]
+    data["runtime"]["pyxis"]["args"] = ["container_scope=global"]
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 0, ap.stdout + ap.stderr
+    assert (etc / "plugstack.conf").read_text() == site.replace(
+        "spank_pyxis.so   # containers", "spank_pyxis.so container_scope=global  # containers")
+    # and a plugin the inventory drops loses its line alone
+    data["plugstack_conf"] = []
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 0, ap.stdout + ap.stderr
+    assert "include" not in (etc / "plugstack.conf").read_text()
+    assert (etc / "plugstack.conf").read_text().startswith("# site spank stack: keep this comment\n")
