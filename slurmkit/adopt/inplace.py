@@ -185,7 +185,7 @@ def edit_site(site: Mapping[str, str], plan: Mapping[str, str], version: str) ->
         out["gres.conf"] = site["gres.conf"]
     for name in ("cgroup.conf", *ro.SIDE_FILES):
         if name in plan and name in site and name != "plugstack.conf":
-            _settings_file(name, site[name], plan[name], ed, site)
+            _settings_file(name, site[name], plan[name], ed, site, version)
             out[name] = site[name]
     if "plugstack.conf" in plan and "plugstack.conf" in site:
         # the site's text with only the spank lines that change edited: its comments and blank lines kept
@@ -497,7 +497,7 @@ def _gres_conf(site: Mapping[str, str], plan: Mapping[str, str], version: str, e
 
 
 def _settings_file(name: str, site_text: str, plan_text: str, ed,  # type: ignore[no-untyped-def]
-                   site: Mapping[str, str] | None = None) -> None:
+                   site: Mapping[str, str] | None = None, version: str | None = None) -> None:
     """cgroup.conf-style files: a changed key's value rewritten on its line, a removed key's lines deleted, a new key
     after the last setting. The site's Include lines are followed (``site``): a key an included file sets is no
     new key (a ParallelCluster cgroup.conf includes slurm_parallelcluster_cgroup.conf)."""
@@ -530,3 +530,13 @@ def _settings_file(name: str, site_text: str, plan_text: str, ed,  # type: ignor
             if rec.file != name:
                 raise CannotEdit(rec.where, "the key is set in an Include file")
             f.replaced[rec.lineno] = edit_pairs(f.current(rec.lineno), rec.where, {k: b})
+    if f.changed:
+        # a file the release cannot read as it stands (a line of junk): edited, it would still be refused, and apply
+        # would have written it and said it was done; one line names the site's line instead, nothing written.
+        # job_container.conf's NodeName and (23.02+) BasePath lines carry more keys (read_jcconf.c, as sidefiles)
+        probs: list[str] = []
+        cp.expand_includes(site_text, name, site, probs, release=version,
+                           line_keys=frozenset({"nodename", "basepath"}) if name == "job_container.conf" else frozenset())
+        if probs:
+            where, _sep, what = probs[0].partition(": ")
+            raise CannotEdit(where, f"{what} (Slurm does not read the file as it is: fix that line first)")

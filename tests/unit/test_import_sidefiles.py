@@ -497,3 +497,34 @@ def test_a_changed_spank_line_is_the_only_line_of_plugstack_conf_apply_changes(t
     assert ap.returncode == 0, ap.stdout + ap.stderr
     assert "include" not in (etc / "plugstack.conf").read_text()
     assert (etc / "plugstack.conf").read_text().startswith("# site spank stack: keep this comment\n")
+
+
+def test_apply_refuses_to_edit_a_side_file_slurm_cannot_read_and_writes_nothing(tmp_path: Path) -> None:
+    """A site's job_container.conf with a line slurmd refuses (parse_config.c: fatal): a change to it is one line
+    naming that file:line, exit 2, nothing written -- before, apply edited the other line, left the junk, exit 0.
+    NERSC's shape, BasePath with Dirs and Shared on its line (read_jcconf.c 23.02+ reads the rest of a BasePath
+    line), is readable, and a change on another line goes through."""
+    etc = _site(tmp_path, "24.11", shape())
+    (etc / "job_container.conf").write_text("AutoBasePath=true\nBasePath=/local/x\nthis is junk\n")
+    inv = tmp_path / "site.yaml"
+    imp = sk("conf", "import", str(etc), "-o", str(inv), "--slurm-version", "24.11")
+    assert imp.returncode == 1 and 'job_container.conf:3: Parse error: cannot read "this is junk"' in imp.stderr
+    data = yaml.safe_load(inv.read_text())
+    data["runtime"]["tmpfs"]["base_path"] = "/local/y"
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = {p.name: p.read_bytes() for p in etc.iterdir() if p.is_file()}
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 2, ap.stdout + ap.stderr
+    assert ap.stderr.strip().splitlines()[-1].startswith(
+        'slurmkit: error: job_container.conf:3: cannot edit in place: Parse error: cannot read "this is junk"'), ap.stderr
+    assert {p.name: p.read_bytes() for p in etc.iterdir() if p.is_file()} == before
+    nersc = "AutoBasePath=true\nBasePath=/scratch Dirs=/tmp,/var/tmp,/dev/shm Shared=true\n"
+    (etc / "job_container.conf").write_text(nersc)
+    imp = sk("conf", "import", str(etc), "-o", str(inv), "--slurm-version", "24.11")
+    assert imp.returncode == 0, imp.stderr
+    data = yaml.safe_load(inv.read_text())
+    data.setdefault("job_container_conf", {})["AutoBasePath"] = "false"
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 0, ap.stdout + ap.stderr
+    assert (etc / "job_container.conf").read_text() == nersc.replace("AutoBasePath=true", "AutoBasePath=false")
