@@ -185,11 +185,11 @@ def edit_site(site: Mapping[str, str], plan: Mapping[str, str], version: str) ->
         out["gres.conf"] = site["gres.conf"]
     for name in ("cgroup.conf", *ro.SIDE_FILES):
         if name in plan and name in site and name != "plugstack.conf":
-            _settings_file(name, site[name], plan[name], ed, site)
+            _settings_file(name, site[name], plan[name], ed, site, version)
             out[name] = site[name]
-    if "plugstack.conf" in plan and "plugstack.conf" in site and _spank_lines(site["plugstack.conf"]) == \
-            _spank_lines(plan["plugstack.conf"]):
-        out["plugstack.conf"] = site["plugstack.conf"]  # the same plugins in the same order: the site's text, comments kept
+    if "plugstack.conf" in plan and "plugstack.conf" in site:
+        # the site's text with only the spank lines that change edited: its comments and blank lines kept
+        out["plugstack.conf"] = _plugstack_edit(site["plugstack.conf"], plan["plugstack.conf"])
     if "topology.conf" in plan and "topology.conf" in site and ro._topology_set(ro._body(site["topology.conf"])) == \
             ro._topology_set(ro._body(plan["topology.conf"])):
         out["topology.conf"] = site["topology.conf"]
@@ -218,6 +218,47 @@ def _spank_lines(text: str) -> list[list[str]]:
     """plugstack.conf as spank(8) reads it (22.05, 24.11, 26.05): "Comments are preceded with '#' and extend to the
     end of the line"; each other line is whitespace-separated words, in order."""
     return [w for w in (ln.split("#", 1)[0].split() for ln in text.splitlines()) if w]
+
+
+def _plugstack_edit(site_text: str, plan_text: str) -> str:
+    """``site_text`` edited so that its spank lines are the plan's: the lines the two share stay byte for byte,
+    a changed line is rewritten where it stands (its trailing comment kept), a removed one goes, a new one goes
+    before the next kept line (or after the last spank line). spank(8): "The plugins will simply be called in
+    order", so the order is the plan's. The alignment is difflib's (the standard library's sequence matcher)."""
+    import difflib
+
+    raw = site_text.splitlines()
+    at = [i for i, ln in enumerate(raw) if ln.split("#", 1)[0].split()]
+    a = [" ".join(raw[i].split("#", 1)[0].split()) for i in at]
+    b = [" ".join(w) for w in _spank_lines(plan_text)]
+    if a == b:
+        return site_text
+    new: dict[int, list[str]] = {}  # raw line -> what replaces it ([] deletes)
+    before: dict[int, list[str]] = {}  # raw line -> lines inserted before it
+    after: list[str] = []  # after the last spank line (the end of the file where there is none)
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            continue
+        if op == "replace" and i2 - i1 == j2 - j1:
+            for k in range(i2 - i1):
+                line = raw[at[i1 + k]]
+                comment = "  #" + line.split("#", 1)[1] if "#" in line else ""
+                new[at[i1 + k]] = [b[j1 + k] + comment]
+            continue
+        for k in range(i1, i2):
+            new[at[k]] = []
+        if i2 < len(at):
+            before.setdefault(at[i2], []).extend(b[j1:j2])
+        else:
+            after.extend(b[j1:j2])
+    last = at[-1] if at else len(raw) - 1
+    out: list[str] = after if last < 0 else []
+    for i, ln in enumerate(raw):
+        out += before.get(i, [])
+        out += new.get(i, [ln])
+        if i == last:
+            out += after
+    return "\n".join(out) + "\n"
 
 
 def _check(site: Mapping[str, str], out: Mapping[str, str], plan: Mapping[str, str], version: str) -> None:
@@ -456,7 +497,7 @@ def _gres_conf(site: Mapping[str, str], plan: Mapping[str, str], version: str, e
 
 
 def _settings_file(name: str, site_text: str, plan_text: str, ed,  # type: ignore[no-untyped-def]
-                   site: Mapping[str, str] | None = None) -> None:
+                   site: Mapping[str, str] | None = None, version: str | None = None) -> None:
     """cgroup.conf-style files: a changed key's value rewritten on its line, a removed key's lines deleted, a new key
     after the last setting. The site's Include lines are followed (``site``): a key an included file sets is no
     new key (a ParallelCluster cgroup.conf includes slurm_parallelcluster_cgroup.conf)."""
@@ -489,3 +530,13 @@ def _settings_file(name: str, site_text: str, plan_text: str, ed,  # type: ignor
             if rec.file != name:
                 raise CannotEdit(rec.where, "the key is set in an Include file")
             f.replaced[rec.lineno] = edit_pairs(f.current(rec.lineno), rec.where, {k: b})
+    if f.changed:
+        # a file the release cannot read as it stands (a line of junk): edited, it would still be refused, and apply
+        # would have written it and said it was done; one line names the site's line instead, nothing written.
+        # job_container.conf's NodeName and (23.02+) BasePath lines carry more keys (read_jcconf.c, as sidefiles)
+        probs: list[str] = []
+        cp.expand_includes(site_text, name, site, probs, release=version,
+                           line_keys=frozenset({"nodename", "basepath"}) if name == "job_container.conf" else frozenset())
+        if probs:
+            where, _sep, what = probs[0].partition(": ")
+            raise CannotEdit(where, f"{what} (Slurm does not read the file as it is: fix that line first)")

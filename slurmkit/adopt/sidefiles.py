@@ -186,9 +186,31 @@ def _slurmdbd(files: Mapping[str, str], inv: dict[str, Any], conf: cp.SlurmConf,
     bad = {k.lower() for k, v, _r in site if k.lower() in ("dbdport", "storageport") and _port(v) is None}
     extra = _passthrough(site, slurmdbd_base(model), frozenset(sidekeys.SECRET_KEYS | bad))
     inv["accounting"] = acct
+    _unpin_slurm_conf(inv, acct)
     if extra:
         inv["slurmdbd_conf"] = extra
         _carried("slurmdbd.conf", "slurmdbd_conf", extra, site, notes)
+
+
+def _unpin_slurm_conf(inv: dict[str, Any], acct: Mapping[str, Any]) -> None:
+    """slurm.conf's AccountingStorageHost/Port/BackupHost, read as pass-through ``slurm_conf`` keys, leave it where
+    they say what ``accounting`` now says: an adopted slurm.conf writes them from it (slurmconf.adopted_accounting),
+    so a later accounting.port change moves slurmctld (AccountingStoragePort) with slurmdbd (DbdPort) -- before,
+    slurm.conf kept the old port and slurmctld lost slurmdbd. One that differs stays as written; one slurm.conf
+    lacks is "" (the generator writes none, as the site)."""
+    sc = inv.setdefault("slurm_conf", {})
+    derived = {"AccountingStorageHost": acct["host"], "AccountingStoragePort": str(acct.get("port", 6819)),
+               "AccountingStorageBackupHost": acct.get("backup_host", "")}
+    have = {k.lower(): k for k in sc}
+    for key, want in derived.items():
+        k = have.get(key.lower())
+        if k is None:
+            if want:
+                sc[key] = ""
+        elif isinstance(sc[k], str) and sc[k] == want:
+            del sc[k]
+    if not sc:
+        del inv["slurm_conf"]
 
 
 def _plugstack(text: str, inv: dict[str, Any], lost: list[str], notes: list[str]) -> None:

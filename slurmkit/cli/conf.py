@@ -378,8 +378,11 @@ def diff(inventory: str, against: str, version: str | None, templates: str | Non
 
 
 def _print_file_diffs(directory: str, files: dict[str, str]) -> None:
-    """``diff -u DIR/NAME new/NAME`` of every file that would change (the inventory copy aside)."""
+    """``diff -u DIR/NAME new/NAME`` of every file that would change (the inventory copy aside); a password line
+    (slurmdbd.conf StoragePass, acct_gather.conf's) shows that it changes, never its value."""
     import difflib
+
+    from slurmkit.generate.sidekeys import mask_secrets
 
     for name in sorted(files):
         if name == "slurmkit.yaml":
@@ -388,7 +391,8 @@ def _print_file_diffs(directory: str, files: dict[str, str]) -> None:
         old = path.read_text(errors="replace") if path.is_file() else ""
         if old == files[name]:
             continue
-        click.echo("".join(difflib.unified_diff(old.splitlines(keepends=True), files[name].splitlines(keepends=True),
+        a, b = mask_secrets(old), mask_secrets(files[name])
+        click.echo("".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
                                                 str(path) if old else "/dev/null", f"new/{name}")), nl=False)
 
 
@@ -600,6 +604,9 @@ def apply(inventory: str, to: str, reconfigure: bool, execute: bool, allow_disru
         click.echo(f"refusing: --execute cannot carry this plan: step {i} is by hand "
                    f"(copy {s.text.split(':', 1)[1].split(', owned')[0].strip()}); follow the plan yourself", err=True)
         return 3
+    from slurmkit.generate.rollout import keep_line_ends
+
+    files = keep_line_ends(files, to)  # a site's CRLF file stays CRLF: only the lines the plan needs change
     if execute:
         return _execute(cluster, files, to, stale, steps, run, timeout, keep)
     written = next(i for i, s in enumerate(steps, 1) if s.kind == WRITE)

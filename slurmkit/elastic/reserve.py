@@ -14,10 +14,12 @@ from typing import Protocol
 
 from slurmkit.model.cluster import Cluster
 
-# flags that make an idle node no spare (it cannot take work now, or is about to go); POWERED_DOWN is not one of them
+# flags that make an idle node no spare (it cannot take work now, or is about to go); POWERED_DOWN is not one of them.
+# BLOCKED (24.11+, IDLE+BLOCKED): sinfo(1) at slurm-24-11-5-1 and slurm-26-05-3-1 "The node has been blocked by
+# exclusive topo job" -- no other job lands on it while that job runs
 _NOT_SPARE = frozenset({"DRAIN", "NOT_RESPONDING", "FAIL", "INVALID_REG", "MAINTENANCE", "REBOOT_REQUESTED",
                         "REBOOT_ISSUED", "POWERING_DOWN", "POWER_DOWN", "COMPLETING", "POWERING_UP", "PLANNED",
-                        "RESERVED"})
+                        "RESERVED", "BLOCKED"})
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from slurmkit import hostlist, safefs
 from slurmkit.errors import SlurmkitError
 from slurmkit.generate import confparse as cp
 from slurmkit.generate import slurmdefaults
+from slurmkit.generate.sidekeys import SECRET_KEYS, has_secret
 from slurmkit.generate.versions import features_for
 from slurmkit.model.cluster import Cluster
 
@@ -42,6 +43,11 @@ MANAGED_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "top
 # slurm-24-11-5-1: fatal "slurmdbd.conf file %s should be 600 is %o accessible for group or others" and "slurmdbd.conf
 # not owned by SlurmUser %s!=%s"; slurm-26-05-3-1 also takes 640). It holds the database password.
 PRIVATE_FILES = {"slurmdbd.conf": 0o600}
+# acct_gather.conf holds a password where the site gives one (acct_gather.conf(5) EnergyIPMIPassword "Password for
+# BMC access", ProfileInfluxDBPass, 22.05-26.05): then it is never written readable by others (it was 644, the
+# BMC password for anyone on the host). 600 owned by slurm.conf's SlurmUser: slurmctld reads it as that user, slurmd
+# and slurmstepd as root. A site's own mode without the others' bits (640 root:slurm) is kept.
+SECRET_FILES = ("acct_gather.conf",)
 
 
 class WriteError(SlurmkitError):
@@ -271,8 +277,11 @@ def _write_locked(files: Mapping[str, str], d: Path, execs: set[str], backup: bo
             if (d / name).exists():
                 mode = ((d / name).stat().st_mode & 0o777) | (0o111 if name in execs else 0)
             mode = PRIVATE_FILES.get(name, mode)
+            uid = _owner(files[name]) if name in PRIVATE_FILES else None
+            if _exposed_secret(name, files[name], mode):
+                mode, uid = 0o600, _owner(files.get("slurm.conf", ""))
             _step(f"stage {name}")
-            _write_durable(txn / "new" / name, files[name], mode, _owner(files[name]) if name in PRIVATE_FILES else None)
+            _write_durable(txn / "new" / name, files[name], mode, uid)
         for name in existed:
             _step(f"save {name}")
             _copy_durable(d / name, txn / "old" / name)
@@ -318,8 +327,15 @@ def prune_backups(directory: Path, keep: int) -> list[Path]:
     return gone
 
 
+def _exposed_secret(name: str, body: str, mode: int) -> bool:
+    """A SECRET_FILES file holding a password, at a mode others may read."""
+    return name in SECRET_FILES and bool(mode & 0o007) and has_secret(body)
+
+
 def _mode_ok(path: Path, executable: bool) -> bool:
     st = path.stat()
+    if _exposed_secret(path.name, path.read_text(errors="replace"), st.st_mode & 0o777):
+        return False
     if path.name in PRIVATE_FILES:
         return (st.st_mode & 0o777) == PRIVATE_FILES[path.name] and _owner(path.read_text(errors="replace")) in (None, st.st_uid)
     return not executable or bool(st.st_mode & 0o111)
@@ -374,6 +390,23 @@ def stale_files(directory: str | Path, files: Mapping[str, str]) -> tuple[list[s
         else:
             foreign.append(name)
     return ours, foreign
+
+
+def keep_line_ends(files: Mapping[str, str], directory: str | Path) -> dict[str, str]:
+    """``files`` with CRLF line ends where the file they replace in ``directory`` has them on every line: read_dir
+    reads text (CRLF as LF), and writing LF back would change every line of a site's CRLF file for a one-line
+    edit. Slurm reads either (src/common/parse_config.c _strip_cr_nl at slurm-22-05-8-1, slurm-24-11-5-1,
+    slurm-26-05-3-1 strips a line's trailing CR and LF)."""
+    d = Path(directory)
+    out = dict(files)
+    for name, text in files.items():
+        p = d / name
+        if "/" in name or not p.is_file() or p.is_symlink():
+            continue
+        raw = p.read_bytes()
+        if b"\r\n" in raw and raw.count(b"\n") == raw.count(b"\r\n"):
+            out[name] = text.replace("\r\n", "\n").replace("\n", "\r\n")
+    return out
 
 
 def read_dir(directory: str | Path, names: Iterable[str] | None = None) -> dict[str, str]:
@@ -942,7 +975,7 @@ def _side_file_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[C
             va = sa[k][1] if k in sa else ""
             vb = sb[k][1] if k in sb else ""
             if va != vb:
-                if k == "storagepass":  # never print the password; say only that it changes
+                if k in SECRET_KEYS:  # never print a password (StoragePass, acct_gather.conf's); only that it changes
                     va, vb = ("(set)" if va else ""), ("(changed)" if va and vb else "(set)" if vb else "")
                 out.append(Change(name, (sb.get(k) or sa[k])[0], va, vb, act, why, nodes, scope))
     return out

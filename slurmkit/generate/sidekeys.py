@@ -277,6 +277,23 @@ def _secrets(text: str) -> dict[str, tuple[int, str]]:
     return out
 
 
+def has_secret(text: str) -> bool:
+    """Whether ``text`` sets a password (SECRET_KEYS) to a value."""
+    return bool(_secrets(text))
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with each password line (SECRET_KEYS with a value, read as _secrets reads them) shown as
+    ``Key=(password, not shown)``, its trailing comment dropped too: for what is printed (`conf diff --files`)."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        key, eq, value = line.split("#", 1)[0].partition("=")
+        if eq and key.strip().lower() in SECRET_KEYS and value.strip():
+            line = f"{key.rstrip()}=(password, not shown){line[len(line.rstrip(chr(13) + chr(10))):]}"
+        out.append(line)
+    return "".join(out)
+
+
 def lost_secrets(old: dict[str, str], new: dict[str, str]) -> list[tuple[str, int, str]]:
     """(file, line, key) of each password the file in ``old`` has and its rewrite in ``new`` would drop: the
     inventory never carries one (an imported site's lives only in its file and the site overlay), so an apply

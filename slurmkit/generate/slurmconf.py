@@ -336,7 +336,20 @@ def adopted_settings(cluster: Cluster, version: str) -> list[tuple[str, str]]:
     s = [("ClusterName", cluster.name), *(("SlurmctldHost", h) for h in cluster.controller.hosts),
          ("SlurmctldPort", cluster.controller.ports), ("StateSaveLocation", cluster.controller.state_dir)]
     s += dynamic_settings(cluster)
+    s += adopted_accounting(cluster)
     return _merge(s, cluster.slurm_conf)
+
+
+def adopted_accounting(cluster: Cluster) -> list[tuple[str, str]]:
+    """Where slurmctld finds slurmdbd, from ``accounting`` (the slurmdbd.conf import's DbdHost/DbdPort/DbdBackupHost):
+    slurm.conf(5) AccountingStorageHost/AccountingStoragePort/AccountingStorageBackupHost (22.05, 24.11, 26.05) name
+    the slurmdbd slurmctld talks to, so one accounting.port change moves both files. An import leaves the keys out
+    of ``slurm_conf`` only where they say what ``accounting`` says (adopt/sidefiles.py); else they replace these."""
+    a = cluster.accounting
+    if a is None:
+        return []
+    return [("AccountingStorageHost", a.host), ("AccountingStoragePort", str(a.port)),
+            *((("AccountingStorageBackupHost", a.backup_host),) if a.backup_host else ())]
 
 
 def dynamic_settings(cluster: Cluster) -> list[tuple[str, str]]:

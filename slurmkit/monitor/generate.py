@@ -259,10 +259,13 @@ def alerts(cluster: Cluster) -> list[Alert]:
               "warning", "a {{ $value }}-node GPU job pends: enough nodes are free, but on no single leaf", "30m",
               per_node=False),
         # fewer spare nodes than capacity.reserve_pct plans, for 30 minutes: a peak or the next maintenance swap has
-        # no room (issue 39 item 2); a burst of jobs that takes the spares for minutes is not one
-        Alert("SlurmkitReserveBelowPlan", f"{_n(M.reserve_spare)} < {_n(M.reserve_planned)}", "warning",
+        # no room (issue 39 item 2); a burst of jobs that takes the spares for minutes is not one. One alert per
+        # group, not per exporter: an HA pair's two exporters (monitoring.exporter, one instance each) count the same
+        # slurmctld's nodes, so max by (group) -- the group is below plan when even the higher count is
+        Alert("SlurmkitReserveBelowPlan",
+              f"max by (group) ({_n(M.reserve_spare)}) < max by (group) ({_n(M.reserve_planned)})", "warning",
               "node group {{ $labels.group }}: {{ $value }} spare node(s), below its planned reserve of "
-              f"{{{{ with printf `{_n(M.reserve_planned)}{{group=%q}}` $labels.group | query }}}}"
+              f"{{{{ with printf `max({_n(M.reserve_planned)}{{group=%q}})` $labels.group | query }}}}"
               "{{ . | first | value }}{{ end }} (capacity.reserve_pct)", "30m", per_node=False),
         Alert("SlurmkitBmcFanFailed", f'{_n(M.bmc_finding)}{{check="fan_failed"}} == 1', "critical",
               "{{ $labels.node }}: a fan failed or stopped (BMC)"),

@@ -372,3 +372,159 @@ def test_validate_of_a_directory_judges_its_acct_gather_conf_with_the_real_slurm
     bad = sk("conf", "validate", str(etc), "--slurm-version", release)
     assert bad.returncode == 2, bad.stdout + bad.stderr
     assert "Could not open/read/parse acct_gather.conf" in bad.stderr, bad.stderr
+
+
+def test_no_password_in_any_diff_output_nor_its_file_diffs(tmp_path: Path) -> None:
+    """acct_gather.conf's EnergyIPMIPassword (acct_gather.conf(5) "Password for BMC access") and StoragePass: `conf
+    diff` names the change, and `--files` (diff -u of the files) shows the line, never the value -- before, the plan
+    printed the BMC password and --files every password in clear."""
+    etc = _site(tmp_path, "24.11", shape(runtime={"energy": "ipmi"}))
+    bmc, db = "Bmc-pw-9x1-not-shown", "Db-pw-7k2-not-shown"
+    (etc / "acct_gather.conf").write_text((etc / "acct_gather.conf").read_text() + f"EnergyIPMIPassword = {bmc}\r\n")
+    (etc / "slurmdbd.conf").write_text((etc / "slurmdbd.conf").read_text() + f'StoragePass="{db}"  # the db\n')
+    inv = tmp_path / "site.yaml"
+    imp = sk("conf", "import", str(etc), "-o", str(inv), "--slurm-version", "24.11")
+    assert imp.returncode == 1 and bmc not in imp.stderr + inv.read_text() and db not in imp.stderr + inv.read_text()
+    diff = sk("conf", "diff", str(inv), "--against", str(etc), "--files")
+    out = diff.stdout + diff.stderr
+    assert diff.returncode == 0, out
+    assert "[restart] acct_gather.conf: EnergyIPMIPassword: (set) -> (absent)" in out, out
+    assert "-EnergyIPMIPassword=(password, not shown)" in out and "-StoragePass=(password, not shown)" in out, out
+    assert bmc not in out and db not in out and "the db" not in out
+
+
+def test_a_crlf_site_file_keeps_its_line_ends_through_a_one_line_apply(tmp_path: Path) -> None:
+    """A site's slurmdbd.conf with CRLF line ends (Slurm reads it: parse_config.c _strip_cr_nl) and `Key = Value`
+    spacing: a one-line change rewrites that line only, CRLF kept -- before, apply wrote every line back as LF."""
+    etc = _site(tmp_path, "24.11", shape())
+    text = (etc / "slurmdbd.conf").read_text().replace("DbdPort=6819", "DbdPort = 6819")
+    (etc / "slurmdbd.conf").write_bytes(text.replace("\n", "\r\n").encode())
+    before = (etc / "slurmdbd.conf").read_bytes().split(b"\r\n")
+    inv = tmp_path / "site.yaml"
+    imp = sk("conf", "import", str(etc), "-o", str(inv), "--slurm-version", "24.11")
+    assert imp.returncode == 0, imp.stderr
+    data = yaml.safe_load(inv.read_text())
+    data["accounting"]["purge"]["jobs"] = "24month"
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 0, ap.stdout + ap.stderr
+    after = (etc / "slurmdbd.conf").read_bytes().split(b"\r\n")
+    assert len(after) == len(before) and b"\n" not in b"".join(after)
+    assert [(a, b) for a, b in zip(before, after, strict=True) if a != b] == [(b"PurgeJobAfter=12month",
+                                                                               b"PurgeJobAfter=24month")]
+    again = sk("conf", "diff", str(inv), "--against", str(etc), "--exit-code")
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("release", ("22.05", "24.11"))
+def test_a_changed_accounting_port_or_host_moves_slurm_conf_with_slurmdbd_conf(release: str) -> None:
+    """slurm.conf's AccountingStorageHost/Port and slurmdbd.conf's DbdHost/DbdPort come from one accounting: after an
+    import, changing accounting.port/host changes both files -- before, slurm.conf's were pinned in slurm_conf as
+    written, so slurmdbd moved to the new port and slurmctld kept calling the old one."""
+    files = generate(load_cluster_dict(SHAPES["accounting-every-field"](release)), version=release)
+    res = import_site(files, release)
+    assert not {k.lower() for k in res.inventory.get("slurm_conf", {})} & {
+        "accountingstoragehost", "accountingstorageport", "accountingstoragebackuphost"}, res.inventory["slurm_conf"]
+    inv = copy.deepcopy(res.inventory)
+    inv["accounting"]["port"] = 7040
+    inv["accounting"]["host"] = "dbd02"
+    out = generate(load_cluster_text(yamlio.dump(inv)), version=release)
+    assert "AccountingStoragePort=7040" in out["slurm.conf"].splitlines(), out["slurm.conf"]
+    assert "AccountingStorageHost=dbd02" in out["slurm.conf"].splitlines()
+    assert {"DbdPort=7040", "DbdHost=dbd02"} <= set(out["slurmdbd.conf"].splitlines())
+    # the round trip is still empty, and a slurm.conf that points elsewhere than DbdHost stays as written
+    again = generate(load_cluster_text(yamlio.dump(res.inventory)), version=release)
+    assert side(again) == side(files)
+    assert [c for c in semantic_diff(files, again, release) if c.file == "slurm.conf"] == []
+    odd = dict(files, **{"slurm.conf": files["slurm.conf"].replace("AccountingStorageHost=dbd01",
+                                                                    "AccountingStorageHost=dbd01.example.org")})
+    assert import_site(odd, release).inventory["slurm_conf"]["AccountingStorageHost"] == "dbd01.example.org"
+
+
+def test_an_acct_gather_conf_with_a_password_is_never_written_readable_by_others(tmp_path: Path) -> None:
+    """The BMC password the overlay gives (acct_gather.conf(5) EnergyIPMIPassword) lands in a file of mode 600
+    (owner SlurmUser where root writes it: slurmctld reads it as that user) -- before, 644, readable by anyone on
+    the host; one already there at 644 is re-moded, a site's 640 is kept, a file without a password stays 644."""
+    src = tmp_path / "inv.yaml"
+    src.write_text(yaml.safe_dump(shape(runtime={"energy": "ipmi"}), sort_keys=False))
+    ov = tmp_path / "ov.yaml"
+    ov.write_text("acct_gather_conf: {EnergyIPMIPassword: Bmc-pw-3q}\n")
+
+    def gen(out: Path, *extra: str) -> Path:
+        r = sk("conf", "generate", str(src), "-o", str(out), "--slurm-version", "24.11", "--no-real-parse", *extra)
+        assert r.returncode == 0, r.stderr
+        return out / "acct_gather.conf"
+
+    def mode(p: Path) -> int:
+        return p.stat().st_mode & 0o777
+
+    with_pw = gen(tmp_path / "a", "--overrides", str(ov))
+    assert "EnergyIPMIPassword=Bmc-pw-3q" in with_pw.read_text() and mode(with_pw) == 0o600
+    plain = gen(tmp_path / "b")
+    assert mode(plain) == 0o644
+    plain.write_text(with_pw.read_text())  # the same text, left 644 by hand
+    assert mode(gen(tmp_path / "b", "--overrides", str(ov))) == 0o600
+    plain.chmod(0o640)
+    assert mode(gen(tmp_path / "b", "--overrides", str(ov))) == 0o640
+    if os.geteuid() == 0 and shutil.which("id") and subprocess.run(["id", "slurm"], capture_output=True).returncode == 0:
+        import pwd
+
+        assert with_pw.stat().st_uid == pwd.getpwnam("slurm").pw_uid  # slurm.conf's SlurmUser=slurm
+
+
+def test_a_changed_spank_line_is_the_only_line_of_plugstack_conf_apply_changes(tmp_path: Path) -> None:
+    """A site's plugstack.conf with its comments, a blank line and an include glob: changing runtime.pyxis.args
+    rewrites the pyxis line only (its trailing comment kept) -- before, apply wrote slurmkit's whole file over it."""
+    etc = _site(tmp_path, "24.11", shape())
+    site = ("# site spank stack: keep this comment\nrequired /usr/local/lib/slurm/spank_pyxis.so   # containers\n\n"
+            "# site plugins\ninclude /etc/slurm/plugstack.conf.d/*.conf\n")
+    (etc / "plugstack.conf").write_text(site)
+    inv = tmp_path / "site.yaml"
+    imp = sk("conf", "import", str(etc), "-o", str(inv), "--slurm-version", "24.11")
+    assert imp.returncode == 0, imp.stderr
+    data = yaml.safe_load(inv.read_text())
+    assert data["plugstack_conf"] == ["include /etc/slurm/plugstack.conf.d/*.conf"]
+    data["runtime"]["pyxis"]["args"] = ["container_scope=global"]
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 0, ap.stdout + ap.stderr
+    assert (etc / "plugstack.conf").read_text() == site.replace(
+        "spank_pyxis.so   # containers", "spank_pyxis.so container_scope=global  # containers")
+    # and a plugin the inventory drops loses its line alone
+    data["plugstack_conf"] = []
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 0, ap.stdout + ap.stderr
+    assert "include" not in (etc / "plugstack.conf").read_text()
+    assert (etc / "plugstack.conf").read_text().startswith("# site spank stack: keep this comment\n")
+
+
+def test_apply_refuses_to_edit_a_side_file_slurm_cannot_read_and_writes_nothing(tmp_path: Path) -> None:
+    """A site's job_container.conf with a line slurmd refuses (parse_config.c: fatal): a change to it is one line
+    naming that file:line, exit 2, nothing written -- before, apply edited the other line, left the junk, exit 0.
+    NERSC's shape, BasePath with Dirs and Shared on its line (read_jcconf.c 23.02+ reads the rest of a BasePath
+    line), is readable, and a change on another line goes through."""
+    etc = _site(tmp_path, "24.11", shape())
+    (etc / "job_container.conf").write_text("AutoBasePath=true\nBasePath=/local/x\nthis is junk\n")
+    inv = tmp_path / "site.yaml"
+    imp = sk("conf", "import", str(etc), "-o", str(inv), "--slurm-version", "24.11")
+    assert imp.returncode == 1 and 'job_container.conf:3: Parse error: cannot read "this is junk"' in imp.stderr
+    data = yaml.safe_load(inv.read_text())
+    data["runtime"]["tmpfs"]["base_path"] = "/local/y"
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = {p.name: p.read_bytes() for p in etc.iterdir() if p.is_file()}
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 2, ap.stdout + ap.stderr
+    assert ap.stderr.strip().splitlines()[-1].startswith(
+        'slurmkit: error: job_container.conf:3: cannot edit in place: Parse error: cannot read "this is junk"'), ap.stderr
+    assert {p.name: p.read_bytes() for p in etc.iterdir() if p.is_file()} == before
+    nersc = "AutoBasePath=true\nBasePath=/scratch Dirs=/tmp,/var/tmp,/dev/shm Shared=true\n"
+    (etc / "job_container.conf").write_text(nersc)
+    imp = sk("conf", "import", str(etc), "-o", str(inv), "--slurm-version", "24.11")
+    assert imp.returncode == 0, imp.stderr
+    data = yaml.safe_load(inv.read_text())
+    data.setdefault("job_container_conf", {})["AutoBasePath"] = "false"
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    ap = sk("conf", "apply", str(inv), "--to", str(etc), "--no-real-parse", "--allow-disruptive")
+    assert ap.returncode == 0, ap.stdout + ap.stderr
+    assert (etc / "job_container.conf").read_text() == nersc.replace("AutoBasePath=true", "AutoBasePath=false")

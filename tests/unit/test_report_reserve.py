@@ -70,3 +70,21 @@ def test_nodes_add_and_remove_say_what_they_do_to_the_plan() -> None:
     rows = reserve(before, [node(h, flags=("POWERED_DOWN",)) for h in g.hostnames])
     assert rows[0].spare == n and "a job on one waits for its boot (up to ResumeTimeout)" in "\n".join(table(rows, 15))
     assert "waits for its boot" not in "\n".join(table(reserve(before, [node(h) for h in g.hostnames]), 15))
+
+
+def test_states_as_scontrol_prints_them() -> None:
+    """The State= of `scontrol -o show node` (node_state_string_complete, src/common/slurm_protocol_defs.c of 22.05,
+    24.11, 26.05: base, then +FLAG per flag): which of them are spares. IDLE+BLOCKED (24.11+: "blocked by exclusive
+    topo job", sinfo(1)) takes no job, so it is none."""
+    from slurmkit.backend.parse import parse_scontrol_nodes
+
+    def spare(state: str) -> bool:
+        rec = f"NodeName=n1 CPUTot=8 State={state} Reason=(null)\n"
+        return is_spare(parse_scontrol_nodes(rec)[0])
+
+    for s in ("IDLE", "IDLE+CLOUD", "IDLE+POWERED_DOWN", "IDLE+CLOUD+POWERED_DOWN", "IDLE~", "IDLE+DYNAMIC_NORM"):
+        assert spare(s), s
+    for s in ("IDLE+BLOCKED", "IDLE+DRAIN", "MIXED", "DOWN*", "DOWN+NOT_RESPONDING", "IDLE+RESERVED", "IDLE+PLANNED",
+              "IDLE+MAINTENANCE", "IDLE+INVALID_REG", "FUTURE", "IDLE*", "IDLE+NOT_RESPONDING+POWERED_DOWN",
+              "IDLE+DRAIN+POWERED_DOWN", "IDLE+POWERING_DOWN", "IDLE+COMPLETING", "IDLE+FAIL", "UNKNOWN"):
+        assert not spare(s), s
