@@ -597,3 +597,13 @@ def _topology(files: Mapping[str, str], inv: dict[str, Any], res: Imported, host
         inv["topology"] = {"switches": switches}
     if blocks:
         inv["topology"] = {**inv.get("topology", {}), "blocks": blocks, **({"block_sizes": sizes} if sizes else {})}
+    from slurmkit.release import features_for
+
+    try:
+        yaml_release = features_for(str(inv["slurm_version"])).topology_yaml
+    except (KeyError, ValueError):
+        yaml_release = False
+    if "topology" in inv and yaml_release:
+        # a 25.05+ site that keeps topology.conf: it stays in topology.conf (generate would write topology.yaml, the
+        # release's own file, and the first apply would replace the site's file)
+        inv["topology"]["file"] = "topology.conf"

@@ -1299,7 +1299,9 @@ def generate(
         "cgroup.conf": env.get_template("cgroup.conf.j2").render(ctx),
     }
     if cluster.topology.kind != "none":
-        if feats.topology_yaml:
+        if cluster.topology.file == "topology.yaml" and not feats.topology_yaml:
+            raise InventoryError("topology.file", f"topology.yaml needs Slurm >= 25.05, target is {ver}")
+        if feats.topology_yaml and cluster.topology.file != "topology.conf":
             # topology.conf is ignored once topology.yaml exists (25.05+): emit only the file Slurm reads
             files["topology.yaml"] = env.get_template("topology.yaml.j2").render(ctx, body=topology_yaml(cluster).rstrip("\n"))
         else:

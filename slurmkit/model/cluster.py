@@ -251,6 +251,11 @@ class Topology:
     rail_units: tuple[RailUnit, ...] = ()  # rail-optimized SUs; switches or blocks above are derived from them
     rings: tuple[Ring, ...] = ()
     toruses: tuple[Torus, ...] = ()
+    # the file the topology goes in: "" = the release's own (topology.yaml from 25.05, topology.conf before);
+    # "topology.conf" keeps an adopted site's topology.conf on 25.05+, which still reads it when no topology.yaml
+    # exists (src/interfaces/topology.c topology_g_init at slurm-26-05-3-1: "ENOENT: topology.yaml absent, fall
+    # through to plugrack", then get_extra_conf_path("topology.conf"))
+    file: str = ""
 
     @property
     def kind(self) -> str:

@@ -751,7 +751,17 @@ def _toruses(ctx: _Ctx, raw: Any, path: str) -> tuple[Torus, ...]:
 
 def _topology(ctx: _Ctx, raw: Any, path: str, known_hosts: set[str], adopted: bool = False,
               compute_nics: dict[str, int] | None = None, group_specs: list[str] | None = None) -> Topology:
-    m = _mapping(ctx, raw, path, {"switches", "blocks", "block_sizes", "rail_optimized", "rings", "toruses"})
+    m = _mapping(ctx, raw, path, {"switches", "blocks", "block_sizes", "rail_optimized", "rings", "toruses", "file"})
+    if "file" in m:
+        import dataclasses
+
+        f = m.pop("file")
+        if f not in ("topology.conf", "topology.yaml"):
+            raise ctx.err(_join(path, "file"), f"expected topology.conf or topology.yaml, got {f!r}")
+        if f == "topology.conf" and (m.get("rings") or m.get("toruses")):
+            # topology.conf(5) has SwitchName and BlockName lines only; rings and tori exist in topology.yaml(5)
+            raise ctx.err(_join(path, "file"), "rings and toruses exist only in topology.yaml")
+        return dataclasses.replace(_topology(ctx, m, path, known_hosts, adopted, compute_nics, group_specs), file=f)
     given = [k for k in ("switches", "blocks", "rail_optimized", "rings", "toruses") if m.get(k)]
     if len(given) > 1:
         if set(given) == {"switches", "blocks"}:

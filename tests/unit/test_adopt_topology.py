@@ -118,3 +118,25 @@ def test_validate_and_import_take_the_release_by_one_rule(tmp_path: Path, monkey
     monkeypatch.setattr(roots, "host_release", lambda: None)
     res = CliRunner().invoke(cli, ["conf", "validate", str(site), "--no-real-parse"])
     assert "judged without a target release" in res.output and "ok: " in res.output, res.output
+
+
+def test_a_25_05_plus_site_keeps_its_topology_conf() -> None:
+    """topology.file: a 26.05 site that keeps topology.conf is imported with file: topology.conf and generated back
+    into topology.conf (26.05 reads it while no topology.yaml exists: interfaces/topology.c topology_g_init); without
+    the key 26.05 gets topology.yaml, 24.11 topology.conf; a wrong value or topology.yaml for 24.11 is refused."""
+    from slurmkit.errors import InventoryError as _IE
+    from slurmkit.generate import generate as _generate
+    from slurmkit.model.load import load_cluster_dict as _load
+
+    inv = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "lab.yaml").read_text())
+    assert inv.get("topology", {}).get("switches"), "examples/lab.yaml has a tree topology"
+    assert "topology.yaml" in _generate(_load({**inv, "slurm_version": "26.05"}))
+    assert "topology.conf" in _generate(_load({**inv, "slurm_version": "24.11"}))
+    kept = _generate(_load({**inv, "slurm_version": "26.05", "topology": {**inv["topology"], "file": "topology.conf"}}))
+    assert "topology.conf" in kept and "topology.yaml" not in kept and "SwitchName=" in kept["topology.conf"]
+    with pytest.raises(_IE) as ei:
+        _load({**inv, "topology": {**inv["topology"], "file": "topology.txt"}})
+    assert ei.value.path == "topology.file"
+    with pytest.raises(_IE) as ei:
+        _generate(_load({**inv, "slurm_version": "24.11", "topology": {**inv["topology"], "file": "topology.yaml"}}))
+    assert ei.value.path == "topology.file" and "needs Slurm >= 25.05" in str(ei.value)
