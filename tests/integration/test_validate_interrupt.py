@@ -77,8 +77,15 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _start(site: Path, tmp: Path) -> subprocess.Popen[str]:
     tmp.mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    # the signals at their default, as in a terminal: a run of the suite under nohup (or as a shell's background
+    # job) hands SIGHUP/SIGINT down ignored, and slurmkit rightly leaves an ignored signal ignored (cli/main.py)
     return subprocess.Popen([sys.executable, "-m", "slurmkit", "conf", "validate", str(site)], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_signals)
+
+
+def _default_signals() -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _caught(site: Path, tmp: Path) -> subprocess.Popen[str]:
