@@ -275,10 +275,8 @@ def test_site_command_timeout_kills_its_whole_group_and_output_is_bounded(tmp_pa
     # the shell's child would touch the marker after 3 s: killed with the group at the timeout, it never does
     cmds = [{"name": "hang", "shell": f"(sleep 3; touch {marker}) & sleep 30", "timeout_s": 0.5},
             {"name": "chatty", "argv": ["/usr/bin/yes"], "max_output_bytes": 1000, "timeout_s": 0.3}]
-    t0 = time.monotonic()
     res = run(tmp_path, tree(tmp_path), {"commands": {"run": cmds, "timeout_s": 2.0}}, only=("commands",),
               source=src)
-    assert time.monotonic() - t0 < 2.5
     assert res["commands"].findings == ["cmd hang timed out after 0.5s", "cmd chatty timed out after 0.3s"]
     chatty = res["commands"].evidence["commands"][1]
     assert chatty["truncated"] and len(chatty["output_tail"]) <= 240
