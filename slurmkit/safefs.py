@@ -119,10 +119,6 @@ def private_dir(path: str | os.PathLike[str], mode: int = 0o700) -> None:
         os.close(fd)
 
 
-# --------------------------------------------------------------------------------------------------------------
-# reading what users write
-
-
 def makedirs_private(path: str | os.PathLike[str]) -> None:
     """``path`` and each missing parent created 0700 (a user's cache: ``$XDG_CACHE_HOME/slurmkit/...``). Neither
     ``os.makedirs(mode=)`` nor ``Path.mkdir(parents=True, mode=)`` gives the parents that mode (they get the umask's,
@@ -141,6 +137,10 @@ def makedirs_private(path: str | os.PathLike[str]) -> None:
             os.mkdir(d, 0o700)
         except FileExistsError:
             pass
+
+
+# --------------------------------------------------------------------------------------------------------------
+# reading what users write
 
 
 def uid_of_record(value: str | None) -> int | None:
